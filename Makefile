@@ -1,0 +1,32 @@
+# Two entry points a newcomer needs: `make demo` and `make test`. Both create .venv when missing.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	LANGSMITH_TRACING=false $(BIN)/replay-guard demo
+
+test: $(STAMP)
+	LANGSMITH_TRACING=false $(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check langgraph_replay_guard tests benchmarks
+	$(BIN)/ruff format --check langgraph_replay_guard tests benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy --strict langgraph_replay_guard
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_engine.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist

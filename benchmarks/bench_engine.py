@@ -1,0 +1,91 @@
+"""Median cost of deciding and recording one call, with 10, 1,000 and 100,000 earlier calls.
+
+Run: python benchmarks/bench_engine.py
+Goal (DESIGN.md): a few microseconds per call, and the 100,000 case within 1.3x of the 10 case
+(the state is bounded, so the cost must not grow with the thread's length).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+from langgraph_replay_guard import GuardConfig, ReplayGuard
+from langgraph_replay_guard.engine import call_facts, decide, fold_settings, make_event
+from langgraph_replay_guard.keys import call_key
+from langgraph_replay_guard.state import fold_events
+
+ARGS = {
+    "customer_id": "C1001",
+    "line_id": "L1002",
+    "query": "data usage for the current billing cycle",
+    "filters": {"include_roaming": True, "period": "2026-11", "limit": 50},
+    "request": 7,
+}
+CONFIG = GuardConfig(scope="thread", tools={"apply": "unsafe"})
+
+
+def _args(i: int) -> dict[str, object]:
+    return {**ARGS, "request": i}
+
+
+def _prefill(n: int):  # type: ignore[no-untyped-def]
+    ctl = ReplayGuard(CONFIG).control()
+    for i in range(n):
+        name = "apply" if i % 7 == 0 else "lookup"
+        ctl.record_success(name, _args(i % 5000), result=f"result {i % 13}")
+    return ctl
+
+
+def _median_ns(fn, rounds: int = 15, per_round: int = 400) -> float:  # type: ignore[no-untyped-def]
+    samples = []
+    for r in range(rounds):
+        start = time.perf_counter_ns()
+        for i in range(per_round):
+            fn(r * per_round + i)
+        samples.append((time.perf_counter_ns() - start) / per_round)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    print(f"argument size: {len(json.dumps(ARGS))} bytes of JSON")
+    key_ns = _median_ns(lambda i: call_key("lookup", _args(i)))
+    print(f"call key (canonical JSON + xxh3_128): {key_ns / 1000:.2f} us")
+    print()
+    print(
+        f"{'earlier calls':>14} {'engine (us)':>12} {'vs 10':>6} "
+        f"{'control API (us)':>17} {'vs 10':>6} {'state (bytes)':>14}"
+    )
+    settings = fold_settings(CONFIG)
+    base_engine = base_control = None
+    for n in (10, 1_000, 100_000):
+        ctl = _prefill(n)
+        state = ctl._state
+
+        def engine_step(i: int, state=state) -> None:  # type: ignore[no-untyped-def]
+            # What the integrations do: one key, one decision, one recorded event.
+            facts = call_facts(CONFIG, "lookup", _args(10_000 + i))
+            decide(state, facts, CONFIG)
+            event = make_event(facts, "success", result="result")
+            fold_events(state, [event], settings)
+
+        def control_step(i: int, ctl=ctl) -> None:  # type: ignore[no-untyped-def]
+            # The seed vocabulary: evaluate and record are separate calls, each keys the call.
+            args = _args(20_000 + i)
+            ctl.evaluate("lookup", args)
+            ctl.record_success("lookup", args, result="result")
+
+        engine = _median_ns(engine_step)
+        control = _median_ns(control_step)
+        base_engine = base_engine or engine
+        base_control = base_control or control
+        size = len(json.dumps(ctl._state))
+        print(
+            f"{n:>14,} {engine / 1000:>12.2f} {engine / base_engine:>5.2f}x "
+            f"{control / 1000:>17.2f} {control / base_control:>5.2f}x {size:>14,}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""`replay-guard eval`: score a guard configuration on recorded trajectories."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import NoReturn, TextIO
+
+from pydantic import ValidationError
+
+from langgraph_replay_guard.config import GuardConfig
+from langgraph_replay_guard.evaluation import (
+    DEFAULT_ERROR_PATTERN,
+    EvalReport,
+    Tally,
+    evaluate_file,
+)
+
+__all__ = ["add_parser", "load_config", "print_report", "run"]
+
+_PROGRESS_BYTES = 1_000_000  # show progress for inputs larger than this, on a terminal
+
+_KIND_HELP = {
+    "redundant_read": "a pure read, same turn, nothing written since: blockable",
+    "volatile_read": "a volatile read (never deduplicated)",
+    "side_effect": "a tool with side effects: counted, never deduplicated",
+    "after_world_change": "a re-check after a successful write: allowed by design",
+    "new_turn": 'asked again in a new user turn: allowed with scope="turn"',
+}
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register the `eval` sub-command."""
+    parser = sub.add_parser(
+        "eval",
+        help="replay recorded trajectories through the guard and report what it would block",
+        description=(
+            "Replay recorded agent trajectories (JSON lines) through the guard, offline, and "
+            "report what it would have blocked, whether each block was redundant (the "
+            "recorded result was identical to the earlier identical call) or wrong, and "
+            "where it would have aborted. Use it to tune a configuration before deploying."
+        ),
+    )
+    parser.add_argument("trajectories", type=Path, help="JSONL file, one trajectory a line")
+    parser.add_argument("--policy", type=Path, help="tool policy file ({'tools': {...}})")
+    parser.add_argument("--config", type=Path, help="guard configuration file (JSON or YAML)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--error-pattern",
+        default=DEFAULT_ERROR_PATTERN,
+        help="regular expression (case-insensitive) marking a failed result "
+        f"(default: {DEFAULT_ERROR_PATTERN!r})",
+    )
+    parser.add_argument(
+        "--normalize",
+        action="append",
+        default=[],
+        metavar="REGEX",
+        help="remove matches from results before comparing them (repeatable)",
+    )
+    parser.add_argument(
+        "--show-aborts", type=int, default=10, metavar="N", help="list the first N aborts"
+    )
+    parser.set_defaults(func=run)
+
+
+def load_config(config: Path | None, policy: Path | None) -> GuardConfig:
+    """Build the configuration from the optional config and policy files.
+
+    Raises:
+        SystemExit: With a clear message when a file is missing or invalid.
+    """
+    try:
+        cfg = GuardConfig.from_file(config) if config else GuardConfig()
+        return cfg.with_policies(policy) if policy else cfg
+    except FileNotFoundError as exc:
+        _fail(f"no such file: {exc.filename}")
+    except ValidationError as exc:
+        _fail(f"invalid configuration:\n{exc}")
+    except (ValueError, ImportError) as exc:
+        _fail(str(exc))
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"replay-guard: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `replay-guard eval`."""
+    config = load_config(args.config, args.policy)
+    path: Path = args.trajectories
+    if not path.is_file():
+        _fail(f"no such file: {path}")
+    progress = None
+    if sys.stderr.isatty() and path.stat().st_size > _PROGRESS_BYTES:
+
+        def progress(done: int) -> None:
+            if done % 50 == 0:
+                print(f"\r{done} trajectories...", end="", file=sys.stderr, flush=True)
+
+    report = evaluate_file(
+        path,
+        config,
+        error_pattern=args.error_pattern,
+        normalize=args.normalize,
+        on_progress=progress,
+    )
+    if progress is not None:
+        print("\r", end="", file=sys.stderr)
+    if args.json:
+        json.dump(report.to_dict(), sys.stdout, indent=2)
+        print()
+    else:
+        print_report(report, source=path.name, show_aborts=args.show_aborts)
+    return 0
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def print_report(
+    report: EvalReport, *, source: str, show_aborts: int = 10, out: TextIO | None = None
+) -> None:
+    """Print a report as tables a person can read."""
+    out = out or sys.stdout
+    total = report.total
+
+    def line(text: str = "") -> None:
+        print(text, file=out)
+
+    line(f"replay-guard eval: {total.trajectories} trajectories, {total.calls:,} calls ({source})")
+    line()
+    header = f"{'model':<40} {'runs':>5} {'calls':>6} {'blocked':>8} {'redundant':>9} "
+    header += f"{'wrong':>6} {'aborts':>6} {'cut':>5} {'cycles':>6}"
+    line(header)
+    rows: list[tuple[str, Tally]] = sorted(report.by_model.items())
+    for name, t in [*rows, ("total", total)]:
+        label = name if len(name) <= 40 else name[:37] + "..."
+        line(
+            f"{label:<40} {t.trajectories:>5} {t.calls:>6} {t.blocked:>8} {t.redundant:>9} "
+            f"{t.wrong:>6} {t.aborts:>6} {t.cut:>5} {t.cycles:>6}"
+        )
+    line()
+    line(
+        f"Identical repeats (same call, same result as the previous identical call): "
+        f"{total.identical_repeats}"
+    )
+    line(f"  {'kind':<20} {'total':>6} {'caught':>7} {'rate':>7}   what the guard does")
+    for kind, help_text in _KIND_HELP.items():
+        if kind in total.repeat_kinds:
+            count, caught = total.repeat_kinds[kind]
+            line(f"  {kind:<20} {count:>6} {caught:>7} {_pct(caught / count):>7}   {help_text}")
+    line(
+        f"  {'all':<20} {total.identical_repeats:>6} {total.caught:>7} "
+        f"{_pct(total.catch_rate()):>7}"
+    )
+    line("  (caught = blocked, or never made because an abort ended that turn)")
+    line()
+    line(f"Wrong blocks: {total.wrong} of {total.blocked} blocked ({_pct(total.wrong_rate())})")
+    reasons = ", ".join(f"{r} {n}" for r, n in sorted(total.by_reason.items())) or "none"
+    line(f"Blocked by reason: {reasons}")
+    if report.aborts and show_aborts:
+        line(f"Aborts ({len(report.aborts)}; first {min(show_aborts, len(report.aborts))}):")
+        for abort in report.aborts[:show_aborts]:
+            line(f"  call {abort.call_index:>3} {abort.tool} ({abort.reason})  {abort.trajectory}")
+    if report.malformed:
+        line(f"Skipped {len(report.malformed)} malformed input(s):")
+        for number, problem in report.malformed[:20]:
+            where = f"line {number}" if number else "call"
+            line(f"  {where}: {problem}")

@@ -1,0 +1,42 @@
+"""Entry point of the `replay-guard` command."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+
+from langgraph_replay_guard.cli import demo_cmd, eval_cmd
+
+__all__ = ["main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the argument parser with every sub-command."""
+    parser = argparse.ArgumentParser(
+        prog="replay-guard",
+        description="Loop, duplicate and replay protection for LangGraph tool calls.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    demo_cmd.add_parser(sub)
+    eval_cmd.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line.
+
+    Args:
+        argv: Arguments without the program name; `sys.argv[1:]` when None.
+
+    Returns:
+        The exit status.
+    """
+    os.environ.setdefault("LANGSMITH_TRACING", "false")
+    args = build_parser().parse_args(argv)
+    status: int = args.func(args)
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

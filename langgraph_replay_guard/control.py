@@ -1,0 +1,196 @@
+"""Framework-free, per-turn guard control in the seed's vocabulary."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from langgraph_replay_guard.config import GuardConfig
+from langgraph_replay_guard.engine import (
+    Decision,
+    Verdict,
+    call_facts,
+    decide,
+    fold_settings,
+    make_event,
+    render_reminder,
+)
+from langgraph_replay_guard.errors import LoopAbortedError
+from langgraph_replay_guard.keys import canonical_json
+from langgraph_replay_guard.state import GuardView, Outcome, fold_events, new_state
+
+__all__ = ["GuardControl"]
+
+
+def result_text(result: Any) -> str | None:
+    """Text of a tool result for hashing and previews (JSON for structured results)."""
+    if result is None or isinstance(result, str):
+        return result
+    try:
+        return canonical_json(result, root="result")
+    except TypeError:
+        return repr(result)
+
+
+class GuardControl:
+    """The guard for one turn, without any framework.
+
+    Create one per user turn with `guard.control()`. `evaluate` and `should_skip` only
+    decide; the `record_*` methods change the state. Safe to share between the threads
+    that run parallel tool calls: every method holds an internal lock.
+
+    Example:
+        ```python
+        ctl = guard.control()
+        skip, reason = ctl.should_skip("web_search", {"q": "capital of France"})
+        if not skip:
+            ctl.record_success("web_search", {"q": "capital of France"}, result="Paris")
+        ```
+    """
+
+    def __init__(self, config: GuardConfig) -> None:
+        """Create a control with an empty state.
+
+        Args:
+            config: Guard configuration.
+        """
+        self._config = config
+        self._settings = fold_settings(config)
+        self._state = new_state()
+        self._seen: set[str] = set()
+        self._lock = threading.RLock()
+
+    def evaluate(self, name: str, args: Any) -> Decision:
+        """Decide what to do with a call, without changing anything.
+
+        Args:
+            name: Tool name.
+            args: Tool arguments.
+
+        Returns:
+            The decision.
+
+        Raises:
+            InvalidArgumentsError: If the arguments cannot be hashed.
+        """
+        facts = call_facts(self._config, name, args)
+        with self._lock:
+            return decide(self._state, facts, self._config)
+
+    def should_skip(self, name: str, args: Any) -> tuple[bool, str | None]:
+        """Whether a call should not be executed, and why.
+
+        Args:
+            name: Tool name.
+            args: Tool arguments.
+
+        Returns:
+            `(skip, reason)`: `(False, None)` to run the tool; otherwise `True` and the
+            reason (`"duplicate"`, `"repeat_limit"`, `"same_result"`, `"cycle"`,
+            `"stopped"`). Record a skipped call with `record_denied`.
+
+        Raises:
+            LoopAbortedError: When the decision is an abort and `on_abort="error"`.
+            InvalidArgumentsError: If the arguments cannot be hashed.
+        """
+        decision = self.evaluate(name, args)
+        if decision.verdict is Verdict.ABORT and self._config.on_abort == "error":
+            raise LoopAbortedError(
+                decision.message or f"Loop aborted on '{name}'.",
+                tool=name,
+                reason=decision.reason or "abort",
+                count=decision.count,
+            )
+        return (not decision.executes, decision.reason)
+
+    def record_success(self, name: str, args: Any, result: Any = None) -> None:
+        """Record that a call ran and succeeded.
+
+        Args:
+            name: Tool name.
+            args: Tool arguments.
+            result: What the tool returned (used for result-diff and previews).
+        """
+        self._record(name, args, "success", result=result_text(result))
+
+    def record_failure(self, name: str, args: Any, error: Any = None) -> None:
+        """Record that a call ran and failed (a later identical call is a retry).
+
+        Args:
+            name: Tool name.
+            args: Tool arguments.
+            error: The error or its text, if known.
+        """
+        text = None if error is None else str(error)
+        self._record(name, args, "failure", result=text)
+
+    def record_timeout(self, name: str, args: Any) -> None:
+        """Record that a call timed out (a later identical call is a retry).
+
+        Args:
+            name: Tool name.
+            args: Tool arguments.
+        """
+        self._record(name, args, "timeout")
+
+    def record_denied(self, name: str, args: Any, reason: str | Decision | None = None) -> None:
+        """Record a call that was not executed (denied, short-circuited or aborted).
+
+        It counts as an attempt and arms the reminder.
+
+        Args:
+            name: Tool name.
+            args: Tool arguments.
+            reason: The decision, or its reason; when omitted the current decision is used.
+        """
+        with self._lock:
+            decision = reason if isinstance(reason, Decision) else self.evaluate(name, args)
+            why = reason if isinstance(reason, str) else decision.reason
+            aborts = decision.verdict is Verdict.ABORT and why == decision.reason
+            self._record(name, args, "denied", reason=why or "denied", abort=aborts)
+
+    def _record(
+        self,
+        name: str,
+        args: Any,
+        outcome: Outcome,
+        *,
+        result: str | None = None,
+        reason: str | None = None,
+        abort: bool = False,
+    ) -> None:
+        facts = call_facts(self._config, name, args)
+        event = make_event(
+            facts,
+            outcome,
+            result=result,
+            preview_chars=self._config.result_preview_chars,
+            reason=reason,
+            abort=abort,
+        )
+        with self._lock:
+            fold_events(self._state, [event], self._settings)
+            self._seen.add(facts.key)
+
+    def history_size(self) -> int:
+        """Number of distinct calls (tool and canonical arguments) recorded this turn."""
+        with self._lock:
+            return len(self._seen)
+
+    def reminder(self) -> str | None:
+        """Return the pending loop reminder and clear it (it is shown once).
+
+        Returns:
+            Text for the next system prompt, or None when no layer tripped since the last
+            read.
+        """
+        with self._lock:
+            pending = self._state["reminder"]
+            self._state["reminder"] = None
+        return render_reminder(pending) if pending else None
+
+    def inspect(self) -> GuardView:
+        """Return a read-only view of the control's state (the reminder is not cleared)."""
+        with self._lock:
+            pending = self._state["reminder"]
+            return GuardView.from_state(self._state, render_reminder(pending) if pending else None)

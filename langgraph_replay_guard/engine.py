@@ -1,0 +1,414 @@
+"""Guard decisions as pure functions over a guard state (no LangChain imports)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from langgraph_replay_guard.config import GuardConfig
+from langgraph_replay_guard.keys import call_key, content_hash
+from langgraph_replay_guard.state import Event, Outcome, state_for_turn
+
+__all__ = [
+    "CallFacts",
+    "Decision",
+    "Verdict",
+    "call_facts",
+    "decide",
+    "fold_settings",
+    "make_event",
+    "render_reminder",
+    "summarize_args",
+]
+
+
+class Verdict(StrEnum):
+    """What the guard does with a call."""
+
+    ALLOW = "allow"
+    """Run the tool."""
+    DENY = "deny"
+    """Do not run it; the model is told why."""
+    SHORT_CIRCUIT = "short_circuit"
+    """Do not run it; the model gets the identical result it got last time (a preview)."""
+    ABORT = "abort"
+    """Do not run it and stop the run (`on_abort`)."""
+    REPLAY = "replay"
+    """Do not run it; return the outcome recorded for this very call (replay ledger)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The guard's decision about one call.
+
+    Attributes:
+        verdict: What happens to the call.
+        reason: Why, for anything but a plain allow: `"duplicate"`, `"repeat_limit"`,
+            `"same_result"`, `"cycle"`, `"stopped"`, `"replayed"`.
+        call_key: The call's canonical key.
+        message: What the model is told when the call is not executed.
+        previous_result: Preview of the earlier result the model is pointed to, or None.
+        tool: Tool name.
+        count: Which identical attempt this call is in the turn (1 for the first).
+    """
+
+    verdict: Verdict
+    reason: str | None
+    call_key: str
+    message: str | None = None
+    previous_result: str | None = None
+    tool: str = ""
+    count: int = 1
+
+    @property
+    def executes(self) -> bool:
+        """Whether the tool body runs."""
+        return self.verdict is Verdict.ALLOW
+
+
+@dataclass(frozen=True, slots=True)
+class CallFacts:
+    """Everything the engine needs to know about one call, computed once per call."""
+
+    tool: str
+    key: str
+    replay: str
+    volatile: bool
+    short_circuit: bool
+    max_repeats: int
+    args: Any
+
+    @property
+    def args_summary(self) -> str:
+        """Short, sanitized argument summary for reminders (computed only when needed)."""
+        return summarize_args(self.args)
+
+
+def call_facts(config: GuardConfig, tool: str, args: Any) -> CallFacts:
+    """Classify a call and compute its key.
+
+    Args:
+        config: Guard configuration.
+        tool: Tool name.
+        args: Tool arguments.
+
+    Returns:
+        The call's facts.
+
+    Raises:
+        InvalidArgumentsError: If the arguments cannot be hashed (the message names the
+            tool and the argument).
+    """
+    policy = config.policy_for(tool)
+    return CallFacts(
+        tool=tool,
+        key=call_key(tool, args, ignore_args=policy.ignore_args),
+        replay=policy.replay,
+        volatile=policy.volatile,
+        short_circuit=policy.short_circuits(),
+        max_repeats=policy.max_repeats or config.max_repeats,
+        args=args,
+    )
+
+
+def fold_settings(config: GuardConfig) -> dict[str, Any]:
+    """The configuration values the channel reducer needs, written with each update.
+
+    The reducer is a module-level function with no access to the guard, so the few
+    settings that shape the stored state travel with the events.
+
+    Args:
+        config: Guard configuration.
+
+    Returns:
+        A small JSON object.
+    """
+    return {
+        "w": config.history_window,
+        "cp": config.max_cycle_period,
+        "scope": config.scope,
+        "rr": config.repeat_reset,
+        "rd": config.result_diff,
+        "cy": config.cycle_detection,
+        "rm": config.reminder,
+    }
+
+
+def decide(
+    state: Mapping[str, Any],
+    facts: CallFacts,
+    config: GuardConfig,
+    *,
+    turn: str | None = None,
+    earlier_in_batch: Sequence[str] = (),
+) -> Decision:
+    """Decide what to do with a call. Pure: reads the state, never changes it.
+
+    Layers, strongest first: a stopped run, the repeat limit, cycles, dedup, and the
+    identical-result short-circuit.
+
+    Args:
+        state: A settled guard state (see `settled`).
+        facts: The call's facts from `call_facts`.
+        config: Guard configuration.
+        turn: Id of the current turn; a different turn than the state's starts afresh
+            (with `scope="turn"`).
+        earlier_in_batch: Keys of the calls before this one in the same AIMessage, in
+            order: parallel calls see one snapshot, so position decides between them.
+
+    Returns:
+        The decision.
+    """
+    view = state_for_turn(state, turn, config.scope)
+    key, tool = facts.key, facts.tool
+    counted = view["counts"].get(key)
+    in_batch = earlier_in_batch.count(key) if earlier_in_batch else 0
+    attempt = (counted[0] if counted else 0) + in_batch + 1
+    final = config.on_abort != "continue"
+
+    stop = view.get("stop")
+    if stop is not None:
+        msg = (
+            f"Not executed: the loop guard stopped this run ({stop['reason']} on "
+            f"'{stop['tool']}'). Do not make more tool calls; answer the user."
+        )
+        return Decision(Verdict.ABORT, "stopped", key, msg, None, tool, attempt)
+
+    if config.repeat_limit and attempt > facts.max_repeats:
+        return Decision(
+            Verdict.ABORT if final else Verdict.DENY,
+            "repeat_limit",
+            key,
+            _repeat_message(tool, attempt, facts.max_repeats, final=final),
+            None,
+            tool,
+            attempt,
+        )
+
+    cycle = view.get("cycle")
+    if config.cycle_detection and cycle is not None and cycle["keys"][cycle["pos"]] == key:
+        aborting = cycle["strikes"] >= 1
+        return Decision(
+            Verdict.ABORT if aborting and final else Verdict.DENY,
+            "cycle",
+            key,
+            _cycle_message(cycle["tools"], final=aborting and final),
+            None,
+            tool,
+            attempt,
+        )
+
+    if config.dedup and facts.replay == "pure" and not facts.volatile:
+        if in_batch:
+            msg = (
+                f"Not executed: an earlier call in this same batch already calls '{tool}' "
+                "with exactly these arguments. Use that call's result."
+            )
+            return Decision(Verdict.DENY, "duplicate", key, msg, None, tool, attempt)
+        epoch = view["epoch"]
+        for entry_key, _tool, outcome, entry_epoch in reversed(view["window"]):
+            if entry_key != key:
+                continue
+            if outcome == "success" and entry_epoch == epoch:
+                preview = _preview(view, key)
+                return Decision(
+                    Verdict.DENY,
+                    "duplicate",
+                    key,
+                    _duplicate_message(tool, preview),
+                    preview,
+                    tool,
+                    attempt,
+                )
+            break  # the latest identical call failed or timed out: a retry is allowed
+
+    if config.result_diff and facts.short_circuit:
+        result = view["results"].get(key)
+        if result is not None and result[2] >= 2 and result[1] == view["epoch"]:
+            preview = result[3]
+            return Decision(
+                Verdict.SHORT_CIRCUIT,
+                "same_result",
+                key,
+                _same_result_message(tool, result[2], preview),
+                preview,
+                tool,
+                attempt,
+            )
+
+    return Decision(Verdict.ALLOW, None, key, None, None, tool, attempt)
+
+
+def _preview(view: Mapping[str, Any], key: str) -> str | None:
+    result = view["results"].get(key)
+    return result[3] if result is not None else None
+
+
+def _with_preview(preview: str | None, label: str) -> str:
+    if preview is None:
+        return ""
+    return f"\n{label}:\n{preview}"
+
+
+def _duplicate_message(tool: str, preview: str | None) -> str:
+    return (
+        f"Not executed: '{tool}' already succeeded with exactly these arguments and nothing "
+        "has changed since, so it would return the same result. Use the earlier result "
+        "instead of calling it again." + _with_preview(preview, "Earlier result (preview)")
+    )
+
+
+def _same_result_message(tool: str, times: int, preview: str | None) -> str:
+    return (
+        f"Not executed: identical result again. '{tool}' returned the identical result the "
+        f"last {times} times with these arguments, so calling it again will not help. Change "
+        "the arguments or try something else." + _with_preview(preview, "Last result (preview)")
+    )
+
+
+def _repeat_message(tool: str, attempt: int, limit: int, *, final: bool) -> str:
+    if final:
+        return (
+            f"Stopped: '{tool}' was called {attempt} times with the same arguments in this "
+            f"turn without progress (limit {limit}). The loop guard is ending the run."
+        )
+    return (
+        f"Not executed: '{tool}' was called {attempt} times with the same arguments in this "
+        f"turn without progress (limit {limit}). Do not call it again with these arguments."
+    )
+
+
+def _cycle_message(tools: Sequence[str], *, final: bool) -> str:
+    pattern = " -> ".join(tools)
+    if final:
+        return (
+            f"Stopped: your calls kept going round the cycle {pattern} with identical results "
+            "after a warning. The loop guard is ending the run."
+        )
+    return (
+        f"Not executed: your calls are going round the cycle {pattern} with identical results "
+        "each time. Break the cycle: change the arguments, try another approach, or answer."
+    )
+
+
+def make_event(
+    facts: CallFacts,
+    outcome: Outcome,
+    *,
+    result: str | None = None,
+    preview_chars: int = 200,
+    reason: str | None = None,
+    abort: bool = False,
+    batch: str | None = None,
+    index: int = 0,
+    turn: str | None = None,
+) -> Event:
+    """Build the event that records a call.
+
+    Args:
+        facts: The call's facts.
+        outcome: `"success"`, `"failure"`, `"timeout"` or `"denied"` (not executed).
+        result: Result text of a success, or the error text of a failure.
+        preview_chars: Length of the stored result preview.
+        reason: For a denied call, the decision's reason.
+        abort: Whether the denial was an abort that stops the run.
+        batch: Id of the AIMessage holding the call (parallel calls share it).
+        index: Position of the call in its AIMessage.
+        turn: Id of the current turn.
+
+    Returns:
+        The event.
+    """
+    executed_with_text = result is not None and outcome in {"success", "failure"}
+    # The summary feeds reminders and stops only: denied calls and repeated side effects.
+    needs_summary = outcome == "denied" or facts.replay != "pure"
+    return {
+        "b": batch,
+        "i": index,
+        "t": turn,
+        "k": facts.key,
+        "n": facts.tool,
+        "a": facts.args_summary if needs_summary else "",
+        "c": facts.replay,
+        "v": facts.volatile,
+        "s": facts.short_circuit,
+        "o": outcome,
+        "h": content_hash(result) if executed_with_text and result is not None else None,
+        "p": result[:preview_chars] if outcome == "success" and result is not None else None,
+        "r": reason,
+        "x": abort,
+    }
+
+
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]+")
+_VALUE_CHARS = 40
+_SUMMARY_CHARS = 160
+
+
+def summarize_args(args: Any) -> str:
+    """Summarize arguments for a reminder: short, single-line, control characters removed.
+
+    Args:
+        args: Tool arguments.
+
+    Returns:
+        Text such as `id='P1002', limit=5`, at most 160 characters.
+    """
+    if isinstance(args, Mapping):
+        parts = [f"{k}={_short(v)}" for k, v in args.items()]
+        text = ", ".join(parts)
+    else:
+        text = _short(args)
+    text = _UNPRINTABLE.sub(" ", text)
+    if len(text) > _SUMMARY_CHARS:
+        text = text[: _SUMMARY_CHARS - 3] + "..."
+    return text
+
+
+def _short(value: Any) -> str:
+    text = repr(value) if isinstance(value, str | int | float | bool) or value is None else "..."
+    if len(text) > _VALUE_CHARS:
+        text = text[: _VALUE_CHARS - 4] + "...'"
+    return text
+
+
+_ADVICE = (
+    "Do not repeat it. Use the results you already have, change the arguments or the "
+    "approach, or tell the user what is blocking you."
+)
+
+
+def render_reminder(reminder: Mapping[str, Any]) -> str:
+    """Render a pending reminder as system-prompt text.
+
+    The text names the call and how often it repeated. It never contains tool output:
+    tool output is untrusted and must not be lifted into the system prompt.
+
+    Args:
+        reminder: The state's `reminder` entry.
+
+    Returns:
+        The reminder text.
+    """
+    reason = reminder["reason"]
+    call = f"{reminder['tool']}({reminder['args']})"
+    count = reminder["count"]
+    if reason == "cycle":
+        what = (
+            f"your recent tool calls repeat in a cycle ({reminder['args']}) with identical results"
+        )
+    elif reason == "duplicate":
+        what = (
+            f"you called {call} again although it already succeeded and nothing changed; "
+            f"it was not executed (attempt {count} this turn)"
+        )
+    elif reason == "same_result":
+        what = f"{call} keeps returning the identical result (attempt {count} this turn)"
+    elif reason in {"repeat_limit", "stopped"}:
+        what = f"you attempted {call} {count} times without progress and the guard stopped it"
+    else:
+        what = f"the guard blocked {call} ({reason}, attempt {count} this turn)"
+    return f"LOOP WARNING from the tool-call guard: {what}. {_ADVICE}"

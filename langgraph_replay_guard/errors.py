@@ -1,0 +1,81 @@
+"""Exceptions raised by the replay guard."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ReplayGuardError(Exception):
+    """Base class of every error the replay guard raises."""
+
+
+class InvalidArgumentsError(ReplayGuardError, TypeError):
+    """Tool-call arguments cannot be turned into a stable call key.
+
+    Raised for unsupported types, cyclic references and absurdly deep or large values.
+    It is also a `TypeError`, so code that catches serialization errors keeps working.
+
+    Attributes:
+        path: Where in the arguments the problem is, e.g. `args.items[3].when`.
+    """
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class GuardStateError(ReplayGuardError, ValueError):
+    """A guard channel value is corrupt or in a format this version cannot read."""
+
+
+class LoopAbortedError(ReplayGuardError):
+    """The guard aborted a run because the agent was looping (`on_abort="error"`).
+
+    Attributes:
+        tool: Name of the tool whose call tripped the guard.
+        reason: Machine-readable reason, e.g. `"repeat_limit"` or `"cycle"`.
+        count: How many identical attempts were seen, counting this one.
+    """
+
+    def __init__(self, message: str, *, tool: str, reason: str, count: int) -> None:
+        super().__init__(message)
+        self.tool = tool
+        self.reason = reason
+        self.count = count
+
+
+class ReplayUnsafeError(ReplayGuardError):
+    """An `unsafe` tool call started earlier and its outcome is unknown.
+
+    Running it again could repeat a side effect, so a human must resolve it first.
+    """
+
+    def __init__(self, message: str, **facts: Any) -> None:
+        super().__init__(message)
+        self.facts = facts
+
+
+class ReplayConflictError(ReplayGuardError):
+    """The same call identity was seen with different arguments."""
+
+
+class NotReplayableError(ReplayGuardError):
+    """An execution record cannot be replayed exactly.
+
+    Attributes:
+        reason: One of `execution_incomplete`, `recording_failure`, `manually_invalidated`,
+            `record_corrupted`.
+    """
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class ReplayHashMismatchError(ReplayGuardError):
+    """The envelope given for a replay does not hash to the recorded envelope hash."""
+
+    def __init__(self, message: str, *, expected: str, actual: str) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.actual = actual

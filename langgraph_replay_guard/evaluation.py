@@ -1,0 +1,375 @@
+"""Offline evaluation: replay recorded trajectories through the engine and score its blocks."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from langgraph_replay_guard.config import GuardConfig
+from langgraph_replay_guard.engine import (
+    CallFacts,
+    Verdict,
+    call_facts,
+    decide,
+    fold_settings,
+    make_event,
+)
+from langgraph_replay_guard.errors import InvalidArgumentsError
+from langgraph_replay_guard.state import fold_events, new_state
+
+__all__ = [
+    "DEFAULT_ERROR_PATTERN",
+    "Abort",
+    "EvalReport",
+    "Tally",
+    "evaluate_file",
+    "evaluate_trajectories",
+    "iter_trajectories",
+]
+
+DEFAULT_ERROR_PATTERN = r"^\s*(error|exception)\b"
+"""A recorded result matching this (case-insensitive) is a failed call, as in tau-bench."""
+
+
+@dataclass
+class Tally:
+    """Counts for one model, one tool, or the total.
+
+    Attributes:
+        trajectories: Trajectories evaluated.
+        calls: Recorded tool calls.
+        repeats: Calls with an identical earlier call (same tool and canonical arguments).
+        identical_repeats: Repeats whose recorded result equals the previous identical call's.
+        repeat_kinds: Identical repeats by kind, each `[total, caught]`:
+            `redundant_read` (a `pure`, non-volatile read in the guard's scope with no
+            successful world-changing call since: what the rules can know is redundant),
+            `volatile_read`, `side_effect` (a non-`pure` tool, never deduplicated),
+            `after_world_change` (a re-check after a successful write: allowed by design),
+            `new_turn` (the previous one was in an earlier user turn, `scope="turn"`).
+        blocked: Calls the guard would not have executed (denied, short-circuited, aborted).
+        redundant: Blocked calls whose recorded result equals the previous identical
+            call's: the block lost nothing.
+        wrong: Blocked calls whose recorded result differed (or had no earlier identical
+            call): the block would have hidden new information.
+        aborts: Runs the guard would have stopped.
+        cut: Calls after an abort, in the same turn, that would never have been made.
+        cut_identical_repeats: Cut calls that were identical repeats.
+        cycles: Cycles detected.
+        by_reason: Blocked calls by decision reason.
+    """
+
+    trajectories: int = 0
+    calls: int = 0
+    repeats: int = 0
+    identical_repeats: int = 0
+    blocked: int = 0
+    redundant: int = 0
+    wrong: int = 0
+    aborts: int = 0
+    cut: int = 0
+    cut_identical_repeats: int = 0
+    cycles: int = 0
+    by_reason: dict[str, int] = field(default_factory=dict)
+    repeat_kinds: dict[str, list[int]] = field(default_factory=dict)
+
+    @property
+    def caught(self) -> int:
+        """Identical repeats the guard blocked or that an abort made unnecessary."""
+        return self.redundant + self.cut_identical_repeats
+
+    def catch_rate(self) -> float | None:
+        """Share of identical repeats caught, or None when there were none."""
+        return self.caught / self.identical_repeats if self.identical_repeats else None
+
+    def kind_rate(self, kind: str = "redundant_read") -> float | None:
+        """Share of one kind of identical repeats caught, or None when there were none."""
+        total, caught = self.repeat_kinds.get(kind, [0, 0])
+        return caught / total if total else None
+
+    def wrong_rate(self) -> float | None:
+        """Share of blocked calls that were wrong blocks, or None when nothing was blocked."""
+        return self.wrong / self.blocked if self.blocked else None
+
+
+@dataclass(frozen=True)
+class Abort:
+    """Where the guard would have stopped a run."""
+
+    trajectory: str
+    model: str
+    call_index: int
+    tool: str
+    reason: str
+
+
+@dataclass
+class EvalReport:
+    """Result of `replay-guard eval`."""
+
+    total: Tally = field(default_factory=Tally)
+    by_model: dict[str, Tally] = field(default_factory=dict)
+    by_tool: dict[str, Tally] = field(default_factory=dict)
+    by_class: dict[str, Tally] = field(default_factory=dict)
+    aborts: list[Abort] = field(default_factory=list)
+    malformed: list[tuple[int, str]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the report as JSON data (`--json`)."""
+
+        def tally(t: Tally) -> dict[str, Any]:
+            data = asdict(t)
+            data["caught"] = t.caught
+            data["catch_rate"] = t.catch_rate()
+            data["redundant_read_catch_rate"] = t.kind_rate("redundant_read")
+            data["wrong_rate"] = t.wrong_rate()
+            return data
+
+        return {
+            "total": tally(self.total),
+            "by_model": {m: tally(t) for m, t in sorted(self.by_model.items())},
+            "by_tool": {m: tally(t) for m, t in sorted(self.by_tool.items())},
+            "by_class": {m: tally(t) for m, t in sorted(self.by_class.items())},
+            "aborts": [asdict(a) for a in self.aborts],
+            "malformed": [{"line": n, "error": e} for n, e in self.malformed],
+        }
+
+
+Trajectory = dict[str, Any]
+
+
+def iter_trajectories(
+    lines: Iterable[str], malformed: list[tuple[int, str]]
+) -> Iterator[Trajectory]:
+    """Parse trajectories from JSON lines, one at a time.
+
+    A malformed line is appended to `malformed` as `(line number, problem)` and skipped.
+
+    Args:
+        lines: Lines of a JSONL file.
+        malformed: Receives the problems found.
+
+    Yields:
+        Trajectories with `id`, `model` and a list of `calls`.
+    """
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            malformed.append((number, f"not JSON: {exc.msg} at column {exc.colno}"))
+            continue
+        problem = _trajectory_problem(data)
+        if problem:
+            malformed.append((number, problem))
+            continue
+        yield data
+
+
+def _trajectory_problem(data: Any) -> str | None:
+    if not isinstance(data, dict):
+        return f"expected a JSON object, got {type(data).__name__}"
+    calls = data.get("calls")
+    if not isinstance(calls, list):
+        return "missing 'calls' list"
+    for index, call in enumerate(calls):
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            return f"call {index} has no tool 'name'"
+        if "args" in call and not isinstance(call["args"], dict):
+            return f"call {index} ('{call['name']}') has 'args' that is not an object"
+    return None
+
+
+def evaluate_trajectories(
+    trajectories: Iterable[Trajectory],
+    config: GuardConfig,
+    *,
+    error_pattern: str = DEFAULT_ERROR_PATTERN,
+    normalize: Iterable[str] = (),
+    report: EvalReport | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> EvalReport:
+    """Replay recorded trajectories through the engine and score what it would block.
+
+    Each call is decided against the state the guard would have had: executed calls are
+    recorded with their recorded result, blocked calls as denied (their recorded result is
+    never fed back). After an abort (`on_abort` "end" or "error") the rest of that turn is
+    cut, since the run would have ended; the next user turn goes on.
+
+    Args:
+        trajectories: Parsed trajectories.
+        config: Guard configuration to evaluate.
+        error_pattern: Regular expression (case-insensitive) marking failed results.
+        normalize: Regular expressions whose matches are removed from results before they
+            are compared (volatile noise such as timestamps). Empty by default.
+        report: A report to add to (for several files).
+        on_progress: Called with the number of trajectories done so far.
+
+    Returns:
+        The report.
+    """
+    report = report or EvalReport()
+    failed = re.compile(error_pattern, re.IGNORECASE)
+    cleaners = [re.compile(p) for p in normalize]
+    for done, trajectory in enumerate(trajectories, start=1):
+        _evaluate_one(trajectory, config, failed, cleaners, report)
+        if on_progress is not None:
+            on_progress(done)
+    return report
+
+
+def _evaluate_one(
+    trajectory: Trajectory,
+    config: GuardConfig,
+    failed: re.Pattern[str],
+    cleaners: list[re.Pattern[str]],
+    report: EvalReport,
+) -> None:
+    model = str(trajectory.get("model", "unknown"))
+    ident = str(trajectory.get("id", "?"))
+    tally = report.by_model.setdefault(model, Tally())
+    tally.trajectories += 1
+    report.total.trajectories += 1
+    state = new_state()
+    settings = fold_settings(config)
+    # Per call key: recorded result, turn and recorded world epoch of the last identical call.
+    last: dict[str, tuple[str, Any, int]] = {}
+    world_epoch = 0  # successful non-pure calls in the recording so far
+    cut_turn: Any = None
+    cutting = False
+    for index, call in enumerate(trajectory["calls"]):
+        name = call["name"]
+        turn = call.get("turn", 0)
+        text = str(call.get("result", ""))
+        for cleaner in cleaners:
+            text = cleaner.sub("", text)
+        try:
+            facts = call_facts(config, name, call.get("args", {}))
+        except InvalidArgumentsError as exc:
+            report.malformed.append((0, f"{ident} call {index}: {exc}"))
+            continue
+        policy_class = facts.replay + (" volatile" if facts.volatile else "")
+        tallies = (
+            tally,
+            report.total,
+            report.by_tool.setdefault(name, Tally()),
+            report.by_class.setdefault(policy_class, Tally()),
+        )
+        succeeded = not failed.search(text)
+        previous = last.get(facts.key)
+        kind = _repeat_kind(previous, text, turn, world_epoch, facts, config)
+        last[facts.key] = (text, turn, world_epoch)
+        if succeeded and facts.replay != "pure":
+            world_epoch += 1
+        for t in tallies:
+            t.calls += 1
+            t.repeats += previous is not None
+            if kind is not None:
+                t.identical_repeats += 1
+                t.repeat_kinds.setdefault(kind, [0, 0])[0] += 1
+        if cutting and turn == cut_turn:
+            for t in tallies:
+                t.cut += 1
+                if kind is not None:
+                    t.cut_identical_repeats += 1
+                    t.repeat_kinds[kind][1] += 1
+            continue
+        cutting = False
+        decision = decide(state, facts, config, turn=str(turn))
+        if decision.executes:
+            event = make_event(
+                facts,
+                "success" if succeeded else "failure",
+                result=text,
+                preview_chars=config.result_preview_chars,
+                turn=str(turn),
+            )
+        else:
+            aborts = decision.verdict is Verdict.ABORT
+            reason = decision.reason or "denied"
+            for t in tallies:
+                t.blocked += 1
+                if kind is not None:
+                    t.redundant += 1
+                    t.repeat_kinds[kind][1] += 1
+                else:
+                    t.wrong += 1
+                t.by_reason[reason] = t.by_reason.get(reason, 0) + 1
+            event = make_event(facts, "denied", reason=reason, abort=aborts, turn=str(turn))
+            if aborts and config.on_abort != "continue":
+                cutting, cut_turn = True, turn
+                for t in tallies:
+                    t.aborts += 1
+                report.aborts.append(Abort(ident, model, index, name, reason))
+        had_cycle = state["cycle"] is not None
+        fold_events(state, [event], settings)
+        if state["cycle"] is not None and not had_cycle:
+            for t in tallies:
+                t.cycles += 1
+
+
+def _repeat_kind(
+    previous: tuple[str, Any, int] | None,
+    text: str,
+    turn: Any,
+    world_epoch: int,
+    facts: CallFacts,
+    config: GuardConfig,
+) -> str | None:
+    """Classify an identical repeat by what the guard can know about it, or None."""
+    if previous is None or previous[0] != text:
+        return None
+    if config.scope == "turn" and previous[1] != turn:
+        return "new_turn"
+    if facts.replay != "pure":
+        return "side_effect"
+    if previous[2] != world_epoch:
+        return "after_world_change"
+    if facts.volatile:
+        return "volatile_read"
+    return "redundant_read"
+
+
+def evaluate_file(
+    path: str | Path | TextIO,
+    config: GuardConfig,
+    *,
+    error_pattern: str = DEFAULT_ERROR_PATTERN,
+    normalize: Iterable[str] = (),
+    on_progress: Callable[[int], None] | None = None,
+) -> EvalReport:
+    """Evaluate a JSONL file of trajectories, streaming it line by line.
+
+    Args:
+        path: A file path or an open text file.
+        config: Guard configuration to evaluate.
+        error_pattern: Regular expression (case-insensitive) marking failed results.
+        normalize: Regular expressions removed from results before comparing them.
+        on_progress: Called with the number of trajectories done so far.
+
+    Returns:
+        The report; malformed lines are listed in it, not raised.
+    """
+    report = EvalReport()
+    if isinstance(path, str | Path):
+        with open(path, encoding="utf-8") as handle:
+            return evaluate_file(
+                handle,
+                config,
+                error_pattern=error_pattern,
+                normalize=normalize,
+                on_progress=on_progress,
+            )
+    trajectories = iter_trajectories(path, report.malformed)
+    return evaluate_trajectories(
+        trajectories,
+        config,
+        error_pattern=error_pattern,
+        normalize=normalize,
+        report=report,
+        on_progress=on_progress,
+    )

@@ -1,0 +1,341 @@
+"""Canonical JSON of tool arguments, call keys and content hashes."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+import hashlib
+import json
+import math
+import os
+import uuid
+from collections.abc import Iterable, Mapping
+from decimal import Decimal
+from typing import Any
+
+import xxhash
+from pydantic import BaseModel
+
+from langgraph_replay_guard.errors import InvalidArgumentsError
+
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "call_key",
+    "canonical_json",
+    "canonicalize",
+    "content_hash",
+    "sha256_json",
+]
+
+MAX_DEPTH = 100
+"""Deepest nesting accepted in arguments; deeper values are rejected, not recursed into."""
+
+MAX_NODES = 1_000_000
+"""Most values (scalars and containers) accepted in one argument tree."""
+
+_JSON = int | float | str | bool | None | list[Any] | dict[str, Any]
+
+
+class _Walk:
+    """One canonicalization pass: counts nodes and tracks containers on the current path."""
+
+    __slots__ = ("nodes", "on_path")
+
+    def __init__(self) -> None:
+        self.nodes = 0
+        self.on_path: set[int] = set()
+
+
+def canonicalize(value: Any, *, root: str = "args") -> _JSON:
+    """Turn a value into plain JSON data whose serialization is canonical.
+
+    The canonical forms, chosen so that values a model or a checkpoint would consider
+    equal hash equal:
+
+    - `bool`, `None`, `str` as they are; integers as integers; a float with an integral value
+      as that integer (`1.0` -> `1`, `-0.0` -> `0`); NaN and infinities as the strings
+      `"NaN"`, `"Infinity"`, `"-Infinity"`.
+    - `Decimal`: integral values as integers, others as their normalized string.
+    - `datetime`: ISO 8601; timezone-aware values converted to UTC first. `date` and `time`:
+      ISO 8601. `timedelta`: total seconds as a number.
+    - `UUID`, `os.PathLike`: their string form. `Enum`: its value.
+    - pydantic models: `model_dump(mode="json")`; dataclasses: a mapping of their fields.
+    - `bytes`, `bytearray`, `memoryview`: `{"$bytes_sha256": <hex digest>}`.
+    - lists and tuples as lists; sets and frozensets as lists sorted by canonical JSON.
+    - mappings with `str` keys (integer keys become strings, as in JSON).
+
+    Args:
+        value: The value to canonicalize.
+        root: Name used for the top of the value in error paths.
+
+    Returns:
+        JSON-compatible data (dicts, lists, str, int, float, bool, None).
+
+    Raises:
+        InvalidArgumentsError: For unsupported types, cyclic references, nesting deeper than
+            `MAX_DEPTH` or more than `MAX_NODES` values. The message names the argument.
+    """
+    return _canon(value, root, 0, _Walk())
+
+
+def _canon(value: Any, path: str, depth: int, walk: _Walk) -> _JSON:
+    walk.nodes += 1
+    if walk.nodes > MAX_NODES:
+        msg = (
+            f"Argument '{path}' makes the tool-call arguments larger than {MAX_NODES:,} values. "
+            "Pass a reference (an id, a path) instead of the data itself."
+        )
+        raise InvalidArgumentsError(msg, path=path)
+    # Exact type checks first: they are the hot path for model-generated arguments.
+    kind = type(value)
+    if kind is str or value is None or kind is bool:
+        return value  # type: ignore[no-any-return]
+    if kind is int:
+        return value  # type: ignore[no-any-return]
+    if kind is float:
+        return _canon_float(value)
+    if depth >= MAX_DEPTH:
+        msg = (
+            f"Argument '{path}' is nested more than {MAX_DEPTH} levels deep. "
+            "Flatten the structure or pass a reference to it."
+        )
+        raise InvalidArgumentsError(msg, path=path)
+    if isinstance(value, Mapping):
+        return _canon_mapping(value, path, depth, walk)
+    if isinstance(value, list | tuple):
+        return _canon_sequence(value, path, depth, walk)
+    return _canon_other(value, path, depth, walk)
+
+
+def _canon_float(value: float) -> int | float | str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value.is_integer():
+        return int(value)
+    return value
+
+
+def _enter(value: Any, path: str, walk: _Walk) -> int:
+    ident = id(value)
+    if ident in walk.on_path:
+        msg = f"Argument '{path}' contains a reference to itself (a cycle); it cannot be hashed."
+        raise InvalidArgumentsError(msg, path=path)
+    walk.on_path.add(ident)
+    return ident
+
+
+def _canon_mapping(value: Mapping[Any, Any], path: str, depth: int, walk: _Walk) -> _JSON:
+    ident = _enter(value, path, walk)
+    out: dict[str, Any] = {}
+    for raw_key, item in value.items():
+        if isinstance(raw_key, str):
+            key = raw_key
+        elif isinstance(raw_key, bool) or raw_key is None:
+            key = json.dumps(raw_key)
+        elif isinstance(raw_key, int | float):
+            key = json.dumps(
+                _canon_float(float(raw_key)) if isinstance(raw_key, float) else raw_key
+            )
+        else:
+            msg = (
+                f"Argument '{path}' has a key of type {type(raw_key).__name__!r}; "
+                "only str, int, float, bool and None keys can be hashed."
+            )
+            raise InvalidArgumentsError(msg, path=path)
+        if key in out:
+            msg = f"Argument '{path}' has two keys that both serialize to {key!r}."
+            raise InvalidArgumentsError(msg, path=path)
+        out[key] = _canon(item, f"{path}.{key}", depth + 1, walk)
+    walk.on_path.discard(ident)
+    return out
+
+
+def _canon_sequence(value: Iterable[Any], path: str, depth: int, walk: _Walk) -> list[Any]:
+    ident = _enter(value, path, walk)
+    out = [_canon(item, f"{path}[{i}]", depth + 1, walk) for i, item in enumerate(value)]
+    walk.on_path.discard(ident)
+    return out
+
+
+def _canon_other(value: Any, path: str, depth: int, walk: _Walk) -> _JSON:
+    if isinstance(value, bool | int | str):  # subclasses, e.g. IntEnum members handled below
+        if isinstance(value, enum.Enum):
+            return _canon(value.value, path, depth + 1, walk)
+        return bool(value) if isinstance(value, bool) else value
+    if isinstance(value, float):
+        return _canon_float(float(value))
+    if isinstance(value, enum.Enum):
+        return _canon(value.value, path, depth + 1, walk)
+    if isinstance(value, Decimal):
+        return _canon_decimal(value)
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None and value.utcoffset() is not None:
+            value = value.astimezone(dt.UTC)
+        text: str = value.isoformat()
+        return text
+    if isinstance(value, dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return _canon_float(value.total_seconds())
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)  # type: ignore[no-any-return]
+    if isinstance(value, bytes | bytearray | memoryview):
+        return {"$bytes_sha256": hashlib.sha256(bytes(value)).hexdigest()}
+    if isinstance(value, BaseModel):
+        return _canon(value.model_dump(mode="json"), path, depth, walk)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        ident = _enter(value, path, walk)
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        walk.on_path.discard(ident)
+        walk.on_path.add(ident)
+        out = _canon_mapping(fields, path, depth, walk)
+        walk.on_path.discard(ident)
+        return out
+    if isinstance(value, set | frozenset):
+        items = _canon_sequence(value, path, depth, walk)
+        return sorted(items, key=_dumps)
+    msg = (
+        f"Argument '{path}' has type {type(value).__module__}.{type(value).__qualname__}, "
+        "which has no canonical JSON form. Pass JSON data (str, number, bool, None, list, "
+        "dict), a pydantic model or a dataclass instead."
+    )
+    raise InvalidArgumentsError(msg, path=path)
+
+
+def _canon_decimal(value: Decimal) -> int | str:
+    if not value.is_finite():
+        return "NaN" if value.is_nan() else ("Infinity" if value > 0 else "-Infinity")
+    if value == value.to_integral_value():
+        return int(value)
+    return str(value.normalize())
+
+
+# One shared encoder: json.dumps() with options builds a new encoder on every call.
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
+def _dumps(value: Any) -> str:
+    return _ENCODER.encode(value)
+
+
+def _is_plain(value: Any, depth: int) -> bool:
+    """Whether `value` is JSON data that already serializes canonically.
+
+    Plain means str keys and str/int/bool/None/list/dict values, no floats (they need
+    `1.0 -> 1`), and no deeper than `MAX_DEPTH` (which also stops at cycles). Plain values
+    skip the slower canonicalizing walk: the C JSON encoder serializes them as they are.
+    """
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return True
+    if depth >= MAX_DEPTH:
+        return False
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or not _is_plain(item, depth + 1):
+                return False
+        return True
+    if kind is list:
+        return all(_is_plain(item, depth + 1) for item in value)
+    return False
+
+
+def canonical_json(value: Any, *, root: str = "args") -> str:
+    """Serialize a value as canonical JSON text.
+
+    Sorted keys, no insignificant whitespace, UTF-8 text (non-ASCII characters are not escaped),
+    and the canonical forms documented in `canonicalize`.
+
+    Args:
+        value: The value to serialize.
+        root: Name used for the top of the value in error paths.
+
+    Returns:
+        The canonical JSON text.
+
+    Raises:
+        InvalidArgumentsError: If the value cannot be canonicalized.
+    """
+    if _is_plain(value, 0):
+        return _dumps(value)
+    return _dumps(canonicalize(value, root=root))
+
+
+def _drop_ignored(args: Any, ignore_args: Iterable[str]) -> Any:
+    """Return `args` without the (possibly dotted) paths in `ignore_args`; never mutates."""
+    if not isinstance(args, Mapping):
+        return args
+    trimmed: dict[Any, Any] = dict(args)
+    for dotted in ignore_args:
+        head, _, rest = dotted.partition(".")
+        if head not in trimmed:
+            continue
+        if rest:
+            trimmed[head] = _drop_ignored(trimmed[head], [rest])
+        else:
+            del trimmed[head]
+    return trimmed
+
+
+def call_key(name: str, args: Any, *, ignore_args: Iterable[str] = ()) -> str:
+    """Compute the dedup key of a tool call.
+
+    The key is the xxh3_128 hex digest of the tool name and the canonical JSON of its
+    arguments, after dropping the `ignore_args` paths (`"request_id"`, `"meta.ts"`).
+
+    Args:
+        name: Tool name.
+        args: Tool arguments (usually a dict; a plain string input is accepted too).
+        ignore_args: Argument names, or dotted paths into nested dicts, to leave out.
+
+    Returns:
+        A 32-character lowercase hex string.
+
+    Raises:
+        InvalidArgumentsError: If the arguments cannot be canonicalized; the message names
+            the tool and the argument.
+    """
+    if ignore_args:
+        args = _drop_ignored(args, ignore_args)
+    try:
+        text = canonical_json(args)
+    except InvalidArgumentsError as exc:
+        msg = f"Tool '{name}': {exc}"
+        raise InvalidArgumentsError(msg, path=exc.path) from None
+    return xxhash.xxh3_128_hexdigest(f"{name}\x00{text}".encode())
+
+
+def content_hash(text: str) -> str:
+    """Hash a tool result for result comparison (xxh3_128 hex digest of its UTF-8 bytes).
+
+    Args:
+        text: The result text.
+
+    Returns:
+        A 32-character lowercase hex string.
+    """
+    return xxhash.xxh3_128_hexdigest(text.encode("utf-8", "surrogatepass"))
+
+
+def sha256_json(value: Any) -> str:
+    """Return `"sha256:" + hex digest` of the canonical JSON of a value.
+
+    Args:
+        value: Any value `canonicalize` accepts.
+
+    Returns:
+        The prefixed SHA-256 hex digest.
+
+    Raises:
+        InvalidArgumentsError: If the value cannot be canonicalized.
+    """
+    digest = hashlib.sha256(canonical_json(value, root="value").encode("utf-8")).hexdigest()
+    return f"sha256:{digest}"

@@ -1,0 +1,519 @@
+"""The guard channel value: a bounded JSON document, its events, reducer and read-only view."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, TypedDict
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MAX_BLOCKED_LOG",
+    "MAX_RESULTS",
+    "MAX_TRACKED_KEYS",
+    "Event",
+    "GuardView",
+    "Outcome",
+    "StateUpdate",
+    "fold_events",
+    "load_state",
+    "merge_guard_state",
+    "new_state",
+    "settled",
+    "state_for_turn",
+]
+
+logger = logging.getLogger("langgraph_replay_guard")
+
+FORMAT_VERSION = 1
+"""Version of the channel format. A value in another format is reported and reset."""
+
+MAX_TRACKED_KEYS = 32
+"""Most distinct calls whose repeat counts are kept (least recently used evicted first)."""
+
+MAX_RESULTS = 8
+"""Most distinct calls whose last result hash and preview are kept (for result-diff)."""
+
+MAX_BLOCKED_LOG = 5
+"""Most recent blocked decisions kept in the state for Studio and `GuardView`."""
+
+Outcome = Literal["success", "failure", "timeout", "denied"]
+
+_EXECUTED: frozenset[str] = frozenset({"success", "failure", "timeout"})
+_OUTCOME_RANK = {"denied": 0, "timeout": 1, "failure": 2, "success": 3}
+
+
+class Event(TypedDict):
+    """One recorded call, as written into the channel.
+
+    Keys are short because events sit in the checkpoint; `GuardView` gives readable names.
+    """
+
+    b: str | None  # batch: id of the AIMessage that asked for the call (None: apply at once)
+    i: int  # position of the call in its batch
+    t: str | None  # turn: id of the user message that opened the turn
+    k: str  # call key
+    n: str  # tool name
+    a: str  # short, sanitized argument summary (for reminders; never tool output)
+    c: str  # replay class
+    v: bool  # volatile read
+    s: bool  # result-diff may short-circuit this tool (its policy's short_circuits())
+    o: str  # outcome
+    h: str | None  # result hash (success, or the error text of a failure)
+    p: str | None  # result preview (goes to the model in ToolMessages only)
+    r: str | None  # decision reason for a denied call
+    x: bool  # the denial was an abort (stops the run with on_abort="end")
+
+
+class StateUpdate(TypedDict, total=False):
+    """What a guarded node writes into the channel."""
+
+    op: Literal["events", "reset"]
+    cfg: dict[str, Any]
+    events: list[Event]
+    notice: str
+
+
+def new_state() -> dict[str, Any]:
+    """Return an empty guard state (the channel value of a thread that made no call)."""
+    return {
+        "v": FORMAT_VERSION,
+        "turn": None,
+        "epoch": 0,
+        "calls": 0,
+        "window": [],  # [key, tool, outcome, epoch] of recent executed calls
+        "counts": {},  # key -> [count, tool], least recently used first
+        "results": {},  # key -> [result hash, epoch after the call, same-in-a-row, preview]
+        "tail": [],  # [key, result hash, tool] of recent executed calls, for cycle detection
+        "cycle": None,  # {"keys", "tools", "pos", "strikes"} while a cycle is active
+        "reminder": None,  # {"reason", "tool", "args", "count", "batch"} pending reminder
+        "stop": None,  # {"reason", "tool", "count", "message"} after an abort
+        "blocked": [],  # [tool, reason, count] of recent blocked calls
+        "stats": {"calls": 0, "blocked": 0, "aborts": 0},  # whole thread, never reset
+        "pending": None,  # {"batch", "events"}: calls of the latest batch, not yet folded
+        "cfg": {},
+        "notice": None,  # set when a corrupt or old-format value was reset
+    }
+
+
+_TOP_LEVEL_TYPES: dict[str, type | tuple[type, ...]] = {
+    "epoch": int,
+    "calls": int,
+    "window": list,
+    "counts": dict,
+    "results": dict,
+    "tail": list,
+    "blocked": list,
+    "stats": dict,
+    "cfg": dict,
+}
+
+
+def _problem(value: Any) -> str | None:
+    """Describe what is wrong with a channel value, or return None if it is readable."""
+    if not isinstance(value, Mapping):
+        return f"the guard channel holds a {type(value).__name__}, not a guard state"
+    version = value.get("v")
+    if version != FORMAT_VERSION:
+        return (
+            f"the guard channel is in format version {version!r}; this version of "
+            f"langgraph-replay-guard reads version {FORMAT_VERSION}"
+        )
+    for key, kind in _TOP_LEVEL_TYPES.items():
+        if not isinstance(value.get(key), kind):
+            return f"the guard channel field {key!r} is missing or has the wrong type"
+    return None
+
+
+def load_state(value: Any) -> dict[str, Any]:
+    """Return a private, readable copy of a channel value.
+
+    An empty value (`None` or `{}`, what LangGraph starts a channel with) gives a new
+    state. A corrupt or old-format value is never fatal: it is logged as a warning and
+    replaced by a new state whose `notice` says what was wrong, so a guarded graph keeps
+    running and the problem is visible in the thread state.
+
+    Args:
+        value: The channel value.
+
+    Returns:
+        A state the caller may mutate.
+    """
+    if value is None or (isinstance(value, Mapping) and not value):
+        return new_state()
+    problem = _problem(value)
+    if problem is None:
+        state: dict[str, Any] = _copy_json(value)
+        return state
+    return _reset(problem)
+
+
+def _copy_json(value: Any) -> Any:
+    """Copy JSON data (much faster than `copy.deepcopy`, which memoizes every object)."""
+    if isinstance(value, Mapping):
+        return {k: _copy_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_copy_json(v) for v in value]
+    return value
+
+
+def _reset(problem: str) -> dict[str, Any]:
+    notice = f"{problem}; the guard state was reset (counters start again from zero)."
+    logger.warning("langgraph-replay-guard: %s", notice)
+    state = new_state()
+    state["notice"] = notice
+    return state
+
+
+def state_for_turn(state: Mapping[str, Any], turn: str | None, scope: str) -> Mapping[str, Any]:
+    """Return the state a call of `turn` is decided against.
+
+    Args:
+        state: A settled state (no pending batch).
+        turn: The current turn id.
+        scope: `"turn"` or `"thread"`.
+
+    Returns:
+        `state` itself when it belongs to `turn`; otherwise the state as it will be once
+        the turn starts (a copy).
+    """
+    if state.get("turn") == turn:
+        return state
+    fresh: dict[str, Any] = _copy_json(state)
+    _enter_turn(fresh, turn, scope)
+    return fresh
+
+
+def _enter_turn(state: dict[str, Any], turn: str | None, scope: str) -> None:
+    if state["turn"] == turn:
+        return
+    state["turn"] = turn
+    # A new user message ends any stop: the user asked for something new.
+    state["stop"] = None
+    state["reminder"] = None
+    if scope == "thread":
+        return
+    state["epoch"] = 0
+    state["calls"] = 0
+    state["window"] = []
+    state["counts"] = {}
+    state["results"] = {}
+    state["tail"] = []
+    state["cycle"] = None
+
+
+def _bump(mapping: dict[str, Any], key: str, value: Any, cap: int) -> None:
+    """Insert `key` as most recently used and evict the least recently used beyond `cap`."""
+    mapping.pop(key, None)
+    mapping[key] = value
+    while len(mapping) > cap:
+        del mapping[next(iter(mapping))]
+
+
+def _apply(state: dict[str, Any], ev: Event, cfg: Mapping[str, Any]) -> None:
+    """Fold one event into `state` in place (the layers' bookkeeping, no decisions)."""
+    scope = cfg.get("scope", "turn")
+    _enter_turn(state, ev["t"], scope)
+    key, tool, outcome = ev["k"], ev["n"], ev["o"]
+    state["calls"] += 1
+    state["stats"]["calls"] = state["stats"].get("calls", 0) + 1
+
+    count = state["counts"].get(key, [0, tool])[0] + 1
+    _bump(state["counts"], key, [count, tool], MAX_TRACKED_KEYS)
+
+    epoch_before = state["epoch"]
+    executed = outcome in _EXECUTED
+    world_changed = outcome == "success" and ev["c"] != "pure"
+    if executed:
+        state["window"].append([key, tool, outcome, epoch_before])
+        del state["window"][: -int(cfg.get("w", 5))]
+
+    if world_changed:
+        state["epoch"] += 1
+        if cfg.get("rr", "progress") == "progress":
+            # Progress: the agent changed the world, so other calls' repeats start over.
+            state["counts"] = {key: state["counts"][key]}
+
+    if outcome == "success":
+        result_hash = ev["h"]
+        previous = state["results"].get(key)
+        same = (
+            previous is not None
+            and result_hash is not None
+            and previous[0] == result_hash
+            and previous[1] == epoch_before
+        )
+        if (
+            ev["v"]
+            and previous is not None
+            and previous[0] != result_hash
+            and cfg.get("rr", "progress") == "progress"
+        ):
+            state["counts"][key][0] = 1  # a volatile read that changed is progress
+        in_a_row = previous[2] + 1 if same and previous is not None else 1
+        _bump(state["results"], key, [result_hash, state["epoch"], in_a_row, ev["p"]], MAX_RESULTS)
+        if same and not ev["s"] and cfg.get("rd", True):
+            # Side effects are never suppressed by result-diff: count and remind instead.
+            _arm(state, ev, cfg, "same_result", count)
+
+    _track_cycle(state, ev, cfg, executed)
+
+    if outcome == "denied":
+        reason = ev["r"] or "denied"
+        state["stats"]["blocked"] = state["stats"].get("blocked", 0) + 1
+        state["blocked"].append([tool, reason, count])
+        del state["blocked"][:-MAX_BLOCKED_LOG]
+        _arm(state, ev, cfg, reason, count)
+        if ev["x"]:
+            state["stats"]["aborts"] = state["stats"].get("aborts", 0) + 1
+            state["stop"] = {"reason": reason, "tool": tool, "count": count, "args": ev["a"]}
+
+
+def _arm(
+    state: dict[str, Any],
+    ev: Event,
+    cfg: Mapping[str, Any],
+    reason: str,
+    count: int,
+    *,
+    detail: str | None = None,
+) -> None:
+    if not cfg.get("rm", True):
+        return
+    state["reminder"] = {
+        "reason": reason,
+        "tool": ev["n"],
+        "args": ev["a"] if detail is None else detail,
+        "count": count,
+        "batch": ev["b"],
+    }
+
+
+def _track_cycle(state: dict[str, Any], ev: Event, cfg: Mapping[str, Any], executed: bool) -> None:
+    key = ev["k"]
+    cycle = state["cycle"]
+    if cycle is not None:
+        if cycle["keys"][cycle["pos"]] == key:
+            cycle["pos"] = (cycle["pos"] + 1) % len(cycle["keys"])
+            if ev["o"] == "denied" and ev["r"] == "cycle":
+                cycle["strikes"] += 1
+        else:
+            state["cycle"] = cycle = None  # the agent did something else: the loop is broken
+    if not executed:
+        return
+    max_period = int(cfg.get("cp", 4))
+    tail = state["tail"]
+    tail.append([key, ev["h"] if ev["h"] is not None else ev["o"], ev["n"]])
+    del tail[: -2 * max_period]
+    if cycle is not None or not cfg.get("cy", True):
+        return
+    last = tail[-1]
+    for period in range(2, max_period + 1):
+        if len(tail) < 2 * period:
+            break
+        if tail[-1 - period] != last:
+            continue  # cheap test before comparing whole blocks
+        block = tail[-period:]
+        if block != tail[-2 * period : -period]:
+            continue
+        keys = [item[0] for item in block]
+        if len(set(keys)) == 1:
+            continue  # a plain repeat: the repeat counter's job
+        tools = [item[2] for item in block]
+        state["cycle"] = {"keys": keys, "tools": tools, "pos": 0, "strikes": 0}
+        _arm(state, ev, cfg, "cycle", 2, detail=" -> ".join(tools))
+        return
+
+
+def _event_order(ev: Event) -> tuple[int, int, str]:
+    return (ev["i"], _OUTCOME_RANK.get(ev["o"], -1), repr(sorted(ev.items())))
+
+
+def _add_pending(state: dict[str, Any], ev: Event, cfg: Mapping[str, Any]) -> None:
+    pending = state["pending"]
+    if pending is not None and pending["batch"] != ev["b"]:
+        _fold_pending(state, cfg)
+        pending = None
+    if pending is None:
+        state["pending"] = {"batch": ev["b"], "events": [ev]}
+        return
+    events: list[Event] = pending["events"]
+    # One event per position; a re-executed call keeps one deterministic winner, so the
+    # result never depends on the order in which LangGraph applied the writes.
+    same_slot = [e for e in events if e["i"] == ev["i"]]
+    if same_slot:
+        winner = max([*same_slot, ev], key=_event_order)
+        events[:] = [e for e in events if e["i"] != ev["i"]]
+        events.append(winner)
+    else:
+        events.append(ev)
+    events.sort(key=_event_order)
+
+
+def _fold_pending(state: dict[str, Any], cfg: Mapping[str, Any]) -> None:
+    pending = state["pending"]
+    state["pending"] = None
+    if pending:
+        for ev in pending["events"]:
+            _apply(state, ev, cfg)
+
+
+def fold_events(state: dict[str, Any], events: list[Event], cfg: Mapping[str, Any]) -> None:
+    """Apply events to a state in place.
+
+    Events with a batch id are buffered until a later batch arrives (or `settled` is
+    called), then applied sorted by their position in the batch: parallel tool calls of
+    one AIMessage give the same state whatever order their writes arrive in.
+
+    Args:
+        state: A state from `load_state` or `new_state`.
+        events: Events to apply.
+        cfg: Fold settings (`w` window, `cp` cycle period, `scope`, `rr`, `rd`, `cy`, `rm`).
+    """
+    state["cfg"] = dict(cfg)
+    for ev in events:
+        if ev["b"] is None:
+            _fold_pending(state, cfg)
+            _apply(state, ev, cfg)
+        else:
+            _add_pending(state, ev, cfg)
+
+
+def settled(value: Any) -> dict[str, Any]:
+    """Return a readable copy of a channel value with its pending batch folded in.
+
+    Args:
+        value: A channel value (any format; unreadable values give a reset state).
+
+    Returns:
+        A state with `pending` applied, safe to mutate.
+    """
+    state = load_state(value)
+    _fold_pending(state, state["cfg"])
+    return state
+
+
+def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
+    """Reducer of the guard channel (`Annotated[dict, merge_guard_state]`).
+
+    Deterministic: the updates of one step (the parallel calls of one AIMessage) give the
+    same value in any order. Never raises: an unreadable current value or update is
+    reported in `notice` and the guard keeps working.
+
+    Args:
+        current: The channel's current value.
+        update: A `StateUpdate` written by a guarded node, or a whole guard state (for
+            `graph.update_state`).
+
+    Returns:
+        The new channel value.
+    """
+    if update is None:
+        return load_state(current)
+    if isinstance(update, Mapping) and update.get("v") == FORMAT_VERSION:
+        return load_state(update)  # a whole state, e.g. from update_state in Studio
+    state = load_state(current)
+    if not isinstance(update, Mapping) or update.get("op") not in {"events", "reset"}:
+        state["notice"] = (
+            f"ignored a write to the guard channel that is not a guard update "
+            f"({type(update).__name__}); write guard state only through the guard."
+        )
+        logger.warning("langgraph-replay-guard: %s", state["notice"])
+        return state
+    if update["op"] == "reset":
+        fresh = new_state()
+        fresh["notice"] = update.get("notice")
+        return fresh
+    try:
+        fold_events(state, list(update.get("events", [])), update.get("cfg", {}))
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        return _reset(f"the guard state could not be updated ({type(exc).__name__}: {exc})")
+    return state
+
+
+@dataclass(frozen=True, slots=True)
+class CallCount:
+    """How often one distinct call was attempted in the current turn."""
+
+    key: str
+    tool: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecentCall:
+    """One executed call in the dedup window."""
+
+    key: str
+    tool: str
+    outcome: str
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class GuardView:
+    """A typed, read-only view of the guard channel (what `guard.inspect` returns).
+
+    Attributes:
+        turn: Id of the user message that opened the current turn.
+        epoch: How many successful world-changing calls the turn has made.
+        calls: Calls recorded in the current turn (executed or not).
+        counters: Repeat counts of recently seen distinct calls, most recent last.
+        recent_calls: The dedup window: recent executed calls, oldest first.
+        cycle: Tool names of an active A-B-A-B cycle, or None.
+        stop_reason: Why the guard stopped the run (`"repeat_limit"`, `"cycle"`...), or None.
+        stop: Details of the stop (tool, count), or None.
+        pending_reminder: The reminder the next model call will get, or None.
+        blocked: Recent blocked calls as (tool, reason, count).
+        total_calls: Calls recorded in the whole thread.
+        total_blocked: Blocked calls in the whole thread.
+        total_aborts: Aborts in the whole thread.
+        notice: Set when a corrupt or old-format channel value was reset.
+    """
+
+    turn: str | None
+    epoch: int
+    calls: int
+    counters: tuple[CallCount, ...]
+    recent_calls: tuple[RecentCall, ...]
+    cycle: tuple[str, ...] | None
+    stop_reason: str | None
+    stop: Mapping[str, Any] | None
+    pending_reminder: str | None
+    blocked: tuple[tuple[str, str, int], ...]
+    total_calls: int
+    total_blocked: int
+    total_aborts: int
+    notice: str | None
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any], reminder_text: str | None) -> GuardView:
+        """Build a view of a settled state.
+
+        Args:
+            state: A settled guard state.
+            reminder_text: The rendered pending reminder, if any.
+
+        Returns:
+            The view.
+        """
+        stop = state.get("stop")
+        cycle = state.get("cycle")
+        stats = state.get("stats", {})
+        return cls(
+            turn=state.get("turn"),
+            epoch=state["epoch"],
+            calls=state["calls"],
+            counters=tuple(CallCount(k, v[1], v[0]) for k, v in state["counts"].items()),
+            recent_calls=tuple(RecentCall(k, t, o, e) for k, t, o, e in state["window"]),
+            cycle=tuple(cycle["tools"]) if cycle else None,
+            stop_reason=stop["reason"] if stop else None,
+            stop=dict(stop) if stop else None,
+            pending_reminder=reminder_text,
+            blocked=tuple((t, r, c) for t, r, c in state["blocked"]),
+            total_calls=stats.get("calls", 0),
+            total_blocked=stats.get("blocked", 0),
+            total_aborts=stats.get("aborts", 0),
+            notice=state.get("notice"),
+        )

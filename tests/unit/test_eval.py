@@ -1,0 +1,171 @@
+"""`replay-guard eval` on a small fixture whose answers are known, and on the shipped sample."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from langgraph_replay_guard import GuardConfig
+from langgraph_replay_guard.cli.main import main
+from langgraph_replay_guard.evaluation import evaluate_file
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+SMALL = FIXTURES / "eval_small.jsonl"
+TOOLS = FIXTURES / "eval_tools.json"
+
+
+@pytest.fixture
+def report():
+    return evaluate_file(SMALL, GuardConfig().with_policies(TOOLS))
+
+
+def test_totals(report):
+    total = report.total
+    assert total.trajectories == 3
+    assert total.calls == 13
+    assert total.blocked == 3
+    assert total.redundant == 2, "the duplicate read and the 4th transfer"
+    assert total.wrong == 1, "trajectory C's second read returned something new"
+    assert total.aborts == 1
+    assert total.cut == 2, "transfers 5 and 6 are never made; the next turn goes on"
+    assert total.identical_repeats == 6
+    assert total.caught == 4
+    assert total.repeat_kinds == {"redundant_read": [1, 1], "side_effect": [5, 3]}
+    assert total.by_reason == {"duplicate": 2, "repeat_limit": 1}
+
+
+def test_per_model_and_per_tool(report):
+    assert report.by_model["m1"].blocked == 1
+    assert report.by_model["m2"].wrong == 1
+    assert report.by_tool["transfer"].aborts == 1
+    assert report.by_class["unsafe"].calls == 7
+
+
+def test_abort_position(report):
+    [abort] = report.aborts
+    assert (abort.trajectory, abort.call_index, abort.tool, abort.reason) == (
+        "B",
+        3,
+        "transfer",
+        "repeat_limit",
+    )
+
+
+def test_malformed_lines_are_reported_and_skipped(report):
+    assert [line for line, _ in report.malformed] == [2, 4]
+    assert "not JSON" in report.malformed[0][1]
+    assert "calls" in report.malformed[1][1]
+
+
+def test_thread_scope_changes_the_answer():
+    config = GuardConfig(on_abort="continue").with_policies(TOOLS)
+    total = evaluate_file(SMALL, config).total
+    assert total.cut == 0
+    assert total.aborts == 0
+    assert total.blocked == 5, "continue: transfers 4, 5 and 6 are each blocked"
+
+
+def test_normalize_removes_volatile_noise(tmp_path):
+    path = tmp_path / "t.jsonl"
+    calls = [
+        {"name": "status", "args": {}, "result": f"ok at 12:0{i}", "turn": 0} for i in range(2)
+    ]
+    path.write_text(json.dumps({"id": "n", "model": "m", "calls": calls}) + "\n")
+    plain = evaluate_file(path, GuardConfig()).total
+    cleaned = evaluate_file(path, GuardConfig(), normalize=[r"\d\d:\d\d"]).total
+    assert (plain.identical_repeats, plain.wrong) == (0, 1)
+    assert (cleaned.identical_repeats, cleaned.redundant) == (1, 1)
+
+
+def test_cli_json_output(capsys):
+    assert main(["eval", str(SMALL), "--policy", str(TOOLS), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["total"]["blocked"] == 3
+    assert data["total"]["wrong_rate"] == pytest.approx(1 / 3)
+    assert data["aborts"][0]["call_index"] == 3
+    assert [m["line"] for m in data["malformed"]] == [2, 4]
+
+
+def test_cli_table_output(capsys):
+    assert main(["eval", str(SMALL), "--policy", str(TOOLS)]) == 0
+    out = capsys.readouterr().out
+    assert "13 calls" in out
+    assert "Wrong blocks: 1 of 3 blocked" in out
+    assert "call   3 transfer (repeat_limit)" in out
+
+
+def test_cli_config_file(tmp_path, capsys):
+    config = tmp_path / "guard.json"
+    config.write_text('{"max_repeats": 10}')
+    assert (
+        main(["eval", str(SMALL), "--policy", str(TOOLS), "--config", str(config), "--json"]) == 0
+    )
+    assert json.loads(capsys.readouterr().out)["total"]["aborts"] == 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--policy", "missing.json"], "no such file"),
+        (["--config", "{bad}"], "no such file"),
+    ],
+)
+def test_cli_bad_files_exit_2_with_a_message(extra, message, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["eval", str(SMALL), *extra])
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_invalid_config_names_the_field(tmp_path, capsys):
+    config = tmp_path / "guard.json"
+    config.write_text('{"history_window": -3}')
+    with pytest.raises(SystemExit):
+        main(["eval", str(SMALL), "--config", str(config)])
+    assert "history_window" in capsys.readouterr().err
+
+
+def test_cli_missing_trajectories(capsys):
+    with pytest.raises(SystemExit):
+        main(["eval", "does-not-exist.jsonl"])
+    assert "no such file: does-not-exist.jsonl" in capsys.readouterr().err
+
+
+def test_demo_reports_savings_on_the_shipped_sample(capsys):
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "35 trajectories" in out
+    assert "Wrong blocks: 0 of" in out
+    assert "Saved " in out
+
+
+def test_defaults_on_shipped_sample_catch_redundant_reads():
+    """The shipped sample is a slice of the tuning set: redundant reads are caught."""
+    from importlib import resources
+
+    data = resources.files("langgraph_replay_guard") / "data"
+    with resources.as_file(data / "tau_tools.json") as tools:
+        config = GuardConfig().with_policies(tools)
+    with resources.as_file(data / "tau_sample.jsonl") as sample:
+        total = evaluate_file(sample, config).total
+    assert total.kind_rate("redundant_read") >= 0.95
+    assert total.wrong == 0
+
+
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
+
+
+@pytest.mark.skipif(not (SHARED / "tau-tune.jsonl").exists(), reason="../shared/data not present")
+def test_defaults_on_the_tuning_set():
+    """The issue's target on tau-tune.jsonl with tau-tools.json (533 runs, 4,491 calls)."""
+    config = GuardConfig().with_policies(SHARED / "tau-tools.json")
+    total = evaluate_file(SHARED / "tau-tune.jsonl", config).total
+    assert total.calls == 4491
+    assert total.kind_rate("redundant_read") >= 0.95
+    assert total.wrong_rate() is not None
+    assert total.wrong_rate() < 0.01
+    # Every runaway loop of the set (the same call tens of times) ends in an abort.
+    assert total.aborts >= 5
+    assert total.cut >= 350
