@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import datetime as dt
 import enum
 import hashlib
@@ -93,6 +94,12 @@ def _canon(value: Any, path: str, depth: int, walk: _Walk) -> _JSON:
     if kind is str or value is None or kind is bool:
         return value  # type: ignore[no-any-return]
     if kind is int:
+        if not -_BIG_INT < value < _BIG_INT:
+            msg = (
+                f"Argument '{path}' is an integer with more than 4,000 digits; pass it as a "
+                "string instead."
+            )
+            raise InvalidArgumentsError(msg, path=path)
         return value  # type: ignore[no-any-return]
     if kind is float:
         return _canon_float(value)
@@ -211,9 +218,15 @@ def _canon_other(value: Any, path: str, depth: int, walk: _Walk) -> _JSON:
 def _canon_decimal(value: Decimal) -> int | str:
     if not value.is_finite():
         return "NaN" if value.is_nan() else ("Infinity" if value > 0 else "-Infinity")
-    if value == value.to_integral_value():
+    # Only modest exponents become ints: int(Decimal("1E+10000000")) would take forever.
+    if value.adjusted() < _DECIMAL_INT_DIGITS and value == value.to_integral_value(context=_WIDE):
         return int(value)
-    return str(value.normalize())
+    return str(value.normalize(context=_WIDE))
+
+
+_WIDE = decimal.Context(prec=decimal.MAX_PREC, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN)
+_DECIMAL_INT_DIGITS = 300  # integral Decimals up to this many digits hash like ints
+_BIG_INT = 10**4000  # Python refuses to turn ints of 4,300+ digits into text
 
 
 # One shared encoder: json.dumps() with options builds a new encoder on every call.
@@ -226,25 +239,35 @@ def _dumps(value: Any) -> str:
     return _ENCODER.encode(value)
 
 
-def _is_plain(value: Any, depth: int) -> bool:
+def _is_plain(value: Any, depth: int, budget: list[int]) -> bool:
     """Whether `value` is JSON data that already serializes canonically.
 
     Plain means str keys and str/int/bool/None/list/dict values, no floats (they need
-    `1.0 -> 1`), and no deeper than `MAX_DEPTH` (which also stops at cycles). Plain values
-    skip the slower canonicalizing walk: the C JSON encoder serializes them as they are.
+    `1.0 -> 1`), no int too long for JSON (over 4,000 digits), no deeper than `MAX_DEPTH`
+    (which also stops at cycles) and no more than `MAX_NODES` values (`budget` counts them
+    down). Plain values skip the slower canonicalizing walk, which reports the problem
+    otherwise: the C JSON encoder serializes them as they are.
     """
     kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
+    if kind is str or kind is bool or value is None:
         return True
+    if kind is int:
+        return -_BIG_INT < value < _BIG_INT
     if depth >= MAX_DEPTH:
         return False
     if kind is dict:
+        budget[0] -= len(value)
+        if budget[0] < 0:
+            return False
         for key, item in value.items():
-            if type(key) is not str or not _is_plain(item, depth + 1):
+            if type(key) is not str or not _is_plain(item, depth + 1, budget):
                 return False
         return True
     if kind is list:
-        return all(_is_plain(item, depth + 1) for item in value)
+        budget[0] -= len(value)
+        if budget[0] < 0:
+            return False
+        return all(_is_plain(item, depth + 1, budget) for item in value)
     return False
 
 
@@ -264,7 +287,7 @@ def canonical_json(value: Any, *, root: str = "args") -> str:
     Raises:
         InvalidArgumentsError: If the value cannot be canonicalized.
     """
-    if _is_plain(value, 0):
+    if _is_plain(value, 0, [MAX_NODES]):
         return _dumps(value)
     return _dumps(canonicalize(value, root=root))
 
@@ -310,7 +333,7 @@ def call_key(name: str, args: Any, *, ignore_args: Iterable[str] = ()) -> str:
     except InvalidArgumentsError as exc:
         msg = f"Tool '{name}': {exc}"
         raise InvalidArgumentsError(msg, path=exc.path) from None
-    return xxhash.xxh3_128_hexdigest(f"{name}\x00{text}".encode())
+    return xxhash.xxh3_128_hexdigest(f"{name}\x00{text}".encode("utf-8", "surrogatepass"))
 
 
 def content_hash(text: str) -> str:
@@ -337,5 +360,7 @@ def sha256_json(value: Any) -> str:
     Raises:
         InvalidArgumentsError: If the value cannot be canonicalized.
     """
-    digest = hashlib.sha256(canonical_json(value, root="value").encode("utf-8")).hexdigest()
+    digest = hashlib.sha256(
+        canonical_json(value, root="value").encode("utf-8", "surrogatepass")
+    ).hexdigest()
     return f"sha256:{digest}"

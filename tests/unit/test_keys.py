@@ -1,0 +1,397 @@
+"""Call keys and canonical JSON: what hashes equal, what is rejected, and how."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+import hashlib
+import json
+import re
+import uuid
+from decimal import Decimal
+
+import pytest
+from pydantic import BaseModel
+
+from langgraph_replay_guard.errors import InvalidArgumentsError
+from langgraph_replay_guard.keys import (
+    MAX_DEPTH,
+    MAX_NODES,
+    call_key,
+    canonical_json,
+    canonicalize,
+    sha256_json,
+)
+
+HEX32 = re.compile(r"[0-9a-f]{32}")
+MEMORY_ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,}")
+
+
+def same_key(a, b, tool="t"):
+    return call_key(tool, a) == call_key(tool, b)
+
+
+def nested_lists(levels):
+    """`levels` lists nested inside each other, built without recursion."""
+    value: list = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+# --- call_key basics --------------------------------------------------------------------
+
+
+def test_call_key_is_32_lowercase_hex():
+    key = call_key("web_search", {"query": "capital of France"})
+    assert HEX32.fullmatch(key), key
+
+
+def test_call_key_is_stable_for_the_same_call():
+    args = {"query": "capital of France", "limit": 5}
+    assert call_key("web_search", args) == call_key("web_search", dict(args))
+
+
+def test_call_key_ignores_dict_key_order():
+    assert same_key({"a": 1, "b": 2}, {"b": 2, "a": 1})
+
+
+def test_call_key_ignores_nested_dict_key_order():
+    first = {"filter": {"lang": "en", "site": "x.org"}, "q": "a"}
+    second = {"q": "a", "filter": {"site": "x.org", "lang": "en"}}
+    assert same_key(first, second)
+
+
+def test_integral_float_hashes_like_int():
+    assert same_key({"n": 1}, {"n": 1.0})
+
+
+def test_negative_zero_hashes_like_zero():
+    assert same_key({"n": -0.0}, {"n": 0})
+
+
+def test_non_integral_float_differs_from_int():
+    assert not same_key({"n": 1}, {"n": 1.5})
+
+
+def test_different_tool_gives_different_key():
+    args = {"query": "x"}
+    assert call_key("web_search", args) != call_key("read_page", args)
+
+
+def test_different_args_give_different_keys():
+    assert not same_key({"query": "x"}, {"query": "y"})
+
+
+def test_tuple_hashes_like_list():
+    assert same_key({"ids": (1, 2, 3)}, {"ids": [1, 2, 3]})
+
+
+def test_list_order_matters():
+    assert not same_key({"ids": [1, 2]}, {"ids": [2, 1]})
+
+
+def test_plain_string_args_are_accepted():
+    assert HEX32.fullmatch(call_key("echo", "hello"))
+    assert call_key("echo", "hello") != call_key("echo", "hullo")
+
+
+# --- ignore_args ------------------------------------------------------------------------
+
+
+def test_ignore_args_drops_top_level_argument():
+    first = {"query": "x", "request_id": "r-1"}
+    second = {"query": "x", "request_id": "r-2"}
+    assert call_key("s", first) != call_key("s", second)
+    assert call_key("s", first, ignore_args=["request_id"]) == call_key(
+        "s", second, ignore_args=["request_id"]
+    )
+    assert call_key("s", first, ignore_args=["request_id"]) == call_key("s", {"query": "x"})
+
+
+def test_ignore_args_drops_dotted_nested_path():
+    first = {"query": "x", "meta": {"request_id": "r-1", "user": "u"}}
+    second = {"query": "x", "meta": {"request_id": "r-2", "user": "u"}}
+    ignore = ["meta.request_id"]
+    assert call_key("s", first, ignore_args=ignore) == call_key("s", second, ignore_args=ignore)
+    # The rest of the nested dict still counts.
+    third = {"query": "x", "meta": {"request_id": "r-1", "user": "someone else"}}
+    assert call_key("s", first, ignore_args=ignore) != call_key("s", third, ignore_args=ignore)
+
+
+def test_ignore_args_missing_path_is_harmless():
+    args = {"query": "x"}
+    assert call_key("s", args, ignore_args=["nope", "meta.request_id"]) == call_key("s", args)
+
+
+def test_ignore_args_never_mutates_callers_dict():
+    args = {"query": "x", "request_id": "r-1", "meta": {"request_id": "r-1", "ts": 5}}
+    snapshot = json.loads(json.dumps(args))
+    call_key("s", args, ignore_args=["request_id", "meta.request_id", "meta.ts"])
+    assert args == snapshot
+
+
+# --- canonical forms --------------------------------------------------------------------
+
+
+def test_aware_datetime_equals_same_instant_in_utc():
+    paris_summer = dt.timezone(dt.timedelta(hours=2))
+    local = dt.datetime(2024, 6, 1, 14, 30, tzinfo=paris_summer)
+    utc = dt.datetime(2024, 6, 1, 12, 30, tzinfo=dt.UTC)
+    assert same_key({"when": local}, {"when": utc})
+    assert canonicalize(local) == "2024-06-01T12:30:00+00:00"
+
+
+def test_naive_datetime_is_iso_8601():
+    naive = dt.datetime(2024, 6, 1, 12, 30, 15)
+    assert canonicalize(naive) == "2024-06-01T12:30:15"
+    assert same_key({"when": naive}, {"when": "2024-06-01T12:30:15"})
+
+
+def test_date_is_iso_8601():
+    assert canonicalize(dt.date(2024, 2, 29)) == "2024-02-29"
+
+
+def test_uuid_equals_its_string_form():
+    value = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    assert canonicalize(value) == "12345678-1234-5678-1234-567812345678"
+    assert same_key({"id": value}, {"id": str(value)})
+
+
+def test_integral_decimal_equals_int():
+    assert canonicalize(Decimal("2")) == 2
+    assert same_key({"n": Decimal("2")}, {"n": 2})
+    assert same_key({"n": Decimal("2.000")}, {"n": 2})
+
+
+def test_decimal_trailing_zeros_are_normalized():
+    assert same_key({"price": Decimal("1.50")}, {"price": Decimal("1.5")})
+    assert not same_key({"price": Decimal("1.50")}, {"price": Decimal("1.05")})
+
+
+class Color(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class Level(enum.IntEnum):
+    LOW = 1
+
+
+def test_enum_hashes_as_its_value():
+    assert canonicalize(Color.RED) == "red"
+    assert same_key({"color": Color.RED}, {"color": "red"})
+    assert same_key({"level": Level.LOW}, {"level": 1})
+
+
+class Address(BaseModel):
+    street: str
+    number: int
+
+
+class Customer(BaseModel):
+    name: str
+    address: Address
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: float
+
+
+def test_pydantic_model_hashes_like_equivalent_dict():
+    model = Customer(name="Ada", address=Address(street="Main", number=3))
+    as_dict = {"address": {"number": 3, "street": "Main"}, "name": "Ada"}
+    assert same_key({"customer": model}, {"customer": as_dict})
+
+
+def test_dataclass_hashes_like_equivalent_dict():
+    assert same_key({"p": Point(x=1, y=2.5)}, {"p": {"y": 2.5, "x": 1}})
+    assert not same_key({"p": Point(x=1, y=2.5)}, {"p": {"x": 1, "y": 3.5}})
+
+
+def test_bytes_hash_to_their_sha256():
+    digest = hashlib.sha256(b"abc").hexdigest()
+    assert canonical_json(b"abc") == f'{{"$bytes_sha256":"{digest}"}}'
+    assert same_key({"blob": b"abc"}, {"blob": bytearray(b"abc")})
+    assert not same_key({"blob": b"abc"}, {"blob": b"abd"})
+
+
+def test_sets_are_order_independent():
+    assert same_key({"tags": {"b", "a", "c"}}, {"tags": frozenset(["c", "a", "b"])})
+    assert same_key({"tags": {3, 1, 2}}, {"tags": [1, 2, 3]})
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(float("nan"), "NaN"), (float("inf"), "Infinity"), (float("-inf"), "-Infinity")],
+)
+def test_non_finite_floats_become_strings(value, expected):
+    assert canonicalize(value) == expected
+    assert canonical_json({"x": value}) == f'{{"x":"{expected}"}}'
+    assert same_key({"x": value}, {"x": expected})
+
+
+# --- canonical_json text ----------------------------------------------------------------
+
+
+def test_canonical_json_sorts_keys_without_spaces():
+    assert canonical_json({"b": 1, "a": [1, 2]}) == '{"a":[1,2],"b":1}'
+
+
+def test_canonical_json_sorts_nested_keys():
+    assert canonical_json({"z": {"y": 1, "x": 2.0}}) == '{"z":{"x":2,"y":1}}'
+
+
+def test_canonical_json_keeps_non_ascii_as_utf8():
+    text = canonical_json({"city": "Zürich", "greeting": "こんにちは"})
+    assert text == '{"city":"Zürich","greeting":"こんにちは"}'
+    assert "\\u" not in text
+
+
+# --- errors -----------------------------------------------------------------------------
+
+
+def test_unsupported_object_error_names_tool_and_path():
+    with pytest.raises(InvalidArgumentsError) as info:
+        call_key("send_email", {"attachments": [object()]})
+    message = str(info.value)
+    assert "send_email" in message
+    assert "args.attachments[0]" in message
+    assert info.value.path == "args.attachments[0]"
+    assert not MEMORY_ADDRESS.search(message), message
+
+
+def test_invalid_arguments_error_is_a_type_error():
+    with pytest.raises(InvalidArgumentsError) as info:
+        call_key("t", {"x": object()})
+    assert isinstance(info.value, TypeError), "callers catching TypeError keep working"
+
+
+def test_lambda_is_rejected_with_readable_message():
+    with pytest.raises(InvalidArgumentsError) as info:
+        call_key("schedule", {"callback": lambda: None})
+    assert info.value.path == "args.callback"
+    assert "schedule" in str(info.value)
+    assert not MEMORY_ADDRESS.search(str(info.value))
+
+
+def test_open_file_is_rejected(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("hello", encoding="utf-8")
+    with path.open(encoding="utf-8") as handle, pytest.raises(InvalidArgumentsError) as info:
+        call_key("upload", {"file": handle})
+    assert info.value.path == "args.file"
+    assert not MEMORY_ADDRESS.search(str(info.value))
+
+
+def test_nested_path_in_dict_inside_list():
+    with pytest.raises(InvalidArgumentsError) as info:
+        call_key("t", {"items": [{"ok": 1}, {"when": object()}]})
+    assert info.value.path == "args.items[1].when"
+
+
+def test_self_referencing_list_is_a_cycle_error():
+    looped: list = [1]
+    looped.append(looped)
+    with pytest.raises(InvalidArgumentsError) as info:
+        call_key("t", {"x": looped})
+    assert "cycle" in str(info.value)
+    assert info.value.path == "args.x[1]"
+
+
+def test_self_referencing_dict_is_a_cycle_error():
+    looped: dict = {"a": 1}
+    looped["self"] = looped
+    with pytest.raises(InvalidArgumentsError, match="cycle"):
+        call_key("t", looped)
+
+
+def test_shared_reference_that_is_not_a_cycle_is_fine():
+    shared = [1.5, 2.5]
+    assert same_key({"a": shared, "b": shared}, {"a": [1.5, 2.5], "b": [1.5, 2.5]})
+
+
+def test_nesting_deeper_than_max_depth_is_rejected():
+    with pytest.raises(InvalidArgumentsError, match="nested more than") as info:
+        call_key("t", {"x": nested_lists(150)})
+    assert info.value.path.startswith("args.x[0][0]")
+
+
+def test_nesting_up_to_max_depth_is_accepted():
+    assert HEX32.fullmatch(call_key("t", nested_lists(MAX_DEPTH)))
+    with pytest.raises(InvalidArgumentsError):
+        call_key("t", nested_lists(MAX_DEPTH + 1))
+
+
+def test_tuple_dict_key_is_rejected():
+    with pytest.raises(InvalidArgumentsError) as info:
+        call_key("t", {"coords": {(1, 2): "a"}})
+    assert info.value.path == "args.coords"
+    assert "tuple" in str(info.value)
+
+
+def test_int_and_str_keys_that_collide_are_rejected():
+    with pytest.raises(InvalidArgumentsError, match="two keys"):
+        call_key("t", {1: "a", "1": "b"})
+
+
+def test_lone_surrogate_from_model_json_gives_a_key():
+    args = json.loads('{"query": "\\ud800"}')
+    assert HEX32.fullmatch(call_key("web_search", args))
+    assert call_key("web_search", args) != call_key("web_search", {"query": "\ufffd"})
+
+
+def test_huge_exponent_decimal_gives_a_key_quickly():
+    assert HEX32.fullmatch(call_key("pay", {"amount": Decimal("1E+5000")}))
+    assert HEX32.fullmatch(call_key("pay", {"amount": Decimal("1E+10000000")}))
+    assert call_key("pay", {"amount": Decimal("2E+2")}) == call_key("pay", {"amount": 200})
+
+
+def test_integer_too_long_for_json_is_rejected_by_name():
+    with pytest.raises(InvalidArgumentsError, match=r"args\.n.*4,000 digits"):
+        call_key("t", {"n": 10**5000})
+
+
+def test_plain_values_count_toward_the_node_limit():
+    with pytest.raises(InvalidArgumentsError, match="larger than"):
+        call_key("t", {"ids": list(range(MAX_NODES + 10))})
+
+
+def test_shared_references_cannot_blow_up():
+    shared: list = []
+    for _ in range(40):
+        shared = [shared, shared]  # 2**40 paths through 40 objects
+    with pytest.raises(InvalidArgumentsError, match="larger than"):
+        call_key("t", {"tree": shared})
+
+
+# --- size -------------------------------------------------------------------------------
+
+
+def test_large_string_argument_hashes():
+    big = "x" * (5 * 1024 * 1024)
+    key = call_key("write_file", {"content": big})
+    assert HEX32.fullmatch(key)
+    assert key != call_key("write_file", {"content": big + "y"})
+
+
+def test_large_int_list_argument_hashes():
+    numbers = list(range(200_000))
+    key = call_key("sum", {"values": numbers})
+    assert HEX32.fullmatch(key)
+    assert key == call_key("sum", {"values": tuple(numbers)})
+
+
+# --- sha256_json ------------------------------------------------------------------------
+
+
+def test_sha256_json_format_and_value():
+    value = {"b": [1, 2.0], "a": "é"}
+    result = sha256_json(value)
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", result), result
+    expected = hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+    assert result == f"sha256:{expected}"
+    assert result == sha256_json({"a": "é", "b": [1, 2]})
