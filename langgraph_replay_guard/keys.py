@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import decimal
 import datetime as dt
+import decimal
 import enum
 import hashlib
 import json
@@ -252,7 +252,7 @@ def _is_plain(value: Any, depth: int, budget: list[int]) -> bool:
     if kind is str or kind is bool or value is None:
         return True
     if kind is int:
-        return -_BIG_INT < value < _BIG_INT
+        return bool(-_BIG_INT < value < _BIG_INT)
     if depth >= MAX_DEPTH:
         return False
     if kind is dict:
