@@ -16,11 +16,27 @@ from langgraph_replay_guard.errors import (
     ReplayUnsafeError,
 )
 from langgraph_replay_guard.guard import ReplayGuard
+from langgraph_replay_guard.integrations.calls import GUARD_CHANNEL
+from langgraph_replay_guard.integrations.graph_state import ReplayGuardState
 from langgraph_replay_guard.state import GuardView, merge_guard_state
+
+
+def __getattr__(name: str) -> object:
+    # The middleware needs the optional `langchain` package: import it on first use.
+    if name == "ReplayGuardMiddleware":
+        from langgraph_replay_guard.integrations.middleware import (
+            ReplayGuardMiddleware,
+        )
+
+        return ReplayGuardMiddleware
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)
+
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "GUARD_CHANNEL",
     "Decision",
     "GuardConfig",
     "GuardControl",
@@ -33,6 +49,8 @@ __all__ = [
     "ReplayConflictError",
     "ReplayGuard",
     "ReplayGuardError",
+    "ReplayGuardMiddleware",
+    "ReplayGuardState",
     "ReplayHashMismatchError",
     "ReplayUnsafeError",
     "ToolPolicy",

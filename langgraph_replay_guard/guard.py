@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from langgraph_replay_guard.config import GuardConfig
 from langgraph_replay_guard.control import GuardControl
 
 if TYPE_CHECKING:
+    from langchain_core.messages import SystemMessage
+    from langchain_core.tools import BaseTool
+    from langgraph.prebuilt import ToolNode
     from langgraph.store.base import BaseStore
+
+    from langgraph_replay_guard.integrations.middleware import ReplayGuardMiddleware
+    from langgraph_replay_guard.state import GuardView
 
 __all__ = ["ReplayGuard"]
 
@@ -46,6 +53,111 @@ class ReplayGuard:
             A new `GuardControl` with an empty state.
         """
         return GuardControl(self.config)
+
+    # -- LangGraph: custom StateGraph ------------------------------------------------------
+
+    def wrap(self, tool_node: ToolNode) -> ToolNode:
+        """Return a guarded copy of a `ToolNode`, a drop-in replacement in your graph.
+
+        The graph state needs the guard channel: use `ReplayGuardState`, or add
+        `replay_guard: NotRequired[Annotated[dict, merge_guard_state]]` to your state.
+
+        Args:
+            tool_node: The node to guard (its tools, name, error handling and any wrapper
+                it has are kept).
+
+        Returns:
+            The guarded node.
+        """
+        from langgraph_replay_guard.integrations.tool_node import guarded_tool_node
+
+        return guarded_tool_node(self, tool_node)
+
+    def tool_node(self, tools: Sequence[BaseTool | Callable[..., Any]], **kwargs: Any) -> ToolNode:
+        """Build a guarded `ToolNode`.
+
+        Args:
+            tools: The tools.
+            **kwargs: Other `ToolNode` arguments (`name`, `handle_tool_errors`...).
+
+        Returns:
+            The guarded node.
+        """
+        from langgraph.prebuilt import ToolNode
+
+        return self.wrap(ToolNode(tools, **kwargs))
+
+    def route_after_tools(self, then: str = "agent") -> Callable[[Any], str]:
+        """A conditional edge for after the tools node that ends the run on an abort.
+
+        Replace `builder.add_edge("tools", "agent")` with
+        `builder.add_conditional_edges("tools", guard.route_after_tools("agent"))`: with a
+        static edge the model would be called again after the guard stopped the run.
+
+        Args:
+            then: The node to go to when the run goes on.
+
+        Returns:
+            The routing function.
+        """
+        from langgraph_replay_guard.integrations.tool_node import route_after_tools
+
+        return route_after_tools(then)
+
+    def system_prompt(self, state: Any, base: str | SystemMessage | None = None) -> SystemMessage:
+        """The system prompt for a model call: `base` plus the pending loop reminder.
+
+        The reminder appears in exactly the next model call after a layer tripped, and is
+        never written into the message history.
+
+        Args:
+            state: The graph state the model node received.
+            base: The usual system prompt.
+
+        Returns:
+            The system message to put first in the model's input.
+        """
+        from langchain_core.messages import SystemMessage
+
+        from langgraph_replay_guard.integrations.prompt import (
+            pending_reminder,
+            system_prompt_with_reminder,
+        )
+
+        reminder = pending_reminder(state) if self.config.reminder else None
+        message = system_prompt_with_reminder(base, reminder)
+        return message if message is not None else SystemMessage(content="")
+
+    def inspect(self, state_or_snapshot: Any) -> GuardView:
+        """A typed, read-only view of the guard channel.
+
+        Args:
+            state_or_snapshot: `graph.get_state(config)`, a state dict or the channel value.
+
+        Returns:
+            Counters, recent calls, epoch, stop reason and pending reminder.
+        """
+        from langgraph_replay_guard.integrations.prompt import guard_view
+
+        return guard_view(state_or_snapshot)
+
+    # -- LangChain ----------------------------------------------------------------------------
+
+    def middleware(self, *, name: str | None = None) -> ReplayGuardMiddleware:
+        """The guard as `create_agent` middleware.
+
+        Args:
+            name: Instance name; several guard middlewares in one agent need distinct names
+                (each gets its own state channel).
+
+        Returns:
+            A `ReplayGuardMiddleware` sharing this guard's configuration.
+        """
+        from langgraph_replay_guard.integrations.middleware import (
+            ReplayGuardMiddleware,
+        )
+
+        return ReplayGuardMiddleware(self.config, store=self.store, name=name)
 
     def __repr__(self) -> str:
         """Show the configuration that differs from the defaults."""

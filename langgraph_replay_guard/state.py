@@ -411,8 +411,10 @@ def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
     """
     if update is None:
         return load_state(current)
-    if isinstance(update, Mapping) and update.get("v") == FORMAT_VERSION:
-        return load_state(update)  # a whole state, e.g. from update_state in Studio
+    if isinstance(update, Mapping) and "v" in update:
+        # A whole state (update_state in Studio, a checkpoint of an older version):
+        # taken as it is when readable, otherwise reported and reset.
+        return load_state(update)
     state = load_state(current)
     if not isinstance(update, Mapping) or update.get("op") not in {"events", "reset"}:
         state["notice"] = (

@@ -1,0 +1,1 @@
+"""LangGraph and LangChain integrations of the guard (thin layers over the engine)."""

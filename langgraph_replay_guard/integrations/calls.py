@@ -1,0 +1,323 @@
+"""Deciding one tool call inside LangGraph: batch position, turn, blocked answers, state writes."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
+from langgraph.types import Command
+
+from langgraph_replay_guard.engine import (
+    CallFacts,
+    Decision,
+    Verdict,
+    call_facts,
+    decide,
+    fold_settings,
+    make_event,
+)
+from langgraph_replay_guard.errors import InvalidArgumentsError, LoopAbortedError
+from langgraph_replay_guard.state import Event, StateUpdate, load_state
+from langgraph_replay_guard.state import _fold_pending as fold_pending
+
+if TYPE_CHECKING:
+    from langgraph_replay_guard.config import GuardConfig
+
+__all__ = [
+    "GUARD_CHANNEL",
+    "BatchPlan",
+    "blocked_tool_message",
+    "final_ai_message",
+    "find_batch",
+    "guard_update",
+    "plan_batch",
+    "result_outcome",
+    "snapshot",
+]
+
+logger = logging.getLogger("langgraph_replay_guard")
+
+GUARD_CHANNEL = "replay_guard"
+"""Key of the guard's channel in the graph state."""
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Where a tool call sits: its AIMessage, its position and the user turn."""
+
+    ai_message: AIMessage
+    tool_calls: Sequence[ToolCall]
+    turn: str | None
+
+    @property
+    def batch_id(self) -> str | None:
+        """Id of the AIMessage holding the batch."""
+        return self.ai_message.id
+
+
+def _messages(state: Any, messages_key: str = "messages") -> Sequence[BaseMessage]:
+    if isinstance(state, Mapping):
+        messages = state.get(messages_key, [])
+    else:
+        messages = getattr(state, messages_key, [])
+    return messages if isinstance(messages, Sequence) else []
+
+
+def find_batch(
+    state: Any, tool_call_id: str | None, messages_key: str = "messages"
+) -> Batch | None:
+    """Find the AIMessage that asked for a tool call, and the turn it belongs to.
+
+    Args:
+        state: Graph state (a mapping or an object with a messages attribute).
+        tool_call_id: Id of the tool call; None matches the last AIMessage with tool calls.
+        messages_key: Key of the message list.
+
+    Returns:
+        The batch, or None when no AIMessage holds the call.
+    """
+    messages = _messages(state, messages_key)
+    ai_index = None
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if not isinstance(message, AIMessage) or not message.tool_calls:
+            continue
+        if tool_call_id is None or any(c.get("id") == tool_call_id for c in message.tool_calls):
+            ai_index = index
+            break
+    if ai_index is None:
+        return None
+    turn = None
+    for index in range(ai_index - 1, -1, -1):
+        if isinstance(messages[index], HumanMessage):
+            turn = messages[index].id or f"human-{index}"
+            break
+    ai = messages[ai_index]
+    assert isinstance(ai, AIMessage)
+    return Batch(ai_message=ai, tool_calls=ai.tool_calls, turn=turn)
+
+
+def current_turn(state: Any, messages_key: str = "messages") -> str | None:
+    """Id of the last user message in the state (the turn a model call belongs to)."""
+    messages = _messages(state, messages_key)
+    for index in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[index], HumanMessage):
+            return messages[index].id or f"human-{index}"
+    return None
+
+
+def last_ai_id(state: Any, messages_key: str = "messages") -> str | None:
+    """Id of the last AIMessage in the state."""
+    for message in reversed(_messages(state, messages_key)):
+        if isinstance(message, AIMessage):
+            return message.id
+    return None
+
+
+def snapshot(value: Any, batch_id: str | None) -> dict[str, Any]:
+    """The guard state that a call of batch `batch_id` is decided against.
+
+    Events already written by siblings of the same batch (saved before a resume) are
+    left out: siblings are accounted for by their position in the batch instead, so a
+    re-run call gets the same decision it got the first time.
+
+    Args:
+        value: The channel value from the graph state.
+        batch_id: Id of the AIMessage holding the call.
+
+    Returns:
+        A settled state.
+    """
+    state = load_state(value)
+    pending = state.get("pending")
+    if pending is not None and pending.get("batch") == batch_id and batch_id is not None:
+        state["pending"] = None
+    else:
+        fold_pending(state, state["cfg"])
+    return state
+
+
+@dataclass(frozen=True)
+class PlannedCall:
+    """The guard's decision for one call of a batch."""
+
+    tool_call: ToolCall
+    index: int
+    facts: CallFacts | None
+    decision: Decision | None
+    error: InvalidArgumentsError | None
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Decisions for every call of one AIMessage, all against the same snapshot."""
+
+    batch: Batch
+    calls: list[PlannedCall]
+
+    @property
+    def abort(self) -> PlannedCall | None:
+        """The first call whose decision aborts the run, if any."""
+        for call in self.calls:
+            if call.decision is not None and call.decision.verdict is Verdict.ABORT:
+                return call
+        return None
+
+    def call(self, tool_call_id: str | None) -> PlannedCall | None:
+        """The planned call with this id."""
+        for call in self.calls:
+            if call.tool_call.get("id") == tool_call_id:
+                return call
+        return None
+
+
+def plan_batch(config: GuardConfig, state: Mapping[str, Any], batch: Batch) -> BatchPlan:
+    """Decide every call of a batch by position (identical calls: the first one runs).
+
+    Args:
+        config: Guard configuration.
+        state: Settled guard state (from `snapshot`).
+        batch: The batch.
+
+    Returns:
+        The plan.
+    """
+    earlier: list[str] = []
+    calls = []
+    for index, tool_call in enumerate(batch.tool_calls):
+        try:
+            facts = call_facts(config, tool_call["name"], tool_call.get("args", {}))
+        except InvalidArgumentsError as exc:
+            calls.append(PlannedCall(tool_call, index, None, None, exc))
+            continue
+        decision = decide(state, facts, config, turn=batch.turn, earlier_in_batch=earlier)
+        earlier.append(facts.key)
+        calls.append(PlannedCall(tool_call, index, facts, decision, None))
+    return BatchPlan(batch, calls)
+
+
+def guard_update(config: GuardConfig, events: list[Event]) -> StateUpdate:
+    """The channel write that records events."""
+    return {"op": "events", "cfg": fold_settings(config), "events": events}
+
+
+def denied_event(
+    config: GuardConfig, planned: PlannedCall, batch: Batch, reason: str, *, abort: bool
+) -> Event:
+    """Event recording a call that was not executed."""
+    assert planned.facts is not None
+    return make_event(
+        planned.facts,
+        "denied",
+        reason=reason,
+        abort=abort,
+        batch=batch.batch_id,
+        index=planned.index,
+        turn=batch.turn,
+    )
+
+
+def executed_event(
+    config: GuardConfig, planned: PlannedCall, batch: Batch, outcome: str, text: str | None
+) -> Event:
+    """Event recording a call that ran."""
+    assert planned.facts is not None
+    return make_event(
+        planned.facts,
+        "success" if outcome == "success" else "failure",
+        result=text,
+        preview_chars=config.result_preview_chars,
+        batch=batch.batch_id,
+        index=planned.index,
+        turn=batch.turn,
+    )
+
+
+def blocked_tool_message(tool_call: ToolCall, content: str) -> ToolMessage:
+    """The ToolMessage a blocked call is answered with."""
+    return ToolMessage(
+        content=content,
+        name=tool_call["name"],
+        tool_call_id=tool_call.get("id") or "",
+        status="error",
+    )
+
+
+def final_ai_message(decision: Decision) -> AIMessage:
+    """The AIMessage that ends a run the guard stopped (`on_abort="end"`)."""
+    if decision.reason == "cycle":
+        why = "my tool calls kept repeating in a cycle with identical results"
+    else:
+        why = (
+            f"I called '{decision.tool}' {decision.count} times with the same arguments "
+            "without making progress"
+        )
+    return AIMessage(
+        content=(
+            f"I stopped here because {why}. Please tell me how you would like to proceed, "
+            "or give me more information."
+        ),
+        response_metadata={"replay_guard_stop": decision.reason},
+    )
+
+
+def stopped_sibling_message(tool_call: ToolCall, aborting: Decision) -> str:
+    """What the model is told about a call skipped because a sibling aborted the run."""
+    return (
+        f"Not executed: the loop guard stopped the run because of '{aborting.tool}' "
+        f"({aborting.reason}). No further tool calls are made."
+    )
+
+
+def loop_error(decision: Decision) -> LoopAbortedError:
+    """The error raised with `on_abort="error"`."""
+    return LoopAbortedError(
+        decision.message or f"Loop aborted on '{decision.tool}'.",
+        tool=decision.tool,
+        reason=decision.reason or "abort",
+        count=decision.count,
+    )
+
+
+def result_outcome(result: Any) -> tuple[str, str | None]:
+    """Outcome and text of what a tool call returned (a ToolMessage or a Command).
+
+    Returns:
+        `("success" | "failure", text)`.
+    """
+    message: ToolMessage | None = None
+    if isinstance(result, ToolMessage):
+        message = result
+    elif isinstance(result, Command) and isinstance(result.update, Mapping):
+        for item in result.update.get("messages", []) or []:
+            if isinstance(item, ToolMessage):
+                message = item
+    if message is None:
+        return "success", None
+    outcome = "failure" if message.status == "error" else "success"
+    content = message.content
+    text = content if isinstance(content, str) else repr(content)
+    return outcome, text
+
+
+def emit(writer: Callable[[Any], None] | None, decision: Decision, tool_call: ToolCall) -> None:
+    """Send a non-allow decision to LangGraph's custom stream (`stream_mode="custom"`)."""
+    if writer is None:
+        return
+    try:
+        writer(
+            {
+                GUARD_CHANNEL: {
+                    "tool": decision.tool,
+                    "tool_call_id": tool_call.get("id"),
+                    "verdict": decision.verdict.value,
+                    "reason": decision.reason,
+                    "count": decision.count,
+                }
+            }
+        )
+    except Exception:
+        logger.debug("could not write a guard decision to the custom stream", exc_info=True)

@@ -1,0 +1,201 @@
+"""`ReplayGuardMiddleware`: the guard as `create_agent` middleware."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, Any, NotRequired
+
+from langchain.agents.middleware.types import (
+    AgentMiddleware,
+    AgentState,
+    ModelRequest,
+    ModelResponse,
+    PrivateStateAttr,
+    hook_config,
+)
+from langchain_core.messages import AIMessage, ToolMessage
+from typing_extensions import TypedDict
+
+from langgraph_replay_guard.config import GuardConfig
+from langgraph_replay_guard.guard import ReplayGuard
+from langgraph_replay_guard.integrations.calls import (
+    GUARD_CHANNEL,
+    blocked_tool_message,
+    denied_event,
+    emit,
+    final_ai_message,
+    find_batch,
+    guard_update,
+    loop_error,
+    plan_batch,
+    snapshot,
+    stopped_sibling_message,
+)
+from langgraph_replay_guard.integrations.prompt import (
+    pending_reminder,
+    system_prompt_with_reminder,
+)
+from langgraph_replay_guard.integrations.tool_node import ToolCallGuard
+from langgraph_replay_guard.state import Event, merge_guard_state
+
+if TYPE_CHECKING:
+    from langgraph.prebuilt.tool_node import ToolCallRequest
+    from langgraph.runtime import Runtime
+    from langgraph.store.base import BaseStore
+    from langgraph.types import Command
+
+__all__ = ["ReplayGuardMiddleware"]
+
+_DEFAULT_NAME = "ReplayGuardMiddleware"
+
+
+def _state_schema(channel: str) -> type:
+    """A state schema holding one private, checkpointed guard channel.
+
+    `PrivateStateAttr` keeps the channel out of the agent's input and output schema, but it
+    is in the thread state (Studio shows it). The reducer must come last in `Annotated`.
+    """
+    annotation = NotRequired[Annotated[dict[str, Any], PrivateStateAttr, merge_guard_state]]
+    schema: type = TypedDict(f"ReplayGuardState_{channel}", {channel: annotation})  # type: ignore[misc]
+    return schema
+
+
+class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+    """Loop, duplicate and replay protection for `create_agent`.
+
+    Every tool call goes through the guard (`wrap_tool_call`): duplicates, identical
+    results and cycles are answered with an explanatory error `ToolMessage` instead of
+    running the tool. A batch that would abort the run is stopped right after the model
+    asked for it (`after_model`, jumping to the end with a final message). The loop
+    reminder is added to the system prompt of exactly the next model call
+    (`wrap_model_call`), never to the history. The guard state is a private, checkpointed
+    channel.
+
+    Example:
+        ```python
+        from langchain.agents import create_agent
+        from langgraph_replay_guard import GuardConfig, ReplayGuardMiddleware
+
+        agent = create_agent(
+            model,
+            tools,
+            middleware=[ReplayGuardMiddleware(GuardConfig(tools={"send_email": "unsafe"}))],
+        )
+        ```
+
+    Args:
+        config: Guard configuration (`GuardConfig()` defaults when omitted).
+        store: A LangGraph `BaseStore` for the replay ledger.
+        name: Instance name. Several guard middlewares in one agent need distinct names;
+            each named instance keeps its state in its own channel, `replay_guard__<name>`.
+    """
+
+    def __init__(
+        self,
+        config: GuardConfig | dict[str, Any] | None = None,
+        *,
+        store: BaseStore | None = None,
+        name: str | None = None,
+    ) -> None:
+        """Create the middleware."""
+        super().__init__()
+        self.guard = ReplayGuard(config, store=store)
+        self._name = name or _DEFAULT_NAME
+        self.channel = GUARD_CHANNEL if name is None else f"{GUARD_CHANNEL}__{name}"
+        self.state_schema = _state_schema(self.channel)
+        self.tools = []
+        self._calls = ToolCallGuard(self.guard, channel=self.channel, end_batches=False)
+
+    @property
+    def name(self) -> str:
+        """The instance name (distinct per instance in one agent)."""
+        return self._name
+
+    @hook_config(can_jump_to=["end"])
+    def after_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Stop the run before any tool runs when the model's batch would abort it.
+
+        Args:
+            state: Agent state.
+            runtime: LangGraph runtime.
+
+        Returns:
+            None to let the tools run; otherwise every pending call answered, a final
+            message, the guard's write and a jump to the end.
+
+        Raises:
+            LoopAbortedError: With `on_abort="error"`.
+        """
+        config = self.guard.config
+        if config.on_abort == "continue":
+            return None  # aborts become denials, answered call by call in wrap_tool_call
+        messages = state.get("messages", [])
+        batch = find_batch(state, None)
+        if batch is None or not messages or batch.ai_message is not messages[-1]:
+            return None
+        plan = plan_batch(config, snapshot(state.get(self.channel), batch.batch_id), batch)
+        aborting = plan.abort
+        if aborting is None or aborting.decision is None:
+            return None
+        if config.on_abort == "error":
+            raise loop_error(aborting.decision)
+        answers: list[ToolMessage | AIMessage] = []
+        events: list[Event] = []
+        for planned in plan.calls:
+            if planned is aborting:
+                content = aborting.decision.message or "Stopped by the loop guard."
+                reason = aborting.decision.reason or "repeat_limit"
+                events.append(denied_event(config, planned, batch, reason, abort=True))
+            else:
+                content = stopped_sibling_message(planned.tool_call, aborting.decision)
+                if planned.facts is not None:
+                    events.append(denied_event(config, planned, batch, "stopped", abort=False))
+            answers.append(blocked_tool_message(planned.tool_call, content))
+        answers.append(final_ai_message(aborting.decision))
+        emit(getattr(runtime, "stream_writer", None), aborting.decision, aborting.tool_call)
+        return {
+            "messages": answers,
+            self.channel: guard_update(config, events),
+            "jump_to": "end",
+        }
+
+    def wrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+    ) -> ToolMessage | Command[Any]:
+        """Decide, run or answer, and record one tool call."""
+        return self._calls.wrap(request, handler)
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        """Async twin of `wrap_tool_call`."""
+        return await self._calls.awrap(request, handler)
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any]:
+        """Add the pending loop reminder to this one model call's system prompt."""
+        return handler(self._with_reminder(request))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any]:
+        """Async twin of `wrap_model_call`."""
+        return await handler(self._with_reminder(request))
+
+    def _with_reminder(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        if not self.guard.config.reminder:
+            return request
+        reminder = pending_reminder(request.state, channel=self.channel)
+        if reminder is None:
+            return request
+        message = system_prompt_with_reminder(request.system_message, reminder)
+        return request.override(system_message=message)

@@ -1,0 +1,94 @@
+"""The loop reminder for exactly the next model call, and read-only views of the channel."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from langchain_core.messages import SystemMessage
+
+from langgraph_replay_guard.engine import render_reminder
+from langgraph_replay_guard.integrations.calls import GUARD_CHANNEL, current_turn, last_ai_id
+from langgraph_replay_guard.state import GuardView, settled
+
+__all__ = ["guard_view", "pending_reminder", "system_prompt_with_reminder"]
+
+
+def _channel_value(state: Any, channel: str) -> Any:
+    if isinstance(state, Mapping):
+        return state.get(channel)
+    return getattr(state, channel, None)
+
+
+def pending_reminder(
+    state: Any, *, channel: str = GUARD_CHANNEL, messages_key: str = "messages"
+) -> str | None:
+    """The reminder for the model call about to be made, or None.
+
+    A reminder belongs to the batch of tool calls that tripped a layer: it is shown when
+    the last AIMessage in the state is that batch's (the very next model call) and in the
+    same user turn, and never again. Nothing is written, so it never enters the history.
+
+    Args:
+        state: Graph state with messages and the guard channel.
+        channel: State key of the guard channel.
+        messages_key: State key of the messages.
+
+    Returns:
+        The reminder text, or None.
+    """
+    view = settled(_channel_value(state, channel))
+    reminder = view.get("reminder")
+    if not reminder:
+        return None
+    if reminder.get("batch") != last_ai_id(state, messages_key):
+        return None
+    if view.get("turn") != current_turn(state, messages_key):
+        return None
+    return render_reminder(reminder)
+
+
+def system_prompt_with_reminder(
+    base: str | SystemMessage | None, reminder: str | None
+) -> SystemMessage | None:
+    """Append a reminder to a system prompt.
+
+    Args:
+        base: The usual system prompt.
+        reminder: Reminder text or None.
+
+    Returns:
+        The system message to use (None only when both are empty).
+    """
+    if isinstance(base, SystemMessage):
+        if not reminder:
+            return base
+        text = base.text
+        return SystemMessage(content=f"{text}\n\n{reminder}" if text else reminder)
+    if not reminder:
+        return SystemMessage(content=base) if base else None
+    return SystemMessage(content=f"{base}\n\n{reminder}" if base else reminder)
+
+
+def guard_view(state_or_snapshot: Any, *, channel: str = GUARD_CHANNEL) -> GuardView:
+    """A typed, read-only view of the guard channel.
+
+    Args:
+        state_or_snapshot: A `StateSnapshot` (`graph.get_state(config)`), a state dict, or
+            the channel value itself.
+        channel: State key of the guard channel.
+
+    Returns:
+        The view; a missing channel gives the view of an empty state.
+    """
+    values = getattr(state_or_snapshot, "values", state_or_snapshot)
+    if isinstance(values, Mapping) and "v" in values and channel not in values:
+        value: Any = values
+        reminder = None
+    else:
+        value = _channel_value(values, channel)
+        reminder = pending_reminder(values, channel=channel)
+    state = settled(value)
+    if reminder is None and state.get("reminder"):
+        reminder = render_reminder(state["reminder"])
+    return GuardView.from_state(state, reminder)

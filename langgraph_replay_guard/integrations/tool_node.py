@@ -1,0 +1,254 @@
+"""The guard as a `ToolNode` wrapper: decide, run or answer, and record each tool call."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.messages import AIMessage, ToolMessage
+from langgraph.graph import END
+from langgraph.prebuilt import ToolNode
+from langgraph.types import Command
+
+from langgraph_replay_guard.engine import Verdict
+from langgraph_replay_guard.integrations.calls import (
+    GUARD_CHANNEL,
+    Batch,
+    PlannedCall,
+    blocked_tool_message,
+    current_turn,
+    denied_event,
+    emit,
+    executed_event,
+    final_ai_message,
+    find_batch,
+    guard_update,
+    loop_error,
+    plan_batch,
+    result_outcome,
+    snapshot,
+    stopped_sibling_message,
+)
+from langgraph_replay_guard.state import Event, settled
+
+if TYPE_CHECKING:
+    from langgraph.prebuilt.tool_node import ToolCallRequest
+
+    from langgraph_replay_guard.guard import ReplayGuard
+
+__all__ = ["ToolCallGuard", "guarded_tool_node", "route_after_tools"]
+
+logger = logging.getLogger("langgraph_replay_guard")
+
+ToolResult = ToolMessage | Command[Any]
+Execute = Callable[["ToolCallRequest"], ToolResult]
+AsyncExecute = Callable[["ToolCallRequest"], Awaitable[ToolResult]]
+Wrapper = Callable[["ToolCallRequest", Execute], ToolResult]
+AsyncWrapper = Callable[["ToolCallRequest", AsyncExecute], Awaitable[ToolResult]]
+
+
+@dataclass(frozen=True)
+class _Run:
+    """A call the guard lets run; what to record once it returns."""
+
+    planned: PlannedCall
+    batch: Batch
+
+
+class ToolCallGuard:
+    """Decides, runs and records one tool call (sync and async).
+
+    Used as `wrap_tool_call`/`awrap_tool_call` of a `ToolNode` (`guard.wrap`) and by
+    `ReplayGuardMiddleware.wrap_tool_call`. Decisions are taken for the whole batch of the
+    call's AIMessage against one snapshot, so parallel calls agree without locks.
+
+    Args:
+        guard: The guard.
+        inner: A wrapper the node already had; it runs inside the guard.
+        ainner: Its async twin.
+        messages_key: State key of the message list.
+        channel: State key of the guard channel.
+        end_batches: Whether this wrapper stops a batch that aborts (`on_abort="end"`);
+            the middleware does that in `after_model` instead.
+    """
+
+    def __init__(
+        self,
+        guard: ReplayGuard,
+        *,
+        inner: Wrapper | None = None,
+        ainner: AsyncWrapper | None = None,
+        messages_key: str = "messages",
+        channel: str = GUARD_CHANNEL,
+        end_batches: bool = True,
+    ) -> None:
+        """Create the wrapper."""
+        self.guard = guard
+        self.inner = inner
+        self.ainner = ainner
+        self.messages_key = messages_key
+        self.channel = channel
+        self.end_batches = end_batches
+
+    # -- sync and async entry points --------------------------------------------------------
+
+    def wrap(self, request: ToolCallRequest, execute: Execute) -> ToolResult:
+        """`wrap_tool_call` for a ToolNode."""
+        prepared = self._prepare(request)
+        if prepared is None:
+            return execute(request)  # an unregistered tool: the node answers as usual
+        if not isinstance(prepared, _Run):
+            return prepared
+        result = self.inner(request, execute) if self.inner is not None else execute(request)
+        return self._finish(request, prepared, result)
+
+    async def awrap(self, request: ToolCallRequest, execute: AsyncExecute) -> ToolResult:
+        """`awrap_tool_call` for a ToolNode."""
+        prepared = self._prepare(request)
+        if prepared is None:
+            return await execute(request)
+        if not isinstance(prepared, _Run):
+            return prepared
+        if self.ainner is not None:
+            result = await self.ainner(request, execute)
+        else:
+            result = await execute(request)
+        return self._finish(request, prepared, result)
+
+    # -- deciding -----------------------------------------------------------------------------
+
+    def _state_value(self, state: Any) -> Any:
+        if isinstance(state, Mapping):
+            return state.get(self.channel)
+        return getattr(state, self.channel, None)
+
+    def _prepare(self, request: ToolCallRequest) -> _Run | ToolResult | None:
+        """Decide a call: `_Run` to execute it, a result to answer it, None to pass it on."""
+        tool_call = request.tool_call
+        if request.tool is None:
+            return None
+        state = request.state
+        batch = find_batch(state, tool_call.get("id"), self.messages_key)
+        if batch is None:  # a ToolNode called with bare tool calls: a batch of one
+            batch = Batch(AIMessage(content="", tool_calls=[tool_call]), [tool_call], None)
+            batch = dataclasses.replace(batch, turn=current_turn(state, self.messages_key))
+        config = self.guard.config
+        plan = plan_batch(config, snapshot(self._state_value(state), batch.batch_id), batch)
+        planned = plan.call(tool_call.get("id")) or plan.calls[-1]
+        last = planned.index == len(batch.tool_calls) - 1
+        writer = getattr(request.runtime, "stream_writer", None)
+
+        aborting = plan.abort if self.end_batches and config.on_abort != "continue" else None
+        if aborting is not None and aborting.decision is not None:
+            if config.on_abort == "error":
+                raise loop_error(aborting.decision)
+            if planned is aborting:
+                content = aborting.decision.message or "Stopped by the loop guard."
+                reason = aborting.decision.reason or "repeat_limit"
+                events = [denied_event(config, planned, batch, reason, abort=True)]
+                emit(writer, aborting.decision, tool_call)
+            else:
+                content = stopped_sibling_message(tool_call, aborting.decision)
+                events = (
+                    [denied_event(config, planned, batch, "stopped", abort=False)]
+                    if planned.facts is not None
+                    else []
+                )
+            messages: list[Any] = [blocked_tool_message(tool_call, content)]
+            if last:
+                messages.append(final_ai_message(aborting.decision))
+            return self._answer(messages, events)
+
+        if planned.error is not None:
+            logger.warning("langgraph-replay-guard: %s", planned.error)
+            content = f"Not executed: {planned.error}"
+            return self._answer([blocked_tool_message(tool_call, content)], [])
+
+        decision = planned.decision
+        assert decision is not None
+        if decision.verdict is Verdict.ALLOW:
+            return _Run(planned, batch)
+        emit(writer, decision, tool_call)
+        abort = decision.verdict is Verdict.ABORT
+        event = denied_event(config, planned, batch, decision.reason or "denied", abort=abort)
+        messages = [blocked_tool_message(tool_call, decision.message or "Not executed.")]
+        if abort and last:
+            messages.append(final_ai_message(decision))
+        return self._answer(messages, [event])
+
+    def _answer(self, messages: list[Any], events: list[Event]) -> Command[Any]:
+        update: dict[str, Any] = {self.messages_key: messages}
+        if events:
+            update[self.channel] = guard_update(self.guard.config, events)
+        return Command(update=update)
+
+    # -- recording ------------------------------------------------------------------------------
+
+    def _finish(self, request: ToolCallRequest, run: _Run, result: ToolResult) -> ToolResult:
+        outcome, text = result_outcome(result)
+        event = executed_event(self.guard.config, run.planned, run.batch, outcome, text)
+        write = guard_update(self.guard.config, [event])
+        if isinstance(result, ToolMessage):
+            return Command(update={self.messages_key: [result], self.channel: write})
+        if result.graph is None and isinstance(result.update, Mapping):
+            # The tool's own Command passes through; the guard's write rides along with it.
+            return dataclasses.replace(result, update={**result.update, self.channel: write})
+        logger.debug("tool %r returned a Command for another graph; not recorded", run.planned)
+        return result
+
+
+def guarded_tool_node(guard: ReplayGuard, node: ToolNode) -> ToolNode:
+    """Return a copy of a ToolNode whose tool calls go through the guard.
+
+    The node's tools, name, tags, error handling and messages key are kept; a wrapper the
+    node already had runs inside the guard.
+
+    Args:
+        guard: The guard.
+        node: The node to guard.
+
+    Returns:
+        A new ToolNode, a drop-in replacement.
+    """
+    # ToolNode keeps its settings in private attributes and has no public copy method.
+    inner: Wrapper | None = node._wrap_tool_call
+    ainner: AsyncWrapper | None = node._awrap_tool_call
+    messages_key: str = node._messages_key
+    wrapper = ToolCallGuard(guard, inner=inner, ainner=ainner, messages_key=messages_key)
+    # A sync-only inner wrapper cannot be given an async `execute`: let the node run the
+    # sync guard in async mode too, as it does for sync-only wrappers.
+    async_wrapper = wrapper.awrap if inner is None or ainner is not None else None
+    return ToolNode(
+        list(node.tools_by_name.values()),
+        name=node.name or "tools",
+        tags=list(node.tags or []),
+        handle_tool_errors=node._handle_tool_errors,
+        messages_key=messages_key,
+        wrap_tool_call=wrapper.wrap,
+        awrap_tool_call=async_wrapper,
+    )
+
+
+def route_after_tools(then: str, channel: str = GUARD_CHANNEL) -> Callable[[Any], str]:
+    """A conditional edge for after the tools node: `END` once the guard stopped the run.
+
+    Args:
+        then: Node to go to otherwise (usually the model node).
+        channel: State key of the guard channel.
+
+    Returns:
+        A routing function for `add_conditional_edges`.
+    """
+
+    def route(state: Any) -> str:
+        value = state.get(channel) if isinstance(state, Mapping) else getattr(state, channel, None)
+        view = settled(value)
+        stop = view.get("stop")
+        if stop is not None and view.get("turn") == current_turn(state):
+            return END
+        return then
+
+    return route
