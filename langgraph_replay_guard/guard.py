@@ -102,7 +102,7 @@ class ReplayGuard:
         """
         from langgraph_replay_guard.integrations.tool_node import route_after_tools
 
-        return route_after_tools(then)
+        return route_after_tools(then, on_abort=self.config.on_abort)
 
     def system_prompt(self, state: Any, base: str | SystemMessage | None = None) -> SystemMessage:
         """The system prompt for a model call: `base` plus the pending loop reminder.

@@ -81,7 +81,9 @@ def guard_view(state_or_snapshot: Any, *, channel: str = GUARD_CHANNEL) -> Guard
     Returns:
         The view; a missing channel gives the view of an empty state.
     """
-    values = getattr(state_or_snapshot, "values", state_or_snapshot)
+    values = state_or_snapshot
+    if not isinstance(values, Mapping):  # a StateSnapshot (a dict's .values is a method)
+        values = getattr(values, "values", values)
     if isinstance(values, Mapping) and "v" in values and channel not in values:
         value: Any = values
         reminder = None

@@ -14,6 +14,7 @@ from langgraph.prebuilt import ToolNode
 from langgraph.types import Command
 
 from langgraph_replay_guard.engine import Verdict
+from langgraph_replay_guard.errors import LoopAbortedError
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
     Batch,
@@ -73,6 +74,9 @@ class ToolCallGuard:
         channel: State key of the guard channel.
         end_batches: Whether this wrapper stops a batch that aborts (`on_abort="end"`);
             the middleware does that in `after_model` instead.
+        raise_on_abort: Whether `on_abort="error"` may raise from the wrapper. False when
+            the node's `handle_tool_errors` would turn the error into a ToolMessage: the
+            stop is then recorded and `route_after_tools` raises it.
     """
 
     def __init__(
@@ -84,8 +88,10 @@ class ToolCallGuard:
         messages_key: str = "messages",
         channel: str = GUARD_CHANNEL,
         end_batches: bool = True,
+        raise_on_abort: bool = True,
     ) -> None:
         """Create the wrapper."""
+        self.raise_on_abort = raise_on_abort
         self.guard = guard
         self.inner = inner
         self.ainner = ainner
@@ -143,7 +149,7 @@ class ToolCallGuard:
 
         aborting = plan.abort if self.end_batches and config.on_abort != "continue" else None
         if aborting is not None and aborting.decision is not None:
-            if config.on_abort == "error":
+            if config.on_abort == "error" and self.raise_on_abort:
                 raise loop_error(aborting.decision)
             if planned is aborting:
                 content = aborting.decision.message or "Stopped by the loop guard."
@@ -217,7 +223,13 @@ def guarded_tool_node(guard: ReplayGuard, node: ToolNode) -> ToolNode:
     inner: Wrapper | None = node._wrap_tool_call
     ainner: AsyncWrapper | None = node._awrap_tool_call
     messages_key: str = node._messages_key
-    wrapper = ToolCallGuard(guard, inner=inner, ainner=ainner, messages_key=messages_key)
+    wrapper = ToolCallGuard(
+        guard,
+        inner=inner,
+        ainner=ainner,
+        messages_key=messages_key,
+        raise_on_abort=not _converts_errors(node._handle_tool_errors),
+    )
     # A sync-only inner wrapper cannot be given an async `execute`: let the node run the
     # sync guard in async mode too, as it does for sync-only wrappers.
     async_wrapper = wrapper.awrap if inner is None or ainner is not None else None
@@ -232,23 +244,51 @@ def guarded_tool_node(guard: ReplayGuard, node: ToolNode) -> ToolNode:
     )
 
 
-def route_after_tools(then: str, channel: str = GUARD_CHANNEL) -> Callable[[Any], str]:
+def _converts_errors(flag: Any) -> bool:
+    """Whether a ToolNode `handle_tool_errors` setting turns a `LoopAbortedError` into a message."""
+    if not flag:
+        return False
+    if isinstance(flag, type | tuple):
+        return issubclass(LoopAbortedError, flag)
+    if callable(flag):
+        # LangGraph's default handles only ToolInvocationError; any other callable may
+        # handle everything (ToolNode infers its types from annotations).
+        return getattr(flag, "__name__", "") != "_default_handle_tool_errors"
+    return True
+
+
+def route_after_tools(
+    then: str, channel: str = GUARD_CHANNEL, *, on_abort: str = "end"
+) -> Callable[[Any], str]:
     """A conditional edge for after the tools node: `END` once the guard stopped the run.
 
     Args:
         then: Node to go to otherwise (usually the model node).
         channel: State key of the guard channel.
+        on_abort: The guard's `on_abort`; with `"error"` a recorded stop raises.
 
     Returns:
         A routing function for `add_conditional_edges`.
+
+    Raises:
+        LoopAbortedError: From the routing function, with `on_abort="error"` when the tools
+            node recorded a stop instead of raising (its `handle_tool_errors` catches all).
     """
 
     def route(state: Any) -> str:
         value = state.get(channel) if isinstance(state, Mapping) else getattr(state, channel, None)
         view = settled(value)
         stop = view.get("stop")
-        if stop is not None and view.get("turn") == current_turn(state):
-            return END
-        return then
+        if stop is None or view.get("turn") != current_turn(state):
+            return then
+        if on_abort == "error":
+            msg = (
+                f"Loop aborted: '{stop['tool']}' ({stop['reason']}, attempt {stop['count']}). "
+                "Set on_abort='end' to stop gracefully instead."
+            )
+            raise LoopAbortedError(
+                msg, tool=stop["tool"], reason=stop["reason"], count=stop["count"]
+            )
+        return END
 
     return route
