@@ -1,42 +1,177 @@
-"""`replay-guard demo`: show what the guard saves, offline."""
+"""`replay-guard demo`: a looping agent run without and with the guard, offline."""
 
 from __future__ import annotations
 
 import argparse
+import time
+from collections import Counter
+from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
-from langgraph_replay_guard.cli.eval_cmd import print_report
-from langgraph_replay_guard.config import GuardConfig
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import BaseTool, tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+
+from langgraph_replay_guard._testing import ScriptedChatModel
+from langgraph_replay_guard.config import GuardConfig, ToolPolicy
 from langgraph_replay_guard.evaluation import evaluate_file
+from langgraph_replay_guard.guard import ReplayGuard
+from langgraph_replay_guard.integrations.graph_state import ReplayGuardState
 
 __all__ = ["add_parser", "run"]
+
+SYSTEM = "You are a telecom customer-service agent."
+CONFIG = GuardConfig(tools={"transfer_to_human_agents": ToolPolicy(replay="unsafe")})
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register the `demo` sub-command."""
     parser = sub.add_parser(
         "demo",
-        help="show what the guard saves on real recorded agent runs (offline, no API key)",
+        help="run a looping agent without and with the guard (offline, no API key)",
     )
     parser.set_defaults(func=run)
 
 
+@dataclass
+class _Outcome:
+    model_calls: int
+    tool_runs: Counter[str]
+    seconds: float
+    last_message: str
+    values: dict[str, Any]
+    prompts: list[str | None]
+
+
+def _tools(runs: Counter[str]) -> list[BaseTool]:
+    @tool
+    def get_customer_by_phone(phone_number: str) -> str:
+        """Find a customer by phone number."""
+        runs["get_customer_by_phone"] += 1
+        return '{"customer_id": "C1001", "lines": ["L1001", "L1002"], "plan_id": "P1002"}'
+
+    @tool
+    def get_details_by_id(id: str) -> str:
+        """Look up a line or plan by id."""
+        runs["get_details_by_id"] += 1
+        return f'{{"plan_id": "{id}", "name": "Premium Plan", "data_limit_gb": 15.0}}'
+
+    @tool
+    def transfer_to_human_agents(summary: str) -> str:
+        """Hand the customer over to a human (a real side effect: a ticket in a queue)."""
+        runs["transfer_to_human_agents"] += 1
+        return "Transfer successful"
+
+    return [get_customer_by_phone, get_details_by_id, transfer_to_human_agents]
+
+
+def _script() -> list[Any]:
+    # The shape of a recorded tau2-bench run: one lookup, then the same read 96 times,
+    # then the same hand-over 10 times, then an answer.
+    script: list[Any] = [[("get_customer_by_phone", {"phone_number": "555-123-2002"})]]
+    script += [[("get_details_by_id", {"id": "P1002"})]] * 96
+    script += [[("transfer_to_human_agents", {"summary": "roaming issue"})]] * 10
+    return script
+
+
+def _run_agent(guard: ReplayGuard | None) -> _Outcome:
+    runs: Counter[str] = Counter()
+    model = ScriptedChatModel(
+        script=_script(), final="Your plan is Premium; a human will follow up."
+    )
+    tools = _tools(runs)
+
+    def agent(state: ReplayGuardState) -> dict[str, Any]:
+        prompt = guard.system_prompt(state, SYSTEM) if guard else SYSTEM
+        return {"messages": [model.invoke([prompt, *state["messages"]])]}
+
+    builder = StateGraph(ReplayGuardState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", guard.tool_node(tools) if guard else ToolNode(tools))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    if guard:
+        builder.add_conditional_edges("tools", guard.route_after_tools("agent"))
+    else:
+        builder.add_edge("tools", "agent")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": "demo"}, "recursion_limit": 1000}
+    start = time.perf_counter()
+    out = graph.invoke({"messages": [HumanMessage("My data doesn't work abroad.")]}, config)
+    seconds = time.perf_counter() - start
+    return _Outcome(
+        model_calls=model.calls,
+        tool_runs=runs,
+        seconds=seconds,
+        last_message=out["messages"][-1].text,
+        values=graph.get_state(config).values,
+        prompts=model.system_prompts,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the demo: the default guard over the shipped sample of real trajectories."""
+    """Run the demo."""
+    print("replay-guard demo: a scripted agent that loops like a real recorded run")
+    print("(a fine-tuned GPT-4.1 on tau2-bench called get_details_by_id({'id': 'P1002'}) 96 times")
+    print(
+        " in a row; another model called transfer_to_human_agents 100 times). No network, no key."
+    )
+    print()
+    plain = _run_agent(None)
+    guard = ReplayGuard(CONFIG)
+    guarded = _run_agent(guard)
+    view = guard.inspect(guarded.values)
+
+    print(f"{'':22}{'model calls':>12}{'lookups run':>13}{'transfers made':>16}{'time':>9}")
+    for label, outcome in (("without the guard", plain), ("with the guard", guarded)):
+        print(
+            f"{label:22}{outcome.model_calls:>12}{outcome.tool_runs['get_details_by_id']:>13}"
+            f"{outcome.tool_runs['transfer_to_human_agents']:>16}{outcome.seconds:>8.2f}s"
+        )
+    saved_calls = plain.model_calls - guarded.model_calls
+    saved_runs = sum(plain.tool_runs.values()) - sum(guarded.tool_runs.values())
+    print()
+    print(f"Saved {saved_calls} model calls and {saved_runs} tool runs; ", end="")
+    print(
+        f"{plain.tool_runs['transfer_to_human_agents']} transfers without the guard, "
+        f"{guarded.tool_runs['transfer_to_human_agents']} with it."
+    )
+    print(f"Stop reason in the guard state: {view.stop_reason} ({view.stop})")
+    print()
+    reminder = next((p for p in guarded.prompts if p and "LOOP WARNING" in p), None)
+    print("What the model saw in its next system prompt after the first blocked call:")
+    print(f"  {reminder.removeprefix(SYSTEM).strip() if reminder else '(none)'}")
+    blocked = next(
+        (
+            m
+            for m in guarded.values["messages"]
+            if isinstance(m, ToolMessage) and m.status == "error"
+        ),
+        None,
+    )
+    print("What it was told instead of running the tool:")
+    print(f"  {blocked.text.splitlines()[0] if blocked else '(none)'}")
+    final = guarded.values["messages"][-1]
+    if isinstance(final, AIMessage):
+        print("How the guarded run ended:")
+        print(f"  {final.text}")
+    print()
+    _offline_eval_summary()
+    return 0
+
+
+def _offline_eval_summary() -> None:
     data = resources.files("langgraph_replay_guard") / "data"
     with resources.as_file(data / "tau_tools.json") as policy:
         config = GuardConfig().with_policies(policy)
     with resources.as_file(data / "tau_sample.jsonl") as sample:
-        report = evaluate_file(sample, config)
-        print("The default guard, replayed over a sample of real recorded agent runs")
-        print("(tau-bench / tau2-bench, MIT; see langgraph_replay_guard/data/README.md).")
-        print()
-        print_report(report, source=sample.name, show_aborts=5)
-    total = report.total
-    print()
+        total = evaluate_file(sample, config).total
     print(
-        f"Saved {total.blocked + total.cut} of {total.calls} tool calls "
-        f"({(total.blocked + total.cut) / max(total.calls, 1):.0%}); "
-        f"{total.wrong} of the blocked calls would have returned something new."
+        f"On {total.trajectories} real recorded runs shipped with the package ({total.calls} "
+        f"calls), the default guard would block {total.blocked} calls and make {total.cut} "
+        f"unnecessary, with {total.wrong} wrong blocks."
     )
-    return 0
+    print("Try it on your own recordings: replay-guard eval FILE.jsonl --policy tools.json")

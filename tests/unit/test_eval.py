@@ -133,14 +133,6 @@ def test_cli_missing_trajectories(capsys):
     assert "no such file: does-not-exist.jsonl" in capsys.readouterr().err
 
 
-def test_demo_reports_savings_on_the_shipped_sample(capsys):
-    assert main(["demo"]) == 0
-    out = capsys.readouterr().out
-    assert "35 trajectories" in out
-    assert "Wrong blocks: 0 of" in out
-    assert "Saved " in out
-
-
 def test_defaults_on_shipped_sample_catch_redundant_reads():
     """The shipped sample is a slice of the tuning set: redundant reads are caught."""
     from importlib import resources

@@ -1,0 +1,143 @@
+"""Per-step cost of a guarded agent, side by side, and the guard channel's size over 10,000 calls.
+
+Run: python benchmarks/bench_agent.py
+Goals (DESIGN.md): a guarded create_agent step costs at most ~5% over an unguarded one and less
+than ToolCallLimitMiddleware's overhead; the channel stays a few KB, flat, after 10,000 calls.
+One run, medians, ratios: compare the columns, not the absolute numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from typing import Any
+
+os.environ.setdefault("LANGSMITH_TRACING", "false")
+
+import itertools
+
+from langchain.agents import create_agent
+from langchain.agents.middleware import ToolCallLimitMiddleware
+from langchain_core.messages import HumanMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.graph import START, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+
+from langgraph_replay_guard import GUARD_CHANNEL, GuardConfig, ReplayGuard, ReplayGuardState
+from langgraph_replay_guard._testing import ScriptedChatModel
+
+STEPS = 200
+ROUNDS = 5
+
+
+@tool
+def lookup(id: str) -> str:
+    """Look up a record."""
+    return f'{{"id": "{id}", "status": "active", "plan": "Premium", "data_limit_gb": 15}}'
+
+
+def _script(steps: int, per_step: int = 1) -> list[Any]:
+    return [[("lookup", {"id": f"R{step}-{i}"}) for i in range(per_step)] for step in range(steps)]
+
+
+def _step_times(graph: Any, steps: int) -> list[float]:
+    """Seconds per agent+tools round, from the timestamps of the tools node's updates."""
+    config = {"configurable": {"thread_id": "bench"}, "recursion_limit": 10 * steps + 10}
+    stamps = []
+    for update in graph.stream({"messages": [HumanMessage("go")]}, config, stream_mode="updates"):
+        if "tools" in update:
+            stamps.append(time.perf_counter())
+    return [b - a for a, b in itertools.pairwise(stamps)]
+
+
+def _median_step(make_graph: Any) -> float:
+    samples = []
+    for _ in range(ROUNDS):
+        samples.extend(_step_times(make_graph(), STEPS))
+    return statistics.median(samples)
+
+
+def _agent(middleware: list[Any]) -> Any:
+    model = ScriptedChatModel(script=_script(STEPS))
+    return create_agent(model, [lookup], middleware=middleware, checkpointer=InMemorySaver())
+
+
+def _custom(guard: ReplayGuard | None, steps: int = STEPS, per_step: int = 1) -> Any:
+    model = ScriptedChatModel(script=_script(steps, per_step))
+
+    def agent(state: ReplayGuardState) -> dict[str, Any]:
+        messages = [guard.system_prompt(state, "sys"), *state["messages"]] if guard else None
+        return {"messages": [model.invoke(messages or state["messages"])]}
+
+    builder = StateGraph(ReplayGuardState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", guard.tool_node([lookup]) if guard else ToolNode([lookup]))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    if guard:
+        builder.add_conditional_edges("tools", guard.route_after_tools("agent"))
+    else:
+        builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+def _channel_sizes() -> list[tuple[int, int, int]]:
+    """Serialized size of the guard channel as calls accumulate in one thread."""
+    guard = ReplayGuard(GuardConfig(scope="thread"))
+    per_step = 10
+    graph = _custom(guard, steps=1000, per_step=per_step)
+    config = {"configurable": {"thread_id": "size"}, "recursion_limit": 10_000}
+    serde = JsonPlusSerializer()
+    sizes = []
+    checkpoints = {10, 100, 1_000, 10_000}
+    calls = 0
+    for update in graph.stream({"messages": [HumanMessage("go")]}, config, stream_mode="updates"):
+        if "tools" in update:
+            calls += per_step
+            if calls in checkpoints:
+                value = graph.get_state(config).values[GUARD_CHANNEL]
+                _, blob = serde.dumps_typed(value)
+                sizes.append((calls, len(json.dumps(value)), len(blob)))
+    return sizes
+
+
+def main() -> None:
+    print(f"{STEPS} tool-calling steps x {ROUNDS} rounds, InMemorySaver, scripted model")
+    print()
+    rows = [
+        ("create_agent, no middleware", lambda: _agent([])),
+        ("create_agent + ReplayGuardMiddleware", lambda: _agent([ReplayGuard().middleware()])),
+        (
+            "create_agent + ToolCallLimitMiddleware",
+            lambda: _agent([ToolCallLimitMiddleware(thread_limit=1_000_000)]),
+        ),
+        ("custom graph, plain ToolNode", lambda: _custom(None)),
+        ("custom graph, guard.wrap(ToolNode)", lambda: _custom(ReplayGuard())),
+    ]
+    medians = {label: _median_step(make) for label, make in rows}
+    base_agent = medians["create_agent, no middleware"]
+    base_custom = medians["custom graph, plain ToolNode"]
+    print(f"{'':42}{'median step':>12}{'vs unguarded':>14}")
+    for label, median in medians.items():
+        base = base_agent if label.startswith("create_agent") else base_custom
+        print(f"{label:42}{median * 1000:>10.3f}ms{median / base:>13.3f}x")
+    guard_cost = medians["create_agent + ReplayGuardMiddleware"] - base_agent
+    limit_cost = medians["create_agent + ToolCallLimitMiddleware"] - base_agent
+    print()
+    print(
+        f"guard overhead per step: {guard_cost * 1e6:.0f} us "
+        f"({guard_cost / base_agent:.1%}); ToolCallLimitMiddleware: {limit_cost * 1e6:.0f} us "
+        f"({limit_cost / base_agent:.1%})"
+    )
+    print()
+    print(f"{'calls in the thread':>20}{'channel JSON (bytes)':>22}{'checkpoint blob':>17}")
+    for calls, json_size, blob_size in _channel_sizes():
+        print(f"{calls:>20,}{json_size:>22,}{blob_size:>17,}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""Fixtures for the integration tests: a real PostgreSQL server for the Postgres checkpointer.
+
+`postgres_uri` uses `REPLAY_GUARD_TEST_POSTGRES_URI` when it is set; otherwise it starts a
+throwaway server from the local PostgreSQL binaries (`initdb`, `pg_ctl`) for the test session
+and stops it at the end. Without binaries the Postgres tests are skipped with a reason, except
+under CI (`CI=true`), where they fail: CI must provide a server (`.ci/run` installs one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ["LANGSMITH_TRACING"] = "false"
+
+URI_ENV = "REPLAY_GUARD_TEST_POSTGRES_URI"
+HOW_TO = (
+    f"install the PostgreSQL server binaries (apt-get install postgresql) or set {URI_ENV} "
+    "to the URI of a server the tests may create databases on"
+)
+
+
+def _unavailable(reason: str) -> None:
+    """Skip the test needing PostgreSQL, or fail it under CI (CI must start a server)."""
+    message = f"PostgreSQL not available: {reason}; {HOW_TO}"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{message} (CI=true: Postgres tests must not be skipped)", pytrace=False)
+    pytest.skip(message)
+
+
+def _find_binary(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)
+    return candidates[0] if candidates else None
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class _Server:
+    """A throwaway PostgreSQL server in a temporary directory (trust auth, localhost only)."""
+
+    def __init__(self, initdb: str, pg_ctl: str) -> None:
+        self.initdb = initdb
+        self.pg_ctl = pg_ctl
+        self.dir = Path(tempfile.mkdtemp(prefix="replay-guard-pg-"))
+        self.data = self.dir / "data"
+        self.log = self.dir / "log"
+        self.port = _free_port()
+        self.prefix: list[str] = []
+        self.started = False
+        if os.name == "posix" and os.geteuid() == 0:
+            # initdb refuses to run as root: hand the directory to the postgres user.
+            runuser = shutil.which("runuser")
+            if runuser is None:
+                msg = "running as root and `runuser` is missing (initdb refuses to run as root)"
+                raise RuntimeError(msg)
+            try:
+                shutil.chown(self.dir, user="postgres")
+            except LookupError as exc:
+                msg = "running as root and there is no `postgres` user to run initdb as"
+                raise RuntimeError(msg) from exc
+            self.prefix = [runuser, "-u", "postgres", "--"]
+
+    def _run(self, *args: str, timeout: float = 60) -> None:
+        result = subprocess.run(
+            [*self.prefix, *args], capture_output=True, text=True, timeout=timeout, check=False
+        )
+        if result.returncode != 0:
+            log = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
+            msg = (
+                f"`{' '.join(args)}` exited with {result.returncode}: "
+                f"{(result.stderr or result.stdout).strip()[-2000:]} {log}".strip()
+            )
+            raise RuntimeError(msg)
+
+    def start(self) -> str:
+        self._run(self.initdb, "-D", str(self.data), "-A", "trust", "-U", "postgres")
+        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run(
+            self.pg_ctl, "-D", str(self.data), "-o", options, "-l", str(self.log), "-w", "start"
+        )
+        self.started = True
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def stop(self) -> None:
+        try:
+            if self.started:
+                self._run(self.pg_ctl, "-D", str(self.data), "-m", "fast", "stop")
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_uri() -> Iterator[str]:
+    """URI of a PostgreSQL server for the session (the env variable's, or one started here)."""
+    configured = os.environ.get(URI_ENV)
+    if configured:
+        yield configured
+        return
+    initdb, pg_ctl = _find_binary("initdb"), _find_binary("pg_ctl")
+    if initdb is None or pg_ctl is None:
+        _unavailable(
+            "no PostgreSQL server binaries found (initdb/pg_ctl on PATH or in "
+            f"/usr/lib/postgresql/*/bin) and {URI_ENV} is not set"
+        )
+    assert initdb is not None
+    assert pg_ctl is not None
+    server: _Server | None = None
+    try:
+        server = _Server(initdb, pg_ctl)
+        uri = server.start()
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        if server is not None:
+            server.stop()
+        _unavailable(f"could not start a throwaway server with {initdb}: {exc}")
+    try:
+        yield uri
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_uri(postgres_uri: str) -> Iterator[str]:
+    """A fresh, empty database for one test (so tests never see each other's checkpoints).
+
+    When the server does not let us create databases, the session database is used: the
+    tests use unique thread ids anyway.
+    """
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    name = f"replay_guard_{uuid.uuid4().hex[:12]}"
+    try:
+        with psycopg.connect(postgres_uri, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.errors.InsufficientPrivilege:
+        yield postgres_uri
+        return
+    except psycopg.OperationalError as exc:
+        _unavailable(f"cannot connect to {postgres_uri}: {exc}")
+    try:
+        yield make_conninfo(postgres_uri, dbname=name)
+    finally:
+        with (
+            contextlib.suppress(psycopg.Error),
+            psycopg.connect(postgres_uri, autocommit=True) as conn,
+        ):
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def thread_id() -> str:
+    """A thread id no other test uses."""
+    return f"thread-{uuid.uuid4().hex}"
