@@ -92,6 +92,7 @@ def new_state() -> dict[str, Any]:
         "blocked": [],  # [tool, reason, count] of recent blocked calls
         "stats": {"calls": 0, "blocked": 0, "aborts": 0},  # whole thread, never reset
         "pending": None,  # {"batch", "events"}: calls of the latest batch, not yet folded
+        "last_batch": None,  # id of the AIMessage of the last folded call (turn lookups)
         "cfg": {},
         "notice": None,  # set when a corrupt or old-format value was reset
     }
@@ -144,18 +145,25 @@ def load_state(value: Any) -> dict[str, Any]:
         return new_state()
     problem = _problem(value)
     if problem is None:
-        state: dict[str, Any] = _copy_json(value)
-        return state
+        return _shallow(value)
     return _reset(problem)
 
 
-def _copy_json(value: Any) -> Any:
-    """Copy JSON data (much faster than `copy.deepcopy`, which memoizes every object)."""
-    if isinstance(value, Mapping):
-        return {k: _copy_json(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_copy_json(v) for v in value]
-    return value
+def _shallow(value: Mapping[str, Any]) -> dict[str, Any]:
+    """Copy a state one level deep: its own lists and dicts, not what they hold.
+
+    Enough for the fold, which never mutates an entry in place (it replaces entries),
+    and far cheaper than a deep copy on every reducer call.
+    """
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if isinstance(item, dict):
+            out[key] = dict(item)
+        elif isinstance(item, list):
+            out[key] = list(item)
+        else:
+            out[key] = item
+    return out
 
 
 def _reset(problem: str) -> dict[str, Any]:
@@ -180,7 +188,7 @@ def state_for_turn(state: Mapping[str, Any], turn: str | None, scope: str) -> Ma
     """
     if state.get("turn") == turn:
         return state
-    fresh: dict[str, Any] = _copy_json(state)
+    fresh = _shallow(state)
     _enter_turn(fresh, turn, scope)
     return fresh
 
@@ -216,6 +224,8 @@ def _apply(state: dict[str, Any], ev: Event, cfg: Mapping[str, Any]) -> None:
     scope = cfg.get("scope", "turn")
     _enter_turn(state, ev["t"], scope)
     key, tool, outcome = ev["k"], ev["n"], ev["o"]
+    if ev["b"] is not None:
+        state["last_batch"] = ev["b"]
     state["calls"] += 1
     state["stats"]["calls"] = state["stats"].get("calls", 0) + 1
 
@@ -250,7 +260,7 @@ def _apply(state: dict[str, Any], ev: Event, cfg: Mapping[str, Any]) -> None:
             and previous[0] != result_hash
             and cfg.get("rr", "progress") == "progress"
         ):
-            state["counts"][key][0] = 1  # a volatile read that changed is progress
+            state["counts"][key] = [1, tool]  # a volatile read that changed is progress
         in_a_row = previous[2] + 1 if same and previous is not None else 1
         _bump(state["results"], key, [result_hash, state["epoch"], in_a_row, ev["p"]], MAX_RESULTS)
         if same and not ev["s"] and cfg.get("rd", True):
@@ -294,6 +304,7 @@ def _track_cycle(state: dict[str, Any], ev: Event, cfg: Mapping[str, Any], execu
     key = ev["k"]
     cycle = state["cycle"]
     if cycle is not None:
+        state["cycle"] = cycle = dict(cycle)  # never change a dict an older value shares
         if cycle["keys"][cycle["pos"]] == key:
             cycle["pos"] = (cycle["pos"] + 1) % len(cycle["keys"])
             if ev["o"] == "denied" and ev["r"] == "cycle":
@@ -338,17 +349,14 @@ def _add_pending(state: dict[str, Any], ev: Event, cfg: Mapping[str, Any]) -> No
     if pending is None:
         state["pending"] = {"batch": ev["b"], "events": [ev]}
         return
-    events: list[Event] = pending["events"]
     # One event per position; a re-executed call keeps one deterministic winner, so the
-    # result never depends on the order in which LangGraph applied the writes.
-    same_slot = [e for e in events if e["i"] == ev["i"]]
-    if same_slot:
-        winner = max([*same_slot, ev], key=_event_order)
-        events[:] = [e for e in events if e["i"] != ev["i"]]
-        events.append(winner)
-    else:
-        events.append(ev)
+    # result never depends on the order in which LangGraph applied the writes. A new list:
+    # the previous channel value may share the old one.
+    same_slot = [e for e in pending["events"] if e["i"] == ev["i"]]
+    events = [e for e in pending["events"] if e["i"] != ev["i"]]
+    events.append(max([*same_slot, ev], key=_event_order) if same_slot else ev)
     events.sort(key=_event_order)
+    state["pending"] = {"batch": ev["b"], "events": events}
 
 
 def _fold_pending(state: dict[str, Any], cfg: Mapping[str, Any]) -> None:
@@ -380,17 +388,32 @@ def fold_events(state: dict[str, Any], events: list[Event], cfg: Mapping[str, An
             _add_pending(state, ev, cfg)
 
 
-def settled(value: Any) -> dict[str, Any]:
-    """Return a readable copy of a channel value with its pending batch folded in.
+# (channel value, its settled state): one tuple, read and replaced atomically, so threads
+# running parallel tool calls never pair a value with another value's state.
+_SETTLED_CACHE: list[tuple[Any, Mapping[str, Any] | None]] = [(None, None)]
+
+
+def settled(value: Any) -> Mapping[str, Any]:
+    """Return a channel value with its pending batch folded in, for reading only.
+
+    Without a pending batch this is the value itself (no copy); a folded value is cached
+    for the last value seen, since a step reads the same value several times.
 
     Args:
         value: A channel value (any format; unreadable values give a reset state).
 
     Returns:
-        A state with `pending` applied, safe to mutate.
+        A read-only state; do not mutate it.
     """
+    if isinstance(value, Mapping) and value and _problem(value) is None:
+        if value.get("pending") is None:
+            return value
+        cached_value, cached_state = _SETTLED_CACHE[0]
+        if cached_value is value and cached_state is not None:
+            return cached_state
     state = load_state(value)
     _fold_pending(state, state["cfg"])
+    _SETTLED_CACHE[0] = (value, state)
     return state
 
 

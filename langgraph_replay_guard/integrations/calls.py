@@ -20,8 +20,7 @@ from langgraph_replay_guard.engine import (
     make_event,
 )
 from langgraph_replay_guard.errors import InvalidArgumentsError, LoopAbortedError
-from langgraph_replay_guard.state import Event, StateUpdate, load_state
-from langgraph_replay_guard.state import _fold_pending as fold_pending
+from langgraph_replay_guard.state import Event, StateUpdate, load_state, settled
 
 if TYPE_CHECKING:
     from langgraph_replay_guard.config import GuardConfig
@@ -66,8 +65,42 @@ def _messages(state: Any, messages_key: str = "messages") -> Sequence[BaseMessag
     return messages if isinstance(messages, Sequence) else []
 
 
+def turn_anchors(value: Any) -> dict[str, str | None]:
+    """Turns the guard channel already knows, by AIMessage id.
+
+    A turn lookup walks back through the messages to the last user message; it can stop at
+    the AIMessage of the last batch the guard recorded, whose turn is in the channel. That
+    keeps the lookup short however long the thread is.
+    """
+    anchors: dict[str, str | None] = {}
+    if not isinstance(value, Mapping):
+        return anchors
+    last_batch = value.get("last_batch")
+    if isinstance(last_batch, str):
+        anchors[last_batch] = value.get("turn")
+    pending = value.get("pending")
+    if isinstance(pending, Mapping) and pending.get("events"):
+        anchors[pending["batch"]] = pending["events"][0].get("t")
+    return anchors
+
+
+def _turn_before(
+    messages: Sequence[BaseMessage], index: int, anchors: Mapping[str, str | None]
+) -> str | None:
+    for i in range(index - 1, -1, -1):
+        message = messages[i]
+        if isinstance(message, HumanMessage):
+            return message.id or f"human-{i}"
+        if message.id is not None and message.id in anchors and isinstance(message, AIMessage):
+            return anchors[message.id]
+    return None
+
+
 def find_batch(
-    state: Any, tool_call_id: str | None, messages_key: str = "messages"
+    state: Any,
+    tool_call_id: str | None,
+    messages_key: str = "messages",
+    anchors: Mapping[str, str | None] | None = None,
 ) -> Batch | None:
     """Find the AIMessage that asked for a tool call, and the turn it belongs to.
 
@@ -75,6 +108,7 @@ def find_batch(
         state: Graph state (a mapping or an object with a messages attribute).
         tool_call_id: Id of the tool call; None matches the last AIMessage with tool calls.
         messages_key: Key of the message list.
+        anchors: Known turns by AIMessage id (`turn_anchors`), to shorten the walk back.
 
     Returns:
         The batch, or None when no AIMessage holds the call.
@@ -90,23 +124,20 @@ def find_batch(
             break
     if ai_index is None:
         return None
-    turn = None
-    for index in range(ai_index - 1, -1, -1):
-        if isinstance(messages[index], HumanMessage):
-            turn = messages[index].id or f"human-{index}"
-            break
+    turn = _turn_before(messages, ai_index, anchors or {})
     ai = messages[ai_index]
     assert isinstance(ai, AIMessage)
     return Batch(ai_message=ai, tool_calls=ai.tool_calls, turn=turn)
 
 
-def current_turn(state: Any, messages_key: str = "messages") -> str | None:
+def current_turn(
+    state: Any,
+    messages_key: str = "messages",
+    anchors: Mapping[str, str | None] | None = None,
+) -> str | None:
     """Id of the last user message in the state (the turn a model call belongs to)."""
     messages = _messages(state, messages_key)
-    for index in range(len(messages) - 1, -1, -1):
-        if isinstance(messages[index], HumanMessage):
-            return messages[index].id or f"human-{index}"
-    return None
+    return _turn_before(messages, len(messages), anchors or {})
 
 
 def last_ai_id(state: Any, messages_key: str = "messages") -> str | None:
@@ -117,7 +148,7 @@ def last_ai_id(state: Any, messages_key: str = "messages") -> str | None:
     return None
 
 
-def snapshot(value: Any, batch_id: str | None) -> dict[str, Any]:
+def snapshot(value: Any, batch_id: str | None) -> Mapping[str, Any]:
     """The guard state that a call of batch `batch_id` is decided against.
 
     Events already written by siblings of the same batch (saved before a resume) are
@@ -131,13 +162,12 @@ def snapshot(value: Any, batch_id: str | None) -> dict[str, Any]:
     Returns:
         A settled state.
     """
-    state = load_state(value)
-    pending = state.get("pending")
+    pending = value.get("pending") if isinstance(value, Mapping) else None
     if pending is not None and pending.get("batch") == batch_id and batch_id is not None:
+        state = load_state(value)
         state["pending"] = None
-    else:
-        fold_pending(state, state["cfg"])
-    return state
+        return state
+    return settled(value)
 
 
 @dataclass(frozen=True)

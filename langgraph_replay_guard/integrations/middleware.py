@@ -30,6 +30,7 @@ from langgraph_replay_guard.integrations.calls import (
     plan_batch,
     snapshot,
     stopped_sibling_message,
+    turn_anchors,
 )
 from langgraph_replay_guard.integrations.prompt import (
     pending_reminder,
@@ -130,10 +131,11 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if config.on_abort == "continue":
             return None  # aborts become denials, answered call by call in wrap_tool_call
         messages = state.get("messages", [])
-        batch = find_batch(state, None)
+        value = state.get(self.channel)
+        batch = find_batch(state, None, anchors=turn_anchors(value))
         if batch is None or not messages or batch.ai_message is not messages[-1]:
             return None
-        plan = plan_batch(config, snapshot(state.get(self.channel), batch.batch_id), batch)
+        plan = plan_batch(config, snapshot(value, batch.batch_id), batch)
         aborting = plan.abort
         if aborting is None or aborting.decision is None:
             return None

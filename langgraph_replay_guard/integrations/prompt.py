@@ -8,7 +8,12 @@ from typing import Any
 from langchain_core.messages import SystemMessage
 
 from langgraph_replay_guard.engine import render_reminder
-from langgraph_replay_guard.integrations.calls import GUARD_CHANNEL, current_turn, last_ai_id
+from langgraph_replay_guard.integrations.calls import (
+    GUARD_CHANNEL,
+    current_turn,
+    last_ai_id,
+    turn_anchors,
+)
 from langgraph_replay_guard.state import GuardView, settled
 
 __all__ = ["guard_view", "pending_reminder", "system_prompt_with_reminder"]
@@ -37,13 +42,14 @@ def pending_reminder(
     Returns:
         The reminder text, or None.
     """
-    view = settled(_channel_value(state, channel))
+    value = _channel_value(state, channel)
+    view = settled(value)
     reminder = view.get("reminder")
     if not reminder:
         return None
     if reminder.get("batch") != last_ai_id(state, messages_key):
         return None
-    if view.get("turn") != current_turn(state, messages_key):
+    if view.get("turn") != current_turn(state, messages_key, turn_anchors(value)):
         return None
     return render_reminder(reminder)
 

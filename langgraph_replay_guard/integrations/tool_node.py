@@ -32,6 +32,7 @@ from langgraph_replay_guard.integrations.calls import (
     result_outcome,
     snapshot,
     stopped_sibling_message,
+    turn_anchors,
 )
 from langgraph_replay_guard.state import Event, settled
 
@@ -137,12 +138,14 @@ class ToolCallGuard:
         if request.tool is None:
             return None
         state = request.state
-        batch = find_batch(state, tool_call.get("id"), self.messages_key)
+        value = self._state_value(state)
+        anchors = turn_anchors(value)
+        batch = find_batch(state, tool_call.get("id"), self.messages_key, anchors)
         if batch is None:  # a ToolNode called with bare tool calls: a batch of one
-            batch = Batch(AIMessage(content="", tool_calls=[tool_call]), [tool_call], None)
-            batch = dataclasses.replace(batch, turn=current_turn(state, self.messages_key))
+            turn = current_turn(state, self.messages_key, anchors)
+            batch = Batch(AIMessage(content="", tool_calls=[tool_call]), [tool_call], turn)
         config = self.guard.config
-        plan = plan_batch(config, snapshot(self._state_value(state), batch.batch_id), batch)
+        plan = plan_batch(config, snapshot(value, batch.batch_id), batch)
         planned = plan.call(tool_call.get("id")) or plan.calls[-1]
         last = planned.index == len(batch.tool_calls) - 1
         writer = getattr(request.runtime, "stream_writer", None)
@@ -279,7 +282,7 @@ def route_after_tools(
         value = state.get(channel) if isinstance(state, Mapping) else getattr(state, channel, None)
         view = settled(value)
         stop = view.get("stop")
-        if stop is None or view.get("turn") != current_turn(state):
+        if stop is None or view.get("turn") != current_turn(state, anchors=turn_anchors(value)):
             return then
         if on_abort == "error":
             msg = (
