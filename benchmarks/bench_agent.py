@@ -93,7 +93,7 @@ def _channel_sizes() -> list[tuple[int, int, int]]:
     config = {"configurable": {"thread_id": "size"}, "recursion_limit": 10_000}
     serde = JsonPlusSerializer()
     sizes = []
-    checkpoints = {10, 100, 1_000, 10_000}
+    checkpoints = {100, 1_000, 5_000, 10_000}
     calls = 0
     for update in graph.stream({"messages": [HumanMessage("go")]}, config, stream_mode="updates"):
         if "tools" in update:
