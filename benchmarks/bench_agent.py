@@ -24,11 +24,9 @@ from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from langgraph.graph import START, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
 
-from langgraph_replay_guard import GUARD_CHANNEL, GuardConfig, ReplayGuard, ReplayGuardState
-from langgraph_replay_guard._testing import ScriptedChatModel
+from langgraph_replay_guard import GUARD_CHANNEL, GuardConfig, ReplayGuard
+from langgraph_replay_guard._testing import ScriptedChatModel, agent_graph
 
 STEPS = 200
 ROUNDS = 5
@@ -68,21 +66,9 @@ def _agent(middleware: list[Any]) -> Any:
 
 def _custom(guard: ReplayGuard | None, steps: int = STEPS, per_step: int = 1) -> Any:
     model = ScriptedChatModel(script=_script(steps, per_step))
-
-    def agent(state: ReplayGuardState) -> dict[str, Any]:
-        messages = [guard.system_prompt(state, "sys"), *state["messages"]] if guard else None
-        return {"messages": [model.invoke(messages or state["messages"])]}
-
-    builder = StateGraph(ReplayGuardState)
-    builder.add_node("agent", agent)
-    builder.add_node("tools", guard.tool_node([lookup]) if guard else ToolNode([lookup]))
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", tools_condition)
-    if guard:
-        builder.add_conditional_edges("tools", guard.route_after_tools("agent"))
-    else:
-        builder.add_edge("tools", "agent")
-    return builder.compile(checkpointer=InMemorySaver())
+    return agent_graph(
+        model, [lookup], guard=guard, system_prompt="sys", checkpointer=InMemorySaver()
+    )
 
 
 def _channel_sizes() -> list[tuple[int, int, int]]:

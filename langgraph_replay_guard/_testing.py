@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
@@ -13,7 +13,12 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict, Field, PrivateAttr
 
-__all__ = ["ScriptedChatModel", "tool_call"]
+if TYPE_CHECKING:
+    from langgraph.graph.state import CompiledStateGraph
+
+    from langgraph_replay_guard.guard import ReplayGuard
+
+__all__ = ["ScriptedChatModel", "agent_graph", "tool_call"]
 
 Step = (
     str
@@ -119,3 +124,60 @@ def _to_message(step: Any, messages: list[BaseMessage]) -> AIMessage:
         else:
             calls.append({**tool_call(item["name"], item.get("args")), **item})
     return AIMessage(content="", tool_calls=calls, id=message_id)
+
+
+def agent_graph(
+    model: BaseChatModel,
+    tools: Sequence[Any],
+    *,
+    guard: ReplayGuard | None = None,
+    system_prompt: str | None = None,
+    **compile_kwargs: Any,
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """The usual hand-written agent graph (model node, tools node, loop), guarded or not.
+
+    With a guard, the tools node is `guard.tool_node(tools)`, the model node adds the loop
+    reminder to the system prompt, and `guard.route_after_tools` ends the run on an abort.
+    Without one it is the plain graph, for side-by-side comparisons.
+
+    Args:
+        model: The chat model (a `ScriptedChatModel` in tests and the demo).
+        tools: The tools.
+        guard: The guard, or None for the unguarded graph.
+        system_prompt: The base system prompt.
+        **compile_kwargs: Passed to `compile` (`checkpointer`, `interrupt_before`...).
+
+    Returns:
+        The compiled graph (sync and async).
+    """
+    from langchain_core.runnables import RunnableLambda
+    from langgraph.graph import START, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    from langgraph_replay_guard.integrations.graph_state import ReplayGuardState
+
+    def prompt(state: ReplayGuardState) -> list[BaseMessage]:
+        if guard is not None:
+            return [guard.system_prompt(state, system_prompt), *state["messages"]]
+        head = [SystemMessage(content=system_prompt)] if system_prompt else []
+        return [*head, *state["messages"]]
+
+    def agent(state: ReplayGuardState) -> dict[str, Any]:
+        return {"messages": [model.invoke(prompt(state))]}
+
+    async def aagent(state: ReplayGuardState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(prompt(state))]}
+
+    builder = StateGraph(ReplayGuardState)
+    builder.add_node("agent", RunnableLambda(agent, afunc=aagent))
+    if guard is not None:
+        builder.add_node("tools", guard.tool_node(tools, handle_tool_errors=True))
+    else:
+        builder.add_node("tools", ToolNode(tools, handle_tool_errors=True))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    if guard is not None:
+        builder.add_conditional_edges("tools", guard.route_after_tools("agent"))
+    else:
+        builder.add_edge("tools", "agent")
+    return builder.compile(**compile_kwargs)

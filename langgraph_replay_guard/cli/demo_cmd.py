@@ -12,14 +12,11 @@ from typing import Any
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
 
-from langgraph_replay_guard._testing import ScriptedChatModel
+from langgraph_replay_guard._testing import ScriptedChatModel, agent_graph
 from langgraph_replay_guard.config import GuardConfig, ToolPolicy
 from langgraph_replay_guard.evaluation import evaluate_file
 from langgraph_replay_guard.guard import ReplayGuard
-from langgraph_replay_guard.integrations.graph_state import ReplayGuardState
 
 __all__ = ["add_parser", "run"]
 
@@ -84,20 +81,9 @@ def _run_agent(guard: ReplayGuard | None) -> _Outcome:
     )
     tools = _tools(runs)
 
-    def agent(state: ReplayGuardState) -> dict[str, Any]:
-        prompt = guard.system_prompt(state, SYSTEM) if guard else SYSTEM
-        return {"messages": [model.invoke([prompt, *state["messages"]])]}
-
-    builder = StateGraph(ReplayGuardState)
-    builder.add_node("agent", agent)
-    builder.add_node("tools", guard.tool_node(tools) if guard else ToolNode(tools))
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", tools_condition)
-    if guard:
-        builder.add_conditional_edges("tools", guard.route_after_tools("agent"))
-    else:
-        builder.add_edge("tools", "agent")
-    graph = builder.compile(checkpointer=InMemorySaver())
+    graph = agent_graph(
+        model, tools, guard=guard, system_prompt=SYSTEM, checkpointer=InMemorySaver()
+    )
     config: Any = {"configurable": {"thread_id": "demo"}, "recursion_limit": 1000}
     start = time.perf_counter()
     out = graph.invoke({"messages": [HumanMessage("My data doesn't work abroad.")]}, config)

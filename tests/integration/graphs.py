@@ -7,11 +7,9 @@ from collections import Counter
 from typing import Any
 
 from langchain_core.tools import BaseTool, ToolException, tool
-from langgraph.graph import START, StateGraph
-from langgraph.prebuilt import tools_condition
 
-from langgraph_replay_guard import GuardConfig, ReplayGuard, ReplayGuardState, ToolPolicy
-from langgraph_replay_guard._testing import ScriptedChatModel
+from langgraph_replay_guard import GuardConfig, ReplayGuard, ToolPolicy
+from langgraph_replay_guard._testing import ScriptedChatModel, agent_graph
 
 SYSTEM = "You are a customer-service agent."
 
@@ -105,24 +103,7 @@ def build_custom_graph(
     guard: ReplayGuard, model: ScriptedChatModel, tools: list[BaseTool], **compile_kwargs: Any
 ) -> Any:
     """A hand-written agent graph with a guarded ToolNode, as a user would write it."""
-
-    def agent(state: ReplayGuardState) -> dict[str, Any]:
-        prompt = guard.system_prompt(state, SYSTEM)
-        return {"messages": [model.invoke([prompt, *state["messages"]])]}
-
-    async def aagent(state: ReplayGuardState) -> dict[str, Any]:
-        prompt = guard.system_prompt(state, SYSTEM)
-        return {"messages": [await model.ainvoke([prompt, *state["messages"]])]}
-
-    from langchain_core.runnables import RunnableLambda
-
-    builder = StateGraph(ReplayGuardState)
-    builder.add_node("agent", RunnableLambda(agent, afunc=aagent))
-    builder.add_node("tools", guard.tool_node(tools, handle_tool_errors=True))
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", tools_condition)
-    builder.add_conditional_edges("tools", guard.route_after_tools("agent"))
-    return builder.compile(**compile_kwargs)
+    return agent_graph(model, tools, guard=guard, system_prompt=SYSTEM, **compile_kwargs)
 
 
 def build_agent(
