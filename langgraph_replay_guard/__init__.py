@@ -6,7 +6,6 @@ from langgraph_replay_guard.config import GuardConfig, ReplayClass, ToolPolicy
 from langgraph_replay_guard.control import GuardControl
 from langgraph_replay_guard.engine import Decision, Verdict
 from langgraph_replay_guard.errors import (
-    GuardStateError,
     InvalidArgumentsError,
     LoopAbortedError,
     NotReplayableError,
@@ -40,7 +39,6 @@ __all__ = [
     "Decision",
     "GuardConfig",
     "GuardControl",
-    "GuardStateError",
     "GuardView",
     "InvalidArgumentsError",
     "LoopAbortedError",

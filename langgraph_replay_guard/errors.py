@@ -24,10 +24,6 @@ class InvalidArgumentsError(ReplayGuardError, TypeError):
         self.path = path
 
 
-class GuardStateError(ReplayGuardError, ValueError):
-    """A guard channel value is corrupt or in a format this version cannot read."""
-
-
 class LoopAbortedError(ReplayGuardError):
     """The guard aborted a run because the agent was looping (`on_abort="error"`).
 

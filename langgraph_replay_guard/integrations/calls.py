@@ -234,9 +234,7 @@ def guard_update(config: GuardConfig, events: list[Event]) -> StateUpdate:
     return {"op": "events", "cfg": fold_settings(config), "events": events}
 
 
-def denied_event(
-    config: GuardConfig, planned: PlannedCall, batch: Batch, reason: str, *, abort: bool
-) -> Event:
+def denied_event(planned: PlannedCall, batch: Batch, reason: str, *, abort: bool) -> Event:
     """Event recording a call that was not executed."""
     assert planned.facts is not None
     return make_event(

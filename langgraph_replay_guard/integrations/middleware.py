@@ -147,11 +147,11 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             if planned is aborting:
                 content = aborting.decision.message or "Stopped by the loop guard."
                 reason = aborting.decision.reason or "repeat_limit"
-                events.append(denied_event(config, planned, batch, reason, abort=True))
+                events.append(denied_event(planned, batch, reason, abort=True))
             else:
                 content = stopped_sibling_message(planned.tool_call, aborting.decision)
                 if planned.facts is not None:
-                    events.append(denied_event(config, planned, batch, "stopped", abort=False))
+                    events.append(denied_event(planned, batch, "stopped", abort=False))
             answers.append(blocked_tool_message(planned.tool_call, content))
         answers.append(final_ai_message(aborting.decision))
         emit(getattr(runtime, "stream_writer", None), aborting.decision, aborting.tool_call)

@@ -157,12 +157,12 @@ class ToolCallGuard:
             if planned is aborting:
                 content = aborting.decision.message or "Stopped by the loop guard."
                 reason = aborting.decision.reason or "repeat_limit"
-                events = [denied_event(config, planned, batch, reason, abort=True)]
+                events = [denied_event(planned, batch, reason, abort=True)]
                 emit(writer, aborting.decision, tool_call)
             else:
                 content = stopped_sibling_message(tool_call, aborting.decision)
                 events = (
-                    [denied_event(config, planned, batch, "stopped", abort=False)]
+                    [denied_event(planned, batch, "stopped", abort=False)]
                     if planned.facts is not None
                     else []
                 )
@@ -182,7 +182,7 @@ class ToolCallGuard:
             return _Run(planned, batch)
         emit(writer, decision, tool_call)
         abort = decision.verdict is Verdict.ABORT
-        event = denied_event(config, planned, batch, decision.reason or "denied", abort=abort)
+        event = denied_event(planned, batch, decision.reason or "denied", abort=abort)
         messages = [blocked_tool_message(tool_call, decision.message or "Not executed.")]
         if abort and last:
             messages.append(final_ai_message(decision))
