@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = [
     "GUARD_CHANNEL",
     "BatchPlan",
+    "abort_answer",
     "blocked_tool_message",
     "final_ai_message",
     "find_batch",
@@ -35,6 +36,7 @@ __all__ = [
     "plan_batch",
     "result_outcome",
     "snapshot",
+    "state_field",
 ]
 
 logger = logging.getLogger("langgraph_replay_guard")
@@ -48,8 +50,12 @@ class Batch:
     """Where a tool call sits: its AIMessage, its position and the user turn."""
 
     ai_message: AIMessage
-    tool_calls: Sequence[ToolCall]
     turn: str | None
+
+    @property
+    def tool_calls(self) -> Sequence[ToolCall]:
+        """The calls of the batch, in the order the model asked for them."""
+        return self.ai_message.tool_calls
 
     @property
     def batch_id(self) -> str | None:
@@ -57,11 +63,15 @@ class Batch:
         return self.ai_message.id
 
 
-def _messages(state: Any, messages_key: str = "messages") -> Sequence[BaseMessage]:
+def state_field(state: Any, key: str) -> Any:
+    """A key of the graph state, which may be a mapping or an object (pydantic state)."""
     if isinstance(state, Mapping):
-        messages = state.get(messages_key, [])
-    else:
-        messages = getattr(state, messages_key, [])
+        return state.get(key)
+    return getattr(state, key, None)
+
+
+def _messages(state: Any, messages_key: str = "messages") -> Sequence[BaseMessage]:
+    messages = state_field(state, messages_key)
     return messages if isinstance(messages, Sequence) else []
 
 
@@ -127,7 +137,7 @@ def find_batch(
     turn = _turn_before(messages, ai_index, anchors or {})
     ai = messages[ai_index]
     assert isinstance(ai, AIMessage)
-    return Batch(ai_message=ai, tool_calls=ai.tool_calls, turn=turn)
+    return Batch(ai_message=ai, turn=turn)
 
 
 def current_turn(
@@ -292,12 +302,36 @@ def final_ai_message(decision: Decision) -> AIMessage:
     )
 
 
-def stopped_sibling_message(tool_call: ToolCall, aborting: Decision) -> str:
-    """What the model is told about a call skipped because a sibling aborted the run."""
-    return (
-        f"Not executed: the loop guard stopped the run because of '{aborting.tool}' "
-        f"({aborting.reason}). No further tool calls are made."
-    )
+def abort_answer(
+    planned: PlannedCall, aborting: PlannedCall, batch: Batch
+) -> tuple[ToolMessage, list[Event]]:
+    """Answer one call of a batch that aborts the run, and the events that record it.
+
+    The aborting call gets its decision's message; its siblings are told the run stopped.
+
+    Args:
+        planned: The call to answer.
+        aborting: The call whose decision aborts the run.
+        batch: Their batch.
+
+    Returns:
+        The ToolMessage and the events (none for a call whose arguments could not be keyed).
+    """
+    decision = aborting.decision
+    assert decision is not None
+    if planned is aborting:
+        content = decision.message or "Stopped by the loop guard."
+        reason = decision.reason or "repeat_limit"
+        events = [denied_event(planned, batch, reason, abort=True)]
+    else:
+        content = (
+            f"Not executed: the loop guard stopped the run because of '{decision.tool}' "
+            f"({decision.reason}). No further tool calls are made."
+        )
+        events = (
+            [] if planned.facts is None else [denied_event(planned, batch, "stopped", abort=False)]
+        )
+    return blocked_tool_message(planned.tool_call, content), events
 
 
 def loop_error(decision: Decision) -> LoopAbortedError:

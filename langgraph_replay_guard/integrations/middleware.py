@@ -20,8 +20,7 @@ from langgraph_replay_guard.config import GuardConfig
 from langgraph_replay_guard.guard import ReplayGuard
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
-    blocked_tool_message,
-    denied_event,
+    abort_answer,
     emit,
     final_ai_message,
     find_batch,
@@ -29,7 +28,6 @@ from langgraph_replay_guard.integrations.calls import (
     loop_error,
     plan_batch,
     snapshot,
-    stopped_sibling_message,
     turn_anchors,
 )
 from langgraph_replay_guard.integrations.prompt import (
@@ -144,15 +142,9 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         answers: list[ToolMessage | AIMessage] = []
         events: list[Event] = []
         for planned in plan.calls:
-            if planned is aborting:
-                content = aborting.decision.message or "Stopped by the loop guard."
-                reason = aborting.decision.reason or "repeat_limit"
-                events.append(denied_event(planned, batch, reason, abort=True))
-            else:
-                content = stopped_sibling_message(planned.tool_call, aborting.decision)
-                if planned.facts is not None:
-                    events.append(denied_event(planned, batch, "stopped", abort=False))
-            answers.append(blocked_tool_message(planned.tool_call, content))
+            answer, recorded = abort_answer(planned, aborting, batch)
+            answers.append(answer)
+            events.extend(recorded)
         answers.append(final_ai_message(aborting.decision))
         emit(getattr(runtime, "stream_writer", None), aborting.decision, aborting.tool_call)
         return {

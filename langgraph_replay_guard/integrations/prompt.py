@@ -12,17 +12,12 @@ from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
     current_turn,
     last_ai_id,
+    state_field,
     turn_anchors,
 )
 from langgraph_replay_guard.state import GuardView, settled
 
 __all__ = ["guard_view", "pending_reminder", "system_prompt_with_reminder"]
-
-
-def _channel_value(state: Any, channel: str) -> Any:
-    if isinstance(state, Mapping):
-        return state.get(channel)
-    return getattr(state, channel, None)
 
 
 def pending_reminder(
@@ -42,7 +37,7 @@ def pending_reminder(
     Returns:
         The reminder text, or None.
     """
-    value = _channel_value(state, channel)
+    value = state_field(state, channel)
     view = settled(value)
     reminder = view.get("reminder")
     if not reminder:
@@ -94,7 +89,7 @@ def guard_view(state_or_snapshot: Any, *, channel: str = GUARD_CHANNEL) -> Guard
         value: Any = values
         reminder = None
     else:
-        value = _channel_value(values, channel)
+        value = state_field(values, channel)
         reminder = pending_reminder(values, channel=channel)
     state = settled(value)
     if reminder is None and state.get("reminder"):

@@ -19,6 +19,7 @@ from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
     Batch,
     PlannedCall,
+    abort_answer,
     blocked_tool_message,
     current_turn,
     denied_event,
@@ -31,7 +32,7 @@ from langgraph_replay_guard.integrations.calls import (
     plan_batch,
     result_outcome,
     snapshot,
-    stopped_sibling_message,
+    state_field,
     turn_anchors,
 )
 from langgraph_replay_guard.state import Event, settled
@@ -127,23 +128,18 @@ class ToolCallGuard:
 
     # -- deciding -----------------------------------------------------------------------------
 
-    def _state_value(self, state: Any) -> Any:
-        if isinstance(state, Mapping):
-            return state.get(self.channel)
-        return getattr(state, self.channel, None)
-
     def _prepare(self, request: ToolCallRequest) -> _Run | ToolResult | None:
         """Decide a call: `_Run` to execute it, a result to answer it, None to pass it on."""
         tool_call = request.tool_call
         if request.tool is None:
             return None
         state = request.state
-        value = self._state_value(state)
+        value = state_field(state, self.channel)
         anchors = turn_anchors(value)
         batch = find_batch(state, tool_call.get("id"), self.messages_key, anchors)
         if batch is None:  # a ToolNode called with bare tool calls: a batch of one
             turn = current_turn(state, self.messages_key, anchors)
-            batch = Batch(AIMessage(content="", tool_calls=[tool_call]), [tool_call], turn)
+            batch = Batch(AIMessage(content="", tool_calls=[tool_call]), turn)
         config = self.guard.config
         plan = plan_batch(config, snapshot(value, batch.batch_id), batch)
         planned = plan.call(tool_call.get("id")) or plan.calls[-1]
@@ -154,19 +150,10 @@ class ToolCallGuard:
         if aborting is not None and aborting.decision is not None:
             if config.on_abort == "error" and self.raise_on_abort:
                 raise loop_error(aborting.decision)
+            answer, events = abort_answer(planned, aborting, batch)
             if planned is aborting:
-                content = aborting.decision.message or "Stopped by the loop guard."
-                reason = aborting.decision.reason or "repeat_limit"
-                events = [denied_event(planned, batch, reason, abort=True)]
                 emit(writer, aborting.decision, tool_call)
-            else:
-                content = stopped_sibling_message(tool_call, aborting.decision)
-                events = (
-                    [denied_event(planned, batch, "stopped", abort=False)]
-                    if planned.facts is not None
-                    else []
-                )
-            messages: list[Any] = [blocked_tool_message(tool_call, content)]
+            messages: list[Any] = [answer]
             if last:
                 messages.append(final_ai_message(aborting.decision))
             return self._answer(messages, events)
@@ -279,7 +266,7 @@ def route_after_tools(
     """
 
     def route(state: Any) -> str:
-        value = state.get(channel) if isinstance(state, Mapping) else getattr(state, channel, None)
+        value = state_field(state, channel)
         view = settled(value)
         stop = view.get("stop")
         if stop is None or view.get("turn") != current_turn(state, anchors=turn_anchors(value)):
