@@ -69,10 +69,9 @@ class Event(TypedDict):
 class StateUpdate(TypedDict, total=False):
     """What a guarded node writes into the channel."""
 
-    op: Literal["events", "reset"]
+    op: Literal["events"]
     cfg: dict[str, Any]
     events: list[Event]
-    notice: str
 
 
 def new_state() -> dict[str, Any]:
@@ -439,17 +438,13 @@ def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
         # taken as it is when readable, otherwise reported and reset.
         return load_state(update)
     state = load_state(current)
-    if not isinstance(update, Mapping) or update.get("op") not in {"events", "reset"}:
+    if not isinstance(update, Mapping) or update.get("op") != "events":
         state["notice"] = (
             f"ignored a write to the guard channel that is not a guard update "
             f"({type(update).__name__}); write guard state only through the guard."
         )
         logger.warning("langgraph-replay-guard: %s", state["notice"])
         return state
-    if update["op"] == "reset":
-        fresh = new_state()
-        fresh["notice"] = update.get("notice")
-        return fresh
     try:
         fold_events(state, list(update.get("events", [])), update.get("cfg", {}))
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
