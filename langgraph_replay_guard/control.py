@@ -7,6 +7,7 @@ from typing import Any
 
 from langgraph_replay_guard.config import GuardConfig
 from langgraph_replay_guard.engine import (
+    CallFacts,
     Decision,
     Verdict,
     call_facts,
@@ -143,23 +144,29 @@ class GuardControl:
             args: Tool arguments.
             reason: The decision, or its reason; when omitted the current decision is used.
         """
+        facts = call_facts(self._config, name, args)
         with self._lock:
-            decision = reason if isinstance(reason, Decision) else self.evaluate(name, args)
+            if isinstance(reason, Decision):
+                decision = reason
+            else:
+                decision = decide(self._state, facts, self._config)
             why = reason if isinstance(reason, str) else decision.reason
             aborts = decision.verdict is Verdict.ABORT and why == decision.reason
-            self._record(name, args, "denied", reason=why or "denied", abort=aborts)
+            self._fold(facts, "denied", reason=why or "denied", abort=aborts)
 
-    def _record(
+    def _record(self, name: str, args: Any, outcome: Outcome, *, result: str | None = None) -> None:
+        self._fold(call_facts(self._config, name, args), outcome, result=result)
+
+    def _fold(
         self,
-        name: str,
-        args: Any,
+        facts: CallFacts,
         outcome: Outcome,
         *,
         result: str | None = None,
         reason: str | None = None,
         abort: bool = False,
     ) -> None:
-        facts = call_facts(self._config, name, args)
+        """Record one call whose facts are already known (the key is computed once)."""
         event = make_event(
             facts,
             outcome,
