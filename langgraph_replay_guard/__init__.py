@@ -11,6 +11,7 @@ from langgraph_replay_guard.errors import (
     NotReplayableError,
     ReplayConflictError,
     ReplayGuardError,
+    ReplayGuardWarning,
     ReplayHashMismatchError,
     ReplayUnsafeError,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "ReplayGuardError",
     "ReplayGuardMiddleware",
     "ReplayGuardState",
+    "ReplayGuardWarning",
     "ReplayHashMismatchError",
     "ReplayUnsafeError",
     "ToolPolicy",

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 from langgraph_replay_guard.config import GuardConfig
 from langgraph_replay_guard.control import GuardControl
@@ -29,7 +29,12 @@ class ReplayGuard:
     Args:
         config: Guard configuration; `GuardConfig()` defaults when omitted. A mapping is
             validated as a `GuardConfig`.
-        store: A LangGraph `BaseStore` for the durable replay ledger.
+        store: A LangGraph `BaseStore` for the durable replay ledger (`SqliteStore`,
+            `PostgresStore`; `InMemoryStore` for tests). When omitted, the graph's own store
+            (`compile(store=...)`, `create_agent(store=...)`) is used; without any store
+            there is no ledger and `unsafe` tools get a warning.
+        namespace: Namespace prefix of the ledger rows in the store; give each tenant its
+            own (`("replay_guard", tenant_id)`) so tenants never see each other's rows.
     """
 
     def __init__(
@@ -37,6 +42,7 @@ class ReplayGuard:
         config: GuardConfig | dict[str, Any] | None = None,
         *,
         store: BaseStore | None = None,
+        namespace: Sequence[str] = ("replay_guard",),
     ) -> None:
         """Create a guard."""
         if config is None:
@@ -45,6 +51,10 @@ class ReplayGuard:
             config = GuardConfig.model_validate(config)
         self.config: GuardConfig = config
         self.store = store
+        if isinstance(namespace, str) or not namespace:
+            msg = f"namespace must be a non-empty tuple of strings, got {namespace!r}"
+            raise ValueError(msg)
+        self.namespace: tuple[str, ...] = tuple(namespace)
 
     def control(self) -> GuardControl:
         """Return a framework-free control for one turn (the seed's vocabulary).
@@ -157,7 +167,71 @@ class ReplayGuard:
             ReplayGuardMiddleware,
         )
 
-        return ReplayGuardMiddleware(self.config, store=self.store, name=name)
+        return ReplayGuardMiddleware(
+            self.config, store=self.store, name=name, namespace=self.namespace
+        )
+
+    # -- replay --------------------------------------------------------------------------------
+
+    def resolve(
+        self,
+        graph: Any,
+        config: Mapping[str, Any],
+        tool_call_id: str,
+        outcome: Literal["succeeded", "failed", "retry"],
+        result: Any = None,
+        *,
+        resume: bool = True,
+        **invoke_kwargs: Any,
+    ) -> Any:
+        """Settle an unsafe call whose outcome is unknown, then resume the graph.
+
+        Only a human who checked upstream can say what happened: `succeeded` (give the
+        `result` they confirmed; the model receives it as the tool's result), `failed`
+        (`result` is the error text) or `retry` (run the tool again). Nothing else turns an
+        unknown outcome into a known one.
+
+        Args:
+            graph: The compiled graph (or `create_agent` agent) that stopped.
+            config: Its config, with the `thread_id`.
+            tool_call_id: The call named by `ReplayUnsafeError.facts["tool_call_id"]` or
+                the guard's interrupt value.
+            outcome: `"succeeded"`, `"failed"` or `"retry"`.
+            result: The confirmed result (succeeded) or error text (failed).
+            resume: Resume the graph after recording (answering the guard's interrupt, or
+                `invoke(None, config)` after a `ReplayUnsafeError`).
+            **invoke_kwargs: Passed to the resuming `invoke` (e.g. `durability="sync"`).
+
+        Returns:
+            The graph's output after resuming, or None with `resume=False`.
+
+        Raises:
+            ValueError: No unknown outcome is recorded for that call, or `outcome` is not
+                one of the three words.
+        """
+        from langgraph_replay_guard.integrations.resolve import resolve
+
+        return resolve(
+            self, graph, config, tool_call_id, outcome, result, resume=resume, **invoke_kwargs
+        )
+
+    async def aresolve(
+        self,
+        graph: Any,
+        config: Mapping[str, Any],
+        tool_call_id: str,
+        outcome: Literal["succeeded", "failed", "retry"],
+        result: Any = None,
+        *,
+        resume: bool = True,
+        **invoke_kwargs: Any,
+    ) -> Any:
+        """Async twin of `resolve` (for graphs run with `ainvoke` and async stores)."""
+        from langgraph_replay_guard.integrations.resolve import aresolve
+
+        return await aresolve(
+            self, graph, config, tool_call_id, outcome, result, resume=resume, **invoke_kwargs
+        )
 
     def __repr__(self) -> str:
         """Show the configuration that differs from the defaults."""
