@@ -142,9 +142,8 @@ def run_trial(trial: Trial) -> Trial:
             )
         )
     if report.get("status") == "done":
-        trial.resumes.append(
-            "replayed " + ",".join(report["replayed"]) if report["replayed"] else "continued"
-        )
+        replayed = ", ".join(report["replayed"])
+        trial.resumes.append(f"answered from the ledger: {replayed}" if replayed else "went on")
     trial.final = report
     _count(trial)
     return trial
