@@ -68,7 +68,8 @@ def ledger_costs(store, label: str) -> None:
 
     def hit(i: int) -> None:  # a re-run: read the row, rebuild the ToolMessage
         entry = ledger.get(ids[i])
-        assert entry is not None and entry.has_outcome
+        assert entry is not None
+        assert entry.has_outcome
         replayed_message(entry, {"name": "send_email", "id": f"call-{i}"})
 
     write = _median_us(first_run)
