@@ -255,6 +255,7 @@ def denied_event(planned: PlannedCall, batch: Batch, reason: str, *, abort: bool
         batch=batch.batch_id,
         index=planned.index,
         turn=batch.turn,
+        batch_size=len(batch.tool_calls),
     )
 
 
@@ -271,6 +272,7 @@ def executed_event(
         batch=batch.batch_id,
         index=planned.index,
         turn=batch.turn,
+        batch_size=len(batch.tool_calls),
     )
 
 
