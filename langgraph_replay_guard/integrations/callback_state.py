@@ -15,7 +15,8 @@ from langgraph_replay_guard.state import StateUpdate, merge_guard_state
 if TYPE_CHECKING:
     from langgraph.store.base import BaseStore
 
-    from langgraph_replay_guard.integrations.calls import BatchPlan, PlannedCall
+    from langgraph_replay_guard.integrations.callback_guard import Admitted
+    from langgraph_replay_guard.integrations.calls import BatchPlan
 
 __all__ = ["RunInfo", "RunTree", "Scope", "ScopeKey", "ScopeTable"]
 
@@ -36,7 +37,7 @@ class RunInfo:
     root: UUID
     inside_tool: bool
     """The run is a tool run or runs inside one (a tool that calls a model or a tool)."""
-    call: tuple[Scope, BatchPlan, PlannedCall] | None = None
+    call: Admitted | None = None
     """For a guarded tool run that was let through: what to record when it ends."""
 
 
@@ -44,14 +45,15 @@ class RunTree:
     """Root run, scope and tool nesting of every started run, bounded.
 
     Callbacks only get a run's id and its parent's id; `on_*_end` events carry no metadata.
-    The tree remembers, from each start, which scope and root the run belongs to. Not
-    thread-safe: the handler holds its lock around every call.
+    The tree remembers, from each start, which scope and root the run belongs to.
+    Thread-safe: parallel tool calls report from several threads.
     """
 
     def __init__(self, cap: int = MAX_OPEN_RUNS) -> None:
         """Create an empty tree."""
         self._runs: OrderedDict[UUID, RunInfo] = OrderedDict()
         self._cap = cap
+        self._lock = threading.Lock()
 
     def start(
         self,
@@ -72,7 +74,8 @@ class RunTree:
         Returns:
             The run's info and whether its parent runs inside a tool.
         """
-        parent = self._runs.get(parent_run_id) if parent_run_id is not None else None
+        with self._lock:
+            parent = self._runs.get(parent_run_id) if parent_run_id is not None else None
         if parent is not None:
             root = parent.root
         else:
@@ -87,18 +90,16 @@ class RunTree:
             scope = ("run", str(root))
         nested = parent is not None and parent.inside_tool
         info = RunInfo(scope=scope, root=root, inside_tool=nested or tool)
-        self._runs[run_id] = info
-        if len(self._runs) > self._cap:
-            self._runs.popitem(last=False)
+        with self._lock:
+            self._runs[run_id] = info
+            if len(self._runs) > self._cap:
+                self._runs.popitem(last=False)
         return info, nested
-
-    def get(self, run_id: UUID) -> RunInfo | None:
-        """The info of a started run that has not ended."""
-        return self._runs.get(run_id)
 
     def end(self, run_id: UUID) -> RunInfo | None:
         """Forget a run that ended and return its info."""
-        return self._runs.pop(run_id, None)
+        with self._lock:
+            return self._runs.pop(run_id, None)
 
 
 @dataclass(eq=False)

@@ -12,7 +12,7 @@ from uuid import UUID
 from langchain_core.agents import AgentAction
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.exceptions import OutputParserException
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import ToolInvocationError
@@ -20,40 +20,11 @@ from langgraph.types import Command
 
 from langgraph_replay_guard.config import GuardConfig
 from langgraph_replay_guard.control import result_text
-from langgraph_replay_guard.engine import (
-    Decision,
-    Verdict,
-    call_facts,
-    decide,
-    make_event,
-    render_reminder,
-)
-from langgraph_replay_guard.errors import (
-    InvalidArgumentsError,
-    LoopAbortedError,
-    ReplayGuardError,
-)
-from langgraph_replay_guard.integrations.callback_state import (
-    RunInfo,
-    RunTree,
-    Scope,
-    ScopeKey,
-    ScopeTable,
-)
-from langgraph_replay_guard.integrations.calls import (
-    Batch,
-    BatchPlan,
-    PlannedCall,
-    abort_answer,
-    denied_event,
-    emit,
-    executed_event,
-    guard_update,
-    loop_error,
-    result_outcome,
-    snapshot,
-)
-from langgraph_replay_guard.state import Event, GuardView, settled, state_for_turn
+from langgraph_replay_guard.errors import LoopAbortedError, ReplayGuardError
+from langgraph_replay_guard.integrations.callback_guard import Call, CallbackGuard, Refusal
+from langgraph_replay_guard.integrations.callback_state import RunTree, ScopeKey, ScopeTable
+from langgraph_replay_guard.integrations.calls import emit, result_outcome
+from langgraph_replay_guard.state import GuardView
 
 if TYPE_CHECKING:
     from langgraph.store.base import BaseStore
@@ -69,8 +40,6 @@ DEFAULT_NAMESPACE = ("replay_guard", "callbacks")
 
 # Tools an AgentExecutor runs itself to report a parsing error or an unknown tool name.
 _EXECUTOR_TOOLS = frozenset({"_Exception", "invalid_tool"})
-
-_ANSWER_NOW = " Do not call any more tools; answer the user now."
 
 
 class ToolCallBlockedError(ReplayGuardError, ToolInvocationError, OutputParserException):
@@ -95,12 +64,11 @@ class ToolCallBlockedError(ReplayGuardError, ToolInvocationError, OutputParserEx
         self.message = message
         self.tool_name = tool_name
         self.tool_kwargs: dict[str, Any] = {}
-        self.source = None  # ToolInvocationError's validation error: there is none
+        self.source = None  # type: ignore[assignment]  # no validation error caused it
         self.filtered_errors = None
         self.observation = message
         self.llm_output = message
         self.send_to_llm = True
-
 
 
 _SIGNALS = (ToolCallBlockedError, LoopAbortedError)
@@ -167,11 +135,6 @@ def _step_id(actions: list[AgentAction]) -> str:
     return message_id or f"step:{uuid.uuid4().hex}"
 
 
-def _tool_call(name: str, args: Any, call_id: str | None) -> ToolCall:
-    # Executors may pass a plain string as a tool's input; the call key hashes it as it is.
-    return cast("ToolCall", {"name": name, "args": args, "id": call_id, "type": "tool_call"})
-
-
 class ReplayGuardCallbackHandler(BaseCallbackHandler):
     """Loop and duplicate protection for agents you cannot rebuild, as a callback handler.
 
@@ -228,7 +191,7 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         elif not isinstance(config, GuardConfig):
             config = GuardConfig.model_validate(config)
         self.config: GuardConfig = config
-        self._scopes = ScopeTable(max_threads, store, namespace)
+        self._guard = CallbackGuard(config, ScopeTable(max_threads, store, namespace))
         self._runs = RunTree()
         # Pure in-memory work takes microseconds: run it on the event loop in async runs.
         # Store I/O may block, so with a store LangChain runs the handler in its executor.
@@ -236,7 +199,9 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
 
     # -- public API ---------------------------------------------------------------------------
 
-    def inspect(self, thread_id: str | None = None, *, run_id: UUID | str | None = None) -> GuardView:
+    def inspect(
+        self, thread_id: str | None = None, *, run_id: UUID | str | None = None
+    ) -> GuardView:
         """A read-only view of a thread's guard state.
 
         Args:
@@ -247,39 +212,26 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             Counters, recent calls, stop reason, recent blocked calls and the pending
             reminder (not cleared). An unknown thread gives the view of an empty state.
         """
-        value = self._value(thread_id, run_id)
-        state = settled(value)
-        pending = state.get("reminder")
-        return GuardView.from_state(state, render_reminder(pending) if pending else None)
+        return self._guard.view(_scope_key(thread_id, run_id))
 
-    def reminder(self, thread_id: str | None = None, *, run_id: UUID | str | None = None) -> str | None:
+    def reminder(
+        self, thread_id: str | None = None, *, run_id: UUID | str | None = None
+    ) -> str | None:
         """The pending loop reminder for the thread's next prompt, returned once.
 
         A callback cannot edit a prompt: put this text into the system prompt of the next
-        model call yourself (with `create_agent`, from a `@dynamic_prompt` middleware).
+        model call yourself (with `create_agent`, from a `@dynamic_prompt` middleware). It
+        never contains tool output.
 
         Args:
             thread_id: The thread.
             run_id: Instead of a thread, the root run id of a run without a thread id.
 
         Returns:
-            The reminder, or None when no layer tripped since the last read in this turn.
+            The reminder, or None when no layer tripped at the latest batch of tool calls
+            or it was returned already.
         """
-        key = self._key(thread_id, run_id)
-        scope = self._scopes.peek(key)
-        if scope is None:
-            return None
-        with scope.lock:
-            state = settled(self._scopes.read(scope))
-            pending = state.get("reminder")
-            # Only for the model call that reads the tripping batch's results.
-            if not pending or pending.get("batch") != scope.last_batch:
-                return None
-            marker = tuple(sorted(pending.items()))
-            if marker == scope.shown:
-                return None
-            scope.shown = marker
-            return render_reminder(pending)
+        return self._guard.reminder(_scope_key(thread_id, run_id))
 
     def check(self, agent: Any) -> ReplayGuardCallbackHandler:
         """Fail now if `agent` would not hand the handler's refusals to the model.
@@ -306,7 +258,7 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             raise ValueError(msg)
         return self
 
-    # -- run tree -------------------------------------------------------------------------------
+    # -- chains: the run tree and AgentExecutor steps -----------------------------------------
 
     @_fail_open
     def on_chain_start(
@@ -332,12 +284,25 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         parent_run_id: UUID | None = None,
         **kwargs: Any,
     ) -> None:
-        """Decide an `AgentExecutor` step as soon as the agent has chosen its tool calls."""
+        """Decide an `AgentExecutor` step as soon as the agent has chosen its tool calls.
+
+        Raises:
+            ToolCallBlockedError: The step must not run (an `OutputParserException`, which
+                `AgentExecutor(handle_parsing_errors=True)` turns into an observation).
+            LoopAbortedError: The run is aborted.
+        """
         info = self._runs.end(run_id)
         actions = _actions(outputs)
         if info is None or actions is None or info.inside_tool:
             return
-        self._plan_step(info, actions)
+        calls: list[Call] = [
+            (a.tool, a.tool_input, getattr(a, "tool_call_id", None))
+            for a in actions
+            if a.tool not in _EXECUTOR_TOOLS
+        ]
+        refusal = self._guard.step(info.scope, actions[0], _step_id(actions), calls)
+        if refusal is not None:
+            raise _refuse(refusal)
 
     @_fail_open
     def on_chain_error(
@@ -365,10 +330,16 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        """Note the turn; refuse the model call of a stopped run with `on_abort="error"`."""
+        """Note the turn of the model call.
+
+        Raises:
+            LoopAbortedError: With `on_abort="error"`, when the turn was stopped.
+        """
         info, _ = self._runs.start(run_id, parent_run_id, metadata)
         if not info.inside_tool:
-            self._model_start(info, _turn_of(messages[0] if messages else [], info.root))
+            self._guard.model_start(
+                info.scope, _turn_of(messages[0] if messages else [], info.root)
+            )
 
     @_fail_open
     def on_llm_start(
@@ -382,10 +353,14 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        """A text model's call: the run is the turn."""
+        """A text model's call: the root run is the turn.
+
+        Raises:
+            LoopAbortedError: With `on_abort="error"`, when the turn was stopped.
+        """
         info, _ = self._runs.start(run_id, parent_run_id, metadata)
         if not info.inside_tool:
-            self._model_start(info, f"run:{info.root}")
+            self._guard.model_start(info.scope, f"run:{info.root}")
 
     @_fail_open
     def on_llm_end(
@@ -397,7 +372,12 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         tags: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        """Decide the batch of tool calls the model asked for, against one snapshot."""
+        """Decide the batch of tool calls the model asked for, against one snapshot.
+
+        Raises:
+            LoopAbortedError: When the batch aborts with `on_abort="error"`, or the model
+                asks for tools after the guard stopped the run.
+        """
         info = self._runs.end(run_id)
         if info is None or info.inside_tool:
             return
@@ -405,13 +385,11 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         message = generation.message if isinstance(generation, ChatGeneration) else None
         if not isinstance(message, AIMessage):
             return
-        scope = self._scopes.get(info.scope)
-        with scope.lock:
-            if not message.tool_calls:
-                scope.last_batch = None  # a final answer: no reminder is pending any more
-                return
-            calls = [(c["name"], c.get("args", {}), c.get("id")) for c in message.tool_calls]
-            self._plan(scope, message.id or f"run:{run_id}", calls)
+        if not message.tool_calls:
+            self._guard.model_answered(info.scope)
+            return
+        calls = [(c["name"], c.get("args", {}), c.get("id")) for c in message.tool_calls]
+        self._guard.batch(info.scope, message.id or f"run:{run_id}", calls)
 
     @_fail_open
     def on_llm_error(
@@ -441,36 +419,28 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         inputs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        """Let the call run, or refuse it by raising `ToolCallBlockedError`.
+        """Let the call run, or refuse it before its body runs.
 
         Raises:
             ToolCallBlockedError: The call must not run; its text is what the model reads.
-            LoopAbortedError: The run is aborted (`on_abort="error"`, or tools asked for
-                after the guard stopped the run).
+            LoopAbortedError: The run is aborted.
         """
         info, nested = self._runs.start(run_id, parent_run_id, metadata, tool=True)
         name = (serialized or {}).get("name") or kwargs.get("name") or ""
         if nested or name in _EXECUTOR_TOOLS:
             return  # a tool used inside a tool is part of the outer call
-        args: Any = inputs if inputs is not None else input_str
-        scope = self._scopes.get(info.scope)
+        call: Call = (name, inputs if inputs is not None else input_str, kwargs.get("tool_call_id"))
         try:
-            with scope.lock:
-                plan, planned = self._claim(scope, info, run_id, name, args, kwargs.get("tool_call_id"))
-                message, events = self._answer(plan, planned)
-                if message is None:
-                    info.call = (scope, plan, planned)
-                    return
-                if events:
-                    self._scopes.write(scope, guard_update(self.config, events))
-        except _SIGNALS:
+            admitted = self._guard.tool_start(
+                info.scope, call, fallback_id=f"run:{run_id}", fallback_turn=f"run:{info.root}"
+            )
+        except LoopAbortedError:
             self._runs.end(run_id)
             raise
-        self._runs.end(run_id)  # the tool body will not run, so no end event comes
-        if planned.decision is not None:
-            emit(_stream_writer(), planned.decision, planned.tool_call)
-            logger.info("langgraph-replay-guard: refused %s: %s", name, planned.decision.reason)
-        raise ToolCallBlockedError(message, tool_name=name)
+        if isinstance(admitted, Refusal):
+            self._runs.end(run_id)  # the body will not run, so no end event comes
+            raise _refuse(admitted, name)
+        info.call = admitted
 
     @_fail_open
     def on_tool_end(
@@ -488,8 +458,10 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         if isinstance(output, ToolMessage | Command):
             outcome, text = result_outcome(output)
         else:
+            # An AgentExecutor passes no tool call id, so a tool's handled error arrives as
+            # plain text: it is recorded as a result.
             outcome, text = "success", result_text(output)
-        self._record(info, outcome, text)
+        self._guard.record(info.call, outcome, text)
 
     @_fail_open
     def on_tool_error(
@@ -505,194 +477,7 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         if info is None or info.call is None or isinstance(error, GraphBubbleUp):
             return  # an interrupt is not an outcome: the call runs again on resume
         outcome = "timeout" if isinstance(error, TimeoutError) else "failure"
-        self._record(info, outcome, str(error))
-
-    # -- deciding -------------------------------------------------------------------------------
-
-    def _key(self, thread_id: str | None, run_id: UUID | str | None) -> ScopeKey:
-        if thread_id is not None:
-            return ("thread", str(thread_id))
-        if run_id is not None:
-            return ("run", str(run_id))
-        msg = "Pass the thread_id (or, for a run without one, its root run_id)."
-        raise TypeError(msg)
-
-    def _value(self, thread_id: str | None, run_id: UUID | str | None) -> Any:
-        key = self._key(thread_id, run_id)
-        if key[0] == "thread":
-            return self._scopes.read_thread(key[1])
-        scope = self._scopes.peek(key)
-        return scope.value if scope is not None else None
-
-    def _model_start(self, info: RunInfo, turn: str) -> None:
-        scope = self._scopes.get(info.scope)
-        with scope.lock:
-            scope.turn = turn
-            if self.config.on_abort != "error":
-                return
-            view = state_for_turn(settled(self._scopes.read(scope)), turn, self.config.scope)
-            stop = view.get("stop")
-        if stop is not None:
-            # The abort was turned into a ToolMessage (a ToolNode handling every error):
-            # stop before the model is called again.
-            msg = (
-                f"Loop aborted: '{stop['tool']}' ({stop['reason']}, attempt {stop['count']})."
-            )
-            raise LoopAbortedError(msg, tool=stop["tool"], reason=stop["reason"], count=stop["count"])
-
-    def _plan(
-        self,
-        scope: Scope,
-        batch_id: str,
-        calls: Sequence[tuple[str, Any, str | None]],
-        *,
-        keep: bool = True,
-    ) -> BatchPlan:
-        """Decide every call of a batch by position against one snapshot (scope lock held).
-
-        Raises:
-            LoopAbortedError: When the batch aborts with `on_abort="error"`, or the model
-                asks for tools after the guard stopped the run.
-        """
-        config = self.config
-        state = snapshot(self._scopes.read(scope), batch_id)
-        batch = Batch(AIMessage(content="", id=batch_id), scope.turn)
-        earlier: list[str] = []
-        planned: list[PlannedCall] = []
-        for index, (name, args, call_id) in enumerate(calls):
-            tool_call = _tool_call(name, args, call_id)
-            try:
-                facts = call_facts(config, name, args)
-            except InvalidArgumentsError as exc:
-                planned.append(PlannedCall(tool_call, index, None, None, exc))
-                continue
-            decision = decide(state, facts, config, turn=scope.turn, earlier_in_batch=earlier)
-            earlier.append(facts.key)
-            planned.append(PlannedCall(tool_call, index, facts, decision, None))
-        plan = BatchPlan(batch, planned)
-        scope.last_batch = batch_id
-        aborting = plan.abort if config.on_abort != "continue" else None
-        if aborting is not None and aborting.decision is not None:
-            view = state_for_turn(state, scope.turn, config.scope)
-            if view.get("stop") is not None and view.get("last_batch") != batch_id:
-                raise self._ignored_stop(aborting.decision)
-            if config.on_abort == "error":
-                events = abort_answer(aborting, aborting, batch)[1]
-                self._scopes.write(scope, guard_update(config, events))
-                raise loop_error(aborting.decision)
-        if keep:
-            scope.plan, scope.taken, scope.executor = plan, set(), False
-        return plan
-
-    def _ignored_stop(self, decision: Decision) -> LoopAbortedError:
-        msg = (
-            "Loop aborted: the model asked for more tool calls after the loop guard stopped "
-            "the run, and a callback cannot end a run any other way. Use "
-            "ReplayGuardMiddleware (create_agent) to end runs gracefully."
-        )
-        return LoopAbortedError(msg, tool=decision.tool, reason="stopped", count=decision.count)
-
-    def _plan_step(self, info: RunInfo, actions: list[AgentAction]) -> None:
-        """Decide an `AgentExecutor` step; refuse it whole if any call is refused.
-
-        The executor turns only an `OutputParserException` raised while the agent plans into
-        an observation, so a refusal must be raised here, before any tool of the step runs.
-        The calls of a refused step that the guard would have allowed are not run either;
-        the model is told to ask for them again.
-        """
-        scope = self._scopes.get(info.scope)
-        with scope.lock:
-            if scope.actions is actions[0]:
-                return  # the same step seen again as the output of an enclosing chain
-            scope.actions = actions[0]
-            calls = [
-                (a.tool, a.tool_input, getattr(a, "tool_call_id", None))
-                for a in actions
-                if a.tool not in _EXECUTOR_TOOLS
-            ]
-            if not calls:
-                return
-            plan = self._plan(scope, _step_id(actions), calls)
-            scope.executor = True
-            answers = [self._answer(plan, planned) for planned in plan.calls]
-            if all(message is None for message, _ in answers):
-                return
-            events = [event for _, recorded in answers for event in recorded]
-            if events:
-                self._scopes.write(scope, guard_update(self.config, events))
-            scope.plan = None
-        for planned, (message, _) in zip(plan.calls, answers, strict=True):
-            if message is not None and planned.decision is not None:
-                emit(_stream_writer(), planned.decision, planned.tool_call)
-        raise ToolCallBlockedError(_step_message(plan, [m for m, _ in answers]))
-
-    def _claim(
-        self,
-        scope: Scope,
-        info: RunInfo,
-        run_id: UUID,
-        name: str,
-        args: Any,
-        call_id: str | None,
-    ) -> tuple[BatchPlan, PlannedCall]:
-        """The planned call a started tool run is, planning a batch of one when unknown."""
-        plan = scope.plan
-        if plan is not None:
-            for planned in plan.calls:
-                if planned.index in scope.taken:
-                    continue
-                tool_call = planned.tool_call
-                if call_id is not None and tool_call.get("id") == call_id:
-                    scope.taken.add(planned.index)
-                    return plan, planned
-                if (
-                    (call_id is None or scope.executor)
-                    and tool_call["name"] == name
-                    and tool_call["args"] == args
-                ):
-                    scope.taken.add(planned.index)
-                    return plan, planned
-        if scope.turn is None:
-            scope.turn = f"run:{info.root}"
-        single = self._plan(scope, call_id or f"run:{run_id}", [(name, args, call_id)], keep=False)
-        return single, single.calls[0]
-
-    def _answer(self, plan: BatchPlan, planned: PlannedCall) -> tuple[str | None, list[Event]]:
-        """What the model is told instead of running a call (None: run it), and its events."""
-        aborting = plan.abort if self.config.on_abort != "continue" else None
-        if aborting is not None and aborting.decision is not None:
-            answer, events = abort_answer(planned, aborting, plan.batch)
-            text = answer.text + (_ANSWER_NOW if planned is aborting else "")
-            return text, events
-        if planned.error is not None:
-            logger.warning("langgraph-replay-guard: %s", planned.error)
-            return f"Not executed: {planned.error}", []
-        decision = planned.decision
-        if decision is None or decision.verdict is Verdict.ALLOW:
-            return None, []
-        abort = decision.verdict is Verdict.ABORT
-        event = denied_event(planned, plan.batch, decision.reason or "denied", abort=abort)
-        return decision.message or "Not executed.", [event]
-
-    # -- recording ------------------------------------------------------------------------------
-
-    def _record(self, info: RunInfo, outcome: str, text: str | None) -> None:
-        assert info.call is not None
-        scope, plan, planned = info.call
-        if planned.facts is None:
-            return
-        if outcome == "timeout":
-            event = make_event(
-                planned.facts,
-                "timeout",
-                batch=plan.batch.batch_id,
-                index=planned.index,
-                turn=plan.batch.turn,
-            )
-        else:
-            event = executed_event(self.config, planned, plan.batch, outcome, text)
-        with scope.lock:
-            self._scopes.write(scope, guard_update(self.config, [event]))
+        self._guard.record(info.call, outcome, str(error))
 
     def __repr__(self) -> str:
         """Show the configuration that differs from the defaults."""
@@ -700,16 +485,19 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         return f"ReplayGuardCallbackHandler(config=GuardConfig(**{changed!r}))"
 
 
-def _step_message(plan: BatchPlan, messages: list[str | None]) -> str:
-    """The observation of a refused `AgentExecutor` step."""
-    if len(plan.calls) == 1 and messages[0] is not None:
-        return messages[0]
-    lines = ["The loop guard did not run the tool calls of this step:"]
-    for planned, message in zip(plan.calls, messages, strict=True):
-        call = planned.tool_call
-        why = message or (
-            "not run because another call of the same step was refused; ask for it again "
-            "if you still need it."
-        )
-        lines.append(f"- {call['name']}: {why}")
-    return "\n".join(lines)
+def _scope_key(thread_id: str | None, run_id: UUID | str | None) -> ScopeKey:
+    if thread_id is not None:
+        return ("thread", str(thread_id))
+    if run_id is not None:
+        return ("run", str(run_id))
+    msg = "Pass the thread_id (or, for a run without one, its root run_id)."
+    raise TypeError(msg)
+
+
+def _refuse(refusal: Refusal, tool_name: str = "") -> ToolCallBlockedError:
+    """The error that refuses a call, after reporting the decisions on the custom stream."""
+    writer = _stream_writer()
+    for decision, tool_call in refusal.decisions:
+        emit(writer, decision, tool_call)
+        logger.info("langgraph-replay-guard: refused %s (%s)", decision.tool, decision.reason)
+    return ToolCallBlockedError(refusal.message, tool_name=tool_name)

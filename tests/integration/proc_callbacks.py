@@ -23,8 +23,8 @@ from langchain_core.messages import HumanMessage
 from langgraph.store.sqlite import SqliteStore
 
 from langgraph_replay_guard import ReplayGuardCallbackHandler
-from tests.integration.graphs import POLICY, ToolRuns, make_tools
 from langgraph_replay_guard._testing import ScriptedChatModel
+from tests.integration.graphs import POLICY, ToolRuns, make_tools
 
 
 def main() -> None:

@@ -36,6 +36,7 @@ from tests.integration.graphs import POLICY, SYSTEM, ToolRuns, make_tools
 os.environ["LANGSMITH_TRACING"] = "false"
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+PROC_SCRIPT = Path(__file__).with_name("proc_callbacks.py")
 LOOKUP = ("get_details_by_id", {"id": "P1002"})
 PROMPT = ChatPromptTemplate.from_messages(
     [("system", SYSTEM), ("human", "{input}"), ("placeholder", "{agent_scratchpad}")]
@@ -198,9 +199,7 @@ def test_decisions_are_on_the_custom_stream():
     handler = ReplayGuardCallbackHandler(POLICY)
     agent = agent_for(looking_up(2), ToolRuns())
     cfg = {"configurable": {"thread_id": "t"}, "callbacks": [handler]}
-    chunks = list(
-        agent.stream({"messages": [HumanMessage("x")]}, cfg, stream_mode="custom")
-    )
+    chunks = list(agent.stream({"messages": [HumanMessage("x")]}, cfg, stream_mode="custom"))
     assert [c["replay_guard"]["reason"] for c in chunks] == ["duplicate"]
 
 
@@ -477,7 +476,7 @@ def test_processes_share_a_thread_through_a_sqlite_store(tmp_path):
 
     def run_process():
         result = subprocess.run(
-            [sys.executable, str(REPO_ROOT / "tests/integration/proc_callbacks.py"), path, "p", "1"],
+            [sys.executable, str(PROC_SCRIPT), path, "p", "1"],
             cwd=REPO_ROOT,
             capture_output=True,
             text=True,
