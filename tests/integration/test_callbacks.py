@@ -109,6 +109,46 @@ def test_create_agent_async_matches_sync():
     ]
 
 
+def test_async_with_a_store_runs_the_handler_off_the_event_loop():
+    # With a store the handler is not run inline: LangChain calls it in a worker thread,
+    # and its refusals still reach the model.
+    async def arun():
+        runs = ToolRuns()
+        handler = ReplayGuardCallbackHandler(POLICY, store=InMemoryStore())
+        assert handler.run_inline is False
+        agent = agent_for(ScriptedChatModel(script=[[LOOKUP] * 2, [LOOKUP], "ok"]), runs)
+        cfg = {"configurable": {"thread_id": "t"}, "callbacks": [handler]}
+        return await agent.ainvoke({"messages": [HumanMessage("x")]}, cfg), runs
+
+    out, runs = asyncio.run(arun())
+    assert runs["get_details_by_id"] == 1
+    assert [m.status for m in tool_answers(out["messages"])] == ["success", "error", "error"]
+
+
+def test_a_new_user_message_starts_a_new_turn():
+    handler = ReplayGuardCallbackHandler(POLICY)
+    runs = ToolRuns()
+    agent = agent_for(
+        ScriptedChatModel(script=[[LOOKUP], "ok", [LOOKUP], "ok"]),
+        runs,
+        checkpointer=InMemorySaver(),
+    )
+    cfg = {"configurable": {"thread_id": "t"}, "callbacks": [handler]}
+    agent.invoke({"messages": [HumanMessage("show P1002")]}, cfg)
+    agent.invoke({"messages": [HumanMessage("show it again")]}, cfg)
+    assert runs["get_details_by_id"] == 2
+    assert handler.inspect("t").total_calls == 2
+
+
+def test_on_abort_continue_blocks_only_the_call():
+    config = POLICY.model_copy(update={"on_abort": "continue"})
+    model = ScriptedChatModel.looping("transfer_to_human_agents", {"summary": "s"}, times=5)
+    out, runs, handler = run_agent(model, config=config)
+    assert runs["transfer_to_human_agents"] == 3
+    assert out["messages"][-1].text == "Done."
+    assert handler.inspect("t1").stop_reason is None
+
+
 def test_a_model_that_ignores_the_stop_is_aborted_before_more_calls():
     model = ScriptedChatModel.looping(*LOOKUP, times=96)
     with pytest.raises(LoopAbortedError, match="after the loop guard stopped the run"):
