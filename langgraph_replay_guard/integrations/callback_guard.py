@@ -152,7 +152,9 @@ class CallbackGuard:
             if scope.actions is step or not calls:
                 return None
             scope.actions = step
-            plan = self._plan(scope, step_id, calls, keep=True)
+            plan = scope.plan
+            if plan is None or not _same_calls(plan, step_id, calls):
+                plan = self._plan(scope, step_id, calls, keep=True)
             scope.executor = True
             answers = [self._answer(plan, planned) for planned in plan.calls]
             if all(message is None for message, _ in answers):
@@ -319,6 +321,16 @@ class CallbackGuard:
         abort = decision.verdict is Verdict.ABORT
         event = denied_event(planned, plan.batch, decision.reason or "denied", abort=abort)
         return decision.message or "Not executed.", [event]
+
+
+def _same_calls(plan: BatchPlan, batch_id: str, calls: Sequence[Call]) -> bool:
+    """Whether a plan (made when the model answered) already covers an executor step."""
+    if plan.batch.batch_id != batch_id or len(plan.calls) != len(calls):
+        return False
+    return all(
+        planned.tool_call["name"] == name and planned.tool_call["args"] == args
+        for planned, (name, args, _) in zip(plan.calls, calls, strict=True)
+    )
 
 
 def _ignored_stop(decision: Decision) -> LoopAbortedError:
