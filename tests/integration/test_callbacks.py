@@ -290,6 +290,51 @@ def test_agent_executor_refuses_the_repeat_and_tells_the_model():
     assert handler.inspect("e1").stop_reason == "repeat_limit"
 
 
+def test_agent_executor_reminder_through_a_prompt_partial():
+    handler = ReplayGuardCallbackHandler(POLICY)
+    prompt = ChatPromptTemplate.from_messages(
+        [
+            ("system", SYSTEM + "{reminder}"),
+            ("human", "{input}"),
+            ("placeholder", "{agent_scratchpad}"),
+        ]
+    ).partial(reminder=lambda: "\n\n" + (handler.reminder("e1") or ""))
+    model = ScriptedChatModel(script=[[LOOKUP], [LOOKUP], "done"])
+    runs = ToolRuns()
+    tools = make_tools(runs)
+    executor = AgentExecutor(
+        agent=create_tool_calling_agent(model, tools, prompt),
+        tools=tools,
+        handle_parsing_errors=True,
+    )
+    executor.invoke({"input": "x"}, {"callbacks": [handler], "metadata": {"thread_id": "e1"}})
+    warned = ["LOOP WARNING" in (p or "") for p in model.system_prompts]
+    assert warned == [False, False, True]
+
+
+def test_react_agent_sees_the_refusal_as_its_observation():
+    from langchain_classic.agents import create_react_agent
+    from langchain_core.prompts import PromptTemplate
+
+    template = (
+        "Answer with the tools {tools} ({tool_names}).\n"
+        "Question: {input}\nThought:{agent_scratchpad}"
+    )
+    act = "I will look it up.\nAction: get_details_by_id\nAction Input: P1002"
+    model = ScriptedChatModel(script=[act, act, "Final Answer: done"])
+    runs = ToolRuns()
+    tools = make_tools(runs)
+    agent = create_react_agent(model, tools, PromptTemplate.from_template(template))
+    executor = AgentExecutor(agent=agent, tools=tools, handle_parsing_errors=True)
+    handler = ReplayGuardCallbackHandler(POLICY).check(executor)
+    out = executor.invoke({"input": "x"}, {"callbacks": [handler]})
+    assert out["output"] == "done"
+    assert runs["get_details_by_id"] == 1, "the ReAct agent passes a plain string; keyed as is"
+    assert "Observation: Not executed: 'get_details_by_id' already succeeded" in (
+        model.seen[-1][-1].text
+    )
+
+
 def test_agent_executor_async():
     async def arun():
         runs = ToolRuns()
