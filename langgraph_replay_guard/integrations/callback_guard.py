@@ -9,15 +9,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.messages import AIMessage, ToolCall
 
-from langgraph_replay_guard.engine import (
-    Decision,
-    Verdict,
-    call_facts,
-    decide,
-    make_event,
-    render_reminder,
-)
-from langgraph_replay_guard.errors import InvalidArgumentsError, LoopAbortedError
+from langgraph_replay_guard.engine import Decision, Verdict, make_event, render_reminder
+from langgraph_replay_guard.errors import LoopAbortedError
 from langgraph_replay_guard.integrations.callback_state import Scope, ScopeKey, ScopeTable
 from langgraph_replay_guard.integrations.calls import (
     Batch,
@@ -28,6 +21,7 @@ from langgraph_replay_guard.integrations.calls import (
     executed_event,
     guard_update,
     loop_error,
+    plan_calls,
     snapshot,
 )
 from langgraph_replay_guard.state import Event, GuardView, settled, state_for_turn
@@ -252,20 +246,10 @@ class CallbackGuard:
     def _plan(self, scope: Scope, batch_id: str, calls: Sequence[Call], *, keep: bool) -> BatchPlan:
         config = self.config
         state = snapshot(self.scopes.read(scope), batch_id)
+        # The batch's AIMessage only carries the id: executor calls may have string args.
         batch = Batch(AIMessage(content="", id=batch_id), scope.turn)
-        earlier: list[str] = []
-        planned: list[PlannedCall] = []
-        for index, (name, args, call_id) in enumerate(calls):
-            tool_call = _tool_call(name, args, call_id)
-            try:
-                facts = call_facts(config, name, args)
-            except InvalidArgumentsError as exc:
-                planned.append(PlannedCall(tool_call, index, None, None, exc))
-                continue
-            decision = decide(state, facts, config, turn=scope.turn, earlier_in_batch=earlier)
-            earlier.append(facts.key)
-            planned.append(PlannedCall(tool_call, index, facts, decision, None))
-        plan = BatchPlan(batch, planned)
+        tool_calls = [_tool_call(name, args, call_id) for name, args, call_id in calls]
+        plan = BatchPlan(batch, plan_calls(config, state, tool_calls, scope.turn))
         scope.last_batch = batch_id
         aborting = plan.abort if config.on_abort != "continue" else None
         if aborting is not None and aborting.decision is not None:

@@ -67,6 +67,17 @@ def executor_for(model, runs, **kwargs):
     return AgentExecutor(agent=agent, tools=tools, handle_parsing_errors=True, **kwargs)
 
 
+def tool_node_graph(model, runs, *, handle_tool_errors):
+    """A hand-written agent graph whose ToolNode has the given error handling."""
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
+    builder.add_node("tools", ToolNode(make_tools(runs), handle_tool_errors=handle_tool_errors))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    return builder.compile()
+
+
 def tool_answers(messages):
     return [m for m in messages if isinstance(m, ToolMessage)]
 
@@ -198,13 +209,7 @@ def test_on_abort_error_still_raises_when_the_tool_node_handles_every_error():
     config = POLICY.model_copy(update={"on_abort": "error"})
     runs = ToolRuns()
     model = ScriptedChatModel.looping("transfer_to_human_agents", {"summary": "s"}, times=10)
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
-    builder.add_node("tools", ToolNode(make_tools(runs), handle_tool_errors=True))
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", tools_condition)
-    builder.add_edge("tools", "agent")
-    graph = builder.compile()
+    graph = tool_node_graph(model, runs, handle_tool_errors=True)
     handler = ReplayGuardCallbackHandler(config).check(graph)
     with pytest.raises(LoopAbortedError):
         graph.invoke(
@@ -414,14 +419,7 @@ def test_check_rejects_setups_that_cannot_enforce():
 
 def test_without_a_working_setup_a_refusal_fails_the_run_instead_of_running_the_tool():
     runs = ToolRuns()
-    builder = StateGraph(MessagesState)
-    model = looking_up(3)
-    builder.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
-    builder.add_node("tools", ToolNode(make_tools(runs), handle_tool_errors=False))
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", tools_condition)
-    builder.add_edge("tools", "agent")
-    graph = builder.compile()
+    graph = tool_node_graph(looking_up(3), runs, handle_tool_errors=False)
     cfg = {"configurable": {"thread_id": "t"}, "callbacks": [ReplayGuardCallbackHandler()]}
     with pytest.raises(ToolCallBlockedError, match="already succeeded"):
         graph.invoke({"messages": [HumanMessage("x")]}, cfg)
