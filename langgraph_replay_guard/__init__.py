@@ -29,6 +29,13 @@ def __getattr__(name: str) -> object:
         )
 
         return ReplayGuardMiddleware
+    # The callback handler imports LangChain's agent types: import it on first use too.
+    if name == "ReplayGuardCallbackHandler":
+        from langgraph_replay_guard.integrations.callbacks import (
+            ReplayGuardCallbackHandler,
+        )
+
+        return ReplayGuardCallbackHandler
     msg = f"module {__name__!r} has no attribute {name!r}"
     raise AttributeError(msg)
 
@@ -47,6 +54,7 @@ __all__ = [
     "ReplayClass",
     "ReplayConflictError",
     "ReplayGuard",
+    "ReplayGuardCallbackHandler",
     "ReplayGuardError",
     "ReplayGuardMiddleware",
     "ReplayGuardState",

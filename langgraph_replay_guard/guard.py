@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from langgraph.prebuilt import ToolNode
     from langgraph.store.base import BaseStore
 
+    from langgraph_replay_guard.integrations.callbacks import ReplayGuardCallbackHandler
     from langgraph_replay_guard.integrations.middleware import ReplayGuardMiddleware
     from langgraph_replay_guard.state import GuardView
 
@@ -232,6 +233,24 @@ class ReplayGuard:
         return await aresolve(
             self, graph, config, tool_call_id, outcome, result, resume=resume, **invoke_kwargs
         )
+
+    def callback_handler(self, **options: Any) -> ReplayGuardCallbackHandler:
+        """The guard as a callback handler, for agents whose graph you cannot change.
+
+        Register it with `config={"callbacks": [handler]}` on a `create_agent` agent, a
+        graph with a `ToolNode`, or a `langchain_classic` `AgentExecutor`.
+
+        Args:
+            **options: `ReplayGuardCallbackHandler` options (`max_threads`, `namespace`,
+                `store`, which defaults to this guard's store).
+
+        Returns:
+            A `ReplayGuardCallbackHandler` sharing this guard's configuration.
+        """
+        from langgraph_replay_guard.integrations.callbacks import ReplayGuardCallbackHandler
+
+        options.setdefault("store", self.store)
+        return ReplayGuardCallbackHandler(self.config, **options)
 
     def __repr__(self) -> str:
         """Show the configuration that differs from the defaults."""
