@@ -14,7 +14,7 @@ from langgraph_replay_guard.config import CallClass
 
 if TYPE_CHECKING:
     from langgraph_replay_guard.config import ClassRule, ToolPolicy
-    from langgraph_replay_guard.shell import ShellPreset
+    from langgraph_replay_guard.shell import PartRule, ShellPreset
 
 __all__ = ["Classifier", "load_preset"]
 
@@ -43,7 +43,7 @@ def load_preset(name: str) -> dict[str, Any]:
 
 @functools.cache
 def _shell() -> ShellPreset:
-    from langgraph_replay_guard.shell import ShellPreset
+    from langgraph_replay_guard.shell import PartRule, ShellPreset
 
     return ShellPreset(load_preset("shell"))
 
@@ -180,7 +180,7 @@ class Classifier:
             self._cache[cache_key] = found
         return found
 
-    def _part_rule(self, name: str | None) -> Any:
+    def _part_rule(self, name: str | None) -> PartRule | None:
         """The prefix rules on the preset's argument, applied to each command of a chain."""
         rules = [
             rule for rule, path, regex in self.rules if regex is None and path == (name or "",)
@@ -226,6 +226,7 @@ class Classifier:
         value, name = self._argument(args)
         if name is None:
             return args
+        stripped: Any
         if isinstance(value, str):
             stripped = _strip(value)
         elif isinstance(value, list):

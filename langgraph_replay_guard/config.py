@@ -5,10 +5,10 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
@@ -280,7 +280,7 @@ class ToolPolicy(BaseModel):
 
         return Classifier(self)
 
-    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Any:
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         """Copy the policy; the compiled classification is rebuilt for the copy."""
         copy = super().model_copy(update=update, deep=deep)
         copy.__dict__.pop("classifier_fn", None)
@@ -301,8 +301,10 @@ class ToolPolicy(BaseModel):
 
 
 def _classifies(data: dict[str, Any]) -> bool:
-    return bool(data.get("classify")) or data.get("preset") is not None or (
-        data.get("classifier") is not None
+    return (
+        bool(data.get("classify"))
+        or data.get("preset") is not None
+        or (data.get("classifier") is not None)
     )
 
 

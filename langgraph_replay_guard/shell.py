@@ -498,7 +498,9 @@ class ShellPreset:
 class _Run:
     """One classification: the preset, the fallback class and the user's part rules."""
 
-    def __init__(self, preset: ShellPreset, fallback: CallClass, part_rule: PartRule | None):
+    def __init__(
+        self, preset: ShellPreset, fallback: CallClass, part_rule: PartRule | None
+    ) -> None:
         self.p = preset
         self.fallback = fallback
         self.part_rule = part_rule
@@ -569,9 +571,9 @@ class _Run:
                 return self.classes["read"] if _python_reads_only(code) else self.fallback
         if words[0] == "git" and "git" in self.p.global_options:
             words = ["git", *_skip_options(words[1:], self.p.global_options["git"], True)]
-        if len(words) == 2 and words[1] in ("--version", "--help"):
-            if words[0] in self.p.known_first_words:
-                return self.classes["read"]
+        known = words[0] in self.p.known_first_words
+        if known and len(words) == 2 and words[1] in ("--version", "--help"):
+            return self.classes["read"]
         found = self._match(words, self.p.commands)
         if found is None:
             return self.fallback
@@ -609,9 +611,8 @@ class _Run:
                     index = end + 1
                 elif option_kind is not None:
                     matched.append(self.classes[option_kind])
-            elif positional is not None and arg not in exceptions:
-                if arg not in self.p.null_targets:
-                    matched.append(self.classes[positional])
+            elif positional is not None and arg not in exceptions | self.p.null_targets:
+                matched.append(self.classes[positional])
         if not matched:
             return self.classes[kind]
         worst = matched[0]
@@ -661,9 +662,9 @@ def _option_kind(arg: str, options: Mapping[str, str]) -> str | None:
         return options.get(arg.partition("=")[0])
     worst: str | None = None
     for option, kind in options.items():
-        if len(option) == 2 and option[1] in arg[1:]:
-            if worst is None or _KIND_RANK[kind] > _KIND_RANK[worst]:
-                worst = kind
+        in_cluster = len(option) == 2 and option[1] in arg[1:]
+        if in_cluster and (worst is None or _KIND_RANK[kind] > _KIND_RANK[worst]):
+            worst = kind
     return worst
 
 
@@ -677,9 +678,8 @@ def _skip_options(words: list[str], spec: _Spec, stop_at_unknown: bool = False) 
             break
         if not word.startswith("-") or word == "-":
             break
-        if stop_at_unknown and word not in spec.flags and word.partition("=")[0] not in (
-            spec.with_value
-        ):
+        known = word in spec.flags or word.partition("=")[0] in spec.with_value
+        if stop_at_unknown and not known:
             break
         index += 2 if word in spec.with_value else 1
     return words[index + spec.positional :] if spec.positional else words[index:]
