@@ -43,7 +43,7 @@ def load_preset(name: str) -> dict[str, Any]:
 
 @functools.cache
 def _shell() -> ShellPreset:
-    from langgraph_replay_guard.shell import PartRule, ShellPreset
+    from langgraph_replay_guard.shell import ShellPreset
 
     return ShellPreset(load_preset("shell"))
 
