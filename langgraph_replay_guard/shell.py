@@ -19,6 +19,7 @@ MAX_SCRIPT_CHARS = 100_000
 _MAX_DEPTH = 8  # nesting of substitutions, `bash -c` and wrappers followed before giving up
 
 _BLANK = " \t\r"
+_BLANKS = re.compile(r"[ \t\r]+")
 _OPERATOR_CHARS = ";&|()<>"
 # Longest first, so that `&&` is not read as two `&`.
 _OPERATORS = (
@@ -48,12 +49,14 @@ _OPERATORS = (
     "<",
     ">",
 )
+_OPERATOR = re.compile("|".join(re.escape(op) for op in _OPERATORS))
 _SEPARATORS = frozenset({";", "&", "&&", "||", "|", "|&", "(", ")", "\n"})
 _CASE_OPERATORS = frozenset({";;", ";&", ";;&"})
 _OUTPUT_REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>", "<>"})
 _INPUT_REDIRECTS = frozenset({"<", "<<", "<<-", "<<<", "<&"})
 _HEREDOCS = frozenset({"<<", "<<-"})
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PLAIN = re.compile(r"[^\s;&|()<>\\'\"$`]+")  # word characters with no special meaning
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
 _VERSIONED = re.compile(r"(python|pip|pytest)\d+(\.\d+)*")
 # Reserved words of compound commands: what follows them (if anything) is a command.
@@ -126,7 +129,7 @@ class _Lexer:
         while self.i < n:
             c = s[self.i]
             if c in _BLANK:
-                self.i += 1
+                self.i = _BLANKS.match(s, self.i).end()  # type: ignore[union-attr]
             elif c == "\\" and s.startswith("\\\n", self.i):
                 self.i += 2  # line continuation between words
             elif c == "\n":
@@ -140,7 +143,7 @@ class _Lexer:
                 if c.isdigit():
                     while s[self.i].isdigit():
                         self.i += 1
-                op = next(op for op in _OPERATORS if s.startswith(op, self.i))
+                op = _OPERATOR.match(s, self.i).group()  # type: ignore[union-attr]
                 if self.until_paren and op == ")" and depth == 0:
                     return self.i
                 depth += (op == "(") - (op == ")")
@@ -204,6 +207,11 @@ class _Lexer:
         out: list[str] = []
         dynamic = False
         while self.i < n:
+            plain = _PLAIN.match(s, self.i)
+            if plain is not None:  # a run of ordinary characters in one step
+                out.append(plain.group())
+                self.i = plain.end()
+                continue
             c = s[self.i]
             if c in _BLANK or c == "\n" or c in _OPERATOR_CHARS:
                 break
