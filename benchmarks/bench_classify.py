@@ -8,8 +8,7 @@ command line costs tens of microseconds, still small next to running a shell com
 
 from __future__ import annotations
 
-import statistics
-import time
+from bench_engine import _median_ns  # the same timing loop, run from the repository root
 
 from langgraph_replay_guard import GuardConfig
 from langgraph_replay_guard.engine import call_facts
@@ -23,16 +22,6 @@ CONFIG = GuardConfig(
 )
 CHAIN = "cd /repo && grep -rn 'def parse' src/ 2>/dev/null | head -20 && git diff --stat"
 HEREDOC = "cat > src/new_module.py <<'EOF'\n" + "x = 1\n" * 200 + "EOF"
-
-
-def _median_ns(fn, rounds: int = 15, per_round: int = 400) -> float:  # type: ignore[no-untyped-def]
-    samples = []
-    for r in range(rounds):
-        start = time.perf_counter_ns()
-        for i in range(per_round):
-            fn(r * per_round + i)
-        samples.append((time.perf_counter_ns() - start) / per_round)
-    return statistics.median(samples)
 
 
 def main() -> None:

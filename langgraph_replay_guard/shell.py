@@ -231,16 +231,21 @@ class _Lexer:
             elif c == '"':
                 self.i += 1
                 dynamic |= self._double_quoted(out)
-            elif c == "$":
-                dynamic |= self._dollar(out)
-            elif c == "`":
-                self._backticks()
-                out.append("`...`")
-                dynamic = True
             else:
-                out.append(c)
-                self.i += 1
+                dynamic |= self._expansion_or_char(c, out)
         return "".join(out), dynamic
+
+    def _expansion_or_char(self, c: str, out: list[str]) -> bool:
+        """Read `$...`, a backtick substitution or one plain character; return dynamic."""
+        if c == "$":
+            return self._dollar(out)
+        if c == "`":
+            self._backticks()
+            out.append("`...`")
+            return True
+        out.append(c)
+        self.i += 1
+        return False
 
     def _double_quoted(self, out: list[str]) -> bool:
         s, n = self.s, len(self.s)
@@ -254,15 +259,8 @@ class _Lexer:
                 if s[self.i + 1] != "\n":
                     out.append(s[self.i + 1])
                 self.i += 2
-            elif c == "$":
-                dynamic |= self._dollar(out)
-            elif c == "`":
-                self._backticks()
-                out.append("`...`")
-                dynamic = True
             else:
-                out.append(c)
-                self.i += 1
+                dynamic |= self._expansion_or_char(c, out)
         msg = "unterminated double quote"
         raise Unparsable(msg)
 
