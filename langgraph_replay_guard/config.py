@@ -171,8 +171,8 @@ class ToolPolicy(BaseModel):
         max_repeats: Overrides `GuardConfig.max_repeats` for this tool.
         ignore_args: Argument names (or dotted paths into nested dicts) left out of the
             call key, for volatile fields such as request ids and timestamps.
-        idempotency_key_arg: For `"idempotent"` tools, the argument that receives the
-            stable idempotency key on replay.
+        idempotency_key_arg: For `"idempotent"` tools, the argument the guard overwrites
+            with the stable idempotency key (left out of the call key, like `ignore_args`).
         volatile: A read whose result changes on its own (a clock, a status poll): never
             deduplicated, still counted and result-diffed; a changed result counts as
             progress.
@@ -285,6 +285,13 @@ class ToolPolicy(BaseModel):
         copy = super().model_copy(update=update, deep=deep)
         copy.__dict__.pop("classifier_fn", None)
         return copy
+
+    @property
+    def key_ignore_args(self) -> tuple[str, ...]:
+        """Arguments left out of the call key: `ignore_args` and the idempotency key."""
+        if self.idempotency_key_arg is None:
+            return self.ignore_args
+        return (*self.ignore_args, self.idempotency_key_arg)
 
     def short_circuits(self, replay: str | None = None) -> bool:
         """Whether the result-diff layer may answer this tool's calls without running them.

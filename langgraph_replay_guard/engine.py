@@ -115,7 +115,7 @@ def call_facts(config: GuardConfig, tool: str, args: Any) -> CallFacts:
         replay, volatile = call_class.replay, call_class.volatile
     return CallFacts(
         tool=tool,
-        key=call_key(tool, key_args, ignore_args=policy.ignore_args),
+        key=call_key(tool, key_args, ignore_args=policy.key_ignore_args),
         replay=replay,
         volatile=volatile,
         short_circuit=policy.short_circuits(replay),
