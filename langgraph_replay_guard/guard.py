@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from langgraph.store.base import BaseStore
 
     from langgraph_replay_guard.integrations.middleware import ReplayGuardMiddleware
+    from langgraph_replay_guard.integrations.recording import RecordedGraph
+    from langgraph_replay_guard.record_store import RecordStore
     from langgraph_replay_guard.state import GuardView
 
 __all__ = ["ReplayGuard"]
@@ -30,6 +32,12 @@ class ReplayGuard:
         config: Guard configuration; `GuardConfig()` defaults when omitted. A mapping is
             validated as a `GuardConfig`.
         store: A LangGraph `BaseStore` for the durable replay ledger.
+        record: Record runs as execution records (off by default): `True` records into
+            `store`, a `BaseStore` records there. Runs are recorded through
+            `guard.record(graph)`.
+
+    Raises:
+        ValueError: `record=True` without a `store`.
     """
 
     def __init__(
@@ -37,6 +45,7 @@ class ReplayGuard:
         config: GuardConfig | dict[str, Any] | None = None,
         *,
         store: BaseStore | None = None,
+        record: bool | BaseStore = False,
     ) -> None:
         """Create a guard."""
         if config is None:
@@ -45,6 +54,8 @@ class ReplayGuard:
             config = GuardConfig.model_validate(config)
         self.config: GuardConfig = config
         self.store = store
+        self.record_setting = record
+        self.records: RecordStore | None = _record_store(record, store)
 
     def control(self) -> GuardControl:
         """Return a framework-free control for one turn (the seed's vocabulary).
@@ -157,9 +168,55 @@ class ReplayGuard:
             ReplayGuardMiddleware,
         )
 
-        return ReplayGuardMiddleware(self.config, store=self.store, name=name)
+        return ReplayGuardMiddleware(
+            self.config, store=self.store, name=name, record=self.record_setting
+        )
+
+    # -- execution records ----------------------------------------------------------------------
+
+    def record(self, graph: Any) -> RecordedGraph:
+        """Wrap a compiled graph so that each `invoke`/`ainvoke` run is recorded.
+
+        The wrapper returns and raises exactly what the graph does; `replay(execution_id)`
+        serves a recorded response again without calling the model, the tools or the graph.
+
+        Args:
+            graph: A compiled graph (custom `StateGraph` or `create_agent`).
+
+        Returns:
+            The recording wrapper.
+
+        Raises:
+            ValueError: Recording is off (create the guard with `record=True`).
+        """
+        from langgraph_replay_guard.integrations.recording import RecordedGraph
+
+        if self.records is None:
+            msg = (
+                "Recording is off for this guard: create it with "
+                "ReplayGuard(config, store=store, record=True) (or record=<a BaseStore>)."
+            )
+            raise ValueError(msg)
+        return RecordedGraph(graph, self.records)
 
     def __repr__(self) -> str:
         """Show the configuration that differs from the defaults."""
         changed = self.config.model_dump(exclude_defaults=True)
         return f"ReplayGuard(config=GuardConfig(**{changed!r}))"
+
+
+def _record_store(record: bool | BaseStore, store: BaseStore | None) -> RecordStore | None:
+    """Where a guard records runs, from its `record` and `store` options."""
+    if record is False:
+        return None
+    from langgraph_replay_guard.record_store import RecordStore
+
+    if record is True:
+        if store is None:
+            msg = (
+                "record=True needs a store to write records to: pass "
+                "ReplayGuard(config, store=SqliteStore(...), record=True), or record=<a BaseStore>."
+            )
+            raise ValueError(msg)
+        return RecordStore(store)
+    return RecordStore(record)

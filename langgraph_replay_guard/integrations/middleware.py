@@ -87,6 +87,8 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         store: A LangGraph `BaseStore` for the replay ledger.
         name: Instance name. Several guard middlewares in one agent need distinct names;
             each named instance keeps its state in its own channel, `replay_guard__<name>`.
+        record: Record runs as execution records (see `ReplayGuard`); wrap the agent with
+            `middleware.guard.record(agent)`.
     """
 
     def __init__(
@@ -95,10 +97,11 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         *,
         store: BaseStore | None = None,
         name: str | None = None,
+        record: bool | BaseStore = False,
     ) -> None:
         """Create the middleware."""
         super().__init__()
-        self.guard = ReplayGuard(config, store=store)
+        self.guard = ReplayGuard(config, store=store, record=record)
         self._name = name or _DEFAULT_NAME
         self.channel = GUARD_CHANNEL if name is None else f"{GUARD_CHANNEL}__{name}"
         self.state_schema = _state_schema(self.channel)
