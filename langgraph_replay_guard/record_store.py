@@ -94,18 +94,27 @@ class RecordStore:
 
     # -- sync -------------------------------------------------------------------------------
 
-    def put(self, record: ExecutionRecord) -> None:
+    def put(self, record: ExecutionRecord, *, previous_chunks: int | None = None) -> int:
         """Save a record, replacing any record with the same id.
 
         Args:
             record: The record.
+            previous_chunks: How many body chunks the record with this id had, when the
+                caller knows (0 for a new id, or what an earlier `put` returned): saves a
+                read. None reads it from the store.
+
+        Returns:
+            How many body chunks were written.
 
         Raises:
             ValueError: The record's payload or events are not JSON data.
         """
         header, chunks = self._encode(record)
-        previous = self._batch([self._header_get(record.execution_id)])[0]
-        self._batch(self._put_ops(record.execution_id, header, chunks, previous))
+        if previous_chunks is None:
+            previous = self._batch([self._header_get(record.execution_id)])[0]
+            previous_chunks = _chunk_count(previous)
+        self._batch(self._put_ops(record.execution_id, header, chunks, previous_chunks))
+        return len(chunks)
 
     def get(self, execution_id: str) -> ExecutionRecord | None:
         """Load a record.
@@ -189,11 +198,14 @@ class RecordStore:
 
     # -- async ------------------------------------------------------------------------------
 
-    async def aput(self, record: ExecutionRecord) -> None:
+    async def aput(self, record: ExecutionRecord, *, previous_chunks: int | None = None) -> int:
         """Async twin of `put`."""
         header, chunks = self._encode(record)
-        previous = (await self._abatch([self._header_get(record.execution_id)]))[0]
-        await self._abatch(self._put_ops(record.execution_id, header, chunks, previous))
+        if previous_chunks is None:
+            previous = (await self._abatch([self._header_get(record.execution_id)]))[0]
+            previous_chunks = _chunk_count(previous)
+        await self._abatch(self._put_ops(record.execution_id, header, chunks, previous_chunks))
+        return len(chunks)
 
     async def aget(self, execution_id: str) -> ExecutionRecord | None:
         """Async twin of `get`."""
@@ -289,14 +301,13 @@ class RecordStore:
         execution_id: str,
         header: dict[str, Any],
         chunks: list[str],
-        previous: Item | None,
+        previous_chunks: int,
     ) -> list[Op]:
         ops: list[Op] = [
             PutOp(self.body_namespace, self._chunk_key(execution_id, i), {"text": c}, index=False)
             for i, c in enumerate(chunks)
         ]
-        old_count = _chunk_count(previous)
-        for index in range(len(chunks), old_count):  # a shorter body: drop the stale tail
+        for index in range(len(chunks), previous_chunks):  # a shorter body: drop the stale tail
             ops.append(PutOp(self.body_namespace, self._chunk_key(execution_id, index), None))
         ops.append(PutOp(self.namespace, execution_id, header, index=False))  # header last
         return ops

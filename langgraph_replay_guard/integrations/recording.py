@@ -402,6 +402,9 @@ class _Run:
     ) -> None:
         run_config: dict[str, Any] = dict(config or {})
         run_id = run_config.get("run_id")
+        # Chunks of an earlier record with this id: none for a new id; unknown (read them)
+        # when the caller chose the id.
+        self.stored_chunks: int | None = None if run_id is not None else 0
         if run_id is None:
             run_id = uuid.uuid4()
             run_config["run_id"] = run_id  # the record id is the trace's run id too
@@ -493,25 +496,33 @@ class _Run:
 
     def write_started(self) -> None:
         try:
-            self.records.put(self.started_record())
+            self.stored_chunks = self.records.put(
+                self.started_record(), previous_chunks=self.stored_chunks
+            )
         except Exception as exc:
+            self.stored_chunks = None  # unknown now: read before the final write
             self._fail(f"could not write the started record: {exc}")
 
     async def awrite_started(self) -> None:
         try:
-            await self.records.aput(self.started_record())
+            self.stored_chunks = await self.records.aput(
+                self.started_record(), previous_chunks=self.stored_chunks
+            )
         except Exception as exc:
+            self.stored_chunks = None  # unknown now: read before the final write
             self._fail(f"could not write the started record: {exc}")
 
     def write_final(self, output: Any = None, error: BaseException | None = None) -> None:
         try:
-            self.records.put(self.final_record(output, error))
+            record = self.final_record(output, error)
+            self.records.put(record, previous_chunks=self.stored_chunks)
         except Exception as exc:
             self._fail(f"could not write the final record: {exc}")
 
     async def awrite_final(self, output: Any = None, error: BaseException | None = None) -> None:
         try:
-            await self.records.aput(self.final_record(output, error))
+            record = self.final_record(output, error)
+            await self.records.aput(record, previous_chunks=self.stored_chunks)
         except Exception as exc:
             self._fail(f"could not write the final record: {exc}")
 
