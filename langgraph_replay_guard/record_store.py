@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from langgraph.store.base import GetOp, Item, PutOp, SearchOp
 from pydantic import ValidationError
@@ -27,6 +27,10 @@ __all__ = ["RECORDS_NAMESPACE", "RecordStore", "StoredRecordInfo"]
 
 RECORDS_NAMESPACE: tuple[str, ...] = ("replay_guard", "records")
 """Default namespace of the record headers (bodies go to `<last part>__bodies`)."""
+
+T = TypeVar("T")
+Plan = Generator[Sequence["Op"], list[Any], T]
+"""A store operation as a generator: yields batches of ops, receives their results."""
 
 FORMAT_VERSION = 1
 DEFAULT_CHUNK_CHARS = 4 * 1024 * 1024
@@ -92,7 +96,7 @@ class RecordStore:
         self.chunk_chars = chunk_chars
         self._sync_only = False
 
-    # -- sync -------------------------------------------------------------------------------
+    # -- public API: each operation is one plan, run by the sync or the async driver --------
 
     def put(self, record: ExecutionRecord, *, previous_chunks: int | None = None) -> int:
         """Save a record, replacing any record with the same id.
@@ -109,12 +113,7 @@ class RecordStore:
         Raises:
             ValueError: The record's payload or events are not JSON data.
         """
-        header, chunks = self._encode(record)
-        if previous_chunks is None:
-            previous = self._batch([self._header_get(record.execution_id)])[0]
-            previous_chunks = _chunk_count(previous)
-        self._batch(self._put_ops(record.execution_id, header, chunks, previous_chunks))
-        return len(chunks)
+        return self._run(self._put_plan(record, previous_chunks))
 
     def get(self, execution_id: str) -> ExecutionRecord | None:
         """Load a record.
@@ -128,20 +127,7 @@ class RecordStore:
         Returns:
             The record, or None when there is none with this id.
         """
-        try:
-            stored = self._batch([self._header_get(execution_id)])[0]
-        except Exception as exc:  # an undecodable row: the backend fails to parse it
-            return _corrupted(execution_id, None, [f"the stored header cannot be read: {exc}"])
-        if stored is None:
-            return None
-        header, count, problems = _read_header(execution_id, stored)
-        if header is None or count is None:
-            return _corrupted(execution_id, header, problems)
-        try:
-            chunks = self._batch(self._chunk_gets(execution_id, count))
-        except Exception as exc:
-            return _corrupted(execution_id, header, [f"the stored body cannot be read: {exc}"])
-        return _decode(execution_id, header, stored, chunks)
+        return self._run(self._get_plan(execution_id))
 
     def list_records(self, *, limit: int | None = None) -> list[StoredRecordInfo]:
         """Every record's header, newest first, without reading bodies.
@@ -152,15 +138,7 @@ class RecordStore:
         Returns:
             The headers.
         """
-        items: list[Item] = []
-        offset = 0
-        while True:
-            page = self._batch([SearchOp(self.namespace, limit=_PAGE, offset=offset)])[0]
-            items.extend(page)
-            if len(page) < _PAGE:
-                break
-            offset += _PAGE
-        return _infos(self.namespace, items, limit)
+        return self._run(self._list_plan(limit))
 
     def invalidate(self, execution_id: str) -> RecordHeader:
         """Mark a record `manually_invalidated`: it is never replayed unless forced.
@@ -176,10 +154,7 @@ class RecordStore:
         Raises:
             RecordNotFoundError: No record has this id.
         """
-        stored = self._batch([self._header_get(execution_id)])[0]
-        value, header = _invalidated(execution_id, stored)
-        self._batch([PutOp(self.namespace, execution_id, value, index=False)])
-        return header
+        return self._run(self._invalidate_plan(execution_id))
 
     def delete(self, execution_id: str) -> bool:
         """Delete a record and its body.
@@ -190,28 +165,42 @@ class RecordStore:
         Returns:
             Whether there was a record.
         """
-        stored = self._batch([self._header_get(execution_id)])[0]
-        if stored is None:
-            return False
-        self._batch(self._delete_ops(execution_id, stored))
-        return True
-
-    # -- async ------------------------------------------------------------------------------
+        return self._run(self._delete_plan(execution_id))
 
     async def aput(self, record: ExecutionRecord, *, previous_chunks: int | None = None) -> int:
         """Async twin of `put`."""
-        header, chunks = self._encode(record)
-        if previous_chunks is None:
-            previous = (await self._abatch([self._header_get(record.execution_id)]))[0]
-            previous_chunks = _chunk_count(previous)
-        await self._abatch(self._put_ops(record.execution_id, header, chunks, previous_chunks))
-        return len(chunks)
+        return await self._arun(self._put_plan(record, previous_chunks))
 
     async def aget(self, execution_id: str) -> ExecutionRecord | None:
         """Async twin of `get`."""
+        return await self._arun(self._get_plan(execution_id))
+
+    async def alist_records(self, *, limit: int | None = None) -> list[StoredRecordInfo]:
+        """Async twin of `list_records`."""
+        return await self._arun(self._list_plan(limit))
+
+    async def ainvalidate(self, execution_id: str) -> RecordHeader:
+        """Async twin of `invalidate`."""
+        return await self._arun(self._invalidate_plan(execution_id))
+
+    async def adelete(self, execution_id: str) -> bool:
+        """Async twin of `delete`."""
+        return await self._arun(self._delete_plan(execution_id))
+
+    # -- plans: generators that yield store operations and receive their results -----------
+
+    def _put_plan(self, record: ExecutionRecord, previous_chunks: int | None) -> Plan[int]:
+        header, chunks = self._encode(record)
+        if previous_chunks is None:
+            previous = (yield [self._header_get(record.execution_id)])[0]
+            previous_chunks = _chunk_count(previous)
+        yield self._put_ops(record.execution_id, header, chunks, previous_chunks)
+        return len(chunks)
+
+    def _get_plan(self, execution_id: str) -> Plan[ExecutionRecord | None]:
         try:
-            stored = (await self._abatch([self._header_get(execution_id)]))[0]
-        except Exception as exc:
+            stored = (yield [self._header_get(execution_id)])[0]
+        except Exception as exc:  # an undecodable row: the backend fails to parse it
             return _corrupted(execution_id, None, [f"the stored header cannot be read: {exc}"])
         if stored is None:
             return None
@@ -219,35 +208,63 @@ class RecordStore:
         if header is None or count is None:
             return _corrupted(execution_id, header, problems)
         try:
-            chunks = await self._abatch(self._chunk_gets(execution_id, count))
+            chunks = yield self._chunk_gets(execution_id, count)
         except Exception as exc:
             return _corrupted(execution_id, header, [f"the stored body cannot be read: {exc}"])
         return _decode(execution_id, header, stored, chunks)
 
-    async def alist_records(self, *, limit: int | None = None) -> list[StoredRecordInfo]:
-        """Async twin of `list_records`."""
+    def _list_plan(self, limit: int | None) -> Plan[list[StoredRecordInfo]]:
         items: list[Item] = []
         offset = 0
         while True:
-            page = (await self._abatch([SearchOp(self.namespace, limit=_PAGE, offset=offset)]))[0]
+            page = (yield [SearchOp(self.namespace, limit=_PAGE, offset=offset)])[0]
             items.extend(page)
             if len(page) < _PAGE:
-                break
+                return _infos(self.namespace, items, limit)
             offset += _PAGE
-        return _infos(self.namespace, items, limit)
 
-    async def ainvalidate(self, execution_id: str) -> RecordHeader:
-        """Async twin of `invalidate`."""
-        stored = (await self._abatch([self._header_get(execution_id)]))[0]
+    def _invalidate_plan(self, execution_id: str) -> Plan[RecordHeader]:
+        stored = (yield [self._header_get(execution_id)])[0]
         value, header = _invalidated(execution_id, stored)
-        await self._abatch([PutOp(self.namespace, execution_id, value, index=False)])
+        yield [PutOp(self.namespace, execution_id, value, index=False)]
         return header
 
-    # -- operations -------------------------------------------------------------------------
+    def _delete_plan(self, execution_id: str) -> Plan[bool]:
+        stored = (yield [self._header_get(execution_id)])[0]
+        if stored is None:
+            return False
+        yield self._delete_ops(execution_id, stored)
+        return True
 
-    def _batch(self, ops: Sequence[Op]) -> list[Any]:
-        results: list[Result] = self.store.batch(ops)
-        return list(results)
+    # -- drivers ------------------------------------------------------------------------------
+
+    def _run(self, plan: Plan[T]) -> T:
+        try:
+            ops = next(plan)
+            while True:
+                try:
+                    results = list(self.store.batch(ops))
+                except Exception as exc:  # handed to the plan, which decides
+                    ops = plan.throw(exc)
+                else:
+                    ops = plan.send(results)
+        except StopIteration as stop:
+            value: T = stop.value
+            return value
+
+    async def _arun(self, plan: Plan[T]) -> T:
+        try:
+            ops = next(plan)
+            while True:
+                try:
+                    results = await self._abatch(ops)
+                except Exception as exc:
+                    ops = plan.throw(exc)
+                else:
+                    ops = plan.send(results)
+        except StopIteration as stop:
+            value: T = stop.value
+            return value
 
     async def _abatch(self, ops: Sequence[Op]) -> list[Any]:
         if not self._sync_only:

@@ -41,6 +41,7 @@ __all__ = [
     "compute_envelope_hash",
     "first_validation_error",
     "invalidate_record",
+    "load_record",
     "utc_now_iso",
     "verify_event_sequence",
     "verify_record_integrity",
@@ -559,7 +560,19 @@ class RecordSource(Protocol):
         ...
 
 
-def _load(source: RecordSource, execution_id: str) -> ExecutionRecord:
+def load_record(source: RecordSource, execution_id: str) -> ExecutionRecord:
+    """Load a record by id.
+
+    Args:
+        source: Where records are loaded from.
+        execution_id: The record's id.
+
+    Returns:
+        The record.
+
+    Raises:
+        RecordNotFoundError: No record has this id.
+    """
     record = source.get(execution_id)
     if record is None:
         msg = f"No execution record {execution_id!r}; `replay-guard records list` shows the ids."
@@ -626,7 +639,7 @@ class CachingReplayEngine:
                 self.hits += 1
                 return entry[1]
             self.misses += 1
-        engine = ReplayEngine(_load(self.source, execution_id))
+        engine = ReplayEngine(load_record(self.source, execution_id))
         with self._lock:
             self._cache[execution_id] = (now, engine)
             self._cache.move_to_end(execution_id)
@@ -692,7 +705,7 @@ def batch_replay(
             if isinstance(source, CachingReplayEngine):
                 results[execution_id] = source.replay(execution_id, env, force=force)
             else:
-                engine = ReplayEngine(_load(source, execution_id))
+                engine = ReplayEngine(load_record(source, execution_id))
                 results[execution_id] = engine.replay(env, force=force)
         except Exception as exc:  # one bad record (or storage hiccup) must not stop the batch
             results[execution_id] = exc

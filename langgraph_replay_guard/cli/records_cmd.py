@@ -12,10 +12,10 @@ from langgraph_replay_guard.cli.store_uri import StoreURIError, mask_uri, open_s
 from langgraph_replay_guard.errors import NotReplayableError, ReplayHashMismatchError
 from langgraph_replay_guard.record_store import RecordStore, StoredRecordInfo
 from langgraph_replay_guard.records import (
-    ExecutionRecord,
     RecordNotFoundError,
     ReplayedRunError,
     ReplayEngine,
+    load_record,
     verify_record_integrity,
 )
 
@@ -169,14 +169,6 @@ def _size(chars: int) -> str:
     return f"{chars} B"
 
 
-def _load(records: RecordStore, execution_id: str) -> ExecutionRecord:
-    record = records.get(execution_id)
-    if record is None:
-        msg = f"no execution record {execution_id!r}"
-        raise RecordNotFoundError(msg, execution_id=execution_id)
-    return record
-
-
 def _preview(value: Any) -> str:
     text = json.dumps(value, indent=2, ensure_ascii=False)
     if len(text) <= _PREVIEW_CHARS:
@@ -185,7 +177,7 @@ def _preview(value: Any) -> str:
 
 
 def _show(records: RecordStore, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    record = _load(records, args.execution_id)
+    record = load_record(records, args.execution_id)
     if args.json:
         data = record.to_json_data()
         data["problems"] = list(record.problems)
@@ -233,7 +225,7 @@ def _event_line(event: dict[str, Any]) -> str:
 
 
 def _replay(records: RecordStore, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    record = _load(records, args.execution_id)
+    record = load_record(records, args.execution_id)
     env = None
     if args.envelope is not None:
         try:
@@ -246,10 +238,7 @@ def _replay(records: RecordStore, args: argparse.Namespace, out: TextIO, err: Te
             return EXIT_USAGE
     try:
         result = ReplayEngine(record).replay(env, force=args.force)
-    except NotReplayableError as exc:
-        print(f"replay-guard records: {exc}", file=err)
-        return EXIT_NOT_REPLAYABLE
-    except ReplayHashMismatchError as exc:
+    except (NotReplayableError, ReplayHashMismatchError) as exc:
         print(f"replay-guard records: {exc}", file=err)
         return EXIT_NOT_REPLAYABLE
     except ReplayedRunError as exc:
@@ -270,7 +259,7 @@ def _verify(records: RecordStore, args: argparse.Namespace, out: TextIO, err: Te
     failed = 0
     report: list[dict[str, Any]] = []
     for execution_id in ids:
-        record = _load(records, execution_id)
+        record = load_record(records, execution_id)
         integrity = verify_record_integrity(record)
         reason = ReplayEngine(record).not_replayable_reason()
         report.append(

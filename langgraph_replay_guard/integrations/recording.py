@@ -27,10 +27,10 @@ from langgraph_replay_guard.records import (
     RecordedError,
     RecordEvent,
     RecordHeader,
-    RecordNotFoundError,
     ReplayEngine,
     ReplayResult,
     compute_envelope_hash,
+    load_record,
     utc_now_iso,
 )
 
@@ -640,10 +640,7 @@ class RecordedGraph:
             ReplayHashMismatchError: `input` differs from the recorded request.
             ReplayedRunError: The recorded run raised: so does its replay.
         """
-        record = self.records.get(execution_id)
-        if record is None:
-            msg = f"No execution record {execution_id!r} in this store."
-            raise RecordNotFoundError(msg, execution_id=execution_id)
+        record = load_record(self.records, execution_id)
         env = None if input is None else self.envelope(input, config, **kwargs)
         return ReplayEngine(record).replay(env, force=force)
 

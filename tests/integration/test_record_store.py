@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,27 +27,7 @@ from langgraph_replay_guard import (
 )
 from langgraph_replay_guard.records import FinalResponse, RecordEvent, RecordHeader
 
-BACKENDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 TEN_MB = 10 * 1024 * 1024
-
-
-@pytest.fixture(params=BACKENDS)
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseStore]:
-    if request.param == "memory":
-        yield InMemoryStore()
-    elif request.param == "sqlite":
-        from langgraph.store.sqlite import SqliteStore
-
-        with SqliteStore.from_conn_string(str(tmp_path / "records.db")) as sqlite_store:
-            sqlite_store.setup()
-            yield sqlite_store
-    else:
-        from langgraph.store.postgres import PostgresStore
-
-        pg_uri = request.getfixturevalue("pg_uri")
-        with PostgresStore.from_conn_string(pg_uri) as pg_store:
-            pg_store.setup()
-            yield pg_store
 
 
 def record(
@@ -71,8 +50,8 @@ def record(
     )
 
 
-def test_round_trip_list_invalidate_delete(store: BaseStore) -> None:
-    records = RecordStore(store)
+def test_round_trip_list_invalidate_delete(any_store: BaseStore) -> None:
+    records = RecordStore(any_store)
     payload = {"answer": "é\u0000\ud800 ok", "n": [1, 1.0, 2.5e-300, None], "nan": float("inf")}
     first = record("run-a", payload, created="2025-01-01T00:00:00.000000Z")
     records.put(first)
@@ -107,8 +86,8 @@ def test_round_trip_list_invalidate_delete(store: BaseStore) -> None:
     assert [i.execution_id for i in records.list_records()] == ["run-b"]
 
 
-def test_ten_megabyte_payload_round_trips(store: BaseStore) -> None:
-    records = RecordStore(store)
+def test_ten_megabyte_payload_round_trips(any_store: BaseStore) -> None:
+    records = RecordStore(any_store)
     big = ("plan P1002 é \u0000 " * (TEN_MB // 16 + 1))[:TEN_MB]
     payload = {"messages": [{"role": "assistant", "content": big}], "size": len(big)}
     records.put(record("big", payload))
@@ -117,12 +96,12 @@ def test_ten_megabyte_payload_round_trips(store: BaseStore) -> None:
     assert not loaded.problems
     assert loaded.finalResponse is not None
     assert loaded.finalResponse.payload["messages"][0]["content"] == big
-    chunks = store.search(records.body_namespace, limit=100)
+    chunks = any_store.search(records.body_namespace, limit=100)
     assert len(chunks) > 1  # split, each value well under any backend limit
     assert ReplayEngine(loaded).replay().payload == payload
     # a smaller record under the same id leaves no stale chunk behind
     records.put(record("big", {"small": True}))
-    assert len(store.search(records.body_namespace, limit=100)) == 1
+    assert len(any_store.search(records.body_namespace, limit=100)) == 1
     reloaded = records.get("big")
     assert reloaded is not None
     assert reloaded.finalResponse is not None
@@ -140,32 +119,32 @@ def _corrupted(records: RecordStore, execution_id: str) -> ExecutionRecord:
     return loaded
 
 
-def test_truncated_body_is_record_corrupted(store: BaseStore) -> None:
-    records = RecordStore(store)
+def test_truncated_body_is_record_corrupted(any_store: BaseStore) -> None:
+    records = RecordStore(any_store)
     records.put(record("run-t", {"answer": "a long enough answer"}))
     key = "run-t/0"
-    text = store.get(records.body_namespace, key).value["text"]  # type: ignore[union-attr]
-    store.put(records.body_namespace, key, {"text": text[:-20]})
+    text = any_store.get(records.body_namespace, key).value["text"]  # type: ignore[union-attr]
+    any_store.put(records.body_namespace, key, {"text": text[:-20]})
     loaded = _corrupted(records, "run-t")
     assert any("truncated" in p for p in loaded.problems)
     assert not verify_record_integrity(loaded).ok
 
 
-def test_missing_chunk_is_record_corrupted(store: BaseStore) -> None:
-    records = RecordStore(store, chunk_chars=64)
+def test_missing_chunk_is_record_corrupted(any_store: BaseStore) -> None:
+    records = RecordStore(any_store, chunk_chars=64)
     records.put(record("run-m", {"answer": "x" * 500}))
-    store.delete(records.body_namespace, "run-m/2")
+    any_store.delete(records.body_namespace, "run-m/2")
     loaded = _corrupted(records, "run-m")
     assert any("chunk 3" in p and "missing" in p for p in loaded.problems)
 
 
-def test_edited_envelope_in_the_store_is_record_corrupted(store: BaseStore) -> None:
-    records = RecordStore(store)
+def test_edited_envelope_in_the_store_is_record_corrupted(any_store: BaseStore) -> None:
+    records = RecordStore(any_store)
     records.put(record("run-e", {"answer": 1}))
     key = "run-e/0"
-    body = json.loads(store.get(records.body_namespace, key).value["text"])  # type: ignore[union-attr]
+    body = json.loads(any_store.get(records.body_namespace, key).value["text"])  # type: ignore[union-attr]
     body["envelope"]["input"]["messages"][0][1] = "refund everything"
-    store.put(records.body_namespace, key, {"text": json.dumps(body, ensure_ascii=True)})
+    any_store.put(records.body_namespace, key, {"text": json.dumps(body, ensure_ascii=True)})
     loaded = _corrupted(records, "run-e")
     assert loaded.envelope["input"]["messages"][0][1] == "refund everything"
     problems = verify_record_integrity(loaded).problems
@@ -176,8 +155,8 @@ def test_edited_envelope_in_the_store_is_record_corrupted(store: BaseStore) -> N
     assert "record_corrupted" in forced.warnings[0]
 
 
-def test_events_out_of_order_in_the_store(store: BaseStore) -> None:
-    records = RecordStore(store)
+def test_events_out_of_order_in_the_store(any_store: BaseStore) -> None:
+    records = RecordStore(any_store)
     original = record("run-o", {"answer": 1})
     original.events.reverse()
     records.put(original)
@@ -189,12 +168,12 @@ def test_events_out_of_order_in_the_store(store: BaseStore) -> None:
     assert info.value.reason == "record_corrupted"
 
 
-def test_invalid_header_is_record_corrupted(store: BaseStore) -> None:
-    records = RecordStore(store)
+def test_invalid_header_is_record_corrupted(any_store: BaseStore) -> None:
+    records = RecordStore(any_store)
     records.put(record("run-h", {"answer": 1}))
-    value = dict(store.get(records.namespace, "run-h").value)  # type: ignore[union-attr]
+    value = dict(any_store.get(records.namespace, "run-h").value)  # type: ignore[union-attr]
     value["header"] = {**value["header"], "replayable": "maybe"}
-    store.put(records.namespace, "run-h", value)
+    any_store.put(records.namespace, "run-h", value)
     loaded = _corrupted(records, "run-h")
     assert any("header" in p for p in loaded.problems)
     assert [i.problems != () for i in records.list_records()] == [True]

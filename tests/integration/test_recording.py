@@ -16,7 +16,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,25 +49,6 @@ PROC_SCRIPT = Path(__file__).with_name("proc_record.py")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ARGS = {"id": "P1002"}
 BUILDERS = [build_custom_graph, build_agent]
-STORES = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-
-
-@pytest.fixture(params=STORES)
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseStore]:
-    if request.param == "memory":
-        yield InMemoryStore()
-    elif request.param == "sqlite":
-        from langgraph.store.sqlite import SqliteStore
-
-        with SqliteStore.from_conn_string(str(tmp_path / "records.db")) as sqlite_store:
-            sqlite_store.setup()
-            yield sqlite_store
-    else:
-        from langgraph.store.postgres import PostgresStore
-
-        with PostgresStore.from_conn_string(request.getfixturevalue("pg_uri")) as pg_store:
-            pg_store.setup()
-            yield pg_store
 
 
 def ask(text: str = "Show me plan P1002.") -> dict[str, Any]:
@@ -76,9 +56,9 @@ def ask(text: str = "Show me plan P1002.") -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("builder", BUILDERS, ids=["custom_graph", "create_agent"])
-def test_recorded_run_replays_exactly_without_calls(builder: Any, store: BaseStore) -> None:
+def test_recorded_run_replays_exactly_without_calls(builder: Any, any_store: BaseStore) -> None:
     runs = ToolRuns()
-    guard = ReplayGuard(POLICY, store=store, record=True)
+    guard = ReplayGuard(POLICY, store=any_store, record=True)
     model = ScriptedChatModel.looping("get_details_by_id", ARGS, times=6, final="Done.")
     graph = guard.record(builder(guard, model, make_tools(runs)))
     config = {"configurable": {"thread_id": f"t-{uuid.uuid4().hex}"}}
@@ -88,7 +68,7 @@ def test_recorded_run_replays_exactly_without_calls(builder: Any, store: BaseSto
     model_calls, tool_runs = model.calls, runs["get_details_by_id"]
     assert (model_calls, tool_runs) == (4, 1)  # the guard stopped the loop
 
-    record = RecordStore(store).get(execution_id)
+    record = RecordStore(any_store).get(execution_id)
     assert record is not None
     assert record.header.replayable
     assert record.header.replayableReason is None
