@@ -224,6 +224,8 @@ def _describe(value: Any, path: str, warnings_out: list[str]) -> Any:
 
 # -- collecting events ---------------------------------------------------------------------
 
+_COUNTED = {"model_start": "model", "tool_start": "tool", "guard_decision": "decision"}
+
 
 class RecordingHandler(BaseCallbackHandler):
     """Collects one run's model calls, tool calls and guard decisions as record events.
@@ -250,9 +252,22 @@ class RecordingHandler(BaseCallbackHandler):
     def _add(self, kind: str, fields: dict[str, Any]) -> None:
         elapsed = round((time.perf_counter() - self._start) * 1000, 3)
         with self._lock:
+            counter = _COUNTED.get(kind)
+            if counter is not None:
+                self.counts[counter] += 1
             self.events.append(
-                {"seq": len(self.events) + 1, "kind": kind, "elapsedMs": elapsed, **fields}
+                {
+                    "seq": len(self.events) + 1,
+                    "kind": kind,
+                    "elapsedMs": elapsed,
+                    **{k: v for k, v in fields.items() if k not in ("seq", "kind")},
+                }
             )
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """The events so far, in order."""
+        with self._lock:
+            return list(self.events)
 
     def _guarded(self, kind: str, build: Any) -> None:
         try:
@@ -270,7 +285,6 @@ class RecordingHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """Record a chat model call."""
-        self.counts["model"] += 1
         self._guarded(
             "model_start",
             lambda: {
@@ -284,7 +298,6 @@ class RecordingHandler(BaseCallbackHandler):
         self, serialized: dict[str, Any], prompts: list[str], *, run_id: UUID, **kwargs: Any
     ) -> None:
         """Record a (non-chat) LLM call."""
-        self.counts["model"] += 1
         self._guarded(
             "model_start",
             lambda: {
@@ -330,7 +343,6 @@ class RecordingHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """Record a tool call that runs."""
-        self.counts["tool"] += 1
         name = str(serialized.get("name") or kwargs.get("name") or "")
         self._tool_names[str(run_id)] = name
         self._guarded(
@@ -370,8 +382,16 @@ class RecordingHandler(BaseCallbackHandler):
         """Record a guard decision (the guard sends each non-allow decision as an event)."""
         if name != DECISION_EVENT or not isinstance(data, Mapping):
             return
-        self.counts["decision"] += 1
-        self._guarded("guard_decision", lambda: _describe(dict(data), "decision", self.warnings))
+        self._guarded(
+            "guard_decision",
+            lambda: {
+                "tool": data.get("tool"),
+                "toolCallId": data.get("tool_call_id"),
+                "verdict": data.get("verdict"),
+                "reason": data.get("reason"),
+                "count": data.get("count"),
+            },
+        )
 
 
 def _model_name(serialized: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> str:
@@ -479,8 +499,7 @@ class _Run:
             reason = "recording_failure"
         elif interrupted:
             reason = "execution_incomplete"  # waiting for a human: no final response yet
-        with self.handler._lock:
-            events = [RecordEvent.model_validate(e) for e in self.handler.events]
+        events = [RecordEvent.model_validate(e) for e in self.handler.snapshot()]
         return ExecutionRecord(
             header=self._header(reason is None, reason),
             envelope=self.envelope,
