@@ -97,7 +97,12 @@ def to_json(value: Any, *, path: str = "value") -> Any:
         fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
         return {"$command": to_json(fields, path=path)}
     if isinstance(value, BaseModel):
-        return to_json(value.model_dump(mode="json"), path=path)
+        try:
+            data = value.model_dump(mode="json")
+        except Exception as exc:  # a field pydantic cannot serialize
+            msg = f"{path} is a {type(value).__qualname__} that has no JSON form: {exc}"
+            raise UnrecordableValueError(msg) from exc
+        return to_json(data, path=path)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
         return to_json(fields, path=path)

@@ -347,3 +347,38 @@ def test_sigkill_mid_run_leaves_execution_incomplete(tmp_path: Path) -> None:
         with pytest.raises(NotReplayableError) as info:
             ReplayEngine(record).replay(force=force)
         assert info.value.reason == "execution_incomplete"
+
+
+def test_envelope_and_json_forms() -> None:
+    from langchain_core.messages import AIMessage
+    from langgraph.types import Interrupt
+
+    from langgraph_replay_guard.integrations.recording import (
+        UnrecordableValueError,
+        build_envelope,
+        revive,
+        to_json,
+    )
+
+    first = HumanMessage(content="hi", id="random-1")
+    second = HumanMessage(content="hi", id="random-2")
+    config_a = {"configurable": {"thread_id": "a", "model": "small"}, "tags": ["x"]}
+    config_b = {"configurable": {"thread_id": "b", "model": "small"}, "run_id": uuid.uuid4()}
+    env_a = build_envelope("g", {"messages": [first]}, config_a)  # type: ignore[arg-type]
+    env_b = build_envelope("g", {"messages": [second]}, config_b)  # type: ignore[arg-type]
+    assert env_a == env_b
+    assert env_a["config"] == {"configurable": {"model": "small"}}
+    other_model = {"configurable": {"model": "large"}}
+    assert build_envelope("g", {"messages": [first]}, other_model) != env_a  # type: ignore[arg-type]
+    with_client = {"configurable": {"client": Opaque(), "model": "small"}}
+    env_c = build_envelope("g", {"messages": [first]}, with_client)  # type: ignore[arg-type]
+    assert env_c["config"]["unhashed_configurable"] == ["client"]
+
+    value = {
+        "messages": [first, AIMessage(content="", tool_calls=[], id="ai-1")],
+        "__interrupt__": [Interrupt(value={"q": 1}, id="i-1")],
+        "plain": (1, 2.5, None),
+    }
+    assert revive(to_json(value)) == {**value, "plain": [1, 2.5, None]}
+    with pytest.raises(UnrecordableValueError, match=r"output\.state\[1\]"):
+        to_json({"state": [1, Opaque()]}, path="output")
