@@ -11,6 +11,7 @@ from langgraph_replay_guard.errors import (
     NotReplayableError,
     ReplayConflictError,
     ReplayGuardError,
+    ReplayGuardWarning,
     ReplayHashMismatchError,
     ReplayUnsafeError,
 )
@@ -41,6 +42,13 @@ def __getattr__(name: str) -> object:
         )
 
         return ReplayGuardMiddleware
+    # The callback handler imports LangChain's agent types: import it on first use too.
+    if name == "ReplayGuardCallbackHandler":
+        from langgraph_replay_guard.integrations.callbacks import (
+            ReplayGuardCallbackHandler,
+        )
+
+        return ReplayGuardCallbackHandler
     msg = f"module {__name__!r} has no attribute {name!r}"
     raise AttributeError(msg)
 
@@ -64,9 +72,11 @@ __all__ = [
     "ReplayConflictError",
     "ReplayEngine",
     "ReplayGuard",
+    "ReplayGuardCallbackHandler",
     "ReplayGuardError",
     "ReplayGuardMiddleware",
     "ReplayGuardState",
+    "ReplayGuardWarning",
     "ReplayHashMismatchError",
     "ReplayResult",
     "ReplayUnsafeError",

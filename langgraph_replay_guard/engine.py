@@ -305,6 +305,7 @@ def make_event(
     batch: str | None = None,
     index: int = 0,
     turn: str | None = None,
+    batch_size: int | None = None,
 ) -> Event:
     """Build the event that records a call.
 
@@ -318,6 +319,8 @@ def make_event(
         batch: Id of the AIMessage holding the call (parallel calls share it).
         index: Position of the call in its AIMessage.
         turn: Id of the current turn.
+        batch_size: How many calls the batch has; with it, the batch is folded into the
+            state as soon as every call reported (otherwise when the next batch arrives).
 
     Returns:
         The event.
@@ -325,7 +328,7 @@ def make_event(
     executed_with_text = result is not None and outcome in {"success", "failure"}
     # The summary feeds reminders and stops only: denied calls and repeated side effects.
     needs_summary = outcome == "denied" or facts.replay != "pure"
-    return {
+    event: Event = {
         "b": batch,
         "i": index,
         "t": turn,
@@ -341,6 +344,9 @@ def make_event(
         "r": reason,
         "x": abort,
     }
+    if batch_size is not None:
+        event["m"] = batch_size
+    return event
 
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]+")

@@ -43,7 +43,12 @@ class LoopAbortedError(ReplayGuardError):
 class ReplayUnsafeError(ReplayGuardError):
     """An `unsafe` tool call started earlier and its outcome is unknown.
 
-    Running it again could repeat a side effect, so a human must resolve it first.
+    Running it again could repeat a side effect, so a human must resolve it first, with
+    `guard.resolve(graph, config, tool_call_id, outcome, result)`.
+
+    Attributes:
+        facts: What a human needs to decide: `thread_id`, `tool`, `args`, `tool_call_id`,
+            `started_at`, `status`, `reason`, `earlier_tool_call_id`, `last_error`.
     """
 
     def __init__(self, message: str, **facts: Any) -> None:
@@ -53,6 +58,10 @@ class ReplayUnsafeError(ReplayGuardError):
 
 class ReplayConflictError(ReplayGuardError):
     """The same call identity was seen with different arguments."""
+
+
+class ReplayGuardWarning(UserWarning):
+    """A setup in which the guard cannot keep its replay promises (e.g. no durable ledger)."""
 
 
 class NotReplayableError(ReplayGuardError):

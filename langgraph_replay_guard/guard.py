@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 from langgraph_replay_guard.config import GuardConfig
 from langgraph_replay_guard.control import GuardControl
@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from langgraph.prebuilt import ToolNode
     from langgraph.store.base import BaseStore
 
+    from langgraph_replay_guard.integrations.callbacks import ReplayGuardCallbackHandler
     from langgraph_replay_guard.integrations.middleware import ReplayGuardMiddleware
     from langgraph_replay_guard.integrations.recording import RecordedGraph
     from langgraph_replay_guard.record_store import RecordStore
@@ -31,13 +32,18 @@ class ReplayGuard:
     Args:
         config: Guard configuration; `GuardConfig()` defaults when omitted. A mapping is
             validated as a `GuardConfig`.
-        store: A LangGraph `BaseStore` for the durable replay ledger.
+        store: A LangGraph `BaseStore` for the durable replay ledger (`SqliteStore`,
+            `PostgresStore`; `InMemoryStore` for tests). When omitted, the graph's own store
+            (`compile(store=...)`, `create_agent(store=...)`) is used; without any store
+            there is no ledger and `unsafe` tools get a warning.
+        namespace: Namespace prefix of the ledger rows in the store; give each tenant its
+            own (`("replay_guard", tenant_id)`) so tenants never see each other's rows.
         record: Record runs as execution records (off by default): `True` records into
-            `store`, a `BaseStore` records there. Runs are recorded through
-            `guard.record(graph)`.
+            `store`, a `BaseStore` records there, under `(*namespace, "records")`. Runs are
+            recorded through `guard.record(graph)`.
 
     Raises:
-        ValueError: `record=True` without a `store`.
+        ValueError: `record=True` without a `store`, or an empty `namespace`.
     """
 
     def __init__(
@@ -45,6 +51,7 @@ class ReplayGuard:
         config: GuardConfig | dict[str, Any] | None = None,
         *,
         store: BaseStore | None = None,
+        namespace: Sequence[str] = ("replay_guard",),
         record: bool | BaseStore = False,
     ) -> None:
         """Create a guard."""
@@ -54,8 +61,12 @@ class ReplayGuard:
             config = GuardConfig.model_validate(config)
         self.config: GuardConfig = config
         self.store = store
+        if isinstance(namespace, str) or not namespace:
+            msg = f"namespace must be a non-empty tuple of strings, got {namespace!r}"
+            raise ValueError(msg)
+        self.namespace: tuple[str, ...] = tuple(namespace)
         self.record_setting = record
-        self.records: RecordStore | None = _record_store(record, store)
+        self.records: RecordStore | None = _record_store(record, store, self.namespace)
 
     def control(self) -> GuardControl:
         """Return a framework-free control for one turn (the seed's vocabulary).
@@ -169,8 +180,92 @@ class ReplayGuard:
         )
 
         return ReplayGuardMiddleware(
-            self.config, store=self.store, name=name, record=self.record_setting
+            self.config,
+            store=self.store,
+            name=name,
+            namespace=self.namespace,
+            record=self.record_setting,
         )
+
+    # -- replay --------------------------------------------------------------------------------
+
+    def resolve(
+        self,
+        graph: Any,
+        config: Mapping[str, Any],
+        tool_call_id: str,
+        outcome: Literal["succeeded", "failed", "retry"],
+        result: Any = None,
+        *,
+        resume: bool = True,
+        **invoke_kwargs: Any,
+    ) -> Any:
+        """Settle an unsafe call whose outcome is unknown, then resume the graph.
+
+        Only a human who checked upstream can say what happened: `succeeded` (give the
+        `result` they confirmed; the model receives it as the tool's result), `failed`
+        (`result` is the error text) or `retry` (run the tool again). Nothing else turns an
+        unknown outcome into a known one.
+
+        Args:
+            graph: The compiled graph (or `create_agent` agent) that stopped.
+            config: Its config, with the `thread_id`.
+            tool_call_id: The call named by `ReplayUnsafeError.facts["tool_call_id"]` or
+                the guard's interrupt value.
+            outcome: `"succeeded"`, `"failed"` or `"retry"`.
+            result: The confirmed result (succeeded) or error text (failed).
+            resume: Resume the graph after recording (answering the guard's interrupt, or
+                `invoke(None, config)` after a `ReplayUnsafeError`).
+            **invoke_kwargs: Passed to the resuming `invoke` (e.g. `durability="sync"`).
+
+        Returns:
+            The graph's output after resuming, or None with `resume=False`.
+
+        Raises:
+            ValueError: No unknown outcome is recorded for that call, or `outcome` is not
+                one of the three words.
+        """
+        from langgraph_replay_guard.integrations.resolve import resolve
+
+        return resolve(
+            self, graph, config, tool_call_id, outcome, result, resume=resume, **invoke_kwargs
+        )
+
+    async def aresolve(
+        self,
+        graph: Any,
+        config: Mapping[str, Any],
+        tool_call_id: str,
+        outcome: Literal["succeeded", "failed", "retry"],
+        result: Any = None,
+        *,
+        resume: bool = True,
+        **invoke_kwargs: Any,
+    ) -> Any:
+        """Async twin of `resolve` (for graphs run with `ainvoke` and async stores)."""
+        from langgraph_replay_guard.integrations.resolve import aresolve
+
+        return await aresolve(
+            self, graph, config, tool_call_id, outcome, result, resume=resume, **invoke_kwargs
+        )
+
+    def callback_handler(self, **options: Any) -> ReplayGuardCallbackHandler:
+        """The guard as a callback handler, for agents whose graph you cannot change.
+
+        Register it with `config={"callbacks": [handler]}` on a `create_agent` agent, a
+        graph with a `ToolNode`, or a `langchain_classic` `AgentExecutor`.
+
+        Args:
+            **options: `ReplayGuardCallbackHandler` options (`max_threads`, `namespace`,
+                `store`, which defaults to this guard's store).
+
+        Returns:
+            A `ReplayGuardCallbackHandler` sharing this guard's configuration.
+        """
+        from langgraph_replay_guard.integrations.callbacks import ReplayGuardCallbackHandler
+
+        options.setdefault("store", self.store)
+        return ReplayGuardCallbackHandler(self.config, **options)
 
     # -- execution records ----------------------------------------------------------------------
 
@@ -205,8 +300,10 @@ class ReplayGuard:
         return f"ReplayGuard(config=GuardConfig(**{changed!r}))"
 
 
-def _record_store(record: bool | BaseStore, store: BaseStore | None) -> RecordStore | None:
-    """Where a guard records runs, from its `record` and `store` options."""
+def _record_store(
+    record: bool | BaseStore, store: BaseStore | None, namespace: tuple[str, ...]
+) -> RecordStore | None:
+    """Where a guard records runs, from its `record`, `store` and `namespace` options."""
     if record is False:
         return None
     from langgraph_replay_guard.record_store import RecordStore
@@ -218,5 +315,5 @@ def _record_store(record: bool | BaseStore, store: BaseStore | None) -> RecordSt
                 "ReplayGuard(config, store=SqliteStore(...), record=True), or record=<a BaseStore>."
             )
             raise ValueError(msg)
-        return RecordStore(store)
-    return RecordStore(record)
+        return RecordStore(store, namespace=(*namespace, "records"))
+    return RecordStore(record, namespace=(*namespace, "records"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 __all__ = [
     "FORMAT_VERSION",
@@ -64,6 +64,7 @@ class Event(TypedDict):
     p: str | None  # result preview (goes to the model in ToolMessages only)
     r: str | None  # decision reason for a denied call
     x: bool  # the denial was an abort (stops the run with on_abort="end")
+    m: NotRequired[int]  # size of the batch: once every position reported, it is folded
 
 
 class StateUpdate(TypedDict, total=False):
@@ -346,7 +347,11 @@ def _add_pending(state: dict[str, Any], ev: Event, cfg: Mapping[str, Any]) -> No
         _fold_pending(state, cfg)
         pending = None
     if pending is None:
+        if ev.get("m") is not None and ev["b"] == state.get("last_batch"):
+            return  # a late copy of a write for a batch already complete and folded
         state["pending"] = {"batch": ev["b"], "events": [ev]}
+        if _complete([ev]):
+            _fold_pending(state, cfg)
         return
     # One event per position; a re-executed call keeps one deterministic winner, so the
     # result never depends on the order in which LangGraph applied the writes. A new list:
@@ -356,6 +361,16 @@ def _add_pending(state: dict[str, Any], ev: Event, cfg: Mapping[str, Any]) -> No
     events.append(max([*same_slot, ev], key=_event_order) if same_slot else ev)
     events.sort(key=_event_order)
     state["pending"] = {"batch": ev["b"], "events": events}
+    if _complete(events):
+        # Every call of the batch reported: fold now, so the stored value (what Studio and
+        # get_state show) is settled. The fold sorts by position, so the arrival order of
+        # the writes still does not matter.
+        _fold_pending(state, cfg)
+
+
+def _complete(events: list[Event]) -> bool:
+    size = events[0].get("m")
+    return isinstance(size, int) and len(events) == size and events[-1]["i"] == size - 1
 
 
 def _fold_pending(state: dict[str, Any], cfg: Mapping[str, Any]) -> None:
@@ -369,9 +384,10 @@ def _fold_pending(state: dict[str, Any], cfg: Mapping[str, Any]) -> None:
 def fold_events(state: dict[str, Any], events: list[Event], cfg: Mapping[str, Any]) -> None:
     """Apply events to a state in place.
 
-    Events with a batch id are buffered until a later batch arrives (or `settled` is
-    called), then applied sorted by their position in the batch: parallel tool calls of
-    one AIMessage give the same state whatever order their writes arrive in.
+    Events with a batch id are buffered until every call of the batch reported (events
+    carry the batch size), a later batch arrives, or `settled` is called; then they are
+    applied sorted by their position in the batch: parallel tool calls of one AIMessage
+    give the same state whatever order their writes arrive in.
 
     Args:
         state: A state from `load_state` or `new_state`.

@@ -36,6 +36,7 @@ __all__ = [
     "find_batch",
     "guard_update",
     "plan_batch",
+    "plan_calls",
     "result_outcome",
     "snapshot",
     "state_field",
@@ -230,18 +231,35 @@ def plan_batch(config: GuardConfig, state: Mapping[str, Any], batch: Batch) -> B
     Returns:
         The plan.
     """
+    return BatchPlan(batch, plan_calls(config, state, batch.tool_calls, batch.turn))
+
+
+def plan_calls(
+    config: GuardConfig, state: Mapping[str, Any], tool_calls: Sequence[ToolCall], turn: str | None
+) -> list[PlannedCall]:
+    """Decide calls by position against one state (identical calls: the first one runs).
+
+    Args:
+        config: Guard configuration.
+        state: Settled guard state.
+        tool_calls: The calls, in order; `args` may be a plain string (executors pass one).
+        turn: The current turn.
+
+    Returns:
+        One planned call per tool call.
+    """
     earlier: list[str] = []
     calls = []
-    for index, tool_call in enumerate(batch.tool_calls):
+    for index, tool_call in enumerate(tool_calls):
         try:
             facts = call_facts(config, tool_call["name"], tool_call.get("args", {}))
         except InvalidArgumentsError as exc:
             calls.append(PlannedCall(tool_call, index, None, None, exc))
             continue
-        decision = decide(state, facts, config, turn=batch.turn, earlier_in_batch=earlier)
+        decision = decide(state, facts, config, turn=turn, earlier_in_batch=earlier)
         earlier.append(facts.key)
         calls.append(PlannedCall(tool_call, index, facts, decision, None))
-    return BatchPlan(batch, calls)
+    return calls
 
 
 def guard_update(config: GuardConfig, events: list[Event]) -> StateUpdate:
@@ -260,6 +278,7 @@ def denied_event(planned: PlannedCall, batch: Batch, reason: str, *, abort: bool
         batch=batch.batch_id,
         index=planned.index,
         turn=batch.turn,
+        batch_size=len(batch.tool_calls),
     )
 
 
@@ -276,6 +295,7 @@ def executed_event(
         batch=batch.batch_id,
         index=planned.index,
         turn=batch.turn,
+        batch_size=len(batch.tool_calls),
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
 from langchain.agents.middleware.types import (
@@ -84,9 +84,11 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     Args:
         config: Guard configuration (`GuardConfig()` defaults when omitted).
-        store: A LangGraph `BaseStore` for the replay ledger.
+        store: A LangGraph `BaseStore` for the replay ledger; when omitted, the agent's
+            store (`create_agent(store=...)`) is used.
         name: Instance name. Several guard middlewares in one agent need distinct names;
             each named instance keeps its state in its own channel, `replay_guard__<name>`.
+        namespace: Namespace prefix of the ledger rows (one per tenant).
         record: Record runs as execution records (see `ReplayGuard`); wrap the agent with
             `middleware.guard.record(agent)`.
     """
@@ -97,11 +99,12 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         *,
         store: BaseStore | None = None,
         name: str | None = None,
+        namespace: Sequence[str] = ("replay_guard",),
         record: bool | BaseStore = False,
     ) -> None:
         """Create the middleware."""
         super().__init__()
-        self.guard = ReplayGuard(config, store=store, record=record)
+        self.guard = ReplayGuard(config, store=store, namespace=namespace, record=record)
         self._name = name or _DEFAULT_NAME
         self.channel = GUARD_CHANNEL if name is None else f"{GUARD_CHANNEL}__{name}"
         self.state_schema = _state_schema(self.channel)

@@ -13,7 +13,7 @@ from langgraph.graph import END
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command
 
-from langgraph_replay_guard.engine import Verdict
+from langgraph_replay_guard.engine import CallFacts, Decision, Verdict
 from langgraph_replay_guard.errors import LoopAbortedError
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
@@ -35,6 +35,8 @@ from langgraph_replay_guard.integrations.calls import (
     state_field,
     turn_anchors,
 )
+from langgraph_replay_guard.integrations.replay import ReplayGate, replayed_message
+from langgraph_replay_guard.ledger import LedgerEntry
 from langgraph_replay_guard.state import Event, settled
 
 if TYPE_CHECKING:
@@ -59,6 +61,12 @@ class _Run:
 
     planned: PlannedCall
     batch: Batch
+
+    @property
+    def facts(self) -> CallFacts:
+        """The call's facts (always known for a call that runs)."""
+        assert self.planned.facts is not None
+        return self.planned.facts
 
 
 class ToolCallGuard:
@@ -100,6 +108,9 @@ class ToolCallGuard:
         self.messages_key = messages_key
         self.channel = channel
         self.end_batches = end_batches
+        self.gate = ReplayGate(
+            guard.config, store=guard.store, namespace=guard.namespace, messages_key=messages_key
+        )
 
     # -- sync and async entry points --------------------------------------------------------
 
@@ -110,7 +121,21 @@ class ToolCallGuard:
             return execute(request)  # an unregistered tool: the node answers as usual
         if not isinstance(prepared, _Run):
             return prepared
-        result = self.inner(request, execute) if self.inner is not None else execute(request)
+        ticket = self.gate.check(request, prepared.facts, prepared.batch.batch_id)
+        if isinstance(ticket, LedgerEntry):
+            return self._replayed(request, prepared, ticket)
+        run_request = request if ticket is None else ticket.request
+        try:
+            if self.inner is not None:
+                result = self.inner(run_request, execute)
+            else:
+                result = execute(run_request)
+        except BaseException as exc:
+            if ticket is not None:
+                self.gate.failed(ticket, exc)
+            raise
+        if ticket is not None:
+            self.gate.finish(ticket, result)
         return self._finish(request, prepared, result)
 
     async def awrap(self, request: ToolCallRequest, execute: AsyncExecute) -> ToolResult:
@@ -120,10 +145,21 @@ class ToolCallGuard:
             return await execute(request)
         if not isinstance(prepared, _Run):
             return prepared
-        if self.ainner is not None:
-            result = await self.ainner(request, execute)
-        else:
-            result = await execute(request)
+        ticket = await self.gate.acheck(request, prepared.facts, prepared.batch.batch_id)
+        if isinstance(ticket, LedgerEntry):
+            return self._replayed(request, prepared, ticket)
+        run_request = request if ticket is None else ticket.request
+        try:
+            if self.ainner is not None:
+                result = await self.ainner(run_request, execute)
+            else:
+                result = await execute(run_request)
+        except BaseException as exc:
+            if ticket is not None:
+                await self.gate.afailed(ticket, exc)
+            raise
+        if ticket is not None:
+            await self.gate.afinish(ticket, result)
         return self._finish(request, prepared, result)
 
     # -- deciding -----------------------------------------------------------------------------
@@ -182,6 +218,13 @@ class ToolCallGuard:
         return Command(update=update)
 
     # -- recording ------------------------------------------------------------------------------
+
+    def _replayed(self, request: ToolCallRequest, run: _Run, entry: LedgerEntry) -> ToolResult:
+        """Answer a call whose outcome the ledger recorded, without running the tool."""
+        message = replayed_message(entry, request.tool_call)
+        decision = Decision(Verdict.REPLAY, "replayed", run.facts.key, tool=run.facts.tool, count=1)
+        emit(getattr(request.runtime, "stream_writer", None), decision, request.tool_call)
+        return self._finish(request, run, message)
 
     def _finish(self, request: ToolCallRequest, run: _Run, result: ToolResult) -> ToolResult:
         outcome, text = result_outcome(result)

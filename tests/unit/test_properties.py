@@ -93,7 +93,7 @@ call_specs = st.tuples(
 )
 
 
-def batch_updates(batch, specs):
+def batch_updates(batch, specs, *, sized=False):
     updates = []
     for index, (tool, arg, outcome, result) in enumerate(specs):
         event = make_event(
@@ -104,6 +104,7 @@ def batch_updates(batch, specs):
             index=index,
             turn="h1",
             reason="duplicate" if outcome == "denied" else None,
+            batch_size=len(specs) if sized else None,
         )
         updates.append({"op": "events", "cfg": CFG, "events": [event]})
     return updates
@@ -124,9 +125,14 @@ base_states = st.one_of(
 
 
 @PROPERTY
-@given(base=base_states, specs=st.lists(call_specs, min_size=1, max_size=8), data=st.data())
-def test_parallel_writes_fold_the_same_in_any_order(base, specs, data):
-    updates = batch_updates("ai-1", specs)
+@given(
+    base=base_states,
+    specs=st.lists(call_specs, min_size=1, max_size=8),
+    sized=st.booleans(),
+    data=st.data(),
+)
+def test_parallel_writes_fold_the_same_in_any_order(base, specs, sized, data):
+    updates = batch_updates("ai-1", specs, sized=sized)
     shuffled = data.draw(st.permutations(updates), label="write order")
 
     in_order = apply_all(base, updates)
@@ -135,12 +141,27 @@ def test_parallel_writes_fold_the_same_in_any_order(base, specs, data):
     assert in_other_order == in_order
     assert settled(in_other_order) == settled(in_order)
     assert settled(in_order)["calls"] >= len(specs)
+    # A batch whose calls all reported is folded in the stored value itself (what Studio shows).
+    assert (in_order["pending"] is None) == sized
+
+
+def test_a_complete_batch_is_settled_in_the_stored_value():
+    specs = [("lookup", 1, "success", "same"), ("lookup", 1, "denied", "")]
+    value = apply_all({}, batch_updates("ai-9", specs, sized=True))
+    assert value["pending"] is None
+    assert value["calls"] == 2
+    assert value == settled(value)
 
 
 @PROPERTY
-@given(base=base_states, specs=st.lists(call_specs, min_size=1, max_size=8), data=st.data())
-def test_retried_write_is_idempotent(base, specs, data):
-    updates = batch_updates("ai-1", specs)
+@given(
+    base=base_states,
+    specs=st.lists(call_specs, min_size=1, max_size=8),
+    sized=st.booleans(),
+    data=st.data(),
+)
+def test_retried_write_is_idempotent(base, specs, sized, data):
+    updates = batch_updates("ai-1", specs, sized=sized)
     retried = data.draw(st.sampled_from(updates), label="retried write")
 
     once = merge_guard_state(base, retried)

@@ -1,0 +1,113 @@
+"""Whether an agent hands the callback handler's refusals to the model (`handler.check`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["enforcement_problems"]
+
+
+def enforcement_problems(agent: Any) -> list[str]:
+    """What in an agent's setup would defeat the callback handler.
+
+    Args:
+        agent: A compiled LangGraph graph or a `langchain_classic` `AgentExecutor`.
+
+    Returns:
+        One sentence per problem, naming the setting and the fix; empty when none.
+
+    Raises:
+        TypeError: If `agent` is neither kind.
+    """
+    from langgraph.pregel import Pregel
+
+    if isinstance(agent, Pregel):
+        return _graph_problems(agent)
+    if _is_agent_executor(agent):
+        return _executor_problems(agent)
+    msg = (
+        f"check() takes a compiled LangGraph graph (create_agent, StateGraph.compile()) or a "
+        f"langchain_classic AgentExecutor, not {type(agent).__name__}."
+    )
+    raise TypeError(msg)
+
+
+def _is_agent_executor(agent: Any) -> bool:
+    try:
+        from langchain_classic.agents import AgentExecutor
+    except ImportError:  # without langchain-classic there can be no AgentExecutor
+        return False
+    return isinstance(agent, AgentExecutor)
+
+
+def _executor_problems(executor: Any) -> list[str]:
+    flag = executor.handle_parsing_errors
+    if flag is True or (callable(flag) and not isinstance(flag, bool)):
+        return []
+    if isinstance(flag, str):
+        return [
+            "AgentExecutor(handle_parsing_errors=<a string>) would show the model your string "
+            "instead of why the guard refused a call: set handle_parsing_errors=True."
+        ]
+    return [
+        "AgentExecutor(handle_parsing_errors=False) fails the run on the first refused call: "
+        "set handle_parsing_errors=True so that the refusal becomes an observation."
+    ]
+
+
+def _graph_problems(graph: Any) -> list[str]:
+    nodes = _tool_nodes(graph)
+    if not nodes:
+        return [
+            f"graph {graph.get_name()!r} has no ToolNode: a refused call would raise "
+            "ToolCallBlockedError from wherever your graph runs tools. Run tools with a "
+            "ToolNode, or guard the graph with guard.wrap(tool_node) instead."
+        ]
+    problems = []
+    for path, node in nodes:
+        problem = _tool_node_problem(node._handle_tool_errors)
+        if problem:
+            problems.append(f"ToolNode {path!r}: {problem}")
+    return problems
+
+
+def _tool_nodes(graph: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    from langgraph.prebuilt import ToolNode
+    from langgraph.pregel import Pregel
+
+    found: list[tuple[str, Any]] = []
+    for name, node in graph.nodes.items():
+        bound = getattr(node, "bound", None)
+        if isinstance(bound, ToolNode):
+            found.append((prefix + name, bound))
+        elif isinstance(bound, Pregel):
+            found.extend(_tool_nodes(bound, f"{prefix}{name}/"))
+    return found
+
+
+def _tool_node_problem(flag: Any) -> str | None:
+    """Why a `handle_tool_errors` setting would not answer `ToolCallBlockedError`, or None."""
+    from langgraph_replay_guard.integrations.callbacks import ToolCallBlockedError
+
+    if flag is True:
+        return None
+    if flag is False or flag is None:
+        return (
+            "handle_tool_errors=False fails the run on the first refused call; keep the "
+            "default or set handle_tool_errors=True."
+        )
+    if isinstance(flag, str):
+        return (
+            "handle_tool_errors=<a string> would show the model your string instead of why "
+            "the guard refused a call; keep the default or set handle_tool_errors=True."
+        )
+    if isinstance(flag, type | tuple):
+        if issubclass(ToolCallBlockedError, flag):
+            return None
+        return (
+            f"handle_tool_errors={flag!r} does not catch ToolCallBlockedError; add it "
+            "(from langgraph_replay_guard.integrations.callbacks) or keep the default."
+        )
+    # LangGraph's default answers ToolInvocationError, which ToolCallBlockedError is; other
+    # callables pick their exception types from annotations and are trusted to answer.
+    return None

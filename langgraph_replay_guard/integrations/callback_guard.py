@@ -1,0 +1,340 @@
+"""Deciding and recording the tool calls a callback handler observes, per thread and turn."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from langchain_core.messages import AIMessage, ToolCall
+
+from langgraph_replay_guard.engine import Decision, Verdict, make_event, render_reminder
+from langgraph_replay_guard.errors import LoopAbortedError
+from langgraph_replay_guard.integrations.callback_state import Scope, ScopeKey, ScopeTable
+from langgraph_replay_guard.integrations.calls import (
+    Batch,
+    BatchPlan,
+    PlannedCall,
+    abort_answer,
+    denied_event,
+    executed_event,
+    guard_update,
+    loop_error,
+    plan_calls,
+    snapshot,
+)
+from langgraph_replay_guard.state import Event, GuardView, settled, state_for_turn
+
+if TYPE_CHECKING:
+    from langgraph_replay_guard.config import GuardConfig
+
+__all__ = ["Admitted", "Call", "CallbackGuard", "Refusal"]
+
+logger = logging.getLogger("langgraph_replay_guard")
+
+Call = tuple[str, Any, str | None]
+"""A tool call as a callback sees it: name, arguments (a dict or a plain string), id."""
+
+_ANSWER_NOW = " Do not call any more tools; answer the user now."
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A call the guard lets run; what to record once it ends."""
+
+    scope: Scope
+    plan: BatchPlan
+    planned: PlannedCall
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A call (or executor step) that must not run, and what the model is told instead."""
+
+    message: str
+    decisions: tuple[tuple[Decision, ToolCall], ...]
+    """The non-allow decisions behind it, for the custom stream."""
+
+
+def _tool_call(name: str, args: Any, call_id: str | None) -> ToolCall:
+    # Executors may pass a plain string as a tool's input; the call key hashes it as it is.
+    return cast("ToolCall", {"name": name, "args": args, "id": call_id, "type": "tool_call"})
+
+
+class CallbackGuard:
+    """The engine applied to what callbacks report: batches, tool starts and ends.
+
+    Every method takes the scope's lock, so parallel tool calls of one batch (threads, or
+    tasks of an async run) are decided and recorded consistently. A batch is decided when
+    the model returns it, all calls against one snapshot and by position, exactly like the
+    node wrapper; a tool start then claims its call's decision.
+
+    Args:
+        config: Guard configuration.
+        scopes: Where the per-thread state lives.
+    """
+
+    def __init__(self, config: GuardConfig, scopes: ScopeTable) -> None:
+        """Create the guard."""
+        self.config = config
+        self.scopes = scopes
+
+    # -- model calls --------------------------------------------------------------------------
+
+    def model_start(self, key: ScopeKey, turn: str) -> None:
+        """Note the turn of a model call.
+
+        Raises:
+            LoopAbortedError: With `on_abort="error"` when the turn was stopped (a tools node
+                that handles every error turned the abort into a message).
+        """
+        scope = self.scopes.get(key)
+        with scope.lock:
+            scope.turn = turn
+            if self.config.on_abort != "error":
+                return
+            view = state_for_turn(settled(self.scopes.read(scope)), turn, self.config.scope)
+            stop = view.get("stop")
+        if stop is not None:
+            msg = f"Loop aborted: '{stop['tool']}' ({stop['reason']}, attempt {stop['count']})."
+            raise LoopAbortedError(
+                msg, tool=stop["tool"], reason=stop["reason"], count=stop["count"]
+            )
+
+    def model_answered(self, key: ScopeKey) -> None:
+        """The model answered without tool calls: no reminder is pending for a next call."""
+        scope = self.scopes.get(key)
+        with scope.lock:
+            scope.last_batch = None
+
+    def batch(self, key: ScopeKey, batch_id: str, calls: Sequence[Call]) -> None:
+        """Decide the batch of tool calls a model call returned.
+
+        Raises:
+            LoopAbortedError: When the batch aborts with `on_abort="error"`, or the model
+                asks for tools after the guard stopped the run.
+        """
+        scope = self.scopes.get(key)
+        with scope.lock:
+            self._plan(scope, batch_id, calls, keep=True)
+
+    def step(
+        self, key: ScopeKey, step: object, step_id: str, calls: Sequence[Call]
+    ) -> Refusal | None:
+        """Decide an `AgentExecutor` step, which is refused whole if any call is refused.
+
+        The executor turns only an error raised while the agent plans into an observation,
+        so a refusal must come before any tool of the step runs. Calls of a refused step
+        that the guard would have allowed do not run either; the model is told to ask again.
+
+        Args:
+            key: The scope.
+            step: The step's first `AgentAction`: a step is decided once, although an
+                enclosing chain reports it again.
+            step_id: Batch id of the step.
+            calls: The step's calls.
+
+        Returns:
+            None to let the step run, or the refusal.
+
+        Raises:
+            LoopAbortedError: As for `batch`.
+        """
+        scope = self.scopes.get(key)
+        with scope.lock:
+            if scope.actions is step or not calls:
+                return None
+            scope.actions = step
+            plan = scope.plan
+            if plan is None or not _same_calls(plan, step_id, calls):
+                plan = self._plan(scope, step_id, calls, keep=True)
+            scope.executor = True
+            answers = [self._answer(plan, planned) for planned in plan.calls]
+            if all(message is None for message, _ in answers):
+                return None
+            self._write(scope, [event for _, events in answers for event in events])
+            scope.plan = None
+        decisions = tuple(
+            (planned.decision, planned.tool_call)
+            for planned, (message, _) in zip(plan.calls, answers, strict=True)
+            if message is not None and planned.decision is not None
+        )
+        return Refusal(_step_message(plan, [m for m, _ in answers]), decisions)
+
+    # -- tool calls ---------------------------------------------------------------------------
+
+    def tool_start(
+        self, key: ScopeKey, call: Call, *, fallback_id: str, fallback_turn: str
+    ) -> Admitted | Refusal:
+        """Admit or refuse a tool run, recording a refusal.
+
+        Args:
+            key: The scope.
+            call: The call as the tool run reports it.
+            fallback_id: Batch id when the call belongs to no batch the guard saw.
+            fallback_turn: Turn when no model call of the scope was seen.
+
+        Returns:
+            `Admitted` to let the tool run, or the `Refusal`.
+
+        Raises:
+            LoopAbortedError: As for `batch`, for a call of no known batch.
+        """
+        scope = self.scopes.get(key)
+        with scope.lock:
+            plan, planned = self._claim(scope, call, fallback_id, fallback_turn)
+            message, events = self._answer(plan, planned)
+            if message is None:
+                return Admitted(scope, plan, planned)
+            self._write(scope, events)
+        decisions = ((planned.decision, planned.tool_call),) if planned.decision else ()
+        return Refusal(message, decisions)
+
+    def record(self, admitted: Admitted, outcome: str, text: str | None) -> None:
+        """Record how an admitted call ended: `success`, `failure` or `timeout`."""
+        planned, batch = admitted.planned, admitted.plan.batch
+        if planned.facts is None:
+            return
+        if outcome == "timeout":
+            event = make_event(
+                planned.facts,
+                "timeout",
+                batch=batch.batch_id,
+                index=planned.index,
+                turn=batch.turn,
+            )
+        else:
+            event = executed_event(self.config, planned, batch, outcome, text)
+        with admitted.scope.lock:
+            self._write(admitted.scope, [event])
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def view(self, key: ScopeKey) -> GuardView:
+        """A read-only view of a scope's state (the reminder is not cleared)."""
+        if key[0] == "thread":
+            value = self.scopes.read_thread(key[1])
+        else:
+            scope = self.scopes.peek(key)
+            value = scope.value if scope is not None else None
+        state = settled(value)
+        pending = state.get("reminder")
+        return GuardView.from_state(state, render_reminder(pending) if pending else None)
+
+    def reminder(self, key: ScopeKey) -> str | None:
+        """The pending reminder for the model call after the tripping batch, returned once."""
+        scope = self.scopes.peek(key)
+        if scope is None:
+            return None
+        with scope.lock:
+            pending = settled(self.scopes.read(scope)).get("reminder")
+            if not pending or pending.get("batch") != scope.last_batch:
+                return None
+            marker = tuple(sorted(pending.items()))
+            if marker == scope.shown:
+                return None
+            scope.shown = marker
+            return render_reminder(pending)
+
+    # -- internals (scope lock held) ----------------------------------------------------------
+
+    def _write(self, scope: Scope, events: list[Event]) -> None:
+        if events:
+            self.scopes.write(scope, guard_update(self.config, events))
+
+    def _plan(self, scope: Scope, batch_id: str, calls: Sequence[Call], *, keep: bool) -> BatchPlan:
+        config = self.config
+        state = snapshot(self.scopes.read(scope), batch_id)
+        # The batch's AIMessage only carries the id: executor calls may have string args.
+        batch = Batch(AIMessage(content="", id=batch_id), scope.turn)
+        tool_calls = [_tool_call(name, args, call_id) for name, args, call_id in calls]
+        plan = BatchPlan(batch, plan_calls(config, state, tool_calls, scope.turn))
+        scope.last_batch = batch_id
+        aborting = plan.abort if config.on_abort != "continue" else None
+        if aborting is not None and aborting.decision is not None:
+            view = state_for_turn(state, scope.turn, config.scope)
+            if view.get("stop") is not None and view.get("last_batch") != batch_id:
+                raise _ignored_stop(aborting.decision)
+            if config.on_abort == "error":
+                self._write(scope, abort_answer(aborting, aborting, batch)[1])
+                raise loop_error(aborting.decision)
+        if keep:
+            scope.plan, scope.taken, scope.executor = plan, set(), False
+        return plan
+
+    def _claim(
+        self, scope: Scope, call: Call, fallback_id: str, fallback_turn: str
+    ) -> tuple[BatchPlan, PlannedCall]:
+        """The planned call a tool run is; a batch of one when it belongs to no known batch."""
+        name, args, call_id = call
+        plan = scope.plan
+        if plan is not None:
+            for planned in plan.calls:
+                tool_call = planned.tool_call
+                if call_id is not None and tool_call.get("id") == call_id:
+                    # A re-run (RetryPolicy, resume) gets the decision the call got first.
+                    scope.taken.add(planned.index)
+                    return plan, planned
+                if (
+                    planned.index not in scope.taken
+                    and (call_id is None or scope.executor)
+                    and tool_call["name"] == name
+                    and tool_call["args"] == args
+                ):
+                    scope.taken.add(planned.index)  # executors pass no tool call id
+                    return plan, planned
+        if scope.turn is None:
+            scope.turn = fallback_turn
+        single = self._plan(scope, call_id or fallback_id, [call], keep=False)
+        return single, single.calls[0]
+
+    def _answer(self, plan: BatchPlan, planned: PlannedCall) -> tuple[str | None, list[Event]]:
+        """What the model is told instead of running a call (None: run it), and its events."""
+        aborting = plan.abort if self.config.on_abort != "continue" else None
+        if aborting is not None and aborting.decision is not None:
+            answer, events = abort_answer(planned, aborting, plan.batch)
+            # A callback cannot end the run: ask the model to end it.
+            return answer.text + (_ANSWER_NOW if planned is aborting else ""), events
+        if planned.error is not None:
+            logger.warning("langgraph-replay-guard: %s", planned.error)
+            return f"Not executed: {planned.error}", []
+        decision = planned.decision
+        if decision is None or decision.verdict is Verdict.ALLOW:
+            return None, []
+        abort = decision.verdict is Verdict.ABORT
+        event = denied_event(planned, plan.batch, decision.reason or "denied", abort=abort)
+        return decision.message or "Not executed.", [event]
+
+
+def _same_calls(plan: BatchPlan, batch_id: str, calls: Sequence[Call]) -> bool:
+    """Whether a plan (made when the model answered) already covers an executor step."""
+    if plan.batch.batch_id != batch_id or len(plan.calls) != len(calls):
+        return False
+    return all(
+        planned.tool_call["name"] == name and planned.tool_call["args"] == args
+        for planned, (name, args, _) in zip(plan.calls, calls, strict=True)
+    )
+
+
+def _ignored_stop(decision: Decision) -> LoopAbortedError:
+    msg = (
+        "Loop aborted: the model asked for more tool calls after the loop guard stopped the "
+        "run, and a callback cannot end a run any other way. Use ReplayGuardMiddleware "
+        "(create_agent) to end runs gracefully."
+    )
+    return LoopAbortedError(msg, tool=decision.tool, reason="stopped", count=decision.count)
+
+
+def _step_message(plan: BatchPlan, messages: list[str | None]) -> str:
+    """The observation of a refused `AgentExecutor` step."""
+    if len(plan.calls) == 1 and messages[0] is not None:
+        return messages[0]
+    lines = ["The loop guard did not run the tool calls of this step:"]
+    for planned, message in zip(plan.calls, messages, strict=True):
+        why = message or (
+            "not run because another call of the same step was refused; ask for it again "
+            "if you still need it."
+        )
+        lines.append(f"- {planned.tool_call['name']}: {why}")
+    return "\n".join(lines)

@@ -1,0 +1,503 @@
+"""`ReplayGuardCallbackHandler`: the guard for agent executors, registered as a callback."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+from uuid import UUID
+
+from langchain_core.agents import AgentAction
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.exceptions import OutputParserException
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, LLMResult
+from langgraph.errors import GraphBubbleUp
+from langgraph.prebuilt.tool_node import ToolInvocationError
+from langgraph.types import Command
+
+from langgraph_replay_guard.config import GuardConfig
+from langgraph_replay_guard.control import result_text
+from langgraph_replay_guard.errors import LoopAbortedError, ReplayGuardError
+from langgraph_replay_guard.integrations.callback_guard import Call, CallbackGuard, Refusal
+from langgraph_replay_guard.integrations.callback_state import RunTree, ScopeKey, ScopeTable
+from langgraph_replay_guard.integrations.calls import emit, result_outcome
+from langgraph_replay_guard.state import GuardView
+
+if TYPE_CHECKING:
+    from langgraph.store.base import BaseStore
+
+__all__ = ["ReplayGuardCallbackHandler", "ToolCallBlockedError"]
+
+logger = logging.getLogger("langgraph_replay_guard")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_NAMESPACE = ("replay_guard", "callbacks")
+"""Store namespace of the handler's per-thread guard state (the item key is the thread id)."""
+
+# Tools an AgentExecutor runs itself to report a parsing error or an unknown tool name.
+_EXECUTOR_TOOLS = frozenset({"_Exception", "invalid_tool"})
+
+
+class ToolCallBlockedError(ReplayGuardError, ToolInvocationError, OutputParserException):
+    """Raised by the callback handler to refuse a tool call; its text is what the model reads.
+
+    A callback cannot return a result in place of a tool, it can only raise. This error is
+    shaped so that executors hand its text to the model instead of failing the run:
+
+    - it is a LangGraph `ToolInvocationError`: `create_agent` and a `ToolNode` with the
+      default `handle_tool_errors` answer the call with an error `ToolMessage` whose content
+      is `message`;
+    - it is an `OutputParserException` with `send_to_llm=True`: a `langchain_classic`
+      `AgentExecutor(handle_parsing_errors=True)` turns it into an observation.
+
+    Attributes:
+        message: What the model is told.
+        tool_name: The refused tool, or `""` for a whole executor step.
+    """
+
+    def __init__(self, message: str, *, tool_name: str = "") -> None:
+        Exception.__init__(self, message)
+        self.message = message
+        self.tool_name = tool_name
+        self.tool_kwargs: dict[str, Any] = {}
+        self.source = None  # type: ignore[assignment]  # no validation error caused it
+        self.filtered_errors = None
+        self.observation = message
+        self.llm_output = message
+        self.send_to_llm = True
+
+
+_SIGNALS = (ToolCallBlockedError, LoopAbortedError)
+
+
+def _fail_open(method: F) -> F:
+    """Let the guard's own signals through; log anything else instead of failing the run.
+
+    The handler runs with `raise_error=True` so that its refusals stop tool calls; without
+    this, an unexpected error in the guard (a store that is down) would fail the user's run.
+    """
+
+    @functools.wraps(method)
+    def wrapper(self: ReplayGuardCallbackHandler, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except _SIGNALS:
+            raise
+        except Exception:
+            logger.exception(
+                "langgraph-replay-guard: %s failed; the call is not guarded", method.__name__
+            )
+            return None
+
+    return cast("F", wrapper)
+
+
+def _stream_writer() -> Callable[[Any], None] | None:
+    try:
+        from langgraph.config import get_stream_writer
+
+        return get_stream_writer()
+    except Exception:  # outside a LangGraph run there is no stream
+        return None
+
+
+def _turn_of(messages: Sequence[BaseMessage], root: UUID) -> str:
+    """The turn a model call belongs to: the id of the last user message it sees.
+
+    LangGraph gives every message an id. Messages without one (an `AgentExecutor` prompt)
+    make the root run the turn: each `invoke` of an executor is one user turn.
+    """
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage):
+            if message.id:
+                return message.id
+            break
+    return f"run:{root}"
+
+
+def _actions(outputs: Any) -> list[AgentAction] | None:
+    """The tool calls an agent step decided on, from a chain's outputs, or None."""
+    if isinstance(outputs, AgentAction):
+        return [outputs]
+    if isinstance(outputs, list) and outputs and all(isinstance(a, AgentAction) for a in outputs):
+        return outputs
+    return None
+
+
+def _step_id(actions: list[AgentAction]) -> str:
+    """Batch id of an executor step: the AIMessage of a tool-calling agent, else a new id."""
+    log = getattr(actions[0], "message_log", None) or []
+    message_id = getattr(log[-1], "id", None) if log else None
+    return message_id or f"step:{uuid.uuid4().hex}"
+
+
+class ReplayGuardCallbackHandler(BaseCallbackHandler):
+    """Loop and duplicate protection for agents you cannot rebuild, as a callback handler.
+
+    Register it on a run, `config={"callbacks": [handler]}`, of a `create_agent` agent, a
+    LangGraph graph with a `ToolNode`, or a `langchain_classic` `AgentExecutor`. It sees the
+    batch of tool calls each model call asks for, decides them with the same engine and
+    rules as `guard.wrap` and the middleware, and refuses a call by raising
+    `ToolCallBlockedError` before the tool body runs; the executor hands the refusal's text
+    to the model. State is kept per thread (`metadata["thread_id"]`, which LangGraph sets;
+    a run without one gets a scope of its own) and per user turn.
+
+    Setup each executor needs (`check(agent)` verifies it):
+
+    - `create_agent` / `ToolNode`: the default `handle_tool_errors` (or `True`, or a tuple
+      including `ToolCallBlockedError`).
+    - `AgentExecutor`: `handle_parsing_errors=True`; pass the thread as
+      `config={"metadata": {"thread_id": ...}}`.
+
+    Aborts: a callback cannot end a run. With `on_abort="end"` the aborting call (and its
+    batch) is answered with the stop message, which tells the model to answer without
+    tools; if the model asks for tools again anyway, the handler raises `LoopAbortedError`
+    (the only way a callback can stop a run). With `on_abort="error"` the abort raises
+    `LoopAbortedError` before any tool of its batch runs.
+
+    Args:
+        config: Guard configuration (`GuardConfig()` defaults when omitted).
+        store: Optional LangGraph `BaseStore` holding each thread's guard state, so that
+            several processes share it. In memory otherwise.
+        max_threads: Most threads kept in memory; the least recently used are evicted
+            (their state is lost unless a store keeps it).
+        namespace: Store namespace for the guard state (the item key is the thread id).
+
+    Raises:
+        ValueError: If `max_threads` is below 1.
+    """
+
+    raise_error = True
+    """Refusals must propagate: with `raise_error=False` LangChain logs and runs the tool."""
+
+    def __init__(
+        self,
+        config: GuardConfig | dict[str, Any] | None = None,
+        *,
+        store: BaseStore | None = None,
+        max_threads: int = 1000,
+        namespace: tuple[str, ...] = DEFAULT_NAMESPACE,
+    ) -> None:
+        """Create the handler."""
+        if max_threads < 1:
+            msg = f"max_threads={max_threads!r} must be at least 1 (the threads kept in memory)."
+            raise ValueError(msg)
+        if config is None:
+            config = GuardConfig()
+        elif not isinstance(config, GuardConfig):
+            config = GuardConfig.model_validate(config)
+        self.config: GuardConfig = config
+        self._guard = CallbackGuard(config, ScopeTable(max_threads, store, namespace))
+        self._runs = RunTree()
+        # Pure in-memory work takes microseconds: run it on the event loop in async runs.
+        # Store I/O may block, so with a store LangChain runs the handler in its executor.
+        self.run_inline = store is None
+
+    # -- public API ---------------------------------------------------------------------------
+
+    def inspect(
+        self, thread_id: str | None = None, *, run_id: UUID | str | None = None
+    ) -> GuardView:
+        """A read-only view of a thread's guard state.
+
+        Args:
+            thread_id: The thread.
+            run_id: Instead of a thread, the root run id of a run without a thread id.
+
+        Returns:
+            Counters, recent calls, stop reason, recent blocked calls and the pending
+            reminder (not cleared). An unknown thread gives the view of an empty state.
+        """
+        return self._guard.view(_scope_key(thread_id, run_id))
+
+    def reminder(
+        self, thread_id: str | None = None, *, run_id: UUID | str | None = None
+    ) -> str | None:
+        """The pending loop reminder for the thread's next prompt, returned once.
+
+        A callback cannot edit a prompt: put this text into the system prompt of the next
+        model call yourself (with `create_agent`, from a `@dynamic_prompt` middleware). It
+        never contains tool output.
+
+        Args:
+            thread_id: The thread.
+            run_id: Instead of a thread, the root run id of a run without a thread id.
+
+        Returns:
+            The reminder, or None when no layer tripped at the latest batch of tool calls
+            or it was returned already.
+        """
+        return self._guard.reminder(_scope_key(thread_id, run_id))
+
+    def check(self, agent: Any) -> ReplayGuardCallbackHandler:
+        """Fail now if `agent` would not hand the handler's refusals to the model.
+
+        Args:
+            agent: A compiled LangGraph graph (`create_agent`, `StateGraph.compile()`) or a
+                `langchain_classic` `AgentExecutor`.
+
+        Returns:
+            The handler, so that `config={"callbacks": [handler.check(agent)]}` reads well.
+
+        Raises:
+            ValueError: If the agent's error handling would fail the run on a refusal, or
+                would replace the refusal's text.
+            TypeError: If `agent` is neither kind.
+        """
+        from langgraph_replay_guard.integrations.callback_check import enforcement_problems
+
+        problems = enforcement_problems(agent)
+        if problems:
+            msg = "ReplayGuardCallbackHandler cannot enforce its decisions here:\n- " + (
+                "\n- ".join(problems)
+            )
+            raise ValueError(msg)
+        return self
+
+    # -- chains: the run tree and AgentExecutor steps -----------------------------------------
+
+    @_fail_open
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any],
+        inputs: dict[str, Any],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Remember the run's scope and root."""
+        self._runs.start(run_id, parent_run_id, metadata)
+
+    @_fail_open
+    def on_chain_end(
+        self,
+        outputs: dict[str, Any],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Decide an `AgentExecutor` step as soon as the agent has chosen its tool calls.
+
+        Raises:
+            ToolCallBlockedError: The step must not run (an `OutputParserException`, which
+                `AgentExecutor(handle_parsing_errors=True)` turns into an observation).
+            LoopAbortedError: The run is aborted.
+        """
+        info = self._runs.end(run_id)
+        actions = _actions(outputs)
+        if info is None or actions is None or info.inside_tool:
+            return
+        calls: list[Call] = [
+            (a.tool, a.tool_input, getattr(a, "tool_call_id", None))
+            for a in actions
+            if a.tool not in _EXECUTOR_TOOLS
+        ]
+        refusal = self._guard.step(info.scope, actions[0], _step_id(actions), calls)
+        if refusal is not None:
+            raise _refuse(refusal)
+
+    @_fail_open
+    def on_chain_error(
+        self,
+        error: BaseException,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Forget the run."""
+        self._runs.end(run_id)
+
+    # -- model calls ----------------------------------------------------------------------------
+
+    @_fail_open
+    def on_chat_model_start(
+        self,
+        serialized: dict[str, Any],
+        messages: list[list[BaseMessage]],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Note the turn of the model call.
+
+        Raises:
+            LoopAbortedError: With `on_abort="error"`, when the turn was stopped.
+        """
+        info, _ = self._runs.start(run_id, parent_run_id, metadata)
+        if not info.inside_tool:
+            self._guard.model_start(
+                info.scope, _turn_of(messages[0] if messages else [], info.root)
+            )
+
+    @_fail_open
+    def on_llm_start(
+        self,
+        serialized: dict[str, Any],
+        prompts: list[str],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """A text model's call: the root run is the turn.
+
+        Raises:
+            LoopAbortedError: With `on_abort="error"`, when the turn was stopped.
+        """
+        info, _ = self._runs.start(run_id, parent_run_id, metadata)
+        if not info.inside_tool:
+            self._guard.model_start(info.scope, f"run:{info.root}")
+
+    @_fail_open
+    def on_llm_end(
+        self,
+        response: LLMResult,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Decide the batch of tool calls the model asked for, against one snapshot.
+
+        Raises:
+            LoopAbortedError: When the batch aborts with `on_abort="error"`, or the model
+                asks for tools after the guard stopped the run.
+        """
+        info = self._runs.end(run_id)
+        if info is None or info.inside_tool:
+            return
+        generation = response.generations[0][0] if response.generations else None
+        message = generation.message if isinstance(generation, ChatGeneration) else None
+        if not isinstance(message, AIMessage):
+            return
+        if not message.tool_calls:
+            self._guard.model_answered(info.scope)
+            return
+        calls = [(c["name"], c.get("args", {}), c.get("id")) for c in message.tool_calls]
+        self._guard.batch(info.scope, message.id or f"run:{run_id}", calls)
+
+    @_fail_open
+    def on_llm_error(
+        self,
+        error: BaseException,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Forget the run."""
+        self._runs.end(run_id)
+
+    # -- tool calls -----------------------------------------------------------------------------
+
+    @_fail_open
+    def on_tool_start(
+        self,
+        serialized: dict[str, Any],
+        input_str: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        inputs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Let the call run, or refuse it before its body runs.
+
+        Raises:
+            ToolCallBlockedError: The call must not run; its text is what the model reads.
+            LoopAbortedError: The run is aborted.
+        """
+        info, nested = self._runs.start(run_id, parent_run_id, metadata, tool=True)
+        name = (serialized or {}).get("name") or kwargs.get("name") or ""
+        if nested or name in _EXECUTOR_TOOLS:
+            return  # a tool used inside a tool is part of the outer call
+        call: Call = (name, inputs if inputs is not None else input_str, kwargs.get("tool_call_id"))
+        try:
+            admitted = self._guard.tool_start(
+                info.scope, call, fallback_id=f"run:{run_id}", fallback_turn=f"run:{info.root}"
+            )
+        except LoopAbortedError:
+            self._runs.end(run_id)
+            raise
+        if isinstance(admitted, Refusal):
+            self._runs.end(run_id)  # the body will not run, so no end event comes
+            raise _refuse(admitted, name)
+        info.call = admitted
+
+    @_fail_open
+    def on_tool_end(
+        self,
+        output: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Record a call that ran and its result."""
+        info = self._runs.end(run_id)
+        if info is None or info.call is None:
+            return
+        if isinstance(output, ToolMessage | Command):
+            outcome, text = result_outcome(output)
+        else:
+            # An AgentExecutor passes no tool call id, so a tool's handled error arrives as
+            # plain text: it is recorded as a result.
+            outcome, text = "success", result_text(output)
+        self._guard.record(info.call, outcome, text)
+
+    @_fail_open
+    def on_tool_error(
+        self,
+        error: BaseException,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Record a call that failed or timed out (an identical call may be retried)."""
+        info = self._runs.end(run_id)
+        if info is None or info.call is None or isinstance(error, GraphBubbleUp):
+            return  # an interrupt is not an outcome: the call runs again on resume
+        outcome = "timeout" if isinstance(error, TimeoutError) else "failure"
+        self._guard.record(info.call, outcome, str(error))
+
+    def __repr__(self) -> str:
+        """Show the configuration that differs from the defaults."""
+        changed = self.config.model_dump(exclude_defaults=True)
+        return f"ReplayGuardCallbackHandler(config=GuardConfig(**{changed!r}))"
+
+
+def _scope_key(thread_id: str | None, run_id: UUID | str | None) -> ScopeKey:
+    if thread_id is not None:
+        return ("thread", str(thread_id))
+    if run_id is not None:
+        return ("run", str(run_id))
+    msg = "Pass the thread_id (or, for a run without one, its root run_id)."
+    raise TypeError(msg)
+
+
+def _refuse(refusal: Refusal, tool_name: str = "") -> ToolCallBlockedError:
+    """The error that refuses a call, after reporting the decisions on the custom stream."""
+    writer = _stream_writer()
+    for decision, tool_call in refusal.decisions:
+        emit(writer, decision, tool_call)
+        logger.info("langgraph-replay-guard: refused %s (%s)", decision.tool, decision.reason)
+    return ToolCallBlockedError(refusal.message, tool_name=tool_name)
