@@ -50,6 +50,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             metavar="URI",
             help="SQLite file (path or sqlite:///path) or postgresql:// URI",
         )
+        p.add_argument(
+            "--namespace",
+            default="replay_guard",
+            metavar="PREFIX",
+            help="the guard's namespace, parts separated by '/' (default: replay_guard; "
+            "records are under PREFIX/records)",
+        )
         p.add_argument("--json", action="store_true", help="print JSON")
         return p
 
@@ -102,7 +109,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     }
     try:
         with open_store(args.db) as store:
-            return handlers[args.action](RecordStore(store), args, out, err)
+            namespace = (*[part for part in args.namespace.split("/") if part], "records")
+            return handlers[args.action](RecordStore(store, namespace=namespace), args, out, err)
     except StoreURIError as exc:
         print(f"replay-guard records: {exc}", file=err)
         return EXIT_USAGE

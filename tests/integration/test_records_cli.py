@@ -188,3 +188,15 @@ def test_bad_database_values(tmp_path: Path) -> None:
     conninfo = cli("list", "--db", f"postgresql://127.0.0.1:1/postgres?password={PASSWORD}")
     assert conninfo.returncode == 2
     assert PASSWORD not in conninfo.stdout + conninfo.stderr
+
+
+def test_tenant_namespace(tmp_path: Path) -> None:
+    target = str(tmp_path / "records.db")
+    with open_store("sqlite", target) as store:
+        guard = ReplayGuard(store=store, namespace=("replay_guard", "tenant-a"), record=True)
+        agent = guard.record(build_agent(guard, ScriptedChatModel(), make_tools(ToolRuns())))
+        agent.invoke({"messages": [HumanMessage(content="Hello.")]})
+    execution_id = str(agent.last_execution_id)
+    tenant = cli("list", "--db", target, "--namespace", "replay_guard/tenant-a")
+    assert execution_id in tenant.stdout
+    assert execution_id not in cli("list", "--db", target).stdout
