@@ -19,8 +19,8 @@ test: $(STAMP)
 	LANGSMITH_TRACING=false $(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check langgraph_replay_guard tests benchmarks
-	$(BIN)/ruff format --check langgraph_replay_guard tests benchmarks
+	$(BIN)/ruff check langgraph_replay_guard tests benchmarks examples
+	$(BIN)/ruff format --check langgraph_replay_guard tests benchmarks examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict langgraph_replay_guard

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from langgraph_replay_guard.config import GuardConfig, ReplayClass, ToolPolicy
+from langgraph_replay_guard.config import (
+    CallClass,
+    ClassRule,
+    GuardConfig,
+    ReplayClass,
+    ToolPolicy,
+)
 from langgraph_replay_guard.control import GuardControl
 from langgraph_replay_guard.engine import Decision, Verdict
 from langgraph_replay_guard.errors import (
@@ -58,6 +64,8 @@ __version__ = "0.1.0"
 __all__ = [
     "GUARD_CHANNEL",
     "CachingReplayEngine",
+    "CallClass",
+    "ClassRule",
     "Decision",
     "ExecutionRecord",
     "GuardConfig",

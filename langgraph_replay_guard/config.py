@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
-__all__ = ["GuardConfig", "ReplayClass", "ToolPolicy"]
+if TYPE_CHECKING:
+    from langgraph_replay_guard.classify import Classifier
+
+__all__ = ["CallClass", "ClassRule", "GuardConfig", "PresetName", "ReplayClass", "ToolPolicy"]
 
 ReplayClass = Literal["pure", "idempotent", "unsafe"]
 """How a tool may be repeated.
@@ -19,24 +27,171 @@ ReplayClass = Literal["pure", "idempotent", "unsafe"]
 """
 
 
+PresetName = Literal["shell", "editor"]
+"""Built-in per-call classifications (see `langgraph_replay_guard/presets/` and the README).
+
+- `"shell"`: POSIX shell commands in a `command` argument.
+- `"editor"`: sub-commands of file-editor tools (`view` vs `create`, `str_replace`...).
+"""
+
+_PRESETS: dict[str, str] = {
+    "shell": "POSIX shell commands (bash, execute_command...)",
+    "editor": "file-editor sub-commands (str_replace_editor, edit_file, open, scroll_down...)",
+}
+
+_RANKS = {("pure", False): 0, ("pure", True): 1, ("idempotent", False): 2, ("unsafe", False): 3}
+
+
+@dataclass(frozen=True, slots=True)
+class CallClass:
+    """The replay class of one call, as a classification gives it.
+
+    Attributes:
+        replay: `"pure"`, `"idempotent"` or `"unsafe"` (see `ReplayClass`).
+        volatile: A read whose result changes on its own: never deduplicated, still
+            counted and result-diffed. Only with `replay="pure"`.
+
+    Raises:
+        ValueError: On an unknown replay class, or `volatile=True` with side effects.
+    """
+
+    replay: ReplayClass
+    volatile: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.replay, self.volatile) not in _RANKS:
+            if self.replay not in {"pure", "idempotent", "unsafe"}:
+                msg = (
+                    f"CallClass(replay={self.replay!r}): the replay class must be 'pure', "
+                    "'idempotent' or 'unsafe'."
+                )
+            else:
+                msg = (
+                    f"CallClass(replay={self.replay!r}, volatile=True): volatile describes a "
+                    "read; use replay='pure' with volatile=True, or drop volatile."
+                )
+            raise ValueError(msg)
+
+    @property
+    def rank(self) -> int:
+        """How much the call may change the world: 0 pure, 1 volatile, 2 idempotent, 3 unsafe.
+
+        A chain of commands gets the class of its highest-ranked part.
+        """
+        return _RANKS[(self.replay, self.volatile)]
+
+
+class ClassRule(BaseModel):
+    """One per-call classification rule: match an argument, give the call a class.
+
+    A rule matches when the argument at `arg` is a string and either `pattern` matches
+    it (`re.search`: anchor with `^` and `$`) or it starts with one of `prefixes`, word
+    by word (`"git status"` matches `git status -s`, not `git status-x`). A prefix only
+    matches a simple command: a value with shell operators (`;`, `&`, `|`, `<`, `>`,
+    backticks, `$(`, a newline) never does, so `cat a; rm b` cannot pass as `cat`. With
+    `preset="shell"`, prefix rules are also applied to each command of a chain, ahead of
+    the preset's own tables.
+
+    Attributes:
+        arg: The argument to look at: a name or a dotted path into nested dicts.
+        pattern: A regular expression.
+        prefixes: Command prefixes.
+        replay: The class of a matching call. Defaults to `"pure"` when `volatile` is set.
+        volatile: The matching call is a read whose result changes on its own.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    arg: str = Field(min_length=1)
+    pattern: str | None = None
+    prefixes: tuple[str, ...] = ()
+    replay: ReplayClass | None = None
+    volatile: bool = False
+
+    @field_validator("pattern")
+    @classmethod
+    def _check_pattern(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                msg = (
+                    f"pattern {value!r} is not a valid regular expression ({exc}). Fix the "
+                    "pattern; in JSON, write a backslash as '\\\\'."
+                )
+                raise ValueError(msg) from None
+        return value
+
+    @field_validator("prefixes")
+    @classmethod
+    def _check_prefixes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not prefix.split() for prefix in value):
+            msg = "prefixes must not be empty or blank: remove the empty entry."
+            raise ValueError(msg)
+        return value
+
+    @model_validator(mode="after")
+    def _check_rule(self) -> ClassRule:
+        if (self.pattern is None) == (not self.prefixes):
+            msg = (
+                f"rule on arg {self.arg!r} needs exactly one of 'pattern' (a regular "
+                "expression) and 'prefixes' (a list of command prefixes)."
+            )
+            raise ValueError(msg)
+        if self.replay is None and not self.volatile:
+            msg = (
+                f"rule on arg {self.arg!r} gives no class: set 'replay' ('pure', "
+                "'idempotent' or 'unsafe') and/or 'volatile': true."
+            )
+            raise ValueError(msg)
+        if self.volatile and self.replay not in (None, "pure"):
+            msg = (
+                f"rule on arg {self.arg!r}: volatile=True describes a read, but replay is "
+                f"{self.replay!r}. Use replay='pure' (or leave it out) with volatile=True."
+            )
+            raise ValueError(msg)
+        return self
+
+    @property
+    def call_class(self) -> CallClass:
+        """The class a matching call gets."""
+        return CallClass(self.replay or "pure", self.volatile)
+
+
 class ToolPolicy(BaseModel):
     """How the guard treats one tool.
 
     Attributes:
         replay: The tool's replay class. Tools without a policy use
-            `GuardConfig.default_policy`, which is `"pure"` (conservative dedup).
+            `GuardConfig.default_policy`, which is `"pure"` (conservative dedup). For a
+            tool classified per call (`classify`, `preset` or `classifier`), this is the
+            class of every call the classification does not recognise and of the writes
+            it recognises: it defaults to `"unsafe"` there and cannot be `"pure"` (an
+            unrecognised call is never deduplicated).
         max_repeats: Overrides `GuardConfig.max_repeats` for this tool.
         ignore_args: Argument names (or dotted paths into nested dicts) left out of the
             call key, for volatile fields such as request ids and timestamps.
-        idempotency_key_arg: For `"idempotent"` tools, the argument that receives the
-            stable idempotency key on replay.
+        idempotency_key_arg: For `"idempotent"` tools, the argument the guard overwrites
+            with the stable idempotency key (left out of the call key, like `ignore_args`).
         volatile: A read whose result changes on its own (a clock, a status poll): never
             deduplicated, still counted and result-diffed; a changed result counts as
             progress.
         short_circuit: Whether a call that returned the identical result twice in a row is
             answered from that result instead of running again. `None` (default) means yes
-            for `"pure"` tools and no for tools with side effects, which are only counted
+            for `"pure"` calls and no for calls with side effects, which are only counted
             and reminded: side effects are never silently suppressed unless you set `True`.
+        classify: Per-call rules for a tool that sometimes reads and sometimes writes
+            (see `ClassRule`); the first matching rule gives the call's class.
+        preset: A built-in classification: `"shell"` or `"editor"` (see `PresetName`).
+        command_arg: The argument holding the command the preset reads. Default: the
+            preset's usual names (`command`, `cmd`, `commands`, `script` for `shell`;
+            `command`, `action`, `cmd`, `operation` for `editor`, else the tool name).
+        classifier: A Python callable for code users: it receives the call's arguments
+            and returns a `CallClass`, or None to fall through to the preset (then to
+            `replay`). Consulted after `classify` and before `preset`. It is not
+            serialized: `model_dump` and JSON leave it out, so set it again in code after
+            loading a configuration. If it raises or returns something else, the call is
+            treated as unrecognised and a warning is logged.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -47,9 +202,52 @@ class ToolPolicy(BaseModel):
     idempotency_key_arg: str | None = None
     volatile: bool = False
     short_circuit: bool | None = None
+    classify: tuple[ClassRule, ...] = ()
+    preset: PresetName | None = None
+    command_arg: str | None = None
+    classifier: SkipJsonSchema[Callable[[Any], CallClass | None] | None] = Field(
+        default=None, exclude=True, repr=False
+    )
+
+    @field_validator("preset", mode="before")
+    @classmethod
+    def _check_preset(cls, value: Any) -> Any:
+        if value is not None and value not in _PRESETS:
+            known = "; ".join(f"{name!r}: {what}" for name, what in _PRESETS.items())
+            msg = f"unknown preset {value!r}. Use one of {known}, or write 'classify' rules."
+            raise ValueError(msg)
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_replay(cls, data: Any) -> Any:
+        # A classified tool's unrecognised calls must not be pure: default them to unsafe.
+        if isinstance(data, dict) and "replay" not in data and _classifies(data):
+            return {**data, "replay": "unsafe"}
+        return data
 
     @model_validator(mode="after")
     def _check_consistency(self) -> ToolPolicy:
+        if self.per_call:
+            if self.volatile:
+                msg = (
+                    "volatile=True applies to every call, but this tool is classified per "
+                    "call. Give 'volatile': true in the classify rules that match its reads."
+                )
+                raise ValueError(msg)
+            if self.replay == "pure":
+                msg = (
+                    "replay='pure' with per-call classification would make every call the "
+                    "rules do not recognise pure (deduplicated). Use 'unsafe' (the default "
+                    "for classified tools) or 'idempotent'; mark the reads with rules."
+                )
+                raise ValueError(msg)
+        if self.command_arg is not None and self.preset is None:
+            msg = (
+                f"command_arg={self.command_arg!r} tells a preset which argument to read, "
+                "but no preset is set. Add preset='shell' or 'editor', or drop command_arg."
+            )
+            raise ValueError(msg)
         if self.volatile and self.replay != "pure":
             msg = (
                 f"volatile=True describes a read whose result changes on its own, but replay is "
@@ -64,15 +262,57 @@ class ToolPolicy(BaseModel):
             raise ValueError(msg)
         return self
 
-    def short_circuits(self) -> bool:
+    @property
+    def per_call(self) -> bool:
+        """Whether calls of this tool are classified one by one."""
+        return bool(self.classify) or self.preset is not None or self.classifier is not None
+
+    @functools.cached_property
+    def classifier_fn(self) -> Classifier | None:
+        """The compiled per-call classification, or None for a tool with one class.
+
+        Built on first use and kept on the instance (a plain attribute read afterwards:
+        `call_facts` reads it on every call).
+        """
+        if not self.per_call:
+            return None
+        from langgraph_replay_guard.classify import Classifier
+
+        return Classifier(self)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """Copy the policy; the compiled classification is rebuilt for the copy."""
+        copy = super().model_copy(update=update, deep=deep)
+        copy.__dict__.pop("classifier_fn", None)
+        return copy
+
+    @property
+    def key_ignore_args(self) -> tuple[str, ...]:
+        """Arguments left out of the call key: `ignore_args` and the idempotency key."""
+        if self.idempotency_key_arg is None:
+            return self.ignore_args
+        return (*self.ignore_args, self.idempotency_key_arg)
+
+    def short_circuits(self, replay: str | None = None) -> bool:
         """Whether the result-diff layer may answer this tool's calls without running them.
 
+        Args:
+            replay: The class of one call, when the tool is classified per call.
+
         Returns:
-            `short_circuit` when set, otherwise `True` only for `"pure"` tools.
+            `short_circuit` when set, otherwise `True` only for `"pure"` calls.
         """
         if self.short_circuit is not None:
             return self.short_circuit
-        return self.replay == "pure"
+        return (replay or self.replay) == "pure"
+
+
+def _classifies(data: dict[str, Any]) -> bool:
+    return (
+        bool(data.get("classify"))
+        or data.get("preset") is not None
+        or (data.get("classifier") is not None)
+    )
 
 
 class GuardConfig(BaseModel):
@@ -196,11 +436,13 @@ class GuardConfig(BaseModel):
                 "only 'tools' and 'default_policy'. Put other settings in the config file."
             )
             raise ValueError(msg)
-        merged = self.model_dump(mode="json")
-        merged["tools"] = {**merged["tools"], **data.get("tools", {})}
+        # Validate only the file's part and keep this configuration's objects as they
+        # are: a round trip through JSON would drop Python-only fields (`classifier`).
+        loaded = GuardConfig.model_validate(data)
+        update: dict[str, Any] = {"tools": {**self.tools, **loaded.tools}}
         if "default_policy" in data:
-            merged["default_policy"] = data["default_policy"]
-        return GuardConfig.model_validate(merged)
+            update["default_policy"] = loaded.default_policy
+        return self.model_copy(update=update)
 
 
 def _read_mapping(path: Path) -> dict[str, Any]:

@@ -90,6 +90,9 @@ class CallFacts:
 def call_facts(config: GuardConfig, tool: str, args: Any) -> CallFacts:
     """Classify a call and compute its key.
 
+    A tool classified per call (`ToolPolicy.classify`, `preset` or `classifier`) gets the
+    class its rules give this call; every other tool gets its policy's class.
+
     Args:
         config: Guard configuration.
         tool: Tool name.
@@ -103,12 +106,19 @@ def call_facts(config: GuardConfig, tool: str, args: Any) -> CallFacts:
             tool and the argument).
     """
     policy = config.policy_for(tool)
+    classifier = policy.classifier_fn
+    if classifier is None:
+        replay, volatile, key_args = policy.replay, policy.volatile, args
+    else:
+        # A multi-purpose tool (a shell, an editor): this call's own class and key.
+        call_class, key_args = classifier(tool, args)
+        replay, volatile = call_class.replay, call_class.volatile
     return CallFacts(
         tool=tool,
-        key=call_key(tool, args, ignore_args=policy.ignore_args),
-        replay=policy.replay,
-        volatile=policy.volatile,
-        short_circuit=policy.short_circuits(),
+        key=call_key(tool, key_args, ignore_args=policy.key_ignore_args),
+        replay=replay,
+        volatile=volatile,
+        short_circuit=policy.short_circuits(replay),
         max_repeats=policy.max_repeats or config.max_repeats,
         args=args,
     )

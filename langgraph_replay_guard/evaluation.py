@@ -108,12 +108,18 @@ class Abort:
 
 @dataclass
 class EvalReport:
-    """Result of `replay-guard eval`."""
+    """Result of `replay-guard eval`.
+
+    `by_class` and `by_tool_class` count each call under the class it got: the policy's
+    class, or for a tool classified per call (a shell, an editor) the class its rules gave
+    that call (`"pure"`, `"pure volatile"`, `"idempotent"`, `"unsafe"`).
+    """
 
     total: Tally = field(default_factory=Tally)
     by_model: dict[str, Tally] = field(default_factory=dict)
     by_tool: dict[str, Tally] = field(default_factory=dict)
     by_class: dict[str, Tally] = field(default_factory=dict)
+    by_tool_class: dict[str, dict[str, Tally]] = field(default_factory=dict)
     aborts: list[Abort] = field(default_factory=list)
     malformed: list[tuple[int, str]] = field(default_factory=list)
 
@@ -133,6 +139,10 @@ class EvalReport:
             "by_model": {m: tally(t) for m, t in sorted(self.by_model.items())},
             "by_tool": {m: tally(t) for m, t in sorted(self.by_tool.items())},
             "by_class": {m: tally(t) for m, t in sorted(self.by_class.items())},
+            "by_tool_class": {
+                tool: {c: tally(t) for c, t in sorted(classes.items())}
+                for tool, classes in sorted(self.by_tool_class.items())
+            },
             "aborts": [asdict(a) for a in self.aborts],
             "malformed": [{"line": n, "error": e} for n, e in self.malformed],
         }
@@ -252,12 +262,14 @@ def _evaluate_one(
         except InvalidArgumentsError as exc:
             report.malformed.append((0, f"{ident} call {index}: {exc}"))
             continue
-        policy_class = facts.replay + (" volatile" if facts.volatile else "")
+        # The class this very call got: a tool classified per call has several.
+        call_class = facts.replay + (" volatile" if facts.volatile else "")
         tallies = (
             tally,
             report.total,
             report.by_tool.setdefault(name, Tally()),
-            report.by_class.setdefault(policy_class, Tally()),
+            report.by_class.setdefault(call_class, Tally()),
+            report.by_tool_class.setdefault(name, {}).setdefault(call_class, Tally()),
         )
         succeeded = not failed.search(text)
         previous = last.get(facts.key)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn, TextIO
 
@@ -21,6 +22,8 @@ from langgraph_replay_guard.evaluation import (
 __all__ = ["add_parser", "load_config", "print_report", "run"]
 
 _PROGRESS_BYTES = 1_000_000  # show progress for inputs larger than this, on a terminal
+
+_CLASS_ORDER = {"pure": 0, "pure volatile": 1, "idempotent": 2, "unsafe": 3}
 
 _KIND_HELP = {
     "redundant_read": "a pure read, same turn, nothing written since: blockable",
@@ -122,6 +125,23 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
+def _print_tool_classes(report: EvalReport, line: Callable[[str], None]) -> None:
+    """Per tool and per class each call got (a shell tool classified per call has several)."""
+    line(
+        f"{'tool':<28} {'class':<14} {'calls':>6} {'blocked':>8} {'redundant':>9} "
+        f"{'wrong':>6} {'aborts':>6}"
+    )
+    for tool, classes in sorted(report.by_tool_class.items()):
+        label = tool if len(tool) <= 28 else tool[:25] + "..."
+        for name, t in sorted(classes.items(), key=lambda item: _CLASS_ORDER.get(item[0], 9)):
+            line(
+                f"{label:<28} {name:<14} {t.calls:>6} {t.blocked:>8} {t.redundant:>9} "
+                f"{t.wrong:>6} {t.aborts:>6}"
+            )
+            label = ""
+    line("")
+
+
 def print_report(
     report: EvalReport, *, source: str, show_aborts: int = 10, out: TextIO | None = None
 ) -> None:
@@ -145,6 +165,7 @@ def print_report(
             f"{t.wrong:>6} {t.aborts:>6} {t.cut:>5} {t.cycles:>6}"
         )
     line()
+    _print_tool_classes(report, line)
     line(
         f"Identical repeats (same call, same result as the previous identical call): "
         f"{total.identical_repeats}"

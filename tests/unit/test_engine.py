@@ -556,3 +556,14 @@ def test_control_is_safe_from_parallel_threads():
     assert view.total_calls == 8 * 300
     assert view.epoch == 8 * 300
     assert ctl.history_size() == 8 * 3
+
+
+def test_the_idempotency_key_argument_is_not_part_of_the_call_key():
+    # The guard overwrites that argument, so whatever the model put there must not make two
+    # identical charges look different to the counters.
+    config = GuardConfig(tools={"charge": {"replay": "idempotent", "idempotency_key_arg": "idem"}})
+    first = call_facts(config, "charge", {"amount": 5, "idem": "model-made-this-up"})
+    second = call_facts(config, "charge", {"amount": 5, "idem": "and-this"})
+    other = call_facts(config, "charge", {"amount": 6, "idem": "and-this"})
+    assert first.key == second.key
+    assert other.key != first.key
