@@ -24,6 +24,19 @@ from langgraph_replay_guard.errors import (
 from langgraph_replay_guard.guard import ReplayGuard
 from langgraph_replay_guard.integrations.calls import GUARD_CHANNEL
 from langgraph_replay_guard.integrations.graph_state import ReplayGuardState
+from langgraph_replay_guard.record_store import RecordStore
+from langgraph_replay_guard.records import (
+    CachingReplayEngine,
+    ExecutionRecord,
+    RecordNotFoundError,
+    ReplayedRunError,
+    ReplayEngine,
+    ReplayResult,
+    batch_replay,
+    compute_envelope_hash,
+    verify_event_sequence,
+    verify_record_integrity,
+)
 from langgraph_replay_guard.state import GuardView, merge_guard_state
 
 
@@ -50,17 +63,22 @@ __version__ = "0.1.0"
 
 __all__ = [
     "GUARD_CHANNEL",
+    "CachingReplayEngine",
     "CallClass",
     "ClassRule",
     "Decision",
+    "ExecutionRecord",
     "GuardConfig",
     "GuardControl",
     "GuardView",
     "InvalidArgumentsError",
     "LoopAbortedError",
     "NotReplayableError",
+    "RecordNotFoundError",
+    "RecordStore",
     "ReplayClass",
     "ReplayConflictError",
+    "ReplayEngine",
     "ReplayGuard",
     "ReplayGuardCallbackHandler",
     "ReplayGuardError",
@@ -68,9 +86,15 @@ __all__ = [
     "ReplayGuardState",
     "ReplayGuardWarning",
     "ReplayHashMismatchError",
+    "ReplayResult",
     "ReplayUnsafeError",
+    "ReplayedRunError",
     "ToolPolicy",
     "Verdict",
     "__version__",
+    "batch_replay",
+    "compute_envelope_hash",
     "merge_guard_state",
+    "verify_event_sequence",
+    "verify_record_integrity",
 ]

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 
     from langgraph_replay_guard.integrations.callbacks import ReplayGuardCallbackHandler
     from langgraph_replay_guard.integrations.middleware import ReplayGuardMiddleware
+    from langgraph_replay_guard.integrations.recording import RecordedGraph
+    from langgraph_replay_guard.record_store import RecordStore
     from langgraph_replay_guard.state import GuardView
 
 __all__ = ["ReplayGuard"]
@@ -36,6 +38,12 @@ class ReplayGuard:
             there is no ledger and `unsafe` tools get a warning.
         namespace: Namespace prefix of the ledger rows in the store; give each tenant its
             own (`("replay_guard", tenant_id)`) so tenants never see each other's rows.
+        record: Record runs as execution records (off by default): `True` records into
+            `store`, a `BaseStore` records there, under `(*namespace, "records")`. Runs are
+            recorded through `guard.record(graph)`.
+
+    Raises:
+        ValueError: `record=True` without a `store`, or an empty `namespace`.
     """
 
     def __init__(
@@ -44,6 +52,7 @@ class ReplayGuard:
         *,
         store: BaseStore | None = None,
         namespace: Sequence[str] = ("replay_guard",),
+        record: bool | BaseStore = False,
     ) -> None:
         """Create a guard."""
         if config is None:
@@ -56,6 +65,8 @@ class ReplayGuard:
             msg = f"namespace must be a non-empty tuple of strings, got {namespace!r}"
             raise ValueError(msg)
         self.namespace: tuple[str, ...] = tuple(namespace)
+        self.record_setting = record
+        self.records: RecordStore | None = _record_store(record, store, self.namespace)
 
     def control(self) -> GuardControl:
         """Return a framework-free control for one turn (the seed's vocabulary).
@@ -169,7 +180,11 @@ class ReplayGuard:
         )
 
         return ReplayGuardMiddleware(
-            self.config, store=self.store, name=name, namespace=self.namespace
+            self.config,
+            store=self.store,
+            name=name,
+            namespace=self.namespace,
+            record=self.record_setting,
         )
 
     # -- replay --------------------------------------------------------------------------------
@@ -252,7 +267,53 @@ class ReplayGuard:
         options.setdefault("store", self.store)
         return ReplayGuardCallbackHandler(self.config, **options)
 
+    # -- execution records ----------------------------------------------------------------------
+
+    def record(self, graph: Any) -> RecordedGraph:
+        """Wrap a compiled graph so that each `invoke`/`ainvoke` run is recorded.
+
+        The wrapper returns and raises exactly what the graph does; `replay(execution_id)`
+        serves a recorded response again without calling the model, the tools or the graph.
+
+        Args:
+            graph: A compiled graph (custom `StateGraph` or `create_agent`).
+
+        Returns:
+            The recording wrapper.
+
+        Raises:
+            ValueError: Recording is off (create the guard with `record=True`).
+        """
+        from langgraph_replay_guard.integrations.recording import RecordedGraph
+
+        if self.records is None:
+            msg = (
+                "Recording is off for this guard: create it with "
+                "ReplayGuard(config, store=store, record=True) (or record=<a BaseStore>)."
+            )
+            raise ValueError(msg)
+        return RecordedGraph(graph, self.records)
+
     def __repr__(self) -> str:
         """Show the configuration that differs from the defaults."""
         changed = self.config.model_dump(exclude_defaults=True)
         return f"ReplayGuard(config=GuardConfig(**{changed!r}))"
+
+
+def _record_store(
+    record: bool | BaseStore, store: BaseStore | None, namespace: tuple[str, ...]
+) -> RecordStore | None:
+    """Where a guard records runs, from its `record`, `store` and `namespace` options."""
+    if record is False:
+        return None
+    from langgraph_replay_guard.record_store import RecordStore
+
+    if record is True:
+        if store is None:
+            msg = (
+                "record=True needs a store to write records to: pass "
+                "ReplayGuard(config, store=SqliteStore(...), record=True), or record=<a BaseStore>."
+            )
+            raise ValueError(msg)
+        return RecordStore(store, namespace=(*namespace, "records"))
+    return RecordStore(record, namespace=(*namespace, "records"))

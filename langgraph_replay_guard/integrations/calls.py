@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from langchain_core.callbacks.manager import dispatch_custom_event
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
 from langgraph.types import Command
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from langgraph_replay_guard.config import GuardConfig
 
 __all__ = [
+    "DECISION_EVENT",
     "GUARD_CHANNEL",
     "BatchPlan",
     "abort_answer",
@@ -44,6 +46,9 @@ logger = logging.getLogger("langgraph_replay_guard")
 
 GUARD_CHANNEL = "replay_guard"
 """Key of the guard's channel in the graph state."""
+
+DECISION_EVENT = "replay_guard_decision"
+"""Name of the LangChain custom event sent for each decision that is not a plain allow."""
 
 
 @dataclass(frozen=True)
@@ -386,20 +391,24 @@ def result_outcome(result: Any) -> tuple[str, str | None]:
 
 
 def emit(writer: Callable[[Any], None] | None, decision: Decision, tool_call: ToolCall) -> None:
-    """Send a non-allow decision to LangGraph's custom stream (`stream_mode="custom"`)."""
-    if writer is None:
-        return
+    """Report a non-allow decision: on LangGraph's custom stream and as a LangChain event.
+
+    The custom event (`DECISION_EVENT`) reaches callback handlers: tracers, and the
+    recorder of execution records.
+    """
+    payload = {
+        "tool": decision.tool,
+        "tool_call_id": tool_call.get("id"),
+        "verdict": decision.verdict.value,
+        "reason": decision.reason,
+        "count": decision.count,
+    }
+    if writer is not None:
+        try:
+            writer({GUARD_CHANNEL: payload})
+        except Exception:
+            logger.debug("could not write a guard decision to the custom stream", exc_info=True)
     try:
-        writer(
-            {
-                GUARD_CHANNEL: {
-                    "tool": decision.tool,
-                    "tool_call_id": tool_call.get("id"),
-                    "verdict": decision.verdict.value,
-                    "reason": decision.reason,
-                    "count": decision.count,
-                }
-            }
-        )
-    except Exception:
-        logger.debug("could not write a guard decision to the custom stream", exc_info=True)
+        dispatch_custom_event(DECISION_EVENT, payload)
+    except Exception:  # outside a run (no parent run id): nobody to tell
+        logger.debug("could not dispatch a guard decision event", exc_info=True)

@@ -89,6 +89,8 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         name: Instance name. Several guard middlewares in one agent need distinct names;
             each named instance keeps its state in its own channel, `replay_guard__<name>`.
         namespace: Namespace prefix of the ledger rows (one per tenant).
+        record: Record runs as execution records (see `ReplayGuard`); wrap the agent with
+            `middleware.guard.record(agent)`.
     """
 
     def __init__(
@@ -98,10 +100,11 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         store: BaseStore | None = None,
         name: str | None = None,
         namespace: Sequence[str] = ("replay_guard",),
+        record: bool | BaseStore = False,
     ) -> None:
         """Create the middleware."""
         super().__init__()
-        self.guard = ReplayGuard(config, store=store, namespace=namespace)
+        self.guard = ReplayGuard(config, store=store, namespace=namespace, record=record)
         self._name = name or _DEFAULT_NAME
         self.channel = GUARD_CHANNEL if name is None else f"{GUARD_CHANNEL}__{name}"
         self.state_schema = _state_schema(self.channel)

@@ -18,6 +18,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -169,3 +170,24 @@ def pg_uri(postgres_uri: str) -> Iterator[str]:
 def thread_id() -> str:
     """A thread id no other test uses."""
     return f"thread-{uuid.uuid4().hex}"
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """A LangGraph store of each backend: InMemoryStore, SqliteStore (a file), PostgresStore."""
+    if request.param == "memory":
+        from langgraph.store.memory import InMemoryStore
+
+        yield InMemoryStore()
+    elif request.param == "sqlite":
+        from langgraph.store.sqlite import SqliteStore
+
+        with SqliteStore.from_conn_string(str(tmp_path / "store.db")) as sqlite_store:
+            sqlite_store.setup()
+            yield sqlite_store
+    else:
+        from langgraph.store.postgres import PostgresStore
+
+        with PostgresStore.from_conn_string(request.getfixturevalue("pg_uri")) as pg_store:
+            pg_store.setup()
+            yield pg_store

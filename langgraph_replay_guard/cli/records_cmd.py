@@ -1,0 +1,303 @@
+"""`replay-guard records`: list, show, replay, verify and invalidate execution records."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from langgraph_replay_guard.cli.store_uri import StoreURIError, mask_uri, open_store
+from langgraph_replay_guard.errors import NotReplayableError, ReplayHashMismatchError
+from langgraph_replay_guard.record_store import RecordStore, StoredRecordInfo
+from langgraph_replay_guard.records import (
+    RecordNotFoundError,
+    ReplayedRunError,
+    ReplayEngine,
+    load_record,
+    verify_record_integrity,
+)
+
+__all__ = ["add_parser", "run"]
+
+EXIT_OK = 0
+EXIT_NOT_REPLAYABLE = 1  # also: a replayed error response, a failed verification
+EXIT_USAGE = 2  # a bad --db, an unknown id, an unreadable file
+
+_PREVIEW_CHARS = 2000
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register the `records` sub-command and its actions."""
+    parser = sub.add_parser(
+        "records",
+        help="list, show, replay, verify and invalidate execution records",
+        description=(
+            "Execution records of guarded graph runs (ReplayGuard(..., record=True)), read "
+            "from a SQLite file or a PostgreSQL database. Exit status: 0 success; 1 a record "
+            "is not replayable, replays an error, or fails verification; 2 bad arguments, "
+            "database or id."
+        ),
+    )
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    def action(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = actions.add_parser(name, help=help_text, description=help_text)
+        p.add_argument(
+            "--db",
+            required=True,
+            metavar="URI",
+            help="SQLite file (path or sqlite:///path) or postgresql:// URI",
+        )
+        p.add_argument(
+            "--namespace",
+            default="replay_guard",
+            metavar="PREFIX",
+            help="the guard's namespace, parts separated by '/' (default: replay_guard; "
+            "records are under PREFIX/records)",
+        )
+        p.add_argument("--json", action="store_true", help="print JSON")
+        return p
+
+    p = action("list", "list records, newest first")
+    p.add_argument("--limit", type=int, default=50, help="show at most N records (default 50)")
+
+    p = action("show", "show one record: header, events and response")
+    p.add_argument("execution_id", metavar="ID")
+
+    p = action("replay", "print a record's recorded response, without running anything")
+    p.add_argument("execution_id", metavar="ID")
+    p.add_argument(
+        "--force", action="store_true", help="print it even if the record is not replayable"
+    )
+    p.add_argument(
+        "--envelope",
+        type=Path,
+        metavar="FILE",
+        help="JSON envelope of the request; refuse if it does not match the record",
+    )
+
+    p = action("verify", "check records' integrity (envelope hash, event order, storage)")
+    p.add_argument("execution_ids", nargs="*", metavar="ID", help="records to check (all)")
+
+    p = action("invalidate", "mark a record manually_invalidated: never replayed unless forced")
+    p.add_argument("execution_id", metavar="ID")
+
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Run one `records` action.
+
+    Args:
+        args: Parsed arguments.
+        out: Where results go (stdout).
+        err: Where problems and warnings go (stderr).
+
+    Returns:
+        The exit status.
+    """
+    out = out or sys.stdout
+    err = err or sys.stderr
+    handlers = {
+        "list": _list,
+        "show": _show,
+        "replay": _replay,
+        "verify": _verify,
+        "invalidate": _invalidate,
+    }
+    try:
+        with open_store(args.db) as store:
+            namespace = (*[part for part in args.namespace.split("/") if part], "records")
+            return handlers[args.action](RecordStore(store, namespace=namespace), args, out, err)
+    except StoreURIError as exc:
+        print(f"replay-guard records: {exc}", file=err)
+        return EXIT_USAGE
+    except RecordNotFoundError as exc:
+        print(f"replay-guard records: {exc} (database {mask_uri(args.db)})", file=err)
+        return EXIT_USAGE
+
+
+def _dump(value: Any, out: TextIO) -> None:
+    json.dump(value, out, indent=2, ensure_ascii=False)
+    out.write("\n")
+
+
+def _status(header_replayable: bool, reason: str | None) -> str:
+    return "replayable" if header_replayable else (reason or "not replayable")
+
+
+def _info_json(info: StoredRecordInfo) -> dict[str, Any]:
+    return {
+        "executionId": info.execution_id,
+        "header": info.header.model_dump() if info.header else None,
+        "events": info.events,
+        "bodyChars": info.chars,
+        "failed": info.failed,
+        "problems": list(info.problems),
+    }
+
+
+def _list(records: RecordStore, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    infos = records.list_records(limit=max(args.limit, 0))
+    if args.json:
+        _dump([_info_json(i) for i in infos], out)
+        return EXIT_OK
+    if not infos:
+        print("no execution records", file=out)
+        return EXIT_OK
+    rows = [("EXECUTION ID", "CREATED (UTC)", "STATUS", "EVENTS", "SIZE", "RESPONSE")]
+    for info in infos:
+        header = info.header
+        status = _status(header.replayable, header.replayableReason) if header else "unreadable"
+        rows.append(
+            (
+                info.execution_id,
+                header.createdUtcIso if header else "?",
+                status,
+                str(info.events),
+                _size(info.chars),
+                "error" if info.failed else "ok",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)), file=out
+        )
+    return EXIT_OK
+
+
+def _size(chars: int) -> str:
+    if chars >= 1024 * 1024:
+        return f"{chars / (1024 * 1024):.1f} MB"
+    if chars >= 1024:
+        return f"{chars / 1024:.1f} KB"
+    return f"{chars} B"
+
+
+def _preview(value: Any) -> str:
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    if len(text) <= _PREVIEW_CHARS:
+        return text
+    return f"{text[:_PREVIEW_CHARS]}\n... ({len(text) - _PREVIEW_CHARS} more characters; --json)"
+
+
+def _show(records: RecordStore, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    record = load_record(records, args.execution_id)
+    if args.json:
+        data = record.to_json_data()
+        data["problems"] = list(record.problems)
+        _dump(data, out)
+        return EXIT_OK
+    header = record.header
+    engine = ReplayEngine(record)
+    reason = engine.not_replayable_reason()
+    print(f"execution id:   {header.executionId}", file=out)
+    print(f"created (UTC):  {header.createdUtcIso}", file=out)
+    print(f"envelope hash:  {header.envelopeHash}", file=out)
+    print(f"status:         {'replayable' if reason is None else reason}", file=out)
+    for problem in engine.integrity.problems:
+        print(f"problem:        {problem}", file=out)
+    print(f"envelope:\n{_preview(record.envelope)}", file=out)
+    print(f"events ({len(record.events)}):", file=out)
+    for event in record.events:
+        print(f"  {event.seq:>4}  {_event_line(event.model_dump())}", file=out)
+    final = record.finalResponse
+    if final is None:
+        print("final response: none (the run did not finish)", file=out)
+        return EXIT_OK
+    if final.error is not None:
+        print(f"final response: error {final.error.type}: {final.error.message}", file=out)
+    else:
+        print(f"final response:\n{_preview(final.payload)}", file=out)
+    print(f"metadata:\n{_preview(final.metadata)}", file=out)
+    return EXIT_OK
+
+
+def _event_line(event: dict[str, Any]) -> str:
+    kind = event.get("kind", "?")
+    if kind == "guard_decision":
+        return f"{kind}: {event.get('tool')} {event.get('verdict')} ({event.get('reason')})"
+    if kind.startswith("tool"):
+        return f"{kind}: {event.get('name')} {event.get('toolCallId') or ''}".rstrip()
+    if kind == "model_end":
+        output = event.get("output")
+        kwargs = output.get("kwargs", {}) if isinstance(output, dict) else {}
+        calls = [c.get("name") for c in kwargs.get("tool_calls", []) if isinstance(c, dict)]
+        return f"{kind}: calls {', '.join(map(str, calls))}" if calls else f"{kind}: answer"
+    if kind.startswith("model"):
+        return f"{kind}: {event.get('model') or ''}".rstrip()
+    return str(kind)
+
+
+def _replay(records: RecordStore, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    record = load_record(records, args.execution_id)
+    env = None
+    if args.envelope is not None:
+        try:
+            env = json.loads(args.envelope.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            print(f"replay-guard records: cannot read the envelope file: {exc}", file=err)
+            return EXIT_USAGE
+        if not isinstance(env, dict):
+            print("replay-guard records: the envelope file must hold a JSON object", file=err)
+            return EXIT_USAGE
+    try:
+        result = ReplayEngine(record).replay(env, force=args.force)
+    except (NotReplayableError, ReplayHashMismatchError) as exc:
+        print(f"replay-guard records: {exc}", file=err)
+        return EXIT_NOT_REPLAYABLE
+    except ReplayedRunError as exc:
+        for warning in exc.result.warnings:
+            print(f"warning: {warning}", file=err)
+        if args.json:
+            _dump({**exc.result.model_dump(), "error": exc.error.model_dump()}, out)
+        print(f"replay-guard records: {exc}", file=err)
+        return EXIT_NOT_REPLAYABLE
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=err)
+    _dump(result.model_dump() if args.json else result.payload, out)
+    return EXIT_OK
+
+
+def _verify(records: RecordStore, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    ids = list(args.execution_ids) or [i.execution_id for i in records.list_records()]
+    failed = 0
+    report: list[dict[str, Any]] = []
+    for execution_id in ids:
+        record = load_record(records, execution_id)
+        integrity = verify_record_integrity(record)
+        reason = ReplayEngine(record).not_replayable_reason()
+        report.append(
+            {
+                "executionId": execution_id,
+                "ok": integrity.ok,
+                "replayable": reason is None,
+                "reason": reason,
+                "problems": list(integrity.problems),
+            }
+        )
+        if not integrity.ok:
+            failed += 1
+    if args.json:
+        _dump(report, out)
+    else:
+        for entry in report:
+            if entry["ok"]:
+                note = "" if entry["replayable"] else f" (not replayable: {entry['reason']})"
+                print(f"ok        {entry['executionId']}{note}", file=out)
+            else:
+                print(f"CORRUPTED {entry['executionId']}: {'; '.join(entry['problems'])}", file=out)
+        print(f"{len(ids) - failed} ok, {failed} corrupted", file=out)
+    return EXIT_NOT_REPLAYABLE if failed else EXIT_OK
+
+
+def _invalidate(records: RecordStore, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    header = records.invalidate(args.execution_id)
+    if args.json:
+        _dump(header.model_dump(), out)
+    else:
+        print(f"invalidated {header.executionId} (manually_invalidated)", file=out)
+    return EXIT_OK
