@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import ToolMessage
 from langgraph.types import Command, interrupt
 
 from langgraph_replay_guard.errors import ReplayGuardWarning, ReplayUnsafeError
@@ -149,11 +149,11 @@ def apply_resolution(entry: LedgerEntry, outcome: str, result: Any) -> LedgerEnt
     )
 
 
-def _history_ids(state: Any, messages_key: str) -> set[str]:
+def _answered_ids(state: Any, messages_key: str) -> set[str]:
     messages = state.get(messages_key) if isinstance(state, Mapping) else None
     if messages is None:
         messages = getattr(state, messages_key, None) or []
-    return {m.id for m in messages if isinstance(m, AIMessage) and m.id}
+    return {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
 
 
 class ReplayGate:
@@ -264,19 +264,30 @@ class ReplayGate:
         self, request: ToolCallRequest, look: _Lookup, rows: list[LedgerEntry]
     ) -> _Step:
         """A new identity: does an identical call of another identity forbid running it?"""
-        others = [row for row in rows if row.key != look.identity.key]
+        # Siblings in the same AIMessage are not earlier calls: the batch plan decides them.
+        others = [
+            row
+            for row in rows
+            if row.key != look.identity.key and row.ai_message_id != look.identity.ai_message_id
+        ]
         if not others:
             return _Step("run")
         if look.facts.replay == "unsafe":
             for row in others:
                 if row.outcome_unknown and row.replay == "unsafe":
                     return _Step("unknown", row, why="an identical call's outcome is unknown")
-        history = _history_ids(request.state, self.messages_key)
-        lost = [row for row in others if row.ai_message_id not in history]
+        # An earlier identical call whose answer never reached the thread: its AIMessage was
+        # lost in a crash (or LangGraph lost the writes that would have answered it), and the
+        # model asked again with new ids. A repeat after an answered call is deliberate.
+        answered = _answered_ids(request.state, self.messages_key)
+        lost = [row for row in others if row.tool_call_id not in answered]
         if not lost:
             return _Step("run")
         if look.facts.replay == "unsafe":
-            why = "the model's earlier message asking for it was lost (crash before checkpoint)"
+            why = (
+                "an identical earlier call was never answered in this thread (its message was "
+                "lost in a crash) and may have had its effect"
+            )
             return _Step("unknown", lost[0], why=why)
         return _Step("run", key=lost[0].idempotency_key)  # idempotent: the lost call's key
 

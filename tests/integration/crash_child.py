@@ -181,6 +181,7 @@ def drive(opts: dict[str, Any]) -> dict[str, Any]:
             guard, harness.model(), harness.tools(), retry=retry, checkpointer=saver
         )
         kwargs = {"durability": opts["durability"]}
+        resubmitted = False
         try:
             if opts["phase"] == "resolve":
                 guard.resolve(
@@ -190,16 +191,21 @@ def drive(opts: dict[str, Any]) -> dict[str, Any]:
                 graph.invoke({"messages": [HumanMessage("please do it")]}, config, **kwargs)
             for _ in range(5):  # resume until the run is over (or needs a human)
                 state = graph.get_state(config)
+                messages = state.values.get("messages", [])
                 if any(i.value.get("approve") for i in state.interrupts):
                     graph.invoke(Command(resume="yes"), config, **kwargs)
-                elif state.next or not _finished(state.values.get("messages", [])):
-                    # After a crash under async durability the last checkpoint may hold the
-                    # finished task's writes only; `invoke(None)` resumes from it either way.
+                elif state.next or not messages:
                     graph.invoke(None, config, **kwargs)
+                elif not _finished(messages):
+                    # Under async durability LangGraph can lose a finished task's writes: the
+                    # last checkpoint has nothing left to run although the model's tool calls
+                    # were never answered. The app can only send the request again.
+                    resubmitted = True
+                    graph.invoke({"messages": [HumanMessage("please do it")]}, config, **kwargs)
                 else:
                     break
         except ReplayUnsafeError as exc:
-            return {"status": "unknown", "facts": exc.facts}
+            return {"status": "unknown", "facts": exc.facts, "resubmitted": resubmitted}
         messages = graph.get_state(config).values["messages"]
         final = messages[-1]
         last_ai = [m for m in messages if isinstance(m, AIMessage) and m.tool_calls][-1]
@@ -214,6 +220,7 @@ def drive(opts: dict[str, Any]) -> dict[str, Any]:
             "final": final.content if isinstance(final, AIMessage) else None,
             "all_answered": all(c["id"] in answered for c in last_ai.tool_calls),
             "replayed": replayed,
+            "resubmitted": resubmitted,
         }
 
 

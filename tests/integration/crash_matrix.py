@@ -108,7 +108,7 @@ def _count(trial: Trial) -> None:
 
 def _why(reason: str) -> str:
     if "lost" in reason:
-        return "ReplayUnsafeError (model message lost)"
+        return "ReplayUnsafeError (earlier call never answered)"
     if "identical" in reason:
         return "ReplayUnsafeError (identical call unknown)"
     return "ReplayUnsafeError (outcome unknown)"
@@ -123,6 +123,8 @@ def run_trial(trial: Trial) -> Trial:
         trial.resumes.append(f"not killed ({_report(first).get('status')})")
     report = _report(_child(trial, thread))
     for _ in range(3):
+        if report.get("resubmitted"):
+            trial.resumes.append("checkpoint lost the answers: request sent again")
         if report.get("status") != "unknown":
             break
         _count(trial)

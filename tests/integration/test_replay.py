@@ -505,3 +505,39 @@ def test_ledger_entry_reads_old_or_foreign_rows_as_corrupt():
     assert LedgerEntry.from_value("k", {"v": 99, "status": "completed"}).status == "corrupt"
     assert LedgerEntry.from_value("k", {"v": 1, "status": "weird"}).status == "corrupt"
     assert LedgerEntry.from_value("k", ["not", "a", "row"]).outcome_unknown
+
+
+def test_an_unanswered_earlier_call_stops_the_re_asked_unsafe_call(fx):
+    # Under async durability LangGraph can lose a finished task's writes: the thread then holds
+    # the model's tool calls with no answers, and the model, run again, asks for the same
+    # email with new ids. The email went out; it must not go out again.
+    store = InMemoryStore()
+    graph = replay_graph(
+        _guard(store), asking_model([BATCH[0]]), make_tools(fx), checkpointer=InMemorySaver()
+    )
+    config = _config()
+    graph.invoke({"messages": [HumanMessage("email Ann")]}, config, durability="sync")
+    asked = next(s for s in graph.get_state_history(config) if s.next == ("tools",))
+    dangling = graph.update_state(asked.config, None, as_node="tools")  # answers lost
+    assert not any(isinstance(m, ToolMessage) for m in graph.get_state(dangling).values["messages"])
+    with pytest.raises(ReplayUnsafeError, match="never answered") as caught:
+        graph.invoke(None, dangling, durability="sync")
+    assert fx.count("send_email") == 1
+    assert (
+        caught.value.facts["earlier_tool_call_id"]
+        == asked.values["messages"][-1].tool_calls[0]["id"]
+    )
+
+
+def test_identical_unsafe_calls_in_one_batch_are_siblings_not_replays(fx):
+    # The loop layers never deduplicate unsafe calls; the ledger must not call a sibling of
+    # the same AIMessage "an earlier call" either.
+    store = InMemoryStore()
+    graph = replay_graph(
+        _guard(store),
+        asking_model([BATCH[0], BATCH[0]]),
+        make_tools(fx),
+        checkpointer=InMemorySaver(),
+    )
+    graph.invoke({"messages": [HumanMessage("email Ann twice")]}, _config(), durability="sync")
+    assert fx.count("send_email") == 2
