@@ -14,7 +14,7 @@ from langgraph.prebuilt import ToolNode
 from langgraph.types import Command
 
 from langgraph_replay_guard.engine import CallFacts, Decision, Verdict
-from langgraph_replay_guard.errors import LoopAbortedError
+from langgraph_replay_guard.errors import LoopAbortedError, ReplayConflictError, ReplayUnsafeError
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
     Batch,
@@ -270,24 +270,58 @@ def guarded_tool_node(guard: ReplayGuard, node: ToolNode) -> ToolNode:
         list(node.tools_by_name.values()),
         name=node.name or "tools",
         tags=list(node.tags or []),
-        handle_tool_errors=node._handle_tool_errors,
+        handle_tool_errors=_letting_replay_stops_through(node._handle_tool_errors),
         messages_key=messages_key,
         wrap_tool_call=wrapper.wrap,
         awrap_tool_call=async_wrapper,
     )
 
 
-def _converts_errors(flag: Any) -> bool:
-    """Whether a ToolNode `handle_tool_errors` setting turns a `LoopAbortedError` into a message."""
+def _converts_errors(flag: Any, error: type[Exception] = LoopAbortedError) -> bool:
+    """Whether a ToolNode `handle_tool_errors` setting turns `error` into a message."""
     if not flag:
         return False
     if isinstance(flag, type | tuple):
-        return issubclass(LoopAbortedError, flag)
+        return issubclass(error, flag)
     if callable(flag):
         # LangGraph's default handles only ToolInvocationError; any other callable may
         # handle everything (ToolNode infers its types from annotations).
         return getattr(flag, "__name__", "") != "_default_handle_tool_errors"
     return True
+
+
+_REPLAY_STOPS = (ReplayUnsafeError, ReplayConflictError)
+
+
+def _letting_replay_stops_through(flag: Any) -> Any:
+    """A `handle_tool_errors` setting that handles what `flag` handles, except replay stops.
+
+    An unknown outcome (`ReplayUnsafeError`) or an identity conflict is not a tool error the
+    model can fix: it must reach the operator. A catch-all setting (`True`, a string, a
+    callable) would turn it into a ToolMessage and the run would go on.
+    """
+    if not _converts_errors(flag, ReplayUnsafeError):
+        return flag
+    from langgraph.prebuilt import tool_node as prebuilt
+
+    infer = getattr(prebuilt, "_infer_handled_types", None)
+    content_for = getattr(prebuilt, "_handle_tool_error", None)
+    handled: tuple[type[BaseException], ...] | type[BaseException]
+    if isinstance(flag, type | tuple):
+        handled, flag = flag, True
+    elif callable(flag) and infer is not None:
+        handled = infer(flag)
+    else:
+        handled = Exception
+
+    def handle_tool_errors(error: Exception) -> str:
+        if isinstance(error, _REPLAY_STOPS) or not isinstance(error, handled):
+            raise error
+        if content_for is not None:
+            return str(content_for(error, flag=flag))
+        return f"Error: {error!r}\n Please fix your mistakes."
+
+    return handle_tool_errors
 
 
 def route_after_tools(

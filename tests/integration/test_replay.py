@@ -541,3 +541,30 @@ def test_identical_unsafe_calls_in_one_batch_are_siblings_not_replays(fx):
     )
     graph.invoke({"messages": [HumanMessage("email Ann twice")]}, _config(), durability="sync")
     assert fx.count("send_email") == 2
+
+
+def _custom_handler(error: Exception) -> str:
+    return f"tool failed: {error}"
+
+
+@pytest.mark.parametrize("handle_tool_errors", [True, "it failed", _custom_handler])
+def test_catch_all_tool_error_handling_still_stops_on_an_unknown_outcome(fx, handle_tool_errors):
+    # Tool errors still reach the model as messages; an unknown outcome reaches the operator.
+    store = InMemoryStore()
+    fx.fail_next["lookup"] = 1
+    graph = replay_graph(
+        _guard(store),
+        asking_model([BATCH[0], BATCH[2]]),
+        make_tools(fx),
+        handle_tool_errors=handle_tool_errors,
+        checkpointer=InMemorySaver(),
+    )
+    config = _config()
+    done = graph.invoke({"messages": [HumanMessage("go")]}, config, durability="sync")
+    lookup_answer = next(m for m in _tool_messages(done) if m.name == "lookup")
+    assert lookup_answer.status == "error"  # an ordinary tool error: converted, run goes on
+    asked = next(s for s in graph.get_state_history(config) if s.next == ("tools",))
+    dangling = graph.update_state(asked.config, None, as_node="tools")
+    with pytest.raises(ReplayUnsafeError):
+        graph.invoke(None, dangling, durability="sync")
+    assert fx.count("send_email") == 1
