@@ -1,18 +1,21 @@
-"""Opening a LangGraph store from a `--db` URI (SQLite file or PostgreSQL), passwords masked."""
+"""Opening a LangGraph store or checkpointer from a `--db` URI (SQLite or PostgreSQL), masked."""
 
 from __future__ import annotations
 
+import importlib
 import re
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 if TYPE_CHECKING:
+    from langgraph.checkpoint.base import BaseCheckpointSaver
     from langgraph.store.base import BaseStore
 
-__all__ = ["StoreURIError", "mask_uri", "open_store", "scrub"]
+__all__ = ["StoreURIError", "mask_uri", "open_checkpointer", "open_store", "scrub"]
 
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _CONNINFO_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
@@ -92,19 +95,50 @@ def open_store(uri: str, *, must_exist: bool = True) -> Iterator[BaseStore]:
         StoreURIError: The value cannot be opened; the message names the problem with the
             password masked.
     """
+    with _open(uri, "store", must_exist=must_exist) as store:
+        yield store
+
+
+@contextmanager
+def open_checkpointer(uri: str) -> Iterator[BaseCheckpointSaver[Any]]:
+    """Open the LangGraph checkpointer behind a `--db` value (same forms as `open_store`).
+
+    Yields:
+        A `SqliteSaver` or `PostgresSaver`, set up.
+
+    Raises:
+        StoreURIError: The value cannot be opened (password masked).
+    """
+    with _open(uri, "checkpointer", must_exist=True) as saver:
+        yield saver
+
+
+_BACKENDS = {
+    ("postgres", "store"): ("langgraph.store.postgres", "PostgresStore", "postgres"),
+    ("postgres", "checkpointer"): ("langgraph.checkpoint.postgres", "PostgresSaver", "postgres"),
+    ("sqlite", "store"): ("langgraph.store.sqlite", "SqliteStore", "sqlite"),
+    ("sqlite", "checkpointer"): ("langgraph.checkpoint.sqlite", "SqliteSaver", "sqlite"),
+}
+
+
+def _backend(kind: str, what: str) -> Any:
+    module, name, extra = _BACKENDS[(kind, what)]
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ImportError as exc:
+        label = "PostgreSQL" if kind == "postgres" else "SQLite"
+        msg = f"{label} support is not installed: pip install 'langgraph-replay-guard[{extra}]'"
+        raise StoreURIError(msg) from exc
+
+
+@contextmanager
+def _open(uri: str, what: str, *, must_exist: bool) -> Iterator[Any]:
     if uri.startswith(_POSTGRES_SCHEMES):
+        backend = _backend("postgres", what)
         try:
-            from langgraph.store.postgres import PostgresStore
-        except ImportError as exc:
-            msg = (
-                "PostgreSQL support is not installed: pip install "
-                "'langgraph-replay-guard[postgres]'"
-            )
-            raise StoreURIError(msg) from exc
-        try:
-            with PostgresStore.from_conn_string(uri) as store:
-                store.setup()
-                yield store
+            with backend.from_conn_string(uri) as opened:
+                opened.setup()
+                yield opened
         except StoreURIError:
             raise
         except Exception as exc:
@@ -117,17 +151,11 @@ def open_store(uri: str, *, must_exist: bool = True) -> Iterator[BaseStore]:
     if must_exist and not path.is_file():
         msg = f"no SQLite database at {str(path)!r} (give --db a file path or a postgresql:// URI)"
         raise StoreURIError(msg)
+    backend = _backend("sqlite", what)
     try:
-        from langgraph.store.sqlite import SqliteStore
-    except ImportError as exc:
-        msg = "SQLite support is not installed: pip install 'langgraph-replay-guard[sqlite]'"
-        raise StoreURIError(msg) from exc
-    import sqlite3
-
-    try:
-        with SqliteStore.from_conn_string(str(path)) as store:
-            store.setup()
-            yield store
+        with backend.from_conn_string(str(path)) as opened:
+            opened.setup()
+            yield opened
     except sqlite3.DatabaseError as exc:
         msg = f"cannot use the SQLite database {str(path)!r}: {exc}"
         raise StoreURIError(msg) from None

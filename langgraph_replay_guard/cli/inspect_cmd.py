@@ -1,0 +1,145 @@
+"""`replay-guard inspect`: a thread's guard state and ledger rows, read from a database."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping
+from dataclasses import asdict
+from typing import Any, TextIO
+
+from langgraph_replay_guard.cli.store_uri import (
+    StoreURIError,
+    open_checkpointer,
+    open_store,
+)
+from langgraph_replay_guard.integrations.callbacks import DEFAULT_NAMESPACE
+from langgraph_replay_guard.integrations.calls import GUARD_CHANNEL
+from langgraph_replay_guard.integrations.prompt import guard_view
+from langgraph_replay_guard.ledger import LedgerEntry, ReplayLedger
+from langgraph_replay_guard.state import GuardView
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register the `inspect` sub-command."""
+    parser = sub.add_parser(
+        "inspect",
+        help="show a thread's guard state and replay ledger from a database",
+        description=(
+            "Read the latest checkpoint of a thread (every guard channel in it), the callback "
+            "handler's state and the replay ledger rows, from a SQLite file or a PostgreSQL "
+            "URI: what LangGraph Studio shows, for a terminal."
+        ),
+    )
+    parser.add_argument("--db", required=True, help="SQLite file, sqlite:///path or postgresql://")
+    parser.add_argument("--thread", required=True, help="thread id")
+    parser.add_argument(
+        "--namespace",
+        default="replay_guard",
+        help="ledger namespace prefix, comma-separated (default: replay_guard)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Print the guard state and ledger of one thread.
+
+    Returns:
+        0 when anything was found, 1 when the thread has neither, 2 for a bad `--db`.
+    """
+    out = out or sys.stdout
+    err = err or sys.stderr
+    namespace = tuple(part for part in args.namespace.split(",") if part)
+    try:
+        with open_checkpointer(args.db) as saver:
+            checkpoint = saver.get_tuple({"configurable": {"thread_id": args.thread}})
+        with open_store(args.db) as store:
+            rows = ReplayLedger(store, namespace=namespace).rows(args.thread)
+            handler_item = store.get(DEFAULT_NAMESPACE, args.thread)
+    except StoreURIError as exc:
+        print(f"replay-guard inspect: {exc}", file=err)
+        return 2
+    channels: dict[str, Any] = {}
+    checkpoint_id = None
+    if checkpoint is not None:
+        checkpoint_id = checkpoint.config["configurable"].get("checkpoint_id")
+        values = checkpoint.checkpoint.get("channel_values", {})
+        channels = {k: v for k, v in values.items() if k.startswith(GUARD_CHANNEL)}
+    if handler_item is not None:
+        channels["callback handler"] = handler_item.value
+    views = {name: guard_view(value) for name, value in sorted(channels.items())}
+    found = bool(views or rows)
+    if args.json:
+        report = {
+            "thread": args.thread,
+            "checkpoint_id": checkpoint_id,
+            "guard": {name: _view_json(view) for name, view in views.items()},
+            "ledger": [{"key": row.key, **row.to_value()} for row in rows],
+        }
+        json.dump(report, out, indent=2, default=str)
+        out.write("\n")
+        return 0 if found else 1
+    _print_text(args.thread, checkpoint_id, views, rows, out)
+    return 0 if found else 1
+
+
+def _view_json(view: GuardView) -> dict[str, Any]:
+    data = asdict(view)
+    data["stop"] = dict(view.stop) if view.stop is not None else None
+    return data
+
+
+def _print_text(
+    thread: str,
+    checkpoint_id: str | None,
+    views: Mapping[str, GuardView],
+    rows: list[LedgerEntry],
+    out: TextIO,
+) -> None:
+    where = f"latest checkpoint {checkpoint_id}" if checkpoint_id else "no checkpoint"
+    print(f"thread {thread} ({where})", file=out)
+    if not views:
+        print("\nno guard state in this thread", file=out)
+    for name, view in views.items():
+        print(f"\n[{name}]", file=out)
+        print(
+            f"  turn {view.turn}  epoch {view.epoch}  calls this turn {view.calls}  "
+            f"thread totals: {view.total_calls} calls, {view.total_blocked} blocked, "
+            f"{view.total_aborts} aborts",
+            file=out,
+        )
+        if view.stop is not None:
+            print(
+                f"  STOPPED: {view.stop_reason} on '{view.stop.get('tool')}' "
+                f"(attempt {view.stop.get('count')})",
+                file=out,
+            )
+        for count in view.counters:
+            print(f"  counter  {count.tool:<28} {count.count} attempt(s)", file=out)
+        for tool, reason, attempt in view.blocked:
+            print(f"  blocked  {tool:<28} {reason} (attempt {attempt})", file=out)
+        if view.cycle:
+            print(f"  cycle    {' -> '.join(view.cycle)}", file=out)
+        if view.pending_reminder:
+            print(f"  reminder for the next model call: {view.pending_reminder}", file=out)
+        if view.notice:
+            print(f"  notice: {view.notice}", file=out)
+    print(f"\nreplay ledger: {len(rows)} row(s)", file=out)
+    for row in rows:
+        when = row.finished_at or row.started_at or "-"
+        extra = ""
+        if row.outcome_unknown:
+            extra = "  <- outcome unknown: guard.resolve(...) it"
+        if row.resolved_by:
+            extra = f"  (resolved by {row.resolved_by})"
+        print(
+            f"  {row.status:<11} {row.tool:<24} {row.replay:<10} attempts {row.attempts}  "
+            f"{when}  tool_call_id {row.tool_call_id}{extra}",
+            file=out,
+        )
+        if row.last_error:
+            print(f"              last error: {row.last_error}", file=out)
