@@ -22,6 +22,7 @@ __all__ = [
     "LedgerStatus",
     "ReplayLedger",
     "node_path",
+    "store_label",
 ]
 
 logger = logging.getLogger("langgraph_replay_guard")
@@ -56,8 +57,11 @@ def node_path(checkpoint_ns: str | None) -> str:
     return "|".join(part.split(":", 1)[0] for part in checkpoint_ns.split("|"))
 
 
-def _label(value: str) -> str:
-    # Store namespace labels cannot contain "." or NUL or be empty; escape them reversibly.
+def store_label(value: str) -> str:
+    """A namespace label the stores accept, for any string (a thread id, a tenant).
+
+    Store namespace labels cannot contain "." or NUL or be empty; they are escaped reversibly.
+    """
     if value and "." not in value and "\x00" not in value and "%" not in value:
         return value
     escaped = value.replace("%", "%25").replace(".", "%2E").replace("\x00", "%00")
@@ -247,11 +251,11 @@ class ReplayLedger:
     def __init__(self, store: BaseStore, *, namespace: Sequence[str] = ("replay_guard",)) -> None:
         """Create a ledger over a store."""
         self.store = store
-        self.prefix = tuple(_label(part) for part in namespace)
+        self.prefix = tuple(store_label(part) for part in namespace)
 
     def namespace(self, thread_id: str) -> tuple[str, ...]:
         """The namespace holding one thread's rows."""
-        return (*self.prefix, "ledger", _label(thread_id))
+        return (*self.prefix, "ledger", store_label(thread_id))
 
     # -- reads ---------------------------------------------------------------------------------
 

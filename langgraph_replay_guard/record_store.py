@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from langgraph.store.base import GetOp, Item, PutOp, SearchOp
 from pydantic import ValidationError
 
+from langgraph_replay_guard.ledger import store_label
 from langgraph_replay_guard.records import (
     ExecutionRecord,
     RecordHeader,
@@ -91,7 +92,7 @@ class RecordStore:
             msg = f"chunk_chars must be >= 1, got {chunk_chars}"
             raise ValueError(msg)
         self.store = store
-        self.namespace = tuple(namespace)
+        self.namespace = tuple(store_label(part) for part in namespace)
         self.body_namespace = (*self.namespace[:-1], f"{self.namespace[-1]}__bodies")
         self.chunk_chars = chunk_chars
         self._sync_only = False
