@@ -7,7 +7,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from langgraph_replay_guard.errors import ReplayConflictError
@@ -68,7 +68,8 @@ def store_label(value: str) -> str:
     return escaped or "%"
 
 
-def _now() -> str:
+def now_iso() -> str:
+    """The current UTC time in ISO 8601 (milliseconds)."""
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
 
 
@@ -200,8 +201,6 @@ class LedgerEntry:
 
     def with_status(self, status: str, **changes: Any) -> LedgerEntry:
         """A copy with a new status and other changed fields."""
-        from dataclasses import replace
-
         return replace(self, status=status, **changes)
 
     def check_args(self, args_hash: str, identity: CallIdentity) -> None:
@@ -336,7 +335,7 @@ def started_entry(
         tool_call_id=identity.tool_call_id,
         ai_message_id=identity.ai_message_id,
         idempotency_key=idempotency_key,
-        started_at=_now(),
+        started_at=now_iso(),
         attempts=(previous.attempts if previous is not None else 0) + 1,
         args=args,
     )
@@ -345,9 +344,4 @@ def started_entry(
 def finished_entry(entry: LedgerEntry, result: dict[str, Any]) -> LedgerEntry:
     """The row recording a known outcome."""
     status = "failed" if result.get("status") == "error" else "completed"
-    return entry.with_status(status, result=result, finished_at=_now(), last_error=None)
-
-
-def now_iso() -> str:
-    """The current UTC time in ISO 8601 (milliseconds)."""
-    return _now()
+    return entry.with_status(status, result=result, finished_at=now_iso(), last_error=None)

@@ -40,6 +40,8 @@ __all__ = [
     "result_outcome",
     "snapshot",
     "state_field",
+    "state_messages",
+    "tool_message",
 ]
 
 logger = logging.getLogger("langgraph_replay_guard")
@@ -76,7 +78,8 @@ def state_field(state: Any, key: str) -> Any:
     return getattr(state, key, None)
 
 
-def _messages(state: Any, messages_key: str = "messages") -> Sequence[BaseMessage]:
+def state_messages(state: Any, messages_key: str = "messages") -> Sequence[BaseMessage]:
+    """The message list of a graph state (empty when there is none)."""
     messages = state_field(state, messages_key)
     return messages if isinstance(messages, Sequence) else []
 
@@ -129,7 +132,7 @@ def find_batch(
     Returns:
         The batch, or None when no AIMessage holds the call.
     """
-    messages = _messages(state, messages_key)
+    messages = state_messages(state, messages_key)
     ai_index = None
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
@@ -152,13 +155,13 @@ def current_turn(
     anchors: Mapping[str, str | None] | None = None,
 ) -> str | None:
     """Id of the last user message in the state (the turn a model call belongs to)."""
-    messages = _messages(state, messages_key)
+    messages = state_messages(state, messages_key)
     return _turn_before(messages, len(messages), anchors or {})
 
 
 def last_ai_id(state: Any, messages_key: str = "messages") -> str | None:
     """Id of the last AIMessage in the state."""
-    for message in reversed(_messages(state, messages_key)):
+    for message in reversed(state_messages(state, messages_key)):
         if isinstance(message, AIMessage):
             return message.id
     return None
@@ -369,19 +372,25 @@ def loop_error(decision: Decision) -> LoopAbortedError:
     )
 
 
+def tool_message(result: Any) -> ToolMessage | None:
+    """The ToolMessage a tool call returned: the result itself, or the last one of its Command."""
+    if isinstance(result, ToolMessage):
+        return result
+    message: ToolMessage | None = None
+    if isinstance(result, Command) and isinstance(result.update, Mapping):
+        for item in result.update.get("messages", []) or []:
+            if isinstance(item, ToolMessage):
+                message = item
+    return message
+
+
 def result_outcome(result: Any) -> tuple[str, str | None]:
     """Outcome and text of what a tool call returned (a ToolMessage or a Command).
 
     Returns:
         `("success" | "failure", text)`.
     """
-    message: ToolMessage | None = None
-    if isinstance(result, ToolMessage):
-        message = result
-    elif isinstance(result, Command) and isinstance(result.update, Mapping):
-        for item in result.update.get("messages", []) or []:
-            if isinstance(item, ToolMessage):
-                message = item
+    message = tool_message(result)
     if message is None:
         return "success", None
     outcome = "failure" if message.status == "error" else "success"

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.messages import ToolMessage
-from langgraph.types import Command, interrupt
+from langgraph.types import interrupt
 
 from langgraph_replay_guard.errors import ReplayGuardWarning, ReplayUnsafeError
+from langgraph_replay_guard.integrations.calls import state_messages, tool_message
 from langgraph_replay_guard.keys import canonical_json
 from langgraph_replay_guard.ledger import (
     CallIdentity,
@@ -150,9 +151,7 @@ def apply_resolution(entry: LedgerEntry, outcome: str, result: Any) -> LedgerEnt
 
 
 def _answered_ids(state: Any, messages_key: str) -> set[str]:
-    messages = state.get(messages_key) if isinstance(state, Mapping) else None
-    if messages is None:
-        messages = getattr(state, messages_key, None) or []
+    messages = state_messages(state, messages_key)
     return {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
 
 
@@ -510,22 +509,20 @@ class ReplayGate:
     # -- rows after a run -----------------------------------------------------------------------
 
     def _outcome(self, ticket: RunTicket, result: Any) -> LedgerEntry:
-        message = _tool_message(result)
+        message = tool_message(result)
         if message is None:
             recorded = {"content": "", "status": "success", "command": True}
         else:
             recorded = json_safe_result(message.content, message.artifact, message.status)
         entry = ticket.entry
-        if entry is None:  # a pure call: one row, written once it finished
-            entry = LedgerEntry(
-                key=ticket.identity.key,
-                status="started",
+        if entry is None:  # a pure call: one row, written once it finished, no arguments
+            entry = started_entry(
+                ticket.identity,
                 tool=ticket.tool,
                 replay=ticket.replay,
                 args_hash=ticket.args_hash,
-                tool_call_id=ticket.identity.tool_call_id,
-                ai_message_id=ticket.identity.ai_message_id,
-                attempts=1,
+                args=None,
+                idempotency_key=None,
             )
         return finished_entry(entry, recorded)
 
@@ -541,13 +538,3 @@ class ReplayGate:
             return ticket.entry.with_status("interrupted")
         text = f"{type(error).__name__}: {error}"[:500]
         return ticket.entry.with_status("started", last_error=text)
-
-
-def _tool_message(result: Any) -> ToolMessage | None:
-    if isinstance(result, ToolMessage):
-        return result
-    if isinstance(result, Command) and isinstance(result.update, Mapping):
-        for item in result.update.get("messages", []) or []:
-            if isinstance(item, ToolMessage):
-                return item
-    return None
