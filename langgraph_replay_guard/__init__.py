@@ -19,6 +19,7 @@ from langgraph_replay_guard.errors import (
     ReplayGuardError,
     ReplayGuardWarning,
     ReplayHashMismatchError,
+    ReplayInFlightError,
     ReplayUnsafeError,
 )
 from langgraph_replay_guard.guard import ReplayGuard
@@ -86,6 +87,7 @@ __all__ = [
     "ReplayGuardState",
     "ReplayGuardWarning",
     "ReplayHashMismatchError",
+    "ReplayInFlightError",
     "ReplayResult",
     "ReplayUnsafeError",
     "ReplayedRunError",

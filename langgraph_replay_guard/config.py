@@ -186,6 +186,12 @@ class ToolPolicy(BaseModel):
         command_arg: The argument holding the command the preset reads. Default: the
             preset's usual names (`command`, `cmd`, `commands`, `script` for `shell`;
             `command`, `action`, `cmd`, `operation` for `editor`, else the tool name).
+        no_effect_errors: Exception class names (`"ValidationError"`) or dotted paths
+            (`"billing.CardDeclined"`) that this tool raises only before any side effect. Such
+            an exception leaves the call free to run again. Any other exception from a
+            non-`pure` tool leaves its outcome unknown, even when the node turns it into an
+            error message: an `unsafe` retry then needs `guard.resolve`, an `idempotent` one
+            reuses the idempotency key.
         classifier: A Python callable for code users: it receives the call's arguments
             and returns a `CallClass`, or None to fall through to the preset (then to
             `replay`). Consulted after `classify` and before `preset`. It is not
@@ -205,6 +211,7 @@ class ToolPolicy(BaseModel):
     classify: tuple[ClassRule, ...] = ()
     preset: PresetName | None = None
     command_arg: str | None = None
+    no_effect_errors: tuple[str, ...] = ()
     classifier: SkipJsonSchema[Callable[[Any], CallClass | None] | None] = Field(
         default=None, exclude=True, repr=False
     )
@@ -293,6 +300,23 @@ class ToolPolicy(BaseModel):
             return self.ignore_args
         return (*self.ignore_args, self.idempotency_key_arg)
 
+    def raised_before_effect(self, error: BaseException) -> bool:
+        """Whether `no_effect_errors` names this exception (or one of its base classes).
+
+        Args:
+            error: The exception that escaped the tool.
+
+        Returns:
+            True when the tool raises it only before any side effect.
+        """
+        if not self.no_effect_errors:
+            return False
+        names = set(self.no_effect_errors)
+        return any(
+            cls.__name__ in names or f"{cls.__module__}.{cls.__qualname__}" in names
+            for cls in type(error).__mro__
+        )
+
     def short_circuits(self, replay: str | None = None) -> bool:
         """Whether the result-diff layer may answer this tool's calls without running them.
 
@@ -337,6 +361,12 @@ class GuardConfig(BaseModel):
             message; `"thread"` keeps them for the whole thread.
         on_unsafe: What happens when an `unsafe` call's outcome is unknown on replay:
             `"raise"` (`ReplayUnsafeError`) or `"interrupt"` (ask a human).
+        in_flight_wait: Seconds a worker waits for the outcome of a call another live
+            worker is running (then replays it) before raising `ReplayInFlightError`.
+        in_flight_lease: Seconds a claim on a call counts as alive when its worker runs on
+            another machine (one on this machine is checked by its process). After that the
+            outcome counts as unknown: an `unsafe` call then needs `guard.resolve`; elapsed
+            time never lets it run again by itself.
         tools: Per-tool policies by tool name. A plain string is shorthand for the replay
             class (`{"send_email": "unsafe"}`).
         default_policy: Policy of tools not listed in `tools`.
@@ -357,6 +387,8 @@ class GuardConfig(BaseModel):
     on_abort: Literal["end", "error", "continue"] = "end"
     scope: Literal["turn", "thread"] = "turn"
     on_unsafe: Literal["raise", "interrupt"] = "raise"
+    in_flight_wait: float = Field(default=10.0, ge=0, le=3600)
+    in_flight_lease: float = Field(default=900.0, gt=0)
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
     default_policy: ToolPolicy = Field(default_factory=ToolPolicy)
 

@@ -60,6 +60,21 @@ class ReplayConflictError(ReplayGuardError):
     """The same call identity was seen with different arguments."""
 
 
+class ReplayInFlightError(ReplayGuardError):
+    """Another worker is running this very call and had no outcome within the wait.
+
+    Like an HTTP 409 for an in-flight idempotency key: resume again later to replay the
+    other worker's outcome (or raise `GuardConfig.in_flight_wait`).
+
+    Attributes:
+        facts: `thread_id`, `tool`, `tool_call_id`, `started_at`, `owner` (the worker).
+    """
+
+    def __init__(self, message: str, **facts: Any) -> None:
+        super().__init__(message)
+        self.facts = facts
+
+
 class ReplayGuardWarning(UserWarning):
     """A setup in which the guard cannot keep its replay promises (e.g. no durable ledger)."""
 

@@ -1,4 +1,4 @@
-"""The durable replay ledger: one row per tool call identity, in a LangGraph `BaseStore`."""
+"""The replay ledger's rows and its state machine, as pure transitions and plans for I/O."""
 
 from __future__ import annotations
 
@@ -6,22 +6,36 @@ import datetime as dt
 import hashlib
 import json
 import logging
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from langgraph_replay_guard.errors import ReplayConflictError
-
-if TYPE_CHECKING:
-    from langgraph.store.base import BaseStore, Item
+from langgraph_replay_guard.errors import (
+    ReplayConflictError,
+    ReplayInFlightError,
+    ReplayUnsafeError,
+)
+from langgraph_replay_guard.keys import canonical_json
 
 __all__ = [
+    "INTERRUPT_KIND",
     "LEDGER_VERSION",
+    "Admission",
+    "CallContext",
     "CallIdentity",
     "LedgerEntry",
     "LedgerStatus",
-    "ReplayLedger",
+    "Read",
+    "Sleep",
+    "Update",
+    "Write",
+    "admit",
+    "apply_resolution",
+    "escaped_entry",
+    "finished_entry",
     "node_path",
+    "now_iso",
     "store_label",
 ]
 
@@ -30,21 +44,29 @@ logger = logging.getLogger("langgraph_replay_guard")
 LEDGER_VERSION = 1
 """Format version of a ledger row."""
 
+INTERRUPT_KIND = "replay_guard.unknown_outcome"
+"""`"kind"` of the value of the guard's `interrupt()` for an unknown outcome."""
+
 LedgerStatus = Literal["started", "completed", "failed", "interrupted", "blocked", "retry"]
 """Status of a ledger row.
 
-- `started`: a non-`pure` tool is about to run or ran without a recorded outcome.
+- `started`: a non-`pure` tool is running (its row names the worker holding the claim) or
+  ran without a recorded outcome (no holder: the outcome is unknown).
 - `completed` / `failed`: the outcome is known and recorded (`result`).
 - `interrupted`: the tool called `interrupt()`; it runs again on resume.
 - `blocked`: the tool never ran because an identical unsafe call's outcome is unknown.
-- `retry`: a human resolved an unknown outcome with `retry`; the next run executes it.
+- `retry`: it may run (again): a human resolved an unknown outcome with `retry`, or the
+  tool raised an exception its policy says happens before any effect.
 """
 
 _OUTCOMES = frozenset({"completed", "failed"})
-_UNKNOWN = frozenset({"started", "blocked"})
 _KNOWN_STATUSES = frozenset(
     {"started", "completed", "failed", "interrupted", "blocked", "retry", "corrupt"}
 )
+
+FIRST_PAUSE = 0.02
+"""First pause, in seconds, while waiting for another worker's outcome (doubles each time)."""
+LONGEST_PAUSE = 0.5
 
 
 def node_path(checkpoint_ns: str | None) -> str:
@@ -68,9 +90,15 @@ def store_label(value: str) -> str:
     return escaped or "%"
 
 
-def now_iso() -> str:
-    """The current UTC time in ISO 8601 (milliseconds)."""
-    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+def now_iso(now: dt.datetime | None = None) -> str:
+    """A UTC time in ISO 8601 (milliseconds); the current time by default."""
+    return (now or dt.datetime.now(dt.UTC)).isoformat(timespec="milliseconds")
+
+
+def args_digest(args: Any) -> str:
+    """The `"sha256:"` hash of a call's canonical arguments, stored to spot an edited call."""
+    text = canonical_json(args, root="args")
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -121,6 +149,9 @@ class LedgerEntry:
         args: The arguments (for people resolving an unknown outcome).
         last_error: The last exception that escaped the tool, if any.
         resolved_by: `"human"` when `guard.resolve` settled the row.
+        owner: The worker running the tool right now (see `owners.py`), None otherwise.
+        blocked_on: For a `blocked` row, the key of the identical call it waits on.
+        rev: Revision token, new on every write: claims compare it (compare-and-set).
     """
 
     key: str
@@ -138,6 +169,9 @@ class LedgerEntry:
     args: Any = None
     last_error: str | None = None
     resolved_by: str | None = None
+    owner: Mapping[str, Any] | None = None
+    blocked_on: str | None = None
+    rev: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -148,17 +182,18 @@ class LedgerEntry:
     @property
     def outcome_unknown(self) -> bool:
         """Whether the tool may or may not have had its effect."""
-        return self.status in _UNKNOWN or self.status == "corrupt"
+        return self.status in ("started", "blocked", "corrupt")
 
     @classmethod
     def from_value(cls, key: str, value: Any) -> LedgerEntry:
         """Read a stored row; an unreadable one becomes a `corrupt` entry, never an error."""
         if not isinstance(value, Mapping) or value.get("v") != LEDGER_VERSION:
-            return cls(key=key, status="corrupt", extra={"raw": repr(value)[:200]})
+            return cls._corrupt(key, value)
         status = value.get("status")
         if status not in _KNOWN_STATUSES:
-            return cls(key=key, status="corrupt", extra={"raw": repr(value)[:200]})
+            return cls._corrupt(key, value)
         try:
+            owner = value.get("owner")
             return cls(
                 key=key,
                 status=str(status),
@@ -166,21 +201,34 @@ class LedgerEntry:
                 replay=str(value.get("replay", "pure")),
                 args_hash=str(value.get("args_hash", "")),
                 tool_call_id=str(value.get("tool_call_id", "")),
-                ai_message_id=value.get("ai_message_id"),
-                idempotency_key=value.get("idempotency_key"),
-                started_at=value.get("started_at"),
-                finished_at=value.get("finished_at"),
+                ai_message_id=_opt_str(value.get("ai_message_id")),
+                idempotency_key=_opt_str(value.get("idempotency_key")),
+                started_at=_opt_str(value.get("started_at")),
+                finished_at=_opt_str(value.get("finished_at")),
                 attempts=int(value.get("attempts", 0)),
-                result=value.get("result"),
+                result=_opt_mapping(value.get("result")),
                 args=value.get("args"),
-                last_error=value.get("last_error"),
-                resolved_by=value.get("resolved_by"),
+                last_error=_opt_str(value.get("last_error")),
+                resolved_by=_opt_str(value.get("resolved_by")),
+                owner=owner if isinstance(owner, Mapping) else None,
+                blocked_on=_opt_str(value.get("blocked_on")),
+                rev=_opt_str(value.get("rev")),
             )
         except (TypeError, ValueError):
-            return cls(key=key, status="corrupt", extra={"raw": repr(value)[:200]})
+            return cls._corrupt(key, value)
+
+    @classmethod
+    def _corrupt(cls, key: str, value: Any) -> LedgerEntry:
+        rev = value.get("rev") if isinstance(value, Mapping) else None
+        return cls(
+            key=key,
+            status="corrupt",
+            rev=rev if isinstance(rev, str) else None,
+            extra={"raw": repr(value)[:200]},
+        )
 
     def to_value(self) -> dict[str, Any]:
-        """The JSON value stored for this row."""
+        """The JSON value stored for this row (with a new revision token)."""
         return {
             "v": LEDGER_VERSION,
             "status": self.status,
@@ -197,23 +245,57 @@ class LedgerEntry:
             "args": self.args,
             "last_error": self.last_error,
             "resolved_by": self.resolved_by,
+            "owner": dict(self.owner) if self.owner is not None else None,
+            "blocked_on": self.blocked_on,
+            "rev": self.rev,
         }
 
     def with_status(self, status: str, **changes: Any) -> LedgerEntry:
-        """A copy with a new status and other changed fields."""
-        return replace(self, status=status, **changes)
+        """A copy with a new status, other changed fields and a new revision token."""
+        return replace(self, status=status, rev=new_rev(), **changes)
 
-    def check_args(self, args_hash: str, identity: CallIdentity) -> None:
-        """Raise `ReplayConflictError` when the same identity comes with other arguments."""
-        if self.args_hash and args_hash != self.args_hash:
-            msg = (
-                f"Tool call '{identity.tool_call_id}' of '{self.tool}' in thread "
-                f"'{identity.thread_id}' was recorded with other arguments "
-                f"({self.args_hash[:19]}..., now {args_hash[:19]}...). The same call identity "
-                "must not change its arguments; check for an edited message or a reused "
-                "tool_call_id, or clear the row if the old call is void."
+    def check_same_call(self, tool: str, args_hash: str, identity: CallIdentity) -> None:
+        """Raise `ReplayConflictError` when the identity comes with another tool or arguments.
+
+        Going back in history (time travel, `update_state` on an older checkpoint) can edit a
+        tool call while its ids stay: the recorded outcome belongs to another call.
+        """
+        if self.status == "corrupt":
+            return
+        if self.tool and tool != self.tool:
+            what = f"another tool ('{self.tool}', now '{tool}')"
+        elif self.args_hash and args_hash != self.args_hash:
+            what = (
+                f"other arguments ({self.args_hash[:19]}..., now {args_hash[:19]}...) for '{tool}'"
             )
-            raise ReplayConflictError(msg)
+        else:
+            return
+        msg = (
+            f"Tool call '{identity.tool_call_id}' in thread '{identity.thread_id}' was "
+            f"recorded with {what}. The same call identity must not change its tool or "
+            "arguments; check for an edited message (time travel, update_state) or a reused "
+            "tool_call_id, and give the edited call a new id."
+        )
+        raise ReplayConflictError(msg)
+
+
+def _opt_str(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    msg = f"expected a string, got {type(value).__name__}"
+    raise TypeError(msg)
+
+
+def _opt_mapping(value: Any) -> Mapping[str, Any] | None:
+    if value is None or isinstance(value, Mapping):
+        return value
+    msg = f"expected an object, got {type(value).__name__}"
+    raise TypeError(msg)
+
+
+def new_rev() -> str:
+    """A fresh revision token for a row write."""
+    return uuid.uuid4().hex[:16]
 
 
 def json_safe_result(content: Any, artifact: Any, status: str) -> dict[str, Any]:
@@ -234,85 +316,7 @@ def json_safe_result(content: Any, artifact: Any, status: str) -> dict[str, Any]
     return result
 
 
-class ReplayLedger:
-    """Rows of tool call identities and outcomes, in a LangGraph `BaseStore`.
-
-    Each thread has its own namespace, `(*namespace, "ledger", <thread id>)`, so threads
-    (and tenants, with distinct `namespace` prefixes) never see each other's rows. Rows are
-    written synchronously: `started` before a non-`pure` tool runs, the outcome before the
-    tool's message is returned.
-
-    Args:
-        store: Any LangGraph store (`InMemoryStore`, `SqliteStore`, `PostgresStore`...).
-        namespace: Namespace prefix, e.g. `("replay_guard", "<tenant>")`.
-    """
-
-    def __init__(self, store: BaseStore, *, namespace: Sequence[str] = ("replay_guard",)) -> None:
-        """Create a ledger over a store."""
-        self.store = store
-        self.prefix = tuple(store_label(part) for part in namespace)
-
-    def namespace(self, thread_id: str) -> tuple[str, ...]:
-        """The namespace holding one thread's rows."""
-        return (*self.prefix, "ledger", store_label(thread_id))
-
-    # -- reads ---------------------------------------------------------------------------------
-
-    def get(self, identity: CallIdentity) -> LedgerEntry | None:
-        """The row of one call identity, if any."""
-        item = self.store.get(self.namespace(identity.thread_id), identity.key)
-        return None if item is None else LedgerEntry.from_value(item.key, item.value)
-
-    async def aget(self, identity: CallIdentity) -> LedgerEntry | None:
-        """Async twin of `get`."""
-        item = await self.store.aget(self.namespace(identity.thread_id), identity.key)
-        return None if item is None else LedgerEntry.from_value(item.key, item.value)
-
-    def same_calls(self, thread_id: str, tool: str, args_hash: str) -> list[LedgerEntry]:
-        """Rows of the thread for the same tool and arguments (any identity)."""
-        items = self.store.search(
-            self.namespace(thread_id), filter={"tool": tool, "args_hash": args_hash}, limit=50
-        )
-        return _entries(items)
-
-    async def asame_calls(self, thread_id: str, tool: str, args_hash: str) -> list[LedgerEntry]:
-        """Async twin of `same_calls`."""
-        items = await self.store.asearch(
-            self.namespace(thread_id), filter={"tool": tool, "args_hash": args_hash}, limit=50
-        )
-        return _entries(items)
-
-    def by_tool_call_id(self, thread_id: str, tool_call_id: str) -> list[LedgerEntry]:
-        """Rows of the thread for one tool_call_id."""
-        items = self.store.search(
-            self.namespace(thread_id), filter={"tool_call_id": tool_call_id}, limit=10
-        )
-        return _entries(items)
-
-    async def aby_tool_call_id(self, thread_id: str, tool_call_id: str) -> list[LedgerEntry]:
-        """Async twin of `by_tool_call_id`."""
-        items = await self.store.asearch(
-            self.namespace(thread_id), filter={"tool_call_id": tool_call_id}, limit=10
-        )
-        return _entries(items)
-
-    def rows(self, thread_id: str, *, limit: int = 1000) -> list[LedgerEntry]:
-        """Every row of a thread (for `replay-guard inspect`)."""
-        return _entries(self.store.search(self.namespace(thread_id), limit=limit))
-
-    # -- writes --------------------------------------------------------------------------------
-
-    def put(self, thread_id: str, entry: LedgerEntry) -> None:
-        """Write a row (synchronously: it is durable when this returns)."""
-        self.store.put(self.namespace(thread_id), entry.key, entry.to_value(), index=False)
-
-    async def aput(self, thread_id: str, entry: LedgerEntry) -> None:
-        """Async twin of `put`."""
-        await self.store.aput(self.namespace(thread_id), entry.key, entry.to_value(), index=False)
-
-
-def _entries(items: Sequence[Item]) -> list[LedgerEntry]:
-    return [LedgerEntry.from_value(item.key, item.value) for item in items]
+# -- transitions: one row in, the next row out ---------------------------------------------------
 
 
 def started_entry(
@@ -324,8 +328,10 @@ def started_entry(
     args: Any,
     idempotency_key: str | None,
     previous: LedgerEntry | None = None,
+    owner: Mapping[str, Any] | None = None,
+    now: dt.datetime | None = None,
 ) -> LedgerEntry:
-    """The row written right before a tool body starts."""
+    """The row written right before a tool body starts (the claim)."""
     return LedgerEntry(
         key=identity.key,
         status="started",
@@ -335,13 +341,457 @@ def started_entry(
         tool_call_id=identity.tool_call_id,
         ai_message_id=identity.ai_message_id,
         idempotency_key=idempotency_key,
-        started_at=now_iso(),
+        started_at=now_iso(now),
         attempts=(previous.attempts if previous is not None else 0) + 1,
         args=args,
+        owner=owner,
+        rev=new_rev(),
     )
 
 
 def finished_entry(entry: LedgerEntry, result: dict[str, Any]) -> LedgerEntry:
-    """The row recording a known outcome."""
+    """The row recording a known outcome; the claim is released."""
     status = "failed" if result.get("status") == "error" else "completed"
-    return entry.with_status(status, result=result, finished_at=now_iso(), last_error=None)
+    return entry.with_status(
+        status, result=result, finished_at=now_iso(), last_error=None, owner=None
+    )
+
+
+def escaped_entry(entry: LedgerEntry, error: BaseException, *, no_effect: bool) -> LedgerEntry:
+    """The row after an exception escaped the tool body (whatever the node then did with it).
+
+    Args:
+        entry: The `started` row of the attempt.
+        error: The exception.
+        no_effect: The tool's policy names this exception as raised before any effect.
+    """
+    text = f"{type(error).__name__}: {error}"[:500]
+    if no_effect:
+        return entry.with_status("retry", last_error=text, owner=None)
+    return entry.with_status("started", last_error=text, owner=None)
+
+
+def interrupted_entry(entry: LedgerEntry) -> LedgerEntry:
+    """The row after the tool called `interrupt()`: LangGraph re-runs it from the start."""
+    return entry.with_status("interrupted", owner=None)
+
+
+def apply_resolution(entry: LedgerEntry, outcome: str, result: Any) -> LedgerEntry:
+    """The row after a human resolved an unknown outcome.
+
+    Raises:
+        ValueError: For an unknown outcome word, or a row whose outcome is already known.
+    """
+    if entry.has_outcome:
+        msg = (
+            f"Tool call '{entry.tool_call_id}' of '{entry.tool}' already has a recorded outcome "
+            f"({entry.status}); only an unknown outcome can be resolved."
+        )
+        raise ValueError(msg)
+    if outcome == "retry":
+        return entry.with_status("retry", resolved_by="human", finished_at=now_iso(), owner=None)
+    if outcome == "succeeded":
+        content = result if isinstance(result, str | list) else json.dumps(result)
+        recorded = json_safe_result("" if result is None else content, None, "success")
+    elif outcome == "failed":
+        text = result if isinstance(result, str) else None
+        if text is None and result is not None:
+            text = json.dumps(result)
+        recorded = json_safe_result(
+            text or "An operator marked this call as failed.", None, "error"
+        )
+    else:
+        msg = (
+            f"Unknown outcome {outcome!r} for tool call '{entry.tool_call_id}': use "
+            "'succeeded' (with the result confirmed upstream), 'failed' or 'retry'."
+        )
+        raise ValueError(msg)
+    return finished_entry(entry, recorded).with_status(
+        "completed" if outcome == "succeeded" else "failed", resolved_by="human"
+    )
+
+
+# -- plans: the ledger's I/O as data, run by a sync or an async driver ----------------------------
+
+
+@dataclass(frozen=True)
+class Read:
+    """Get rows by key: the plan receives their values (None where there is none)."""
+
+    keys: tuple[tuple[tuple[str, ...], str], ...]
+
+
+@dataclass(frozen=True)
+class Write:
+    """Put rows: `(namespace, key, value)`; the plan receives None."""
+
+    puts: tuple[tuple[tuple[str, ...], str, dict[str, Any]], ...]
+
+
+@dataclass(frozen=True)
+class Update:
+    """Compare-and-set one row, atomically in the database that holds it.
+
+    The value is written when the row is absent (`expect_exists=False`) or present with
+    revision `expect_rev` (`expect_exists=True`). The plan receives `(written, current)`:
+    whether it was written, and the row's value now.
+    """
+
+    namespace: tuple[str, ...]
+    key: str
+    value: dict[str, Any]
+    expect_exists: bool
+    expect_rev: str | None
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """Wait before looking again (another worker holds the claim)."""
+
+    seconds: float
+
+
+Op = Read | Write | Update | Sleep
+Plan = Generator[Op, Any, Any]
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """Everything the ledger needs to admit one call; the clock and liveness are injected.
+
+    Attributes:
+        identity: The call's identity.
+        tool: Tool name.
+        replay: The call's replay class.
+        args: The call's arguments.
+        args_hash: `args_digest(args)`.
+        rows_ns: Namespace of the thread's rows.
+        index_ns: Namespace of the thread's lookup rows (identical calls, tool_call_ids).
+        wait: Seconds to wait for another worker's outcome before `ReplayInFlightError`.
+        is_answered: Whether a tool_call_id has its ToolMessage in the thread.
+        is_alive: Whether a claim holder may still be running.
+        new_owner: A claim holder for this attempt.
+        now: The current UTC time.
+        elapsed: Seconds since an arbitrary start (monotonic).
+    """
+
+    identity: CallIdentity
+    tool: str
+    replay: str
+    args: Any
+    args_hash: str
+    rows_ns: tuple[str, ...]
+    index_ns: tuple[str, ...]
+    wait: float
+    is_answered: Callable[[str], bool]
+    is_alive: Callable[[Mapping[str, Any]], bool]
+    new_owner: Callable[[], dict[str, Any]]
+    now: Callable[[], dt.datetime]
+    elapsed: Callable[[], float]
+
+    @property
+    def call_index_key(self) -> str:
+        """Key of the lookup row of this tool and these arguments."""
+        return f"call/{self.tool}/{self.args_hash}"
+
+    def tool_call_index_key(self, tool_call_id: str) -> str:
+        """Key of the lookup row of a tool_call_id (what `guard.resolve` reads)."""
+        return f"tc/{tool_call_id}"
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What the ledger says about a call.
+
+    Attributes:
+        kind: `"run"` (run it; `entry` is the claim written, None for a pure call),
+            `"replay"` (answer it with `entry`'s recorded outcome), `"unknown"` (an
+            unsafe outcome is unknown: `entry` is the row that makes it so, `why` says how).
+        entry: See `kind`.
+        key: The idempotency key to give an idempotent call.
+        why: For `"unknown"`, the reason.
+    """
+
+    kind: Literal["run", "replay", "unknown"]
+    entry: LedgerEntry | None = None
+    key: str | None = None
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class _Run:
+    previous: LedgerEntry | None = None
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class _Wait:
+    row: LedgerEntry
+
+
+_Step = Admission | _Run | _Wait
+
+
+def _after_own(ctx: CallContext, own: LedgerEntry) -> _Step:
+    """What the identity's own row says."""
+    own.check_same_call(ctx.tool, ctx.args_hash, ctx.identity)
+    if own.has_outcome:
+        return Admission("replay", own)
+    if own.status in ("retry", "interrupted"):
+        return _Run(own, own.idempotency_key)
+    if ctx.replay == "pure":
+        return _Run(own)
+    if own.status == "started" and own.owner is not None and ctx.is_alive(own.owner):
+        return _Wait(own)
+    if ctx.replay != "unsafe":  # idempotent: run again with the same key
+        return _Run(own, own.idempotency_key or ctx.identity.idempotency_key)
+    if own.status == "blocked":
+        why = "an identical earlier call's outcome is unknown"
+        return Admission("unknown", own, why=why)
+    return Admission("unknown", own, why="its outcome is unknown")
+
+
+def _after_identical(ctx: CallContext, latest: LedgerEntry, tool_call_id: str) -> _Step:
+    """A new identity, and the latest identical call of another AIMessage: may it run?"""
+    if ctx.replay == "unsafe" and latest.outcome_unknown and latest.replay == "unsafe":
+        if latest.status == "started" and latest.owner is not None and ctx.is_alive(latest.owner):
+            return Admission("unknown", latest, why="an identical call is running right now")
+        return Admission("unknown", latest, why="an identical call's outcome is unknown")
+    if ctx.is_answered(tool_call_id):
+        if ctx.replay == "idempotent" and latest.outcome_unknown:
+            return _Run(key=latest.idempotency_key)  # its outcome is unknown: same key
+        return _Run()  # a deliberate repeat after an answered call
+    # Its answer never reached the thread: the AIMessage was lost in a crash (or LangGraph
+    # lost the writes that would have answered it) and the model asked again with new ids.
+    if ctx.replay == "unsafe":
+        why = (
+            "an identical earlier call was never answered in this thread (its message was "
+            "lost in a crash) and may have had its effect"
+        )
+        return Admission("unknown", latest, why=why)
+    return _Run(key=latest.idempotency_key)  # idempotent: the lost call's key
+
+
+def _entry(key: str, value: Any) -> LedgerEntry | None:
+    return None if value is None else LedgerEntry.from_value(key, value)
+
+
+def admit(ctx: CallContext) -> Generator[Op, Any, Admission]:
+    """The plan that admits one call: replay its outcome, claim it and run it, or stop.
+
+    Of several workers admitting one identity at once exactly one claims it; the others
+    wait (at most `ctx.wait` seconds) for its outcome and replay it.
+
+    Raises:
+        ReplayConflictError: The identity was recorded with another tool or arguments.
+        ReplayInFlightError: Another live worker still runs the call after the wait.
+    """
+    ident = ctx.identity
+    own_value, index_value = yield Read(
+        ((ctx.rows_ns, ident.key), (ctx.index_ns, ctx.call_index_key))
+    )
+    own = _entry(ident.key, own_value)
+    waited_from: float | None = None
+    pause = FIRST_PAUSE
+    while True:
+        step: _Step
+        if own is not None:
+            step = _after_own(ctx, own)
+        elif ctx.replay == "pure":
+            step = _Run()
+        else:
+            step = yield from _check_identical(ctx, index_value)
+        if isinstance(step, Admission):
+            return step
+        if isinstance(step, _Wait):
+            waited_from = ctx.elapsed() if waited_from is None else waited_from
+            if ctx.elapsed() - waited_from >= ctx.wait:
+                raise _in_flight(ctx, step.row)
+            yield Sleep(pause)
+            pause = min(pause * 2, LONGEST_PAUSE)
+            (own_value,) = yield Read(((ctx.rows_ns, ident.key),))
+            own = _entry(ident.key, own_value)
+            continue
+        if ctx.replay == "pure":
+            return Admission("run", None)
+        key = None
+        if ctx.replay == "idempotent":
+            key = step.key or ident.idempotency_key
+        claim = started_entry(
+            ident,
+            tool=ctx.tool,
+            replay=ctx.replay,
+            args_hash=ctx.args_hash,
+            args=ctx.args,
+            idempotency_key=key,
+            previous=step.previous,
+            owner=ctx.new_owner(),
+            now=ctx.now(),
+        )
+        yield from _write_lookups(ctx, index_value)
+        written, current = yield Update(
+            ctx.rows_ns,
+            ident.key,
+            claim.to_value(),
+            expect_exists=own is not None,
+            expect_rev=own.rev if own is not None else None,
+        )
+        if written:
+            return Admission("run", claim, key=key)
+        own = _entry(ident.key, current)  # another worker got there first: look again
+
+
+def _check_identical(ctx: CallContext, index_value: Any) -> Generator[Op, Any, _Step]:
+    latest = index_value if isinstance(index_value, Mapping) else None
+    if latest is None or not isinstance(latest.get("key"), str):
+        return _Run()
+    if latest["key"] == ctx.identity.key or latest.get("ai") == ctx.identity.ai_message_id:
+        return _Run()  # siblings in one AIMessage are not earlier calls: the batch plan decides
+    (value,) = yield Read(((ctx.rows_ns, latest["key"]),))
+    row = _entry(latest["key"], value)
+    if row is None:
+        return _Run()  # the lookup row was written, the claim never was: it never ran
+    return _after_identical(ctx, row, str(latest.get("tc") or row.tool_call_id))
+
+
+def _write_lookups(ctx: CallContext, index_value: Any) -> Generator[Op, Any, None]:
+    """Point the lookups at this call before claiming it (a crash in between is harmless)."""
+    ident = ctx.identity
+    puts: list[tuple[tuple[str, ...], str, dict[str, Any]]] = []
+    latest = index_value if isinstance(index_value, Mapping) else {}
+    if latest.get("key") != ident.key:
+        pointer = {"v": LEDGER_VERSION, "key": ident.key, "ai": ident.ai_message_id}
+        puts.append((ctx.index_ns, ctx.call_index_key, {**pointer, "tc": ident.tool_call_id}))
+        if ctx.replay == "unsafe":  # only an unsafe call can need `guard.resolve`
+            puts.append((ctx.index_ns, ctx.tool_call_index_key(ident.tool_call_id), pointer))
+    if puts:
+        yield Write(tuple(puts))
+
+
+def blocked_entry(ctx: CallContext, row: LedgerEntry, why: str) -> LedgerEntry:
+    """The row of a new call that did not run because an identical call's outcome is unknown."""
+    ident = ctx.identity
+    return LedgerEntry(
+        key=ident.key,
+        status="blocked",
+        tool=ctx.tool,
+        replay=ctx.replay,
+        args_hash=ctx.args_hash,
+        tool_call_id=ident.tool_call_id,
+        ai_message_id=ident.ai_message_id,
+        started_at=row.started_at,
+        args=ctx.args,
+        last_error=f"blocked: {why} (tool_call_id {row.tool_call_id})",
+        blocked_on=row.key,
+        rev=new_rev(),
+    )
+
+
+def unknown_facts(ctx: CallContext, row: LedgerEntry, why: str) -> dict[str, Any]:
+    """What a human needs to resolve an unknown outcome (error facts and interrupt value)."""
+    ident = ctx.identity
+    own = row.key == ident.key
+    return {
+        "kind": INTERRUPT_KIND,
+        "thread_id": ident.thread_id,
+        "tool": ctx.tool,
+        "args": ctx.args,
+        "tool_call_id": ident.tool_call_id,
+        "started_at": row.started_at,
+        "status": row.status,
+        "reason": why,
+        "earlier_tool_call_id": None if own else row.tool_call_id,
+        "last_error": row.last_error,
+        "resolve": (
+            f"guard.resolve(graph, config, {ident.tool_call_id!r}, "
+            "outcome='succeeded' | 'failed' | 'retry', result=...)"
+        ),
+    }
+
+
+def unknown_error(ctx: CallContext, row: LedgerEntry, why: str) -> ReplayUnsafeError:
+    """The error for an unsafe call whose outcome (or an identical call's) is unknown."""
+    facts = unknown_facts(ctx, row, why)
+    msg = (
+        f"Unsafe tool '{ctx.tool}' (tool_call_id {ctx.identity.tool_call_id!r}, "
+        f"thread {ctx.identity.thread_id!r}, args {canonical_json(ctx.args)[:200]}): {why}; "
+        f"started at {row.started_at}, status '{row.status}'. Running it again could repeat "
+        f"its side effect. Check upstream whether it happened, then call {facts['resolve']}."
+    )
+    return ReplayUnsafeError(msg, **facts)
+
+
+def block(ctx: CallContext, row: LedgerEntry, why: str) -> Generator[Op, Any, LedgerEntry]:
+    """The plan that records a call blocked by an identical unknown call (then returns it)."""
+    if row.key == ctx.identity.key:
+        return row
+    blocked = blocked_entry(ctx, row, why)
+    pointer = {"v": LEDGER_VERSION, "key": ctx.identity.key, "ai": ctx.identity.ai_message_id}
+    tc_key = ctx.tool_call_index_key(ctx.identity.tool_call_id)
+    yield Write(
+        (
+            (ctx.index_ns, tc_key, pointer),
+            (ctx.rows_ns, ctx.identity.key, blocked.to_value()),
+        )
+    )
+    return blocked
+
+
+def settle(
+    ctx: CallContext, resolution: Mapping[str, Any], fallback: LedgerEntry
+) -> Generator[Op, Any, Admission]:
+    """The plan after a human answered the guard's interrupt: record it, then admit again.
+
+    Args:
+        ctx: The call.
+        resolution: The resume value: `{"outcome": ..., "result": ...}`.
+        fallback: The row to resolve when the identity has none (it was never written).
+    """
+    (value,) = yield Read(((ctx.rows_ns, ctx.identity.key),))
+    current = _entry(ctx.identity.key, value) or fallback
+    if current.outcome_unknown:
+        resolved = apply_resolution(current, str(resolution["outcome"]), resolution.get("result"))
+        yield Write(((ctx.rows_ns, ctx.identity.key, resolved.to_value()),))
+    return (yield from admit(ctx))
+
+
+def _in_flight(ctx: CallContext, row: LedgerEntry) -> ReplayInFlightError:
+    owner = row.owner or {}
+    msg = (
+        f"Tool call {ctx.identity.tool_call_id!r} of '{ctx.tool}' in thread "
+        f"{ctx.identity.thread_id!r} is being run by another worker (pid {owner.get('pid')}, "
+        f"started at {row.started_at}), and it had no outcome after {ctx.wait:g} s. "
+        "Resume again later to replay its outcome; raise GuardConfig(in_flight_wait=...) to "
+        "wait longer."
+    )
+    return ReplayInFlightError(
+        msg,
+        thread_id=ctx.identity.thread_id,
+        tool=ctx.tool,
+        tool_call_id=ctx.identity.tool_call_id,
+        started_at=row.started_at,
+        owner=dict(owner),
+    )
+
+
+def row_namespace(prefix: Sequence[str], thread_id: str) -> tuple[str, ...]:
+    """The namespace holding one thread's rows."""
+    return (*prefix, "ledger", store_label(thread_id))
+
+
+def index_namespace(prefix: Sequence[str], thread_id: str) -> tuple[str, ...]:
+    """The namespace holding one thread's lookup rows."""
+    return (*prefix, "ledger_index", store_label(thread_id))
+
+
+def find_by_tool_call_id(
+    prefix: Sequence[str], thread_id: str, tool_call_id: str
+) -> Generator[Op, Any, list[LedgerEntry]]:
+    """The plan that finds the rows of a tool_call_id through its lookup row."""
+    rows_ns = row_namespace(prefix, thread_id)
+    (pointer,) = yield Read(((index_namespace(prefix, thread_id), f"tc/{tool_call_id}"),))
+    if not isinstance(pointer, Mapping) or not isinstance(pointer.get("key"), str):
+        return []
+    (value,) = yield Read(((rows_ns, pointer["key"]),))
+    entry = _entry(pointer["key"], value)
+    return [entry] if entry is not None else []

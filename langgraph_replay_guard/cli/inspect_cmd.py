@@ -17,7 +17,8 @@ from langgraph_replay_guard.cli.store_uri import (
 from langgraph_replay_guard.integrations.callbacks import DEFAULT_NAMESPACE
 from langgraph_replay_guard.integrations.calls import GUARD_CHANNEL
 from langgraph_replay_guard.integrations.prompt import guard_view
-from langgraph_replay_guard.ledger import LedgerEntry, ReplayLedger
+from langgraph_replay_guard.ledger import LedgerEntry
+from langgraph_replay_guard.ledger_io import ReplayLedger
 from langgraph_replay_guard.state import GuardView
 
 __all__ = ["add_parser", "run"]

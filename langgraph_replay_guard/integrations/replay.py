@@ -1,36 +1,53 @@
-"""Replay safety inside LangGraph: look a call up in the ledger, run it once, record its outcome."""
+"""Replay safety inside LangGraph: admit a call through the ledger, run it once, record it."""
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
+import datetime as dt
 import json
 import logging
 import threading
+import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import ToolMessage
+from langgraph.errors import GraphBubbleUp
 from langgraph.types import interrupt
+from pydantic import BaseModel, ValidationError
 
-from langgraph_replay_guard.errors import ReplayGuardWarning, ReplayUnsafeError
+from langgraph_replay_guard import owners
+from langgraph_replay_guard.errors import ReplayGuardWarning
 from langgraph_replay_guard.integrations.calls import state_messages, tool_message
-from langgraph_replay_guard.keys import canonical_json
 from langgraph_replay_guard.ledger import (
+    INTERRUPT_KIND,
+    CallContext,
     CallIdentity,
     LedgerEntry,
-    ReplayLedger,
+    Write,
+    admit,
+    args_digest,
+    block,
+    escaped_entry,
     finished_entry,
+    index_namespace,
+    interrupted_entry,
     json_safe_result,
     node_path,
-    now_iso,
+    row_namespace,
+    settle,
     started_entry,
+    store_label,
+    unknown_error,
+    unknown_facts,
 )
+from langgraph_replay_guard.ledger_io import arun_plan, run_plan
 
 if TYPE_CHECKING:
     from langgraph.prebuilt.tool_node import ToolCallRequest
+    from langgraph.store.base import BaseStore
 
     from langgraph_replay_guard.config import GuardConfig
     from langgraph_replay_guard.engine import CallFacts
@@ -38,10 +55,8 @@ if TYPE_CHECKING:
 __all__ = [
     "IDEMPOTENCY_KEY_CONFIG",
     "INTERRUPT_KIND",
-    "Outcome",
     "ReplayGate",
     "RunTicket",
-    "apply_resolution",
     "replayed_message",
 ]
 
@@ -50,53 +65,16 @@ logger = logging.getLogger("langgraph_replay_guard")
 IDEMPOTENCY_KEY_CONFIG = "replay_guard_idempotency_key"
 """Key of `runtime.config["configurable"]` holding an idempotent call's idempotency key."""
 
-Outcome = Literal["succeeded", "failed", "retry"]
-
-INTERRUPT_KIND = "replay_guard.unknown_outcome"
-"""`"kind"` of the value of the guard's `interrupt()` for an unknown outcome."""
-
 
 @dataclass(frozen=True)
 class RunTicket:
     """A call the ledger lets run: the (possibly changed) request and what to record after."""
 
     request: ToolCallRequest
-    ledger: ReplayLedger
-    identity: CallIdentity
+    store: BaseStore
+    ctx: CallContext
     entry: LedgerEntry | None
-    """The `started` row (non-pure tools), or None for a pure call (recorded afterwards)."""
-    replay: str
-    tool: str
-    args_hash: str
-
-
-@dataclass(frozen=True)
-class _Step:
-    """What the ledger says about a call."""
-
-    kind: Literal["run", "replay", "unknown", "search"]
-    row: LedgerEntry | None = None
-    key: str | None = None
-    why: str = ""
-
-    @property
-    def previous(self) -> LedgerEntry | None:
-        """The identity's own earlier row, which a new `started` row continues."""
-        return self.row if self.kind == "run" else None
-
-
-@dataclass(frozen=True)
-class _Lookup:
-    ledger: ReplayLedger
-    identity: CallIdentity
-    facts: CallFacts
-    args_hash: str
-    args: Any
-
-
-def _args_hash(args: Any) -> str:
-    text = canonical_json(args, root="args")
-    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    """The claim (`started` row) of a non-pure call, or None for a pure call."""
 
 
 def replayed_message(entry: LedgerEntry, tool_call: Mapping[str, Any]) -> ToolMessage:
@@ -115,48 +93,37 @@ def replayed_message(entry: LedgerEntry, tool_call: Mapping[str, Any]) -> ToolMe
     )
 
 
-def apply_resolution(entry: LedgerEntry, outcome: str, result: Any) -> LedgerEntry:
-    """The row after a human resolved an unknown outcome.
+def _answered(state: Any, messages_key: str) -> Any:
+    """Whether a tool_call_id has its ToolMessage, looking back from the newest message."""
 
-    Raises:
-        ValueError: For an unknown outcome word, or a row whose outcome is already known.
-    """
-    if entry.has_outcome:
-        msg = (
-            f"Tool call '{entry.tool_call_id}' of '{entry.tool}' already has a recorded outcome "
-            f"({entry.status}); only an unknown outcome can be resolved."
-        )
-        raise ValueError(msg)
-    if outcome == "retry":
-        return entry.with_status("retry", resolved_by="human", finished_at=now_iso())
-    if outcome == "succeeded":
-        content = result if isinstance(result, str | list) else json.dumps(result)
-        recorded = json_safe_result("" if result is None else content, None, "success")
-    elif outcome == "failed":
-        text = result if isinstance(result, str) else None
-        if text is None and result is not None:
-            text = json.dumps(result)
-        recorded = json_safe_result(
-            text or "An operator marked this call as failed.", None, "error"
-        )
-    else:
-        msg = (
-            f"Unknown outcome {outcome!r} for tool call '{entry.tool_call_id}': use "
-            "'succeeded' (with the result confirmed upstream), 'failed' or 'retry'."
-        )
-        raise ValueError(msg)
-    return finished_entry(entry, recorded).with_status(
-        "completed" if outcome == "succeeded" else "failed", resolved_by="human"
-    )
+    def is_answered(tool_call_id: str) -> bool:
+        for message in reversed(state_messages(state, messages_key)):
+            if isinstance(message, ToolMessage) and message.tool_call_id == tool_call_id:
+                return True
+        return False
+
+    return is_answered
 
 
-def _answered_ids(state: Any, messages_key: str) -> set[str]:
-    messages = state_messages(state, messages_key)
-    return {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+def _rejected_before_run(tool: Any, tool_call: Mapping[str, Any], key_arg: str | None) -> bool:
+    """Whether the tool's own schema rejects the arguments before its body could start."""
+    schema = getattr(tool, "tool_call_schema", None)
+    if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+        return False
+    args = tool_call.get("args", {})
+    if key_arg and isinstance(args, Mapping):
+        args = {**args, key_arg: "rg-key"}  # the guard fills it in
+    try:
+        schema.model_validate(args)
+    except ValidationError:
+        return True
+    except Exception:  # a schema that cannot validate on its own: let the tool decide
+        return False
+    return False
 
 
 class ReplayGate:
-    """The ledger side of the tool-call wrapper (sync and async).
+    """The ledger side of the tool-call wrapper; one plan per call, a sync and an async driver.
 
     Args:
         config: Guard configuration.
@@ -176,32 +143,30 @@ class ReplayGate:
     ) -> None:
         """Create the gate."""
         self.config = config
-        self.namespace = namespace
+        self.store = store
+        self.prefix = tuple(store_label(part) for part in namespace)
         self.messages_key = messages_key
-        self._ledger: ReplayLedger | None = None
-        if store is not None:
-            self._ledger = ReplayLedger(store, namespace=namespace)
         self._warned: set[str] = set()
         self._lock = threading.Lock()
 
-    # -- setup -----------------------------------------------------------------------------------
+    # -- the call's context ---------------------------------------------------------------------
 
-    def _lookup(
+    def _context(
         self, request: ToolCallRequest, facts: CallFacts, ai_message_id: str | None
-    ) -> _Lookup | None:
+    ) -> tuple[BaseStore, CallContext] | None:
         runtime = request.runtime
         config = getattr(runtime, "config", None) or {}
         configurable = config.get("configurable", {})
-        ledger = self._ledger
-        graph_store = getattr(runtime, "store", None)
-        if ledger is None and graph_store is not None:
-            ledger = ReplayLedger(graph_store, namespace=self.namespace)
+        store = self.store if self.store is not None else getattr(runtime, "store", None)
         thread_id = configurable.get("thread_id")
         if facts.replay == "unsafe":
-            self._warn_setup(facts.tool, ledger, thread_id, configurable)
-        if ledger is None or thread_id is None:
+            self._warn_setup(facts.tool, store, thread_id, configurable)
+        if store is None or thread_id is None:
             return None
         tool_call = request.tool_call
+        key_arg = self.config.policy_for(facts.tool).idempotency_key_arg
+        if facts.replay != "pure" and _rejected_before_run(request.tool, tool_call, key_arg):
+            return None  # the tool body cannot start: nothing to claim, nothing can happen
         identity = CallIdentity(
             thread_id=str(thread_id),
             node=node_path(configurable.get("checkpoint_ns")),
@@ -209,13 +174,27 @@ class ReplayGate:
             tool_call_id=str(tool_call.get("id") or ""),
         )
         args = tool_call.get("args", {})
-        return _Lookup(ledger, identity, facts, _args_hash(args), args)
+        lease = self.config.in_flight_lease
+        ctx = CallContext(
+            identity=identity,
+            tool=facts.tool,
+            replay=facts.replay,
+            args=args,
+            args_hash=args_digest(args),
+            rows_ns=row_namespace(self.prefix, identity.thread_id),
+            index_ns=index_namespace(self.prefix, identity.thread_id),
+            wait=self.config.in_flight_wait,
+            is_answered=_answered(request.state, self.messages_key),
+            is_alive=lambda owner: owners.is_alive(owner, dt.datetime.now(dt.UTC)),
+            new_owner=lambda: owners.REGISTRY.new_owner(lease, dt.datetime.now(dt.UTC)),
+            now=lambda: dt.datetime.now(dt.UTC),
+            elapsed=time.monotonic,
+        )
+        return store, ctx
 
-    def _warn_setup(
-        self, tool: str, ledger: ReplayLedger | None, thread_id: Any, configurable: Any
-    ) -> None:
+    def _warn_setup(self, tool: str, store: Any, thread_id: Any, configurable: Any) -> None:
         problems = []
-        if ledger is None:
+        if store is None:
             problems.append(
                 "no store for the replay ledger (pass store= to the guard, or compile the "
                 "graph with a store): an interrupted or crashed run may send it twice"
@@ -246,78 +225,72 @@ class ReplayGate:
                 stacklevel=4,
             )
 
-    # -- the decision ---------------------------------------------------------------------------
+    # -- admitting a call: one plan, run by either driver ----------------------------------------
 
-    def _after_get(self, look: _Lookup, entry: LedgerEntry | None) -> _Step:
-        """What the identity's own row says: replay it, run, an unknown outcome, or search."""
-        if entry is None:
-            return _Step("run") if look.facts.replay == "pure" else _Step("search")
-        entry.check_args(look.args_hash, look.identity)
-        if entry.has_outcome:
-            return _Step("replay", entry)
-        if entry.status in ("retry", "interrupted") or look.facts.replay != "unsafe":
-            return _Step("run", entry, key=entry.idempotency_key)
-        return _Step("unknown", entry, why="its outcome is unknown")
+    def _admit_plan(
+        self, request: ToolCallRequest, store: BaseStore, ctx: CallContext
+    ) -> Generator[Any, Any, RunTicket | LedgerEntry]:
+        admission = yield from admit(ctx)
+        if admission.kind == "unknown":
+            assert admission.entry is not None
+            row = yield from block(ctx, admission.entry, admission.why)
+            if self.config.on_unsafe != "interrupt":
+                raise unknown_error(ctx, admission.entry, admission.why)
+            value = interrupt(unknown_facts(ctx, admission.entry, admission.why))
+            admission = yield from settle(ctx, self._resolution(ctx, value), row)
+            if admission.kind == "unknown":  # resolved, yet another identical call is unknown
+                assert admission.entry is not None
+                raise unknown_error(ctx, admission.entry, admission.why)
+        if admission.kind == "replay":
+            assert admission.entry is not None
+            return admission.entry
+        run_request = request
+        if admission.key is not None:
+            run_request = self._deliver_key(request, ctx.tool, admission.key)
+        return RunTicket(run_request, store, ctx, admission.entry)
 
-    def _after_search(
-        self, request: ToolCallRequest, look: _Lookup, rows: list[LedgerEntry]
-    ) -> _Step:
-        """A new identity: does an identical call of another identity forbid running it?"""
-        # Siblings in the same AIMessage are not earlier calls: the batch plan decides them.
-        others = [
-            row
-            for row in rows
-            if row.key != look.identity.key and row.ai_message_id != look.identity.ai_message_id
-        ]
-        if not others:
-            return _Step("run")
-        if look.facts.replay == "unsafe":
-            for row in others:
-                if row.outcome_unknown and row.replay == "unsafe":
-                    return _Step("unknown", row, why="an identical call's outcome is unknown")
-        # An earlier identical call whose answer never reached the thread: its AIMessage was
-        # lost in a crash (or LangGraph lost the writes that would have answered it), and the
-        # model asked again with new ids. A repeat after an answered call is deliberate.
-        answered = _answered_ids(request.state, self.messages_key)
-        lost = [row for row in others if row.tool_call_id not in answered]
-        if not lost:
-            return _Step("run")
-        if look.facts.replay == "unsafe":
-            why = (
-                "an identical earlier call was never answered in this thread (its message was "
-                "lost in a crash) and may have had its effect"
-            )
-            return _Step("unknown", lost[0], why=why)
-        return _Step("run", key=lost[0].idempotency_key)  # idempotent: the lost call's key
+    def check(
+        self, request: ToolCallRequest, facts: CallFacts, ai_message_id: str | None
+    ) -> RunTicket | LedgerEntry | None:
+        """Admit an allowed call: a ticket to run it, a recorded entry to replay, or None.
 
-    def _ticket(
-        self, request: ToolCallRequest, look: _Lookup, previous: LedgerEntry | None, key: str | None
-    ) -> RunTicket:
-        entry = None
-        if look.facts.replay != "pure":
-            if look.facts.replay == "idempotent":
-                key = key or look.identity.idempotency_key
-                request = self._deliver_key(request, look.facts.tool, key)
-            else:
-                key = None
-            entry = started_entry(
-                look.identity,
-                tool=look.facts.tool,
-                replay=look.facts.replay,
-                args_hash=look.args_hash,
-                args=look.args,
-                idempotency_key=key,
-                previous=previous,
-            )
-        return RunTicket(
-            request,
-            look.ledger,
-            look.identity,
-            entry,
-            look.facts.replay,
-            look.facts.tool,
-            look.args_hash,
+        None means there is no ledger (no store or no thread id): run as usual.
+
+        Raises:
+            ReplayUnsafeError: An unsafe call's outcome is unknown (`on_unsafe="raise"`).
+            ReplayConflictError: The identity was recorded with another tool or arguments.
+            ReplayInFlightError: Another worker still runs this call after the wait.
+        """
+        found = self._context(request, facts, ai_message_id)
+        if found is None:
+            return None
+        store, ctx = found
+        return run_plan(store, self._admit_plan(request, store, ctx))
+
+    async def acheck(
+        self, request: ToolCallRequest, facts: CallFacts, ai_message_id: str | None
+    ) -> RunTicket | LedgerEntry | None:
+        """Async `check`."""
+        found = self._context(request, facts, ai_message_id)
+        if found is None:
+            return None
+        store, ctx = found
+        return await arun_plan(store, self._admit_plan(request, store, ctx))
+
+    def _resolution(self, ctx: CallContext, value: Any) -> Mapping[str, Any]:
+        if (
+            isinstance(value, Mapping)
+            and value.get("outcome") is not None
+            and value.get("tool_call_id") in (None, ctx.identity.tool_call_id)
+        ):
+            return value
+        msg = (
+            f"The guard's interrupt for tool call {ctx.identity.tool_call_id!r} of "
+            f"'{ctx.tool}' was resumed with {value!r}: resume with "
+            "guard.resolve(...) or Command(resume={'outcome': 'succeeded' | 'failed' | 'retry', "
+            "'result': ...})."
         )
+        raise ValueError(msg)
 
     def _deliver_key(self, request: ToolCallRequest, tool: str, key: str) -> ToolCallRequest:
         policy = self.config.policy_for(tool)
@@ -334,181 +307,51 @@ class ReplayGate:
             return request
         return dataclasses.replace(request, runtime=runtime)
 
-    def _unknown(
-        self, look: _Lookup, row: LedgerEntry, why: str
-    ) -> tuple[ReplayUnsafeError, LedgerEntry | None, dict[str, Any]]:
-        """The error (or interrupt value) for an unknown outcome, and the row to write first."""
-        own = row.key == look.identity.key
-        blocked = None
-        if not own:
-            blocked = LedgerEntry(
-                key=look.identity.key,
-                status="blocked",
-                tool=look.facts.tool,
-                replay=look.facts.replay,
-                args_hash=look.args_hash,
-                tool_call_id=look.identity.tool_call_id,
-                ai_message_id=look.identity.ai_message_id,
-                started_at=row.started_at,
-                args=look.args,
-                last_error=f"blocked: {why} (tool_call_id {row.tool_call_id})",
-            )
-        facts = {
-            "kind": INTERRUPT_KIND,
-            "thread_id": look.identity.thread_id,
-            "tool": look.facts.tool,
-            "args": look.args,
-            "tool_call_id": look.identity.tool_call_id,
-            "started_at": row.started_at,
-            "status": row.status,
-            "reason": why,
-            "earlier_tool_call_id": None if own else row.tool_call_id,
-            "last_error": row.last_error,
-            "resolve": (
-                f"guard.resolve(graph, config, {look.identity.tool_call_id!r}, "
-                "outcome='succeeded' | 'failed' | 'retry', result=...)"
-            ),
-        }
-        msg = (
-            f"Unsafe tool '{look.facts.tool}' (tool_call_id {look.identity.tool_call_id!r}, "
-            f"thread {look.identity.thread_id!r}, args {canonical_json(look.args)[:200]}): {why}; "
-            f"started at {row.started_at}, status '{row.status}'. Running it again could repeat "
-            "its side effect. Check upstream whether it happened, then call "
-            f"{facts['resolve']}."
-        )
-        return ReplayUnsafeError(msg, **facts), blocked, facts
+    # -- after the run ---------------------------------------------------------------------------
 
-    def _resume_value(self, look: _Lookup, value: Any, row: LedgerEntry) -> LedgerEntry:
-        if isinstance(value, Mapping) and value.get("outcome") is not None:
-            target = value.get("tool_call_id")
-            if target in (None, look.identity.tool_call_id):
-                return apply_resolution(row, str(value["outcome"]), value.get("result"))
-        msg = (
-            f"The guard's interrupt for tool call {look.identity.tool_call_id!r} of "
-            f"'{look.facts.tool}' was resumed with {value!r}: resume with "
-            "guard.resolve(...) or Command(resume={'outcome': 'succeeded' | 'failed' | 'retry', "
-            "'result': ...})."
-        )
-        raise ValueError(msg)
+    def finish(self, ticket: RunTicket, result: Any, error: BaseException | None = None) -> None:
+        """Record how a call that ran ended: its result, or the exception that escaped it.
 
-    # -- sync -----------------------------------------------------------------------------------
-
-    def check(
-        self, request: ToolCallRequest, facts: CallFacts, ai_message_id: str | None
-    ) -> RunTicket | LedgerEntry | None:
-        """Look an allowed call up: a ticket to run it, a recorded entry to replay, or None.
-
-        None means there is no ledger (no store or no thread id): run as usual.
-
-        Raises:
-            ReplayUnsafeError: An unsafe call's outcome is unknown (`on_unsafe="raise"`).
-            ReplayConflictError: The identity was recorded with other arguments.
+        Args:
+            ticket: The admitted call.
+            result: The tool's message or Command (ignored when `error` is given).
+            error: An exception raised by the tool body, even when the node turned it into
+                an error message: a non-`pure` call's outcome then stays unknown.
         """
-        look = self._lookup(request, facts, ai_message_id)
-        if look is None:
-            return None
-        step = self._after_get(look, look.ledger.get(look.identity))
-        if step.kind == "search":
-            rows = look.ledger.same_calls(look.identity.thread_id, facts.tool, look.args_hash)
-            step = self._after_search(request, look, rows)
-        if step.kind == "replay":
-            assert step.row is not None
-            return step.row
-        if step.kind == "unknown":
-            assert step.row is not None
-            return self._settle_unknown(request, look, step.row, step.why)
-        return self._started(self._ticket(request, look, step.previous, step.key))
+        try:
+            run_plan(ticket.store, self._finish_plan(ticket, result, error))
+        finally:
+            owners.REGISTRY.release(ticket.entry.owner if ticket.entry else None)
 
-    def _started(self, ticket: RunTicket) -> RunTicket:
-        if ticket.entry is not None:
-            ticket.ledger.put(ticket.identity.thread_id, ticket.entry)
-        return ticket
+    async def afinish(
+        self, ticket: RunTicket, result: Any, error: BaseException | None = None
+    ) -> None:
+        """Async `finish`."""
+        try:
+            await arun_plan(ticket.store, self._finish_plan(ticket, result, error))
+        finally:
+            owners.REGISTRY.release(ticket.entry.owner if ticket.entry else None)
 
-    def _settle_unknown(
-        self, request: ToolCallRequest, look: _Lookup, row: LedgerEntry, why: str
-    ) -> RunTicket | LedgerEntry:
-        error, blocked, facts = self._unknown(look, row, why)
-        if blocked is not None:
-            look.ledger.put(look.identity.thread_id, blocked)
-        if self.config.on_unsafe != "interrupt":
-            raise error
-        value = interrupt(facts)
-        current = look.ledger.get(look.identity) or blocked or row
-        if current.outcome_unknown:
-            current = self._resume_value(look, value, current)
-            look.ledger.put(look.identity.thread_id, current)
-        if current.has_outcome:
-            return current
-        return self._started(self._ticket(request, look, current, current.idempotency_key))
-
-    def finish(self, ticket: RunTicket, result: Any) -> None:
-        """Record the outcome of a call that ran."""
-        ticket.ledger.put(ticket.identity.thread_id, self._outcome(ticket, result))
-
-    def failed(self, ticket: RunTicket, error: BaseException) -> None:
-        """Record an exception that escaped the tool: the outcome stays unknown."""
-        entry = self._escaped(ticket, error)
+    def _finish_plan(
+        self, ticket: RunTicket, result: Any, error: BaseException | None
+    ) -> Generator[Any, Any, None]:
+        entry = self._after_run(ticket, result, error)
         if entry is not None:
-            ticket.ledger.put(ticket.identity.thread_id, entry)
+            yield Write(((ticket.ctx.rows_ns, entry.key, entry.to_value()),))
 
-    # -- async ----------------------------------------------------------------------------------
-
-    async def acheck(
-        self, request: ToolCallRequest, facts: CallFacts, ai_message_id: str | None
-    ) -> RunTicket | LedgerEntry | None:
-        """Async twin of `check`."""
-        look = self._lookup(request, facts, ai_message_id)
-        if look is None:
-            return None
-        step = self._after_get(look, await look.ledger.aget(look.identity))
-        if step.kind == "search":
-            rows = await look.ledger.asame_calls(
-                look.identity.thread_id, facts.tool, look.args_hash
-            )
-            step = self._after_search(request, look, rows)
-        if step.kind == "replay":
-            assert step.row is not None
-            return step.row
-        if step.kind == "unknown":
-            assert step.row is not None
-            return await self._asettle_unknown(request, look, step.row, step.why)
-        return await self._astarted(self._ticket(request, look, step.previous, step.key))
-
-    async def _astarted(self, ticket: RunTicket) -> RunTicket:
-        if ticket.entry is not None:
-            await ticket.ledger.aput(ticket.identity.thread_id, ticket.entry)
-        return ticket
-
-    async def _asettle_unknown(
-        self, request: ToolCallRequest, look: _Lookup, row: LedgerEntry, why: str
-    ) -> RunTicket | LedgerEntry:
-        error, blocked, facts = self._unknown(look, row, why)
-        if blocked is not None:
-            await look.ledger.aput(look.identity.thread_id, blocked)
-        if self.config.on_unsafe != "interrupt":
-            raise error
-        value = interrupt(facts)
-        current = await look.ledger.aget(look.identity) or blocked or row
-        if current.outcome_unknown:
-            current = self._resume_value(look, value, current)
-            await look.ledger.aput(look.identity.thread_id, current)
-        if current.has_outcome:
-            return current
-        return await self._astarted(self._ticket(request, look, current, current.idempotency_key))
-
-    async def afinish(self, ticket: RunTicket, result: Any) -> None:
-        """Async twin of `finish`."""
-        await ticket.ledger.aput(ticket.identity.thread_id, self._outcome(ticket, result))
-
-    async def afailed(self, ticket: RunTicket, error: BaseException) -> None:
-        """Async twin of `failed`."""
-        entry = self._escaped(ticket, error)
-        if entry is not None:
-            await ticket.ledger.aput(ticket.identity.thread_id, entry)
-
-    # -- rows after a run -----------------------------------------------------------------------
-
-    def _outcome(self, ticket: RunTicket, result: Any) -> LedgerEntry:
+    def _after_run(
+        self, ticket: RunTicket, result: Any, error: BaseException | None
+    ) -> LedgerEntry | None:
+        ctx = ticket.ctx
+        if error is not None:
+            if ticket.entry is None:
+                return None  # a pure call that raised: nothing to remember, it may run again
+            if isinstance(error, GraphBubbleUp):
+                # The tool called interrupt(): LangGraph re-runs it from the start on resume,
+                # so the tool must interrupt before its side effect (LangGraph's own rule).
+                return interrupted_entry(ticket.entry)
+            no_effect = self.config.policy_for(ctx.tool).raised_before_effect(error)
+            return escaped_entry(ticket.entry, error, no_effect=no_effect)
         message = tool_message(result)
         if message is None:
             recorded = {"content": "", "status": "success", "command": True}
@@ -517,24 +360,11 @@ class ReplayGate:
         entry = ticket.entry
         if entry is None:  # a pure call: one row, written once it finished, no arguments
             entry = started_entry(
-                ticket.identity,
-                tool=ticket.tool,
-                replay=ticket.replay,
-                args_hash=ticket.args_hash,
+                ctx.identity,
+                tool=ctx.tool,
+                replay=ctx.replay,
+                args_hash=ctx.args_hash,
                 args=None,
                 idempotency_key=None,
             )
         return finished_entry(entry, recorded)
-
-    @staticmethod
-    def _escaped(ticket: RunTicket, error: BaseException) -> LedgerEntry | None:
-        from langgraph.errors import GraphBubbleUp
-
-        if ticket.entry is None:
-            return None  # a pure call that raised: nothing to remember, it may run again
-        if isinstance(error, GraphBubbleUp):
-            # The tool called interrupt(): LangGraph re-runs it from the start on resume, so
-            # the tool must interrupt before its side effect (LangGraph's own rule).
-            return ticket.entry.with_status("interrupted")
-        text = f"{type(error).__name__}: {error}"[:500]
-        return ticket.entry.with_status("started", last_error=text)

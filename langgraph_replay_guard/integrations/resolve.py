@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from langgraph.types import Command
 
-from langgraph_replay_guard.integrations.replay import INTERRUPT_KIND, apply_resolution
-from langgraph_replay_guard.ledger import LedgerEntry, ReplayLedger
+from langgraph_replay_guard.ledger import INTERRUPT_KIND, LedgerEntry, apply_resolution
+from langgraph_replay_guard.ledger_io import ReplayLedger
 
 if TYPE_CHECKING:
     from langgraph_replay_guard.guard import ReplayGuard

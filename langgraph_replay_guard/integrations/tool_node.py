@@ -14,7 +14,12 @@ from langgraph.prebuilt import ToolNode
 from langgraph.types import Command
 
 from langgraph_replay_guard.engine import CallFacts, Decision, Verdict
-from langgraph_replay_guard.errors import LoopAbortedError, ReplayConflictError, ReplayUnsafeError
+from langgraph_replay_guard.errors import (
+    LoopAbortedError,
+    ReplayConflictError,
+    ReplayInFlightError,
+    ReplayUnsafeError,
+)
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
     Batch,
@@ -36,6 +41,7 @@ from langgraph_replay_guard.integrations.calls import (
     turn_anchors,
 )
 from langgraph_replay_guard.integrations.replay import ReplayGate, replayed_message
+from langgraph_replay_guard.integrations.tool_errors import watch_tool_errors
 from langgraph_replay_guard.ledger import LedgerEntry
 from langgraph_replay_guard.state import Event, settled
 
@@ -124,19 +130,21 @@ class ToolCallGuard:
         ticket = self.gate.check(request, prepared.facts, prepared.batch.batch_id)
         if isinstance(ticket, LedgerEntry):
             return self._replayed(request, prepared, ticket)
-        run_request = request if ticket is None else ticket.request
+        if ticket is None:
+            return self._finish(request, prepared, self._execute(request, execute))
         try:
-            if self.inner is not None:
-                result = self.inner(run_request, execute)
-            else:
-                result = execute(run_request)
+            with watch_tool_errors() as spy:
+                result = self._execute(ticket.request, execute)
         except BaseException as exc:
-            if ticket is not None:
-                self.gate.failed(ticket, exc)
+            self.gate.finish(ticket, None, exc)
             raise
-        if ticket is not None:
-            self.gate.finish(ticket, result)
+        self.gate.finish(ticket, result, spy.error)
         return self._finish(request, prepared, result)
+
+    def _execute(self, request: ToolCallRequest, execute: Execute) -> ToolResult:
+        if self.inner is not None:
+            return self.inner(request, execute)
+        return execute(request)
 
     async def awrap(self, request: ToolCallRequest, execute: AsyncExecute) -> ToolResult:
         """`awrap_tool_call` for a ToolNode."""
@@ -148,19 +156,21 @@ class ToolCallGuard:
         ticket = await self.gate.acheck(request, prepared.facts, prepared.batch.batch_id)
         if isinstance(ticket, LedgerEntry):
             return self._replayed(request, prepared, ticket)
-        run_request = request if ticket is None else ticket.request
+        if ticket is None:
+            return self._finish(request, prepared, await self._aexecute(request, execute))
         try:
-            if self.ainner is not None:
-                result = await self.ainner(run_request, execute)
-            else:
-                result = await execute(run_request)
+            with watch_tool_errors() as spy:
+                result = await self._aexecute(ticket.request, execute)
         except BaseException as exc:
-            if ticket is not None:
-                await self.gate.afailed(ticket, exc)
+            await self.gate.afinish(ticket, None, exc)
             raise
-        if ticket is not None:
-            await self.gate.afinish(ticket, result)
+        await self.gate.afinish(ticket, result, spy.error)
         return self._finish(request, prepared, result)
+
+    async def _aexecute(self, request: ToolCallRequest, execute: AsyncExecute) -> ToolResult:
+        if self.ainner is not None:
+            return await self.ainner(request, execute)
+        return await execute(request)
 
     # -- deciding -----------------------------------------------------------------------------
 
@@ -290,7 +300,7 @@ def _converts_errors(flag: Any, error: type[Exception] = LoopAbortedError) -> bo
     return True
 
 
-_REPLAY_STOPS = (ReplayUnsafeError, ReplayConflictError)
+_REPLAY_STOPS = (ReplayUnsafeError, ReplayConflictError, ReplayInFlightError)
 
 
 def _letting_replay_stops_through(flag: Any) -> Any:

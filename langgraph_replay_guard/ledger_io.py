@@ -1,0 +1,159 @@
+"""Runs the ledger's plans against a LangGraph `BaseStore`: one sync and one async driver."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Generator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from langgraph.store.base import GetOp, PutOp
+
+from langgraph_replay_guard import store_cas
+from langgraph_replay_guard.ledger import (
+    LedgerEntry,
+    Read,
+    Sleep,
+    Update,
+    Write,
+    find_by_tool_call_id,
+    index_namespace,
+    row_namespace,
+    store_label,
+)
+
+if TYPE_CHECKING:
+    from langgraph.store.base import BaseStore
+
+__all__ = ["ReplayLedger", "arun_plan", "run_plan"]
+
+T = TypeVar("T")
+
+
+def _batch_ops(op: Read | Write) -> list[Any]:
+    if isinstance(op, Read):
+        return [GetOp(ns, key) for ns, key in op.keys]
+    return [PutOp(ns, key, value, index=False) for ns, key, value in op.puts]
+
+
+def _batch_answer(op: Read | Write, results: Sequence[Any]) -> Any:
+    if isinstance(op, Read):
+        return [None if item is None else item.value for item in results]
+    return None
+
+
+def run_plan(store: BaseStore, plan: Generator[Any, Any, T]) -> T:
+    """Run a ledger plan with the store's sync API.
+
+    Raises:
+        Exception: Whatever the plan raises, and store errors the plan does not handle.
+    """
+    answer: Any = None
+    try:
+        while True:
+            op = plan.send(answer)
+            if isinstance(op, Sleep):
+                time.sleep(op.seconds)
+                answer = None
+            elif isinstance(op, Update):
+                answer = store_cas.compare_and_set(store, op)
+            else:
+                answer = _batch_answer(op, store.batch(_batch_ops(op)))
+    except StopIteration as stop:
+        value: T = stop.value
+        return value
+
+
+async def arun_plan(store: BaseStore, plan: Generator[Any, Any, T]) -> T:
+    """Run a ledger plan with the store's async API (sync stores run off the event loop).
+
+    Raises:
+        Exception: Whatever the plan raises, and store errors the plan does not handle.
+    """
+    answer: Any = None
+    try:
+        while True:
+            op = plan.send(answer)
+            if isinstance(op, Sleep):
+                await asyncio.sleep(op.seconds)
+                answer = None
+            elif isinstance(op, Update):
+                answer = await store_cas.acompare_and_set(store, op)
+            else:
+                answer = _batch_answer(op, await _abatch(store, _batch_ops(op)))
+    except StopIteration as stop:
+        value: T = stop.value
+        return value
+
+
+async def _abatch(store: BaseStore, ops: list[Any]) -> Sequence[Any]:
+    if store_cas.is_sync_only(store):
+        return await asyncio.to_thread(store.batch, ops)
+    try:
+        return await store.abatch(ops)
+    except NotImplementedError:  # SqliteStore has no async API: its sync calls off the loop
+        store_cas.mark_sync_only(store)
+        return await asyncio.to_thread(store.batch, ops)
+
+
+class ReplayLedger:
+    """Reads and writes ledger rows in a LangGraph `BaseStore` (inspect, resolve, tests).
+
+    Each thread has its own namespaces, `(*namespace, "ledger", <thread id>)` for rows and
+    `(*namespace, "ledger_index", <thread id>)` for lookups, so threads (and tenants, with
+    distinct `namespace` prefixes) never see each other's rows. Every lookup is keyed.
+
+    Args:
+        store: Any LangGraph store (`InMemoryStore`, `SqliteStore`, `PostgresStore`...).
+        namespace: Namespace prefix, e.g. `("replay_guard", "<tenant>")`.
+    """
+
+    def __init__(self, store: BaseStore, *, namespace: Sequence[str] = ("replay_guard",)) -> None:
+        """Create a ledger over a store."""
+        self.store = store
+        self.prefix = tuple(store_label(part) for part in namespace)
+
+    def namespace(self, thread_id: str) -> tuple[str, ...]:
+        """The namespace holding one thread's rows."""
+        return row_namespace(self.prefix, thread_id)
+
+    def index(self, thread_id: str) -> tuple[str, ...]:
+        """The namespace holding one thread's lookup rows."""
+        return index_namespace(self.prefix, thread_id)
+
+    def rows(self, thread_id: str, *, limit: int = 1000) -> list[LedgerEntry]:
+        """Every row of a thread (for `replay-guard inspect`)."""
+        items = self.store.search(self.namespace(thread_id), limit=limit)
+        return [LedgerEntry.from_value(item.key, item.value) for item in items]
+
+    def by_tool_call_id(self, thread_id: str, tool_call_id: str) -> list[LedgerEntry]:
+        """The rows of one tool_call_id (keyed; rows written before lookups were, by search)."""
+        found = run_plan(self.store, find_by_tool_call_id(self.prefix, thread_id, tool_call_id))
+        return found or self._legacy(self.store.search, thread_id, tool_call_id)
+
+    async def aby_tool_call_id(self, thread_id: str, tool_call_id: str) -> list[LedgerEntry]:
+        """Async `by_tool_call_id`."""
+        plan = find_by_tool_call_id(self.prefix, thread_id, tool_call_id)
+        found = await arun_plan(self.store, plan)
+        if found:
+            return found
+        items = await self.store.asearch(
+            self.namespace(thread_id), filter={"tool_call_id": tool_call_id}, limit=10
+        )
+        return [LedgerEntry.from_value(item.key, item.value) for item in items]
+
+    def _legacy(self, search: Any, thread_id: str, tool_call_id: str) -> list[LedgerEntry]:
+        items = search(self.namespace(thread_id), filter={"tool_call_id": tool_call_id}, limit=10)
+        return [LedgerEntry.from_value(item.key, item.value) for item in items]
+
+    def put(self, thread_id: str, entry: LedgerEntry) -> None:
+        """Write a row (synchronously: it is durable when this returns)."""
+        run_plan(self.store, _put(self.namespace(thread_id), entry))
+
+    async def aput(self, thread_id: str, entry: LedgerEntry) -> None:
+        """Async `put`."""
+        await arun_plan(self.store, _put(self.namespace(thread_id), entry))
+
+
+def _put(namespace: tuple[str, ...], entry: LedgerEntry) -> Generator[Any, Any, None]:
+    yield Write(((namespace, entry.key, entry.to_value()),))

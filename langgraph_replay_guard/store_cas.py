@@ -1,0 +1,292 @@
+"""Atomic compare-and-set of one store row, in the database that holds it.
+
+LangGraph's `BaseStore` has no conditional write, so a claim written after a separate read
+lets two workers both run a tool. Here each shipped store gets the database's own atomicity:
+SQLite an immediate (write-locking) transaction, PostgreSQL a transaction holding an advisory
+lock on the row, `InMemoryStore` a process lock. This module is the one place that reads the
+stores' connection internals (`conn`, `lock`, `is_setup`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import warnings
+import weakref
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from langgraph_replay_guard.errors import ReplayGuardWarning
+
+if TYPE_CHECKING:
+    from langgraph.store.base import BaseStore
+
+    from langgraph_replay_guard.ledger import Update
+
+__all__ = ["acompare_and_set", "atomic_kind", "compare_and_set", "is_sync_only"]
+
+logger = logging.getLogger("langgraph_replay_guard")
+
+_locks: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
+_locks_guard = threading.Lock()
+_sync_only: weakref.WeakSet[Any] = weakref.WeakSet()
+_warned: set[str] = set()
+
+_SQLITE_SELECT = "SELECT value FROM store WHERE prefix = ? AND key = ?"
+_SQLITE_UPSERT = (
+    "INSERT INTO store (prefix, key, value, created_at, updated_at, expires_at, ttl_minutes) "
+    "VALUES (?, ?, ?, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, NULL, NULL) "
+    "ON CONFLICT (prefix, key) DO UPDATE SET value = excluded.value, "
+    "updated_at = CURRENT_TIMESTAMP, expires_at = NULL, ttl_minutes = NULL"
+)
+_PG_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+_PG_SELECT = "SELECT value FROM store WHERE prefix = %s AND key = %s"
+_PG_UPSERT = (
+    "INSERT INTO store (prefix, key, value, created_at, updated_at, expires_at, ttl_minutes) "
+    "VALUES (%s, %s, %s, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, NULL, NULL) "
+    "ON CONFLICT (prefix, key) DO UPDATE SET value = EXCLUDED.value, "
+    "updated_at = CURRENT_TIMESTAMP, expires_at = NULL, ttl_minutes = NULL"
+)
+
+
+def _kind(store: Any) -> str:
+    """Which atomic strategy a store gets (by class, so subclasses keep theirs)."""
+    names = {cls.__module__ + "." + cls.__name__ for cls in type(store).__mro__}
+    if "langgraph.store.sqlite.aio.AsyncSqliteStore" in names:
+        return "async_sqlite"
+    if "langgraph.store.sqlite.base.SqliteStore" in names:
+        return "sqlite"
+    if "langgraph.store.postgres.aio.AsyncPostgresStore" in names:
+        return "async_postgres"
+    if "langgraph.store.postgres.base.PostgresStore" in names:
+        return "postgres"
+    if "langgraph.store.memory.InMemoryStore" in names:
+        return "memory"
+    inner = getattr(store, "_store", None)  # `langgraph dev`'s batching wrapper
+    if inner is not None and inner is not store and _kind(inner) == "memory":
+        return "memory"
+    return "unknown"
+
+
+def atomic_kind(store: BaseStore) -> str:
+    """How claims are made atomic on this store: `sqlite`, `postgres`, `memory`...
+
+    `unknown` means a process lock only: not safe for several worker processes.
+    """
+    return _kind(store)
+
+
+def is_sync_only(store: BaseStore) -> bool:
+    """Whether the store's async API is known to be missing (a sync SqliteStore)."""
+    return store in _sync_only
+
+
+def mark_sync_only(store: BaseStore) -> None:
+    """Remember that the store has no async API."""
+    _sync_only.add(store)
+
+
+def _lock_for(store: Any) -> threading.Lock:
+    with _locks_guard:
+        lock = _locks.get(store)
+        if lock is None:
+            lock = _locks[store] = threading.Lock()
+        return lock
+
+
+def _matches(current: Any, op: Update) -> bool:
+    if current is None:
+        return not op.expect_exists
+    if not op.expect_exists:
+        return False
+    rev = current.get("rev") if isinstance(current, Mapping) else None
+    return rev == op.expect_rev
+
+
+def _decide(current: Any, op: Update) -> tuple[bool, Any]:
+    if _matches(current, op):
+        return True, op.value
+    return False, current
+
+
+def _text(namespace: tuple[str, ...]) -> str:
+    return ".".join(namespace)
+
+
+def _loads(raw: Any) -> Any:
+    if raw is None:
+        return None
+    if isinstance(raw, memoryview):
+        raw = raw.tobytes()
+    if isinstance(raw, bytes | bytearray | str):
+        return orjson.loads(raw)
+    return raw  # psycopg already decoded jsonb
+
+
+def _warn_not_atomic(store: Any) -> None:
+    name = type(store).__name__
+    if name in _warned:
+        return
+    _warned.add(name)
+    warnings.warn(
+        f"langgraph-replay-guard: the store {name} has no atomic conditional write the guard "
+        "knows; claims use a lock in this process only, so two worker processes resuming one "
+        "thread at once could both run a tool. Use SqliteStore or PostgresStore for several "
+        "workers.",
+        ReplayGuardWarning,
+        stacklevel=4,
+    )
+
+
+# -- sync -----------------------------------------------------------------------------------------
+
+
+def compare_and_set(store: BaseStore, op: Update) -> tuple[bool, Any]:
+    """Write `op.value` if the row is as `op` expects, atomically; return `(written, now)`.
+
+    Raises:
+        Exception: The database's own errors (a closed connection, a locked file).
+    """
+    kind = _kind(store)
+    if kind == "sqlite":
+        return _sqlite_cas(store, op)
+    if kind == "postgres":
+        return _postgres_cas(store, op)
+    if kind in ("async_sqlite", "async_postgres"):
+        msg = (
+            f"{type(store).__name__} is async-only: run the graph with ainvoke/astream "
+            "(or give the guard a sync store for sync runs)."
+        )
+        raise TypeError(msg)
+    if kind == "unknown":
+        _warn_not_atomic(store)
+    with _lock_for(store):
+        item = store.get(op.namespace, op.key)
+        written, current = _decide(None if item is None else item.value, op)
+        if written:
+            store.put(op.namespace, op.key, op.value, index=False)
+        return written, current
+
+
+def _sqlite_cas(store: Any, op: Update) -> tuple[bool, Any]:
+    if not store.is_setup:
+        store.setup()
+    conn = store.conn
+    prefix = _text(op.namespace)
+    with store.lock:
+        # IMMEDIATE takes SQLite's write lock first: no other connection, in this process or
+        # another, can read-then-write this row between our read and our write.
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            row = conn.execute(_SQLITE_SELECT, (prefix, op.key)).fetchone()
+            written, current = _decide(_loads(row[0]) if row else None, op)
+            if written:
+                conn.execute(_SQLITE_UPSERT, (prefix, op.key, orjson.dumps(op.value)))
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+    return written, current
+
+
+def _postgres_cas(store: Any, op: Update) -> tuple[bool, Any]:
+    from psycopg.types.json import Jsonb
+    from psycopg_pool import ConnectionPool
+
+    prefix = _text(op.namespace)
+    pool = store.conn if isinstance(store.conn, ConnectionPool) else None
+    with (
+        pool.connection() if pool is not None else _nullcontext(store.conn) as conn,
+        store.lock if pool is None else _nullcontext(None),
+        conn.transaction(),
+        conn.cursor() as cur,
+    ):
+        cur.execute(_PG_LOCK, (f"{prefix}/{op.key}",))
+        cur.execute(_PG_SELECT, (prefix, op.key))
+        row = cur.fetchone()
+        raw = None if row is None else (row["value"] if isinstance(row, Mapping) else row[0])
+        written, current = _decide(_loads(raw), op)
+        if written:
+            cur.execute(_PG_UPSERT, (prefix, op.key, Jsonb(op.value)))
+    return written, current
+
+
+class _nullcontext:
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __enter__(self) -> Any:
+        return self.value
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    async def __aenter__(self) -> Any:
+        return self.value
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+# -- async ----------------------------------------------------------------------------------------
+
+
+async def acompare_and_set(store: BaseStore, op: Update) -> tuple[bool, Any]:
+    """Async `compare_and_set`: the async stores' own connections, sync stores off the loop.
+
+    Raises:
+        Exception: The database's own errors.
+    """
+    kind = _kind(store)
+    if kind == "async_sqlite":
+        return await _async_sqlite_cas(store, op)
+    if kind == "async_postgres":
+        return await _async_postgres_cas(store, op)
+    if kind in ("sqlite", "postgres"):
+        return await asyncio.to_thread(compare_and_set, store, op)
+    return compare_and_set(store, op)  # in memory: a lock held only for microseconds
+
+
+async def _async_sqlite_cas(store: Any, op: Update) -> tuple[bool, Any]:
+    if not store.is_setup:
+        await store.setup()
+    conn = store.conn
+    prefix = _text(op.namespace)
+    async with store.lock:
+        await conn.execute("BEGIN IMMEDIATE")
+        try:
+            async with conn.execute(_SQLITE_SELECT, (prefix, op.key)) as cursor:
+                row = await cursor.fetchone()
+            written, current = _decide(_loads(row[0]) if row else None, op)
+            if written:
+                await conn.execute(_SQLITE_UPSERT, (prefix, op.key, orjson.dumps(op.value)))
+        except BaseException:
+            await conn.execute("ROLLBACK")
+            raise
+        await conn.execute("COMMIT")
+    return written, current
+
+
+async def _async_postgres_cas(store: Any, op: Update) -> tuple[bool, Any]:
+    from psycopg.types.json import Jsonb
+    from psycopg_pool import AsyncConnectionPool
+
+    prefix = _text(op.namespace)
+    pool = store.conn if isinstance(store.conn, AsyncConnectionPool) else None
+    async with (
+        pool.connection() if pool is not None else _nullcontext(store.conn) as conn,
+        store.lock if pool is None else _nullcontext(None),
+        conn.transaction(),
+        conn.cursor() as cur,
+    ):
+        await cur.execute(_PG_LOCK, (f"{prefix}/{op.key}",))
+        await cur.execute(_PG_SELECT, (prefix, op.key))
+        row = await cur.fetchone()
+        raw = None if row is None else (row["value"] if isinstance(row, Mapping) else row[0])
+        written, current = _decide(_loads(raw), op)
+        if written:
+            await cur.execute(_PG_UPSERT, (prefix, op.key, Jsonb(op.value)))
+    return written, current
