@@ -18,7 +18,7 @@ from langgraph.errors import GraphBubbleUp
 if TYPE_CHECKING:
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-__all__ = ["CODEC_VERSION", "decode_result", "encode_result"]
+__all__ = ["CODEC_VERSION", "PREVIEW_CHARS", "decode_result", "encode_result"]
 
 logger = logging.getLogger("langgraph_replay_guard")
 

@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 import orjson
+import pydantic
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -84,6 +85,21 @@ def test_objects_go_through_langgraph_serializer() -> None:
     when = dt.datetime(2024, 5, 1, 12, 30, tzinfo=dt.UTC)
     encoded = encode_result("ok", {"when": when, "day": when.date()}, "success")
     assert same(decode_result(through_sqlite_json(encoded))[1], {"when": when, "day": when.date()})
+
+
+class Invoice(pydantic.BaseModel):
+    number: int
+    pdf: bytes
+    issued: dt.date
+
+
+def test_a_pydantic_artifact_comes_back_as_the_model() -> None:
+    # As in a checkpoint: LangGraph's serializer revives the model (and logs that its type
+    # is not on the msgpack allowlist; with LANGGRAPH_STRICT_MSGPACK=true it is a dict).
+    invoice = Invoice(number=7, pdf=b"%PDF\x00", issued=dt.date(2024, 5, 1))
+    encoded = encode_result("invoice 7", [invoice], "success")
+    assert encoded["content"] == "invoice 7"
+    assert decode_result(through_sqlite_json(encoded))[1] == [invoice]
 
 
 class _Opaque:
