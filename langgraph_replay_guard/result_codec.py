@@ -90,13 +90,17 @@ def _is_plain(value: Any, depth: int) -> bool:
         return _plain_float(value)
     if depth >= _PLAIN_DEPTH:
         return False
+    # Loops, not all(<generator>): a generator frame per container doubles the cost.
     if kind is list:
-        return all(_is_plain(item, depth + 1) for item in value)
+        for item in value:  # noqa: SIM110 (see above)
+            if not _is_plain(item, depth + 1):
+                return False
+        return True
     if kind is dict:
-        return all(
-            type(key) is str and _safe_str(key) and _is_plain(item, depth + 1)
-            for key, item in value.items()
-        )
+        for key, item in value.items():
+            if type(key) is not str or not _safe_str(key) or not _is_plain(item, depth + 1):
+                return False
+        return True
     return False
 
 
