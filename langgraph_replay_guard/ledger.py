@@ -17,6 +17,7 @@ from langgraph_replay_guard.errors import (
     ReplayUnsafeError,
 )
 from langgraph_replay_guard.keys import canonical_json
+from langgraph_replay_guard.result_codec import decode_result, encode_result
 
 __all__ = [
     "INTERRUPT_KIND",
@@ -293,27 +294,18 @@ def _opt_mapping(value: Any) -> Mapping[str, Any] | None:
     raise TypeError(msg)
 
 
+def readable_result(entry: LedgerEntry) -> bool:
+    """Whether a row's recorded result decodes (a damaged one cannot be replayed)."""
+    try:
+        decode_result(entry.result or {})
+    except ValueError:
+        return False
+    return True
+
+
 def new_rev() -> str:
     """A fresh revision token for a row write."""
     return uuid.uuid4().hex[:16]
-
-
-def json_safe_result(content: Any, artifact: Any, status: str) -> dict[str, Any]:
-    """A tool result as stored in the ledger; an artifact that is not JSON is dropped (logged)."""
-    result: dict[str, Any] = {"content": content, "status": status}
-    if artifact is not None:
-        try:
-            json.dumps(artifact)
-        except (TypeError, ValueError):
-            logger.warning(
-                "langgraph-replay-guard: the tool's artifact (%s) is not JSON; the ledger keeps "
-                "its content only, so a replay returns no artifact",
-                type(artifact).__name__,
-            )
-            result["artifact_dropped"] = type(artifact).__name__
-        else:
-            result["artifact"] = artifact
-    return result
 
 
 # -- transitions: one row in, the next row out ---------------------------------------------------
@@ -349,11 +341,14 @@ def started_entry(
     )
 
 
-def finished_entry(entry: LedgerEntry, result: dict[str, Any]) -> LedgerEntry:
-    """The row recording a known outcome; the claim is released."""
-    status = "failed" if result.get("status") == "error" else "completed"
+def finished_entry(entry: LedgerEntry, content: Any, artifact: Any, status: str) -> LedgerEntry:
+    """The row recording a known outcome (stored losslessly); the claim is released."""
     return entry.with_status(
-        status, result=result, finished_at=now_iso(), last_error=None, owner=None
+        "failed" if status == "error" else "completed",
+        result=encode_result(content, artifact, status),
+        finished_at=now_iso(),
+        last_error=None,
+        owner=None,
     )
 
 
@@ -392,13 +387,13 @@ def apply_resolution(entry: LedgerEntry, outcome: str, result: Any) -> LedgerEnt
         return entry.with_status("retry", resolved_by="human", finished_at=now_iso(), owner=None)
     if outcome == "succeeded":
         content = result if isinstance(result, str | list) else json.dumps(result)
-        recorded = json_safe_result("" if result is None else content, None, "success")
+        resolved = finished_entry(entry, "" if result is None else content, None, "success")
     elif outcome == "failed":
         text = result if isinstance(result, str) else None
         if text is None and result is not None:
             text = json.dumps(result)
-        recorded = json_safe_result(
-            text or "An operator marked this call as failed.", None, "error"
+        resolved = finished_entry(
+            entry, text or "An operator marked this call as failed.", None, "error"
         )
     else:
         msg = (
@@ -406,9 +401,7 @@ def apply_resolution(entry: LedgerEntry, outcome: str, result: Any) -> LedgerEnt
             "'succeeded' (with the result confirmed upstream), 'failed' or 'retry'."
         )
         raise ValueError(msg)
-    return finished_entry(entry, recorded).with_status(
-        "completed" if outcome == "succeeded" else "failed", resolved_by="human"
-    )
+    return resolved.with_status(resolved.status, resolved_by="human")
 
 
 # -- plans: the ledger's I/O as data, run by a sync or an async driver ----------------------------
@@ -535,6 +528,8 @@ _Step = Admission | _Run | _Wait
 def _after_own(ctx: CallContext, own: LedgerEntry) -> _Step:
     """What the identity's own row says."""
     own.check_same_call(ctx.tool, ctx.args_hash, ctx.identity)
+    if own.has_outcome and not readable_result(own):
+        own = LedgerEntry._corrupt(own.key, own.to_value())  # a damaged result: unknown
     if own.has_outcome:
         return Admission("replay", own)
     if own.status in ("retry", "interrupted"):

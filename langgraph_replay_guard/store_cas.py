@@ -52,7 +52,23 @@ _PG_UPSERT = (
 )
 
 
+def _unwrap(store: Any) -> Any:
+    """The store a wrapper delegates to (`langgraph dev`'s batching store keeps it in `_store`)."""
+    seen = 0
+    while seen < 8 and _kind_of(store) == "unknown":
+        inner = getattr(store, "_store", None)
+        if inner is None or inner is store:
+            break
+        store, seen = inner, seen + 1
+    return store
+
+
 def _kind(store: Any) -> str:
+    """Which atomic strategy a store (or the store it wraps) gets."""
+    return _kind_of(_unwrap(store))
+
+
+def _kind_of(store: Any) -> str:
     """Which atomic strategy a store gets (by class, so subclasses keep theirs)."""
     names = {cls.__module__ + "." + cls.__name__ for cls in type(store).__mro__}
     if "langgraph.store.sqlite.aio.AsyncSqliteStore" in names:
@@ -64,9 +80,6 @@ def _kind(store: Any) -> str:
     if "langgraph.store.postgres.base.PostgresStore" in names:
         return "postgres"
     if "langgraph.store.memory.InMemoryStore" in names:
-        return "memory"
-    inner = getattr(store, "_store", None)  # `langgraph dev`'s batching wrapper
-    if inner is not None and inner is not store and _kind(inner) == "memory":
         return "memory"
     return "unknown"
 
@@ -150,7 +163,8 @@ def compare_and_set(store: BaseStore, op: Update) -> tuple[bool, Any]:
     Raises:
         Exception: The database's own errors (a closed connection, a locked file).
     """
-    kind = _kind(store)
+    store = _unwrap(store)
+    kind = _kind_of(store)
     if kind == "sqlite":
         return _sqlite_cas(store, op)
     if kind == "postgres":
@@ -240,7 +254,8 @@ async def acompare_and_set(store: BaseStore, op: Update) -> tuple[bool, Any]:
     Raises:
         Exception: The database's own errors.
     """
-    kind = _kind(store)
+    store = _unwrap(store)
+    kind = _kind_of(store)
     if kind == "async_sqlite":
         return await _async_sqlite_cas(store, op)
     if kind == "async_postgres":

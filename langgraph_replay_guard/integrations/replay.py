@@ -34,7 +34,6 @@ from langgraph_replay_guard.ledger import (
     finished_entry,
     index_namespace,
     interrupted_entry,
-    json_safe_result,
     node_path,
     row_namespace,
     settle,
@@ -44,6 +43,7 @@ from langgraph_replay_guard.ledger import (
     unknown_facts,
 )
 from langgraph_replay_guard.ledger_io import arun_plan, run_plan
+from langgraph_replay_guard.result_codec import decode_result
 
 if TYPE_CHECKING:
     from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -79,13 +79,12 @@ class RunTicket:
 
 def replayed_message(entry: LedgerEntry, tool_call: Mapping[str, Any]) -> ToolMessage:
     """Rebuild the recorded ToolMessage for the current tool_call_id."""
-    result = entry.result or {}
-    content = result.get("content")
+    content, artifact, _ = decode_result(entry.result or {})
     if not isinstance(content, str | list):
         content = "" if content is None else json.dumps(content)
     return ToolMessage(
         content=content,
-        artifact=result.get("artifact"),
+        artifact=artifact,
         status="error" if entry.status == "failed" else "success",
         name=tool_call.get("name") or entry.tool,
         tool_call_id=tool_call.get("id") or entry.tool_call_id,
@@ -353,10 +352,6 @@ class ReplayGate:
             no_effect = self.config.policy_for(ctx.tool).raised_before_effect(error)
             return escaped_entry(ticket.entry, error, no_effect=no_effect)
         message = tool_message(result)
-        if message is None:
-            recorded = {"content": "", "status": "success", "command": True}
-        else:
-            recorded = json_safe_result(message.content, message.artifact, message.status)
         entry = ticket.entry
         if entry is None:  # a pure call: one row, written once it finished, no arguments
             entry = started_entry(
@@ -367,4 +362,6 @@ class ReplayGate:
                 args=None,
                 idempotency_key=None,
             )
-        return finished_entry(entry, recorded)
+        if message is None:  # a Command without a ToolMessage: replayed as an empty answer
+            return finished_entry(entry, "", None, "success")
+        return finished_entry(entry, message.content, message.artifact, message.status)

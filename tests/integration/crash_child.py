@@ -128,6 +128,18 @@ class KillingStore:
 
     def put(self, namespace: Any, key: str, value: Any, **kwargs: Any) -> None:
         self._store.put(namespace, key, value, **kwargs)
+        self._after_write(value)
+
+    def batch(self, ops: Any) -> Any:
+        ops = list(ops)
+        results = self._store.batch(ops)
+        for op in ops:
+            self._after_write(getattr(op, "value", None))
+        return results
+
+    def _after_write(self, value: Any) -> None:
+        if not isinstance(value, dict):
+            return
         if value.get("replay") == "unsafe" and value.get("status") == "completed":
             self._harness.boundary("after_outcome")
 

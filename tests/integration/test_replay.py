@@ -389,6 +389,7 @@ def test_ledger_rows_record_what_ran(fx):
         "lookup": "completed",
     }
     assert rows["send_email"].result == {
+        "codec": 2,
         "content": "Email sent to ann@example.com",
         "status": "success",
     }

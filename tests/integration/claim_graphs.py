@@ -1,0 +1,57 @@
+"""Graphs for the concurrent-resume tests: a slow unsafe tool, stopped before the tools node."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from langchain_core.tools import tool
+
+from langgraph_replay_guard import GuardConfig, ReplayGuard
+
+from .replay_graphs import asking_model, replay_graph
+
+CALL = ("send_email", {"to": "ann@example.com"})
+POLICY = GuardConfig(tools={"send_email": "unsafe"})
+
+
+def effect_tools(effects: Path, *, seconds: float = 2.0) -> list[Any]:
+    """`send_email` appends one line per real send to `effects` (shared by processes)."""
+
+    @tool
+    def send_email(to: str) -> str:
+        """Send an email (unsafe)."""
+        time.sleep(seconds)  # long enough for the other workers to arrive while it runs
+        with effects.open("a") as file:
+            file.write(f"{os.getpid()} {to}\n")
+        return f"Email sent to {to}"
+
+    return [send_email]
+
+
+def sends(effects: Path) -> int:
+    """How many emails really went out."""
+    return len(effects.read_text().splitlines()) if effects.exists() else 0
+
+
+def claim_graph(
+    mode: str, guard: ReplayGuard, tools: list[Any], checkpointer: Any, store: Any = None
+) -> Any:
+    """The guarded graph, stopped before its tools node: `guard.wrap` or the middleware."""
+    model = asking_model([CALL])
+    if mode == "wrap":
+        return replay_graph(
+            guard, model, tools, checkpointer=checkpointer, interrupt_before=["tools"]
+        )
+    from langchain.agents import create_agent
+
+    return create_agent(
+        model,
+        tools,
+        middleware=[guard.middleware()],
+        checkpointer=checkpointer,
+        store=store,
+        interrupt_before=["tools"],
+    )
