@@ -88,7 +88,8 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             store (`create_agent(store=...)`) is used.
         name: Instance name. Several guard middlewares in one agent need distinct names;
             each named instance keeps its state in its own channel, `replay_guard__<name>`.
-        namespace: Namespace prefix of the ledger rows (one per tenant).
+        namespace: Namespace prefix of the guard's ledger rows and records in a store (one
+            per tenant, see `ReplayGuard`).
         record: Record runs as execution records (see `ReplayGuard`); wrap the agent with
             `middleware.guard.record(agent)`.
 
