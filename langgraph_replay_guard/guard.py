@@ -7,6 +7,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from langgraph_replay_guard.config import GuardConfig
 from langgraph_replay_guard.control import GuardControl
+from langgraph_replay_guard.options import (
+    ToolNameCheck,
+    check_namespace,
+    check_record,
+    check_store,
+    guard_config,
+)
 
 if TYPE_CHECKING:
     from langchain_core.messages import SystemMessage
@@ -36,13 +43,18 @@ class ReplayGuard:
             `PostgresStore`; `InMemoryStore` for tests). When omitted, the graph's own store
             (`compile(store=...)`, `create_agent(store=...)`) is used; without any store
             there is no ledger and `unsafe` tools get a warning.
-        namespace: Namespace prefix of the ledger rows in the store; give each tenant its
-            own (`("replay_guard", tenant_id)`) so tenants never see each other's rows.
+        namespace: Namespace prefix of everything the guard keeps in a store: ledger rows
+            (`(*namespace, "ledger", <thread>)`), execution records (`(*namespace,
+            "records")`) and the callback handler's state (`(*namespace, "callbacks")`).
+            Give each tenant its own (`("replay_guard", tenant_id)`) so tenants sharing a
+            store never see each other's state.
         record: Record runs as execution records (off by default): `True` records into
             `store`, a `BaseStore` records there, under `(*namespace, "records")`. Runs are
             recorded through `guard.record(graph)`.
 
     Raises:
+        TypeError: An option of the wrong type (a path as `store`, `namespace=(1, 2)`,
+            `record="yes"`, a config that is neither a `GuardConfig` nor a dict).
         ValueError: `record=True` without a `store`, or an empty `namespace`.
     """
 
@@ -55,18 +67,14 @@ class ReplayGuard:
         record: bool | BaseStore = False,
     ) -> None:
         """Create a guard."""
-        if config is None:
-            config = GuardConfig()
-        elif not isinstance(config, GuardConfig):
-            config = GuardConfig.model_validate(config)
-        self.config: GuardConfig = config
-        self.store = store
-        if isinstance(namespace, str) or not namespace:
-            msg = f"namespace must be a non-empty tuple of strings, got {namespace!r}"
-            raise ValueError(msg)
-        self.namespace: tuple[str, ...] = tuple(namespace)
-        self.record_setting = record
-        self.records: RecordStore | None = _record_store(record, store, self.namespace)
+        self.config: GuardConfig = guard_config(config)
+        self.store = check_store(store)
+        self.namespace: tuple[str, ...] = check_namespace(namespace)
+        self.record_setting = check_record(record)
+        self.records: RecordStore | None = _record_store(
+            self.record_setting, self.store, self.namespace
+        )
+        self._tool_names = ToolNameCheck(self.config)
 
     def control(self) -> GuardControl:
         """Return a framework-free control for one turn (the seed's vocabulary).
@@ -83,6 +91,8 @@ class ReplayGuard:
 
         The graph state needs the guard channel: use `ReplayGuardState`, or add
         `replay_guard: NotRequired[Annotated[dict, merge_guard_state]]` to your state.
+        A `ReplayGuardWarning` names each tool of `config.tools` that the node does not
+        have (a typo there would leave the real tool with the default policy).
 
         Args:
             tool_node: The node to guard (its tools, name, error handling and any wrapper
@@ -93,6 +103,7 @@ class ReplayGuard:
         """
         from langgraph_replay_guard.integrations.tool_node import guarded_tool_node
 
+        self._tool_names.check(tool_node.tools_by_name, where=f"ToolNode {tool_node.name!r}")
         return guarded_tool_node(self, tool_node)
 
     def tool_node(self, tools: Sequence[BaseTool | Callable[..., Any]], **kwargs: Any) -> ToolNode:
@@ -256,8 +267,8 @@ class ReplayGuard:
         graph with a `ToolNode`, or a `langchain_classic` `AgentExecutor`.
 
         Args:
-            **options: `ReplayGuardCallbackHandler` options (`max_threads`, `namespace`,
-                `store`, which defaults to this guard's store).
+            **options: `ReplayGuardCallbackHandler` options (`max_threads`; `store` and
+                `namespace` default to this guard's, so tenants stay apart).
 
         Returns:
             A `ReplayGuardCallbackHandler` sharing this guard's configuration.
@@ -265,6 +276,7 @@ class ReplayGuard:
         from langgraph_replay_guard.integrations.callbacks import ReplayGuardCallbackHandler
 
         options.setdefault("store", self.store)
+        options.setdefault("namespace", self.namespace)
         return ReplayGuardCallbackHandler(self.config, **options)
 
     # -- execution records ----------------------------------------------------------------------

@@ -14,7 +14,7 @@ from langgraph_replay_guard.cli.store_uri import (
     open_checkpointer,
     open_store,
 )
-from langgraph_replay_guard.integrations.callbacks import DEFAULT_NAMESPACE
+from langgraph_replay_guard.integrations.callback_state import scopes_namespace
 from langgraph_replay_guard.integrations.calls import GUARD_CHANNEL
 from langgraph_replay_guard.integrations.prompt import guard_view
 from langgraph_replay_guard.ledger import LedgerEntry
@@ -40,7 +40,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser.add_argument(
         "--namespace",
         default="replay_guard",
-        help="ledger namespace prefix, comma-separated (default: replay_guard)",
+        help=(
+            "the guard's namespace (ledger and callback-handler state), comma-separated "
+            "(default: replay_guard)"
+        ),
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.set_defaults(func=run)
@@ -60,7 +63,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             checkpoint = saver.get_tuple({"configurable": {"thread_id": args.thread}})
         with open_store(args.db) as store:
             rows = ReplayLedger(store, namespace=namespace).rows(args.thread)
-            handler_item = store.get(DEFAULT_NAMESPACE, args.thread)
+            handler_item = store.get(scopes_namespace(namespace), args.thread)
     except StoreURIError as exc:
         print(f"replay-guard inspect: {exc}", file=err)
         return 2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["enforcement_problems"]
+__all__ = ["agent_tool_names", "enforcement_problems"]
 
 
 def enforcement_problems(agent: Any) -> list[str]:
@@ -30,6 +30,21 @@ def enforcement_problems(agent: Any) -> list[str]:
         f"langchain_classic AgentExecutor, not {type(agent).__name__}."
     )
     raise TypeError(msg)
+
+
+def agent_tool_names(agent: Any) -> list[str]:
+    """The names of the tools an agent runs: its ToolNodes' or its `AgentExecutor`'s.
+
+    Args:
+        agent: A compiled LangGraph graph or a `langchain_classic` `AgentExecutor`
+            (`enforcement_problems` has rejected anything else).
+
+    Returns:
+        The tool names.
+    """
+    if _is_agent_executor(agent):
+        return [tool.name for tool in agent.tools]
+    return [name for _, node in _tool_nodes(agent) for name in node.tools_by_name]
 
 
 def _is_agent_executor(agent: Any) -> bool:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from langgraph_replay_guard.ledger import store_label
 from langgraph_replay_guard.state import StateUpdate, merge_guard_state
 
 if TYPE_CHECKING:
@@ -18,12 +19,28 @@ if TYPE_CHECKING:
     from langgraph_replay_guard.integrations.callback_guard import Admitted
     from langgraph_replay_guard.integrations.calls import BatchPlan
 
-__all__ = ["RunInfo", "RunTree", "Scope", "ScopeKey", "ScopeTable"]
+__all__ = ["RunInfo", "RunTree", "Scope", "ScopeKey", "ScopeTable", "scopes_namespace"]
 
 logger = logging.getLogger("langgraph_replay_guard")
 
 ScopeKey = tuple[str, str]
 """`("thread", thread_id)`, or `("run", root_run_id)` for a run without a thread id."""
+
+
+def scopes_namespace(prefix: Sequence[str]) -> tuple[str, ...]:
+    """Where the handler keeps its per-thread state: `(*prefix, "callbacks")`.
+
+    The prefix is the guard's `namespace`, as for the ledger and the records, so that a
+    tenant's callback state sits beside its other rows; its parts are escaped like theirs.
+
+    Args:
+        prefix: The guard's namespace, e.g. `("replay_guard", "tenant-42")`.
+
+    Returns:
+        The store namespace (the item key is the thread id).
+    """
+    return (*(store_label(part) for part in prefix), "callbacks")
+
 
 MAX_OPEN_RUNS = 10_000
 """Most runs tracked at once; runs that never report their end are forgotten oldest first."""
@@ -136,7 +153,8 @@ class ScopeTable:
     Args:
         max_threads: Most scopes kept in memory.
         store: Optional LangGraph store.
-        namespace: Store namespace; the item key is the thread id.
+        namespace: Store namespace of the scopes (`scopes_namespace(prefix)`); the item
+            key is the thread id.
     """
 
     def __init__(

@@ -22,8 +22,20 @@ from langgraph_replay_guard.config import GuardConfig
 from langgraph_replay_guard.control import result_text
 from langgraph_replay_guard.errors import LoopAbortedError, ReplayGuardError
 from langgraph_replay_guard.integrations.callback_guard import Call, CallbackGuard, Refusal
-from langgraph_replay_guard.integrations.callback_state import RunTree, ScopeKey, ScopeTable
+from langgraph_replay_guard.integrations.callback_state import (
+    RunTree,
+    ScopeKey,
+    ScopeTable,
+    scopes_namespace,
+)
 from langgraph_replay_guard.integrations.calls import emit, result_outcome
+from langgraph_replay_guard.options import (
+    ToolNameCheck,
+    check_max_threads,
+    check_namespace,
+    check_store,
+    guard_config,
+)
 from langgraph_replay_guard.state import GuardView
 
 if TYPE_CHECKING:
@@ -34,9 +46,6 @@ __all__ = ["ReplayGuardCallbackHandler", "ToolCallBlockedError"]
 logger = logging.getLogger("langgraph_replay_guard")
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-DEFAULT_NAMESPACE = ("replay_guard", "callbacks")
-"""Store namespace of the handler's per-thread guard state (the item key is the thread id)."""
 
 # Tools an AgentExecutor runs itself to report a parsing error or an unknown tool name.
 _EXECUTOR_TOOLS = frozenset({"_Exception", "invalid_tool"})
@@ -165,10 +174,13 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             several processes share it. In memory otherwise.
         max_threads: Most threads kept in memory; the least recently used are evicted
             (their state is lost unless a store keeps it).
-        namespace: Store namespace for the guard state (the item key is the thread id).
+        namespace: Namespace prefix, as `ReplayGuard`'s (one per tenant): the state is
+            kept under `(*namespace, "callbacks")`, the item key is the thread id.
 
     Raises:
-        ValueError: If `max_threads` is below 1.
+        TypeError: An option of the wrong type (a path as `store`, `max_threads="10"`,
+            `namespace=(1, 2)`).
+        ValueError: If `max_threads` is below 1 or `namespace` is empty.
     """
 
     raise_error = True
@@ -180,18 +192,16 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         *,
         store: BaseStore | None = None,
         max_threads: int = 1000,
-        namespace: tuple[str, ...] = DEFAULT_NAMESPACE,
+        namespace: Sequence[str] = ("replay_guard",),
     ) -> None:
         """Create the handler."""
-        if max_threads < 1:
-            msg = f"max_threads={max_threads!r} must be at least 1 (the threads kept in memory)."
-            raise ValueError(msg)
-        if config is None:
-            config = GuardConfig()
-        elif not isinstance(config, GuardConfig):
-            config = GuardConfig.model_validate(config)
-        self.config: GuardConfig = config
-        self._guard = CallbackGuard(config, ScopeTable(max_threads, store, namespace))
+        self.config: GuardConfig = guard_config(config)
+        store = check_store(store)
+        scopes = ScopeTable(
+            check_max_threads(max_threads), store, scopes_namespace(check_namespace(namespace))
+        )
+        self._guard = CallbackGuard(self.config, scopes)
+        self._tool_names = ToolNameCheck(self.config)
         self._runs = RunTree()
         # Pure in-memory work takes microseconds: run it on the event loop in async runs.
         # Store I/O may block, so with a store LangChain runs the handler in its executor.
@@ -236,6 +246,9 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
     def check(self, agent: Any) -> ReplayGuardCallbackHandler:
         """Fail now if `agent` would not hand the handler's refusals to the model.
 
+        Also warns (`ReplayGuardWarning`) about each tool of `config.tools` that the agent
+        does not have: a typo there would leave the real tool with the default policy.
+
         Args:
             agent: A compiled LangGraph graph (`create_agent`, `StateGraph.compile()`) or a
                 `langchain_classic` `AgentExecutor`.
@@ -248,9 +261,13 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
                 would replace the refusal's text.
             TypeError: If `agent` is neither kind.
         """
-        from langgraph_replay_guard.integrations.callback_check import enforcement_problems
+        from langgraph_replay_guard.integrations.callback_check import (
+            agent_tool_names,
+            enforcement_problems,
+        )
 
         problems = enforcement_problems(agent)
+        self._tool_names.check(agent_tool_names(agent), where="the agent")
         if problems:
             msg = "ReplayGuardCallbackHandler cannot enforce its decisions here:\n- " + (
                 "\n- ".join(problems)

@@ -88,9 +88,19 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             store (`create_agent(store=...)`) is used.
         name: Instance name. Several guard middlewares in one agent need distinct names;
             each named instance keeps its state in its own channel, `replay_guard__<name>`.
-        namespace: Namespace prefix of the ledger rows (one per tenant).
+        namespace: Namespace prefix of the guard's ledger rows and records in a store (one
+            per tenant, see `ReplayGuard`).
         record: Record runs as execution records (see `ReplayGuard`); wrap the agent with
             `middleware.guard.record(agent)`.
+
+    At the first model call, a `ReplayGuardWarning` names each tool of `config.tools` that
+    the agent does not offer the model (a typo there would leave the real tool with the
+    default policy).
+
+    Raises:
+        TypeError: An option of the wrong type (a path as `store`, `namespace=(1, 2)`,
+            `record="yes"`).
+        ValueError: `record=True` without a `store`, or an empty `namespace`.
     """
 
     def __init__(
@@ -110,6 +120,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.state_schema = _state_schema(self.channel)
         self.tools = []
         self._calls = ToolCallGuard(self.guard, channel=self.channel, end_batches=False)
+        self._tools_checked = False
 
     @property
     def name(self) -> str:
@@ -181,6 +192,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any]:
         """Add the pending loop reminder to this one model call's system prompt."""
+        self._check_tools(request)
         return handler(self._with_reminder(request))
 
     async def awrap_model_call(
@@ -189,7 +201,20 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any]:
         """Async twin of `wrap_model_call`."""
+        self._check_tools(request)
         return await handler(self._with_reminder(request))
+
+    def _check_tools(self, request: ModelRequest[Any]) -> None:
+        """Warn once about configured tool names the agent does not have.
+
+        `create_agent` tells a middleware nothing about the agent's tools at build time;
+        the first model call's request is the first place they are seen.
+        """
+        if self._tools_checked:
+            return
+        self._tools_checked = True
+        names = [_tool_name(tool) for tool in request.tools]
+        self.guard._tool_names.check([n for n in names if n], where="the agent")
 
     def _with_reminder(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         if not self.guard.config.reminder:
@@ -199,3 +224,12 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return request
         message = system_prompt_with_reminder(request.system_message, reminder)
         return request.override(system_message=message)
+
+
+def _tool_name(tool: Any) -> str | None:
+    """The name of a tool the model is offered: a `BaseTool` or a provider tool's dict."""
+    if isinstance(tool, dict):
+        name = tool.get("name") or tool.get("function", {}).get("name")
+        return name if isinstance(name, str) else None
+    name = getattr(tool, "name", None)
+    return name if isinstance(name, str) else None

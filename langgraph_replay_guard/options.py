@@ -1,0 +1,247 @@
+"""Checks of the constructors' options, and of the tool names a configuration gives policies."""
+
+from __future__ import annotations
+
+import difflib
+import threading
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeGuard
+
+from langgraph_replay_guard.config import GuardConfig
+from langgraph_replay_guard.errors import ReplayGuardWarning
+
+if TYPE_CHECKING:
+    from langgraph.store.base import BaseStore
+
+__all__ = [
+    "ToolNameCheck",
+    "check_max_threads",
+    "check_namespace",
+    "check_record",
+    "check_store",
+    "guard_config",
+]
+
+_STORE_EXAMPLE = (
+    "a LangGraph BaseStore (e.g. SqliteStore(...), PostgresStore(...), InMemoryStore())"
+)
+
+
+def _got(value: Any) -> str:
+    """`<type> <repr>`, the repr shortened: what an error says it received."""
+    text = repr(value)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def guard_config(config: Any) -> GuardConfig:
+    """The configuration a constructor was given, validated.
+
+    Args:
+        config: A `GuardConfig`, a mapping of its fields, or None for the defaults.
+
+    Returns:
+        The configuration.
+
+    Raises:
+        TypeError: For anything else (a store passed in the config's place, a file path).
+        pydantic.ValidationError: For a mapping with unknown fields or invalid values.
+    """
+    if config is None:
+        return GuardConfig()
+    if isinstance(config, GuardConfig):
+        return config
+    if isinstance(config, Mapping):
+        return GuardConfig.model_validate(dict(config))
+    hint = ""
+    if isinstance(config, str):
+        hint = " To load a file, pass GuardConfig.from_file(path)."
+    elif _is_store(config):
+        hint = " Pass a store as store=..., not as the first argument."
+    msg = f"config must be a GuardConfig or a dict of its fields, got {_got(config)}.{hint}"
+    raise TypeError(msg)
+
+
+def _is_store(value: Any) -> TypeGuard[BaseStore]:
+    from langgraph.store.base import BaseStore
+
+    return isinstance(value, BaseStore)
+
+
+def check_store(store: Any, *, option: str = "store") -> BaseStore | None:
+    """A store option: None or a LangGraph `BaseStore`.
+
+    Args:
+        store: The value given.
+        option: The option's name, for the message.
+
+    Returns:
+        The store, or None.
+
+    Raises:
+        TypeError: For anything else, with what to pass instead.
+    """
+    if store is None or _is_store(store):
+        return store
+    hint = ""
+    if isinstance(store, str):
+        hint = (
+            f" To keep the guard's data in the SQLite file {store!r}: "
+            f"SqliteStore(sqlite3.connect({store!r}, check_same_thread=False)), then .setup()."
+        )
+    elif _is_checkpointer(store):
+        hint = (
+            " That is a checkpointer: give it to compile(checkpointer=...) or "
+            "create_agent(checkpointer=...), and pass a store here."
+        )
+    elif hasattr(store, "__enter__"):
+        hint = (
+            " A context manager such as SqliteStore.from_conn_string(...) gives the store "
+            "in a with statement: `with SqliteStore.from_conn_string(path) as store:`."
+        )
+    msg = f"{option} must be {_STORE_EXAMPLE}, got {_got(store)}.{hint}"
+    raise TypeError(msg)
+
+
+def _is_checkpointer(value: Any) -> bool:
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+
+    return isinstance(value, BaseCheckpointSaver)
+
+
+def check_namespace(namespace: Any) -> tuple[str, ...]:
+    """A namespace option: a non-empty tuple (or list) of strings.
+
+    Args:
+        namespace: The value given.
+
+    Returns:
+        The namespace as a tuple.
+
+    Raises:
+        TypeError: For a plain string, a non-sequence or a part that is not a string.
+        ValueError: For an empty namespace.
+    """
+    example = "e.g. ('replay_guard', 'tenant-42')"
+    if isinstance(namespace, str | bytes) or not isinstance(namespace, Sequence):
+        msg = f"namespace must be a tuple of strings, {example}, got {_got(namespace)}."
+        raise TypeError(msg)
+    if not namespace:
+        msg = f"namespace must have at least one part, {example}, got {namespace!r}."
+        raise ValueError(msg)
+    for index, part in enumerate(namespace):
+        if not isinstance(part, str):
+            msg = (
+                f"namespace must be a tuple of strings, {example}, got {namespace!r} "
+                f"(part {index} is {_got(part)})."
+            )
+            raise TypeError(msg)
+    return tuple(namespace)
+
+
+def check_record(record: Any) -> bool | BaseStore:
+    """The `record` option: True, False or a `BaseStore` to write the records to.
+
+    Args:
+        record: The value given.
+
+    Returns:
+        The value.
+
+    Raises:
+        TypeError: For anything else (a string, a number).
+    """
+    if isinstance(record, bool) or _is_store(record):
+        return record
+    msg = (
+        f"record must be True (record into the guard's store), False (the default) or "
+        f"{_STORE_EXAMPLE} to record into, got {_got(record)}."
+    )
+    raise TypeError(msg)
+
+
+def check_max_threads(max_threads: Any) -> int:
+    """The callback handler's `max_threads`: a positive int.
+
+    Args:
+        max_threads: The value given.
+
+    Returns:
+        The value.
+
+    Raises:
+        TypeError: If it is not an int.
+        ValueError: If it is below 1.
+    """
+    if isinstance(max_threads, bool) or not isinstance(max_threads, int):
+        msg = (
+            f"max_threads must be an int (the most threads kept in memory), "
+            f"got {_got(max_threads)}."
+        )
+        raise TypeError(msg)
+    if max_threads < 1:
+        msg = f"max_threads={max_threads!r} must be at least 1 (the threads kept in memory)."
+        raise ValueError(msg)
+    return max_threads
+
+
+class ToolNameCheck:
+    """Warns about policies for tool names that the guarded tools do not have, once per name.
+
+    A typo in `GuardConfig(tools={...})` leaves the real tool with the default policy
+    (`pure`, so deduplicated) without any error: a `ReplayGuardWarning` names the closest
+    real tool. The tool names seen by every check are remembered, so that a guard shared by
+    several tool nodes does not warn about a tool that an earlier node has.
+
+    Args:
+        config: The guard's configuration.
+    """
+
+    def __init__(self, config: GuardConfig) -> None:
+        """Create the check."""
+        self.config = config
+        self._known: set[str] = set()
+        self._warned: set[str] = set()
+        self._lock = threading.Lock()
+
+    def check(self, tools: Iterable[str], *, where: str) -> list[str]:
+        """Warn about configured names missing from `tools` (and from earlier checks).
+
+        Args:
+            tools: The names of the tools that are guarded here.
+            where: What holds them, for the message (e.g. "ToolNode 'tools'").
+
+        Returns:
+            The names warned about by this call.
+        """
+        names = sorted(set(tools))
+        with self._lock:
+            self._known.update(names)
+            missing = [
+                name
+                for name in self.config.tools
+                if name not in self._known and name not in self._warned
+            ]
+            self._warned.update(missing)
+        for name in missing:
+            warnings.warn(self._message(name, names, where), ReplayGuardWarning, stacklevel=4)
+        return missing
+
+    def _message(self, name: str, tools: list[str], where: str) -> str:
+        default = self.config.default_policy.replay
+        close = difflib.get_close_matches(name, tools, n=1)
+        head = f"GuardConfig(tools=...) has a policy for {name!r}, but {where} has no such tool"
+        if close:
+            return (
+                f"{head}; did you mean {close[0]!r}? The policy applies to no call, and "
+                f"{close[0]!r} gets default_policy (replay={default!r}). Fix the name in "
+                "tools={...}."
+            )
+        shown = ", ".join(repr(t) for t in tools[:10]) + (", ..." if len(tools) > 10 else "")
+        return (
+            f"{head} (its tools: {shown or 'none'}). The policy applies to no call: fix the "
+            "name in tools={...} or remove it (or ignore this if another tools node guarded "
+            "by the same guard has that tool)."
+        )
