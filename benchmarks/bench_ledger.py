@@ -1,130 +1,243 @@
-"""Cost of the replay ledger: a hit (a re-run call answered from its row) and a first run.
+"""Cost of the replay ledger: first run, hit, growth over 10,000 calls, contended claims.
 
-Run: python benchmarks/bench_ledger.py
-Goal (issue 5): a ledger hit on SQLite well under 1 ms. Side by side: the same graph resumed
-after an interrupt with the ledger answering the finished sibling, and without a ledger.
+Run: python benchmarks/bench_ledger.py [--pg URI] [--quick]
+Goals (issue 12): the per-call cost at call 10,000 within 1.2x of call 200 (unsafe tool,
+SqliteStore); 8 processes x 500 contended unsafe calls on PostgreSQL with 0 double effects and
+0 lost rows. Without --pg a throwaway PostgreSQL server is started from the local binaries.
 """
 
 from __future__ import annotations
 
+import argparse
+import datetime as dt
+import multiprocessing
 import os
+import random
 import sqlite3
 import statistics
+import sys
 import tempfile
 import time
-import uuid
-import warnings
+from pathlib import Path
+from typing import Any
 
 os.environ["LANGSMITH_TRACING"] = "false"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from langchain_core.messages import HumanMessage
-from langchain_core.tools import tool
-from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 from langgraph.store.sqlite import SqliteStore
-from langgraph.types import Command, interrupt
 
-from langgraph_replay_guard import GuardConfig, ReplayGuard
+from langgraph_replay_guard import owners
 from langgraph_replay_guard.integrations.replay import replayed_message
-from langgraph_replay_guard.ledger import CallIdentity, ReplayLedger, finished_entry, started_entry
-from tests.integration.replay_graphs import asking_model, replay_graph
+from langgraph_replay_guard.ledger import (
+    CallContext,
+    CallIdentity,
+    Write,
+    admit,
+    args_digest,
+    finished_entry,
+    index_namespace,
+    row_namespace,
+)
+from langgraph_replay_guard.ledger_io import run_plan
 
-N = 2000
+ARGS = {"to": "ann@example.com", "subject": "Your order", "body": "x" * 200}
+PREFIX = ("replay_guard",)
 
 
-def _median_us(fn, n: int = N) -> float:
-    times = []
-    for i in range(n):
-        start = time.perf_counter()
-        fn(i)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def context(thread: str, i: int, args: dict[str, Any] | None = None) -> CallContext:
+    """The context of call `i` of a thread, as the gate builds it from a ToolCallRequest."""
+    args = {**ARGS, "n": i} if args is None else args
+    return CallContext(
+        identity=CallIdentity(thread, "tools", f"ai-{i}", f"call-{i}"),
+        tool="send_email",
+        replay="unsafe",
+        args=args,
+        args_hash=args_digest(args),
+        rows_ns=row_namespace(PREFIX, thread),
+        index_ns=index_namespace(PREFIX, thread),
+        wait=30.0,
+        is_answered=lambda _id: True,
+        is_alive=lambda owner: owners.is_alive(owner, _now()),
+        new_owner=lambda: owners.REGISTRY.new_owner(900.0, _now()),
+        now=_now,
+        elapsed=time.monotonic,
+    )
+
+
+def run_once(store: Any, ctx: CallContext, effect: Any = None) -> str:
+    """Admit a call; if this worker claims it, do the effect and record the outcome."""
+    admission = run_plan(store, admit(ctx))
+    if admission.kind == "replay":
+        assert admission.entry is not None
+        replayed_message(admission.entry, {"name": ctx.tool, "id": ctx.identity.tool_call_id})
+        return "replayed"
+    assert admission.kind == "run"
+    assert admission.entry is not None
+    if effect is not None:
+        effect(ctx.identity.key)
+    done = finished_entry(admission.entry, "Email sent to ann@example.com", None, "success")
+    run_plan(store, _write(ctx, done))
+    owners.REGISTRY.release(admission.entry.owner)
+    return "ran"
+
+
+def _write(ctx: CallContext, entry: Any) -> Any:
+    yield Write(((ctx.rows_ns, entry.key, entry.to_value()),))
 
 
 def _sqlite_store(path: str) -> SqliteStore:
-    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-    store = SqliteStore(conn)
+    store = SqliteStore(sqlite3.connect(path, check_same_thread=False, isolation_level=None))
     store.setup()
     return store
 
 
-def ledger_costs(store, label: str) -> None:
-    ledger = ReplayLedger(store)
-    ids = [CallIdentity("thread-1", "tools", f"ai-{i}", f"call-{i}") for i in range(N)]
-    args = {"to": "ann@example.com", "subject": "Your order", "body": "x" * 200}
-
-    def first_run(i: int) -> None:  # started row before the tool, outcome row after it
-        entry = started_entry(
-            ids[i],
-            tool="send_email",
-            replay="unsafe",
-            args_hash="sha256:0",
-            args=args,
-            idempotency_key=None,
-        )
-        ledger.put("thread-1", entry)
-        result = {"content": "Email sent to ann@example.com", "status": "success"}
-        ledger.put("thread-1", finished_entry(entry, result))
-
-    def hit(i: int) -> None:  # a re-run: read the row, rebuild the ToolMessage
-        entry = ledger.get(ids[i])
-        assert entry is not None
-        assert entry.has_outcome
-        replayed_message(entry, {"name": "send_email", "id": f"call-{i}"})
-
-    write = _median_us(first_run)
-    read = _median_us(hit)
-    print(f"{label:<22} first run (2 writes) {write:8.1f} us   hit (read + rebuild) {read:8.1f} us")
+def _median_us(samples: list[float]) -> float:
+    return statistics.median(samples) * 1e6
 
 
-def resume_side_by_side() -> None:
-    sent = []
-
-    @tool
-    def send_email(to: str) -> str:
-        """Send an email."""
-        sent.append(to)
-        return f"Email sent to {to}"
-
-    @tool
-    def approve(to: str) -> str:
-        """Ask a human."""
-        return f"approved: {interrupt({'approve': to})}"
-
-    calls = [("send_email", {"to": "a@x.org"}), ("approve", {"to": "b@x.org"})]
-    config = GuardConfig(tools={"send_email": "unsafe", "approve": "unsafe"})
-
-    def resume_ms(store) -> float:
-        guard = ReplayGuard(config, store=store)
-        model = asking_model(calls, turns=500)  # two model calls per round
-        graph = replay_graph(guard, model, [send_email, approve], checkpointer=InMemorySaver())
-        times = []
-        sent.clear()
-        for _ in range(100):
-            cfg = {"configurable": {"thread_id": uuid.uuid4().hex}}
-            graph.invoke({"messages": [HumanMessage("go")]}, cfg, durability="sync")
-            start = time.perf_counter()
-            graph.invoke(Command(resume="yes"), cfg, durability="sync")
-            times.append(time.perf_counter() - start)
-        print(f"  ({'ledger' if store else 'no ledger'}: {len(sent)} emails for 100 runs)")
-        return statistics.median(times) * 1e3
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with tempfile.TemporaryDirectory() as tmp:
-            with_ledger = resume_ms(_sqlite_store(os.path.join(tmp, "s.db")))
-        without = resume_ms(None)
+def ledger_costs(store: Any, label: str, n: int) -> None:
+    thread = f"costs-{label}"
+    first, hit = [], []
+    for i in range(n):
+        start = time.perf_counter()
+        run_once(store, context(thread, i))
+        first.append(time.perf_counter() - start)
+    for i in range(n):
+        start = time.perf_counter()
+        assert run_once(store, context(thread, i)) == "replayed"
+        hit.append(time.perf_counter() - start)
     print(
-        f"resume after interrupt: with SQLite ledger {with_ledger:.2f} ms, "
-        f"without ledger {without:.2f} ms; ratio {with_ledger / without:.2f}x"
+        f"{label:<20} first run (claim + outcome) {_median_us(first):8.1f} us   "
+        f"hit (read + rebuild) {_median_us(hit):8.1f} us"
+    )
+
+
+def growth(path: str, total: int, timed: int = 200) -> None:
+    """Per-call cost at call `total` of one thread against call ~200 of another, side by side.
+
+    Both threads live in one SqliteStore file; the timed calls alternate between them, so
+    the machine's noise (disk syncs, other processes) falls on both sides alike.
+    """
+    store = _sqlite_store(path)
+    for i in range(total):
+        run_once(store, context("long-thread", i))
+    for i in range(200 - timed // 2):
+        run_once(store, context("short-thread", i))
+    late, early = [], []
+    for j in range(timed):
+        for thread, index, samples in (
+            ("long-thread", total + j, late),
+            ("short-thread", 200 - timed // 2 + j, early),
+        ):
+            start = time.perf_counter()
+            run_once(store, context(thread, index))
+            samples.append(time.perf_counter() - start)
+    ratio = statistics.median(late) / statistics.median(early)
+    print(
+        f"growth (SqliteStore, unsafe calls): call ~{total} of a long thread "
+        f"{_median_us(late):.0f} us, call ~200 of a short one {_median_us(early):.0f} us; "
+        f"ratio {ratio:.2f}x (goal <= 1.2x)"
+    )
+
+
+def _worker(uri: str, calls: int, seed: int, effects: str, out: Any) -> None:
+    from langgraph.store.postgres import PostgresStore
+
+    order = list(range(calls))
+    random.Random(seed).shuffle(order)
+
+    def effect(key: str) -> None:
+        with open(effects, "a", encoding="utf-8") as file:
+            file.write(key + "\n")
+
+    with PostgresStore.from_conn_string(uri) as store:
+        latencies, outcomes = [], {"ran": 0, "replayed": 0, "in_flight": 0}
+        for i in order:
+            start = time.perf_counter()
+            try:
+                outcome = run_once(store, context("contended", i, {"n": i}), effect)
+            except Exception as exc:  # ReplayInFlightError: counted, not a failure
+                outcome = "in_flight" if type(exc).__name__ == "ReplayInFlightError" else "error"
+            latencies.append(time.perf_counter() - start)
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    out.put((latencies, outcomes))
+
+
+def contended(uri: str, workers: int, calls: int) -> None:
+    """`workers` processes each try to run the same `calls` unsafe calls, in random orders."""
+    from langgraph.store.postgres import PostgresStore
+
+    with PostgresStore.from_conn_string(uri) as store:
+        store.setup()
+    with tempfile.TemporaryDirectory() as tmp:
+        effects = os.path.join(tmp, "effects.txt")
+        queue: Any = multiprocessing.get_context("spawn").Queue()
+        procs = [
+            multiprocessing.get_context("spawn").Process(
+                target=_worker, args=(uri, calls, seed, effects, queue)
+            )
+            for seed in range(workers)
+        ]
+        start = time.perf_counter()
+        for proc in procs:
+            proc.start()
+        results = [queue.get() for _ in procs]
+        for proc in procs:
+            proc.join()
+        wall = time.perf_counter() - start
+        lines = Path(effects).read_text().splitlines() if os.path.exists(effects) else []
+    latencies = sorted(x for lat, _ in results for x in lat)
+    totals: dict[str, int] = {}
+    for _, outcome in results:
+        for key, value in outcome.items():
+            totals[key] = totals.get(key, 0) + value
+    doubles = len(lines) - len(set(lines))
+    with PostgresStore.from_conn_string(uri) as store:
+        lost = 0
+        for i in range(calls):
+            ctx = context("contended", i, {"n": i})
+            item = store.get(ctx.rows_ns, ctx.identity.key)
+            if item is None or item.value.get("status") != "completed":
+                lost += 1
+    p50 = latencies[len(latencies) // 2] * 1e3
+    p99 = latencies[int(len(latencies) * 0.99)] * 1e3
+    print(
+        f"contended claims (PostgreSQL, {workers} processes x {calls} identical unsafe calls): "
+        f"{len(latencies) / wall:.0f} calls/s, latency p50 {p50:.2f} ms p99 {p99:.2f} ms; "
+        f"effects {len(set(lines))}/{calls}, double effects {doubles}, lost rows {lost}; "
+        f"outcomes {totals}"
     )
 
 
 def main() -> None:
-    ledger_costs(InMemoryStore(), "InMemoryStore")
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--pg", help="PostgreSQL URI (default: a throwaway local server)")
+    parser.add_argument("--quick", action="store_true", help="smaller runs")
+    opts = parser.parse_args()
+    n = 300 if opts.quick else 2000
+    ledger_costs(InMemoryStore(), "InMemoryStore", n)
     with tempfile.TemporaryDirectory() as tmp:
-        ledger_costs(_sqlite_store(os.path.join(tmp, "ledger.db")), "SqliteStore (file)")
-    resume_side_by_side()
+        ledger_costs(_sqlite_store(os.path.join(tmp, "ledger.db")), "SqliteStore (file)", n)
+        growth(os.path.join(tmp, "growth.db"), 2000 if opts.quick else 10_000)
+    if opts.pg:
+        contended(opts.pg, 8, 500)
+        return
+    from tests.integration.conftest import _find_binary, _Server
+
+    initdb, pg_ctl = _find_binary("initdb"), _find_binary("pg_ctl")
+    if initdb is None or pg_ctl is None:
+        print("contended claims: skipped (no PostgreSQL binaries; pass --pg URI)")
+        return
+    server = _Server(initdb, pg_ctl)
+    try:
+        contended(server.start(), 8, 100 if opts.quick else 500)
+    finally:
+        server.stop()
 
 
 if __name__ == "__main__":

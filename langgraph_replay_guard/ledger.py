@@ -435,6 +435,8 @@ class Update:
     value: dict[str, Any]
     expect_exists: bool
     expect_rev: str | None
+    also: tuple[tuple[tuple[str, ...], str, dict[str, Any]], ...] = ()
+    """Rows written in the same transaction when the compare-and-set succeeds."""
 
 
 @dataclass(frozen=True)
@@ -623,13 +625,13 @@ def admit(ctx: CallContext) -> Generator[Op, Any, Admission]:
             owner=ctx.new_owner(),
             now=ctx.now(),
         )
-        yield from _write_lookups(ctx, index_value)
         written, current = yield Update(
             ctx.rows_ns,
             ident.key,
             claim.to_value(),
             expect_exists=own is not None,
             expect_rev=own.rev if own is not None else None,
+            also=_lookups(ctx, index_value),
         )
         if written:
             return Admission("run", claim, key=key)
@@ -649,8 +651,10 @@ def _check_identical(ctx: CallContext, index_value: Any) -> Generator[Op, Any, _
     return _after_identical(ctx, row, str(latest.get("tc") or row.tool_call_id))
 
 
-def _write_lookups(ctx: CallContext, index_value: Any) -> Generator[Op, Any, None]:
-    """Point the lookups at this call before claiming it (a crash in between is harmless)."""
+def _lookups(
+    ctx: CallContext, index_value: Any
+) -> tuple[tuple[tuple[str, ...], str, dict[str, Any]], ...]:
+    """The lookup rows pointing at this call, written with its claim."""
     ident = ctx.identity
     puts: list[tuple[tuple[str, ...], str, dict[str, Any]]] = []
     latest = index_value if isinstance(index_value, Mapping) else {}
@@ -659,8 +663,7 @@ def _write_lookups(ctx: CallContext, index_value: Any) -> Generator[Op, Any, Non
         puts.append((ctx.index_ns, ctx.call_index_key, {**pointer, "tc": ident.tool_call_id}))
         if ctx.replay == "unsafe":  # only an unsafe call can need `guard.resolve`
             puts.append((ctx.index_ns, ctx.tool_call_index_key(ident.tool_call_id), pointer))
-    if puts:
-        yield Write(tuple(puts))
+    return tuple(puts)
 
 
 def blocked_entry(ctx: CallContext, row: LedgerEntry, why: str) -> LedgerEntry:

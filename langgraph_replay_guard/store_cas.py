@@ -129,6 +129,13 @@ def _text(namespace: tuple[str, ...]) -> str:
     return ".".join(namespace)
 
 
+def _rows(op: Update) -> list[tuple[str, str, dict[str, Any]]]:
+    """`(prefix, key, value)` of every row a successful compare-and-set writes."""
+    rows = [(_text(ns), key, value) for ns, key, value in op.also]
+    rows.append((_text(op.namespace), op.key, op.value))
+    return rows
+
+
 def _loads(raw: Any) -> Any:
     if raw is None:
         return None
@@ -181,6 +188,8 @@ def compare_and_set(store: BaseStore, op: Update) -> tuple[bool, Any]:
         item = store.get(op.namespace, op.key)
         written, current = _decide(None if item is None else item.value, op)
         if written:
+            for namespace, key, value in op.also:
+                store.put(namespace, key, value, index=False)
             store.put(op.namespace, op.key, op.value, index=False)
         return written, current
 
@@ -198,7 +207,8 @@ def _sqlite_cas(store: Any, op: Update) -> tuple[bool, Any]:
             row = conn.execute(_SQLITE_SELECT, (prefix, op.key)).fetchone()
             written, current = _decide(_loads(row[0]) if row else None, op)
             if written:
-                conn.execute(_SQLITE_UPSERT, (prefix, op.key, orjson.dumps(op.value)))
+                for text, key, value in _rows(op):
+                    conn.execute(_SQLITE_UPSERT, (text, key, orjson.dumps(value)))
         except BaseException:
             conn.execute("ROLLBACK")
             raise
@@ -224,7 +234,8 @@ def _postgres_cas(store: Any, op: Update) -> tuple[bool, Any]:
         raw = None if row is None else (row["value"] if isinstance(row, Mapping) else row[0])
         written, current = _decide(_loads(raw), op)
         if written:
-            cur.execute(_PG_UPSERT, (prefix, op.key, Jsonb(op.value)))
+            for text, key, value in _rows(op):
+                cur.execute(_PG_UPSERT, (text, key, Jsonb(value)))
     return written, current
 
 
@@ -277,7 +288,8 @@ async def _async_sqlite_cas(store: Any, op: Update) -> tuple[bool, Any]:
                 row = await cursor.fetchone()
             written, current = _decide(_loads(row[0]) if row else None, op)
             if written:
-                await conn.execute(_SQLITE_UPSERT, (prefix, op.key, orjson.dumps(op.value)))
+                for text, key, value in _rows(op):
+                    await conn.execute(_SQLITE_UPSERT, (text, key, orjson.dumps(value)))
         except BaseException:
             await conn.execute("ROLLBACK")
             raise
@@ -303,5 +315,6 @@ async def _async_postgres_cas(store: Any, op: Update) -> tuple[bool, Any]:
         raw = None if row is None else (row["value"] if isinstance(row, Mapping) else row[0])
         written, current = _decide(_loads(raw), op)
         if written:
-            await cur.execute(_PG_UPSERT, (prefix, op.key, Jsonb(op.value)))
+            for text, key, value in _rows(op):
+                await cur.execute(_PG_UPSERT, (text, key, Jsonb(value)))
     return written, current
