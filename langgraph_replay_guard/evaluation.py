@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from langgraph_replay_guard.config import GuardConfig
 from langgraph_replay_guard.engine import (
@@ -29,6 +29,7 @@ __all__ = [
     "evaluate_file",
     "evaluate_trajectories",
     "iter_trajectories",
+    "parse_line",
 ]
 
 DEFAULT_ERROR_PATTERN = r"^\s*(error|exception)\b"
@@ -152,14 +153,14 @@ Trajectory = dict[str, Any]
 
 
 def iter_trajectories(
-    lines: Iterable[str], malformed: list[tuple[int, str]]
+    lines: Iterable[str | bytes], malformed: list[tuple[int, str]]
 ) -> Iterator[Trajectory]:
     """Parse trajectories from JSON lines, one at a time.
 
     A malformed line is appended to `malformed` as `(line number, problem)` and skipped.
 
     Args:
-        lines: Lines of a JSONL file.
+        lines: Lines of a JSONL file, as text or as UTF-8 bytes.
         malformed: Receives the problems found.
 
     Yields:
@@ -168,16 +169,34 @@ def iter_trajectories(
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            malformed.append((number, f"not JSON: {exc.msg} at column {exc.colno}"))
-            continue
-        problem = _trajectory_problem(data)
+        data, problem = parse_line(line)
+        if problem is None:
+            problem = _trajectory_problem(data)
         if problem:
             malformed.append((number, problem))
             continue
         yield data
+
+
+def parse_line(line: str | bytes) -> tuple[Any, str | None]:
+    """Decode one JSON line.
+
+    Args:
+        line: The line, as text or as UTF-8 bytes.
+
+    Returns:
+        `(data, None)`, or `(None, problem)` when the line is not UTF-8 text or not JSON;
+        the problem reads after "the line is", e.g. "not JSON (Expecting value at column 1)".
+    """
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return None, f"not UTF-8 text (byte 0x{line[exc.start]:02x} at column {exc.start + 1})"
+    try:
+        return json.loads(line), None
+    except json.JSONDecodeError as exc:
+        return None, f"not JSON ({exc.msg} at column {exc.colno})"
 
 
 def _trajectory_problem(data: Any) -> str | None:
@@ -347,7 +366,7 @@ def _repeat_kind(
 
 
 def evaluate_file(
-    path: str | Path | TextIO,
+    path: str | Path | Iterable[str | bytes],
     config: GuardConfig,
     *,
     error_pattern: str = DEFAULT_ERROR_PATTERN,
@@ -357,18 +376,20 @@ def evaluate_file(
     """Evaluate a JSONL file of trajectories, streaming it line by line.
 
     Args:
-        path: A file path or an open text file.
+        path: A file path, or the file's lines (an open text or binary file).
         config: Guard configuration to evaluate.
         error_pattern: Regular expression (case-insensitive) marking failed results.
         normalize: Regular expressions removed from results before comparing them.
         on_progress: Called with the number of trajectories done so far.
 
     Returns:
-        The report; malformed lines are listed in it, not raised.
+        The report; malformed lines (not UTF-8, not JSON, not a trajectory) are listed in
+        it, not raised.
     """
     report = EvalReport()
     if isinstance(path, str | Path):
-        with open(path, encoding="utf-8") as handle:
+        # Bytes, decoded line by line: a stray non-UTF-8 line is one malformed line.
+        with open(path, "rb") as handle:
             return evaluate_file(
                 handle,
                 config,

@@ -24,10 +24,19 @@ from langgraph_replay_guard.records import (
 if TYPE_CHECKING:
     from langgraph.store.base import BaseStore, Op, Result
 
-__all__ = ["RECORDS_NAMESPACE", "RecordStore", "StoredRecordInfo"]
+__all__ = [
+    "RECORDS_NAMESPACE",
+    "UNREADABLE_VALUE",
+    "RecordStore",
+    "StoredRecordInfo",
+    "load_store_value",
+]
 
 RECORDS_NAMESPACE: tuple[str, ...] = ("replay_guard", "records")
 """Default namespace of the record headers (bodies go to `<last part>__bodies`)."""
+
+UNREADABLE_VALUE = "__replay_guard_unreadable__"
+"""Key of the stand-in value `load_store_value` returns for a row that is not a JSON object."""
 
 T = TypeVar("T")
 Plan = Generator[Sequence["Op"], list[Any], T]
@@ -339,13 +348,62 @@ class RecordStore:
         return ops
 
 
+def load_store_value(content: Any) -> dict[str, Any]:
+    """A store `deserializer` that never fails, so one damaged row cannot fail a whole read.
+
+    `SqliteStore` and `PostgresStore` call their `deserializer` for each stored value that
+    is not already a dict; their default raises on a row that is not a JSON object, which
+    fails every search that meets the row. Given as `SqliteStore(conn,
+    deserializer=load_store_value)` (as `replay-guard` does), such a row reads as
+    `{UNREADABLE_VALUE: "<why>"}` instead, and `RecordStore` reports it as a damaged record.
+
+    Args:
+        content: The stored value: JSON text (SQLite), or a decoded non-object (PostgreSQL).
+
+    Returns:
+        The JSON object, or the stand-in value.
+    """
+    value = content
+    if isinstance(content, bytes | bytearray | str):
+        try:
+            value = json.loads(content)
+        except ValueError as exc:  # UnicodeDecodeError included
+            return {UNREADABLE_VALUE: f"not JSON ({exc})"}
+    if isinstance(value, dict):
+        return value
+    return {UNREADABLE_VALUE: _not_an_object(value)}
+
+
+_JSON_KINDS = {str: "string", list: "array", bool: "boolean", int: "number", float: "number"}
+
+
+def _not_an_object(value: Any) -> str:
+    kind = "null" if value is None else _JSON_KINDS.get(type(value), type(value).__name__)
+    return f"not a JSON object (a JSON {kind})"
+
+
+def _value_problem(value: Any) -> str | None:
+    """Why a stored value is no record header, when it is not even shaped like one."""
+    if not isinstance(value, dict):
+        return f"the stored value is {_not_an_object(value)}"
+    if UNREADABLE_VALUE in value:
+        return f"the stored value is {value[UNREADABLE_VALUE]}"
+    if "header" not in value:
+        keys = ", ".join(sorted(map(str, value))[:5]) or "none"
+        return f"the stored value is not a record header (its keys: {keys})"
+    return None
+
+
+def _as_dict(item: Item | None) -> dict[str, Any]:
+    value = item.value if item is not None else None
+    return value if isinstance(value, dict) else {}
+
+
 # -- decoding (shared by the sync and async paths) ------------------------------------------
 
 
 def _chunk_count(item: Item | None) -> int:
-    if item is None:
-        return 0
-    body = item.value.get("body")
+    body = _as_dict(item).get("body")
     count = body.get("chunks") if isinstance(body, dict) else None
     return count if isinstance(count, int) and count >= 0 else 0
 
@@ -354,6 +412,9 @@ def _read_header(
     execution_id: str, stored: Item
 ) -> tuple[RecordHeader | None, int | None, list[str]]:
     value = stored.value
+    problem = _value_problem(value)
+    if problem is not None:
+        return None, None, [problem]
     problems: list[str] = []
     header: RecordHeader | None = None
     try:
@@ -378,7 +439,11 @@ def _decode(
     problems: list[str] = []
     parts: list[str] = []
     for index, chunk in enumerate(chunks):
-        text = chunk.value.get("text") if chunk is not None else None
+        value = _as_dict(chunk)
+        text = value.get("text")
+        if UNREADABLE_VALUE in value:
+            problems.append(f"body chunk {index + 1} of {len(chunks)} is {value[UNREADABLE_VALUE]}")
+            continue
         if not isinstance(text, str):
             problems.append(f"body chunk {index + 1} of {len(chunks)} is missing")
             continue
@@ -429,9 +494,9 @@ def _invalidated(execution_id: str, stored: Item | None) -> tuple[dict[str, Any]
         msg = f"No execution record {execution_id!r}; `replay-guard records list` shows the ids."
         raise RecordNotFoundError(msg, execution_id=execution_id)
     try:
-        header = RecordHeader.model_validate(stored.value.get("header"))
+        header = RecordHeader.model_validate(_as_dict(stored).get("header"))
     except ValidationError as exc:
-        problem = first_validation_error(exc)
+        problem = _value_problem(stored.value) or first_validation_error(exc)
         msg = f"Execution record {execution_id!r} has an unreadable header: {problem}"
         raise ValueError(msg) from exc
     placeholder = ExecutionRecord(header=header, envelope={})
@@ -447,8 +512,8 @@ def _infos(
         if tuple(item.namespace) != namespace:
             continue  # a deeper namespace under the same prefix
         header, _count, problems = _read_header(item.key, item)
-        body = item.value.get("body")
-        summary = item.value.get("summary")
+        body = _as_dict(item).get("body")
+        summary = _as_dict(item).get("summary")
         infos.append(
             StoredRecordInfo(
                 execution_id=item.key,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import NoReturn, TextIO
 
@@ -17,11 +17,14 @@ from langgraph_replay_guard.evaluation import (
     EvalReport,
     Tally,
     evaluate_file,
+    parse_line,
 )
 
 __all__ = ["add_parser", "load_config", "print_report", "run"]
 
 _PROGRESS_BYTES = 1_000_000  # show progress for inputs larger than this, on a terminal
+
+_HINT = "expected one JSON trajectory per line, see --help"
 
 _CLASS_ORDER = {"pure": 0, "pure volatile": 1, "idempotent": 2, "unsafe": 3}
 
@@ -73,30 +76,58 @@ def load_config(config: Path | None, policy: Path | None) -> GuardConfig:
     """Build the configuration from the optional config and policy files.
 
     Raises:
-        SystemExit: With a clear message when a file is missing or invalid.
+        SystemExit: With a clear message naming the option and the file when a file is
+            missing, unreadable or invalid.
     """
+    cfg = _read_option("--config", config, GuardConfig.from_file) if config else GuardConfig()
+    return _read_option("--policy", policy, cfg.with_policies) if policy else cfg
+
+
+def _read_option(option: str, path: Path, load: Callable[[Path], GuardConfig]) -> GuardConfig:
+    where = f"{option} {path}"
     try:
-        cfg = GuardConfig.from_file(config) if config else GuardConfig()
-        return cfg.with_policies(policy) if policy else cfg
-    except FileNotFoundError as exc:
-        _fail(f"no such file: {exc.filename}")
+        return load(path)
+    except FileNotFoundError:
+        _fail(f"{where}: no such file")
+    except OSError as exc:  # a directory, no permission
+        _fail(f"{where}: cannot read it ({exc.strerror or exc})")
+    except UnicodeDecodeError as exc:
+        _fail(f"{where}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})")
+    except json.JSONDecodeError as exc:
+        _fail(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})")
     except ValidationError as exc:
-        _fail(f"invalid configuration:\n{exc}")
+        _fail(f"{where}: invalid configuration:\n{exc}")
     except (ValueError, ImportError) as exc:
-        _fail(str(exc))
+        _fail(f"{where}: {exc}")
+    except Exception as exc:
+        if type(exc).__module__.startswith("yaml"):  # PyYAML is optional: no import here
+            _fail(f"{where}: not valid YAML ({' '.join(str(exc).split())})")
+        raise
 
 
 def _fail(message: str) -> NoReturn:
-    print(f"replay-guard: error: {message}", file=sys.stderr)
+    print(f"replay-guard eval: {message}", file=sys.stderr)
     raise SystemExit(2)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run `replay-guard eval`."""
-    config = load_config(args.config, args.policy)
-    path: Path = args.trajectories
-    if not path.is_file():
-        _fail(f"no such file: {path}")
+class _NotJSONLinesError(Exception):
+    """The input's first line is not JSON text: it is not a JSON-lines file at all."""
+
+
+def _checked_lines(lines: Iterable[bytes], path: Path) -> Iterator[bytes]:
+    """The lines, refusing at once a file whose first line is not JSON (a binary file)."""
+    checked = False
+    for number, line in enumerate(lines, start=1):
+        if not checked and line.strip():
+            checked = True
+            _data, problem = parse_line(line)
+            if problem is not None:
+                msg = f"{path} line {number} is {problem}: {_HINT}"
+                raise _NotJSONLinesError(msg)
+        yield line
+
+
+def _evaluate(args: argparse.Namespace, config: GuardConfig, path: Path) -> EvalReport:
     progress = None
     if sys.stderr.isatty() and path.stat().st_size > _PROGRESS_BYTES:
 
@@ -104,15 +135,38 @@ def run(args: argparse.Namespace) -> int:
             if done % 50 == 0:
                 print(f"\r{done} trajectories...", end="", file=sys.stderr, flush=True)
 
-    report = evaluate_file(
-        path,
-        config,
-        error_pattern=args.error_pattern,
-        normalize=args.normalize,
-        on_progress=progress,
-    )
-    if progress is not None:
-        print("\r", end="", file=sys.stderr)
+    try:
+        with open(path, "rb") as handle:
+            report = evaluate_file(
+                _checked_lines(handle, path),
+                config,
+                error_pattern=args.error_pattern,
+                normalize=args.normalize,
+                on_progress=progress,
+            )
+    except _NotJSONLinesError as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"cannot read {path} ({exc.strerror or exc})")
+    finally:
+        if progress is not None:
+            print("\r", end="", file=sys.stderr)
+    return report
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `replay-guard eval`."""
+    config = load_config(args.config, args.policy)
+    path: Path = args.trajectories
+    if path.is_dir():
+        _fail(f"{path} is a directory: {_HINT}")
+    if not path.exists():
+        _fail(f"no such file: {path}")
+    report = _evaluate(args, config, path)
+    if report.total.trajectories == 0 and report.malformed:
+        number, problem = report.malformed[0]
+        skipped = len(report.malformed)
+        _fail(f"{path} holds no trajectory (line {number}: {problem}; {skipped} skipped): {_HINT}")
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=2)
         print()

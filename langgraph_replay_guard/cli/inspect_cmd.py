@@ -35,7 +35,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             "URI: what LangGraph Studio shows, for a terminal."
         ),
     )
-    parser.add_argument("--db", required=True, help="SQLite file, sqlite:///path or postgresql://")
+    parser.add_argument(
+        "--db",
+        required=True,
+        help="SQLite file, sqlite:///path, postgresql:// URI or libpq 'host=... dbname=...'",
+    )
     parser.add_argument("--thread", required=True, help="thread id")
     parser.add_argument(
         "--namespace",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Sequence
 
 from langgraph_replay_guard.cli import demo_cmd, eval_cmd, inspect_cmd, records_cmd
@@ -35,8 +36,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         The exit status.
     """
     os.environ.setdefault("LANGSMITH_TRACING", "false")
-    args = build_parser().parse_args(argv)
-    status: int = args.func(args)
+    try:
+        args = build_parser().parse_args(argv)
+        status: int = args.func(args)
+        sys.stdout.flush()  # a reader that went away shows here, not at interpreter exit
+    except BrokenPipeError:
+        # `replay-guard ... | head`: the reader has what it wanted. As the Python docs
+        # advise (signal module, "Note on SIGPIPE"), point stdout at devnull so the final
+        # flush at exit cannot fail again, and exit quietly with 1.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     return status
 
 

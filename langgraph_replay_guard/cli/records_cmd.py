@@ -48,7 +48,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             "--db",
             required=True,
             metavar="URI",
-            help="SQLite file (path or sqlite:///path) or postgresql:// URI",
+            help="SQLite file (path or sqlite:///path), postgresql:// URI or libpq "
+            "'host=... dbname=...' string",
         )
         p.add_argument(
             "--namespace",
@@ -141,6 +142,14 @@ def _info_json(info: StoredRecordInfo) -> dict[str, Any]:
 
 def _list(records: RecordStore, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     infos = records.list_records(limit=max(args.limit, 0))
+    for info in infos:
+        if info.problems:  # listed as "unreadable"; `verify` counts it as corrupted
+            problems = "; ".join(info.problems)
+            print(
+                f"replay-guard records: warning: record {info.execution_id!r} cannot be read: "
+                f"{problems}",
+                file=err,
+            )
     if args.json:
         _dump([_info_json(i) for i in infos], out)
         return EXIT_OK
@@ -158,7 +167,7 @@ def _list(records: RecordStore, args: argparse.Namespace, out: TextIO, err: Text
                 status,
                 str(info.events),
                 _size(info.chars),
-                "error" if info.failed else "ok",
+                "error" if info.failed else ("ok" if header else "?"),
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -295,7 +304,11 @@ def _verify(records: RecordStore, args: argparse.Namespace, out: TextIO, err: Te
 
 
 def _invalidate(records: RecordStore, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    header = records.invalidate(args.execution_id)
+    try:
+        header = records.invalidate(args.execution_id)
+    except ValueError as exc:  # a damaged header: nothing to mark
+        print(f"replay-guard records: {exc}", file=err)
+        return EXIT_NOT_REPLAYABLE
     if args.json:
         _dump(header.model_dump(), out)
     else:

@@ -9,16 +9,30 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from langgraph_replay_guard.record_store import load_store_value
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
     from langgraph.store.base import BaseStore
 
-__all__ = ["StoreURIError", "mask_uri", "open_checkpointer", "open_store", "scrub"]
+__all__ = [
+    "StoreURIError",
+    "is_postgres",
+    "mask_uri",
+    "open_checkpointer",
+    "open_store",
+    "scrub",
+]
 
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _CONNINFO_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+# A libpq key/value connection string: "host=db port=5432 dbname=app user=app password=...".
+_CONNINFO_START = re.compile(r"\s*[A-Za-z_]+\s*=")
+_CONNINFO_KEY = re.compile(
+    r"(?:^|\s)(?:host|hostaddr|port|dbname|user|password|service)\s*=", re.IGNORECASE
+)
 _QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
 
 
@@ -52,21 +66,48 @@ def mask_uri(uri: str) -> str:
 
 
 def scrub(text: str, uri: str) -> str:
-    """Remove the URI's password from a message (a driver error may quote the URI)."""
+    """Remove the URI's password from a message (a driver error may quote the URI).
+
+    Args:
+        text: The message.
+        uri: The `--db` value whose password must not show.
+
+    Returns:
+        The message with the password, as written and as decoded, replaced by `***`.
+    """
     secrets: list[str] = []
     try:
         password = urlsplit(uri).password if "://" in uri else None
     except ValueError:
         password = None
     if password:
-        secrets.append(password)
+        secrets += [password, unquote(password)]  # percent-encoded in the URI
     for match in _CONNINFO_PASSWORD.finditer(uri):
-        secrets.append(match.group(2).strip("'"))
+        written = match.group(2)
+        secrets.append(written)
+        if written.startswith("'"):  # libpq quoting: 'a \'quoted\' secret'
+            secrets.append(re.sub(r"\\(.)", r"\1", written[1:-1]))
     text = text.replace(uri, mask_uri(uri))
-    for secret in secrets:
+    for secret in sorted(set(secrets), key=len, reverse=True):
         if secret:
             text = text.replace(secret, "***")
     return text
+
+
+def is_postgres(uri: str) -> bool:
+    """Whether a `--db` value names a PostgreSQL database rather than a SQLite file.
+
+    Args:
+        uri: A `postgresql://` URI, a libpq key/value string (`host=... dbname=...`) or a
+            SQLite path.
+
+    Returns:
+        True for a URI or a key/value string (unless a file has that very name).
+    """
+    if uri.startswith(_POSTGRES_SCHEMES):
+        return True
+    looks_like_conninfo = _CONNINFO_START.match(uri) and _CONNINFO_KEY.search(uri)
+    return bool(looks_like_conninfo) and not Path(uri).exists()
 
 
 def _sqlite_path(uri: str) -> Path:
@@ -85,11 +126,14 @@ def open_store(uri: str, *, must_exist: bool = True) -> Iterator[BaseStore]:
     """Open the LangGraph store behind a `--db` value.
 
     Args:
-        uri: A SQLite file path, `sqlite:///path`, or a `postgresql://` URI.
+        uri: A SQLite file path, `sqlite:///path`, a `postgresql://` URI or a libpq
+            key/value string.
         must_exist: Refuse a SQLite path that does not exist (instead of creating it).
 
     Yields:
-        The store, set up (its tables created when missing).
+        The store, set up (its tables created when missing). A stored value that is not a
+        JSON object reads as `load_store_value`'s stand-in, so one damaged row cannot fail
+        a whole listing.
 
     Raises:
         StoreURIError: The value cannot be opened; the message names the problem with the
@@ -133,29 +177,60 @@ def _backend(kind: str, what: str) -> Any:
 
 @contextmanager
 def _open(uri: str, what: str, *, must_exist: bool) -> Iterator[Any]:
-    if uri.startswith(_POSTGRES_SCHEMES):
-        backend = _backend("postgres", what)
+    if is_postgres(uri):
         try:
-            with backend.from_conn_string(uri) as opened:
+            with _opener("postgres", what)(uri) as opened:
                 opened.setup()
                 yield opened
         except StoreURIError:
             raise
         except Exception as exc:
             if type(exc).__module__.startswith("psycopg"):
-                msg = f"cannot use the database {mask_uri(uri)}: {scrub(str(exc), uri)}"
+                detail = " ".join(scrub(str(exc), uri).split())  # libpq's are multi-line
+                msg = f"cannot use the database {mask_uri(uri)}: {detail}"
                 raise StoreURIError(msg) from None
             raise
         return
     path = _sqlite_path(uri)
     if must_exist and not path.is_file():
-        msg = f"no SQLite database at {str(path)!r} (give --db a file path or a postgresql:// URI)"
+        shown = mask_uri(str(path))
+        msg = f"no SQLite database at {shown!r} (give --db a file path or a postgresql:// URI)"
         raise StoreURIError(msg)
-    backend = _backend("sqlite", what)
     try:
-        with backend.from_conn_string(str(path)) as opened:
+        with _opener("sqlite", what)(str(path)) as opened:
             opened.setup()
             yield opened
     except sqlite3.DatabaseError as exc:
-        msg = f"cannot use the SQLite database {str(path)!r}: {exc}"
+        msg = f"cannot use the SQLite database {mask_uri(str(path))!r}: {exc}"
         raise StoreURIError(msg) from None
+
+
+def _opener(kind: str, what: str) -> Any:
+    """`from_conn_string` of the backend, or for a store, its tolerant twin below."""
+    if what == "store":
+        return _postgres_store if kind == "postgres" else _sqlite_store
+    return _backend(kind, what).from_conn_string
+
+
+@contextmanager
+def _postgres_store(target: str) -> Iterator[BaseStore]:
+    """A `PostgresStore` connected as its `from_conn_string` does, reading values tolerantly."""
+    store_class = _backend("postgres", "store")  # first: a clear error without psycopg
+    from psycopg import Connection
+    from psycopg.rows import dict_row
+
+    with Connection.connect(
+        target, autocommit=True, prepare_threshold=0, row_factory=dict_row
+    ) as conn:
+        yield store_class(conn, deserializer=load_store_value)
+
+
+@contextmanager
+def _sqlite_store(target: str) -> Iterator[BaseStore]:
+    """A `SqliteStore` connected as its `from_conn_string` does, reading values tolerantly."""
+    store_class = _backend("sqlite", "store")
+    conn = sqlite3.connect(target, check_same_thread=False, isolation_level=None)
+    try:
+        yield store_class(conn, deserializer=load_store_value)
+    finally:
+        conn.close()
