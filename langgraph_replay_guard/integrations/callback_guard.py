@@ -9,9 +9,26 @@ from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.messages import AIMessage, ToolCall
 
-from langgraph_replay_guard.engine import Decision, Verdict, make_event, render_reminder
+from langgraph_replay_guard.engine import (
+    Decision,
+    Verdict,
+    call_facts,
+    make_event,
+    render_reminder,
+)
 from langgraph_replay_guard.errors import LoopAbortedError
 from langgraph_replay_guard.integrations.callback_state import Scope, ScopeKey, ScopeTable
+from langgraph_replay_guard.integrations.callback_unknown import (
+    RESOLUTIONS,
+    UNKNOWN_FIELD,
+    UNKNOWN_REASON,
+    find_mark,
+    marks_of,
+    new_mark,
+    unknown_message,
+    with_mark,
+    without_mark,
+)
 from langgraph_replay_guard.integrations.calls import (
     Batch,
     BatchPlan,
@@ -24,7 +41,7 @@ from langgraph_replay_guard.integrations.calls import (
     plan_calls,
     snapshot,
 )
-from langgraph_replay_guard.state import Event, GuardView, settled, state_for_turn
+from langgraph_replay_guard.state import Event, GuardView, Outcome, settled, state_for_turn
 
 if TYPE_CHECKING:
     from langgraph_replay_guard.config import GuardConfig
@@ -150,16 +167,17 @@ class CallbackGuard:
             if plan is None or not _same_calls(plan, step_id, calls):
                 plan = self._plan(scope, step_id, calls, keep=True)
             scope.executor = True
-            answers = [self._answer(plan, planned) for planned in plan.calls]
+            answers = [self._answer(scope, plan, planned) for planned in plan.calls]
             if all(message is None for message, _ in answers):
                 return None
             self._write(scope, [event for _, events in answers for event in events])
             scope.plan = None
-        decisions = tuple(
-            (planned.decision, planned.tool_call)
-            for planned, (message, _) in zip(plan.calls, answers, strict=True)
-            if message is not None and planned.decision is not None
+        refused = (
+            (_refusal_decision(planned, events), planned.tool_call)
+            for planned, (message, events) in zip(plan.calls, answers, strict=True)
+            if message is not None
         )
+        decisions = tuple((d, call) for d, call in refused if d is not None)
         return Refusal(_step_message(plan, [m for m, _ in answers]), decisions)
 
     # -- tool calls ---------------------------------------------------------------------------
@@ -184,12 +202,12 @@ class CallbackGuard:
         scope = self.scopes.get(key)
         with scope.lock:
             plan, planned = self._claim(scope, call, fallback_id, fallback_turn)
-            message, events = self._answer(plan, planned)
+            message, events = self._answer(scope, plan, planned)
             if message is None:
                 return Admitted(scope, plan, planned)
             self._write(scope, events)
-        decisions = ((planned.decision, planned.tool_call),) if planned.decision else ()
-        return Refusal(message, decisions)
+        decision = _refusal_decision(planned, events)
+        return Refusal(message, ((decision, planned.tool_call),) if decision else ())
 
     def record(self, admitted: Admitted, outcome: str, text: str | None) -> None:
         """Record how an admitted call ended: `success`, `failure` or `timeout`."""
@@ -208,6 +226,81 @@ class CallbackGuard:
             event = executed_event(self.config, planned, batch, outcome, text)
         with admitted.scope.lock:
             self._write(admitted.scope, [event])
+
+    def failed(self, admitted: Admitted, error: BaseException) -> None:
+        """Record an admitted call whose tool raised.
+
+        An `unsafe` call that raised an exception its policy does not name in
+        `no_effect_errors` may have taken effect before it failed: its outcome is unknown,
+        and identical calls in the scope are refused until `resolve`. Other calls (a
+        `pure` read, an `idempotent` call, a no-effect error) stay plain failures that may
+        be retried.
+        """
+        outcome = "timeout" if isinstance(error, TimeoutError) else "failure"
+        self.record(admitted, outcome, str(error))
+        facts = admitted.planned.facts
+        if facts is None or facts.replay != "unsafe":
+            return
+        if self.config.policy_for(facts.tool).raised_before_effect(error):
+            return
+        scope = admitted.scope
+        with scope.lock:
+            marks = with_mark(marks_of(self.scopes.read(scope)), new_mark(facts, error))
+            self.scopes.write_field(scope, UNKNOWN_FIELD, marks)
+        logger.warning(
+            "langgraph-replay-guard: unsafe tool '%s' (%s) raised %s: its outcome is unknown "
+            "and identical calls are refused until handler.resolve",
+            facts.tool,
+            facts.args_summary,
+            type(error).__name__,
+        )
+
+    def resolve(
+        self, key: ScopeKey, tool: str, args: Any, outcome: str, result: Any = None
+    ) -> None:
+        """Settle an unknown outcome: clear its mark, recording a confirmed result.
+
+        Args:
+            key: The scope.
+            tool: The tool's name.
+            args: The call's arguments, as the model gave them.
+            outcome: `"succeeded"`, `"failed"` or `"retry"`.
+            result: For `succeeded`/`failed`, the confirmed result or error text.
+
+        Raises:
+            ValueError: `outcome` is not one of the three words, or no unknown outcome is
+                recorded for that call in the scope.
+        """
+        if outcome not in RESOLUTIONS:
+            msg = f"outcome={outcome!r}: use 'succeeded', 'failed' or 'retry'."
+            raise ValueError(msg)
+        facts = call_facts(self.config, tool, args)
+        scope = self.scopes.get(key)
+        with scope.lock:
+            state = self.scopes.read(scope)
+            marks = marks_of(state)
+            if find_mark(marks, facts.key) is None:
+                known = ", ".join(f"{m['n']}({m['a']})" for m in marks) or "none"
+                msg = (
+                    f"No unknown outcome is recorded for '{tool}' with these args "
+                    f"({facts.args_summary}) in {key[0]} {key[1]!r}: nothing to resolve. "
+                    f"Unknown outcomes there: {known}. Pass the args exactly as the tool got them."
+                )
+                raise ValueError(msg)
+            self.scopes.write_field(scope, UNKNOWN_FIELD, without_mark(marks, facts.key))
+            if outcome != "retry" and result is not None:
+                # Recorded as the call's latest outcome, for inspect() and result-diff.
+                turn = settled(state).get("turn")
+                executed: Outcome = "success" if outcome == "succeeded" else "failure"
+                text = result if isinstance(result, str) else repr(result)
+                event = make_event(
+                    facts,
+                    executed,
+                    result=text,
+                    preview_chars=self.config.result_preview_chars,
+                    turn=turn,
+                )
+                self._write(scope, [event])
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -289,7 +382,9 @@ class CallbackGuard:
         single = self._plan(scope, call_id or fallback_id, [call], keep=False)
         return single, single.calls[0]
 
-    def _answer(self, plan: BatchPlan, planned: PlannedCall) -> tuple[str | None, list[Event]]:
+    def _answer(
+        self, scope: Scope, plan: BatchPlan, planned: PlannedCall
+    ) -> tuple[str | None, list[Event]]:
         """What the model is told instead of running a call (None: run it), and its events."""
         aborting = plan.abort if self.config.on_abort != "continue" else None
         if aborting is not None and aborting.decision is not None:
@@ -301,10 +396,39 @@ class CallbackGuard:
             return f"Not executed: {planned.error}", []
         decision = planned.decision
         if decision is None or decision.verdict is Verdict.ALLOW:
-            return None, []
+            return self._unknown_answer(scope, plan, planned)
         abort = decision.verdict is Verdict.ABORT
         event = denied_event(planned, plan.batch, decision.reason or "denied", abort=abort)
         return decision.message or "Not executed.", [event]
+
+    def _unknown_answer(
+        self, scope: Scope, plan: BatchPlan, planned: PlannedCall
+    ) -> tuple[str | None, list[Event]]:
+        """Refuse an unsafe call whose identical earlier call has an unknown outcome."""
+        facts = planned.facts
+        if facts is None or facts.replay != "unsafe":
+            return None, []  # only unsafe calls pay the store read
+        mark = find_mark(marks_of(self.scopes.read(scope)), facts.key)
+        if mark is None:
+            return None, []
+        message = unknown_message(mark, scope.key)
+        logger.warning("langgraph-replay-guard: %s", message)
+        return message, [denied_event(planned, plan.batch, UNKNOWN_REASON, abort=False)]
+
+
+def _refusal_decision(planned: PlannedCall, events: list[Event]) -> Decision | None:
+    """The decision reported on the stream for a refused call."""
+    decision = planned.decision
+    if planned.facts is None or not events or events[-1]["r"] != UNKNOWN_REASON:
+        return decision
+    return Decision(
+        Verdict.DENY,
+        UNKNOWN_REASON,
+        planned.facts.key,
+        message=None,
+        tool=planned.facts.tool,
+        count=decision.count if decision is not None else 1,
+    )
 
 
 def _same_calls(plan: BatchPlan, batch_id: str, calls: Sequence[Call]) -> bool:

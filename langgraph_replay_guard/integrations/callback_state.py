@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from langgraph_replay_guard.ledger import store_label
-from langgraph_replay_guard.state import StateUpdate, merge_guard_state
+from langgraph_replay_guard.state import StateUpdate, load_state, merge_guard_state
 
 if TYPE_CHECKING:
     from langgraph.store.base import BaseStore
@@ -218,7 +218,19 @@ class ScopeTable:
 
         Call with `scope.lock` held.
         """
-        value = merge_guard_state(self.read(scope), update)
+        self._put(scope, merge_guard_state(self.read(scope), update))
+
+    def write_field(self, scope: Scope, name: str, field_value: Any) -> None:
+        """Set a field the handler keeps beside the guard state (the unknown outcomes).
+
+        The guard-state reducer copies fields it does not know, so the field survives
+        later event writes. Call with `scope.lock` held.
+        """
+        value = load_state(self.read(scope))
+        value[name] = field_value
+        self._put(scope, value)
+
+    def _put(self, scope: Scope, value: dict[str, Any]) -> None:
         scope.value = value
         if self.store is not None and scope.key[0] == "thread":
             self.store.put(self.namespace, scope.key[1], value)

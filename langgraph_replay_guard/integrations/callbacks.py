@@ -6,7 +6,7 @@ import functools
 import logging
 import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 from uuid import UUID
 
 from langchain_core.agents import AgentAction
@@ -168,6 +168,11 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
     (the only way a callback can stop a run). With `on_abort="error"` the abort raises
     `LoopAbortedError` before any tool of its batch runs.
 
+    Unknown outcomes: when an `unsafe` call raises (an exception its policy does not name
+    in `no_effect_errors`), its side effect may have happened. Every later identical call
+    in the thread is refused until a human settles it with `resolve`. `idempotent` tools
+    are retried as before: a callback cannot add an idempotency key to a tool's input.
+
     Args:
         config: Guard configuration (`GuardConfig()` defaults when omitted).
         store: Optional LangGraph `BaseStore` holding each thread's guard state, so that
@@ -242,6 +247,47 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             or it was returned already.
         """
         return self._guard.reminder(_scope_key(thread_id, run_id))
+
+    def resolve(
+        self,
+        thread_id: str | None,
+        tool: str,
+        args: Any,
+        outcome: Literal["succeeded", "failed", "retry"],
+        result: Any = None,
+        *,
+        run_id: UUID | str | None = None,
+    ) -> None:
+        """Settle an unsafe call whose outcome is unknown, so that identical calls run again.
+
+        When an `unsafe` tool raises an exception its policy does not name in
+        `ToolPolicy.no_effect_errors` (the connection dropped after the email went out),
+        the handler cannot know whether the side effect happened. It refuses every later
+        identical call (same tool, same canonical arguments) in the thread with
+        `ToolCallBlockedError` until a human who checked upstream calls this method.
+
+        All three outcomes clear the mark and let the next identical call run: `retry`
+        (it did not happen), `succeeded` or `failed` (it did or did not; `result` is then
+        recorded in the thread's guard state as the call's confirmed result or error).
+
+        `idempotent` tools are not marked: a callback cannot change a tool's input, so it
+        cannot pass an idempotency key, and their retries run as before. Use the
+        middleware or `guard.wrap` for replay-safe idempotent calls.
+
+        Args:
+            thread_id: The thread (`None` with `run_id`).
+            tool: The tool's name.
+            args: The call's arguments, as the model gave them (a dict, or the plain
+                string an executor passed).
+            outcome: `"succeeded"`, `"failed"` or `"retry"`.
+            result: For `succeeded`/`failed`, the confirmed result or error text.
+            run_id: Instead of a thread, the root run id of a run without a thread id.
+
+        Raises:
+            ValueError: `outcome` is not one of the three words, or no unknown outcome is
+                recorded for that call.
+        """
+        self._guard.resolve(_scope_key(thread_id, run_id), tool, args, outcome, result)
 
     def check(self, agent: Any) -> ReplayGuardCallbackHandler:
         """Fail now if `agent` would not hand the handler's refusals to the model.
@@ -489,12 +535,16 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         parent_run_id: UUID | None = None,
         **kwargs: Any,
     ) -> None:
-        """Record a call that failed or timed out (an identical call may be retried)."""
+        """Record a call that raised.
+
+        A `pure` or `idempotent` call, or one whose exception its policy names in
+        `no_effect_errors`, failed plainly: an identical call may be retried. Any other
+        exception of an `unsafe` call leaves its outcome unknown (see `resolve`).
+        """
         info = self._runs.end(run_id)
         if info is None or info.call is None or isinstance(error, GraphBubbleUp):
             return  # an interrupt is not an outcome: the call runs again on resume
-        outcome = "timeout" if isinstance(error, TimeoutError) else "failure"
-        self._guard.record(info.call, outcome, str(error))
+        self._guard.failed(info.call, error)
 
     def __repr__(self) -> str:
         """Show the configuration that differs from the defaults."""
