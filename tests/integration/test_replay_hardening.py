@@ -141,9 +141,7 @@ def test_create_agent_with_tool_retry_middleware_never_resends_an_unsafe_call():
     assert fx.count("send_email") == 1  # three retries, one email
     answer = next(m for m in result["messages"] if isinstance(m, ToolMessage))
     assert answer.status == "error"
-    assert "ReplayUnsafeError" in str(answer.content) or "outcome is unknown" in str(
-        answer.content
-    )
+    assert "ReplayUnsafeError" in str(answer.content) or "outcome is unknown" in str(answer.content)
 
 
 def test_time_travel_that_edits_the_tool_is_a_conflict_not_a_replay():
