@@ -27,6 +27,7 @@ os.environ["LANGSMITH_TRACING"] = "false"
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
+from langgraph.store.base import BaseStore
 from langgraph.types import Command, RetryPolicy, interrupt
 
 from langgraph_replay_guard import GuardConfig, ReplayGuard, ReplayUnsafeError
@@ -119,16 +120,12 @@ class Harness:
         return ScriptedChatModel(script=[step] * 10)
 
 
-class KillingStore:
+class KillingStore(BaseStore):
     """Wraps the ledger's store: dies right after the unsafe call's outcome row is written."""
 
     def __init__(self, store: Any, harness: Harness) -> None:
-        self._store = store
+        self._store = store  # the guard claims on the wrapped store itself
         self._harness = harness
-
-    def put(self, namespace: Any, key: str, value: Any, **kwargs: Any) -> None:
-        self._store.put(namespace, key, value, **kwargs)
-        self._after_write(value)
 
     def batch(self, ops: Any) -> Any:
         ops = list(ops)
@@ -137,14 +134,14 @@ class KillingStore:
             self._after_write(getattr(op, "value", None))
         return results
 
+    async def abatch(self, ops: Any) -> Any:
+        return self.batch(ops)
+
     def _after_write(self, value: Any) -> None:
         if not isinstance(value, dict):
             return
         if value.get("replay") == "unsafe" and value.get("status") == "completed":
             self._harness.boundary("after_outcome")
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
 
 
 @contextlib.contextmanager
