@@ -138,7 +138,7 @@ def decode_cfg(value: Any, path: str = "cfg") -> dict[str, Any]:
             if type(item) is not int or not low <= item <= high:
                 _fail(f"{path}.{key}", f"a whole number from {low} to {high}", item)
         elif key in _CFG_CHOICES:
-            if item not in _CFG_CHOICES[key]:
+            if not isinstance(item, str) or item not in _CFG_CHOICES[key]:
                 _fail(f"{path}.{key}", " or ".join(sorted(_CFG_CHOICES[key])), item)
         else:
             _fail(f"{path}.{key}", "absent (not a guard setting)", item)
@@ -181,6 +181,7 @@ def _event_ok(event: Any) -> bool:
     return (
         type(i) is int
         and i >= 0
+        and isinstance(o, str)
         and o in _OUTCOMES
         and (size is _ABSENT or (type(size) is int and size >= 0))
         and isinstance(k, str)
@@ -212,7 +213,7 @@ def _event_problem(event: Any, path: str) -> NoReturn:
         if type(event[key]) is not bool:
             _fail(f"{path}.{key}", "true or false", event[key])
     _natural(event["i"], f"{path}.i")
-    if event["o"] not in _OUTCOMES:
+    if not isinstance(event["o"], str) or event["o"] not in _OUTCOMES:
         _fail(f"{path}.o", "success, failure, timeout or denied", event["o"])
     _fail(f"{path}.m", "the batch size (a whole number >= 0)", event.get("m"))
 

@@ -77,7 +77,8 @@ def corrupt(graph: Any, config: dict[str, Any], field: str, way: str) -> None:
     """Replace one field of the stored channel value with garbage."""
     value = copy.deepcopy(graph.get_state(config).values[GUARD_CHANNEL])
     value[field] = copy.deepcopy(CORRUPTIONS[field])
-    graph.update_state(config, {GUARD_CHANNEL: value if way == "update_state" else Overwrite(value)})
+    write = value if way == "update_state" else Overwrite(value)
+    graph.update_state(config, {GUARD_CHANNEL: write})
 
 
 def resume_to_end(graph: Any, config: dict[str, Any]) -> dict[str, Any]:
@@ -149,7 +150,8 @@ def test_corrupt_channel_after_a_finished_run_resets_on_the_next_message(field):
 
     corrupt(graph, config, field, "overwrite")
     before = guard.inspect(graph.get_state(config))
-    assert before.reset is not None and field in before.reset["reason"]
+    assert before.reset is not None
+    assert field in before.reset["reason"]
 
     values = graph.invoke({"messages": [HumanMessage("again please")]}, config)
     assert values["messages"][-1].text == "Done."
