@@ -341,3 +341,14 @@ def test_an_event_on_a_huge_counts_map_evicts_in_constant_time():
     state["counts"] = huge_value("counts")["counts"]
     fold_events(state, [event("read", 8)], CFG)
     assert len(state["counts"]) == MAX_TRACKED_KEYS
+
+
+def test_a_field_replaced_in_place_on_a_written_value_is_checked_again():
+    # Values the reducer returned are read without a new check (every read of a step gets
+    # the value the last write produced), unless one of their fields was replaced since.
+    value = write(BASES["full"], event("read", 9))
+    assert settled(value) is value
+    value["reminder"] = "boo"
+    state = settled(value)
+    assert state["reset"]["reason"].startswith("the guard channel is malformed: reminder")
+    assert GUARD.system_prompt({"messages": MESSAGES, GUARD_CHANNEL: value}, "base").text == "base"
