@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
+import operator
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, TypedDict
+
+from langgraph_replay_guard.state_format import (
+    InvalidStateError,
+    decode_cfg,
+    decode_events,
+    decode_fields,
+    trim_map,
+)
 
 __all__ = [
     "FORMAT_VERSION",
@@ -95,45 +106,50 @@ def new_state() -> dict[str, Any]:
         "last_batch": None,  # id of the AIMessage of the last folded call (turn lookups)
         "cfg": {},
         "notice": None,  # set when a corrupt or old-format value was reset
+        "reset": None,  # {"reason", "at"} of the last reset of a corrupt or old-format value
     }
 
 
-_TOP_LEVEL_TYPES: dict[str, type | tuple[type, ...]] = {
-    "epoch": int,
-    "calls": int,
-    "window": list,
-    "counts": dict,
-    "results": dict,
-    "tail": list,
-    "blocked": list,
-    "stats": dict,
-    "cfg": dict,
-}
+MAX_RESET_REASON = 300
+"""Longest `reset.reason` (and reason in `notice`) kept in the state."""
 
 
-def _problem(value: Any) -> str | None:
-    """Describe what is wrong with a channel value, or return None if it is readable."""
+def _decode(value: Any) -> tuple[dict[str, Any] | None, str]:
+    """The checked private copy of a channel value, or what is wrong with it.
+
+    One pass over the whole value (every field, every entry, pending events included): a
+    value that passes cannot make the fold, the decisions or the views fail.
+    """
     if not isinstance(value, Mapping):
-        return f"the guard channel holds a {type(value).__name__}, not a guard state"
+        return None, f"the guard channel holds a {type(value).__name__}, not a guard state"
     version = value.get("v")
-    if version != FORMAT_VERSION:
-        return (
+    if type(version) is not int or version != FORMAT_VERSION:
+        return None, (
             f"the guard channel is in format version {version!r}; this version of "
             f"langgraph-replay-guard reads version {FORMAT_VERSION}"
         )
-    for key, kind in _TOP_LEVEL_TYPES.items():
-        if not isinstance(value.get(key), kind):
-            return f"the guard channel field {key!r} is missing or has the wrong type"
-    return None
+    try:
+        state = decode_fields(
+            value,
+            max_keys=MAX_TRACKED_KEYS,
+            max_results=MAX_RESULTS,
+            max_blocked=MAX_BLOCKED_LOG,
+        )
+    except InvalidStateError as exc:
+        return None, f"the guard channel is malformed: {exc}"
+    return state, ""
 
 
 def load_state(value: Any) -> dict[str, Any]:
-    """Return a private, readable copy of a channel value.
+    """Return a private, checked copy of a channel value.
 
     An empty value (`None` or `{}`, what LangGraph starts a channel with) gives a new
-    state. A corrupt or old-format value is never fatal: it is logged as a warning and
-    replaced by a new state whose `notice` says what was wrong, so a guarded graph keeps
-    running and the problem is visible in the thread state.
+    state. Every field and nested entry is checked; maps and lists above their caps keep
+    their most recent entries. A corrupt or old-format value is never fatal: it is logged
+    as a warning and replaced by a new state whose `reset` (`{"reason", "at"}`) and
+    `notice` say what was wrong, so a guarded graph keeps running and the problem is
+    visible in the thread state. The thread totals (`stats`) survive a reset when they
+    are readable.
 
     Args:
         value: The channel value.
@@ -143,35 +159,101 @@ def load_state(value: Any) -> dict[str, Any]:
     """
     if value is None or (isinstance(value, Mapping) and not value):
         return new_state()
-    problem = _problem(value)
-    if problem is None:
-        return _shallow(value)
-    return _reset(problem)
+    trusted = _trusted(value)
+    if trusted is not None:
+        return _shallow(trusted)
+    state, problem = _decode(value)
+    if state is not None:
+        return state
+    return _reset(problem, value)
+
+
+# Values the reducer returned, by id, with their top-level fields: reading one again skips
+# the check (the reducer and every read of a step see the value the last write produced).
+# The fields are compared by identity, so a field replaced in place is checked again; the
+# guard never mutates a returned value, and LangGraph never mutates channel values.
+_TRUSTED: dict[int, tuple[Mapping[str, Any], tuple[Any, ...]]] = {}
+_TRUSTED_CAP = 64
+_TRUSTED_LOCK = threading.Lock()
+
+
+def _trust(value: dict[str, Any]) -> dict[str, Any]:
+    """Remember a checked value the reducer returns; returns it."""
+    with _TRUSTED_LOCK:
+        _TRUSTED[id(value)] = (value, tuple(value.values()))
+        if len(_TRUSTED) > _TRUSTED_CAP:
+            del _TRUSTED[next(iter(_TRUSTED))]
+    return value
+
+
+def _trusted(value: Any) -> Mapping[str, Any] | None:
+    """`value` if the reducer returned it and none of its fields was replaced since."""
+    entry = _TRUSTED.get(id(value))
+    if entry is None or entry[0] is not value:
+        return None
+    trusted, fields = entry
+    if len(fields) == len(trusted) and all(map(operator.is_, fields, trusted.values())):
+        return trusted
+    return None
+
+
+_CONTAINERS = ("window", "counts", "results", "tail", "blocked", "stats", "cfg")
 
 
 def _shallow(value: Mapping[str, Any]) -> dict[str, Any]:
-    """Copy a state one level deep: its own lists and dicts, not what they hold.
+    """Copy a checked state one level deep: its own lists and maps, not what they hold.
 
     Enough for the fold, which never mutates an entry in place (it replaces entries),
     and far cheaper than a deep copy on every reducer call.
     """
-    out: dict[str, Any] = {}
-    for key, item in value.items():
-        if isinstance(item, dict):
-            out[key] = dict(item)
-        elif isinstance(item, list):
-            out[key] = list(item)
-        else:
-            out[key] = item
+    out = dict(value)
+    for key in _CONTAINERS:
+        item = out.get(key)
+        if item is not None:
+            out[key] = item.copy()
     return out
 
 
-def _reset(problem: str) -> dict[str, Any]:
-    notice = f"{problem}; the guard state was reset (counters start again from zero)."
+# (corrupt value, the state it was reset to): the read paths meet the same value several
+# times in a step; it is reported once and every reader gets the same reset.
+_LAST_RESET: list[tuple[Any, dict[str, Any] | None]] = [(None, None)]
+
+
+def _reset(problem: str, value: Any = None) -> dict[str, Any]:
+    last_value, last_state = _LAST_RESET[0]
+    if last_state is not None and last_value is value and value is not None:
+        return _shallow(last_state)
+    reason = _bounded(problem)
+    notice = f"{reason}; the guard state was reset (counters start again from zero)."
     logger.warning("langgraph-replay-guard: %s", notice)
     state = new_state()
+    state["stats"] = _readable_stats(value)
     state["notice"] = notice
-    return state
+    state["reset"] = {
+        "reason": reason,
+        "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+    _LAST_RESET[0] = (value, state)
+    return _shallow(state)
+
+
+def _bounded(text: str) -> str:
+    if len(text) <= MAX_RESET_REASON:
+        return text
+    return text[: MAX_RESET_REASON - 3] + "..."
+
+
+def _readable_stats(value: Any) -> dict[str, Any]:
+    """The thread totals of a value in the current format, if they are readable."""
+    fresh: dict[str, Any] = new_state()["stats"]
+    if not isinstance(value, Mapping) or value.get("v") != FORMAT_VERSION:
+        return fresh
+    stats = value.get("stats")
+    if type(stats) is not dict or stats.keys() != fresh.keys():
+        return fresh
+    if all(type(count) is int and count >= 0 for count in stats.values()):
+        return dict(stats)
+    return fresh
 
 
 def state_for_turn(state: Mapping[str, Any], turn: str | None, scope: str) -> Mapping[str, Any]:
@@ -212,11 +294,21 @@ def _enter_turn(state: dict[str, Any], turn: str | None, scope: str) -> None:
 
 
 def _bump(mapping: dict[str, Any], key: str, value: Any, cap: int) -> None:
-    """Insert `key` as most recently used and evict the least recently used beyond `cap`."""
+    """Insert `key` as most recently used and evict the least recently used beyond `cap`.
+
+    O(1): a map from `load_state` is within its cap, so one entry at most is evicted. A
+    larger map (a state built by hand) is trimmed once, reading only the entries it keeps;
+    evicting its entries one by one would cost quadratic time.
+    """
     mapping.pop(key, None)
     mapping[key] = value
-    while len(mapping) > cap:
+    excess = len(mapping) - cap
+    if excess == 1:
         del mapping[next(iter(mapping))]
+    elif excess > 1:
+        kept = trim_map(mapping, cap)
+        mapping.clear()
+        mapping.update(kept)
 
 
 def _apply(state: dict[str, Any], ev: Event, cfg: Mapping[str, Any]) -> None:
@@ -409,10 +501,11 @@ _SETTLED_CACHE: list[tuple[Any, Mapping[str, Any] | None]] = [(None, None)]
 
 
 def settled(value: Any) -> Mapping[str, Any]:
-    """Return a channel value with its pending batch folded in, for reading only.
+    """Return a checked channel value with its pending batch folded in, for reading only.
 
-    Without a pending batch this is the value itself (no copy); a folded value is cached
-    for the last value seen, since a step reads the same value several times.
+    Never raises: an unreadable value gives the reset state `load_state` gives. A folded
+    value is cached for the last value seen, since a step reads the same value several
+    times.
 
     Args:
         value: A channel value (any format; unreadable values give a reset state).
@@ -420,13 +513,15 @@ def settled(value: Any) -> Mapping[str, Any]:
     Returns:
         A read-only state; do not mutate it.
     """
-    if isinstance(value, Mapping) and value and _problem(value) is None:
-        if value.get("pending") is None:
-            return value
-        cached_value, cached_state = _SETTLED_CACHE[0]
-        if cached_value is value and cached_state is not None:
-            return cached_state
+    cached_value, cached_state = _SETTLED_CACHE[0]
+    if cached_state is not None and cached_value is value:
+        return cached_state  # built by this function from a checked value
+    trusted = _trusted(value)
+    if trusted is not None and trusted["pending"] is None:
+        return trusted
     state = load_state(value)
+    if state["pending"] is None:
+        return state
     _fold_pending(state, state["cfg"])
     _SETTLED_CACHE[0] = (value, state)
     return state
@@ -436,8 +531,8 @@ def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
     """Reducer of the guard channel (`Annotated[dict, merge_guard_state]`).
 
     Deterministic: the updates of one step (the parallel calls of one AIMessage) give the
-    same value in any order. Never raises: an unreadable current value or update is
-    reported in `notice` and the guard keeps working.
+    same value in any order. Never raises: an unreadable current value is reset (see
+    `load_state`), a malformed update is ignored, and both are reported in `notice`.
 
     Args:
         current: The channel's current value.
@@ -447,6 +542,10 @@ def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
     Returns:
         The new channel value.
     """
+    return _trust(_merged(current, update))
+
+
+def _merged(current: Any, update: Any) -> dict[str, Any]:
     if update is None:
         return load_state(current)
     if isinstance(update, Mapping) and "v" in update:
@@ -455,16 +554,26 @@ def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
         return load_state(update)
     state = load_state(current)
     if not isinstance(update, Mapping) or update.get("op") != "events":
-        state["notice"] = (
-            f"ignored a write to the guard channel that is not a guard update "
-            f"({type(update).__name__}); write guard state only through the guard."
-        )
-        logger.warning("langgraph-replay-guard: %s", state["notice"])
-        return state
+        return _ignored(state, f"that is not a guard update ({type(update).__name__})")
     try:
-        fold_events(state, list(update.get("events", [])), update.get("cfg", {}))
+        events = decode_events(update.get("events", []), "events")
+        cfg = decode_cfg(update.get("cfg", {}))
+    except InvalidStateError as exc:
+        return _ignored(state, f"that is not in the guard's format ({exc})")
+    try:
+        fold_events(state, events, cfg)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        # Checked state and events cannot get here; never let a bug brick the thread.
         return _reset(f"the guard state could not be updated ({type(exc).__name__}: {exc})")
+    return state
+
+
+def _ignored(state: dict[str, Any], what: str) -> dict[str, Any]:
+    """Keep `state` as it is, noting a write that was ignored."""
+    state["notice"] = _bounded(
+        f"ignored a write to the guard channel {what}; write guard state only through the guard."
+    )
+    logger.warning("langgraph-replay-guard: %s", state["notice"])
     return state
 
 
@@ -505,7 +614,10 @@ class GuardView:
         total_calls: Calls recorded in the whole thread.
         total_blocked: Blocked calls in the whole thread.
         total_aborts: Aborts in the whole thread.
-        notice: Set when a corrupt or old-format channel value was reset.
+        notice: Set when a corrupt or old-format channel value was reset, or a write to
+            the channel was ignored.
+        reset: `{"reason", "at"}` (ISO 8601 UTC) of the last time a corrupt or old-format
+            channel value was reset, or None.
     """
 
     turn: str | None
@@ -522,18 +634,21 @@ class GuardView:
     total_blocked: int
     total_aborts: int
     notice: str | None
+    reset: Mapping[str, Any] | None = None
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], reminder_text: str | None) -> GuardView:
-        """Build a view of a settled state.
+        """Build a view of a guard state.
 
         Args:
-            state: A settled guard state.
+            state: A guard state or channel value; it is checked (and an unreadable one
+                shown as the state it is reset to), so this never raises.
             reminder_text: The rendered pending reminder, if any.
 
         Returns:
             The view.
         """
+        state = settled(state)
         stop = state.get("stop")
         cycle = state.get("cycle")
         stats = state.get("stats", {})
@@ -552,4 +667,5 @@ class GuardView:
             total_blocked=stats.get("blocked", 0),
             total_aborts=stats.get("aborts", 0),
             notice=state.get("notice"),
+            reset=dict(state["reset"]) if state.get("reset") else None,
         )

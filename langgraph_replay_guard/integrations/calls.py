@@ -94,12 +94,19 @@ def turn_anchors(value: Any) -> dict[str, str | None]:
     anchors: dict[str, str | None] = {}
     if not isinstance(value, Mapping):
         return anchors
-    last_batch = value.get("last_batch")
-    if isinstance(last_batch, str):
-        anchors[last_batch] = value.get("turn")
+    # The raw value is read before it is checked: take only well-typed anchors (a wrong
+    # one can only shorten the walk to a wrong turn, which starts the counters afresh).
+    last_batch, turn = value.get("last_batch"), value.get("turn")
+    if isinstance(last_batch, str) and (turn is None or isinstance(turn, str)):
+        anchors[last_batch] = turn
     pending = value.get("pending")
-    if isinstance(pending, Mapping) and pending.get("events"):
-        anchors[pending["batch"]] = pending["events"][0].get("t")
+    if not isinstance(pending, Mapping):
+        return anchors
+    batch, events = pending.get("batch"), pending.get("events")
+    if isinstance(batch, str) and isinstance(events, list) and events:
+        first = events[0]
+        first_turn = first.get("t") if isinstance(first, Mapping) else None
+        anchors[batch] = first_turn if isinstance(first_turn, str) else None
     return anchors
 
 
@@ -182,8 +189,8 @@ def snapshot(value: Any, batch_id: str | None) -> Mapping[str, Any]:
         A settled state.
     """
     pending = value.get("pending") if isinstance(value, Mapping) else None
-    if pending is not None and pending.get("batch") == batch_id and batch_id is not None:
-        state = load_state(value)
+    if isinstance(pending, Mapping) and pending.get("batch") == batch_id and batch_id is not None:
+        state = load_state(value)  # checked; a corrupt value gives the reset state
         state["pending"] = None
         return state
     return settled(value)

@@ -1,0 +1,130 @@
+"""Cost of reading and reducing the guard channel, and of loading a hostile oversize value.
+
+Run: python benchmarks/bench_state.py
+The reducer (`merge_guard_state`) runs on every superstep that writes the channel and the read
+paths (`settled`, `snapshot`) on every tool call and model call: both validate the whole value.
+Rows are medians over rounds, on a full state (every capped map at its cap, a cycle, a
+reminder, blocked calls, optionally a pending batch). "last output" is the value the reducer
+returned last (what the next write and the reads of a running graph get); "from checkpoint" is a
+copy of it, as a checkpointer gives it back at the start of a run, checked in full on every read.
+Compare rows, not absolute numbers (a shared machine drifts).
+The last rows load a channel whose `counts` map has 160,000 keys (what a hand edit or a bug
+could store): it must be trimmed once, not evicted key by key.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from langgraph_replay_guard.config import GuardConfig
+from langgraph_replay_guard.engine import call_facts, fold_settings, make_event
+from langgraph_replay_guard.integrations.calls import snapshot
+from langgraph_replay_guard.state import (
+    MAX_TRACKED_KEYS,
+    Event,
+    load_state,
+    merge_guard_state,
+    settled,
+)
+
+CONFIG = GuardConfig(scope="thread", tools={"write": "unsafe"})
+CFG = fold_settings(CONFIG)
+
+
+def _event(tool: str, arg: int, outcome: str = "success", **kwargs: Any) -> Event:
+    result = kwargs.pop("result", f"result of {tool} {arg}")
+    facts = call_facts(CONFIG, tool, {"id": arg, "query": "data usage this cycle"})
+    return make_event(facts, outcome, result=result, turn="h1", **kwargs)  # type: ignore[arg-type]
+
+
+def _update(*events: Event) -> dict[str, Any]:
+    return {"op": "events", "cfg": CFG, "events": list(events)}
+
+
+def full_state() -> dict[str, Any]:
+    """A settled state with every capped map full, a cycle, a reminder and blocked calls."""
+    value: dict[str, Any] = {}
+    for i in range(60):  # distinct reads: counts and results reach their caps
+        value = merge_guard_state(value, _update(_event("read", i)))
+    for _ in range(3):  # an A-B-A-B pattern with identical results: a cycle and a reminder
+        value = merge_guard_state(value, _update(_event("read", 1, result="same")))
+        value = merge_guard_state(value, _update(_event("search", 2, result="same")))
+    for i in range(5):
+        denied = _event("read", 7, "denied", reason="duplicate")
+        value = merge_guard_state(value, _update({**denied, "i": i}))
+    assert len(value["counts"]) == MAX_TRACKED_KEYS
+    return value
+
+
+def with_pending(value: dict[str, Any]) -> dict[str, Any]:
+    """The state with a batch of three calls, two of them reported."""
+    for index in range(2):
+        event = _event("read", 100 + index, batch="ai-9", index=index, batch_size=3)
+        value = merge_guard_state(value, _update(event))
+    assert value["pending"] is not None
+    return value
+
+
+def _median_us(fn: Callable[[], object], rounds: int = 15, per_round: int = 2000) -> float:
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter_ns()
+        for _ in range(per_round):
+            fn()
+        samples.append((time.perf_counter_ns() - start) / per_round / 1000)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    value = full_state()
+    pending = with_pending(value)
+    # A value as a checkpoint gives it back: a new object, never returned by the reducer in
+    # this process, so every read checks it in full.
+    stored, stored_pending = copy.deepcopy(value), copy.deepcopy(pending)
+    one = _update(_event("read", 5000))
+    batch_write = _update(_event("read", 102, batch="ai-9", index=2, batch_size=3))
+    chain = [value]
+
+    def chained() -> None:
+        # What a running graph does: each write reduces the value the last write produced.
+        chain[0] = merge_guard_state(chain[0], one)
+
+    def read_last() -> None:
+        settled(chain[0])
+
+    rows = [
+        ("reducer: one event, current = last output", chained),
+        ("settled: the last output", read_last),
+        ("reducer: one event, current from checkpoint", lambda: merge_guard_state(stored, one)),
+        (
+            "reducer: last call of a batch, from checkpoint",
+            lambda: merge_guard_state(stored_pending, batch_write),
+        ),
+        ("load_state: from checkpoint", lambda: load_state(stored)),
+        ("settled: from checkpoint", lambda: settled(stored)),
+        ("snapshot: pending batch, from checkpoint", lambda: snapshot(stored_pending, "ai-9")),
+    ]
+    print(f"{'what':<48} {'median (us)':>12}")
+    for label, fn in rows:
+        print(f"{label:<48} {_median_us(fn):>12.2f}")
+
+    hostile = dict(value)
+    hostile["counts"] = {f"key-{i}": [1, "read"] for i in range(160_000)}
+    start = time.perf_counter()
+    after = merge_guard_state(hostile, one)
+    elapsed = time.perf_counter() - start
+    print(
+        f"\n160,000-key counts + one event: {elapsed * 1000:.1f} ms once "
+        f"(counts now {len(after['counts'])} keys)"
+    )
+    start = time.perf_counter()
+    merge_guard_state(after, one)
+    print(f"the next event on the trimmed value: {(time.perf_counter() - start) * 1e6:.1f} us")
+
+
+if __name__ == "__main__":
+    main()

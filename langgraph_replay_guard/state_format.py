@@ -1,0 +1,416 @@
+"""The guard channel format: one pass that checks every field and entry, trimming oversize maps."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from itertools import islice
+from operator import itemgetter
+from typing import Any, NoReturn
+
+__all__ = [
+    "DEFAULT_CYCLE_PERIOD",
+    "DEFAULT_WINDOW",
+    "InvalidStateError",
+    "decode_cfg",
+    "decode_events",
+    "decode_fields",
+    "trim_map",
+]
+
+DEFAULT_WINDOW = 5
+"""Dedup window when the stored settings do not say (`GuardConfig.history_window`)."""
+
+DEFAULT_CYCLE_PERIOD = 4
+"""Longest cycle when the stored settings do not say (`GuardConfig.max_cycle_period`)."""
+
+# The bounds `GuardConfig` enforces on the settings that travel with each write.
+_MAX_WINDOW = 10_000
+_MAX_CYCLE_PERIOD = 32
+
+_OUTCOMES = frozenset({"success", "failure", "timeout", "denied"})
+_EVENT_KEYS = frozenset({"b", "i", "t", "k", "n", "a", "c", "v", "s", "o", "h", "p", "r", "x"})
+_SIZED_EVENT_KEYS = _EVENT_KEYS | {"m"}
+_CYCLE_KEYS = frozenset({"keys", "tools", "pos", "strikes"})
+_REMINDER_KEYS = frozenset({"reason", "tool", "args", "count", "batch"})
+_STOP_KEYS = frozenset({"reason", "tool", "count", "args"})
+_STATS_KEYS = frozenset({"calls", "blocked", "aborts"})
+_PENDING_KEYS = frozenset({"batch", "events"})
+_RESET_KEYS = frozenset({"reason", "at"})
+_CFG_CHOICES: dict[str, frozenset[str]] = {
+    "scope": frozenset({"turn", "thread"}),
+    "rr": frozenset({"progress", "turn"}),
+}
+_CFG_FLAGS = frozenset({"rd", "cy", "rm"})
+_CFG_NUMBERS = {"w": (1, _MAX_WINDOW), "cp": (2, _MAX_CYCLE_PERIOD)}
+_SEQUENCES = (list, tuple)  # a tuple never comes from JSON, but reads the same
+_SHOWN_CHARS = 40
+_ABSENT = object()
+
+
+class InvalidStateError(ValueError):
+    """A channel value, or a write to it, that is not in the guard state's format.
+
+    Args:
+        path: Where in the value, such as `pending.events[0].i`.
+        expected: What belongs there.
+        got: What is there.
+    """
+
+    def __init__(self, path: str, expected: str, got: Any) -> None:
+        """Describe the problem."""
+        shown = repr(got)
+        if len(shown) > _SHOWN_CHARS:
+            shown = shown[: _SHOWN_CHARS - 3] + "..."
+        super().__init__(f"{path} should be {expected}, not {shown}")
+        self.path = path
+
+
+def _fail(path: str, expected: str, got: Any) -> NoReturn:
+    raise InvalidStateError(path, expected, got)
+
+
+def _optional_text(value: Any, path: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    _fail(path, "a string or null", value)
+
+
+def _natural(value: Any, path: str) -> int:
+    # `type(...) is int` also refuses booleans, which JSON keeps apart from numbers.
+    if type(value) is int and value >= 0:
+        return value
+    _fail(path, "a whole number >= 0", value)
+
+
+def _object(value: Any, keys: frozenset[str], path: str) -> dict[str, Any]:
+    if type(value) is not dict or value.keys() != keys:
+        _fail(path, f"an object with exactly the keys {', '.join(sorted(keys))}", value)
+    return value
+
+
+def trim_map(mapping: dict[str, Any], cap: int) -> dict[str, Any]:
+    """The last `cap` entries of a map (the most recently used), in order.
+
+    Reads only those entries (a reversed dict view starts at the end), so trimming a huge
+    map costs the size of the cap, not of the map.
+
+    Args:
+        mapping: A map in least-recently-used-first order.
+        cap: Most entries kept.
+
+    Returns:
+        A new map.
+    """
+    if len(mapping) <= cap:
+        return dict(mapping)
+    kept = list(islice(reversed(mapping.items()), cap))
+    kept.reverse()
+    return dict(kept)
+
+
+def _tail_list(value: Any, cap: int, path: str) -> list[Any]:
+    if type(value) is not list:
+        _fail(path, "a list", value)
+    return value[-cap:] if len(value) > cap else list(value)
+
+
+def decode_cfg(value: Any, path: str = "cfg") -> dict[str, Any]:
+    """Check the fold settings (`w`, `cp`, `scope`, `rr`, `rd`, `cy`, `rm`; any may be absent).
+
+    Args:
+        value: The settings.
+        path: Where they are, for the error message.
+
+    Returns:
+        A copy.
+
+    Raises:
+        InvalidStateError: A setting is unknown or out of its range.
+    """
+    if type(value) is not dict:
+        _fail(path, "an object", value)
+    for key, item in value.items():
+        if key in _CFG_FLAGS:
+            if type(item) is not bool:
+                _fail(f"{path}.{key}", "true or false", item)
+        elif key in _CFG_NUMBERS:
+            low, high = _CFG_NUMBERS[key]
+            if type(item) is not int or not low <= item <= high:
+                _fail(f"{path}.{key}", f"a whole number from {low} to {high}", item)
+        elif key in _CFG_CHOICES:
+            if not isinstance(item, str) or item not in _CFG_CHOICES[key]:
+                _fail(f"{path}.{key}", " or ".join(sorted(_CFG_CHOICES[key])), item)
+        else:
+            _fail(f"{path}.{key}", "absent (not a guard setting)", item)
+    return dict(value)
+
+
+def decode_events(value: Any, path: str) -> list[Any]:
+    """Check a list of recorded calls (`Event`s).
+
+    Args:
+        value: The events.
+        path: Where they are, for the error message.
+
+    Returns:
+        A new list holding the same event objects.
+
+    Raises:
+        InvalidStateError: The list or one of its events is malformed.
+    """
+    if type(value) not in _SEQUENCES:
+        _fail(path, "a list of recorded calls", value)
+    for index, event in enumerate(value):
+        if not _event_ok(event):
+            _event_problem(event, f"{path}[{index}]")
+    return list(value)
+
+
+_EVENT_FIELDS = itemgetter("b", "i", "t", "k", "n", "a", "c", "v", "s", "o", "h", "p", "r", "x")
+
+
+def _event_ok(event: Any) -> bool:
+    """Whether an event is well formed (the fast check; `_event_problem` says what is not)."""
+    if type(event) is not dict:
+        return False
+    keys = event.keys()
+    if keys != _EVENT_KEYS and keys != _SIZED_EVENT_KEYS:
+        return False
+    b, i, t, k, n, a, c, v, s, o, h, p, r, x = _EVENT_FIELDS(event)
+    size = event.get("m", _ABSENT)
+    return (
+        type(i) is int
+        and i >= 0
+        and isinstance(o, str)
+        and o in _OUTCOMES
+        and (size is _ABSENT or (type(size) is int and size >= 0))
+        and isinstance(k, str)
+        and isinstance(n, str)
+        and isinstance(a, str)
+        and isinstance(c, str)
+        and type(v) is bool
+        and type(s) is bool
+        and type(x) is bool
+        and (b is None or isinstance(b, str))
+        and (t is None or isinstance(t, str))
+        and (h is None or isinstance(h, str))
+        and (p is None or isinstance(p, str))
+        and (r is None or isinstance(r, str))
+    )
+
+
+def _event_problem(event: Any, path: str) -> NoReturn:
+    if type(event) is not dict or (
+        event.keys() != _EVENT_KEYS and event.keys() != _SIZED_EVENT_KEYS
+    ):
+        _fail(path, "a recorded call (keys b i t k n a c v s o h p r x, optional m)", event)
+    for key in ("k", "n", "a", "c"):
+        if not isinstance(event[key], str):
+            _fail(f"{path}.{key}", "a string", event[key])
+    for key in ("b", "t", "h", "p", "r"):
+        _optional_text(event[key], f"{path}.{key}")
+    for key in ("v", "s", "x"):
+        if type(event[key]) is not bool:
+            _fail(f"{path}.{key}", "true or false", event[key])
+    _natural(event["i"], f"{path}.i")
+    if not isinstance(event["o"], str) or event["o"] not in _OUTCOMES:
+        _fail(f"{path}.o", "success, failure, timeout or denied", event["o"])
+    _fail(f"{path}.m", "the batch size (a whole number >= 0)", event.get("m"))
+
+
+# The entry checks below are a fast loop that stops at the first bad entry, then a slow
+# pass over that entry that says what is wrong with it (every value is checked on each
+# load, so the common, valid case must stay cheap).
+
+
+def _window(value: Any, cap: int) -> list[Any]:
+    window = _tail_list(value, cap, "window")
+    for index, entry in enumerate(window):
+        if type(entry) in _SEQUENCES and len(entry) == 4:
+            key, tool, outcome, epoch = entry
+            if (
+                isinstance(key, str)
+                and isinstance(tool, str)
+                and isinstance(outcome, str)
+                and type(epoch) is int
+            ):
+                continue
+        _fail(f"window[{index}]", "[key, tool, outcome, epoch]", entry)
+    return window
+
+
+def _counts(value: Any, cap: int) -> dict[str, Any]:
+    if type(value) is not dict:
+        _fail("counts", "an object", value)
+    counts = trim_map(value, cap)
+    for key, entry in counts.items():
+        if type(entry) in _SEQUENCES and len(entry) == 2:
+            count, tool = entry
+            if type(count) is int and isinstance(tool, str) and isinstance(key, str):
+                continue
+        _fail(f"counts[{key!r}]", "[count, tool]", entry)
+    return counts
+
+
+def _results(value: Any, cap: int) -> dict[str, Any]:
+    if type(value) is not dict:
+        _fail("results", "an object", value)
+    results = trim_map(value, cap)
+    for key, entry in results.items():
+        if type(entry) in _SEQUENCES and len(entry) == 4:
+            digest, epoch, in_a_row, preview = entry
+            if (
+                type(epoch) is int
+                and type(in_a_row) is int
+                and (digest is None or isinstance(digest, str))
+                and (preview is None or isinstance(preview, str))
+                and isinstance(key, str)
+            ):
+                continue
+        _fail(f"results[{key!r}]", "[result hash, epoch, same in a row, preview]", entry)
+    return results
+
+
+def _tail(value: Any, cap: int) -> list[Any]:
+    tail = _tail_list(value, cap, "tail")
+    for index, entry in enumerate(tail):
+        if type(entry) in _SEQUENCES and len(entry) == 3:
+            key, digest, tool = entry
+            if isinstance(key, str) and isinstance(digest, str) and isinstance(tool, str):
+                continue
+        _fail(f"tail[{index}]", "[key, result hash, tool]", entry)
+    return tail
+
+
+def _blocked(value: Any, cap: int) -> list[Any]:
+    blocked = _tail_list(value, cap, "blocked")
+    for index, entry in enumerate(blocked):
+        if type(entry) in _SEQUENCES and len(entry) == 3:
+            tool, reason, count = entry
+            if isinstance(tool, str) and isinstance(reason, str) and type(count) is int:
+                continue
+        _fail(f"blocked[{index}]", "[tool, reason, count]", entry)
+    return blocked
+
+
+def _cycle(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    cycle = _object(value, _CYCLE_KEYS, "cycle")
+    keys, tools = cycle["keys"], cycle["tools"]
+    if type(keys) is not list or not 2 <= len(keys) <= _MAX_CYCLE_PERIOD:
+        _fail("cycle.keys", f"a list of 2 to {_MAX_CYCLE_PERIOD} call keys", keys)
+    if type(tools) is not list or len(tools) != len(keys):
+        _fail("cycle.tools", "a list of tool names as long as cycle.keys", tools)
+    for index, (key, tool) in enumerate(zip(keys, tools, strict=True)):
+        if not isinstance(key, str):
+            _fail(f"cycle.keys[{index}]", "a string", key)
+        if not isinstance(tool, str):
+            _fail(f"cycle.tools[{index}]", "a string", tool)
+    pos = _natural(cycle["pos"], "cycle.pos")
+    if pos >= len(keys):
+        _fail("cycle.pos", f"a position in cycle.keys (below {len(keys)})", pos)
+    _natural(cycle["strikes"], "cycle.strikes")
+    return cycle
+
+
+def _reminder(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    reminder = _object(value, _REMINDER_KEYS, "reminder")
+    for key in ("reason", "tool", "args"):
+        if not isinstance(reminder[key], str):
+            _fail(f"reminder.{key}", "a string", reminder[key])
+    _natural(reminder["count"], "reminder.count")
+    _optional_text(reminder["batch"], "reminder.batch")
+    return reminder
+
+
+def _stop(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    stop = _object(value, _STOP_KEYS, "stop")
+    for key in ("reason", "tool", "args"):
+        if not isinstance(stop[key], str):
+            _fail(f"stop.{key}", "a string", stop[key])
+    _natural(stop["count"], "stop.count")
+    return stop
+
+
+def _stats(value: Any) -> dict[str, Any]:
+    stats = _object(value, _STATS_KEYS, "stats")
+    for key, count in stats.items():
+        if type(count) is not int or count < 0:
+            _fail(f"stats.{key}", "a whole number >= 0", count)
+    return dict(stats)  # the fold counts in it: a copy
+
+
+def _pending(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    pending = _object(value, _PENDING_KEYS, "pending")
+    _optional_text(pending["batch"], "pending.batch")
+    events = pending["events"]
+    if type(events) is not list or not events:
+        _fail("pending.events", "a non-empty list of recorded calls", events)
+    for index, event in enumerate(events):
+        if not _event_ok(event):
+            _event_problem(event, f"pending.events[{index}]")
+    return pending
+
+
+def _reset_info(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    reset = _object(value, _RESET_KEYS, "reset")
+    _optional_text(reset["reason"], "reset.reason")
+    _optional_text(reset["at"], "reset.at")
+    return reset
+
+
+def decode_fields(
+    value: Mapping[str, Any], *, max_keys: int, max_results: int, max_blocked: int
+) -> dict[str, Any]:
+    """Check every field of a channel value in the current format and return its copy.
+
+    The copy holds new top-level lists and maps (the fold appends to them) but shares the
+    entries, which nothing mutates. Maps and lists above their cap keep their most recent
+    entries (the fold would evict the others next); only kept entries are checked. Fields a
+    value of an earlier release may lack (`turn`, `cycle`, `reminder`, `stop`, `pending`,
+    `last_batch`, `notice`, `reset`) are null when absent; unknown fields are dropped.
+
+    Args:
+        value: A mapping whose `v` is the current format version.
+        max_keys: Cap of `counts`.
+        max_results: Cap of `results`.
+        max_blocked: Cap of `blocked`.
+
+    Returns:
+        The checked copy.
+
+    Raises:
+        InvalidStateError: The first malformed field or entry.
+    """
+    cfg = decode_cfg(value.get("cfg"))
+    period = cfg.get("cp", DEFAULT_CYCLE_PERIOD)
+    get = value.get
+    return {
+        "v": value["v"],
+        "turn": _optional_text(get("turn"), "turn"),
+        "epoch": _natural(get("epoch"), "epoch"),
+        "calls": _natural(get("calls"), "calls"),
+        "window": _window(get("window"), cfg.get("w", DEFAULT_WINDOW)),
+        "counts": _counts(get("counts"), max_keys),
+        "results": _results(get("results"), max_results),
+        "tail": _tail(get("tail"), 2 * period),
+        "cycle": _cycle(get("cycle")),
+        "reminder": _reminder(get("reminder")),
+        "stop": _stop(get("stop")),
+        "blocked": _blocked(get("blocked"), max_blocked),
+        "stats": _stats(get("stats")),
+        "pending": _pending(get("pending")),
+        "last_batch": _optional_text(get("last_batch"), "last_batch"),
+        "cfg": cfg,
+        "notice": _optional_text(get("notice"), "notice"),
+        "reset": _reset_info(get("reset")),
+    }
