@@ -35,7 +35,7 @@ class Verdict(StrEnum):
     SHORT_CIRCUIT = "short_circuit"
     """Do not run it; the model gets the identical result it got last time (a preview)."""
     ABORT = "abort"
-    """Do not run it and stop the run (`on_abort`)."""
+    """Do not run it and stop the run (`exit_behavior`)."""
     REPLAY = "replay"
     """Do not run it; return the outcome recorded for this very call (replay ledger)."""
 
@@ -177,7 +177,7 @@ def decide(
     counted = view["counts"].get(key)
     in_batch = earlier_in_batch.count(key) if earlier_in_batch else 0
     attempt = (counted[0] if counted else 0) + in_batch + 1
-    final = config.on_abort != "continue"
+    final = config.exit_behavior != "continue"
 
     stop = view.get("stop")
     if stop is not None:

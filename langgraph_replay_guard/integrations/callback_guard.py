@@ -103,13 +103,13 @@ class CallbackGuard:
         """Note the turn of a model call.
 
         Raises:
-            LoopAbortedError: With `on_abort="error"` when the turn was stopped (a tools node
+            LoopAbortedError: With `exit_behavior="error"` when the turn was stopped (a tools node
                 that handles every error turned the abort into a message).
         """
         scope = self.scopes.get(key)
         with scope.lock:
             scope.turn = turn
-            if self.config.on_abort != "error":
+            if self.config.exit_behavior != "error":
                 return
             view = state_for_turn(settled(self.scopes.read(scope)), turn, self.config.scope)
             stop = view.get("stop")
@@ -129,7 +129,7 @@ class CallbackGuard:
         """Decide the batch of tool calls a model call returned.
 
         Raises:
-            LoopAbortedError: When the batch aborts with `on_abort="error"`, or the model
+            LoopAbortedError: When the batch aborts with `exit_behavior="error"`, or the model
                 asks for tools after the guard stopped the run.
         """
         scope = self.scopes.get(key)
@@ -344,12 +344,12 @@ class CallbackGuard:
         tool_calls = [_tool_call(name, args, call_id) for name, args, call_id in calls]
         plan = BatchPlan(batch, plan_calls(config, state, tool_calls, scope.turn))
         scope.last_batch = batch_id
-        aborting = plan.abort if config.on_abort != "continue" else None
+        aborting = plan.abort if config.exit_behavior != "continue" else None
         if aborting is not None and aborting.decision is not None:
             view = state_for_turn(state, scope.turn, config.scope)
             if view.get("stop") is not None and view.get("last_batch") != batch_id:
                 raise _ignored_stop(aborting.decision)
-            if config.on_abort == "error":
+            if config.exit_behavior == "error":
                 self._write(scope, abort_answer(aborting, aborting, batch)[1])
                 raise loop_error(aborting.decision)
         if keep:
@@ -386,7 +386,7 @@ class CallbackGuard:
         self, scope: Scope, plan: BatchPlan, planned: PlannedCall
     ) -> tuple[str | None, list[Event]]:
         """What the model is told instead of running a call (None: run it), and its events."""
-        aborting = plan.abort if self.config.on_abort != "continue" else None
+        aborting = plan.abort if self.config.exit_behavior != "continue" else None
         if aborting is not None and aborting.decision is not None:
             answer, events = abort_answer(planned, aborting, plan.batch)
             # A callback cannot end the run: ask the model to end it.

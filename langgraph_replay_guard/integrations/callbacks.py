@@ -162,10 +162,10 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
     - `AgentExecutor`: `handle_parsing_errors=True`; pass the thread as
       `config={"metadata": {"thread_id": ...}}`.
 
-    Aborts: a callback cannot end a run. With `on_abort="end"` the aborting call (and its
+    Aborts: a callback cannot end a run. With `exit_behavior="end"` the aborting call (and its
     batch) is answered with the stop message, which tells the model to answer without
     tools; if the model asks for tools again anyway, the handler raises `LoopAbortedError`
-    (the only way a callback can stop a run). With `on_abort="error"` the abort raises
+    (the only way a callback can stop a run). With `exit_behavior="error"` the abort raises
     `LoopAbortedError` before any tool of its batch runs.
 
     Unknown outcomes: when an `unsafe` call raises (an exception its policy does not name
@@ -181,6 +181,7 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             (their state is lost unless a store keeps it).
         namespace: Namespace prefix, as `ReplayGuard`'s (one per tenant): the state is
             kept under `(*namespace, "callbacks")`, the item key is the thread id.
+        **options: `GuardConfig` fields as flat keywords, instead of `config`.
 
     Raises:
         TypeError: An option of the wrong type (a path as `store`, `max_threads="10"`,
@@ -198,9 +199,10 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         store: BaseStore | None = None,
         max_threads: int = 1000,
         namespace: Sequence[str] = ("replay_guard",),
+        **options: Any,
     ) -> None:
         """Create the handler."""
-        self.config: GuardConfig = guard_config(config)
+        self.config: GuardConfig = guard_config(config, options)
         store = check_store(store)
         scopes = ScopeTable(
             check_max_threads(max_threads), store, scopes_namespace(check_namespace(namespace))
@@ -396,7 +398,7 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         """Note the turn of the model call.
 
         Raises:
-            LoopAbortedError: With `on_abort="error"`, when the turn was stopped.
+            LoopAbortedError: With `exit_behavior="error"`, when the turn was stopped.
         """
         info, _ = self._runs.start(run_id, parent_run_id, metadata)
         if not info.inside_tool:
@@ -419,7 +421,7 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         """A text model's call: the root run is the turn.
 
         Raises:
-            LoopAbortedError: With `on_abort="error"`, when the turn was stopped.
+            LoopAbortedError: With `exit_behavior="error"`, when the turn was stopped.
         """
         info, _ = self._runs.start(run_id, parent_run_id, metadata)
         if not info.inside_tool:
@@ -438,7 +440,7 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         """Decide the batch of tool calls the model asked for, against one snapshot.
 
         Raises:
-            LoopAbortedError: When the batch aborts with `on_abort="error"`, or the model
+            LoopAbortedError: When the batch aborts with `exit_behavior="error"`, or the model
                 asks for tools after the guard stopped the run.
         """
         info = self._runs.end(run_id)

@@ -313,7 +313,7 @@ def blocked_tool_message(tool_call: ToolCall, content: str) -> ToolMessage:
 
 
 def final_ai_message(decision: Decision) -> AIMessage:
-    """The AIMessage that ends a run the guard stopped (`on_abort="end"`)."""
+    """The AIMessage that ends a run the guard stopped (`exit_behavior="end"`)."""
     if decision.reason == "cycle":
         why = "my tool calls kept repeating in a cycle with identical results"
     else:
@@ -363,7 +363,7 @@ def abort_answer(
 
 
 def loop_error(decision: Decision) -> LoopAbortedError:
-    """The error raised with `on_abort="error"`."""
+    """The error raised with `exit_behavior="error"`."""
     return LoopAbortedError(
         decision.message or f"Loop aborted on '{decision.tool}'.",
         tool=decision.tool,

@@ -92,6 +92,9 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             per tenant, see `ReplayGuard`).
         record: Record runs as execution records (see `ReplayGuard`); wrap the agent with
             `middleware.guard.record(agent)`.
+        **options: `GuardConfig` fields as flat keywords, like `ToolCallLimitMiddleware`'s
+            options: `ReplayGuardMiddleware(tools={"send_email": "unsafe"}, max_repeats=2)`.
+            Not together with `config`.
 
     At the first model call, a `ReplayGuardWarning` names each tool of `config.tools` that
     the agent does not offer the model (a typo there would leave the real tool with the
@@ -111,10 +114,11 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         name: str | None = None,
         namespace: Sequence[str] = ("replay_guard",),
         record: bool | BaseStore = False,
+        **options: Any,
     ) -> None:
         """Create the middleware."""
         super().__init__()
-        self.guard = ReplayGuard(config, store=store, namespace=namespace, record=record)
+        self.guard = ReplayGuard(config, store=store, namespace=namespace, record=record, **options)
         self._name = name or _DEFAULT_NAME
         self.channel = GUARD_CHANNEL if name is None else f"{GUARD_CHANNEL}__{name}"
         self.state_schema = _state_schema(self.channel)
@@ -140,10 +144,10 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             message, the guard's write and a jump to the end.
 
         Raises:
-            LoopAbortedError: With `on_abort="error"`.
+            LoopAbortedError: With `exit_behavior="error"`.
         """
         config = self.guard.config
-        if config.on_abort == "continue":
+        if config.exit_behavior == "continue":
             return None  # aborts become denials, answered call by call in wrap_tool_call
         messages = state.get("messages", [])
         value = state.get(self.channel)
@@ -154,7 +158,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         aborting = plan.abort
         if aborting is None or aborting.decision is None:
             return None
-        if config.on_abort == "error":
+        if config.exit_behavior == "error":
             raise loop_error(aborting.decision)
         answers: list[ToolMessage | AIMessage] = []
         events: list[Event] = []

@@ -88,9 +88,9 @@ class ToolCallGuard:
         ainner: Its async twin.
         messages_key: State key of the message list.
         channel: State key of the guard channel.
-        end_batches: Whether this wrapper stops a batch that aborts (`on_abort="end"`);
+        end_batches: Whether this wrapper stops a batch that aborts (`exit_behavior="end"`);
             the middleware does that in `after_model` instead.
-        raise_on_abort: Whether `on_abort="error"` may raise from the wrapper. False when
+        raise_on_abort: Whether `exit_behavior="error"` may raise from the wrapper. False when
             the node's `handle_tool_errors` would turn the error into a ToolMessage: the
             stop is then recorded and `route_after_tools` raises it.
     """
@@ -192,9 +192,9 @@ class ToolCallGuard:
         last = planned.index == len(batch.tool_calls) - 1
         writer = getattr(request.runtime, "stream_writer", None)
 
-        aborting = plan.abort if self.end_batches and config.on_abort != "continue" else None
+        aborting = plan.abort if self.end_batches and config.exit_behavior != "continue" else None
         if aborting is not None and aborting.decision is not None:
-            if config.on_abort == "error" and self.raise_on_abort:
+            if config.exit_behavior == "error" and self.raise_on_abort:
                 raise loop_error(aborting.decision)
             answer, events = abort_answer(planned, aborting, batch)
             if planned is aborting:
@@ -335,20 +335,20 @@ def _letting_replay_stops_through(flag: Any) -> Any:
 
 
 def route_after_tools(
-    then: str, channel: str = GUARD_CHANNEL, *, on_abort: str = "end"
+    then: str, channel: str = GUARD_CHANNEL, *, exit_behavior: str = "end"
 ) -> Callable[[Any], str]:
     """A conditional edge for after the tools node: `END` once the guard stopped the run.
 
     Args:
         then: Node to go to otherwise (usually the model node).
         channel: State key of the guard channel.
-        on_abort: The guard's `on_abort`; with `"error"` a recorded stop raises.
+        exit_behavior: The guard's `exit_behavior`; with `"error"` a recorded stop raises.
 
     Returns:
         A routing function for `add_conditional_edges`.
 
     Raises:
-        LoopAbortedError: From the routing function, with `on_abort="error"` when the tools
+        LoopAbortedError: From the routing function, with `exit_behavior="error"` when the tools
             node recorded a stop instead of raising (its `handle_tool_errors` catches all).
     """
 
@@ -358,10 +358,10 @@ def route_after_tools(
         stop = view.get("stop")
         if stop is None or view.get("turn") != current_turn(state, anchors=turn_anchors(value)):
             return then
-        if on_abort == "error":
+        if exit_behavior == "error":
             msg = (
                 f"Loop aborted: '{stop['tool']}' ({stop['reason']}, attempt {stop['count']}). "
-                "Set on_abort='end' to stop gracefully instead."
+                "Set exit_behavior='end' to stop gracefully instead."
             )
             raise LoopAbortedError(
                 msg, tool=stop["tool"], reason=stop["reason"], count=stop["count"]

@@ -20,7 +20,7 @@ from langgraph_replay_guard import (
     ReplayGuard,
     ToolPolicy,
 )
-from langgraph_replay_guard._testing import ScriptedChatModel
+from langgraph_replay_guard.testing import ScriptedChatModel
 from tests.integration.graphs import (
     POLICY,
     SYSTEM,
@@ -254,11 +254,11 @@ def test_thread_scope_keeps_state_across_user_messages():
     assert view.total_blocked == 1
 
 
-# --- on_abort ----------------------------------------------------------------------------------
+# --- exit_behavior ---------------------------------------------------------------------
 
 
 def test_on_abort_error_raises_loop_aborted_error():
-    guard = ReplayGuard(POLICY.model_copy(update={"on_abort": "error"}))
+    guard = ReplayGuard(POLICY.model_copy(update={"exit_behavior": "error"}))
     model = ScriptedChatModel.looping("transfer_to_human_agents", {"summary": "s"}, times=10)
     with pytest.raises(LoopAbortedError) as info:
         run(guard, model)
@@ -266,7 +266,7 @@ def test_on_abort_error_raises_loop_aborted_error():
 
 
 def test_on_abort_continue_blocks_each_repeat_and_lets_the_model_go_on():
-    guard = ReplayGuard(POLICY.model_copy(update={"on_abort": "continue"}))
+    guard = ReplayGuard(POLICY.model_copy(update={"exit_behavior": "continue"}))
     model = ScriptedChatModel.looping("transfer_to_human_agents", {"summary": "s"}, times=6)
     _, _, out, runs = run(guard, model)
     assert runs["transfer_to_human_agents"] == 3
@@ -454,7 +454,7 @@ def test_volatile_policy_reruns_status_polls():
 
 def test_on_abort_error_raises_even_when_the_node_handles_all_tool_errors():
     """handle_tool_errors=True would turn the error into a ToolMessage: the route raises."""
-    guard = ReplayGuard(POLICY.model_copy(update={"on_abort": "error"}))
+    guard = ReplayGuard(POLICY.model_copy(update={"exit_behavior": "error"}))
     model = ScriptedChatModel.looping("transfer_to_human_agents", {"summary": "s"}, times=10)
     runs = ToolRuns()
     graph = build_custom_graph(guard, model, make_tools(runs), checkpointer=InMemorySaver())
