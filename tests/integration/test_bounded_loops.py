@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from typing import Any
 
@@ -180,3 +181,18 @@ def test_static_edge_async_matches_sync():
     async_model, _, async_error = loop("static_edge", "end", use_async=True)
     assert sync_model.calls == async_model.calls
     assert str(sync_error) == str(async_error)
+
+
+@pytest.mark.parametrize("integration", INTEGRATIONS)
+def test_a_cycle_under_continue_is_bounded_too(integration):
+    # A-B-A-B with identical results: each blocked call counts as an attempt of its own key,
+    # so the cycle's calls escalate like repeats (at most 2 * max_repeats each).
+    toggle, check = ("toggle_airplane_mode", {}), ("check_network_status", {})
+    model = ScriptedChatModel(script=[[toggle], [check]] * 15)
+    guard = ReplayGuard(POLICY.model_copy(update={"exit_behavior": "continue"}))
+    runs = ToolRuns()
+    graph, config = build(integration, guard, model, runs)
+    with contextlib.suppress(LoopAbortedError):
+        graph.invoke({"messages": [HumanMessage("no signal")]}, config)
+    assert model.calls <= 2 * CONTINUE_BOUND, f"{model.calls} model calls"
+    assert runs["toggle_airplane_mode"] == 2
