@@ -357,7 +357,10 @@ class GuardConfig(BaseModel):
         repeat_reset: `"progress"`: a successful world-changing call resets the other calls'
             counts; `"turn"`: plain per-turn counting.
         exit_behavior: `"end"` stops the run gracefully, `"error"` raises `LoopAbortedError`,
-            `"continue"` blocks only the offending call.
+            `"continue"` blocks only the offending call; a call insisted on `max_repeats`
+            more times after it was blocked then stops the run as with `"end"`, so model
+            calls stay bounded. On every setting, a run that goes back to the model after
+            the stop and asks for more tools in the same turn gets `LoopAbortedError`.
         scope: `"turn"` resets dedup, counters, epochs and reminders at each new user
             message; `"thread"` keeps them for the whole thread.
         on_unsafe: What happens when an `unsafe` call's outcome is unknown on replay:

@@ -128,7 +128,8 @@ class ReplayGuard:
 
         Replace `builder.add_edge("tools", "agent")` with
         `builder.add_conditional_edges("tools", guard.route_after_tools("agent"))`: with a
-        static edge the model would be called again after the guard stopped the run.
+        static edge the model is called again after the guard stopped the run, and when it
+        asks for more tools the tools node raises `LoopAbortedError` naming this fix.
 
         Args:
             then: The node to go to when the run goes on.

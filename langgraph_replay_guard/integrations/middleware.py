@@ -147,8 +147,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             LoopAbortedError: With `exit_behavior="error"`.
         """
         config = self.guard.config
-        if config.exit_behavior == "continue":
-            return None  # aborts become denials, answered call by call in wrap_tool_call
+        # With "continue" a batch aborts only when a blocked call escalated to a stop.
         messages = state.get("messages", [])
         value = state.get(self.channel)
         batch = find_batch(state, None, anchors=turn_anchors(value))

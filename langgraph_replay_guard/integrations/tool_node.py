@@ -13,7 +13,7 @@ from langgraph.graph import END
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command
 
-from langgraph_replay_guard.engine import CallFacts, Decision, Verdict
+from langgraph_replay_guard.engine import STOP_IGNORED, CallFacts, Decision, Verdict
 from langgraph_replay_guard.errors import (
     LoopAbortedError,
     ReplayConflictError,
@@ -192,7 +192,14 @@ class ToolCallGuard:
         last = planned.index == len(batch.tool_calls) - 1
         writer = getattr(request.runtime, "stream_writer", None)
 
-        aborting = plan.abort if self.end_batches and config.exit_behavior != "continue" else None
+        come_back = plan.stop_ignored
+        if come_back is not None and come_back.decision is not None and self.end_batches:
+            # The graph went back to the model after the stop (a static `tools -> agent`
+            # edge): answering again would loop until the recursion limit. Only an error
+            # ends such a run; it passes any `handle_tool_errors` (see below).
+            raise loop_error(come_back.decision)
+        # With "continue" a plan aborts only when a blocked call escalated to a stop.
+        aborting = plan.abort if self.end_batches else None
         if aborting is not None and aborting.decision is not None:
             if config.exit_behavior == "error" and self.raise_on_abort:
                 raise loop_error(aborting.decision)
@@ -303,14 +310,22 @@ def _converts_errors(flag: Any, error: type[Exception] = LoopAbortedError) -> bo
 _REPLAY_STOPS = (ReplayUnsafeError, ReplayConflictError, ReplayInFlightError)
 
 
+def _must_stop(error: Exception) -> bool:
+    """Whether an error must reach the caller whatever the node's error handling says."""
+    if isinstance(error, _REPLAY_STOPS):
+        return True
+    return isinstance(error, LoopAbortedError) and error.reason == STOP_IGNORED
+
+
 def _letting_replay_stops_through(flag: Any) -> Any:
     """A `handle_tool_errors` setting that handles what `flag` handles, except replay stops.
 
-    An unknown outcome (`ReplayUnsafeError`) or an identity conflict is not a tool error the
-    model can fix: it must reach the operator. A catch-all setting (`True`, a string, a
-    callable) would turn it into a ToolMessage and the run would go on.
+    An unknown outcome (`ReplayUnsafeError`), an identity conflict or a model that asks for
+    tools after the guard stopped the run is not a tool error the model can fix: it must
+    reach the operator. A catch-all setting (`True`, a string, a callable) would turn it
+    into a ToolMessage and the run would go on.
     """
-    if not _converts_errors(flag, ReplayUnsafeError):
+    if not _converts_errors(flag, ReplayUnsafeError) and not _converts_errors(flag):
         return flag
     from langgraph.prebuilt import tool_node as prebuilt
 
@@ -325,7 +340,7 @@ def _letting_replay_stops_through(flag: Any) -> Any:
         handled = Exception
 
     def handle_tool_errors(error: Exception) -> str:
-        if isinstance(error, _REPLAY_STOPS) or not isinstance(error, handled):
+        if _must_stop(error) or not isinstance(error, handled):
             raise error
         if content_for is not None:
             return str(content_for(error, flag=flag))

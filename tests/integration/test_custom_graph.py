@@ -274,8 +274,9 @@ def test_on_abort_continue_blocks_each_repeat_and_lets_the_model_go_on():
     assert sum("limit 3" in m.text for m in out["messages"] if isinstance(m, ToolMessage)) == 3
 
 
-def test_static_edge_warning_is_real_and_route_after_tools_fixes_it():
-    """Without the routing helper the model is called again after an abort (LangGraph note)."""
+def test_static_edge_come_back_raises_and_names_route_after_tools():
+    """Without the routing helper the model is called again after an abort (LangGraph note):
+    the guard raises at the first come-back instead of answering until the recursion limit."""
     from langgraph.graph import START, StateGraph
     from langgraph.prebuilt import tools_condition
 
@@ -290,9 +291,10 @@ def test_static_edge_warning_is_real_and_route_after_tools_fixes_it():
     builder.add_edge(START, "agent")
     builder.add_conditional_edges("agent", tools_condition)
     builder.add_edge("tools", "agent")
-    builder.compile().invoke({"messages": [HumanMessage("x")]})
-    assert model.calls > 4, "a static edge keeps calling the model"
-    assert runs["get_details_by_id"] == 1, "but the guard still never re-runs the tool"
+    with pytest.raises(LoopAbortedError, match=r"guard\.route_after_tools\(\"agent\"\)"):
+        builder.compile().invoke({"messages": [HumanMessage("x")]})
+    assert model.calls == 5, "one model call ignored the stop, then the run ended"
+    assert runs["get_details_by_id"] == 1, "the guard never re-runs the tool"
 
 
 # --- bad input -----------------------------------------------------------------------------------
