@@ -5,7 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-from langchain_core.callbacks import AsyncCallbackManager, BaseCallbackManager, CallbackManager
+from langchain_core.callbacks import (
+    AsyncCallbackManager,
+    BaseCallbackHandler,
+    BaseCallbackManager,
+    CallbackManager,
+)
 
 from langgraph_replay_guard.engine import Decision
 
@@ -151,6 +156,8 @@ def blocked_run(
     info: Mapping[str, Any],
     output: Any = None,
     error: BaseException | None = None,
+    *,
+    exclude: BaseCallbackHandler | None = None,
 ) -> None:
     """Report a call the guard answered without running the tool, as a tool run of its own.
 
@@ -164,11 +171,14 @@ def blocked_run(
         info: A `trace_info` object.
         output: What the model is told instead (a ToolMessage or a Command).
         error: The error the call stops the run with, instead of an output.
+        exclude: A handler not to tell (the callback guard reporting its own refusal).
     """
     if config is None or not traced(config):
         return
     serialized, input_str, kwargs = _run_args(tool_call, tool)
     manager = CallbackManager.configure(*_configure_args(config, info))
+    if exclude is not None:
+        manager.remove_handler(exclude)
     run = manager.on_tool_start(serialized, input_str, **kwargs)
     if error is not None:
         run.on_tool_error(error, tool_call_id=kwargs["tool_call_id"])
