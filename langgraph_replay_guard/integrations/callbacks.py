@@ -177,6 +177,15 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
     in the thread is refused until a human settles it with `resolve`. `idempotent` tools
     are retried as before: a callback cannot add an idempotency key to a tool's input.
 
+    Tracing: a callback cannot change the run it is told about, and a refusal stops that
+    run before the handlers after this one hear of it. Each refused call is therefore
+    reported as a tool run of its own, under the same parent, that ends in the
+    `ToolCallBlockedError` and carries the decision in its metadata
+    (`{"replay_guard": {"verdict", "reason", "count", "replay", "ledger"}}`) and a
+    `replay_guard:<verdict>` tag; the error has the same `metadata`. An allowed call is the
+    tool's own run, without guard metadata. Register this handler before any tracer: a
+    handler listed before it also sees the refused run start and never end.
+
     Args:
         config: Guard configuration (`GuardConfig()` defaults when omitted).
         store: Optional LangGraph `BaseStore` holding each thread's guard state, so that
