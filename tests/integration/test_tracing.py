@@ -230,3 +230,20 @@ def test_callback_handler_refusals_show_as_errored_tool_runs(mode):
     assert all(isinstance(e, ToolCallBlockedError) for e in refused)
     assert refused[0].metadata == {"replay_guard": runs[1]["guard"]}
     assert runs[1]["tags"] == ["replay_guard:deny"]
+
+
+def test_guarded_tool_node_abort_with_exit_behavior_error_is_an_errored_tool_run():
+    node = ReplayGuard(exit_behavior="error").wrap(ToolNode([lookup]))
+    calls = [{"name": "lookup", "args": {"id": "P"}, "id": f"c{i}"} for i in range(4)]
+    inputs = {"messages": [HumanMessage("x", id="h"), AIMessage("", id="ai", tool_calls=calls)]}
+    collector = ToolRunCollector()
+    with pytest.raises(LoopAbortedError):
+        _graph_with_node(node).invoke(inputs, _traced_config(collector))
+    # The calls run in parallel and the first stop ends the node: each call that started
+    # shows as an errored tool run; the aborting one names its reason, its siblings "stopped".
+    runs = list(collector.runs.values())
+    assert runs
+    for run in runs:
+        reason = "repeat_limit" if run["tool_call_id"] == "c3" else "stopped"
+        assert (run["guard"]["verdict"], run["guard"]["reason"]) == ("abort", reason)
+        assert isinstance(run["error"], LoopAbortedError)
