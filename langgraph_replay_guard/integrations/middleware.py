@@ -34,7 +34,8 @@ from langgraph_replay_guard.integrations.prompt import (
     pending_reminder,
     system_prompt_with_reminder,
 )
-from langgraph_replay_guard.integrations.tool_node import ToolCallGuard
+from langgraph_replay_guard.integrations.tool_node import ToolCallGuard, abort_trace
+from langgraph_replay_guard.integrations.tracing import blocked_run
 from langgraph_replay_guard.state import Event, merge_guard_state
 
 if TYPE_CHECKING:
@@ -157,14 +158,21 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         aborting = plan.abort
         if aborting is None or aborting.decision is None:
             return None
+        run_config = _run_config()
         if config.exit_behavior == "error":
-            raise loop_error(aborting.decision)
+            error = loop_error(aborting.decision)
+            for planned in plan.calls:
+                trace = abort_trace(planned, aborting)
+                blocked_run(run_config, planned.tool_call, None, trace, error=error)
+            raise error
         answers: list[ToolMessage | AIMessage] = []
         events: list[Event] = []
         for planned in plan.calls:
             answer, recorded = abort_answer(planned, aborting, batch)
             answers.append(answer)
             events.extend(recorded)
+            # The tools node never sees these calls: report each as a tool run of its own.
+            blocked_run(run_config, planned.tool_call, None, abort_trace(planned, aborting), answer)
         answers.append(final_ai_message(aborting.decision))
         emit(getattr(runtime, "stream_writer", None), aborting.decision, aborting.tool_call)
         return {
@@ -227,6 +235,16 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return request
         message = system_prompt_with_reminder(request.system_message, reminder)
         return request.override(system_message=message)
+
+
+def _run_config() -> Any:
+    """The config of the running node (its callbacks), or None outside a graph."""
+    from langgraph.config import get_config
+
+    try:
+        return get_config()
+    except RuntimeError:
+        return None
 
 
 def _tool_name(tool: Any) -> str | None:

@@ -42,6 +42,13 @@ from langgraph_replay_guard.integrations.calls import (
 )
 from langgraph_replay_guard.integrations.replay import ReplayGate, replayed_message
 from langgraph_replay_guard.integrations.tool_errors import watch_tool_errors
+from langgraph_replay_guard.integrations.tracing import (
+    LedgerStatus,
+    ablocked_run,
+    blocked_run,
+    trace_info,
+    traced_request,
+)
 from langgraph_replay_guard.ledger import LedgerEntry
 from langgraph_replay_guard.state import Event, settled
 
@@ -73,6 +80,34 @@ class _Run:
         """The call's facts (always known for a call that runs)."""
         assert self.planned.facts is not None
         return self.planned.facts
+
+    def trace(self, ledger: LedgerStatus) -> dict[str, Any]:
+        """The decision for the run's metadata; a ledger replay is a `replay` verdict."""
+        if ledger == "replayed":
+            return trace_info(
+                self.planned.decision,
+                replay=self.facts.replay,
+                ledger=ledger,
+                verdict="replay",
+                reason="replayed",
+            )
+        return trace_info(self.planned.decision, replay=self.facts.replay, ledger=ledger)
+
+
+@dataclass(frozen=True)
+class _Blocked:
+    """A call the guard answers without running the tool, or stops the run on."""
+
+    result: Command[Any] | None
+    error: LoopAbortedError | None
+    trace: dict[str, Any]
+
+    def answer(self) -> Command[Any]:
+        """The guard's answer; raises the stop for `exit_behavior="error"`."""
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
 
 
 class ToolCallGuard:
@@ -125,16 +160,31 @@ class ToolCallGuard:
         prepared = self._prepare(request)
         if prepared is None:
             return execute(request)  # an unregistered tool: the node answers as usual
-        if not isinstance(prepared, _Run):
-            return prepared
+        if isinstance(prepared, _Blocked):
+            blocked_run(
+                _config(request),
+                request.tool_call,
+                request.tool,
+                prepared.trace,
+                _answer_of(prepared.result),
+                prepared.error,
+            )
+            return prepared.answer()
         ticket = self.gate.check(request, prepared.facts, prepared.batch.batch_id)
         if isinstance(ticket, LedgerEntry):
-            return self._replayed(request, prepared, ticket)
+            replayed = self._replayed(request, prepared, ticket)
+            trace = prepared.trace("replayed")
+            blocked_run(
+                _config(request), request.tool_call, request.tool, trace, _answer_of(replayed)
+            )
+            return replayed
         if ticket is None:
-            return self._finish(request, prepared, self._execute(request, execute))
+            traced = traced_request(request, prepared.trace("none"))
+            return self._finish(request, prepared, self._execute(traced, execute))
         try:
             with watch_tool_errors() as spy:
-                result = self._execute(ticket.request, execute)
+                traced = traced_request(ticket.request, prepared.trace("claimed"))
+                result = self._execute(traced, execute)
         except BaseException as exc:
             self.gate.finish(ticket, None, exc)
             raise
@@ -151,16 +201,31 @@ class ToolCallGuard:
         prepared = self._prepare(request)
         if prepared is None:
             return await execute(request)
-        if not isinstance(prepared, _Run):
-            return prepared
+        if isinstance(prepared, _Blocked):
+            await ablocked_run(
+                _config(request),
+                request.tool_call,
+                request.tool,
+                prepared.trace,
+                _answer_of(prepared.result),
+                prepared.error,
+            )
+            return prepared.answer()
         ticket = await self.gate.acheck(request, prepared.facts, prepared.batch.batch_id)
         if isinstance(ticket, LedgerEntry):
-            return self._replayed(request, prepared, ticket)
+            replayed = self._replayed(request, prepared, ticket)
+            trace = prepared.trace("replayed")
+            await ablocked_run(
+                _config(request), request.tool_call, request.tool, trace, _answer_of(replayed)
+            )
+            return replayed
         if ticket is None:
-            return self._finish(request, prepared, await self._aexecute(request, execute))
+            traced = traced_request(request, prepared.trace("none"))
+            return self._finish(request, prepared, await self._aexecute(traced, execute))
         try:
             with watch_tool_errors() as spy:
-                result = await self._aexecute(ticket.request, execute)
+                traced = traced_request(ticket.request, prepared.trace("claimed"))
+                result = await self._aexecute(traced, execute)
         except BaseException as exc:
             await self.gate.afinish(ticket, None, exc)
             raise
@@ -174,8 +239,8 @@ class ToolCallGuard:
 
     # -- deciding -----------------------------------------------------------------------------
 
-    def _prepare(self, request: ToolCallRequest) -> _Run | ToolResult | None:
-        """Decide a call: `_Run` to execute it, a result to answer it, None to pass it on."""
+    def _prepare(self, request: ToolCallRequest) -> _Run | _Blocked | None:
+        """Decide a call: `_Run` to execute it, `_Blocked` to answer it, None to pass it on."""
         tool_call = request.tool_call
         if request.tool is None:
             return None
@@ -201,20 +266,24 @@ class ToolCallGuard:
         # With "continue" a plan aborts only when a blocked call escalated to a stop.
         aborting = plan.abort if self.end_batches else None
         if aborting is not None and aborting.decision is not None:
+            trace = abort_trace(planned, aborting)
             if config.exit_behavior == "error" and self.raise_on_abort:
-                raise loop_error(aborting.decision)
+                return _Blocked(None, loop_error(aborting.decision), trace)
             answer, events = abort_answer(planned, aborting, batch)
             if planned is aborting:
                 emit(writer, aborting.decision, tool_call)
             messages: list[Any] = [answer]
             if last:
                 messages.append(final_ai_message(aborting.decision))
-            return self._answer(messages, events)
+            return _Blocked(self._answer(messages, events), None, trace)
 
         if planned.error is not None:
             logger.warning("langgraph-replay-guard: %s", planned.error)
             content = f"Not executed: {planned.error}"
-            return self._answer([blocked_tool_message(tool_call, content)], [])
+            trace = trace_info(None, replay=None, verdict="deny", reason="invalid_arguments")
+            return _Blocked(
+                self._answer([blocked_tool_message(tool_call, content)], []), None, trace
+            )
 
         decision = planned.decision
         assert decision is not None
@@ -226,7 +295,8 @@ class ToolCallGuard:
         messages = [blocked_tool_message(tool_call, decision.message or "Not executed.")]
         if abort and last:
             messages.append(final_ai_message(decision))
-        return self._answer(messages, [event])
+        trace = trace_info(decision, replay=_replay_class(planned))
+        return _Blocked(self._answer(messages, [event]), None, trace)
 
     def _answer(self, messages: list[Any], events: list[Event]) -> Command[Any]:
         update: dict[str, Any] = {self.messages_key: messages}
@@ -254,6 +324,46 @@ class ToolCallGuard:
             return dataclasses.replace(result, update={**result.update, self.channel: write})
         logger.debug("tool %r returned a Command for another graph; not recorded", run.planned)
         return result
+
+
+def _config(request: ToolCallRequest) -> Mapping[str, Any] | None:
+    config: Mapping[str, Any] | None = getattr(request.runtime, "config", None)
+    return config
+
+
+def _answer_of(result: ToolResult | None) -> Any:
+    """The ToolMessage of a guard's answer: what a tracer shows as the run's output."""
+    if isinstance(result, Command) and isinstance(result.update, Mapping):
+        for value in result.update.values():
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, ToolMessage):
+                        return item
+    return result
+
+
+def _replay_class(planned: PlannedCall) -> str | None:
+    return planned.facts.replay if planned.facts is not None else None
+
+
+def abort_trace(planned: PlannedCall, aborting: PlannedCall) -> dict[str, Any]:
+    """The traced decision of one call of a batch that aborts the run.
+
+    The aborting call shows its own decision; its siblings show `abort` with reason
+    `stopped` (they were not run because of it).
+
+    Args:
+        planned: The call.
+        aborting: The call whose decision aborts the run.
+
+    Returns:
+        A `trace_info` object.
+    """
+    if planned is aborting:
+        return trace_info(planned.decision, replay=_replay_class(planned))
+    return trace_info(
+        planned.decision, replay=_replay_class(planned), verdict="abort", reason="stopped"
+    )
 
 
 def guarded_tool_node(guard: ReplayGuard, node: ToolNode) -> ToolNode:
