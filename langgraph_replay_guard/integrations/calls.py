@@ -31,6 +31,7 @@ __all__ = [
     "DECISION_EVENT",
     "GUARD_CHANNEL",
     "BatchPlan",
+    "PlanCache",
     "abort_answer",
     "blocked_tool_message",
     "final_ai_message",
@@ -244,6 +245,48 @@ def plan_batch(config: GuardConfig, state: Mapping[str, Any], batch: Batch) -> B
     """
     calls = plan_calls(config, state, batch.tool_calls, batch.turn, batch_id=batch.batch_id)
     return BatchPlan(batch, calls)
+
+
+class PlanCache:
+    """The last batch plan of one guard, reused while the channel value and batch are the same.
+
+    A step plans its batch in `after_model` and again for each of its tool calls
+    (`wrap_tool_call`); all see the same channel value object and AIMessage, so one plan
+    serves them all. The key is object identity: the reducer never changes a value in
+    place, and a value read back from a checkpoint is a new object (a miss, planned again).
+    One tuple, read and replaced atomically, so parallel tool calls never pair a key with
+    another key's plan.
+    """
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        """Create an empty cache."""
+        self._last: tuple[GuardConfig, Any, AIMessage, str | None, BatchPlan] | None = None
+
+    def plan(self, config: GuardConfig, value: Any, batch: Batch) -> BatchPlan:
+        """`plan_batch(config, snapshot(value, batch.batch_id), batch)`, cached.
+
+        Args:
+            config: Guard configuration (fixed for the guard that owns the cache).
+            value: The channel value from the graph state.
+            batch: The batch.
+
+        Returns:
+            The plan.
+        """
+        last = self._last
+        if (
+            last is not None
+            and last[0] is config
+            and last[1] is value
+            and last[2] is batch.ai_message
+            and last[3] == batch.turn
+        ):
+            return last[4]
+        plan = plan_batch(config, snapshot(value, batch.batch_id), batch)
+        self._last = (config, value, batch.ai_message, batch.turn, plan)
+        return plan
 
 
 def plan_calls(

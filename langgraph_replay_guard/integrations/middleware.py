@@ -26,8 +26,6 @@ from langgraph_replay_guard.integrations.calls import (
     find_batch,
     guard_update,
     loop_error,
-    plan_batch,
-    snapshot,
     turn_anchors,
 )
 from langgraph_replay_guard.integrations.prompt import (
@@ -154,7 +152,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         batch = find_batch(state, None, anchors=turn_anchors(value))
         if batch is None or not messages or batch.ai_message is not messages[-1]:
             return None
-        plan = plan_batch(config, snapshot(value, batch.batch_id), batch)
+        plan = self._calls.plans.plan(config, value, batch)
         aborting = plan.abort
         if aborting is None or aborting.decision is None:
             return None

@@ -23,6 +23,7 @@ from langgraph_replay_guard.errors import (
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
     Batch,
+    PlanCache,
     PlannedCall,
     abort_answer,
     blocked_tool_message,
@@ -34,9 +35,7 @@ from langgraph_replay_guard.integrations.calls import (
     find_batch,
     guard_update,
     loop_error,
-    plan_batch,
     result_outcome,
-    snapshot,
     state_field,
     turn_anchors,
 )
@@ -149,6 +148,7 @@ class ToolCallGuard:
         self.messages_key = messages_key
         self.channel = channel
         self.end_batches = end_batches
+        self.plans = PlanCache()  # shared with the middleware's after_model: one plan a step
         self.gate = ReplayGate(
             guard.config, store=guard.store, namespace=guard.namespace, messages_key=messages_key
         )
@@ -252,7 +252,7 @@ class ToolCallGuard:
             turn = current_turn(state, self.messages_key, anchors)
             batch = Batch(AIMessage(content="", tool_calls=[tool_call]), turn)
         config = self.guard.config
-        plan = plan_batch(config, snapshot(value, batch.batch_id), batch)
+        plan = self.plans.plan(config, value, batch)
         planned = plan.call(tool_call.get("id")) or plan.calls[-1]
         last = planned.index == len(batch.tool_calls) - 1
         writer = getattr(request.runtime, "stream_writer", None)
