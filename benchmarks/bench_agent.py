@@ -1,9 +1,12 @@
 """Per-step cost of a guarded agent, side by side, and the guard channel's size over 10,000 calls.
 
-Run: python benchmarks/bench_agent.py
-Goals (DESIGN.md): a guarded create_agent step costs at most ~5% over an unguarded one and less
-than ToolCallLimitMiddleware's overhead; the channel stays a few KB, flat, after 10,000 calls.
-One run, medians, ratios: compare the columns, not the absolute numbers.
+Run: python benchmarks/bench_agent.py [rounds]
+Goals (DESIGN.md): a guarded create_agent step costs at most ~5% over an unguarded one and no
+more than ToolCallLimitMiddleware's overhead; the channel stays a few KB, flat, after 10,000 calls.
+Steps are timed in CPU time (`time.process_time`, all threads of this process), so other work on
+a shared machine does not count; the configurations take turns within each round, so a slow
+stretch hits them all alike. One run, medians, ratios: compare the columns, not the absolute
+numbers.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import sys
 import time
 from typing import Any
 
@@ -26,7 +30,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from langgraph_replay_guard import GUARD_CHANNEL, GuardConfig, ReplayGuard
-from langgraph_replay_guard._testing import ScriptedChatModel, agent_graph
+from langgraph_replay_guard.testing import ScriptedChatModel, agent_graph
 
 STEPS = 200
 ROUNDS = 5
@@ -43,20 +47,22 @@ def _script(steps: int, per_step: int = 1) -> list[Any]:
 
 
 def _step_times(graph: Any, steps: int) -> list[float]:
-    """Seconds per agent+tools round, from the timestamps of the tools node's updates."""
+    """CPU seconds per agent+tools round, between the tools node's updates."""
     config = {"configurable": {"thread_id": "bench"}, "recursion_limit": 10 * steps + 10}
     stamps = []
     for update in graph.stream({"messages": [HumanMessage("go")]}, config, stream_mode="updates"):
         if "tools" in update:
-            stamps.append(time.perf_counter())
+            stamps.append(time.process_time())
     return [b - a for a, b in itertools.pairwise(stamps)]
 
 
-def _median_step(make_graph: Any) -> float:
-    samples = []
-    for _ in range(ROUNDS):
-        samples.extend(_step_times(make_graph(), STEPS))
-    return statistics.median(samples)
+def _median_steps(rows: list[tuple[str, Any]], rounds: int) -> dict[str, float]:
+    """Median step of each configuration; every round runs each configuration once, in turn."""
+    samples: dict[str, list[float]] = {label: [] for label, _ in rows}
+    for _ in range(rounds):
+        for label, make_graph in rows:
+            samples[label].extend(_step_times(make_graph(), STEPS))
+    return {label: statistics.median(times) for label, times in samples.items()}
 
 
 def _agent(middleware: list[Any]) -> Any:
@@ -92,7 +98,8 @@ def _channel_sizes() -> list[tuple[int, int, int]]:
 
 
 def main() -> None:
-    print(f"{STEPS} tool-calling steps x {ROUNDS} rounds, InMemorySaver, scripted model")
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else ROUNDS
+    print(f"{STEPS} tool-calling steps x {rounds} rounds, InMemorySaver, scripted model, CPU time")
     print()
     rows = [
         ("create_agent, no middleware", lambda: _agent([])),
@@ -104,13 +111,13 @@ def main() -> None:
         ("custom graph, plain ToolNode", lambda: _custom(None)),
         ("custom graph, guard.wrap(ToolNode)", lambda: _custom(ReplayGuard())),
     ]
-    medians = {label: _median_step(make) for label, make in rows}
+    medians = _median_steps(rows, rounds)
     base_agent = medians["create_agent, no middleware"]
     base_custom = medians["custom graph, plain ToolNode"]
-    print(f"{'':42}{'median step':>12}{'vs unguarded':>14}")
+    print(f"{'':42}{'median step (CPU)':>18}{'vs unguarded':>14}")
     for label, median in medians.items():
         base = base_agent if label.startswith("create_agent") else base_custom
-        print(f"{label:42}{median * 1000:>10.3f}ms{median / base:>13.3f}x")
+        print(f"{label:42}{median * 1000:>16.3f}ms{median / base:>13.3f}x")
     guard_cost = medians["create_agent + ReplayGuardMiddleware"] - base_agent
     limit_cost = medians["create_agent + ToolCallLimitMiddleware"] - base_agent
     print()
@@ -119,6 +126,9 @@ def main() -> None:
         f"({guard_cost / base_agent:.1%}); ToolCallLimitMiddleware: {limit_cost * 1e6:.0f} us "
         f"({limit_cost / base_agent:.1%})"
     )
+    guarded = medians["create_agent + ReplayGuardMiddleware"]
+    limited = medians["create_agent + ToolCallLimitMiddleware"]
+    print(f"guarded step / ToolCallLimitMiddleware step: {guarded / limited:.3f}x")
     print()
     print(f"{'calls in the thread':>20}{'channel JSON (bytes)':>22}{'checkpoint blob':>17}")
     for calls, json_size, blob_size in _channel_sizes():

@@ -26,7 +26,7 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.tools import tool
 
 from langgraph_replay_guard import ReplayGuard, ReplayGuardCallbackHandler
-from langgraph_replay_guard._testing import ScriptedChatModel
+from langgraph_replay_guard.testing import ScriptedChatModel
 
 STEPS = 100
 ROUNDS = 9

@@ -30,7 +30,7 @@ from langgraph_replay_guard import (
     ReplayEngine,
     ReplayGuard,
 )
-from langgraph_replay_guard._testing import ScriptedChatModel
+from langgraph_replay_guard.testing import ScriptedChatModel
 
 RUNS = 30
 REPLAYS = 300

@@ -8,7 +8,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.tools import tool
 
 from langgraph_replay_guard import GuardConfig, ReplayGuard
-from langgraph_replay_guard._testing import ScriptedChatModel, agent_graph
+from langgraph_replay_guard.testing import ScriptedChatModel, agent_graph
 
 SYSTEM = "You are a customer-service agent. Look the customer up, then answer."
 

@@ -56,6 +56,10 @@ def __getattr__(name: str) -> object:
         )
 
         return ReplayGuardCallbackHandler
+    if name == "ToolCallBlockedError":
+        from langgraph_replay_guard.integrations.callbacks import ToolCallBlockedError
+
+        return ToolCallBlockedError
     msg = f"module {__name__!r} has no attribute {name!r}"
     raise AttributeError(msg)
 
@@ -91,6 +95,7 @@ __all__ = [
     "ReplayResult",
     "ReplayUnsafeError",
     "ReplayedRunError",
+    "ToolCallBlockedError",
     "ToolPolicy",
     "Verdict",
     "__version__",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -355,8 +356,11 @@ class GuardConfig(BaseModel):
         cycle_detection: Enable cycle detection.
         repeat_reset: `"progress"`: a successful world-changing call resets the other calls'
             counts; `"turn"`: plain per-turn counting.
-        on_abort: `"end"` stops the run gracefully, `"error"` raises `LoopAbortedError`,
-            `"continue"` blocks only the offending call.
+        exit_behavior: `"end"` stops the run gracefully, `"error"` raises `LoopAbortedError`,
+            `"continue"` blocks only the offending call; a call insisted on `max_repeats`
+            more times after it was blocked then stops the run as with `"end"`, so model
+            calls stay bounded. On every setting, a run that goes back to the model after
+            the stop and asks for more tools in the same turn gets `LoopAbortedError`.
         scope: `"turn"` resets dedup, counters, epochs and reminders at each new user
             message; `"thread"` keeps them for the whole thread.
         on_unsafe: What happens when an `unsafe` call's outcome is unknown on replay:
@@ -384,13 +388,41 @@ class GuardConfig(BaseModel):
     reminder: bool = True
     cycle_detection: bool = True
     repeat_reset: Literal["progress", "turn"] = "progress"
-    on_abort: Literal["end", "error", "continue"] = "end"
+    exit_behavior: Literal["end", "error", "continue"] = "end"
     scope: Literal["turn", "thread"] = "turn"
     on_unsafe: Literal["raise", "interrupt"] = "raise"
     in_flight_wait: float = Field(default=10.0, ge=0, le=3600)
     in_flight_lease: float = Field(default=900.0, gt=0)
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
     default_policy: ToolPolicy = Field(default_factory=ToolPolicy)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _deprecated_on_abort(cls, data: Any) -> Any:
+        """Accept `on_abort`, the old name of `exit_behavior`, for one more release."""
+        if not isinstance(data, Mapping) or "on_abort" not in data:
+            return data
+        data = dict(data)
+        value = data.pop("on_abort")
+        if "exit_behavior" in data and data["exit_behavior"] != value:
+            msg = (
+                f"on_abort={value!r} and exit_behavior={data['exit_behavior']!r} disagree: "
+                "on_abort is the deprecated name of exit_behavior, pass only exit_behavior."
+            )
+            raise ValueError(msg)
+        warnings.warn(
+            "GuardConfig(on_abort=...) is deprecated: use exit_behavior=... (LangChain's name, "
+            "same values); on_abort will be removed in the next release.",
+            DeprecationWarning,
+            stacklevel=4,
+        )
+        data["exit_behavior"] = value
+        return data
+
+    @property
+    def on_abort(self) -> str:
+        """Deprecated name of `exit_behavior`."""
+        return self.exit_behavior
 
     @field_validator("tools", mode="before")
     @classmethod

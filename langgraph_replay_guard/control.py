@@ -91,11 +91,11 @@ class GuardControl:
             `"stopped"`). Record a skipped call with `record_denied`.
 
         Raises:
-            LoopAbortedError: When the decision is an abort and `on_abort="error"`.
+            LoopAbortedError: When the decision is an abort and `exit_behavior="error"`.
             InvalidArgumentsError: If the arguments cannot be hashed.
         """
         decision = self.evaluate(name, args)
-        if decision.verdict is Verdict.ABORT and self._config.on_abort == "error":
+        if decision.verdict is Verdict.ABORT and self._config.exit_behavior == "error":
             raise LoopAbortedError(
                 decision.message or f"Loop aborted on '{name}'.",
                 tool=name,

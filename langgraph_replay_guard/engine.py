@@ -13,6 +13,7 @@ from langgraph_replay_guard.keys import call_key, content_hash
 from langgraph_replay_guard.state import Event, Outcome, state_for_turn
 
 __all__ = [
+    "STOP_IGNORED",
     "CallFacts",
     "Decision",
     "Verdict",
@@ -25,6 +26,10 @@ __all__ = [
 ]
 
 
+STOP_IGNORED = "stop_ignored"
+"""Reason of a call the model asked for after the guard stopped the run in the same turn."""
+
+
 class Verdict(StrEnum):
     """What the guard does with a call."""
 
@@ -35,7 +40,7 @@ class Verdict(StrEnum):
     SHORT_CIRCUIT = "short_circuit"
     """Do not run it; the model gets the identical result it got last time (a preview)."""
     ABORT = "abort"
-    """Do not run it and stop the run (`on_abort`)."""
+    """Do not run it and stop the run (`exit_behavior`)."""
     REPLAY = "replay"
     """Do not run it; return the outcome recorded for this very call (replay ledger)."""
 
@@ -47,7 +52,8 @@ class Decision:
     Attributes:
         verdict: What happens to the call.
         reason: Why, for anything but a plain allow: `"duplicate"`, `"repeat_limit"`,
-            `"same_result"`, `"cycle"`, `"stopped"`, `"replayed"`.
+            `"same_result"`, `"cycle"`, `"stopped"`, `"stop_ignored"` (the model asked for
+            more tool calls after the stop), `"replayed"`.
         call_key: The call's canonical key.
         message: What the model is told when the call is not executed.
         previous_result: Preview of the earlier result the model is pointed to, or None.
@@ -154,6 +160,7 @@ def decide(
     *,
     turn: str | None = None,
     earlier_in_batch: Sequence[str] = (),
+    batch: str | None = None,
 ) -> Decision:
     """Decide what to do with a call. Pure: reads the state, never changes it.
 
@@ -168,6 +175,9 @@ def decide(
             (with `scope="turn"`).
         earlier_in_batch: Keys of the calls before this one in the same AIMessage, in
             order: parallel calls see one snapshot, so position decides between them.
+        batch: Id of the AIMessage holding the call. After a stop, a call of another
+            batch than the stopped one is a come-back (`"stop_ignored"`): the graph went
+            back to the model although the run was stopped.
 
     Returns:
         The decision.
@@ -177,9 +187,15 @@ def decide(
     counted = view["counts"].get(key)
     in_batch = earlier_in_batch.count(key) if earlier_in_batch else 0
     attempt = (counted[0] if counted else 0) + in_batch + 1
-    final = config.on_abort != "continue"
+    final = config.exit_behavior != "continue"
 
     stop = view.get("stop")
+    if stop is not None and _comes_back(view, batch):
+        msg = (
+            f"Not executed: the loop guard had stopped this run ({stop['reason']} on "
+            f"'{stop['tool']}') and the model asked for more tool calls in the same turn."
+        )
+        return Decision(Verdict.ABORT, STOP_IGNORED, key, msg, None, tool, attempt)
     if stop is not None:
         msg = (
             f"Not executed: the loop guard stopped this run ({stop['reason']} on "
@@ -188,11 +204,15 @@ def decide(
         return Decision(Verdict.ABORT, "stopped", key, msg, None, tool, attempt)
 
     if config.repeat_limit and attempt > facts.max_repeats:
+        # With "continue" a call insisted on `max_repeats` more times after it was blocked
+        # escalates to a stop: the model is not listening, and every blocked attempt costs a
+        # model call.
+        ends = final or attempt > 2 * facts.max_repeats
         return Decision(
-            Verdict.ABORT if final else Verdict.DENY,
+            Verdict.ABORT if ends else Verdict.DENY,
             "repeat_limit",
             key,
-            _repeat_message(tool, attempt, facts.max_repeats, final=final),
+            _repeat_message(tool, attempt, facts.max_repeats, final=ends),
             None,
             tool,
             attempt,
@@ -250,6 +270,16 @@ def decide(
             )
 
     return Decision(Verdict.ALLOW, None, key, None, None, tool, attempt)
+
+
+def _comes_back(view: Mapping[str, Any], batch: str | None) -> bool:
+    """Whether a call of `batch` comes after the stop of this turn rather than being in it.
+
+    The stop is recorded by the batch that aborted, the last batch the state folded; a
+    re-run of that batch (a resume, a retry) gets its first answers again. Nothing is
+    recorded after a stop in the same turn: a come-back is refused before it is.
+    """
+    return batch is not None and view.get("last_batch") not in (None, batch)
 
 
 def _preview(view: Mapping[str, Any], key: str) -> str | None:

@@ -25,7 +25,7 @@ class InvalidArgumentsError(ReplayGuardError, TypeError):
 
 
 class LoopAbortedError(ReplayGuardError):
-    """The guard aborted a run because the agent was looping (`on_abort="error"`).
+    """The guard aborted a run because the agent was looping (`exit_behavior="error"`).
 
     Attributes:
         tool: Name of the tool whose call tripped the guard.

@@ -226,7 +226,7 @@ def evaluate_trajectories(
 
     Each call is decided against the state the guard would have had: executed calls are
     recorded with their recorded result, blocked calls as denied (their recorded result is
-    never fed back). After an abort (`on_abort` "end" or "error") the rest of that turn is
+    never fed back). After an abort (`exit_behavior` "end" or "error") the rest of that turn is
     cut, since the run would have ended; the next user turn goes on.
 
     Args:
@@ -331,7 +331,7 @@ def _evaluate_one(
                     t.wrong += 1
                 t.by_reason[reason] = t.by_reason.get(reason, 0) + 1
             event = make_event(facts, "denied", reason=reason, abort=aborts, turn=str(turn))
-            if aborts and config.on_abort != "continue":
+            if aborts and config.exit_behavior != "continue":
                 cutting, cut_turn = True, turn
                 for t in tallies:
                     t.aborts += 1

@@ -51,6 +51,8 @@ class ReplayGuard:
         record: Record runs as execution records (off by default): `True` records into
             `store`, a `BaseStore` records there, under `(*namespace, "records")`. Runs are
             recorded through `guard.record(graph)`.
+        **options: `GuardConfig` fields as flat keywords (`ReplayGuard(max_repeats=2,
+            exit_behavior="error")`), instead of `config`.
 
     Raises:
         TypeError: An option of the wrong type (a path as `store`, `namespace=(1, 2)`,
@@ -65,9 +67,10 @@ class ReplayGuard:
         store: BaseStore | None = None,
         namespace: Sequence[str] = ("replay_guard",),
         record: bool | BaseStore = False,
+        **options: Any,
     ) -> None:
         """Create a guard."""
-        self.config: GuardConfig = guard_config(config)
+        self.config: GuardConfig = guard_config(config, options)
         self.store = check_store(store)
         self.namespace: tuple[str, ...] = check_namespace(namespace)
         self.record_setting = check_record(record)
@@ -125,7 +128,8 @@ class ReplayGuard:
 
         Replace `builder.add_edge("tools", "agent")` with
         `builder.add_conditional_edges("tools", guard.route_after_tools("agent"))`: with a
-        static edge the model would be called again after the guard stopped the run.
+        static edge the model is called again after the guard stopped the run, and when it
+        asks for more tools the tools node raises `LoopAbortedError` naming this fix.
 
         Args:
             then: The node to go to when the run goes on.
@@ -135,7 +139,7 @@ class ReplayGuard:
         """
         from langgraph_replay_guard.integrations.tool_node import route_after_tools
 
-        return route_after_tools(then, on_abort=self.config.on_abort)
+        return route_after_tools(then, exit_behavior=self.config.exit_behavior)
 
     def system_prompt(self, state: Any, base: str | SystemMessage | None = None) -> SystemMessage:
         """The system prompt for a model call: `base` plus the pending loop reminder.

@@ -36,19 +36,32 @@ def _got(value: Any) -> str:
     return f"{type(value).__name__} {text}"
 
 
-def guard_config(config: Any) -> GuardConfig:
+def guard_config(config: Any, options: Mapping[str, Any] | None = None) -> GuardConfig:
     """The configuration a constructor was given, validated.
 
     Args:
         config: A `GuardConfig`, a mapping of its fields, or None for the defaults.
+        options: `GuardConfig` fields given as flat keywords (`max_repeats=2`), the way
+            LangChain's middleware take their options.
 
     Returns:
         The configuration.
 
     Raises:
-        TypeError: For anything else (a store passed in the config's place, a file path).
-        pydantic.ValidationError: For a mapping with unknown fields or invalid values.
+        TypeError: For anything else (a store passed in the config's place, a file path), or
+            for both a config and flat options.
+        pydantic.ValidationError: For unknown fields or invalid values (a `ValueError` that
+            names the option and the allowed values).
     """
+    if options:
+        if config is not None:
+            names = ", ".join(sorted(options))
+            msg = (
+                f"Pass either a config or GuardConfig fields as keywords, not both (got a "
+                f"config and {names}). Put {names} into the GuardConfig, or drop the config."
+            )
+            raise TypeError(msg)
+        return GuardConfig.model_validate(dict(options))
     if config is None:
         return GuardConfig()
     if isinstance(config, GuardConfig):

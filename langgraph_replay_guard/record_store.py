@@ -318,7 +318,7 @@ class RecordStore:
             },
             "summary": {
                 "events": len(record.events),
-                "failed": final is not None and final.error is not None,
+                "failed": final is not None and final.failed,
             },
         }
         return value, chunks

@@ -10,9 +10,17 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal, NamedTuple, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    StrictInt,
+    ValidationError,
+    model_serializer,
+)
 
 from langgraph_replay_guard.errors import (
     NotReplayableError,
@@ -25,6 +33,7 @@ __all__ = [
     "ENVELOPE_ROUTING_FIELDS",
     "NOT_REPLAYABLE_REASONS",
     "CachingReplayEngine",
+    "ErrorInfo",
     "ExecutionRecord",
     "FinalResponse",
     "IntegrityReport",
@@ -35,6 +44,7 @@ __all__ = [
     "RecordedError",
     "ReplayEngine",
     "ReplayResult",
+    "Replayability",
     "ReplayableReason",
     "ReplayedRunError",
     "batch_replay",
@@ -114,18 +124,42 @@ class RecordHeader(BaseModel):
     replayableReason: ReplayableReason | None = None
 
 
-class RecordEvent(BaseModel):
+class _KeepsGivenFields(BaseModel):
+    """A model whose optional `_given_only` fields are written only when they were given.
+
+    So a record in the contract's own JSON shape dumps back to the same JSON: no field
+    it did not have (`kind`, `metadata`, `status`...) appears as `null` or `{}`.
+    """
+
+    _given_only: ClassVar[frozenset[str]] = frozenset()
+
+    @model_serializer(mode="wrap")
+    def _drop_fields_not_given(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        omit = self._omitted_fields()
+        if not omit or not isinstance(data, dict):
+            return data
+        return {k: v for k, v in data.items() if k not in omit}
+
+    def _omitted_fields(self) -> frozenset[str]:
+        return self._given_only - self.model_fields_set
+
+
+class RecordEvent(_KeepsGivenFields):
     """One recorded step of a run: a model call, a tool call or a guard decision.
 
-    `seq` numbers the events 1, 2, 3... in the order they happened; `kind` names the step
-    (`model_start`, `model_end`, `model_error`, `tool_start`, `tool_end`, `tool_error`,
-    `guard_decision`). Other fields depend on the kind and are kept as they are.
+    `seq` numbers the events in the order they happened (strictly increasing; the
+    recorder writes 1, 2, 3...). `kind` names the step (`model_start`, `model_end`,
+    `model_error`, `tool_start`, `tool_end`, `tool_error`, `guard_decision`); events in the
+    contract's own shape may carry only `seq` and their own fields (`type`, `payload`...).
+    Every other field is kept as it is, and `kind` is written back only when it was given.
     """
 
     model_config = ConfigDict(extra="allow")
+    _given_only: ClassVar[frozenset[str]] = frozenset({"kind"})
 
     seq: StrictInt
-    kind: str
+    kind: str | None = None
 
 
 class RecordedError(BaseModel):
@@ -159,29 +193,69 @@ class RecordedError(BaseModel):
             details=details,
         )
 
+    @property
+    def label(self) -> str:
+        """What failed, for messages: the exception's class name."""
+        return self.type
 
-class FinalResponse(BaseModel):
-    """What the run returned (`payload`), or the error it raised (`error`)."""
 
-    model_config = ConfigDict(extra="forbid")
+class ErrorInfo(BaseModel):
+    """An error in the contract's own shape: `{"code", "message"}` (other fields kept)."""
 
+    model_config = ConfigDict(extra="allow")
+
+    code: str
+    message: str
+
+    @property
+    def label(self) -> str:
+        """What failed, for messages: the error code."""
+        return self.code
+
+
+class FinalResponse(_KeepsGivenFields):
+    """What the run returned (`payload`), or the error it raised (`error`).
+
+    Two shapes load. The recorder's: `payload`, `metadata` and `error` (a `RecordedError`).
+    The contract's: `status` (`"success"` or `"error"`), `payload`, an `error` as
+    `{"code", "message"}` (an `ErrorInfo`), and any other fields (`version`...). A response
+    with a `status` is written back with exactly the fields it was given.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    status: Literal["success", "error"] | None = None
     payload: Any = None
     metadata: dict[str, Any] = Field(default_factory=dict)
-    error: RecordedError | None = None
+    error: RecordedError | ErrorInfo | None = None
+
+    def _omitted_fields(self) -> frozenset[str]:
+        if self.status is None:  # the recorder's shape: written as before
+            return frozenset({"status"})
+        return frozenset(type(self).model_fields) - self.model_fields_set
+
+    @property
+    def failed(self) -> bool:
+        """Whether the recorded run ended with an error."""
+        return self.error is not None or self.status == "error"
 
 
-class ExecutionRecord(BaseModel):
+class ExecutionRecord(_KeepsGivenFields):
     """A recorded run: header, envelope (the request), events and final response.
 
     The JSON form uses the field names shown here (`header.executionId`,
-    `finalResponse.payload`...). `problems` is not part of it: it carries what went wrong
-    while loading a stored record, for error messages.
+    `finalResponse.payload`...). A record in the contract's own shape (a `finalResponse`
+    with `status`, events with `seq` and their own fields, a `routerDecision`) loads and
+    dumps back to the same JSON. `problems` is not part of the JSON: it carries what went
+    wrong while loading a stored record, for error messages.
     """
 
     model_config = ConfigDict(extra="forbid")
+    _given_only: ClassVar[frozenset[str]] = frozenset({"routerDecision"})
 
     header: RecordHeader
     envelope: dict[str, Any]
+    routerDecision: Any = None
     events: list[RecordEvent] = Field(default_factory=list)
     finalResponse: FinalResponse | None = None
     problems: list[str] = Field(default_factory=list, exclude=True)
@@ -282,9 +356,12 @@ class IntegrityReport:
 
     Attributes:
         problems: What is wrong, one sentence each; empty when the check passed.
+        warnings: What is odd but harmless (gaps in the event numbering), one sentence
+            each; they never fail the check.
     """
 
     problems: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -304,38 +381,61 @@ def _seq_of(event: Any) -> Any:
     return getattr(event, "seq", None)
 
 
-def verify_event_sequence(events: Iterable[RecordEvent | Mapping[str, Any]]) -> IntegrityReport:
-    """Check that events are numbered 1, 2, 3... in order: no gap, repeat or swap.
+def _events_of(
+    record: ExecutionRecord | Mapping[str, Any] | Iterable[RecordEvent | Mapping[str, Any]],
+) -> Iterable[Any]:
+    if isinstance(record, ExecutionRecord):
+        return record.events
+    if isinstance(record, Mapping):  # a record's raw JSON data
+        events = record.get("events")
+        return events if isinstance(events, list) else []
+    return record
+
+
+def verify_event_sequence(
+    record: ExecutionRecord | Mapping[str, Any] | Iterable[RecordEvent | Mapping[str, Any]],
+) -> IntegrityReport:
+    """Check that the events' `seq` numbers strictly increase.
+
+    A repeated or decreasing `seq` (events swapped or duplicated) fails the check; a gap
+    (`1, 2, 4`) is only a warning, as the record contract allows. Numbers start at 1.
 
     Args:
-        events: The record's events (models or raw JSON mappings).
+        record: The record, its raw JSON data, or its events (models or raw mappings).
 
     Returns:
-        The report; its problems name the first event out of place.
+        The report: its problems name the first event out of order, its warnings the gaps.
     """
-    expected = 1
-    for position, event in enumerate(events):
+    warnings: list[str] = []
+    previous = 0
+    for position, event in enumerate(_events_of(record)):
         seq = _seq_of(event)
         if type(seq) is not int:
             return IntegrityReport((f"event at position {position} has no integer 'seq'",))
-        if seq != expected:
-            if seq < expected:
-                why = "is not after the previous one (events out of order or repeated)"
-            else:
-                why = f"follows seq {expected - 1} (events {expected}..{seq - 1} are missing)"
-            return IntegrityReport((f"event at position {position} has seq {seq}, which {why}",))
-        expected += 1
-    return IntegrityReport()
+        if seq <= previous:
+            after = "the start" if position == 0 else f"seq {previous}"
+            why = f"is not after {after} (events out of order or repeated)"
+            problem = f"event at position {position} has seq {seq}, which {why}"
+            return IntegrityReport((problem,), tuple(warnings))
+        if seq > previous + 1:
+            missing = f"{previous + 1}..{seq - 1}"
+            warnings.append(
+                f"event at position {position} has seq {seq}, after seq {previous} "
+                f"(events {missing} are missing)"
+            )
+        previous = seq
+    return IntegrityReport((), tuple(warnings))
 
 
 def verify_record_integrity(record: ExecutionRecord | Mapping[str, Any]) -> IntegrityReport:
-    """Check a record: envelope hash, event order and a consistent header.
+    """Check a record: envelope hash, event order and a consistent header and response.
 
     Args:
         record: The record, or its raw JSON data.
 
     Returns:
-        The report; each problem is one sentence.
+        The report; each problem or warning is one sentence. Gaps in the event numbering
+        are warnings only.
     """
     problems: list[str] = []
     if not isinstance(record, ExecutionRecord):
@@ -347,27 +447,43 @@ def verify_record_integrity(record: ExecutionRecord | Mapping[str, Any]) -> Inte
             )
     problems.extend(record.problems)
     header = record.header
-    if not _HASH_PATTERN.match(header.envelopeHash):
-        problems.append(f"envelopeHash {header.envelopeHash!r} is not 'sha256:' + 64 hex digits")
-    else:
-        try:
-            actual = compute_envelope_hash(record.envelope)
-        except ReplayGuardError as exc:
-            problems.append(f"the envelope cannot be hashed: {exc}")
-        else:
-            if actual != header.envelopeHash:
-                problems.append(
-                    f"the envelope hashes to {actual}, not to the recorded {header.envelopeHash} "
-                    "(the envelope was changed)"
-                )
-    problems.extend(verify_event_sequence(record.events).problems)
+    problems.extend(_hash_problems(record))
+    sequence = verify_event_sequence(record.events)
+    problems.extend(sequence.problems)
     if header.replayable and header.replayableReason is not None:
         problems.append(
             f"the header says replayable but gives the reason {header.replayableReason!r}"
         )
     if header.replayable and record.finalResponse is None:
         problems.append("the header says replayable but there is no final response")
-    return IntegrityReport(tuple(problems))
+    if record.finalResponse is not None:
+        problems.extend(_status_problems(record.finalResponse))
+    return IntegrityReport(tuple(problems), sequence.warnings)
+
+
+def _hash_problems(record: ExecutionRecord) -> list[str]:
+    recorded = record.header.envelopeHash
+    if not _HASH_PATTERN.match(recorded):
+        return [f"envelopeHash {recorded!r} is not 'sha256:' + 64 hex digits"]
+    try:
+        actual = compute_envelope_hash(record.envelope)
+    except ReplayGuardError as exc:
+        return [f"the envelope cannot be hashed: {exc}"]
+    if actual != recorded:
+        return [
+            f"the envelope hashes to {actual}, not to the recorded {recorded} "
+            "(the envelope was changed)"
+        ]
+    return []
+
+
+def _status_problems(final: FinalResponse) -> list[str]:
+    # A contract-shaped response says its outcome twice (status and error): they must agree.
+    if final.status == "error" and final.error is None:
+        return ["finalResponse.status is 'error' but there is no finalResponse.error"]
+    if final.status == "success" and final.error is not None:
+        return [f"finalResponse.status is 'success' but it has an error ({final.error.label})"]
+    return []
 
 
 def first_validation_error(exc: ValidationError) -> str:
@@ -391,6 +507,9 @@ class ReplayResult(BaseModel):
         originalTimestamp: When the recorded run started (`createdUtcIso`).
         warnings: What the caller should know, e.g. that a non-replayable record was
             forced.
+        response: The whole recorded `finalResponse` as JSON data, exactly as recorded (a
+            copy; with `status`, `error`... for a record in the contract's shape). Not part
+            of the result's own JSON form.
     """
 
     payload: Any = None
@@ -399,17 +518,23 @@ class ReplayResult(BaseModel):
     originalExecutionId: str
     originalTimestamp: str
     warnings: list[str] = Field(default_factory=list)
+    response: dict[str, Any] | None = Field(default=None, exclude=True)
 
 
 class ReplayedRunError(ReplayGuardError):
     """The recorded run ended with an error, so its replay raises it again.
 
     Attributes:
-        error: The recorded error (`type`, `message`, `module`, `details`).
-        result: The replay result (its `payload` is None; metadata and warnings are set).
+        error: The recorded error: a `RecordedError` (`type`, `message`, `module`,
+            `details`), or an `ErrorInfo` (`code`, `message`) for a record in the
+            contract's shape.
+        result: The replay result (the recorded payload, metadata and warnings; `response`
+            is the whole recorded final response).
     """
 
-    def __init__(self, message: str, *, error: RecordedError, result: ReplayResult) -> None:
+    def __init__(
+        self, message: str, *, error: RecordedError | ErrorInfo, result: ReplayResult
+    ) -> None:
         super().__init__(message)
         self.error = error
         self.result = result
@@ -423,13 +548,33 @@ class RecordNotFoundError(ReplayGuardError, LookupError):
         self.execution_id = execution_id
 
 
+class Replayability(NamedTuple):
+    """Whether a record can be replayed, and why not: `ok, reason = engine.is_replayable()`.
+
+    It is also true or false by itself, so `if engine.is_replayable():` works.
+
+    Attributes:
+        ok: Whether `replay()` would serve the record without `force=True`.
+        reason: Why it would not (`"execution_incomplete"`, `"recording_failure"`,
+            `"manually_invalidated"` or `"record_corrupted"`); None when `ok`.
+    """
+
+    ok: bool
+    reason: str | None
+
+    def __bool__(self) -> bool:
+        """True when the record is replayable (a plain 2-tuple would always be true)."""
+        return self.ok
+
+
 class ReplayEngine:
     """Serves one record's final response again, exactly, with no model, tool or graph call.
 
     Example:
         ```python
         engine = ReplayEngine(record)
-        if engine.is_replayable():
+        ok, reason = engine.is_replayable()  # or: if engine.is_replayable(): ...
+        if ok:
             result = engine.replay()
             result.payload  # the recorded response
         ```
@@ -464,9 +609,14 @@ class ReplayEngine:
             return "record_corrupted"
         return None
 
-    def is_replayable(self) -> bool:
-        """Whether `replay()` would serve the record without `force=True`."""
-        return self.not_replayable_reason() is None
+    def is_replayable(self) -> Replayability:
+        """Whether `replay()` would serve the record without `force=True`, and why not.
+
+        Returns:
+            `(ok, reason)`, as a `Replayability` that is also falsy when not replayable.
+        """
+        reason = self.not_replayable_reason()
+        return Replayability(reason is None, reason)
 
     def replay(self, env: Mapping[str, Any] | None = None, *, force: bool = False) -> ReplayResult:
         """Return the recorded final response.
@@ -524,11 +674,13 @@ class ReplayEngine:
             originalExecutionId=header.executionId,
             originalTimestamp=header.createdUtcIso,
             warnings=warnings,
+            response=final.model_dump(mode="python"),
         )
-        if final.error is not None:
-            error = final.error
+        if final.failed:
+            error = final.error or ErrorInfo(code="error", message="no error details recorded")
             msg = (
-                f"The recorded run {header.executionId!r} failed with {error.type}: {error.message}"
+                f"The recorded run {header.executionId!r} failed with {error.label}: "
+                f"{error.message}"
             )
             raise ReplayedRunError(msg, error=error, result=result)
         return result

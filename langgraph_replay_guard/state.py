@@ -74,7 +74,7 @@ class Event(TypedDict):
     h: str | None  # result hash (success, or the error text of a failure)
     p: str | None  # result preview (goes to the model in ToolMessages only)
     r: str | None  # decision reason for a denied call
-    x: bool  # the denial was an abort (stops the run with on_abort="end")
+    x: bool  # the denial was an abort (stops the run with exit_behavior="end")
     m: NotRequired[int]  # size of the batch: once every position reported, it is folded
 
 

@@ -209,6 +209,8 @@ def _show(records: RecordStore, args: argparse.Namespace, out: TextIO, err: Text
     print(f"status:         {'replayable' if reason is None else reason}", file=out)
     for problem in engine.integrity.problems:
         print(f"problem:        {problem}", file=out)
+    for warning in engine.integrity.warnings:
+        print(f"warning:        {warning}", file=out)
     print(f"envelope:\n{_preview(record.envelope)}", file=out)
     print(f"events ({len(record.events)}):", file=out)
     for event in record.events:
@@ -218,7 +220,9 @@ def _show(records: RecordStore, args: argparse.Namespace, out: TextIO, err: Text
         print("final response: none (the run did not finish)", file=out)
         return EXIT_OK
     if final.error is not None:
-        print(f"final response: error {final.error.type}: {final.error.message}", file=out)
+        print(f"final response: error {final.error.label}: {final.error.message}", file=out)
+    elif final.failed:
+        print("final response: error (no details recorded)", file=out)
     else:
         print(f"final response:\n{_preview(final.payload)}", file=out)
     print(f"metadata:\n{_preview(final.metadata)}", file=out)
@@ -226,7 +230,7 @@ def _show(records: RecordStore, args: argparse.Namespace, out: TextIO, err: Text
 
 
 def _event_line(event: dict[str, Any]) -> str:
-    kind = event.get("kind", "?")
+    kind = str(event.get("kind") or event.get("type") or "?")  # `type`: the contract's events
     if kind == "guard_decision":
         return f"{kind}: {event.get('tool')} {event.get('verdict')} ({event.get('reason')})"
     if kind.startswith("tool"):
@@ -286,6 +290,7 @@ def _verify(records: RecordStore, args: argparse.Namespace, out: TextIO, err: Te
                 "replayable": reason is None,
                 "reason": reason,
                 "problems": list(integrity.problems),
+                "warnings": list(integrity.warnings),
             }
         )
         if not integrity.ok:
@@ -297,6 +302,8 @@ def _verify(records: RecordStore, args: argparse.Namespace, out: TextIO, err: Te
             if entry["ok"]:
                 note = "" if entry["replayable"] else f" (not replayable: {entry['reason']})"
                 print(f"ok        {entry['executionId']}{note}", file=out)
+                for warning in entry["warnings"]:
+                    print(f"  warning: {warning}", file=out)
             else:
                 print(f"CORRUPTED {entry['executionId']}: {'; '.join(entry['problems'])}", file=out)
         print(f"{len(ids) - failed} ok, {failed} corrupted", file=out)

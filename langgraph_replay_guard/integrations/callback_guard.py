@@ -103,13 +103,13 @@ class CallbackGuard:
         """Note the turn of a model call.
 
         Raises:
-            LoopAbortedError: With `on_abort="error"` when the turn was stopped (a tools node
+            LoopAbortedError: With `exit_behavior="error"` when the turn was stopped (a tools node
                 that handles every error turned the abort into a message).
         """
         scope = self.scopes.get(key)
         with scope.lock:
             scope.turn = turn
-            if self.config.on_abort != "error":
+            if self.config.exit_behavior != "error":
                 return
             view = state_for_turn(settled(self.scopes.read(scope)), turn, self.config.scope)
             stop = view.get("stop")
@@ -129,7 +129,7 @@ class CallbackGuard:
         """Decide the batch of tool calls a model call returned.
 
         Raises:
-            LoopAbortedError: When the batch aborts with `on_abort="error"`, or the model
+            LoopAbortedError: When the batch aborts with `exit_behavior="error"`, or the model
                 asks for tools after the guard stopped the run.
         """
         scope = self.scopes.get(key)
@@ -342,16 +342,22 @@ class CallbackGuard:
         # The batch's AIMessage only carries the id: executor calls may have string args.
         batch = Batch(AIMessage(content="", id=batch_id), scope.turn)
         tool_calls = [_tool_call(name, args, call_id) for name, args, call_id in calls]
-        plan = BatchPlan(batch, plan_calls(config, state, tool_calls, scope.turn))
+        plan = BatchPlan(
+            batch, plan_calls(config, state, tool_calls, scope.turn, batch_id=batch_id)
+        )
         scope.last_batch = batch_id
-        aborting = plan.abort if config.on_abort != "continue" else None
-        if aborting is not None and aborting.decision is not None:
-            view = state_for_turn(state, scope.turn, config.scope)
-            if view.get("stop") is not None and view.get("last_batch") != batch_id:
-                raise _ignored_stop(aborting.decision)
-            if config.on_abort == "error":
-                self._write(scope, abort_answer(aborting, aborting, batch)[1])
-                raise loop_error(aborting.decision)
+        come_back = plan.stop_ignored
+        if come_back is not None and come_back.decision is not None:
+            raise loop_error(come_back.decision, fix=_CALLBACK_FIX)
+        # With "continue" a plan aborts only when a blocked call escalated to a stop.
+        aborting = plan.abort
+        if (
+            aborting is not None
+            and aborting.decision is not None
+            and config.exit_behavior == "error"
+        ):
+            self._write(scope, abort_answer(aborting, aborting, batch)[1])
+            raise loop_error(aborting.decision)
         if keep:
             scope.plan, scope.taken, scope.executor = plan, set(), False
         return plan
@@ -386,7 +392,7 @@ class CallbackGuard:
         self, scope: Scope, plan: BatchPlan, planned: PlannedCall
     ) -> tuple[str | None, list[Event]]:
         """What the model is told instead of running a call (None: run it), and its events."""
-        aborting = plan.abort if self.config.on_abort != "continue" else None
+        aborting = plan.abort
         if aborting is not None and aborting.decision is not None:
             answer, events = abort_answer(planned, aborting, plan.batch)
             # A callback cannot end the run: ask the model to end it.
@@ -441,13 +447,10 @@ def _same_calls(plan: BatchPlan, batch_id: str, calls: Sequence[Call]) -> bool:
     )
 
 
-def _ignored_stop(decision: Decision) -> LoopAbortedError:
-    msg = (
-        "Loop aborted: the model asked for more tool calls after the loop guard stopped the "
-        "run, and a callback cannot end a run any other way. Use ReplayGuardMiddleware "
-        "(create_agent) to end runs gracefully."
-    )
-    return LoopAbortedError(msg, tool=decision.tool, reason="stopped", count=decision.count)
+_CALLBACK_FIX = (
+    "A callback cannot end a run any other way: use ReplayGuardMiddleware (create_agent) to "
+    "end runs gracefully."
+)
 
 
 def _step_message(plan: BatchPlan, messages: list[str | None]) -> str:

@@ -29,6 +29,7 @@ from langgraph_replay_guard.integrations.callback_state import (
     scopes_namespace,
 )
 from langgraph_replay_guard.integrations.calls import emit, result_outcome
+from langgraph_replay_guard.integrations.tracing import TRACE_KEY, blocked_run, trace_info
 from langgraph_replay_guard.options import (
     ToolNameCheck,
     check_max_threads,
@@ -39,6 +40,7 @@ from langgraph_replay_guard.options import (
 from langgraph_replay_guard.state import GuardView
 
 if TYPE_CHECKING:
+    from langchain_core.messages import ToolCall
     from langgraph.store.base import BaseStore
 
 __all__ = ["ReplayGuardCallbackHandler", "ToolCallBlockedError"]
@@ -66,6 +68,7 @@ class ToolCallBlockedError(ReplayGuardError, ToolInvocationError, OutputParserEx
     Attributes:
         message: What the model is told.
         tool_name: The refused tool, or `""` for a whole executor step.
+        metadata: The guard's decision, `{"replay_guard": {...}}` as in traced tool runs.
     """
 
     def __init__(self, message: str, *, tool_name: str = "") -> None:
@@ -78,6 +81,7 @@ class ToolCallBlockedError(ReplayGuardError, ToolInvocationError, OutputParserEx
         self.observation = message
         self.llm_output = message
         self.send_to_llm = True
+        self.metadata: dict[str, Any] = {}
 
 
 _SIGNALS = (ToolCallBlockedError, LoopAbortedError)
@@ -162,16 +166,25 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
     - `AgentExecutor`: `handle_parsing_errors=True`; pass the thread as
       `config={"metadata": {"thread_id": ...}}`.
 
-    Aborts: a callback cannot end a run. With `on_abort="end"` the aborting call (and its
+    Aborts: a callback cannot end a run. With `exit_behavior="end"` the aborting call (and its
     batch) is answered with the stop message, which tells the model to answer without
     tools; if the model asks for tools again anyway, the handler raises `LoopAbortedError`
-    (the only way a callback can stop a run). With `on_abort="error"` the abort raises
+    (the only way a callback can stop a run). With `exit_behavior="error"` the abort raises
     `LoopAbortedError` before any tool of its batch runs.
 
     Unknown outcomes: when an `unsafe` call raises (an exception its policy does not name
     in `no_effect_errors`), its side effect may have happened. Every later identical call
     in the thread is refused until a human settles it with `resolve`. `idempotent` tools
     are retried as before: a callback cannot add an idempotency key to a tool's input.
+
+    Tracing: a callback cannot change the run it is told about, and a refusal stops that
+    run before the handlers after this one hear of it. Each refused call is therefore
+    reported as a tool run of its own, under the same parent, that ends in the
+    `ToolCallBlockedError` and carries the decision in its metadata
+    (`{"replay_guard": {"verdict", "reason", "count", "replay", "ledger"}}`) and a
+    `replay_guard:<verdict>` tag; the error has the same `metadata`. An allowed call is the
+    tool's own run, without guard metadata. Register this handler before any tracer: a
+    handler listed before it also sees the refused run start and never end.
 
     Args:
         config: Guard configuration (`GuardConfig()` defaults when omitted).
@@ -181,6 +194,7 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             (their state is lost unless a store keeps it).
         namespace: Namespace prefix, as `ReplayGuard`'s (one per tenant): the state is
             kept under `(*namespace, "callbacks")`, the item key is the thread id.
+        **options: `GuardConfig` fields as flat keywords, instead of `config`.
 
     Raises:
         TypeError: An option of the wrong type (a path as `store`, `max_threads="10"`,
@@ -198,9 +212,10 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         store: BaseStore | None = None,
         max_threads: int = 1000,
         namespace: Sequence[str] = ("replay_guard",),
+        **options: Any,
     ) -> None:
         """Create the handler."""
-        self.config: GuardConfig = guard_config(config)
+        self.config: GuardConfig = guard_config(config, options)
         store = check_store(store)
         scopes = ScopeTable(
             check_max_threads(max_threads), store, scopes_namespace(check_namespace(namespace))
@@ -396,7 +411,7 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         """Note the turn of the model call.
 
         Raises:
-            LoopAbortedError: With `on_abort="error"`, when the turn was stopped.
+            LoopAbortedError: With `exit_behavior="error"`, when the turn was stopped.
         """
         info, _ = self._runs.start(run_id, parent_run_id, metadata)
         if not info.inside_tool:
@@ -419,7 +434,7 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         """A text model's call: the root run is the turn.
 
         Raises:
-            LoopAbortedError: With `on_abort="error"`, when the turn was stopped.
+            LoopAbortedError: With `exit_behavior="error"`, when the turn was stopped.
         """
         info, _ = self._runs.start(run_id, parent_run_id, metadata)
         if not info.inside_tool:
@@ -438,7 +453,7 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         """Decide the batch of tool calls the model asked for, against one snapshot.
 
         Raises:
-            LoopAbortedError: When the batch aborts with `on_abort="error"`, or the model
+            LoopAbortedError: When the batch aborts with `exit_behavior="error"`, or the model
                 asks for tools after the guard stopped the run.
         """
         info = self._runs.end(run_id)
@@ -497,13 +512,40 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             admitted = self._guard.tool_start(
                 info.scope, call, fallback_id=f"run:{run_id}", fallback_turn=f"run:{info.root}"
             )
-        except LoopAbortedError:
+        except LoopAbortedError as stop:
             self._runs.end(run_id)
+            trace = trace_info(None, replay=self._replay_class(name), verdict="abort")
+            trace.update(reason=stop.reason, count=stop.count)
+            self._report_refused(call, trace, stop)
             raise
         if isinstance(admitted, Refusal):
             self._runs.end(run_id)  # the body will not run, so no end event comes
-            raise _refuse(admitted, name)
+            error = _refuse(admitted, name)
+            decision = admitted.decisions[0][0] if admitted.decisions else None
+            self._report_refused(call, trace_info(decision, replay=self._replay_class(name)), error)
+            raise error
         info.call = admitted
+
+    def _replay_class(self, tool: str) -> str:
+        return self.config.policy_for(tool).replay
+
+    def _report_refused(self, call: Call, trace: dict[str, Any], error: BaseException) -> None:
+        """Report a refused call as an errored tool run carrying the decision, for tracers.
+
+        A callback cannot change the run it was told about, and its refusal stops that run
+        before any handler after it hears of it (nor does any end event follow for those
+        before it): a separate run, under the same parent, is what tracers can show.
+        """
+        if isinstance(error, ToolCallBlockedError):
+            error.metadata = {TRACE_KEY: trace}
+        from langchain_core.runnables.config import var_child_runnable_config
+
+        config = var_child_runnable_config.get()
+        if config is None:
+            return  # not inside a runnable (an AgentExecutor step): nothing to attach to
+        name, args, call_id = call
+        tool_call = cast("ToolCall", {"name": name, "args": args, "id": call_id})
+        blocked_run(config, tool_call, None, trace, error=error, exclude=self)
 
     @_fail_open
     def on_tool_end(

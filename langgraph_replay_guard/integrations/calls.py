@@ -12,6 +12,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCa
 from langgraph.types import Command
 
 from langgraph_replay_guard.engine import (
+    STOP_IGNORED,
     CallFacts,
     Decision,
     Verdict,
@@ -30,6 +31,7 @@ __all__ = [
     "DECISION_EVENT",
     "GUARD_CHANNEL",
     "BatchPlan",
+    "PlanCache",
     "abort_answer",
     "blocked_tool_message",
     "final_ai_message",
@@ -215,6 +217,13 @@ class BatchPlan:
     calls: list[PlannedCall]
 
     @property
+    def stop_ignored(self) -> PlannedCall | None:
+        """The first call asked for after the guard stopped the run in this turn, if any."""
+        aborting = self.abort
+        decision = aborting.decision if aborting is not None else None
+        return aborting if decision is not None and decision.reason == STOP_IGNORED else None
+
+    @property
     def abort(self) -> PlannedCall | None:
         """The first call whose decision aborts the run, if any."""
         for call in self.calls:
@@ -241,11 +250,59 @@ def plan_batch(config: GuardConfig, state: Mapping[str, Any], batch: Batch) -> B
     Returns:
         The plan.
     """
-    return BatchPlan(batch, plan_calls(config, state, batch.tool_calls, batch.turn))
+    calls = plan_calls(config, state, batch.tool_calls, batch.turn, batch_id=batch.batch_id)
+    return BatchPlan(batch, calls)
+
+
+class PlanCache:
+    """The last batch plan of one guard, reused while the channel value and batch are the same.
+
+    A step plans its batch in `after_model` and again for each of its tool calls
+    (`wrap_tool_call`); all see the same channel value object and AIMessage, so one plan
+    serves them all. The key is object identity: the reducer never changes a value in
+    place, and a value read back from a checkpoint is a new object (a miss, planned again).
+    One tuple, read and replaced atomically, so parallel tool calls never pair a key with
+    another key's plan.
+    """
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        """Create an empty cache."""
+        self._last: tuple[GuardConfig, Any, AIMessage, str | None, BatchPlan] | None = None
+
+    def plan(self, config: GuardConfig, value: Any, batch: Batch) -> BatchPlan:
+        """`plan_batch(config, snapshot(value, batch.batch_id), batch)`, cached.
+
+        Args:
+            config: Guard configuration (fixed for the guard that owns the cache).
+            value: The channel value from the graph state.
+            batch: The batch.
+
+        Returns:
+            The plan.
+        """
+        last = self._last
+        if (
+            last is not None
+            and last[0] is config
+            and last[1] is value
+            and last[2] is batch.ai_message
+            and last[3] == batch.turn
+        ):
+            return last[4]
+        plan = plan_batch(config, snapshot(value, batch.batch_id), batch)
+        self._last = (config, value, batch.ai_message, batch.turn, plan)
+        return plan
 
 
 def plan_calls(
-    config: GuardConfig, state: Mapping[str, Any], tool_calls: Sequence[ToolCall], turn: str | None
+    config: GuardConfig,
+    state: Mapping[str, Any],
+    tool_calls: Sequence[ToolCall],
+    turn: str | None,
+    *,
+    batch_id: str | None = None,
 ) -> list[PlannedCall]:
     """Decide calls by position against one state (identical calls: the first one runs).
 
@@ -254,6 +311,7 @@ def plan_calls(
         state: Settled guard state.
         tool_calls: The calls, in order; `args` may be a plain string (executors pass one).
         turn: The current turn.
+        batch_id: Id of their AIMessage: after a stop, another batch is a come-back.
 
     Returns:
         One planned call per tool call.
@@ -266,7 +324,7 @@ def plan_calls(
         except InvalidArgumentsError as exc:
             calls.append(PlannedCall(tool_call, index, None, None, exc))
             continue
-        decision = decide(state, facts, config, turn=turn, earlier_in_batch=earlier)
+        decision = decide(state, facts, config, turn=turn, earlier_in_batch=earlier, batch=batch_id)
         earlier.append(facts.key)
         calls.append(PlannedCall(tool_call, index, facts, decision, None))
     return calls
@@ -320,7 +378,7 @@ def blocked_tool_message(tool_call: ToolCall, content: str) -> ToolMessage:
 
 
 def final_ai_message(decision: Decision) -> AIMessage:
-    """The AIMessage that ends a run the guard stopped (`on_abort="end"`)."""
+    """The AIMessage that ends a run the guard stopped (`exit_behavior="end"`)."""
     if decision.reason == "cycle":
         why = "my tool calls kept repeating in a cycle with identical results"
     else:
@@ -369,8 +427,33 @@ def abort_answer(
     return blocked_tool_message(planned.tool_call, content), events
 
 
-def loop_error(decision: Decision) -> LoopAbortedError:
-    """The error raised with `on_abort="error"`."""
+ROUTE_FIX = 'builder.add_conditional_edges("tools", guard.route_after_tools("agent"))'
+"""The one line that lets a hand-written graph end a run the guard stopped."""
+
+GRAPH_FIX = (
+    "This graph goes back to the model after the tools node whatever the guard decided (a "
+    "static edge), so the guard cannot end the run gracefully: route the tools node with "
+    f'`{ROUTE_FIX}` instead of `builder.add_edge("tools", "agent")`.'
+)
+"""What to do when a hand-written graph ignores the stop."""
+
+
+def loop_error(decision: Decision, *, fix: str = GRAPH_FIX) -> LoopAbortedError:
+    """The error raised with `exit_behavior="error"`, or when a run ignores the guard's stop.
+
+    Args:
+        decision: The aborting decision.
+        fix: For a `"stop_ignored"` decision, how to let the guard end runs.
+
+    Returns:
+        The error, to raise.
+    """
+    if decision.reason == STOP_IGNORED:
+        msg = (
+            "Loop aborted: the model asked for more tool calls after the loop guard stopped "
+            f"the run (on '{decision.tool}'). {fix}"
+        )
+        return LoopAbortedError(msg, tool=decision.tool, reason=STOP_IGNORED, count=decision.count)
     return LoopAbortedError(
         decision.message or f"Loop aborted on '{decision.tool}'.",
         tool=decision.tool,

@@ -26,15 +26,14 @@ from langgraph_replay_guard.integrations.calls import (
     find_batch,
     guard_update,
     loop_error,
-    plan_batch,
-    snapshot,
     turn_anchors,
 )
 from langgraph_replay_guard.integrations.prompt import (
     pending_reminder,
     system_prompt_with_reminder,
 )
-from langgraph_replay_guard.integrations.tool_node import ToolCallGuard
+from langgraph_replay_guard.integrations.tool_node import ToolCallGuard, abort_trace
+from langgraph_replay_guard.integrations.tracing import blocked_run
 from langgraph_replay_guard.state import Event, merge_guard_state
 
 if TYPE_CHECKING:
@@ -92,6 +91,9 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             per tenant, see `ReplayGuard`).
         record: Record runs as execution records (see `ReplayGuard`); wrap the agent with
             `middleware.guard.record(agent)`.
+        **options: `GuardConfig` fields as flat keywords, like `ToolCallLimitMiddleware`'s
+            options: `ReplayGuardMiddleware(tools={"send_email": "unsafe"}, max_repeats=2)`.
+            Not together with `config`.
 
     At the first model call, a `ReplayGuardWarning` names each tool of `config.tools` that
     the agent does not offer the model (a typo there would leave the real tool with the
@@ -111,10 +113,11 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         name: str | None = None,
         namespace: Sequence[str] = ("replay_guard",),
         record: bool | BaseStore = False,
+        **options: Any,
     ) -> None:
         """Create the middleware."""
         super().__init__()
-        self.guard = ReplayGuard(config, store=store, namespace=namespace, record=record)
+        self.guard = ReplayGuard(config, store=store, namespace=namespace, record=record, **options)
         self._name = name or _DEFAULT_NAME
         self.channel = GUARD_CHANNEL if name is None else f"{GUARD_CHANNEL}__{name}"
         self.state_schema = _state_schema(self.channel)
@@ -140,28 +143,34 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             message, the guard's write and a jump to the end.
 
         Raises:
-            LoopAbortedError: With `on_abort="error"`.
+            LoopAbortedError: With `exit_behavior="error"`.
         """
         config = self.guard.config
-        if config.on_abort == "continue":
-            return None  # aborts become denials, answered call by call in wrap_tool_call
+        # With "continue" a batch aborts only when a blocked call escalated to a stop.
         messages = state.get("messages", [])
         value = state.get(self.channel)
         batch = find_batch(state, None, anchors=turn_anchors(value))
         if batch is None or not messages or batch.ai_message is not messages[-1]:
             return None
-        plan = plan_batch(config, snapshot(value, batch.batch_id), batch)
+        plan = self._calls.plans.plan(config, value, batch)
         aborting = plan.abort
         if aborting is None or aborting.decision is None:
             return None
-        if config.on_abort == "error":
-            raise loop_error(aborting.decision)
+        run_config = _run_config()
+        if config.exit_behavior == "error":
+            error = loop_error(aborting.decision)
+            for planned in plan.calls:
+                trace = abort_trace(planned, aborting)
+                blocked_run(run_config, planned.tool_call, None, trace, error=error)
+            raise error
         answers: list[ToolMessage | AIMessage] = []
         events: list[Event] = []
         for planned in plan.calls:
             answer, recorded = abort_answer(planned, aborting, batch)
             answers.append(answer)
             events.extend(recorded)
+            # The tools node never sees these calls: report each as a tool run of its own.
+            blocked_run(run_config, planned.tool_call, None, abort_trace(planned, aborting), answer)
         answers.append(final_ai_message(aborting.decision))
         emit(getattr(runtime, "stream_writer", None), aborting.decision, aborting.tool_call)
         return {
@@ -224,6 +233,16 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return request
         message = system_prompt_with_reminder(request.system_message, reminder)
         return request.override(system_message=message)
+
+
+def _run_config() -> Any:
+    """The config of the running node (its callbacks), or None outside a graph."""
+    from langgraph.config import get_config
+
+    try:
+        return get_config()
+    except RuntimeError:
+        return None
 
 
 def _tool_name(tool: Any) -> str | None:

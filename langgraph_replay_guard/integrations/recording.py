@@ -20,6 +20,7 @@ from langgraph.types import Command, Interrupt
 from pydantic import BaseModel
 
 from langgraph_replay_guard.integrations.calls import DECISION_EVENT
+from langgraph_replay_guard.integrations.tracing import TRACE_KEY
 from langgraph_replay_guard.records import (
     ENVELOPE_ROUTING_FIELDS,
     ExecutionRecord,
@@ -251,6 +252,7 @@ class RecordingHandler(BaseCallbackHandler):
         self.warnings: list[str] = []
         self.counts = {"model": 0, "tool": 0, "decision": 0}
         self._tool_names: dict[str, str] = {}
+        self._skipped_runs: set[str] = set()  # tool runs the guard reported, not executions
         self._lock = threading.Lock()
         self._start = time.perf_counter()
 
@@ -348,6 +350,12 @@ class RecordingHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """Record a tool call that runs."""
+        traced = (kwargs.get("metadata") or {}).get(TRACE_KEY)
+        if isinstance(traced, Mapping) and traced.get("verdict") != "allow":
+            # The guard's report of a call it answered without running the tool: not a tool
+            # execution (its decision is recorded from the decision event).
+            self._skipped_runs.add(str(run_id))
+            return
         name = str(serialized.get("name") or kwargs.get("name") or "")
         self._tool_names[str(run_id)] = name
         self._guarded(
@@ -362,6 +370,9 @@ class RecordingHandler(BaseCallbackHandler):
 
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
         """Record what a tool returned."""
+        if str(run_id) in self._skipped_runs:
+            self._skipped_runs.discard(str(run_id))
+            return
         name = self._tool_names.get(str(run_id), "")
         self._guarded(
             "tool_end",
@@ -374,6 +385,9 @@ class RecordingHandler(BaseCallbackHandler):
 
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         """Record a tool that raised."""
+        if str(run_id) in self._skipped_runs:
+            self._skipped_runs.discard(str(run_id))
+            return
         self._guarded(
             "tool_error",
             lambda: {

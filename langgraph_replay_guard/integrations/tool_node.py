@@ -13,7 +13,7 @@ from langgraph.graph import END
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command
 
-from langgraph_replay_guard.engine import CallFacts, Decision, Verdict
+from langgraph_replay_guard.engine import STOP_IGNORED, CallFacts, Decision, Verdict
 from langgraph_replay_guard.errors import (
     LoopAbortedError,
     ReplayConflictError,
@@ -23,6 +23,7 @@ from langgraph_replay_guard.errors import (
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
     Batch,
+    PlanCache,
     PlannedCall,
     abort_answer,
     blocked_tool_message,
@@ -34,14 +35,19 @@ from langgraph_replay_guard.integrations.calls import (
     find_batch,
     guard_update,
     loop_error,
-    plan_batch,
     result_outcome,
-    snapshot,
     state_field,
     turn_anchors,
 )
 from langgraph_replay_guard.integrations.replay import ReplayGate, replayed_message
 from langgraph_replay_guard.integrations.tool_errors import watch_tool_errors
+from langgraph_replay_guard.integrations.tracing import (
+    LedgerStatus,
+    ablocked_run,
+    blocked_run,
+    trace_info,
+    traced_request,
+)
 from langgraph_replay_guard.ledger import LedgerEntry
 from langgraph_replay_guard.state import Event, settled
 
@@ -74,6 +80,34 @@ class _Run:
         assert self.planned.facts is not None
         return self.planned.facts
 
+    def trace(self, ledger: LedgerStatus) -> dict[str, Any]:
+        """The decision for the run's metadata; a ledger replay is a `replay` verdict."""
+        if ledger == "replayed":
+            return trace_info(
+                self.planned.decision,
+                replay=self.facts.replay,
+                ledger=ledger,
+                verdict="replay",
+                reason="replayed",
+            )
+        return trace_info(self.planned.decision, replay=self.facts.replay, ledger=ledger)
+
+
+@dataclass(frozen=True)
+class _Blocked:
+    """A call the guard answers without running the tool, or stops the run on."""
+
+    result: Command[Any] | None
+    error: LoopAbortedError | None
+    trace: dict[str, Any]
+
+    def answer(self) -> Command[Any]:
+        """The guard's answer; raises the stop for `exit_behavior="error"`."""
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
+
 
 class ToolCallGuard:
     """Decides, runs and records one tool call (sync and async).
@@ -88,9 +122,9 @@ class ToolCallGuard:
         ainner: Its async twin.
         messages_key: State key of the message list.
         channel: State key of the guard channel.
-        end_batches: Whether this wrapper stops a batch that aborts (`on_abort="end"`);
+        end_batches: Whether this wrapper stops a batch that aborts (`exit_behavior="end"`);
             the middleware does that in `after_model` instead.
-        raise_on_abort: Whether `on_abort="error"` may raise from the wrapper. False when
+        raise_on_abort: Whether `exit_behavior="error"` may raise from the wrapper. False when
             the node's `handle_tool_errors` would turn the error into a ToolMessage: the
             stop is then recorded and `route_after_tools` raises it.
     """
@@ -114,6 +148,7 @@ class ToolCallGuard:
         self.messages_key = messages_key
         self.channel = channel
         self.end_batches = end_batches
+        self.plans = PlanCache()  # shared with the middleware's after_model: one plan a step
         self.gate = ReplayGate(
             guard.config, store=guard.store, namespace=guard.namespace, messages_key=messages_key
         )
@@ -125,16 +160,31 @@ class ToolCallGuard:
         prepared = self._prepare(request)
         if prepared is None:
             return execute(request)  # an unregistered tool: the node answers as usual
-        if not isinstance(prepared, _Run):
-            return prepared
+        if isinstance(prepared, _Blocked):
+            blocked_run(
+                _config(request),
+                request.tool_call,
+                request.tool,
+                prepared.trace,
+                _answer_of(prepared.result),
+                prepared.error,
+            )
+            return prepared.answer()
         ticket = self.gate.check(request, prepared.facts, prepared.batch.batch_id)
         if isinstance(ticket, LedgerEntry):
-            return self._replayed(request, prepared, ticket)
+            replayed = self._replayed(request, prepared, ticket)
+            trace = prepared.trace("replayed")
+            blocked_run(
+                _config(request), request.tool_call, request.tool, trace, _answer_of(replayed)
+            )
+            return replayed
         if ticket is None:
-            return self._finish(request, prepared, self._execute(request, execute))
+            traced = traced_request(request, prepared.trace("none"))
+            return self._finish(request, prepared, self._execute(traced, execute))
         try:
             with watch_tool_errors() as spy:
-                result = self._execute(ticket.request, execute)
+                traced = traced_request(ticket.request, prepared.trace("claimed"))
+                result = self._execute(traced, execute)
         except BaseException as exc:
             self.gate.finish(ticket, None, exc)
             raise
@@ -151,16 +201,31 @@ class ToolCallGuard:
         prepared = self._prepare(request)
         if prepared is None:
             return await execute(request)
-        if not isinstance(prepared, _Run):
-            return prepared
+        if isinstance(prepared, _Blocked):
+            await ablocked_run(
+                _config(request),
+                request.tool_call,
+                request.tool,
+                prepared.trace,
+                _answer_of(prepared.result),
+                prepared.error,
+            )
+            return prepared.answer()
         ticket = await self.gate.acheck(request, prepared.facts, prepared.batch.batch_id)
         if isinstance(ticket, LedgerEntry):
-            return self._replayed(request, prepared, ticket)
+            replayed = self._replayed(request, prepared, ticket)
+            trace = prepared.trace("replayed")
+            await ablocked_run(
+                _config(request), request.tool_call, request.tool, trace, _answer_of(replayed)
+            )
+            return replayed
         if ticket is None:
-            return self._finish(request, prepared, await self._aexecute(request, execute))
+            traced = traced_request(request, prepared.trace("none"))
+            return self._finish(request, prepared, await self._aexecute(traced, execute))
         try:
             with watch_tool_errors() as spy:
-                result = await self._aexecute(ticket.request, execute)
+                traced = traced_request(ticket.request, prepared.trace("claimed"))
+                result = await self._aexecute(traced, execute)
         except BaseException as exc:
             await self.gate.afinish(ticket, None, exc)
             raise
@@ -174,8 +239,8 @@ class ToolCallGuard:
 
     # -- deciding -----------------------------------------------------------------------------
 
-    def _prepare(self, request: ToolCallRequest) -> _Run | ToolResult | None:
-        """Decide a call: `_Run` to execute it, a result to answer it, None to pass it on."""
+    def _prepare(self, request: ToolCallRequest) -> _Run | _Blocked | None:
+        """Decide a call: `_Run` to execute it, `_Blocked` to answer it, None to pass it on."""
         tool_call = request.tool_call
         if request.tool is None:
             return None
@@ -187,27 +252,38 @@ class ToolCallGuard:
             turn = current_turn(state, self.messages_key, anchors)
             batch = Batch(AIMessage(content="", tool_calls=[tool_call]), turn)
         config = self.guard.config
-        plan = plan_batch(config, snapshot(value, batch.batch_id), batch)
+        plan = self.plans.plan(config, value, batch)
         planned = plan.call(tool_call.get("id")) or plan.calls[-1]
         last = planned.index == len(batch.tool_calls) - 1
         writer = getattr(request.runtime, "stream_writer", None)
 
-        aborting = plan.abort if self.end_batches and config.on_abort != "continue" else None
+        come_back = plan.stop_ignored
+        if come_back is not None and come_back.decision is not None and self.end_batches:
+            # The graph went back to the model after the stop (a static `tools -> agent`
+            # edge): answering again would loop until the recursion limit. Only an error
+            # ends such a run; it passes any `handle_tool_errors` (see below).
+            raise loop_error(come_back.decision)
+        # With "continue" a plan aborts only when a blocked call escalated to a stop.
+        aborting = plan.abort if self.end_batches else None
         if aborting is not None and aborting.decision is not None:
-            if config.on_abort == "error" and self.raise_on_abort:
-                raise loop_error(aborting.decision)
+            trace = abort_trace(planned, aborting)
+            if config.exit_behavior == "error" and self.raise_on_abort:
+                return _Blocked(None, loop_error(aborting.decision), trace)
             answer, events = abort_answer(planned, aborting, batch)
             if planned is aborting:
                 emit(writer, aborting.decision, tool_call)
             messages: list[Any] = [answer]
             if last:
                 messages.append(final_ai_message(aborting.decision))
-            return self._answer(messages, events)
+            return _Blocked(self._answer(messages, events), None, trace)
 
         if planned.error is not None:
             logger.warning("langgraph-replay-guard: %s", planned.error)
             content = f"Not executed: {planned.error}"
-            return self._answer([blocked_tool_message(tool_call, content)], [])
+            trace = trace_info(None, replay=None, verdict="deny", reason="invalid_arguments")
+            return _Blocked(
+                self._answer([blocked_tool_message(tool_call, content)], []), None, trace
+            )
 
         decision = planned.decision
         assert decision is not None
@@ -219,7 +295,8 @@ class ToolCallGuard:
         messages = [blocked_tool_message(tool_call, decision.message or "Not executed.")]
         if abort and last:
             messages.append(final_ai_message(decision))
-        return self._answer(messages, [event])
+        trace = trace_info(decision, replay=_replay_class(planned))
+        return _Blocked(self._answer(messages, [event]), None, trace)
 
     def _answer(self, messages: list[Any], events: list[Event]) -> Command[Any]:
         update: dict[str, Any] = {self.messages_key: messages}
@@ -247,6 +324,46 @@ class ToolCallGuard:
             return dataclasses.replace(result, update={**result.update, self.channel: write})
         logger.debug("tool %r returned a Command for another graph; not recorded", run.planned)
         return result
+
+
+def _config(request: ToolCallRequest) -> Mapping[str, Any] | None:
+    config: Mapping[str, Any] | None = getattr(request.runtime, "config", None)
+    return config
+
+
+def _answer_of(result: ToolResult | None) -> Any:
+    """The ToolMessage of a guard's answer: what a tracer shows as the run's output."""
+    if isinstance(result, Command) and isinstance(result.update, Mapping):
+        for value in result.update.values():
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, ToolMessage):
+                        return item
+    return result
+
+
+def _replay_class(planned: PlannedCall) -> str | None:
+    return planned.facts.replay if planned.facts is not None else None
+
+
+def abort_trace(planned: PlannedCall, aborting: PlannedCall) -> dict[str, Any]:
+    """The traced decision of one call of a batch that aborts the run.
+
+    The aborting call shows its own decision; its siblings show `abort` with reason
+    `stopped` (they were not run because of it).
+
+    Args:
+        planned: The call.
+        aborting: The call whose decision aborts the run.
+
+    Returns:
+        A `trace_info` object.
+    """
+    if planned is aborting:
+        return trace_info(planned.decision, replay=_replay_class(planned))
+    return trace_info(
+        planned.decision, replay=_replay_class(planned), verdict="abort", reason="stopped"
+    )
 
 
 def guarded_tool_node(guard: ReplayGuard, node: ToolNode) -> ToolNode:
@@ -303,14 +420,22 @@ def _converts_errors(flag: Any, error: type[Exception] = LoopAbortedError) -> bo
 _REPLAY_STOPS = (ReplayUnsafeError, ReplayConflictError, ReplayInFlightError)
 
 
+def _must_stop(error: Exception) -> bool:
+    """Whether an error must reach the caller whatever the node's error handling says."""
+    if isinstance(error, _REPLAY_STOPS):
+        return True
+    return isinstance(error, LoopAbortedError) and error.reason == STOP_IGNORED
+
+
 def _letting_replay_stops_through(flag: Any) -> Any:
     """A `handle_tool_errors` setting that handles what `flag` handles, except replay stops.
 
-    An unknown outcome (`ReplayUnsafeError`) or an identity conflict is not a tool error the
-    model can fix: it must reach the operator. A catch-all setting (`True`, a string, a
-    callable) would turn it into a ToolMessage and the run would go on.
+    An unknown outcome (`ReplayUnsafeError`), an identity conflict or a model that asks for
+    tools after the guard stopped the run is not a tool error the model can fix: it must
+    reach the operator. A catch-all setting (`True`, a string, a callable) would turn it
+    into a ToolMessage and the run would go on.
     """
-    if not _converts_errors(flag, ReplayUnsafeError):
+    if not _converts_errors(flag, ReplayUnsafeError) and not _converts_errors(flag):
         return flag
     from langgraph.prebuilt import tool_node as prebuilt
 
@@ -325,7 +450,7 @@ def _letting_replay_stops_through(flag: Any) -> Any:
         handled = Exception
 
     def handle_tool_errors(error: Exception) -> str:
-        if isinstance(error, _REPLAY_STOPS) or not isinstance(error, handled):
+        if _must_stop(error) or not isinstance(error, handled):
             raise error
         if content_for is not None:
             return str(content_for(error, flag=flag))
@@ -335,20 +460,20 @@ def _letting_replay_stops_through(flag: Any) -> Any:
 
 
 def route_after_tools(
-    then: str, channel: str = GUARD_CHANNEL, *, on_abort: str = "end"
+    then: str, channel: str = GUARD_CHANNEL, *, exit_behavior: str = "end"
 ) -> Callable[[Any], str]:
     """A conditional edge for after the tools node: `END` once the guard stopped the run.
 
     Args:
         then: Node to go to otherwise (usually the model node).
         channel: State key of the guard channel.
-        on_abort: The guard's `on_abort`; with `"error"` a recorded stop raises.
+        exit_behavior: The guard's `exit_behavior`; with `"error"` a recorded stop raises.
 
     Returns:
         A routing function for `add_conditional_edges`.
 
     Raises:
-        LoopAbortedError: From the routing function, with `on_abort="error"` when the tools
+        LoopAbortedError: From the routing function, with `exit_behavior="error"` when the tools
             node recorded a stop instead of raising (its `handle_tool_errors` catches all).
     """
 
@@ -358,10 +483,10 @@ def route_after_tools(
         stop = view.get("stop")
         if stop is None or view.get("turn") != current_turn(state, anchors=turn_anchors(value)):
             return then
-        if on_abort == "error":
+        if exit_behavior == "error":
             msg = (
                 f"Loop aborted: '{stop['tool']}' ({stop['reason']}, attempt {stop['count']}). "
-                "Set on_abort='end' to stop gracefully instead."
+                "Set exit_behavior='end' to stop gracefully instead."
             )
             raise LoopAbortedError(
                 msg, tool=stop["tool"], reason=stop["reason"], count=stop["count"]

@@ -31,7 +31,7 @@ from langgraph.store.base import BaseStore
 from langgraph.types import Command, RetryPolicy, interrupt
 
 from langgraph_replay_guard import GuardConfig, ReplayGuard, ReplayUnsafeError
-from langgraph_replay_guard._testing import ScriptedChatModel
+from langgraph_replay_guard.testing import ScriptedChatModel
 
 from .replay_graphs import REPLAY_POLICY, ask_once, replay_graph
 

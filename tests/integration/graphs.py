@@ -9,7 +9,7 @@ from typing import Any
 from langchain_core.tools import BaseTool, ToolException, tool
 
 from langgraph_replay_guard import GuardConfig, ReplayGuard, ToolPolicy
-from langgraph_replay_guard._testing import ScriptedChatModel, agent_graph
+from langgraph_replay_guard.testing import ScriptedChatModel, agent_graph
 
 SYSTEM = "You are a customer-service agent."
 

@@ -23,7 +23,7 @@ from langchain_core.messages import HumanMessage
 from langgraph.store.sqlite import SqliteStore
 
 from langgraph_replay_guard import ReplayGuardCallbackHandler
-from langgraph_replay_guard._testing import ScriptedChatModel
+from langgraph_replay_guard.testing import ScriptedChatModel
 from tests.integration.graphs import POLICY, ToolRuns, make_tools
 
 

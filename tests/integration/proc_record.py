@@ -22,7 +22,7 @@ from langchain_core.tools import tool
 from langgraph.store.sqlite import SqliteStore
 
 from langgraph_replay_guard import ReplayGuard
-from langgraph_replay_guard._testing import ScriptedChatModel
+from langgraph_replay_guard.testing import ScriptedChatModel
 from tests.integration.graphs import POLICY, build_agent
 
 

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 from langchain_core.messages import HumanMessage
 
 from langgraph_replay_guard import ReplayGuard
-from langgraph_replay_guard._testing import ScriptedChatModel
+from langgraph_replay_guard.testing import ScriptedChatModel
 from tests.integration.graphs import POLICY, ToolRuns, build_custom_graph, make_tools
 
 ARGS = {"id": "P1002"}

@@ -11,7 +11,7 @@ from langgraph.prebuilt import tools_condition
 from langgraph.types import RetryPolicy
 
 from langgraph_replay_guard import ReplayGuard, ReplayGuardState
-from langgraph_replay_guard._testing import ScriptedChatModel
+from langgraph_replay_guard.testing import ScriptedChatModel
 
 REPLAY_POLICY = {
     "send_email": "unsafe",

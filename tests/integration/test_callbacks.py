@@ -29,8 +29,8 @@ from langgraph_replay_guard import (
     ReplayGuard,
     ReplayGuardCallbackHandler,
 )
-from langgraph_replay_guard._testing import ScriptedChatModel
 from langgraph_replay_guard.integrations.callbacks import ToolCallBlockedError
+from langgraph_replay_guard.testing import ScriptedChatModel
 from tests.integration.graphs import POLICY, SYSTEM, ToolRuns, make_tools
 
 os.environ["LANGSMITH_TRACING"] = "false"
@@ -152,7 +152,7 @@ def test_a_new_user_message_starts_a_new_turn():
 
 
 def test_on_abort_continue_blocks_only_the_call():
-    config = POLICY.model_copy(update={"on_abort": "continue"})
+    config = POLICY.model_copy(update={"exit_behavior": "continue"})
     model = ScriptedChatModel.looping("transfer_to_human_agents", {"summary": "s"}, times=5)
     out, runs, handler = run_agent(model, config=config)
     assert runs["transfer_to_human_agents"] == 3
@@ -188,7 +188,7 @@ def test_identical_parallel_calls_in_one_batch_run_once():
 
 
 def test_on_abort_error_raises_before_the_aborting_call_runs():
-    config = POLICY.model_copy(update={"on_abort": "error"})
+    config = POLICY.model_copy(update={"exit_behavior": "error"})
     model = ScriptedChatModel.looping("transfer_to_human_agents", {"summary": "s"}, times=10)
     runs = ToolRuns()
     handler = ReplayGuardCallbackHandler(config)
@@ -206,7 +206,7 @@ def test_on_abort_error_raises_before_the_aborting_call_runs():
 def test_on_abort_error_still_raises_when_the_tool_node_handles_every_error():
     # A ToolNode with handle_tool_errors=True turns any exception into a ToolMessage; the
     # handler then stops the run at the next model call.
-    config = POLICY.model_copy(update={"on_abort": "error"})
+    config = POLICY.model_copy(update={"exit_behavior": "error"})
     runs = ToolRuns()
     model = ScriptedChatModel.looping("transfer_to_human_agents", {"summary": "s"}, times=10)
     graph = tool_node_graph(model, runs, handle_tool_errors=True)
@@ -364,7 +364,7 @@ def test_agent_executor_aborts_a_model_that_ignores_the_stop():
 def test_agent_executor_on_abort_error():
     model = ScriptedChatModel.looping("transfer_to_human_agents", {"summary": "s"}, times=10)
     with pytest.raises(LoopAbortedError) as caught:
-        run_executor(model, config=POLICY.model_copy(update={"on_abort": "error"}))
+        run_executor(model, config=POLICY.model_copy(update={"exit_behavior": "error"}))
     assert caught.value.reason == "repeat_limit"
 
 

@@ -17,7 +17,7 @@ from langgraph.store.memory import InMemoryStore
 from langgraph.store.sqlite import SqliteStore
 
 from langgraph_replay_guard import GuardConfig, ReplayGuardCallbackHandler, ToolPolicy
-from langgraph_replay_guard._testing import ScriptedChatModel
+from langgraph_replay_guard.testing import ScriptedChatModel
 
 os.environ["LANGSMITH_TRACING"] = "false"
 

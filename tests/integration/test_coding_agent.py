@@ -14,7 +14,7 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_replay_guard import GuardConfig, ReplayGuard
-from langgraph_replay_guard._testing import ScriptedChatModel, agent_graph
+from langgraph_replay_guard.testing import ScriptedChatModel, agent_graph
 
 os.environ["LANGSMITH_TRACING"] = "false"
 
@@ -158,7 +158,7 @@ def test_treating_bash_as_pure_blocks_the_legitimate_rerun(repo):
 
 
 def test_the_same_cat_five_times_runs_once_while_nothing_is_written(repo):
-    config = CODING.model_copy(update={"on_abort": "continue"})
+    config = CODING.model_copy(update={"exit_behavior": "continue"})
     out, ran, view = run_agent(config, repo, [bash("cat calc.py")] * 5)
     assert ran == ["cat calc.py"]
     messages = tool_messages(out)

@@ -20,7 +20,7 @@ from langgraph_replay_guard import (
     ReplayGuard,
     ToolPolicy,
 )
-from langgraph_replay_guard._testing import ScriptedChatModel
+from langgraph_replay_guard.testing import ScriptedChatModel
 from tests.integration.graphs import (
     POLICY,
     SYSTEM,
@@ -254,11 +254,11 @@ def test_thread_scope_keeps_state_across_user_messages():
     assert view.total_blocked == 1
 
 
-# --- on_abort ----------------------------------------------------------------------------------
+# --- exit_behavior ---------------------------------------------------------------------
 
 
 def test_on_abort_error_raises_loop_aborted_error():
-    guard = ReplayGuard(POLICY.model_copy(update={"on_abort": "error"}))
+    guard = ReplayGuard(POLICY.model_copy(update={"exit_behavior": "error"}))
     model = ScriptedChatModel.looping("transfer_to_human_agents", {"summary": "s"}, times=10)
     with pytest.raises(LoopAbortedError) as info:
         run(guard, model)
@@ -266,7 +266,7 @@ def test_on_abort_error_raises_loop_aborted_error():
 
 
 def test_on_abort_continue_blocks_each_repeat_and_lets_the_model_go_on():
-    guard = ReplayGuard(POLICY.model_copy(update={"on_abort": "continue"}))
+    guard = ReplayGuard(POLICY.model_copy(update={"exit_behavior": "continue"}))
     model = ScriptedChatModel.looping("transfer_to_human_agents", {"summary": "s"}, times=6)
     _, _, out, runs = run(guard, model)
     assert runs["transfer_to_human_agents"] == 3
@@ -274,8 +274,9 @@ def test_on_abort_continue_blocks_each_repeat_and_lets_the_model_go_on():
     assert sum("limit 3" in m.text for m in out["messages"] if isinstance(m, ToolMessage)) == 3
 
 
-def test_static_edge_warning_is_real_and_route_after_tools_fixes_it():
-    """Without the routing helper the model is called again after an abort (LangGraph note)."""
+def test_static_edge_come_back_raises_and_names_route_after_tools():
+    """Without the routing helper the model is called again after an abort (LangGraph note):
+    the guard raises at the first come-back instead of answering until the recursion limit."""
     from langgraph.graph import START, StateGraph
     from langgraph.prebuilt import tools_condition
 
@@ -290,9 +291,10 @@ def test_static_edge_warning_is_real_and_route_after_tools_fixes_it():
     builder.add_edge(START, "agent")
     builder.add_conditional_edges("agent", tools_condition)
     builder.add_edge("tools", "agent")
-    builder.compile().invoke({"messages": [HumanMessage("x")]})
-    assert model.calls > 4, "a static edge keeps calling the model"
-    assert runs["get_details_by_id"] == 1, "but the guard still never re-runs the tool"
+    with pytest.raises(LoopAbortedError, match=r"guard\.route_after_tools\(\"agent\"\)"):
+        builder.compile().invoke({"messages": [HumanMessage("x")]})
+    assert model.calls == 5, "one model call ignored the stop, then the run ended"
+    assert runs["get_details_by_id"] == 1, "the guard never re-runs the tool"
 
 
 # --- bad input -----------------------------------------------------------------------------------
@@ -454,7 +456,7 @@ def test_volatile_policy_reruns_status_polls():
 
 def test_on_abort_error_raises_even_when_the_node_handles_all_tool_errors():
     """handle_tool_errors=True would turn the error into a ToolMessage: the route raises."""
-    guard = ReplayGuard(POLICY.model_copy(update={"on_abort": "error"}))
+    guard = ReplayGuard(POLICY.model_copy(update={"exit_behavior": "error"}))
     model = ScriptedChatModel.looping("transfer_to_human_agents", {"summary": "s"}, times=10)
     runs = ToolRuns()
     graph = build_custom_graph(guard, model, make_tools(runs), checkpointer=InMemorySaver())

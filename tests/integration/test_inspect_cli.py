@@ -14,7 +14,7 @@ from langchain_core.tools import tool
 from langgraph.types import RetryPolicy
 
 from langgraph_replay_guard import GuardConfig, ReplayGuard, ReplayUnsafeError
-from langgraph_replay_guard._testing import ScriptedChatModel
+from langgraph_replay_guard.testing import ScriptedChatModel
 
 from .replay_graphs import ask_once, replay_graph
 

@@ -18,7 +18,7 @@ from langgraph_replay_guard import (
     ReplayGuardMiddleware,
     ToolPolicy,
 )
-from langgraph_replay_guard._testing import ScriptedChatModel
+from langgraph_replay_guard.testing import ScriptedChatModel
 from tests.integration.graphs import POLICY, SYSTEM, ToolRuns, build_agent, contents, make_tools
 
 os.environ["LANGSMITH_TRACING"] = "false"
@@ -148,12 +148,14 @@ def test_several_guard_instances_coexist_with_distinct_names():
 def test_on_abort_error_raises():
     model = ScriptedChatModel.looping("transfer_to_human_agents", {"summary": "s"}, times=10)
     with pytest.raises(LoopAbortedError):
-        run_agent(model, config=POLICY.model_copy(update={"on_abort": "error"}))
+        run_agent(model, config=POLICY.model_copy(update={"exit_behavior": "error"}))
 
 
 def test_on_abort_continue_lets_the_agent_finish():
     model = ScriptedChatModel.looping("transfer_to_human_agents", {"summary": "s"}, times=5)
-    _, _, out, runs, _ = run_agent(model, config=POLICY.model_copy(update={"on_abort": "continue"}))
+    _, _, out, runs, _ = run_agent(
+        model, config=POLICY.model_copy(update={"exit_behavior": "continue"})
+    )
     assert runs["transfer_to_human_agents"] == 3
     assert out["messages"][-1].text == "Done."
 

@@ -23,7 +23,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_replay_guard import GUARD_CHANNEL, GuardView, ReplayGuard
-from langgraph_replay_guard._testing import ScriptedChatModel
+from langgraph_replay_guard.testing import ScriptedChatModel
 from tests.integration.graphs import (
     POLICY,
     ToolRuns,

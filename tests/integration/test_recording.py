@@ -40,7 +40,7 @@ from langgraph_replay_guard import (
     ReplayHashMismatchError,
     verify_record_integrity,
 )
-from langgraph_replay_guard._testing import ScriptedChatModel, agent_graph
+from langgraph_replay_guard.testing import ScriptedChatModel, agent_graph
 from tests.integration.graphs import POLICY, ToolRuns, build_agent, build_custom_graph, make_tools
 
 os.environ["LANGSMITH_TRACING"] = "false"
@@ -135,7 +135,7 @@ def test_run_id_is_the_execution_id() -> None:
 
 
 def test_an_error_run_replays_as_an_error() -> None:
-    config = POLICY.model_copy(update={"on_abort": "error"})
+    config = POLICY.model_copy(update={"exit_behavior": "error"})
     guard = ReplayGuard(config, store=InMemoryStore(), record=True)
     model = ScriptedChatModel.looping("get_details_by_id", ARGS, times=8)
     graph = guard.record(build_agent(guard, model, make_tools(ToolRuns())))

@@ -16,8 +16,8 @@ from langchain_core.messages import HumanMessage
 from psycopg.conninfo import conninfo_to_dict
 
 from langgraph_replay_guard import LoopAbortedError, ReplayGuard
-from langgraph_replay_guard._testing import ScriptedChatModel
 from langgraph_replay_guard.integrations.recording import revive
+from langgraph_replay_guard.testing import ScriptedChatModel
 from tests.integration.graphs import POLICY, ToolRuns, build_agent, make_tools
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -78,7 +78,7 @@ def record_runs(kind: str, target: str) -> tuple[str, dict[str, Any], str]:
         agent = guard.record(build_agent(guard, model, make_tools(ToolRuns())))
         output = agent.invoke({"messages": [HumanMessage(content="Show me plan P1002.")]})
         good = str(agent.last_execution_id)
-        config = POLICY.model_copy(update={"on_abort": "error"})
+        config = POLICY.model_copy(update={"exit_behavior": "error"})
         failing = ReplayGuard(config, store=store, record=True)
         model = ScriptedChatModel.looping("get_details_by_id", {"id": "P1002"}, times=5)
         agent = failing.record(build_agent(failing, model, make_tools(ToolRuns())))

@@ -18,7 +18,7 @@ from langgraph_replay_guard import (
     ReplayGuard,
     ReplayUnsafeError,
 )
-from langgraph_replay_guard._testing import ScriptedChatModel
+from langgraph_replay_guard.testing import ScriptedChatModel
 
 from .replay_graphs import replay_graph
 from .test_replay import SideEffects, make_tools

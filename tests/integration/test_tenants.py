@@ -15,8 +15,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.base import BaseStore
 
 from langgraph_replay_guard import GuardConfig, ReplayGuard
-from langgraph_replay_guard._testing import ScriptedChatModel
 from langgraph_replay_guard.record_store import RecordStore
+from langgraph_replay_guard.testing import ScriptedChatModel
 from tests.integration.graphs import SYSTEM, ToolRuns, build_agent, build_custom_graph
 
 # InMemorySaver is on purpose here: the warning about it is tested elsewhere.

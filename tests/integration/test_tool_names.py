@@ -20,7 +20,7 @@ from langgraph_replay_guard import (
     ReplayGuardWarning,
     ToolPolicy,
 )
-from langgraph_replay_guard._testing import ScriptedChatModel
+from langgraph_replay_guard.testing import ScriptedChatModel
 from tests.integration.graphs import SYSTEM, ToolRuns, build_custom_graph, make_tools
 
 # The typo: "transfer_to_human_agent" for the real, unsafe "transfer_to_human_agents".

@@ -227,7 +227,7 @@ def test_repeat_limit_disabled():
 
 
 def test_on_abort_error_raises_from_should_skip():
-    ctl = control(on_abort="error", tools={"t": "unsafe"})
+    ctl = control(exit_behavior="error", tools={"t": "unsafe"})
     for _ in range(3):
         ctl.record_success("t", {}, result="x")
     with pytest.raises(LoopAbortedError) as info:
@@ -236,7 +236,7 @@ def test_on_abort_error_raises_from_should_skip():
 
 
 def test_on_abort_continue_blocks_only_that_call():
-    ctl = control(on_abort="continue", tools={"t": "unsafe"})
+    ctl = control(exit_behavior="continue", tools={"t": "unsafe"})
     for _ in range(3):
         ctl.record_success("t", {}, result="x")
     decision = ctl.evaluate("t", {})
@@ -491,7 +491,7 @@ def test_plain_string_arguments_are_accepted():
         ({"max_repeats": 0}, "max_repeats"),
         ({"max_cycle_period": 1}, "max_cycle_period"),
         ({"tools": {"x": "sometimes"}}, "tools.x.replay"),
-        ({"on_abort": "explode"}, "on_abort"),
+        ({"exit_behavior": "explode"}, "exit_behavior"),
         ({"windw": 5}, "windw"),
     ],
 )

@@ -60,7 +60,7 @@ def test_malformed_lines_are_reported_and_skipped(report):
 
 
 def test_thread_scope_changes_the_answer():
-    config = GuardConfig(on_abort="continue").with_policies(TOOLS)
+    config = GuardConfig(exit_behavior="continue").with_policies(TOOLS)
     total = evaluate_file(SMALL, config).total
     assert total.cut == 0
     assert total.aborts == 0

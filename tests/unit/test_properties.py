@@ -249,7 +249,7 @@ decide_configs = st.builds(
     GuardConfig,
     max_repeats=st.integers(1, 5),
     scope=st.sampled_from(["turn", "thread"]),
-    on_abort=st.sampled_from(["end", "error", "continue"]),
+    exit_behavior=st.sampled_from(["end", "error", "continue"]),
     dedup=st.booleans(),
     tools=st.just({"write": "unsafe", "clock": {"replay": "pure", "volatile": True}}),
 )

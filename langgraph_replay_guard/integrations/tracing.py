@@ -1,0 +1,215 @@
+"""The guard's decision in the tool run's metadata and tags, for LangSmith and other tracers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+from langchain_core.callbacks import (
+    AsyncCallbackManager,
+    BaseCallbackHandler,
+    BaseCallbackManager,
+    CallbackManager,
+)
+
+from langgraph_replay_guard.engine import Decision
+
+if TYPE_CHECKING:
+    from langchain_core.messages import ToolCall
+    from langchain_core.tools import BaseTool
+    from langgraph.prebuilt.tool_node import ToolCallRequest
+
+__all__ = [
+    "TRACE_KEY",
+    "LedgerStatus",
+    "ablocked_run",
+    "blocked_run",
+    "trace_info",
+    "trace_tags",
+    "traced",
+    "traced_request",
+]
+
+TRACE_KEY = "replay_guard"
+"""The run metadata key holding the guard's decision."""
+
+LedgerStatus = Literal["claimed", "replayed", "none"]
+"""`claimed`: the ledger recorded the call before it ran; `replayed`: the ledger answered it
+without running the tool; `none`: the ledger was not involved (no store or thread id, or the
+call did not run)."""
+
+
+def trace_info(
+    decision: Decision | None,
+    *,
+    replay: str | None,
+    ledger: LedgerStatus = "none",
+    verdict: str | None = None,
+    reason: str | None = None,
+) -> dict[str, Any]:
+    """The guard's decision about one call, as the small JSON object put in run metadata.
+
+    Args:
+        decision: The engine's decision, or None for a call it could not key.
+        replay: The call's replay class (`pure`, `idempotent`, `unsafe`), or None.
+        ledger: What the replay ledger did with the call.
+        verdict: Overrides the decision's verdict (a sibling of an aborting call is `abort`).
+        reason: Overrides the decision's reason.
+
+    Returns:
+        `{"verdict", "reason", "count", "replay", "ledger"}`.
+    """
+    return {
+        "verdict": verdict or (decision.verdict.value if decision is not None else "deny"),
+        "reason": reason or (decision.reason if decision is not None else None),
+        "count": decision.count if decision is not None else 1,
+        "replay": replay,
+        "ledger": ledger,
+    }
+
+
+def trace_tags(info: Mapping[str, Any]) -> list[str]:
+    """The run tag for a decision (`replay_guard:deny`), to filter runs by verdict.
+
+    Args:
+        info: A `trace_info` object.
+
+    Returns:
+        One tag.
+    """
+    return [f"{TRACE_KEY}:{info['verdict']}"]
+
+
+def traced(config: Mapping[str, Any] | None) -> bool:
+    """Whether a run with this config reports to any callback handler (a tracer).
+
+    Cheap: LangGraph hands each node a callback manager holding every inherited handler,
+    tracers configured by environment included; without handlers nothing is reported.
+
+    Args:
+        config: The runnable config of the tool call.
+
+    Returns:
+        False when no handler could see a run.
+    """
+    callbacks = (config or {}).get("callbacks")
+    if isinstance(callbacks, BaseCallbackManager):
+        return bool(callbacks.handlers)
+    if isinstance(callbacks, list):
+        return bool(callbacks)
+    # No callbacks given: a tracer may still come from the environment (LANGSMITH_TRACING).
+    return True
+
+
+def traced_request(request: ToolCallRequest, info: Mapping[str, Any]) -> ToolCallRequest:
+    """The request with a tool whose run carries the decision in its metadata and tags.
+
+    `BaseTool.run` merges the tool's own `metadata` and `tags` into its run; the config the
+    node passes to the tool was fixed before any wrapper ran, so the tool is the place.
+
+    Args:
+        request: The call the guard lets run.
+        info: A `trace_info` object.
+
+    Returns:
+        A new request (the same one when nothing traces the run).
+    """
+    tool = request.tool
+    if tool is None or not traced(getattr(request.runtime, "config", None)):
+        return request
+    update = {
+        "metadata": {**(tool.metadata or {}), TRACE_KEY: dict(info)},
+        "tags": [*(tool.tags or []), *trace_tags(info)],
+    }
+    return request.override(tool=tool.model_copy(update=update))
+
+
+def _run_args(
+    tool_call: ToolCall, tool: BaseTool | None
+) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    name = tool.name if tool is not None else str(tool_call.get("name", ""))
+    description = tool.description if tool is not None else ""
+    args = tool_call.get("args")
+    inputs = dict(args) if isinstance(args, Mapping) else None
+    kwargs = {"inputs": inputs, "tool_call_id": tool_call.get("id"), "name": name}
+    return {"name": name, "description": description}, str(args), kwargs
+
+
+def _configure_args(config: Mapping[str, Any], info: Mapping[str, Any]) -> tuple[Any, ...]:
+    # As BaseTool.run does: the config's callbacks, tags and metadata are inherited, the
+    # decision is the run's own (not passed on to child runs).
+    return (
+        config.get("callbacks"),
+        None,
+        False,
+        config.get("tags"),
+        trace_tags(info),
+        config.get("metadata"),
+        {TRACE_KEY: dict(info)},
+    )
+
+
+def blocked_run(
+    config: Mapping[str, Any] | None,
+    tool_call: ToolCall,
+    tool: BaseTool | None,
+    info: Mapping[str, Any],
+    output: Any = None,
+    error: BaseException | None = None,
+    *,
+    exclude: BaseCallbackHandler | None = None,
+) -> None:
+    """Report a call the guard answered without running the tool, as a tool run of its own.
+
+    Tracers then show the call, with the guard's answer as its output (or the stop as its
+    error) and the decision in its metadata, where a plain run of the tool would be.
+
+    Args:
+        config: The runnable config of the call (its callbacks, tags, metadata).
+        tool_call: The call.
+        tool: The tool, for its name and description.
+        info: A `trace_info` object.
+        output: What the model is told instead (a ToolMessage or a Command).
+        error: The error the call stops the run with, instead of an output.
+        exclude: A handler not to tell (the callback guard reporting its own refusal).
+    """
+    if config is None or not traced(config):
+        return
+    serialized, input_str, kwargs = _run_args(tool_call, tool)
+    manager = CallbackManager.configure(*_configure_args(config, info))
+    if exclude is not None:
+        manager.remove_handler(exclude)
+    run = manager.on_tool_start(serialized, input_str, **kwargs)
+    if error is not None:
+        run.on_tool_error(error, tool_call_id=kwargs["tool_call_id"])
+    else:
+        run.on_tool_end(output, name=serialized["name"], tool_call_id=kwargs["tool_call_id"])
+
+
+async def ablocked_run(
+    config: Mapping[str, Any] | None,
+    tool_call: ToolCall,
+    tool: BaseTool | None,
+    info: Mapping[str, Any],
+    output: Any = None,
+    error: BaseException | None = None,
+) -> None:
+    """Async twin of `blocked_run`.
+
+    Args:
+        config: The runnable config of the call (its callbacks, tags, metadata).
+        tool_call: The call.
+        tool: The tool, for its name and description.
+        info: A `trace_info` object.
+        output: What the model is told instead (a ToolMessage or a Command).
+        error: The error the call stops the run with, instead of an output.
+    """
+    if config is None or not traced(config):
+        return
+    serialized, input_str, kwargs = _run_args(tool_call, tool)
+    manager = AsyncCallbackManager.configure(*_configure_args(config, info))
+    run = await manager.on_tool_start(serialized, input_str, **kwargs)
+    if error is not None:
+        await run.on_tool_error(error, tool_call_id=kwargs["tool_call_id"])
+    else:
+        await run.on_tool_end(output, name=serialized["name"], tool_call_id=kwargs["tool_call_id"])

@@ -1,0 +1,72 @@
+"""A guarded create_agent step does its planning once: after_model and the tool calls share it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+
+from langgraph_replay_guard import ReplayGuardMiddleware
+from langgraph_replay_guard.integrations import calls
+from langgraph_replay_guard.testing import ScriptedChatModel
+
+
+@tool
+def lookup(id: str) -> str:
+    """Look up a record."""
+    return f"record {id}"
+
+
+def _count_plans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    planned: list[int] = []
+    original = calls.plan_batch
+
+    def counting(*args: Any, **kwargs: Any) -> calls.BatchPlan:
+        planned.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(calls, "plan_batch", counting)
+    return planned
+
+
+@pytest.mark.parametrize("per_step", [1, 3])
+def test_each_batch_is_planned_once(monkeypatch: pytest.MonkeyPatch, per_step: int) -> None:
+    planned = _count_plans(monkeypatch)
+    steps = 4
+    script: list[Any] = [
+        [("lookup", {"id": f"R{step}-{i}"}) for i in range(per_step)] for step in range(steps)
+    ]
+    agent = create_agent(
+        ScriptedChatModel(script=script),
+        [lookup],
+        middleware=[ReplayGuardMiddleware()],
+        checkpointer=InMemorySaver(),
+    )
+    result = agent.invoke(
+        {"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "plans"}}
+    )
+    answered = [m for m in result["messages"] if isinstance(m, ToolMessage)]
+    assert [m.content for m in answered] == [
+        f"record R{step}-{i}" for step in range(steps) for i in range(per_step)
+    ]
+    assert len(planned) == steps  # after_model planned; every tool call reused that plan
+
+
+def test_a_repeat_is_still_stopped_with_the_shared_plan() -> None:
+    script: list[Any] = [[("lookup", {"id": "same"})] for _ in range(6)]
+    agent = create_agent(
+        ScriptedChatModel(script=script),
+        [lookup],
+        middleware=[ReplayGuardMiddleware(max_repeats=2, dedup=False)],
+        checkpointer=InMemorySaver(),
+    )
+    result = agent.invoke(
+        {"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "repeat"}}
+    )
+    ran = [m for m in result["messages"] if isinstance(m, ToolMessage) and m.status != "error"]
+    assert len(ran) == 2
+    assert "stopped" in str(result["messages"][-1].content).lower()

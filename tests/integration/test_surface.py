@@ -1,0 +1,82 @@
+"""The LangChain-style surface: option names, flat keywords, several instances, exports."""
+
+from __future__ import annotations
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import HumanMessage, ToolMessage
+from langchain_core.tools import tool
+
+import langgraph_replay_guard
+from langgraph_replay_guard import (
+    GuardConfig,
+    ReplayGuard,
+    ReplayGuardCallbackHandler,
+    ReplayGuardMiddleware,
+)
+from langgraph_replay_guard.testing import ScriptedChatModel
+
+
+@tool
+def lookup(id: str) -> str:
+    """Read a record."""
+    return f"record {id}"
+
+
+def test_exit_behavior_is_the_option_and_on_abort_a_deprecated_alias():
+    assert GuardConfig(exit_behavior="error").exit_behavior == "error"
+    with pytest.warns(DeprecationWarning, match="exit_behavior"):
+        old = GuardConfig(on_abort="continue")
+    assert old.exit_behavior == "continue"
+    assert old.on_abort == "continue"
+    assert "on_abort" not in old.model_dump()
+    with pytest.raises(ValueError, match="disagree"):
+        GuardConfig(on_abort="end", exit_behavior="error")
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda **kw: ReplayGuard(**kw).config,
+        lambda **kw: ReplayGuardMiddleware(**kw).guard.config,
+        lambda **kw: ReplayGuardCallbackHandler(**kw).config,
+    ],
+    ids=["guard", "middleware", "callback_handler"],
+)
+def test_every_constructor_takes_config_fields_as_flat_keywords(build):
+    config = build(tools={"send_email": "unsafe"}, max_repeats=2, exit_behavior="error")
+    assert config.max_repeats == 2
+    assert config.exit_behavior == "error"
+    assert config.policy_for("send_email").replay == "unsafe"
+    with pytest.raises(TypeError, match="not both"):
+        build(config=GuardConfig(), max_repeats=2)
+    with pytest.raises(ValueError, match="exit_behavior") as caught:
+        build(exit_behavior="stop")
+    assert "'end', 'error' or 'continue'" in str(caught.value)
+    with pytest.raises(ValueError, match="max_repeatz"):
+        build(max_repeatz=2)
+
+
+def test_two_named_middleware_instances_keep_separate_channels_in_one_agent():
+    first = ReplayGuardMiddleware(max_repeats=2, name="reads")
+    second = ReplayGuardMiddleware(tools={"lookup": "unsafe"}, name="writes")
+    assert first.channel != second.channel
+    agent = create_agent(
+        ScriptedChatModel(script=[[("lookup", {"id": "P1"})]]),
+        [lookup],
+        middleware=[first, second],
+    )
+    result = agent.invoke({"messages": [HumanMessage("look")]})
+    assert [m.content for m in result["messages"] if isinstance(m, ToolMessage)] == ["record P1"]
+    assert result.keys() >= {"messages"}
+
+
+def test_public_exports():
+    assert "ToolCallBlockedError" in langgraph_replay_guard.__all__
+    from langgraph_replay_guard import ToolCallBlockedError
+
+    assert issubclass(ToolCallBlockedError, Exception)
+    from langgraph_replay_guard import testing
+
+    assert testing.ScriptedChatModel is ScriptedChatModel
+    assert set(testing.__all__) >= {"ScriptedChatModel", "tool_call"}
