@@ -25,7 +25,7 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Overwrite
 
 from langgraph_replay_guard import GUARD_CHANNEL, ReplayGuard, ReplayGuardState
-from langgraph_replay_guard._testing import ScriptedChatModel
+from langgraph_replay_guard.testing import ScriptedChatModel
 from tests.integration.graphs import POLICY, SYSTEM, ToolRuns, make_tools
 
 os.environ["LANGSMITH_TRACING"] = "false"
