@@ -107,6 +107,7 @@ def new_state() -> dict[str, Any]:
         "cfg": {},
         "notice": None,  # set when a corrupt or old-format value was reset
         "reset": None,  # {"reason", "at"} of the last reset of a corrupt or old-format value
+        "unknown": None,  # the callback handler's unknown-outcome marks (list), if any
     }
 
 

@@ -368,6 +368,26 @@ def _reset_info(value: Any) -> dict[str, Any] | None:
     return reset
 
 
+_MARK_KEYS = frozenset({"k", "n", "a", "e"})
+MAX_UNKNOWN_MARKS = 32
+"""Most unknown-outcome marks the callback handler keeps per thread (newest kept)."""
+
+
+def _unknown_marks(value: Any) -> list[dict[str, Any]] | None:
+    """The callback handler's unknown-outcome marks: `{"k", "n", "a", "e"}` strings each."""
+    if value is None:
+        return None
+    if type(value) is not list:
+        _fail("unknown", "a list of unknown-outcome marks", value)
+    marks = value[-MAX_UNKNOWN_MARKS:]
+    for index, mark in enumerate(marks):
+        _object(mark, _MARK_KEYS, f"unknown[{index}]")
+        for key in sorted(_MARK_KEYS):
+            if type(mark[key]) is not str:
+                _fail(f"unknown[{index}].{key}", "a string", mark[key])
+    return list(marks)
+
+
 def decode_fields(
     value: Mapping[str, Any], *, max_keys: int, max_results: int, max_blocked: int
 ) -> dict[str, Any]:
@@ -377,7 +397,8 @@ def decode_fields(
     entries, which nothing mutates. Maps and lists above their cap keep their most recent
     entries (the fold would evict the others next); only kept entries are checked. Fields a
     value of an earlier release may lack (`turn`, `cycle`, `reminder`, `stop`, `pending`,
-    `last_batch`, `notice`, `reset`) are null when absent; unknown fields are dropped.
+    `last_batch`, `notice`, `reset`, `unknown`) are null when absent; unknown fields are
+    dropped. `unknown` holds the callback handler's unknown-outcome marks.
 
     Args:
         value: A mapping whose `v` is the current format version.
@@ -413,4 +434,5 @@ def decode_fields(
         "cfg": cfg,
         "notice": _optional_text(get("notice"), "notice"),
         "reset": _reset_info(get("reset")),
+        "unknown": _unknown_marks(get("unknown")),
     }
