@@ -8,12 +8,14 @@ from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 from langchain.agents.middleware.types import (
     AgentMiddleware,
     AgentState,
+    ExtendedModelResponse,
+    ModelCallResult,
     ModelRequest,
     ModelResponse,
     PrivateStateAttr,
-    hook_config,
 )
 from langchain_core.messages import AIMessage, ToolMessage
+from langgraph.types import Command
 from typing_extensions import TypedDict
 
 from langgraph_replay_guard.config import GuardConfig
@@ -38,7 +40,6 @@ from langgraph_replay_guard.state import Event, merge_guard_state
 
 if TYPE_CHECKING:
     from langgraph.prebuilt.tool_node import ToolCallRequest
-    from langgraph.runtime import Runtime
     from langgraph.store.base import BaseStore
     from langgraph.types import Command
 
@@ -130,32 +131,31 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         """The instance name (distinct per instance in one agent)."""
         return self._name
 
-    @hook_config(can_jump_to=["end"])
-    def after_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Stop the run before any tool runs when the model's batch would abort it.
+    def _stop_after(self, request: ModelRequest[Any], response: Any) -> ModelCallResult[Any]:
+        """The model's answer, or, when its batch would abort, the answer plus the stop.
 
-        Args:
-            state: Agent state.
-            runtime: LangGraph runtime.
-
-        Returns:
-            None to let the tools run; otherwise every pending call answered, a final
-            message, the guard's write and a jump to the end.
+        Runs inside the model node, right after the model answered: a batch that aborts is
+        answered there (every call, a final message, the guard's write), so no tool runs
+        and the run ends without an extra graph node per step (LangChain's
+        `ToolCallLimitMiddleware` pays one for its `after_model` hook).
 
         Raises:
             LoopAbortedError: With `exit_behavior="error"`.
         """
+        result: ModelCallResult[Any] = response
+        ai = _answer_message(response)
+        if ai is None or not ai.tool_calls:
+            return result
         config = self.guard.config
-        # With "continue" a batch aborts only when a blocked call escalated to a stop.
-        messages = state.get("messages", [])
-        value = state.get(self.channel)
+        value = request.state.get(self.channel)
+        state = {**request.state, "messages": [*request.state.get("messages", []), ai]}
         batch = find_batch(state, None, anchors=turn_anchors(value))
-        if batch is None or not messages or batch.ai_message is not messages[-1]:
-            return None
+        if batch is None or batch.ai_message is not ai:
+            return result
         plan = self._calls.plans.plan(config, value, batch)
         aborting = plan.abort
         if aborting is None or aborting.decision is None:
-            return None
+            return result
         run_config = _run_config()
         if config.exit_behavior == "error":
             error = loop_error(aborting.decision)
@@ -171,13 +171,11 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             events.extend(recorded)
             # The tools node never sees these calls: report each as a tool run of its own.
             blocked_run(run_config, planned.tool_call, None, abort_trace(planned, aborting), answer)
+        # The final message comes last, so create_agent's routing ends the run.
         answers.append(final_ai_message(aborting.decision))
-        emit(getattr(runtime, "stream_writer", None), aborting.decision, aborting.tool_call)
-        return {
-            "messages": answers,
-            self.channel: guard_update(config, events),
-            "jump_to": "end",
-        }
+        emit(getattr(request.runtime, "stream_writer", None), aborting.decision, aborting.tool_call)
+        update = {"messages": answers, self.channel: guard_update(config, events)}
+        return _with_command(response, Command(update=update))
 
     def wrap_tool_call(
         self,
@@ -199,19 +197,19 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
-    ) -> ModelResponse[Any]:
-        """Add the pending loop reminder to this one model call's system prompt."""
+    ) -> ModelCallResult[Any]:
+        """Add the pending reminder to this call's prompt; stop a batch that would abort."""
         self._check_tools(request)
-        return handler(self._with_reminder(request))
+        return self._stop_after(request, handler(self._with_reminder(request)))
 
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
-    ) -> ModelResponse[Any]:
+    ) -> ModelCallResult[Any]:
         """Async twin of `wrap_model_call`."""
         self._check_tools(request)
-        return await handler(self._with_reminder(request))
+        return self._stop_after(request, await handler(self._with_reminder(request)))
 
     def _check_tools(self, request: ModelRequest[Any]) -> None:
         """Warn once about configured tool names the agent does not have.
@@ -233,6 +231,27 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return request
         message = system_prompt_with_reminder(request.system_message, reminder)
         return request.override(system_message=message)
+
+
+def _answer_message(response: Any) -> AIMessage | None:
+    """The AIMessage a model call returned (a ModelResponse, an AIMessage, or extended)."""
+    if isinstance(response, ExtendedModelResponse):
+        response = response.model_response
+    if isinstance(response, AIMessage):
+        return response
+    messages = getattr(response, "result", None) or []
+    return next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
+
+
+def _with_command(response: Any, command: Command[Any]) -> ExtendedModelResponse[Any]:
+    """The model's answer with the guard's state update applied beside it."""
+    if isinstance(response, ExtendedModelResponse):
+        if response.command is not None:
+            return response  # an inner middleware's command wins; the tools node stops it
+        return ExtendedModelResponse(model_response=response.model_response, command=command)
+    if isinstance(response, AIMessage):
+        response = ModelResponse(result=[response])
+    return ExtendedModelResponse(model_response=response, command=command)
 
 
 def _run_config() -> Any:
