@@ -489,9 +489,10 @@ class CallContext:
         """Key of the lookup row of this tool and these arguments."""
         return f"call/{self.tool}/{self.args_hash}"
 
-    def tool_call_index_key(self, tool_call_id: str) -> str:
-        """Key of the lookup row of a tool_call_id (what `guard.resolve` reads)."""
-        return f"tc/{tool_call_id}"
+    def pointer(self) -> dict[str, Any]:
+        """The lookup row's value pointing at this call."""
+        ident = self.identity
+        return {"v": LEDGER_VERSION, "key": ident.key, "ai": ident.ai_message_id}
 
 
 @dataclass(frozen=True)
@@ -569,6 +570,11 @@ def _after_identical(ctx: CallContext, latest: LedgerEntry, tool_call_id: str) -
     return _Run(key=latest.idempotency_key)  # idempotent: the lost call's key
 
 
+def tool_call_key(tool_call_id: str) -> str:
+    """Key of the lookup row of a tool_call_id (what `guard.resolve` reads)."""
+    return f"tc/{tool_call_id}"
+
+
 def _entry(key: str, value: Any) -> LedgerEntry | None:
     return None if value is None else LedgerEntry.from_value(key, value)
 
@@ -584,9 +590,13 @@ def admit(ctx: CallContext) -> Generator[Op, Any, Admission]:
         ReplayInFlightError: Another live worker still runs the call after the wait.
     """
     ident = ctx.identity
-    own_value, index_value = yield Read(
-        ((ctx.rows_ns, ident.key), (ctx.index_ns, ctx.call_index_key))
-    )
+    if ctx.replay == "pure":  # a pure call never consults the identical-call lookup
+        (own_value,) = yield Read(((ctx.rows_ns, ident.key),))
+        index_value = None
+    else:
+        own_value, index_value = yield Read(
+            ((ctx.rows_ns, ident.key), (ctx.index_ns, ctx.call_index_key))
+        )
     own = _entry(ident.key, own_value)
     waited_from: float | None = None
     pause = FIRST_PAUSE
@@ -659,10 +669,10 @@ def _lookups(
     puts: list[tuple[tuple[str, ...], str, dict[str, Any]]] = []
     latest = index_value if isinstance(index_value, Mapping) else {}
     if latest.get("key") != ident.key:
-        pointer = {"v": LEDGER_VERSION, "key": ident.key, "ai": ident.ai_message_id}
+        pointer = ctx.pointer()
         puts.append((ctx.index_ns, ctx.call_index_key, {**pointer, "tc": ident.tool_call_id}))
         if ctx.replay == "unsafe":  # only an unsafe call can need `guard.resolve`
-            puts.append((ctx.index_ns, ctx.tool_call_index_key(ident.tool_call_id), pointer))
+            puts.append((ctx.index_ns, tool_call_key(ident.tool_call_id), pointer))
     return tuple(puts)
 
 
@@ -724,11 +734,10 @@ def block(ctx: CallContext, row: LedgerEntry, why: str) -> Generator[Op, Any, Le
     if row.key == ctx.identity.key:
         return row
     blocked = blocked_entry(ctx, row, why)
-    pointer = {"v": LEDGER_VERSION, "key": ctx.identity.key, "ai": ctx.identity.ai_message_id}
-    tc_key = ctx.tool_call_index_key(ctx.identity.tool_call_id)
+    tc_key = tool_call_key(ctx.identity.tool_call_id)
     yield Write(
         (
-            (ctx.index_ns, tc_key, pointer),
+            (ctx.index_ns, tc_key, ctx.pointer()),
             (ctx.rows_ns, ctx.identity.key, blocked.to_value()),
         )
     )
@@ -787,7 +796,7 @@ def find_by_tool_call_id(
 ) -> Generator[Op, Any, list[LedgerEntry]]:
     """The plan that finds the rows of a tool_call_id through its lookup row."""
     rows_ns = row_namespace(prefix, thread_id)
-    (pointer,) = yield Read(((index_namespace(prefix, thread_id), f"tc/{tool_call_id}"),))
+    (pointer,) = yield Read(((index_namespace(prefix, thread_id), tool_call_key(tool_call_id)),))
     if not isinstance(pointer, Mapping) or not isinstance(pointer.get("key"), str):
         return []
     (value,) = yield Read(((rows_ns, pointer["key"]),))

@@ -25,7 +25,7 @@ from langgraph_replay_guard.ledger import (
 if TYPE_CHECKING:
     from langgraph.store.base import BaseStore
 
-__all__ = ["ReplayLedger", "arun_plan", "run_plan"]
+__all__ = ["ReplayLedger", "abatch", "arun_plan", "run_plan"]
 
 T = TypeVar("T")
 
@@ -80,13 +80,14 @@ async def arun_plan(store: BaseStore, plan: Generator[Any, Any, T]) -> T:
             elif isinstance(op, Update):
                 answer = await store_cas.acompare_and_set(store, op)
             else:
-                answer = _batch_answer(op, await _abatch(store, _batch_ops(op)))
+                answer = _batch_answer(op, await abatch(store, _batch_ops(op)))
     except StopIteration as stop:
         value: T = stop.value
         return value
 
 
-async def _abatch(store: BaseStore, ops: list[Any]) -> Sequence[Any]:
+async def abatch(store: BaseStore, ops: Sequence[Any]) -> Sequence[Any]:
+    """`store.abatch(ops)`, or its sync `batch` off the event loop for a sync-only store."""
     if store_cas.is_sync_only(store):
         return await asyncio.to_thread(store.batch, ops)
     try:
@@ -123,13 +124,15 @@ class ReplayLedger:
 
     def rows(self, thread_id: str, *, limit: int = 1000) -> list[LedgerEntry]:
         """Every row of a thread (for `replay-guard inspect`)."""
-        items = self.store.search(self.namespace(thread_id), limit=limit)
-        return [LedgerEntry.from_value(item.key, item.value) for item in items]
+        return _entries(self.store.search(self.namespace(thread_id), limit=limit))
 
     def by_tool_call_id(self, thread_id: str, tool_call_id: str) -> list[LedgerEntry]:
         """The rows of one tool_call_id (keyed; rows written before lookups were, by search)."""
         found = run_plan(self.store, find_by_tool_call_id(self.prefix, thread_id, tool_call_id))
-        return found or self._legacy(self.store.search, thread_id, tool_call_id)
+        if found:
+            return found
+        namespace, query = self._legacy_query(thread_id, tool_call_id)
+        return _entries(self.store.search(namespace, **query))
 
     async def aby_tool_call_id(self, thread_id: str, tool_call_id: str) -> list[LedgerEntry]:
         """Async `by_tool_call_id`."""
@@ -137,14 +140,14 @@ class ReplayLedger:
         found = await arun_plan(self.store, plan)
         if found:
             return found
-        items = await self.store.asearch(
-            self.namespace(thread_id), filter={"tool_call_id": tool_call_id}, limit=10
-        )
-        return [LedgerEntry.from_value(item.key, item.value) for item in items]
+        namespace, query = self._legacy_query(thread_id, tool_call_id)
+        return _entries(await self.store.asearch(namespace, **query))
 
-    def _legacy(self, search: Any, thread_id: str, tool_call_id: str) -> list[LedgerEntry]:
-        items = search(self.namespace(thread_id), filter={"tool_call_id": tool_call_id}, limit=10)
-        return [LedgerEntry.from_value(item.key, item.value) for item in items]
+    def _legacy_query(
+        self, thread_id: str, tool_call_id: str
+    ) -> tuple[tuple[str, ...], dict[str, Any]]:
+        """A search for rows written before lookup rows existed (a scan, never on a hot path)."""
+        return self.namespace(thread_id), {"filter": {"tool_call_id": tool_call_id}, "limit": 10}
 
     def put(self, thread_id: str, entry: LedgerEntry) -> None:
         """Write a row (synchronously: it is durable when this returns)."""
@@ -153,6 +156,10 @@ class ReplayLedger:
     async def aput(self, thread_id: str, entry: LedgerEntry) -> None:
         """Async `put`."""
         await arun_plan(self.store, _put(self.namespace(thread_id), entry))
+
+
+def _entries(items: Sequence[Any]) -> list[LedgerEntry]:
+    return [LedgerEntry.from_value(item.key, item.value) for item in items]
 
 
 def _put(namespace: tuple[str, ...], entry: LedgerEntry) -> Generator[Any, Any, None]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 from collections.abc import Generator, Iterable, Sequence
@@ -13,6 +12,7 @@ from langgraph.store.base import GetOp, Item, PutOp, SearchOp
 from pydantic import ValidationError
 
 from langgraph_replay_guard.ledger import store_label
+from langgraph_replay_guard.ledger_io import abatch
 from langgraph_replay_guard.records import (
     ExecutionRecord,
     RecordHeader,
@@ -22,7 +22,7 @@ from langgraph_replay_guard.records import (
 )
 
 if TYPE_CHECKING:
-    from langgraph.store.base import BaseStore, Op, Result
+    from langgraph.store.base import BaseStore, Op
 
 __all__ = [
     "RECORDS_NAMESPACE",
@@ -104,7 +104,6 @@ class RecordStore:
         self.namespace = tuple(store_label(part) for part in namespace)
         self.body_namespace = (*self.namespace[:-1], f"{self.namespace[-1]}__bodies")
         self.chunk_chars = chunk_chars
-        self._sync_only = False
 
     # -- public API: each operation is one plan, run by the sync or the async driver --------
 
@@ -267,7 +266,7 @@ class RecordStore:
             ops = next(plan)
             while True:
                 try:
-                    results = await self._abatch(ops)
+                    results = list(await abatch(self.store, ops))
                 except Exception as exc:
                     ops = plan.throw(exc)
                 else:
@@ -275,16 +274,6 @@ class RecordStore:
         except StopIteration as stop:
             value: T = stop.value
             return value
-
-    async def _abatch(self, ops: Sequence[Op]) -> list[Any]:
-        if not self._sync_only:
-            try:
-                results: list[Result] = await self.store.abatch(ops)
-                return list(results)
-            except NotImplementedError:
-                # SqliteStore has no async API: run its sync calls off the event loop.
-                self._sync_only = True
-        return list(await asyncio.to_thread(self.store.batch, ops))
 
     def _header_get(self, execution_id: str) -> GetOp:
         return GetOp(self.namespace, execution_id)

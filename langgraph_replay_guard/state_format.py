@@ -314,27 +314,26 @@ def _cycle(value: Any) -> dict[str, Any] | None:
     return cycle
 
 
+def _loop_note(value: Any, keys: frozenset[str], path: str) -> dict[str, Any]:
+    """A reminder or a stop: `reason`, `tool` and `args` strings and a `count`."""
+    note = _object(value, keys, path)
+    for key in ("reason", "tool", "args"):
+        if not isinstance(note[key], str):
+            _fail(f"{path}.{key}", "a string", note[key])
+    _natural(note["count"], f"{path}.count")
+    return note
+
+
 def _reminder(value: Any) -> dict[str, Any] | None:
     if value is None:
         return None
-    reminder = _object(value, _REMINDER_KEYS, "reminder")
-    for key in ("reason", "tool", "args"):
-        if not isinstance(reminder[key], str):
-            _fail(f"reminder.{key}", "a string", reminder[key])
-    _natural(reminder["count"], "reminder.count")
+    reminder = _loop_note(value, _REMINDER_KEYS, "reminder")
     _optional_text(reminder["batch"], "reminder.batch")
     return reminder
 
 
 def _stop(value: Any) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    stop = _object(value, _STOP_KEYS, "stop")
-    for key in ("reason", "tool", "args"):
-        if not isinstance(stop[key], str):
-            _fail(f"stop.{key}", "a string", stop[key])
-    _natural(stop["count"], "stop.count")
-    return stop
+    return None if value is None else _loop_note(value, _STOP_KEYS, "stop")
 
 
 def _stats(value: Any) -> dict[str, Any]:

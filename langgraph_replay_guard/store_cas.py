@@ -10,6 +10,7 @@ stores' connection internals (`conn`, `lock`, `is_setup`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import warnings
@@ -146,6 +147,13 @@ def _loads(raw: Any) -> Any:
     return raw  # psycopg already decoded jsonb
 
 
+def _pg_value(row: Any) -> Any:
+    """The stored value of a fetched PostgreSQL row (a dict row or a tuple), or None."""
+    if row is None:
+        return None
+    return _loads(row["value"] if isinstance(row, Mapping) else row[0])
+
+
 def _warn_not_atomic(store: Any) -> None:
     name = type(store).__name__
     if name in _warned:
@@ -223,37 +231,18 @@ def _postgres_cas(store: Any, op: Update) -> tuple[bool, Any]:
     prefix = _text(op.namespace)
     pool = store.conn if isinstance(store.conn, ConnectionPool) else None
     with (
-        pool.connection() if pool is not None else _nullcontext(store.conn) as conn,
-        store.lock if pool is None else _nullcontext(None),
+        pool.connection() if pool is not None else contextlib.nullcontext(store.conn) as conn,
+        store.lock if pool is None else contextlib.nullcontext(None),
         conn.transaction(),
         conn.cursor() as cur,
     ):
         cur.execute(_PG_LOCK, (f"{prefix}/{op.key}",))
         cur.execute(_PG_SELECT, (prefix, op.key))
-        row = cur.fetchone()
-        raw = None if row is None else (row["value"] if isinstance(row, Mapping) else row[0])
-        written, current = _decide(_loads(raw), op)
+        written, current = _decide(_pg_value(cur.fetchone()), op)
         if written:
             for text, key, value in _rows(op):
                 cur.execute(_PG_UPSERT, (text, key, Jsonb(value)))
     return written, current
-
-
-class _nullcontext:
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __enter__(self) -> Any:
-        return self.value
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    async def __aenter__(self) -> Any:
-        return self.value
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
 
 
 # -- async ----------------------------------------------------------------------------------------
@@ -304,16 +293,14 @@ async def _async_postgres_cas(store: Any, op: Update) -> tuple[bool, Any]:
     prefix = _text(op.namespace)
     pool = store.conn if isinstance(store.conn, AsyncConnectionPool) else None
     async with (
-        pool.connection() if pool is not None else _nullcontext(store.conn) as conn,
-        store.lock if pool is None else _nullcontext(None),
+        pool.connection() if pool is not None else contextlib.nullcontext(store.conn) as conn,
+        store.lock if pool is None else contextlib.nullcontext(None),
         conn.transaction(),
         conn.cursor() as cur,
     ):
         await cur.execute(_PG_LOCK, (f"{prefix}/{op.key}",))
         await cur.execute(_PG_SELECT, (prefix, op.key))
-        row = await cur.fetchone()
-        raw = None if row is None else (row["value"] if isinstance(row, Mapping) else row[0])
-        written, current = _decide(_loads(raw), op)
+        written, current = _decide(_pg_value(await cur.fetchone()), op)
         if written:
             for text, key, value in _rows(op):
                 await cur.execute(_PG_UPSERT, (text, key, Jsonb(value)))
