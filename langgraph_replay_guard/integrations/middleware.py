@@ -18,6 +18,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.types import Command
 from typing_extensions import TypedDict
 
+from langgraph_replay_guard._compat import create_agent_middleware
 from langgraph_replay_guard.config import GuardConfig
 from langgraph_replay_guard.guard import ReplayGuard
 from langgraph_replay_guard.integrations.calls import (
@@ -128,7 +129,14 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     @property
     def name(self) -> str:
-        """The instance name (distinct per instance in one agent)."""
+        """The instance name (distinct per instance in one agent).
+
+        Raises:
+            ValueError: Read by `create_agent` while another guard middleware of the same
+                agent has the same name (two unnamed instances share the default name and
+                the `replay_guard` channel).
+        """
+        _check_unique_name(self)
         return self._name
 
     def _stop_after(self, request: ModelRequest[Any], response: Any) -> ModelCallResult[Any]:
@@ -231,6 +239,32 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return request
         message = system_prompt_with_reminder(request.system_message, reminder)
         return request.override(system_message=message)
+
+
+def _check_unique_name(middleware: ReplayGuardMiddleware) -> None:
+    """Name the fix when `create_agent` gets two guard middlewares with one name."""
+    siblings = create_agent_middleware()
+    if not siblings:
+        return
+    same = [
+        m for m in siblings if isinstance(m, ReplayGuardMiddleware) and m._name == middleware._name
+    ]
+    if len(same) < 2:
+        return
+    if middleware._name == _DEFAULT_NAME:
+        msg = (
+            f"create_agent got {len(same)} ReplayGuardMiddleware instances without a name; "
+            "they would share the default name and the 'replay_guard' state channel. Pass a "
+            "distinct name= to each (ReplayGuardMiddleware(..., name='billing')); each named "
+            "instance keeps its state in its own channel, replay_guard__<name>."
+        )
+    else:
+        msg = (
+            f"create_agent got {len(same)} ReplayGuardMiddleware instances named "
+            f"{middleware._name!r}; give each a distinct name= (each name is its own state "
+            "channel, replay_guard__<name>)."
+        )
+    raise ValueError(msg)
 
 
 def _answer_message(response: Any) -> AIMessage | None:

@@ -71,6 +71,23 @@ def test_two_named_middleware_instances_keep_separate_channels_in_one_agent():
     assert result.keys() >= {"messages"}
 
 
+def test_two_unnamed_middleware_instances_fail_naming_the_fix():
+    model = ScriptedChatModel(script=[[("lookup", {"id": "P1"})]])
+    with pytest.raises(ValueError, match="without a name") as caught:
+        create_agent(model, [lookup], middleware=[ReplayGuardMiddleware(), ReplayGuardMiddleware()])
+    assert "name=" in str(caught.value)
+    with pytest.raises(ValueError, match="named 'x'"):
+        create_agent(
+            model,
+            [lookup],
+            middleware=[ReplayGuardMiddleware(name="x"), ReplayGuardMiddleware(name="x")],
+        )
+    # One unnamed instance next to a named one, and one instance reused by two agents, build.
+    shared = ReplayGuardMiddleware()
+    create_agent(model, [lookup], middleware=[shared, ReplayGuardMiddleware(name="writes")])
+    create_agent(model, [lookup], middleware=[shared])
+
+
 def test_public_exports():
     assert "ToolCallBlockedError" in langgraph_replay_guard.__all__
     from langgraph_replay_guard import ToolCallBlockedError
