@@ -543,7 +543,29 @@ def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
     Returns:
         The new channel value.
     """
-    return _trust(_merged(current, update))
+    last = _LAST_MERGE[0]
+    if last is not None and last[1] is update and last[0] is current and _unchanged(current):
+        return last[2]
+    merged = _trust(_merged(current, update))
+    if isinstance(update, Mapping) and update.get("op") == "events" and _unchanged(current):
+        _LAST_MERGE[0] = (current, update, merged)
+    return merged
+
+
+# (current, update, merged) of the last guard write merged. LangGraph merges a step's writes
+# twice with the same objects: once for a conditional edge's fresh read of the state, once
+# into the channel; the second merge returns the first one's value. One tuple, replaced
+# atomically; it holds its objects, so their ids cannot be reused while it does.
+_LAST_MERGE: list[tuple[Any, Any, dict[str, Any]] | None] = [None]
+
+
+def _unchanged(current: Any) -> bool:
+    """Whether `current` is empty or a value the reducer returned, unmodified since."""
+    return (
+        current is None
+        or (isinstance(current, Mapping) and not current)
+        or (_trusted(current) is not None)
+    )
 
 
 def _merged(current: Any, update: Any) -> dict[str, Any]:
