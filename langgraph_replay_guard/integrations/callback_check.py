@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from langgraph_replay_guard._compat import tool_node_settings
+
 __all__ = ["agent_tool_names", "enforcement_problems"]
 
 
@@ -80,7 +82,7 @@ def _graph_problems(graph: Any) -> list[str]:
         ]
     problems = []
     for path, node in nodes:
-        problem = _tool_node_problem(node._handle_tool_errors)
+        problem = _tool_node_problem(tool_node_settings(node).handle_tool_errors)
         if problem:
             problems.append(f"ToolNode {path!r}: {problem}")
     return problems

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import interrupt
 from pydantic import BaseModel, ValidationError
 
 from langgraph_replay_guard import owners
+from langgraph_replay_guard._compat import run_checkpointer, run_durability
 from langgraph_replay_guard.errors import ReplayGuardWarning
 from langgraph_replay_guard.integrations.calls import state_messages, tool_message
 from langgraph_replay_guard.ledger import (
@@ -200,13 +202,13 @@ class ReplayGate:
             )
         if thread_id is None:
             problems.append("no thread_id in the config: calls have no durable identity")
-        checkpointer = configurable.get("__pregel_checkpointer")
-        if checkpointer is None or type(checkpointer).__name__ == "InMemorySaver":
+        checkpointer = run_checkpointer(configurable)
+        if checkpointer is None or isinstance(checkpointer, InMemorySaver):
             problems.append(
                 "no durable checkpointer (InMemorySaver or none): after a restart the thread, "
                 "and the ids that make a call's identity, are gone"
             )
-        durability = configurable.get("__pregel_durability") or "async"
+        durability = run_durability(configurable)
         if durability != "sync":
             problems.append(
                 f"durability={durability!r}: after a crash the model's message may be lost and "

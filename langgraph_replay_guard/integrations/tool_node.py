@@ -13,6 +13,12 @@ from langgraph.graph import END
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command
 
+from langgraph_replay_guard._compat import (
+    handled_error_types,
+    is_default_tool_error_handler,
+    tool_error_content,
+    tool_node_settings,
+)
 from langgraph_replay_guard.engine import STOP_IGNORED, CallFacts, Decision, Verdict
 from langgraph_replay_guard.errors import (
     LoopAbortedError,
@@ -379,16 +385,16 @@ def guarded_tool_node(guard: ReplayGuard, node: ToolNode) -> ToolNode:
     Returns:
         A new ToolNode, a drop-in replacement.
     """
-    # ToolNode keeps its settings in private attributes and has no public copy method.
-    inner: Wrapper | None = node._wrap_tool_call
-    ainner: AsyncWrapper | None = node._awrap_tool_call
-    messages_key: str = node._messages_key
+    settings = tool_node_settings(node)
+    inner: Wrapper | None = settings.wrap_tool_call
+    ainner: AsyncWrapper | None = settings.awrap_tool_call
+    messages_key = settings.messages_key
     wrapper = ToolCallGuard(
         guard,
         inner=inner,
         ainner=ainner,
         messages_key=messages_key,
-        raise_on_abort=not _converts_errors(node._handle_tool_errors),
+        raise_on_abort=not _converts_errors(settings.handle_tool_errors),
     )
     # A sync-only inner wrapper cannot be given an async `execute`: let the node run the
     # sync guard in async mode too, as it does for sync-only wrappers.
@@ -397,7 +403,7 @@ def guarded_tool_node(guard: ReplayGuard, node: ToolNode) -> ToolNode:
         list(node.tools_by_name.values()),
         name=node.name or "tools",
         tags=list(node.tags or []),
-        handle_tool_errors=_letting_replay_stops_through(node._handle_tool_errors),
+        handle_tool_errors=_letting_replay_stops_through(settings.handle_tool_errors),
         messages_key=messages_key,
         wrap_tool_call=wrapper.wrap,
         awrap_tool_call=async_wrapper,
@@ -413,7 +419,7 @@ def _converts_errors(flag: Any, error: type[Exception] = LoopAbortedError) -> bo
     if callable(flag):
         # LangGraph's default handles only ToolInvocationError; any other callable may
         # handle everything (ToolNode infers its types from annotations).
-        return getattr(flag, "__name__", "") != "_default_handle_tool_errors"
+        return not is_default_tool_error_handler(flag)
     return True
 
 
@@ -437,24 +443,18 @@ def _letting_replay_stops_through(flag: Any) -> Any:
     """
     if not _converts_errors(flag, ReplayUnsafeError) and not _converts_errors(flag):
         return flag
-    from langgraph.prebuilt import tool_node as prebuilt
-
-    infer = getattr(prebuilt, "_infer_handled_types", None)
-    content_for = getattr(prebuilt, "_handle_tool_error", None)
     handled: tuple[type[BaseException], ...] | type[BaseException]
     if isinstance(flag, type | tuple):
         handled, flag = flag, True
-    elif callable(flag) and infer is not None:
-        handled = infer(flag)
+    elif callable(flag):
+        handled = handled_error_types(flag)
     else:
         handled = Exception
 
     def handle_tool_errors(error: Exception) -> str:
         if _must_stop(error) or not isinstance(error, handled):
             raise error
-        if content_for is not None:
-            return str(content_for(error, flag=flag))
-        return f"Error: {error!r}\n Please fix your mistakes."
+        return tool_error_content(error, flag)
 
     return handle_tool_errors
 
