@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from langgraph_replay_guard.config import CallClass
+from langgraph_replay_guard.call_class import CallClass
 
 if TYPE_CHECKING:
     from langgraph_replay_guard.config import ClassRule, ToolPolicy

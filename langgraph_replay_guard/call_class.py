@@ -1,0 +1,58 @@
+"""The replay class of a call: how it may be repeated (`ReplayClass`, `CallClass`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["CallClass", "ReplayClass"]
+
+ReplayClass = Literal["pure", "idempotent", "unsafe"]
+"""How a tool may be repeated.
+
+- `"pure"`: read-only or deterministic; identical calls can be deduplicated.
+- `"idempotent"`: has a side effect that is safe to repeat with the same idempotency key.
+- `"unsafe"`: has a side effect that must never run twice by accident.
+"""
+
+
+_RANKS = {("pure", False): 0, ("pure", True): 1, ("idempotent", False): 2, ("unsafe", False): 3}
+
+
+@dataclass(frozen=True, slots=True)
+class CallClass:
+    """The replay class of one call, as a classification gives it.
+
+    Attributes:
+        replay: `"pure"`, `"idempotent"` or `"unsafe"` (see `ReplayClass`).
+        volatile: A read whose result changes on its own: never deduplicated, still
+            counted and result-diffed. Only with `replay="pure"`.
+
+    Raises:
+        ValueError: On an unknown replay class, or `volatile=True` with side effects.
+    """
+
+    replay: ReplayClass
+    volatile: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.replay, self.volatile) not in _RANKS:
+            if self.replay not in {"pure", "idempotent", "unsafe"}:
+                msg = (
+                    f"CallClass(replay={self.replay!r}): the replay class must be 'pure', "
+                    "'idempotent' or 'unsafe'."
+                )
+            else:
+                msg = (
+                    f"CallClass(replay={self.replay!r}, volatile=True): volatile describes a "
+                    "read; use replay='pure' with volatile=True, or drop volatile."
+                )
+            raise ValueError(msg)
+
+    @property
+    def rank(self) -> int:
+        """How much the call may change the world: 0 pure, 1 volatile, 2 idempotent, 3 unsafe.
+
+        A chain of commands gets the class of its highest-ranked part.
+        """
+        return _RANKS[(self.replay, self.volatile)]
