@@ -57,7 +57,7 @@ def __getattr__(name: str) -> object:
 
         return ReplayGuardCallbackHandler
     if name == "ToolCallBlockedError":
-        from langgraph_replay_guard.integrations.callbacks import ToolCallBlockedError
+        from langgraph_replay_guard.integrations.blocked_error import ToolCallBlockedError
 
         return ToolCallBlockedError
     msg = f"module {__name__!r} has no attribute {name!r}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from langgraph_replay_guard._compat import tool_node_settings
+from langgraph_replay_guard.integrations.blocked_error import ToolCallBlockedError
 
 __all__ = ["agent_tool_names", "enforcement_problems"]
 
@@ -104,8 +105,6 @@ def _tool_nodes(graph: Any, prefix: str = "") -> list[tuple[str, Any]]:
 
 def _tool_node_problem(flag: Any) -> str | None:
     """Why a `handle_tool_errors` setting would not answer `ToolCallBlockedError`, or None."""
-    from langgraph_replay_guard.integrations.callbacks import ToolCallBlockedError
-
     if flag is True:
         return None
     if flag is False or flag is None:
@@ -123,7 +122,7 @@ def _tool_node_problem(flag: Any) -> str | None:
             return None
         return (
             f"handle_tool_errors={flag!r} does not catch ToolCallBlockedError; add it "
-            "(from langgraph_replay_guard.integrations.callbacks) or keep the default."
+            "(from langgraph_replay_guard) or keep the default."
         )
     # LangGraph's default answers ToolInvocationError, which ToolCallBlockedError is; other
     # callables pick their exception types from annotations and are trusted to answer.
