@@ -13,10 +13,11 @@ from langgraph_replay_guard.engine import (
     call_facts,
     decide,
     fold_settings,
+    loop_error,
     make_event,
+    raises_on_abort,
     render_reminder,
 )
-from langgraph_replay_guard.errors import LoopAbortedError
 from langgraph_replay_guard.keys import canonical_json
 from langgraph_replay_guard.state import GuardView, Outcome, fold_events, new_state
 
@@ -95,13 +96,8 @@ class GuardControl:
             InvalidArgumentsError: If the arguments cannot be hashed.
         """
         decision = self.evaluate(name, args)
-        if decision.verdict is Verdict.ABORT and self._config.exit_behavior == "error":
-            raise LoopAbortedError(
-                decision.message or f"Loop aborted on '{name}'.",
-                tool=name,
-                reason=decision.reason or "abort",
-                count=decision.count,
-            )
+        if decision.verdict is Verdict.ABORT and raises_on_abort(self._config):
+            raise loop_error(decision)
         return (not decision.executes, decision.reason)
 
     def record_success(self, name: str, args: Any, result: Any = None) -> None:

@@ -9,10 +9,13 @@ from enum import StrEnum
 from typing import Any
 
 from langgraph_replay_guard.config import GuardConfig
+from langgraph_replay_guard.errors import LoopAbortedError
 from langgraph_replay_guard.keys import call_key, content_hash
 from langgraph_replay_guard.state import Event, Outcome, state_for_turn
 
 __all__ = [
+    "GRAPH_FIX",
+    "ROUTE_FIX",
     "STOP_IGNORED",
     "CallFacts",
     "Decision",
@@ -20,8 +23,12 @@ __all__ = [
     "call_facts",
     "decide",
     "fold_settings",
+    "loop_error",
     "make_event",
+    "raises_on_abort",
     "render_reminder",
+    "stop_error",
+    "stops_on_abort",
     "summarize_args",
 ]
 
@@ -187,7 +194,7 @@ def decide(
     counted = view["counts"].get(key)
     in_batch = earlier_in_batch.count(key) if earlier_in_batch else 0
     attempt = (counted[0] if counted else 0) + in_batch + 1
-    final = config.exit_behavior != "continue"
+    final = stops_on_abort(config)
 
     stop = view.get("stop")
     if stop is not None and _comes_back(view, batch):
@@ -458,3 +465,71 @@ def render_reminder(reminder: Mapping[str, Any]) -> str:
     else:
         what = f"the guard blocked {call} ({reason}, attempt {count} this turn)"
     return f"LOOP WARNING from the tool-call guard: {what}. {_ADVICE}"
+
+
+def stops_on_abort(config: GuardConfig) -> bool:
+    """Whether an abort ends the run (`exit_behavior` `"end"` or `"error"`).
+
+    With `"continue"` an abort only blocks the call, until the model ignores it (see
+    `STOP_IGNORED`).
+    """
+    return config.exit_behavior != "continue"
+
+
+def raises_on_abort(config: GuardConfig) -> bool:
+    """Whether an abort raises `LoopAbortedError` (`exit_behavior="error"`)."""
+    return config.exit_behavior == "error"
+
+
+ROUTE_FIX = 'builder.add_conditional_edges("tools", guard.route_after_tools("agent"))'
+"""The one line that lets a hand-written graph end a run the guard stopped."""
+
+GRAPH_FIX = (
+    "This graph goes back to the model after the tools node whatever the guard decided (a "
+    "static edge), so the guard cannot end the run gracefully: route the tools node with "
+    f'`{ROUTE_FIX}` instead of `builder.add_edge("tools", "agent")`.'
+)
+"""What to do when a hand-written graph ignores the stop."""
+
+
+def loop_error(decision: Decision, *, fix: str = GRAPH_FIX) -> LoopAbortedError:
+    """The error raised with `exit_behavior="error"`, or when a run ignores the guard's stop.
+
+    Args:
+        decision: The aborting decision.
+        fix: For a `"stop_ignored"` decision, how to let the guard end runs.
+
+    Returns:
+        The error, to raise.
+    """
+    if decision.reason == STOP_IGNORED:
+        msg = (
+            "Loop aborted: the model asked for more tool calls after the loop guard stopped "
+            f"the run (on '{decision.tool}'). {fix}"
+        )
+        return LoopAbortedError(msg, tool=decision.tool, reason=STOP_IGNORED, count=decision.count)
+    return LoopAbortedError(
+        decision.message or f"Loop aborted on '{decision.tool}'.",
+        tool=decision.tool,
+        reason=decision.reason or "abort",
+        count=decision.count,
+    )
+
+
+def stop_error(stop: Mapping[str, Any], *, hint: str = "") -> LoopAbortedError:
+    """The `LoopAbortedError` for a stop the guard recorded in its state.
+
+    Args:
+        stop: The state's `stop` entry (`reason`, `tool`, `count`).
+        hint: A sentence to add (what to configure instead).
+
+    Returns:
+        The error, to raise.
+    """
+    msg = f"Loop aborted: '{stop['tool']}' ({stop['reason']}, attempt {stop['count']})."
+    return LoopAbortedError(
+        f"{msg} {hint}" if hint else msg,
+        tool=stop["tool"],
+        reason=stop["reason"],
+        count=stop["count"],
+    )

@@ -17,6 +17,7 @@ from langgraph_replay_guard.engine import (
     decide,
     fold_settings,
     make_event,
+    stops_on_abort,
 )
 from langgraph_replay_guard.errors import InvalidArgumentsError
 from langgraph_replay_guard.state import fold_events, new_state
@@ -331,7 +332,7 @@ def _evaluate_one(
                     t.wrong += 1
                 t.by_reason[reason] = t.by_reason.get(reason, 0) + 1
             event = make_event(facts, "denied", reason=reason, abort=aborts, turn=str(turn))
-            if aborts and config.exit_behavior != "continue":
+            if aborts and stops_on_abort(config):
                 cutting, cut_turn = True, turn
                 for t in tallies:
                     t.aborts += 1

@@ -13,10 +13,12 @@ from langgraph_replay_guard.engine import (
     Decision,
     Verdict,
     call_facts,
+    loop_error,
     make_event,
+    raises_on_abort,
     render_reminder,
+    stop_error,
 )
-from langgraph_replay_guard.errors import LoopAbortedError
 from langgraph_replay_guard.integrations.callback_state import Scope, ScopeKey, ScopeTable
 from langgraph_replay_guard.integrations.callback_unknown import (
     RESOLUTIONS,
@@ -37,7 +39,6 @@ from langgraph_replay_guard.integrations.calls import (
     denied_event,
     executed_event,
     guard_update,
-    loop_error,
     plan_calls,
     snapshot,
 )
@@ -109,15 +110,12 @@ class CallbackGuard:
         scope = self.scopes.get(key)
         with scope.lock:
             scope.turn = turn
-            if self.config.exit_behavior != "error":
+            if not raises_on_abort(self.config):
                 return
             view = state_for_turn(settled(self.scopes.read(scope)), turn, self.config.scope)
             stop = view.get("stop")
         if stop is not None:
-            msg = f"Loop aborted: '{stop['tool']}' ({stop['reason']}, attempt {stop['count']})."
-            raise LoopAbortedError(
-                msg, tool=stop["tool"], reason=stop["reason"], count=stop["count"]
-            )
+            raise stop_error(stop)
 
     def model_answered(self, key: ScopeKey) -> None:
         """The model answered without tool calls: no reminder is pending for a next call."""
@@ -351,11 +349,7 @@ class CallbackGuard:
             raise loop_error(come_back.decision, fix=_CALLBACK_FIX)
         # With "continue" a plan aborts only when a blocked call escalated to a stop.
         aborting = plan.abort
-        if (
-            aborting is not None
-            and aborting.decision is not None
-            and config.exit_behavior == "error"
-        ):
+        if aborting is not None and aborting.decision is not None and raises_on_abort(config):
             self._write(scope, abort_answer(aborting, aborting, batch)[1])
             raise loop_error(aborting.decision)
         if keep:

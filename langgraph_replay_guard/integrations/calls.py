@@ -21,7 +21,7 @@ from langgraph_replay_guard.engine import (
     fold_settings,
     make_event,
 )
-from langgraph_replay_guard.errors import InvalidArgumentsError, LoopAbortedError
+from langgraph_replay_guard.errors import InvalidArgumentsError
 from langgraph_replay_guard.state import Event, StateUpdate, load_state, settled
 
 if TYPE_CHECKING:
@@ -425,41 +425,6 @@ def abort_answer(
             [] if planned.facts is None else [denied_event(planned, batch, "stopped", abort=False)]
         )
     return blocked_tool_message(planned.tool_call, content), events
-
-
-ROUTE_FIX = 'builder.add_conditional_edges("tools", guard.route_after_tools("agent"))'
-"""The one line that lets a hand-written graph end a run the guard stopped."""
-
-GRAPH_FIX = (
-    "This graph goes back to the model after the tools node whatever the guard decided (a "
-    "static edge), so the guard cannot end the run gracefully: route the tools node with "
-    f'`{ROUTE_FIX}` instead of `builder.add_edge("tools", "agent")`.'
-)
-"""What to do when a hand-written graph ignores the stop."""
-
-
-def loop_error(decision: Decision, *, fix: str = GRAPH_FIX) -> LoopAbortedError:
-    """The error raised with `exit_behavior="error"`, or when a run ignores the guard's stop.
-
-    Args:
-        decision: The aborting decision.
-        fix: For a `"stop_ignored"` decision, how to let the guard end runs.
-
-    Returns:
-        The error, to raise.
-    """
-    if decision.reason == STOP_IGNORED:
-        msg = (
-            "Loop aborted: the model asked for more tool calls after the loop guard stopped "
-            f"the run (on '{decision.tool}'). {fix}"
-        )
-        return LoopAbortedError(msg, tool=decision.tool, reason=STOP_IGNORED, count=decision.count)
-    return LoopAbortedError(
-        decision.message or f"Loop aborted on '{decision.tool}'.",
-        tool=decision.tool,
-        reason=decision.reason or "abort",
-        count=decision.count,
-    )
 
 
 def tool_message(result: Any) -> ToolMessage | None:

@@ -20,6 +20,7 @@ from typing_extensions import TypedDict
 
 from langgraph_replay_guard._compat import create_agent_middleware
 from langgraph_replay_guard.config import GuardConfig
+from langgraph_replay_guard.engine import loop_error, raises_on_abort
 from langgraph_replay_guard.guard import ReplayGuard
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
@@ -28,7 +29,6 @@ from langgraph_replay_guard.integrations.calls import (
     final_ai_message,
     find_batch,
     guard_update,
-    loop_error,
     turn_anchors,
 )
 from langgraph_replay_guard.integrations.prompt import (
@@ -165,7 +165,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if aborting is None or aborting.decision is None:
             return result
         run_config = _run_config()
-        if config.exit_behavior == "error":
+        if raises_on_abort(config):
             error = loop_error(aborting.decision)
             for planned in plan.calls:
                 trace = abort_trace(planned, aborting)

@@ -19,7 +19,15 @@ from langgraph_replay_guard._compat import (
     tool_error_content,
     tool_node_settings,
 )
-from langgraph_replay_guard.engine import STOP_IGNORED, CallFacts, Decision, Verdict
+from langgraph_replay_guard.engine import (
+    STOP_IGNORED,
+    CallFacts,
+    Decision,
+    Verdict,
+    loop_error,
+    raises_on_abort,
+    stop_error,
+)
 from langgraph_replay_guard.errors import (
     LoopAbortedError,
     ReplayConflictError,
@@ -40,7 +48,6 @@ from langgraph_replay_guard.integrations.calls import (
     final_ai_message,
     find_batch,
     guard_update,
-    loop_error,
     result_outcome,
     state_field,
     turn_anchors,
@@ -273,7 +280,7 @@ class ToolCallGuard:
         aborting = plan.abort if self.end_batches else None
         if aborting is not None and aborting.decision is not None:
             trace = abort_trace(planned, aborting)
-            if config.exit_behavior == "error" and self.raise_on_abort:
+            if raises_on_abort(config) and self.raise_on_abort:
                 return _Blocked(None, loop_error(aborting.decision), trace)
             answer, events = abort_answer(planned, aborting, batch)
             if planned is aborting:
@@ -484,13 +491,7 @@ def route_after_tools(
         if stop is None or view.get("turn") != current_turn(state, anchors=turn_anchors(value)):
             return then
         if exit_behavior == "error":
-            msg = (
-                f"Loop aborted: '{stop['tool']}' ({stop['reason']}, attempt {stop['count']}). "
-                "Set exit_behavior='end' to stop gracefully instead."
-            )
-            raise LoopAbortedError(
-                msg, tool=stop["tool"], reason=stop["reason"], count=stop["count"]
-            )
+            raise stop_error(stop, hint="Set exit_behavior='end' to stop gracefully instead.")
         return END
 
     return route

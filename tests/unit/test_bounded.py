@@ -5,8 +5,14 @@ from __future__ import annotations
 import pytest
 
 from langgraph_replay_guard import GuardConfig, LoopAbortedError, Verdict
-from langgraph_replay_guard.engine import STOP_IGNORED, call_facts, decide, make_event
-from langgraph_replay_guard.integrations.calls import ROUTE_FIX, loop_error
+from langgraph_replay_guard.engine import (
+    ROUTE_FIX,
+    STOP_IGNORED,
+    call_facts,
+    decide,
+    loop_error,
+    make_event,
+)
 from langgraph_replay_guard.state import fold_events, new_state
 
 
