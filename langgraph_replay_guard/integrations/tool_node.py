@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +52,7 @@ from langgraph_replay_guard.integrations.calls import (
     state_field,
     turn_anchors,
 )
-from langgraph_replay_guard.integrations.replay import ReplayGate, replayed_message
+from langgraph_replay_guard.integrations.replay import ReplayGate, RunTicket, replayed_message
 from langgraph_replay_guard.integrations.tool_errors import watch_tool_errors
 from langgraph_replay_guard.integrations.tracing import (
     LedgerStatus,
@@ -122,6 +122,58 @@ class _Blocked:
         return self.result
 
 
+@dataclass(frozen=True)
+class _Execute:
+    """Run the tool (through the node's own wrapper when `guarded`); `watch` its errors."""
+
+    request: ToolCallRequest
+    guarded: bool = True
+    watch: bool = False
+
+
+@dataclass(frozen=True)
+class _Check:
+    """Admit the call at the replay ledger (`ReplayGate.check`)."""
+
+    request: ToolCallRequest
+    facts: CallFacts
+    batch_id: str | None
+
+
+@dataclass(frozen=True)
+class _Finish:
+    """Record how an admitted call ended (`ReplayGate.finish`)."""
+
+    ticket: RunTicket
+    result: Any
+    error: BaseException | None
+
+
+@dataclass(frozen=True)
+class _Trace:
+    """Report a call the guard answered itself as a tool run (`blocked_run`)."""
+
+    request: ToolCallRequest
+    info: Mapping[str, Any]
+    output: Any
+    error: BaseException | None
+
+    def args(self) -> tuple[Any, ...]:
+        """`blocked_run`'s positional arguments."""
+        request = self.request
+        return (
+            _config(request),
+            request.tool_call,
+            request.tool,
+            self.info,
+            self.output,
+            self.error,
+        )
+
+
+_Op = _Execute | _Check | _Finish | _Trace
+
+
 class ToolCallGuard:
     """Decides, runs and records one tool call (sync and async).
 
@@ -166,89 +218,104 @@ class ToolCallGuard:
             guard.config, store=guard.store, namespace=guard.namespace, messages_key=messages_key
         )
 
-    # -- sync and async entry points --------------------------------------------------------
+    # -- one plan, a sync and an async driver -----------------------------------------------
 
     def wrap(self, request: ToolCallRequest, execute: Execute) -> ToolResult:
         """`wrap_tool_call` for a ToolNode."""
-        prepared = self._prepare(request)
-        if prepared is None:
-            return execute(request)  # an unregistered tool: the node answers as usual
-        if isinstance(prepared, _Blocked):
-            blocked_run(
-                _config(request),
-                request.tool_call,
-                request.tool,
-                prepared.trace,
-                _answer_of(prepared.result),
-                prepared.error,
-            )
-            return prepared.answer()
-        ticket = self.gate.check(request, prepared.facts, prepared.batch.batch_id)
-        if isinstance(ticket, LedgerEntry):
-            replayed = self._replayed(request, prepared, ticket)
-            trace = prepared.trace("replayed")
-            blocked_run(
-                _config(request), request.tool_call, request.tool, trace, _answer_of(replayed)
-            )
-            return replayed
-        if ticket is None:
-            traced = traced_request(request, prepared.trace("none"))
-            return self._finish(request, prepared, self._execute(traced, execute))
-        try:
-            with watch_tool_errors() as spy:
-                traced = traced_request(ticket.request, prepared.trace("claimed"))
-                result = self._execute(traced, execute)
-        except BaseException as exc:
-            self.gate.finish(ticket, None, exc)
-            raise
-        self.gate.finish(ticket, result, spy.error)
-        return self._finish(request, prepared, result)
-
-    def _execute(self, request: ToolCallRequest, execute: Execute) -> ToolResult:
-        if self.inner is not None:
-            return self.inner(request, execute)
-        return execute(request)
+        plan = self._call_plan(request)
+        answer: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                op = plan.send(answer) if error is None else plan.throw(error)
+            except StopIteration as stop:
+                result: ToolResult = stop.value
+                return result
+            answer, error = None, None
+            try:
+                if isinstance(op, _Execute):
+                    answer = self._execute_op(op, execute)
+                elif isinstance(op, _Check):
+                    answer = self.gate.check(op.request, op.facts, op.batch_id)
+                elif isinstance(op, _Finish):
+                    self.gate.finish(op.ticket, op.result, op.error)
+                else:
+                    blocked_run(*op.args())
+            except BaseException as exc:  # handed to the plan, which decides what to record
+                error = exc
 
     async def awrap(self, request: ToolCallRequest, execute: AsyncExecute) -> ToolResult:
         """`awrap_tool_call` for a ToolNode."""
+        plan = self._call_plan(request)
+        answer: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                op = plan.send(answer) if error is None else plan.throw(error)
+            except StopIteration as stop:
+                result: ToolResult = stop.value
+                return result
+            answer, error = None, None
+            try:
+                if isinstance(op, _Execute):
+                    answer = await self._aexecute_op(op, execute)
+                elif isinstance(op, _Check):
+                    answer = await self.gate.acheck(op.request, op.facts, op.batch_id)
+                elif isinstance(op, _Finish):
+                    await self.gate.afinish(op.ticket, op.result, op.error)
+                else:
+                    await ablocked_run(*op.args())
+            except BaseException as exc:
+                error = exc
+
+    def _execute_op(self, op: _Execute, execute: Execute) -> Any:
+        if not op.guarded:
+            return execute(op.request)  # an unregistered tool: the node answers as usual
+        if not op.watch:
+            return self.inner(op.request, execute) if self.inner else execute(op.request)
+        with watch_tool_errors() as spy:
+            result = self.inner(op.request, execute) if self.inner else execute(op.request)
+        return result, spy.error
+
+    async def _aexecute_op(self, op: _Execute, execute: AsyncExecute) -> Any:
+        if not op.guarded:
+            return await execute(op.request)
+        run = self.ainner(op.request, execute) if self.ainner else execute(op.request)
+        if not op.watch:
+            return await run
+        with watch_tool_errors() as spy:
+            result = await run
+        return result, spy.error
+
+    def _call_plan(self, request: ToolCallRequest) -> Generator[_Op, Any, ToolResult]:
+        """Decide, run or answer, and record one call; yields what needs I/O.
+
+        The drivers (`wrap`, `awrap`) run each op and send back its answer; an exception an
+        op raised is thrown back in, so the plan records an unknown outcome before it goes on.
+        """
         prepared = self._prepare(request)
         if prepared is None:
-            return await execute(request)
+            result: ToolResult = yield _Execute(request, guarded=False)
+            return result
         if isinstance(prepared, _Blocked):
-            await ablocked_run(
-                _config(request),
-                request.tool_call,
-                request.tool,
-                prepared.trace,
-                _answer_of(prepared.result),
-                prepared.error,
-            )
+            yield _Trace(request, prepared.trace, _answer_of(prepared.result), prepared.error)
             return prepared.answer()
-        ticket = await self.gate.acheck(request, prepared.facts, prepared.batch.batch_id)
+        ticket = yield _Check(request, prepared.facts, prepared.batch.batch_id)
         if isinstance(ticket, LedgerEntry):
             replayed = self._replayed(request, prepared, ticket)
-            trace = prepared.trace("replayed")
-            await ablocked_run(
-                _config(request), request.tool_call, request.tool, trace, _answer_of(replayed)
-            )
+            yield _Trace(request, prepared.trace("replayed"), _answer_of(replayed), None)
             return replayed
         if ticket is None:
-            traced = traced_request(request, prepared.trace("none"))
-            return self._finish(request, prepared, await self._aexecute(traced, execute))
+            result = yield _Execute(traced_request(request, prepared.trace("none")))
+            return self._finish(request, prepared, result)
+        traced = traced_request(ticket.request, prepared.trace("claimed"))
         try:
-            with watch_tool_errors() as spy:
-                traced = traced_request(ticket.request, prepared.trace("claimed"))
-                result = await self._aexecute(traced, execute)
+            result, tool_error = yield _Execute(traced, watch=True)
         except BaseException as exc:
-            await self.gate.afinish(ticket, None, exc)
+            yield _Finish(ticket, None, exc)
             raise
-        await self.gate.afinish(ticket, result, spy.error)
+        yield _Finish(ticket, result, tool_error)
         return self._finish(request, prepared, result)
-
-    async def _aexecute(self, request: ToolCallRequest, execute: AsyncExecute) -> ToolResult:
-        if self.ainner is not None:
-            return await self.ainner(request, execute)
-        return await execute(request)
 
     # -- deciding -----------------------------------------------------------------------------
 
