@@ -28,6 +28,7 @@ __all__ = [
     "LedgerEntry",
     "LedgerStatus",
     "Read",
+    "Search",
     "Sleep",
     "Update",
     "Write",
@@ -446,7 +447,20 @@ class Sleep:
     seconds: float
 
 
-Op = Read | Write | Update | Sleep
+@dataclass(frozen=True)
+class Search:
+    """Scan a namespace for rows whose value matches `filter`.
+
+    The plan receives at most `limit` `(key, value)` pairs. Only for rows older than the
+    lookup rows (never on a call's path).
+    """
+
+    namespace: tuple[str, ...]
+    filter: dict[str, Any]
+    limit: int
+
+
+Op = Read | Write | Update | Sleep | Search
 Plan = Generator[Op, Any, Any]
 
 
@@ -794,11 +808,18 @@ def index_namespace(prefix: Sequence[str], thread_id: str) -> tuple[str, ...]:
 def find_by_tool_call_id(
     prefix: Sequence[str], thread_id: str, tool_call_id: str
 ) -> Generator[Op, Any, list[LedgerEntry]]:
-    """The plan that finds the rows of a tool_call_id through its lookup row."""
+    """The plan that finds the rows of a tool_call_id.
+
+    Through its lookup row; rows written before lookup rows existed are found by a search
+    of the thread's rows.
+    """
     rows_ns = row_namespace(prefix, thread_id)
     (pointer,) = yield Read(((index_namespace(prefix, thread_id), tool_call_key(tool_call_id)),))
-    if not isinstance(pointer, Mapping) or not isinstance(pointer.get("key"), str):
-        return []
-    (value,) = yield Read(((rows_ns, pointer["key"]),))
-    entry = _entry(pointer["key"], value)
-    return [entry] if entry is not None else []
+    if isinstance(pointer, Mapping) and isinstance(pointer.get("key"), str):
+        (value,) = yield Read(((rows_ns, pointer["key"]),))
+        entry = _entry(pointer["key"], value)
+        if entry is not None:
+            return [entry]
+    found = yield Search(rows_ns, {"tool_call_id": tool_call_id}, 10)
+    entries = [_entry(key, value) for key, value in found]
+    return [entry for entry in entries if entry is not None]

@@ -7,12 +7,13 @@ import time
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from langgraph.store.base import GetOp, PutOp
+from langgraph.store.base import GetOp, PutOp, SearchOp
 
 from langgraph_replay_guard import store_cas
 from langgraph_replay_guard.ledger import (
     LedgerEntry,
     Read,
+    Search,
     Sleep,
     Update,
     Write,
@@ -30,15 +31,19 @@ __all__ = ["ReplayLedger", "abatch", "arun_plan", "run_plan"]
 T = TypeVar("T")
 
 
-def _batch_ops(op: Read | Write) -> list[Any]:
+def _batch_ops(op: Read | Write | Search) -> list[Any]:
     if isinstance(op, Read):
         return [GetOp(ns, key) for ns, key in op.keys]
+    if isinstance(op, Search):
+        return [SearchOp(op.namespace, filter=op.filter, limit=op.limit)]
     return [PutOp(ns, key, value, index=False) for ns, key, value in op.puts]
 
 
-def _batch_answer(op: Read | Write, results: Sequence[Any]) -> Any:
+def _batch_answer(op: Read | Write | Search, results: Sequence[Any]) -> Any:
     if isinstance(op, Read):
         return [None if item is None else item.value for item in results]
+    if isinstance(op, Search):
+        return [(item.key, item.value) for item in results[0]]
     return None
 
 
@@ -128,26 +133,12 @@ class ReplayLedger:
 
     def by_tool_call_id(self, thread_id: str, tool_call_id: str) -> list[LedgerEntry]:
         """The rows of one tool_call_id (keyed; rows written before lookups were, by search)."""
-        found = run_plan(self.store, find_by_tool_call_id(self.prefix, thread_id, tool_call_id))
-        if found:
-            return found
-        namespace, query = self._legacy_query(thread_id, tool_call_id)
-        return _entries(self.store.search(namespace, **query))
+        return run_plan(self.store, find_by_tool_call_id(self.prefix, thread_id, tool_call_id))
 
     async def aby_tool_call_id(self, thread_id: str, tool_call_id: str) -> list[LedgerEntry]:
         """Async `by_tool_call_id`."""
         plan = find_by_tool_call_id(self.prefix, thread_id, tool_call_id)
-        found = await arun_plan(self.store, plan)
-        if found:
-            return found
-        namespace, query = self._legacy_query(thread_id, tool_call_id)
-        return _entries(await self.store.asearch(namespace, **query))
-
-    def _legacy_query(
-        self, thread_id: str, tool_call_id: str
-    ) -> tuple[tuple[str, ...], dict[str, Any]]:
-        """A search for rows written before lookup rows existed (a scan, never on a hot path)."""
-        return self.namespace(thread_id), {"filter": {"tool_call_id": tool_call_id}, "limit": 10}
+        return await arun_plan(self.store, plan)
 
     def put(self, thread_id: str, entry: LedgerEntry) -> None:
         """Write a row (synchronously: it is durable when this returns)."""

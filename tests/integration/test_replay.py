@@ -173,6 +173,37 @@ def test_a_human_resolves_an_unknown_outcome_and_the_model_gets_the_confirmed_re
         guard.resolve(graph, config, call_id, "retry")
 
 
+def test_resolve_finds_rows_written_before_lookup_rows_existed(fx):
+    fx.fail_next["send_email"] = 1
+    store = InMemoryStore()
+    guard = _guard(store)
+    graph = replay_graph(
+        guard,
+        asking_model([BATCH[0]]),
+        make_tools(fx),
+        retry=RetryPolicy(max_attempts=2, initial_interval=0.01, retry_on=ConnectionError),
+        checkpointer=InMemorySaver(),
+    )
+    config = _config()
+    with pytest.raises(ReplayUnsafeError) as caught:
+        graph.invoke({"messages": [HumanMessage("email Ann")]}, config, durability="sync")
+    call_id = caught.value.facts["tool_call_id"]
+    # An older release wrote no lookup rows: drop them, the row itself stays.
+    ledger = ReplayLedger(store, namespace=guard.namespace)
+    thread = config["configurable"]["thread_id"]
+    for item in store.search(ledger.index(thread), limit=100):
+        store.delete(ledger.index(thread), item.key)
+    assert store.search(ledger.index(thread)) == []
+    assert [row.tool_call_id for row in ledger.by_tool_call_id(thread, call_id)] == [call_id]
+    found = asyncio.run(ledger.aby_tool_call_id(thread, call_id))
+    assert [row.tool_call_id for row in found] == [call_id]
+
+    result = guard.resolve(graph, config, call_id, "succeeded", result="Sent (checked)")
+
+    assert fx.count("send_email") == 1
+    assert _tool_messages(result)[-1].content == "Sent (checked)"
+
+
 def test_resolving_with_retry_runs_the_tool_exactly_once_more(fx):
     fx.fail_next["send_email"] = 1
     guard = _guard(InMemoryStore())
