@@ -23,6 +23,7 @@ __all__ = [
     "INTERRUPT_KIND",
     "LEDGER_VERSION",
     "Admission",
+    "Batch",
     "CallContext",
     "CallIdentity",
     "LedgerEntry",
@@ -460,7 +461,18 @@ class Search:
     limit: int
 
 
-Op = Read | Write | Update | Sleep | Search
+@dataclass(frozen=True)
+class Batch:
+    """Run LangGraph store operations as they are (`GetOp`, `PutOp`, `SearchOp`...).
+
+    The plan receives the store's results, one per operation. For plans that work with
+    whole store items (the execution-record store); ledger plans use the ops above.
+    """
+
+    ops: tuple[Any, ...]
+
+
+Op = Read | Write | Update | Sleep | Search | Batch
 Plan = Generator[Op, Any, Any]
 
 

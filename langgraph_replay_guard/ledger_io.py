@@ -1,4 +1,4 @@
-"""Runs the ledger's plans against a LangGraph `BaseStore`: one sync and one async driver."""
+"""Runs store plans (the ledger's, the record store's) on a `BaseStore`, sync or async."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from langgraph.store.base import GetOp, PutOp, SearchOp
 
 from langgraph_replay_guard import store_cas
 from langgraph_replay_guard.ledger import (
+    Batch,
     LedgerEntry,
     Read,
     Search,
@@ -48,47 +49,61 @@ def _batch_answer(op: Read | Write | Search, results: Sequence[Any]) -> Any:
 
 
 def run_plan(store: BaseStore, plan: Generator[Any, Any, T]) -> T:
-    """Run a ledger plan with the store's sync API.
+    """Run a store plan (the ledger's, the record store's) with the store's sync API.
+
+    A store error is thrown back into the plan, which may handle it.
 
     Raises:
         Exception: Whatever the plan raises, and store errors the plan does not handle.
     """
     answer: Any = None
-    try:
-        while True:
-            op = plan.send(answer)
+    error: Exception | None = None
+    while True:
+        try:
+            op = plan.send(answer) if error is None else plan.throw(error)
+        except StopIteration as stop:
+            value: T = stop.value
+            return value
+        answer, error = None, None
+        try:
             if isinstance(op, Sleep):
                 time.sleep(op.seconds)
-                answer = None
             elif isinstance(op, Update):
                 answer = store_cas.compare_and_set(store, op)
+            elif isinstance(op, Batch):
+                answer = list(store.batch(op.ops))
             else:
                 answer = _batch_answer(op, store.batch(_batch_ops(op)))
-    except StopIteration as stop:
-        value: T = stop.value
-        return value
+        except Exception as exc:  # handed to the plan, which decides
+            error = exc
 
 
 async def arun_plan(store: BaseStore, plan: Generator[Any, Any, T]) -> T:
-    """Run a ledger plan with the store's async API (sync stores run off the event loop).
+    """Run a store plan with the store's async API (sync stores run off the event loop).
 
     Raises:
         Exception: Whatever the plan raises, and store errors the plan does not handle.
     """
     answer: Any = None
-    try:
-        while True:
-            op = plan.send(answer)
+    error: Exception | None = None
+    while True:
+        try:
+            op = plan.send(answer) if error is None else plan.throw(error)
+        except StopIteration as stop:
+            value: T = stop.value
+            return value
+        answer, error = None, None
+        try:
             if isinstance(op, Sleep):
                 await asyncio.sleep(op.seconds)
-                answer = None
             elif isinstance(op, Update):
                 answer = await store_cas.acompare_and_set(store, op)
+            elif isinstance(op, Batch):
+                answer = list(await abatch(store, op.ops))
             else:
                 answer = _batch_answer(op, await abatch(store, _batch_ops(op)))
-    except StopIteration as stop:
-        value: T = stop.value
-        return value
+        except Exception as exc:
+            error = exc
 
 
 async def abatch(store: BaseStore, ops: Sequence[Any]) -> Sequence[Any]:

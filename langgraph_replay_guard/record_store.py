@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from langgraph.store.base import GetOp, Item, PutOp, SearchOp
 from pydantic import ValidationError
 
-from langgraph_replay_guard.ledger import store_label
-from langgraph_replay_guard.ledger_io import abatch
+from langgraph_replay_guard.ledger import Batch, store_label
+from langgraph_replay_guard.ledger_io import arun_plan, run_plan
 from langgraph_replay_guard.records import (
     ExecutionRecord,
     RecordHeader,
@@ -39,7 +39,7 @@ UNREADABLE_VALUE = "__replay_guard_unreadable__"
 """Key of the stand-in value `load_store_value` returns for a row that is not a JSON object."""
 
 T = TypeVar("T")
-Plan = Generator[Sequence["Op"], list[Any], T]
+Plan = Generator[Batch, list[Any], T]
 """A store operation as a generator: yields batches of ops, receives their results."""
 
 FORMAT_VERSION = 1
@@ -201,14 +201,14 @@ class RecordStore:
     def _put_plan(self, record: ExecutionRecord, previous_chunks: int | None) -> Plan[int]:
         header, chunks = self._encode(record)
         if previous_chunks is None:
-            previous = (yield [self._header_get(record.execution_id)])[0]
+            previous = (yield Batch((self._header_get(record.execution_id),)))[0]
             previous_chunks = _chunk_count(previous)
-        yield self._put_ops(record.execution_id, header, chunks, previous_chunks)
+        yield Batch(tuple(self._put_ops(record.execution_id, header, chunks, previous_chunks)))
         return len(chunks)
 
     def _get_plan(self, execution_id: str) -> Plan[ExecutionRecord | None]:
         try:
-            stored = (yield [self._header_get(execution_id)])[0]
+            stored = (yield Batch((self._header_get(execution_id),)))[0]
         except Exception as exc:  # an undecodable row: the backend fails to parse it
             return _corrupted(execution_id, None, [f"the stored header cannot be read: {exc}"])
         if stored is None:
@@ -217,7 +217,7 @@ class RecordStore:
         if header is None or count is None:
             return _corrupted(execution_id, header, problems)
         try:
-            chunks = yield self._chunk_gets(execution_id, count)
+            chunks = yield Batch(tuple(self._chunk_gets(execution_id, count)))
         except Exception as exc:
             return _corrupted(execution_id, header, [f"the stored body cannot be read: {exc}"])
         return _decode(execution_id, header, stored, chunks)
@@ -226,54 +226,30 @@ class RecordStore:
         items: list[Item] = []
         offset = 0
         while True:
-            page = (yield [SearchOp(self.namespace, limit=_PAGE, offset=offset)])[0]
+            page = (yield Batch((SearchOp(self.namespace, limit=_PAGE, offset=offset),)))[0]
             items.extend(page)
             if len(page) < _PAGE:
                 return _infos(self.namespace, items, limit)
             offset += _PAGE
 
     def _invalidate_plan(self, execution_id: str) -> Plan[RecordHeader]:
-        stored = (yield [self._header_get(execution_id)])[0]
+        stored = (yield Batch((self._header_get(execution_id),)))[0]
         value, header = _invalidated(execution_id, stored)
-        yield [PutOp(self.namespace, execution_id, value, index=False)]
+        yield Batch((PutOp(self.namespace, execution_id, value, index=False),))
         return header
 
     def _delete_plan(self, execution_id: str) -> Plan[bool]:
-        stored = (yield [self._header_get(execution_id)])[0]
+        stored = (yield Batch((self._header_get(execution_id),)))[0]
         if stored is None:
             return False
-        yield self._delete_ops(execution_id, stored)
+        yield Batch(tuple(self._delete_ops(execution_id, stored)))
         return True
 
-    # -- drivers ------------------------------------------------------------------------------
-
     def _run(self, plan: Plan[T]) -> T:
-        try:
-            ops = next(plan)
-            while True:
-                try:
-                    results = list(self.store.batch(ops))
-                except Exception as exc:  # handed to the plan, which decides
-                    ops = plan.throw(exc)
-                else:
-                    ops = plan.send(results)
-        except StopIteration as stop:
-            value: T = stop.value
-            return value
+        return run_plan(self.store, plan)
 
     async def _arun(self, plan: Plan[T]) -> T:
-        try:
-            ops = next(plan)
-            while True:
-                try:
-                    results = list(await abatch(self.store, ops))
-                except Exception as exc:
-                    ops = plan.throw(exc)
-                else:
-                    ops = plan.send(results)
-        except StopIteration as stop:
-            value: T = stop.value
-            return value
+        return await arun_plan(self.store, plan)
 
     def _header_get(self, execution_id: str) -> GetOp:
         return GetOp(self.namespace, execution_id)
