@@ -9,7 +9,7 @@ from enum import StrEnum
 from typing import Any
 
 from langgraph_replay_guard.config import GuardConfig
-from langgraph_replay_guard.errors import LoopAbortedError
+from langgraph_replay_guard.errors import InvalidArgumentsError, LoopAbortedError
 from langgraph_replay_guard.keys import call_key, content_hash
 from langgraph_replay_guard.state import Event, Outcome, state_for_turn
 
@@ -18,13 +18,16 @@ __all__ = [
     "ROUTE_FIX",
     "STOP_IGNORED",
     "CallFacts",
+    "CallPlan",
     "Decision",
+    "PlannedCall",
     "Verdict",
     "call_facts",
     "decide",
     "fold_settings",
     "loop_error",
     "make_event",
+    "plan_calls",
     "raises_on_abort",
     "render_reminder",
     "stop_error",
@@ -533,3 +536,77 @@ def stop_error(stop: Mapping[str, Any], *, hint: str = "") -> LoopAbortedError:
         reason=stop["reason"],
         count=stop["count"],
     )
+
+
+@dataclass(frozen=True)
+class PlannedCall:
+    """The guard's decision for one call of a batch (or why it could not decide)."""
+
+    tool_call: Any  # a LangChain ToolCall: {"name", "args", "id"}
+    index: int
+    facts: CallFacts | None
+    decision: Decision | None
+    error: InvalidArgumentsError | None
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """Decisions for the calls of one model answer, all against the same state."""
+
+    calls: list[PlannedCall]
+
+    @property
+    def stop_ignored(self) -> PlannedCall | None:
+        """The first call asked for after the guard stopped the run in this turn, if any."""
+        aborting = self.abort
+        decision = aborting.decision if aborting is not None else None
+        return aborting if decision is not None and decision.reason == STOP_IGNORED else None
+
+    @property
+    def abort(self) -> PlannedCall | None:
+        """The first call whose decision aborts the run, if any."""
+        for call in self.calls:
+            if call.decision is not None and call.decision.verdict is Verdict.ABORT:
+                return call
+        return None
+
+    def call(self, tool_call_id: str | None) -> PlannedCall | None:
+        """The planned call with this id."""
+        for call in self.calls:
+            if call.tool_call.get("id") == tool_call_id:
+                return call
+        return None
+
+
+def plan_calls(
+    config: GuardConfig,
+    state: Mapping[str, Any],
+    tool_calls: Sequence[Mapping[str, Any]],
+    turn: str | None,
+    *,
+    batch_id: str | None = None,
+) -> list[PlannedCall]:
+    """Decide calls by position against one state (identical calls: the first one runs).
+
+    Args:
+        config: Guard configuration.
+        state: Settled guard state.
+        tool_calls: The calls, in order; `args` may be a plain string (executors pass one).
+        turn: The current turn.
+        batch_id: Id of their AIMessage: after a stop, another batch is a come-back.
+
+    Returns:
+        One planned call per tool call.
+    """
+    earlier: list[str] = []
+    calls = []
+    for index, tool_call in enumerate(tool_calls):
+        try:
+            facts = call_facts(config, tool_call["name"], tool_call.get("args", {}))
+        except InvalidArgumentsError as exc:
+            calls.append(PlannedCall(tool_call, index, None, None, exc))
+            continue
+        decision = decide(state, facts, config, turn=turn, earlier_in_batch=earlier, batch=batch_id)
+        earlier.append(facts.key)
+        calls.append(PlannedCall(tool_call, index, facts, decision, None))
+    return calls

@@ -11,6 +11,7 @@ from langchain_core.messages import AIMessage, ToolCall
 
 from langgraph_replay_guard.engine import (
     Decision,
+    PlannedCall,
     Verdict,
     call_facts,
     loop_error,
@@ -34,7 +35,6 @@ from langgraph_replay_guard.integrations.callback_unknown import (
 from langgraph_replay_guard.integrations.calls import (
     Batch,
     BatchPlan,
-    PlannedCall,
     abort_answer,
     denied_event,
     executed_event,
@@ -341,7 +341,7 @@ class CallbackGuard:
         batch = Batch(AIMessage(content="", id=batch_id), scope.turn)
         tool_calls = [_tool_call(name, args, call_id) for name, args, call_id in calls]
         plan = BatchPlan(
-            batch, plan_calls(config, state, tool_calls, scope.turn, batch_id=batch_id)
+            calls=plan_calls(config, state, tool_calls, scope.turn, batch_id=batch_id), batch=batch
         )
         scope.last_batch = batch_id
         come_back = plan.stop_ignored

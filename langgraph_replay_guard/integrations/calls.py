@@ -12,16 +12,13 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCa
 from langgraph.types import Command
 
 from langgraph_replay_guard.engine import (
-    STOP_IGNORED,
-    CallFacts,
+    CallPlan,
     Decision,
-    Verdict,
-    call_facts,
-    decide,
+    PlannedCall,
     fold_settings,
     make_event,
+    plan_calls,
 )
-from langgraph_replay_guard.errors import InvalidArgumentsError
 from langgraph_replay_guard.state import Event, StateUpdate, load_state, settled
 
 if TYPE_CHECKING:
@@ -38,7 +35,6 @@ __all__ = [
     "find_batch",
     "guard_update",
     "plan_batch",
-    "plan_calls",
     "result_outcome",
     "snapshot",
     "state_field",
@@ -199,44 +195,10 @@ def snapshot(value: Any, batch_id: str | None) -> Mapping[str, Any]:
 
 
 @dataclass(frozen=True)
-class PlannedCall:
-    """The guard's decision for one call of a batch."""
-
-    tool_call: ToolCall
-    index: int
-    facts: CallFacts | None
-    decision: Decision | None
-    error: InvalidArgumentsError | None
-
-
-@dataclass(frozen=True)
-class BatchPlan:
+class BatchPlan(CallPlan):
     """Decisions for every call of one AIMessage, all against the same snapshot."""
 
     batch: Batch
-    calls: list[PlannedCall]
-
-    @property
-    def stop_ignored(self) -> PlannedCall | None:
-        """The first call asked for after the guard stopped the run in this turn, if any."""
-        aborting = self.abort
-        decision = aborting.decision if aborting is not None else None
-        return aborting if decision is not None and decision.reason == STOP_IGNORED else None
-
-    @property
-    def abort(self) -> PlannedCall | None:
-        """The first call whose decision aborts the run, if any."""
-        for call in self.calls:
-            if call.decision is not None and call.decision.verdict is Verdict.ABORT:
-                return call
-        return None
-
-    def call(self, tool_call_id: str | None) -> PlannedCall | None:
-        """The planned call with this id."""
-        for call in self.calls:
-            if call.tool_call.get("id") == tool_call_id:
-                return call
-        return None
 
 
 def plan_batch(config: GuardConfig, state: Mapping[str, Any], batch: Batch) -> BatchPlan:
@@ -251,7 +213,7 @@ def plan_batch(config: GuardConfig, state: Mapping[str, Any], batch: Batch) -> B
         The plan.
     """
     calls = plan_calls(config, state, batch.tool_calls, batch.turn, batch_id=batch.batch_id)
-    return BatchPlan(batch, calls)
+    return BatchPlan(calls=calls, batch=batch)
 
 
 class PlanCache:
@@ -294,40 +256,6 @@ class PlanCache:
         plan = plan_batch(config, snapshot(value, batch.batch_id), batch)
         self._last = (config, value, batch.ai_message, batch.turn, plan)
         return plan
-
-
-def plan_calls(
-    config: GuardConfig,
-    state: Mapping[str, Any],
-    tool_calls: Sequence[ToolCall],
-    turn: str | None,
-    *,
-    batch_id: str | None = None,
-) -> list[PlannedCall]:
-    """Decide calls by position against one state (identical calls: the first one runs).
-
-    Args:
-        config: Guard configuration.
-        state: Settled guard state.
-        tool_calls: The calls, in order; `args` may be a plain string (executors pass one).
-        turn: The current turn.
-        batch_id: Id of their AIMessage: after a stop, another batch is a come-back.
-
-    Returns:
-        One planned call per tool call.
-    """
-    earlier: list[str] = []
-    calls = []
-    for index, tool_call in enumerate(tool_calls):
-        try:
-            facts = call_facts(config, tool_call["name"], tool_call.get("args", {}))
-        except InvalidArgumentsError as exc:
-            calls.append(PlannedCall(tool_call, index, None, None, exc))
-            continue
-        decision = decide(state, facts, config, turn=turn, earlier_in_batch=earlier, batch=batch_id)
-        earlier.append(facts.key)
-        calls.append(PlannedCall(tool_call, index, facts, decision, None))
-    return calls
 
 
 def guard_update(config: GuardConfig, events: list[Event]) -> StateUpdate:
