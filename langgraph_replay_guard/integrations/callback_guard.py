@@ -16,6 +16,7 @@ from langgraph_replay_guard.engine import (
     call_facts,
     loop_error,
     make_event,
+    plan_calls,
     raises_on_abort,
     render_reminder,
     stop_error,
@@ -39,7 +40,6 @@ from langgraph_replay_guard.integrations.calls import (
     denied_event,
     executed_event,
     guard_update,
-    plan_calls,
     snapshot,
 )
 from langgraph_replay_guard.state import Event, GuardView, Outcome, settled, state_for_turn
