@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from langgraph.store.base import GetOp, Item, PutOp, SearchOp
 from pydantic import ValidationError
 
+from langgraph_replay_guard import store_cas
 from langgraph_replay_guard.ledger import store_label
 from langgraph_replay_guard.ledger_io import abatch
 from langgraph_replay_guard.records import (
@@ -248,6 +249,7 @@ class RecordStore:
     # -- drivers ------------------------------------------------------------------------------
 
     def _run(self, plan: Plan[T]) -> T:
+        store_cas.prepare(self.store)
         try:
             ops = next(plan)
             while True:
