@@ -56,6 +56,7 @@ def run_plan(store: BaseStore, plan: Generator[Any, Any, T]) -> T:
     Raises:
         Exception: Whatever the plan raises, and store errors the plan does not handle.
     """
+    store_cas.prepare(store)
     answer: Any = None
     error: Exception | None = None
     while True:
@@ -84,6 +85,7 @@ async def arun_plan(store: BaseStore, plan: Generator[Any, Any, T]) -> T:
     Raises:
         Exception: Whatever the plan raises, and store errors the plan does not handle.
     """
+    await store_cas.aprepare(store)
     answer: Any = None
     error: Exception | None = None
     while True:
@@ -108,6 +110,7 @@ async def arun_plan(store: BaseStore, plan: Generator[Any, Any, T]) -> T:
 
 async def abatch(store: BaseStore, ops: Sequence[Any]) -> Sequence[Any]:
     """`store.abatch(ops)`, or its sync `batch` off the event loop for a sync-only store."""
+    await store_cas.aprepare(store)
     if store_cas.is_sync_only(store):
         return await asyncio.to_thread(store.batch, ops)
     try:
@@ -144,6 +147,7 @@ class ReplayLedger:
 
     def rows(self, thread_id: str, *, limit: int = 1000) -> list[LedgerEntry]:
         """Every row of a thread (for `replay-guard inspect`)."""
+        store_cas.prepare(self.store)
         return _entries(self.store.search(self.namespace(thread_id), limit=limit))
 
     def by_tool_call_id(self, thread_id: str, tool_call_id: str) -> list[LedgerEntry]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sqlite3
 import threading
 import warnings
 import weakref
@@ -27,13 +28,21 @@ if TYPE_CHECKING:
 
     from langgraph_replay_guard.ledger import Update
 
-__all__ = ["acompare_and_set", "atomic_kind", "compare_and_set", "is_sync_only"]
+__all__ = [
+    "acompare_and_set",
+    "aprepare",
+    "atomic_kind",
+    "compare_and_set",
+    "is_sync_only",
+    "prepare",
+]
 
 logger = logging.getLogger("langgraph_replay_guard")
 
 _locks: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
 _locks_guard = threading.Lock()
 _sync_only: weakref.WeakSet[Any] = weakref.WeakSet()
+_ready: weakref.WeakSet[Any] = weakref.WeakSet()
 _warned: set[str] = set()
 
 _SQLITE_SELECT = "SELECT value FROM store WHERE prefix = ? AND key = ?"
@@ -101,6 +110,82 @@ def is_sync_only(store: BaseStore) -> bool:
 def mark_sync_only(store: BaseStore) -> None:
     """Remember that the store has no async API."""
     _sync_only.add(store)
+
+
+def _is_ready(store: Any) -> bool:
+    try:
+        return store in _ready
+    except TypeError:  # an unhashable store: check it every time
+        return False
+
+
+def _mark_ready(store: Any) -> None:
+    with contextlib.suppress(TypeError):
+        _ready.add(store)
+
+
+def _implicit_transactions(conn: Any) -> bool:
+    """Whether Python's sqlite3 begins transactions on this connection by itself.
+
+    True in its default (legacy) mode, `isolation_level` not None: an `INSERT` outside an
+    explicit transaction opens one that stays open until `commit()`. Such a transaction,
+    found open while the store's lock is held, is not one of the store's own (those are
+    explicit and end before the lock is released): it is a statement's leftover.
+    """
+    autocommit = getattr(conn, "autocommit", None)  # Python 3.12+
+    if autocommit is not None and autocommit != getattr(sqlite3, "LEGACY_TRANSACTION_CONTROL", -1):
+        return False
+    return conn.isolation_level is not None
+
+
+def _end_leftover(conn: Any) -> None:
+    """Commit a transaction Python's sqlite3 began by itself (call with the store's lock)."""
+    if conn.in_transaction and _implicit_transactions(conn):
+        conn.commit()
+
+
+async def _aend_leftover(conn: Any) -> None:
+    if conn.in_transaction and _implicit_transactions(conn):
+        await conn.commit()
+
+
+def prepare(store: BaseStore) -> None:
+    """Make a store ready for the guard's reads and writes (once per store; then free).
+
+    A `SqliteStore` is set up, and a transaction its `setup()` left open on a connection in
+    Python's default transaction mode is committed, so `SqliteStore(sqlite3.connect(path,
+    check_same_thread=False))` works as well as an autocommit connection. Other stores need
+    nothing. An async-only store is prepared by `aprepare`.
+    """
+    if _is_ready(store):
+        return
+    inner = _unwrap(store)
+    kind = _kind_of(inner)
+    if kind == "sqlite":
+        if not inner.is_setup:
+            inner.setup()
+        with inner.lock:
+            _end_leftover(inner.conn)
+    elif kind == "async_sqlite":
+        return  # sync code cannot prepare it; its async paths do
+    _mark_ready(store)
+
+
+async def aprepare(store: BaseStore) -> None:
+    """Async `prepare`: an `AsyncSqliteStore` on its own connection, a sync one off the loop."""
+    if _is_ready(store):
+        return
+    inner = _unwrap(store)
+    kind = _kind_of(inner)
+    if kind == "sqlite":
+        await asyncio.to_thread(prepare, store)
+        return
+    if kind == "async_sqlite":
+        if not inner.is_setup:
+            await inner.setup()
+        async with inner.lock:
+            await _aend_leftover(inner.conn)
+    _mark_ready(store)
 
 
 def _lock_for(store: Any) -> threading.Lock:
@@ -203,11 +288,13 @@ def compare_and_set(store: BaseStore, op: Update) -> tuple[bool, Any]:
 
 
 def _sqlite_cas(store: Any, op: Update) -> tuple[bool, Any]:
-    if not store.is_setup:
-        store.setup()
+    prepare(store)
     conn = store.conn
     prefix = _text(op.namespace)
     with store.lock:
+        # A transaction Python's sqlite3 began by itself (default isolation level) would make
+        # BEGIN fail: end it. Ours starts after it, so the claim stays atomic.
+        _end_leftover(conn)
         # IMMEDIATE takes SQLite's write lock first: no other connection, in this process or
         # another, can read-then-write this row between our read and our write.
         conn.execute("BEGIN IMMEDIATE")
@@ -266,11 +353,11 @@ async def acompare_and_set(store: BaseStore, op: Update) -> tuple[bool, Any]:
 
 
 async def _async_sqlite_cas(store: Any, op: Update) -> tuple[bool, Any]:
-    if not store.is_setup:
-        await store.setup()
+    await aprepare(store)
     conn = store.conn
     prefix = _text(op.namespace)
     async with store.lock:
+        await _aend_leftover(conn)
         await conn.execute("BEGIN IMMEDIATE")
         try:
             async with conn.execute(_SQLITE_SELECT, (prefix, op.key)) as cursor:

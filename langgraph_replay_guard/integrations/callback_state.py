@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from langgraph_replay_guard import store_cas
 from langgraph_replay_guard.ledger import store_label
 from langgraph_replay_guard.state import StateUpdate, load_state, merge_guard_state
 
@@ -198,6 +199,7 @@ class ScopeTable:
         Call with `scope.lock` held.
         """
         if self.store is not None and scope.key[0] == "thread":
+            store_cas.prepare(self.store)
             item = self.store.get(self.namespace, scope.key[1])
             scope.value = item.value if item is not None else None
         return scope.value
@@ -209,6 +211,7 @@ class ScopeTable:
             with scope.lock:
                 return self.read(scope)
         if self.store is not None:
+            store_cas.prepare(self.store)
             item = self.store.get(self.namespace, thread_id)
             return item.value if item is not None else None
         return None
@@ -233,4 +236,5 @@ class ScopeTable:
     def _put(self, scope: Scope, value: dict[str, Any]) -> None:
         scope.value = value
         if self.store is not None and scope.key[0] == "thread":
+            store_cas.prepare(self.store)
             self.store.put(self.namespace, scope.key[1], value)
