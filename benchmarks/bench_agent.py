@@ -4,23 +4,25 @@ Run: python benchmarks/bench_agent.py [rounds]
 Goals (DESIGN.md): a guarded create_agent step costs at most ~5% over an unguarded one and no
 more than ToolCallLimitMiddleware's overhead; the channel stays a few KB, flat, after 10,000 calls.
 Steps are timed in CPU time (`time.process_time`, all threads of this process), so other work on
-a shared machine does not count; the configurations take turns within each round, so a slow
-stretch hits them all alike. One run, medians, ratios: compare the columns, not the absolute
-numbers.
+a shared machine does not count; the configurations advance in lockstep, one round each in
+turn, so a slow stretch hits them all alike. One run, medians, ratios: compare the columns, not
+the absolute numbers. Python function calls per step are counted too: they do not depend on
+the machine at all.
 """
 
 from __future__ import annotations
 
+import cProfile
 import json
 import os
+import pstats
 import statistics
 import sys
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 os.environ.setdefault("LANGSMITH_TRACING", "false")
-
-import itertools
 
 from langchain.agents import create_agent
 from langchain.agents.middleware import ToolCallLimitMiddleware
@@ -46,23 +48,49 @@ def _script(steps: int, per_step: int = 1) -> list[Any]:
     return [[("lookup", {"id": f"R{step}-{i}"}) for i in range(per_step)] for step in range(steps)]
 
 
-def _step_times(graph: Any, steps: int) -> list[float]:
-    """CPU seconds per agent+tools round, between the tools node's updates."""
+def _steps(graph: Any, steps: int) -> Iterator[None]:
+    """Advance a graph one agent+tools round per `next()`."""
     config = {"configurable": {"thread_id": "bench"}, "recursion_limit": 10 * steps + 10}
-    stamps = []
-    for update in graph.stream({"messages": [HumanMessage("go")]}, config, stream_mode="updates"):
+    # durability="sync": no checkpoint is left to a background thread after a round, so
+    # the CPU time of a round is this graph's alone.
+    stream = graph.stream(
+        {"messages": [HumanMessage("go")]}, config, stream_mode="updates", durability="sync"
+    )
+    for update in stream:
         if "tools" in update:
-            stamps.append(time.process_time())
-    return [b - a for a, b in itertools.pairwise(stamps)]
+            yield
 
 
 def _median_steps(rows: list[tuple[str, Any]], rounds: int) -> dict[str, float]:
-    """Median step of each configuration; every round runs each configuration once, in turn."""
+    """Median CPU time of one round for each configuration, measured in lockstep.
+
+    All configurations advance together, one round each in turn, so a slow stretch of a
+    shared machine (another process, a CPU frequency change) hits all of them alike.
+    """
     samples: dict[str, list[float]] = {label: [] for label, _ in rows}
     for _ in range(rounds):
-        for label, make_graph in rows:
-            samples[label].extend(_step_times(make_graph(), STEPS))
+        runs = [(label, _steps(make_graph(), STEPS)) for label, make_graph in rows]
+        for run in runs:
+            next(run[1])  # the first round builds caches; not measured
+        for _ in range(STEPS - 1):
+            for label, run in runs:
+                start = time.process_time()
+                next(run)
+                samples[label].append(time.process_time() - start)
     return {label: statistics.median(times) for label, times in samples.items()}
+
+
+def _calls_per_step(make_graph: Callable[[], Any]) -> float:
+    """Python function calls per round (deterministic, unlike time on a shared machine)."""
+    run = _steps(make_graph(), 60)
+    for _ in range(10):
+        next(run)
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(40):
+        next(run)
+    profile.disable()
+    return pstats.Stats(profile).total_calls / 40  # type: ignore[attr-defined]
 
 
 def _agent(middleware: list[Any]) -> Any:
@@ -129,6 +157,12 @@ def main() -> None:
     guarded = medians["create_agent + ReplayGuardMiddleware"]
     limited = medians["create_agent + ToolCallLimitMiddleware"]
     print(f"guarded step / ToolCallLimitMiddleware step: {guarded / limited:.3f}x")
+    print()
+    calls = {label: _calls_per_step(make_graph) for label, make_graph in rows[:3]}
+    base_calls = calls["create_agent, no middleware"]
+    print("Python function calls per step (cProfile; the same on every run):")
+    for label, count in calls.items():
+        print(f"  {label:40}{count:>8.0f}  (+{count - base_calls:.0f})")
     print()
     print(f"{'calls in the thread':>20}{'channel JSON (bytes)':>22}{'checkpoint blob':>17}")
     for calls, json_size, blob_size in _channel_sizes():

@@ -24,10 +24,11 @@ from langgraph_replay_guard.engine import loop_error, raises_on_abort
 from langgraph_replay_guard.guard import ReplayGuard
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
+    Batch,
     abort_answer,
+    current_turn,
     emit,
     final_ai_message,
-    find_batch,
     guard_update,
     turn_anchors,
 )
@@ -156,10 +157,8 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return result
         config = self.guard.config
         value = request.state.get(self.channel)
-        state = {**request.state, "messages": [*request.state.get("messages", []), ai]}
-        batch = find_batch(state, None, anchors=turn_anchors(value))
-        if batch is None or batch.ai_message is not ai:
-            return result
+        # The answer is the batch; its turn is that of the messages it answers.
+        batch = Batch(ai, current_turn(request.state, anchors=turn_anchors(value)))
         plan = self._calls.plans.plan(config, value, batch)
         aborting = plan.abort
         if aborting is None or aborting.decision is None:
