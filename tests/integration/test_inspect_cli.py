@@ -89,7 +89,7 @@ def test_inspect_a_sqlite_thread(tmp_path):
 
     report = json.loads(_cli("--db", str(db), "--thread", "t.1", "--json").stdout)
     guard = report["guard"]["replay_guard"]
-    assert guard["total_blocked"] >= 1  # the repeated lookups of the first turn
+    assert guard["totals"]["blocked"] >= 1  # the repeated lookups of the first turn
     (row,) = [r for r in report["ledger"] if r["tool"] == "send_email"]
     assert row["status"] == "started"
     assert row["args"] == {"to": "a@x.org"}
