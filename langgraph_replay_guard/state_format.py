@@ -402,7 +402,7 @@ def _unknown_marks(value: Any) -> list[dict[str, Any]] | None:
 def migrate(value: Mapping[str, Any]) -> Mapping[str, Any]:
     """A stored value in the current format: an older value is migrated, nothing lost.
 
-    Version 1 (releases up to 0.1.x) stored the dedup window as `window`, the repeat
+    Version 1 (written by earlier releases) stored the dedup window as `window`, the repeat
     counters as `counts` and the thread totals as `stats`; version 2 names them as
     `GuardView` does (`recent_calls`, `counters`, `totals`), with the same contents. A
     thread checkpointed by an older release so resumes with its counters. The result is

@@ -2,9 +2,9 @@
 
 Format 1 named the dedup window `window`, the repeat counters `counts` and the thread totals
 `stats`; format 2 names them as `GuardView` does. `tests/fixtures/guard_state_v1.json` is a
-value written by release 0.1.0 (format 1) after these calls in turn `h1`: `read(1)` ok,
-`write(7)` ok (a new epoch), `read(1)` ok, `read(1)` denied twice as a duplicate, and
-`read(2)` as the first of a two-call batch `ai-3` (still pending).
+value written by the code before format 2 (commit 073dea6) after these calls in turn `h1`:
+`read(1)` ok, `write(7)` ok (a new epoch), `read(1)` ok, `read(1)` denied twice as a
+duplicate, and `read(2)` as the first of a two-call batch `ai-3` (still pending).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def same_calls_now() -> dict[str, Any]:
 
 
 def as_v1(value: dict[str, Any]) -> dict[str, Any]:
-    """A current value as release 0.1.0 stored it."""
+    """A current value as format 1 stored it."""
     old_names = {new: old for old, new in V1_RENAMED.items()}
     v1 = {old_names.get(key, key): copy.deepcopy(item) for key, item in value.items()}
     v1["v"] = 1
