@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench clean
+.PHONY: demo test lint typecheck bench notebooks clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict langgraph_replay_guard
+
+# Execute notebooks/*.ipynb in place and store their outputs (deterministic: running it twice
+# gives identical files; the suite checks the stored outputs against a fresh run).
+notebooks: $(STAMP)
+	cd notebooks && LANGSMITH_TRACING=false ../$(BIN)/python ../tests/notebook_runner.py *.ipynb
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_engine.py

@@ -8,7 +8,7 @@ reminder, blocked calls, optionally a pending batch). "last output" is the value
 returned last (what the next write and the reads of a running graph get); "from checkpoint" is a
 copy of it, as a checkpointer gives it back at the start of a run, checked in full on every read.
 Compare rows, not absolute numbers (a shared machine drifts).
-The last rows load a channel whose `counts` map has 160,000 keys (what a hand edit or a bug
+The last rows load a channel whose `counters` map has 160,000 keys (what a hand edit or a bug
 could store): it must be trimmed once, not evicted key by key.
 """
 
@@ -48,7 +48,7 @@ def _update(*events: Event) -> dict[str, Any]:
 def full_state() -> dict[str, Any]:
     """A settled state with every capped map full, a cycle, a reminder and blocked calls."""
     value: dict[str, Any] = {}
-    for i in range(60):  # distinct reads: counts and results reach their caps
+    for i in range(60):  # distinct reads: counters and results reach their caps
         value = merge_guard_state(value, _update(_event("read", i)))
     for _ in range(3):  # an A-B-A-B pattern with identical results: a cycle and a reminder
         value = merge_guard_state(value, _update(_event("read", 1, result="same")))
@@ -56,7 +56,7 @@ def full_state() -> dict[str, Any]:
     for i in range(5):
         denied = _event("read", 7, "denied", reason="duplicate")
         value = merge_guard_state(value, _update({**denied, "i": i}))
-    assert len(value["counts"]) == MAX_TRACKED_KEYS
+    assert len(value["counters"]) == MAX_TRACKED_KEYS
     return value
 
 
@@ -113,13 +113,13 @@ def main() -> None:
         print(f"{label:<48} {_median_us(fn):>12.2f}")
 
     hostile = dict(value)
-    hostile["counts"] = {f"key-{i}": [1, "read"] for i in range(160_000)}
+    hostile["counters"] = {f"key-{i}": [1, "read"] for i in range(160_000)}
     start = time.perf_counter()
     after = merge_guard_state(hostile, one)
     elapsed = time.perf_counter() - start
     print(
-        f"\n160,000-key counts + one event: {elapsed * 1000:.1f} ms once "
-        f"(counts now {len(after['counts'])} keys)"
+        f"\n160,000-key counters + one event: {elapsed * 1000:.1f} ms once "
+        f"(counters now {len(after['counters'])} keys)"
     )
     start = time.perf_counter()
     merge_guard_state(after, one)

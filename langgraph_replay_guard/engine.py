@@ -194,7 +194,7 @@ def decide(
     """
     view = state_for_turn(state, turn, config.scope)
     key, tool = facts.key, facts.tool
-    counted = view["counts"].get(key)
+    counted = view["counters"].get(key)
     in_batch = earlier_in_batch.count(key) if earlier_in_batch else 0
     attempt = (counted[0] if counted else 0) + in_batch + 1
     final = stops_on_abort(config)
@@ -249,7 +249,7 @@ def decide(
             )
             return Decision(Verdict.DENY, "duplicate", key, msg, None, tool, attempt)
         epoch = view["epoch"]
-        for entry_key, _tool, outcome, entry_epoch in reversed(view["window"]):
+        for entry_key, _tool, outcome, entry_epoch in reversed(view["recent_calls"]):
             if entry_key != key:
                 continue
             if outcome == "success" and entry_epoch == epoch:

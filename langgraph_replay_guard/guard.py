@@ -157,11 +157,11 @@ class ReplayGuard:
         from langchain_core.messages import SystemMessage
 
         from langgraph_replay_guard.integrations.prompt import (
-            pending_reminder,
+            next_call_reminder,
             system_prompt_with_reminder,
         )
 
-        reminder = pending_reminder(state) if self.config.reminder else None
+        reminder = next_call_reminder(state) if self.config.reminder else None
         message = system_prompt_with_reminder(base, reminder)
         return message if message is not None else SystemMessage(content="")
 
@@ -172,7 +172,8 @@ class ReplayGuard:
             state_or_snapshot: `graph.get_state(config)`, a state dict or the channel value.
 
         Returns:
-            Counters, recent calls, epoch, stop reason and pending reminder.
+            The `GuardView`, named as the channel's keys: `counters`, `recent_calls`,
+            `totals`, `epoch`, `stop`/`stop_reason`, `blocked` and `reminder`.
         """
         from langgraph_replay_guard.integrations.prompt import guard_view
 

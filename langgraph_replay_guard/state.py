@@ -11,10 +11,13 @@ from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, TypedDict
 
 from langgraph_replay_guard.state_format import (
+    FORMAT_VERSION,
+    READABLE_VERSIONS,
     InvalidStateError,
     decode_cfg,
     decode_events,
     decode_fields,
+    migrate,
     trim_map,
 )
 
@@ -24,6 +27,7 @@ __all__ = [
     "MAX_RESULTS",
     "MAX_TRACKED_KEYS",
     "Event",
+    "GuardTotals",
     "GuardView",
     "Outcome",
     "StateUpdate",
@@ -36,9 +40,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("langgraph_replay_guard")
-
-FORMAT_VERSION = 1
-"""Version of the channel format. A value in another format is reported and reset."""
 
 MAX_TRACKED_KEYS = 32
 """Most distinct calls whose repeat counts are kept (least recently used evicted first)."""
@@ -93,20 +94,20 @@ def new_state() -> dict[str, Any]:
         "turn": None,
         "epoch": 0,
         "calls": 0,
-        "window": [],  # [key, tool, outcome, epoch] of recent executed calls
-        "counts": {},  # key -> [count, tool], least recently used first
+        "recent_calls": [],  # [key, tool, outcome, epoch] of recent executed calls
+        "counters": {},  # key -> [count, tool], least recently used first
         "results": {},  # key -> [result hash, epoch after the call, same-in-a-row, preview]
         "tail": [],  # [key, result hash, tool] of recent executed calls, for cycle detection
         "cycle": None,  # {"keys", "tools", "pos", "strikes"} while a cycle is active
         "reminder": None,  # {"reason", "tool", "args", "count", "batch"} pending reminder
         "stop": None,  # {"reason", "tool", "count", "message"} after an abort
         "blocked": [],  # [tool, reason, count] of recent blocked calls
-        "stats": {"calls": 0, "blocked": 0, "aborts": 0},  # whole thread, never reset
+        "totals": {"calls": 0, "blocked": 0, "aborts": 0},  # whole thread, never reset
         "pending": None,  # {"batch", "events"}: calls of the latest batch, not yet folded
         "last_batch": None,  # id of the AIMessage of the last folded call (turn lookups)
         "cfg": {},
-        "notice": None,  # set when a corrupt or old-format value was reset
-        "reset": None,  # {"reason", "at"} of the last reset of a corrupt or old-format value
+        "notice": None,  # set when a corrupt or unreadable value was reset
+        "reset": None,  # {"reason", "at"} of the last reset of an unreadable value
         "unknown": None,  # the callback handler's unknown-outcome marks (list), if any
     }
 
@@ -124,20 +125,24 @@ def _decode(value: Any) -> tuple[dict[str, Any] | None, str]:
     if not isinstance(value, Mapping):
         return None, f"the guard channel holds a {type(value).__name__}, not a guard state"
     version = value.get("v")
-    if type(version) is not int or version != FORMAT_VERSION:
+    if type(version) is not int or version not in READABLE_VERSIONS:
+        readable = " and ".join(map(str, READABLE_VERSIONS))
         return None, (
             f"the guard channel is in format version {version!r}; this version of "
-            f"langgraph-replay-guard reads version {FORMAT_VERSION}"
+            f"langgraph-replay-guard reads versions {readable}"
         )
     try:
         state = decode_fields(
-            value,
+            migrate(value),
             max_keys=MAX_TRACKED_KEYS,
             max_results=MAX_RESULTS,
             max_blocked=MAX_BLOCKED_LOG,
         )
     except InvalidStateError as exc:
-        return None, f"the guard channel is malformed: {exc}"
+        if version == FORMAT_VERSION:
+            return None, f"the guard channel is malformed: {exc}"
+        migrated = f"a format {version} value, migrated to format {FORMAT_VERSION}"
+        return None, f"the guard channel ({migrated}) is malformed: {exc}"
     return state, ""
 
 
@@ -145,12 +150,14 @@ def load_state(value: Any) -> dict[str, Any]:
     """Return a private, checked copy of a channel value.
 
     An empty value (`None` or `{}`, what LangGraph starts a channel with) gives a new
-    state. Every field and nested entry is checked; maps and lists above their caps keep
-    their most recent entries. A corrupt or old-format value is never fatal: it is logged
-    as a warning and replaced by a new state whose `reset` (`{"reason", "at"}`) and
-    `notice` say what was wrong, so a guarded graph keeps running and the problem is
-    visible in the thread state. The thread totals (`stats`) survive a reset when they
-    are readable.
+    state. A value in an older format version (a checkpoint of an earlier release) is
+    migrated to the current one (see `state_format.migrate`), keeping its counters.
+    Every field and nested entry is checked; maps and lists above their caps keep
+    their most recent entries. A corrupt value, or one in an unknown format version, is
+    never fatal: it is logged as a warning and replaced by a new state whose `reset`
+    (`{"reason", "at"}`) and `notice` say what was wrong, so a guarded graph keeps
+    running and the problem is visible in the thread state. The thread totals (`totals`)
+    survive a reset when they are readable.
 
     Args:
         value: The channel value.
@@ -198,7 +205,7 @@ def _trusted(value: Any) -> Mapping[str, Any] | None:
     return None
 
 
-_CONTAINERS = ("window", "counts", "results", "tail", "blocked", "stats", "cfg")
+_CONTAINERS = ("recent_calls", "counters", "results", "tail", "blocked", "totals", "cfg")
 
 
 def _shallow(value: Mapping[str, Any]) -> dict[str, Any]:
@@ -228,7 +235,7 @@ def _reset(problem: str, value: Any = None) -> dict[str, Any]:
     notice = f"{reason}; the guard state was reset (counters start again from zero)."
     logger.warning("langgraph-replay-guard: %s", notice)
     state = new_state()
-    state["stats"] = _readable_stats(value)
+    state["totals"] = _readable_totals(value)
     state["notice"] = notice
     state["reset"] = {
         "reason": reason,
@@ -244,16 +251,16 @@ def _bounded(text: str) -> str:
     return text[: MAX_RESET_REASON - 3] + "..."
 
 
-def _readable_stats(value: Any) -> dict[str, Any]:
-    """The thread totals of a value in the current format, if they are readable."""
-    fresh: dict[str, Any] = new_state()["stats"]
-    if not isinstance(value, Mapping) or value.get("v") != FORMAT_VERSION:
+def _readable_totals(value: Any) -> dict[str, Any]:
+    """The thread totals of a value in a readable format version, if they are readable."""
+    fresh: dict[str, Any] = new_state()["totals"]
+    if not isinstance(value, Mapping) or value.get("v") not in READABLE_VERSIONS:
         return fresh
-    stats = value.get("stats")
-    if type(stats) is not dict or stats.keys() != fresh.keys():
+    totals = migrate(value).get("totals")
+    if type(totals) is not dict or totals.keys() != fresh.keys():
         return fresh
-    if all(type(count) is int and count >= 0 for count in stats.values()):
-        return dict(stats)
+    if all(type(count) is int and count >= 0 for count in totals.values()):
+        return dict(totals)
     return fresh
 
 
@@ -287,8 +294,8 @@ def _enter_turn(state: dict[str, Any], turn: str | None, scope: str) -> None:
         return
     state["epoch"] = 0
     state["calls"] = 0
-    state["window"] = []
-    state["counts"] = {}
+    state["recent_calls"] = []
+    state["counters"] = {}
     state["results"] = {}
     state["tail"] = []
     state["cycle"] = None
@@ -320,23 +327,23 @@ def _apply(state: dict[str, Any], ev: Event, cfg: Mapping[str, Any]) -> None:
     if ev["b"] is not None:
         state["last_batch"] = ev["b"]
     state["calls"] += 1
-    state["stats"]["calls"] = state["stats"].get("calls", 0) + 1
+    state["totals"]["calls"] = state["totals"].get("calls", 0) + 1
 
-    count = state["counts"].get(key, [0, tool])[0] + 1
-    _bump(state["counts"], key, [count, tool], MAX_TRACKED_KEYS)
+    count = state["counters"].get(key, [0, tool])[0] + 1
+    _bump(state["counters"], key, [count, tool], MAX_TRACKED_KEYS)
 
     epoch_before = state["epoch"]
     executed = outcome in _EXECUTED
     world_changed = outcome == "success" and ev["c"] != "pure"
     if executed:
-        state["window"].append([key, tool, outcome, epoch_before])
-        del state["window"][: -int(cfg.get("w", 5))]
+        state["recent_calls"].append([key, tool, outcome, epoch_before])
+        del state["recent_calls"][: -int(cfg.get("w", 5))]
 
     if world_changed:
         state["epoch"] += 1
         if cfg.get("rr", "progress") == "progress":
             # Progress: the agent changed the world, so other calls' repeats start over.
-            state["counts"] = {key: state["counts"][key]}
+            state["counters"] = {key: state["counters"][key]}
 
     if outcome == "success":
         result_hash = ev["h"]
@@ -353,7 +360,7 @@ def _apply(state: dict[str, Any], ev: Event, cfg: Mapping[str, Any]) -> None:
             and previous[0] != result_hash
             and cfg.get("rr", "progress") == "progress"
         ):
-            state["counts"][key] = [1, tool]  # a volatile read that changed is progress
+            state["counters"][key] = [1, tool]  # a volatile read that changed is progress
         in_a_row = previous[2] + 1 if same and previous is not None else 1
         _bump(state["results"], key, [result_hash, state["epoch"], in_a_row, ev["p"]], MAX_RESULTS)
         if same and not ev["s"] and cfg.get("rd", True):
@@ -364,12 +371,12 @@ def _apply(state: dict[str, Any], ev: Event, cfg: Mapping[str, Any]) -> None:
 
     if outcome == "denied":
         reason = ev["r"] or "denied"
-        state["stats"]["blocked"] = state["stats"].get("blocked", 0) + 1
+        state["totals"]["blocked"] = state["totals"].get("blocked", 0) + 1
         state["blocked"].append([tool, reason, count])
         del state["blocked"][:-MAX_BLOCKED_LOG]
         _arm(state, ev, cfg, reason, count)
         if ev["x"]:
-            state["stats"]["aborts"] = state["stats"].get("aborts", 0) + 1
+            state["totals"]["aborts"] = state["totals"].get("aborts", 0) + 1
             state["stop"] = {"reason": reason, "tool": tool, "count": count, "args": ev["a"]}
 
 
@@ -573,7 +580,8 @@ def _merged(current: Any, update: Any) -> dict[str, Any]:
         return load_state(current)
     if isinstance(update, Mapping) and "v" in update:
         # A whole state (update_state in Studio, a checkpoint of an older version):
-        # taken as it is when readable, otherwise reported and reset.
+        # taken as it is when readable (an older format migrated), otherwise reported
+        # and reset.
         return load_state(update)
     state = load_state(current)
     if not isinstance(update, Mapping) or update.get("op") != "events":
@@ -620,42 +628,55 @@ class RecentCall:
 
 
 @dataclass(frozen=True, slots=True)
+class GuardTotals:
+    """Counts over the whole thread (never reset by a new turn or a state reset).
+
+    Attributes:
+        calls: Calls recorded (executed or not).
+        blocked: Calls the guard did not execute (denied, short-circuited or aborted).
+        aborts: Times the guard stopped the run.
+    """
+
+    calls: int
+    blocked: int
+    aborts: int
+
+
+@dataclass(frozen=True, slots=True)
 class GuardView:
     """A typed, read-only view of the guard channel (what `guard.inspect` returns).
+
+    Fields are named as the channel's keys (what Studio and `replay-guard inspect` show).
 
     Attributes:
         turn: Id of the user message that opened the current turn.
         epoch: How many successful world-changing calls the turn has made.
         calls: Calls recorded in the current turn (executed or not).
-        counters: Repeat counts of recently seen distinct calls, most recent last.
         recent_calls: The dedup window: recent executed calls, oldest first.
+        counters: Repeat counts of recently seen distinct calls, most recent last.
         cycle: Tool names of an active A-B-A-B cycle, or None.
+        reminder: The reminder text the next model call will get, or None.
+        stop: Details of the stop (`reason`, `tool`, `count`, `args`), or None.
         stop_reason: Why the guard stopped the run (`"repeat_limit"`, `"cycle"`...), or None.
-        stop: Details of the stop (tool, count), or None.
-        pending_reminder: The reminder the next model call will get, or None.
         blocked: Recent blocked calls as (tool, reason, count).
-        total_calls: Calls recorded in the whole thread.
-        total_blocked: Blocked calls in the whole thread.
-        total_aborts: Aborts in the whole thread.
-        notice: Set when a corrupt or old-format channel value was reset, or a write to
+        totals: Calls, blocked calls and aborts in the whole thread.
+        notice: Set when a corrupt or unreadable channel value was reset, or a write to
             the channel was ignored.
-        reset: `{"reason", "at"}` (ISO 8601 UTC) of the last time a corrupt or old-format
+        reset: `{"reason", "at"}` (ISO 8601 UTC) of the last time a corrupt or unreadable
             channel value was reset, or None.
     """
 
     turn: str | None
     epoch: int
     calls: int
-    counters: tuple[CallCount, ...]
     recent_calls: tuple[RecentCall, ...]
+    counters: tuple[CallCount, ...]
     cycle: tuple[str, ...] | None
-    stop_reason: str | None
+    reminder: str | None
     stop: Mapping[str, Any] | None
-    pending_reminder: str | None
+    stop_reason: str | None
     blocked: tuple[tuple[str, str, int], ...]
-    total_calls: int
-    total_blocked: int
-    total_aborts: int
+    totals: GuardTotals
     notice: str | None
     reset: Mapping[str, Any] | None = None
 
@@ -674,21 +695,19 @@ class GuardView:
         state = settled(state)
         stop = state.get("stop")
         cycle = state.get("cycle")
-        stats = state.get("stats", {})
+        totals = state["totals"]
         return cls(
             turn=state.get("turn"),
             epoch=state["epoch"],
             calls=state["calls"],
-            counters=tuple(CallCount(k, v[1], v[0]) for k, v in state["counts"].items()),
-            recent_calls=tuple(RecentCall(k, t, o, e) for k, t, o, e in state["window"]),
+            recent_calls=tuple(RecentCall(k, t, o, e) for k, t, o, e in state["recent_calls"]),
+            counters=tuple(CallCount(k, v[1], v[0]) for k, v in state["counters"].items()),
             cycle=tuple(cycle["tools"]) if cycle else None,
-            stop_reason=stop["reason"] if stop else None,
+            reminder=reminder_text,
             stop=dict(stop) if stop else None,
-            pending_reminder=reminder_text,
+            stop_reason=stop["reason"] if stop else None,
             blocked=tuple((t, r, c) for t, r, c in state["blocked"]),
-            total_calls=stats.get("calls", 0),
-            total_blocked=stats.get("blocked", 0),
-            total_aborts=stats.get("aborts", 0),
+            totals=GuardTotals(totals["calls"], totals["blocked"], totals["aborts"]),
             notice=state.get("notice"),
             reset=dict(state["reset"]) if state.get("reset") else None,
         )

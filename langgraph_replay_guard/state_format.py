@@ -10,12 +10,24 @@ from typing import Any, NoReturn
 __all__ = [
     "DEFAULT_CYCLE_PERIOD",
     "DEFAULT_WINDOW",
+    "FORMAT_VERSION",
+    "READABLE_VERSIONS",
     "InvalidStateError",
     "decode_cfg",
     "decode_events",
     "decode_fields",
+    "migrate",
     "trim_map",
 ]
+
+FORMAT_VERSION = 2
+"""Version of the channel format the guard writes (`"v"`)."""
+
+READABLE_VERSIONS = (1, 2)
+"""Versions a stored value may be in: an older one is migrated (`migrate`), not reset."""
+
+V1_RENAMED = {"window": "recent_calls", "counts": "counters", "stats": "totals"}
+"""Keys version 2 renamed (version 1 name -> version 2 name); every other key kept its name."""
 
 DEFAULT_WINDOW = 5
 """Dedup window when the stored settings do not say (`GuardConfig.history_window`)."""
@@ -33,7 +45,7 @@ _SIZED_EVENT_KEYS = _EVENT_KEYS | {"m"}
 _CYCLE_KEYS = frozenset({"keys", "tools", "pos", "strikes"})
 _REMINDER_KEYS = frozenset({"reason", "tool", "args", "count", "batch"})
 _STOP_KEYS = frozenset({"reason", "tool", "count", "args"})
-_STATS_KEYS = frozenset({"calls", "blocked", "aborts"})
+_TOTALS_KEYS = frozenset({"calls", "blocked", "aborts"})
 _PENDING_KEYS = frozenset({"batch", "events"})
 _RESET_KEYS = frozenset({"reason", "at"})
 _CFG_CHOICES: dict[str, frozenset[str]] = {
@@ -223,9 +235,9 @@ def _event_problem(event: Any, path: str) -> NoReturn:
 # load, so the common, valid case must stay cheap).
 
 
-def _window(value: Any, cap: int) -> list[Any]:
-    window = _tail_list(value, cap, "window")
-    for index, entry in enumerate(window):
+def _recent_calls(value: Any, cap: int) -> list[Any]:
+    recent = _tail_list(value, cap, "recent_calls")
+    for index, entry in enumerate(recent):
         if type(entry) in _SEQUENCES and len(entry) == 4:
             key, tool, outcome, epoch = entry
             if (
@@ -235,21 +247,21 @@ def _window(value: Any, cap: int) -> list[Any]:
                 and type(epoch) is int
             ):
                 continue
-        _fail(f"window[{index}]", "[key, tool, outcome, epoch]", entry)
-    return window
+        _fail(f"recent_calls[{index}]", "[key, tool, outcome, epoch]", entry)
+    return recent
 
 
-def _counts(value: Any, cap: int) -> dict[str, Any]:
+def _counters(value: Any, cap: int) -> dict[str, Any]:
     if type(value) is not dict:
-        _fail("counts", "an object", value)
-    counts = trim_map(value, cap)
-    for key, entry in counts.items():
+        _fail("counters", "an object", value)
+    counters = trim_map(value, cap)
+    for key, entry in counters.items():
         if type(entry) in _SEQUENCES and len(entry) == 2:
             count, tool = entry
             if type(count) is int and isinstance(tool, str) and isinstance(key, str):
                 continue
-        _fail(f"counts[{key!r}]", "[count, tool]", entry)
-    return counts
+        _fail(f"counters[{key!r}]", "[count, tool]", entry)
+    return counters
 
 
 def _results(value: Any, cap: int) -> dict[str, Any]:
@@ -336,12 +348,12 @@ def _stop(value: Any) -> dict[str, Any] | None:
     return None if value is None else _loop_note(value, _STOP_KEYS, "stop")
 
 
-def _stats(value: Any) -> dict[str, Any]:
-    stats = _object(value, _STATS_KEYS, "stats")
-    for key, count in stats.items():
+def _totals(value: Any) -> dict[str, Any]:
+    totals = _object(value, _TOTALS_KEYS, "totals")
+    for key, count in totals.items():
         if type(count) is not int or count < 0:
-            _fail(f"stats.{key}", "a whole number >= 0", count)
-    return dict(stats)  # the fold counts in it: a copy
+            _fail(f"totals.{key}", "a whole number >= 0", count)
+    return dict(totals)  # the fold counts in it: a copy
 
 
 def _pending(value: Any) -> dict[str, Any] | None:
@@ -387,6 +399,29 @@ def _unknown_marks(value: Any) -> list[dict[str, Any]] | None:
     return list(marks)
 
 
+def migrate(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A stored value in the current format: an older value is migrated, nothing lost.
+
+    Version 1 (written by earlier releases) stored the dedup window as `window`, the repeat
+    counters as `counts` and the thread totals as `stats`; version 2 names them as
+    `GuardView` does (`recent_calls`, `counters`, `totals`), with the same contents. A
+    thread checkpointed by an older release so resumes with its counters. The result is
+    not checked: `decode_fields` checks it like any current value.
+
+    Args:
+        value: A channel value whose `v` is one of `READABLE_VERSIONS`.
+
+    Returns:
+        `value` itself when it is current, else a renamed copy (entries shared).
+    """
+    if value.get("v") != 1:
+        return value
+    renamed = set(V1_RENAMED.values())
+    migrated = {V1_RENAMED.get(k, k): item for k, item in value.items() if k not in renamed}
+    migrated["v"] = FORMAT_VERSION
+    return migrated
+
+
 def decode_fields(
     value: Mapping[str, Any], *, max_keys: int, max_results: int, max_blocked: int
 ) -> dict[str, Any]:
@@ -400,8 +435,8 @@ def decode_fields(
     dropped. `unknown` holds the callback handler's unknown-outcome marks.
 
     Args:
-        value: A mapping whose `v` is the current format version.
-        max_keys: Cap of `counts`.
+        value: A mapping in the current format version (see `migrate`).
+        max_keys: Cap of `counters`.
         max_results: Cap of `results`.
         max_blocked: Cap of `blocked`.
 
@@ -415,19 +450,19 @@ def decode_fields(
     period = cfg.get("cp", DEFAULT_CYCLE_PERIOD)
     get = value.get
     return {
-        "v": value["v"],
+        "v": FORMAT_VERSION,
         "turn": _optional_text(get("turn"), "turn"),
         "epoch": _natural(get("epoch"), "epoch"),
         "calls": _natural(get("calls"), "calls"),
-        "window": _window(get("window"), cfg.get("w", DEFAULT_WINDOW)),
-        "counts": _counts(get("counts"), max_keys),
+        "recent_calls": _recent_calls(get("recent_calls"), cfg.get("w", DEFAULT_WINDOW)),
+        "counters": _counters(get("counters"), max_keys),
         "results": _results(get("results"), max_results),
         "tail": _tail(get("tail"), 2 * period),
         "cycle": _cycle(get("cycle")),
         "reminder": _reminder(get("reminder")),
         "stop": _stop(get("stop")),
         "blocked": _blocked(get("blocked"), max_blocked),
-        "stats": _stats(get("stats")),
+        "totals": _totals(get("totals")),
         "pending": _pending(get("pending")),
         "last_batch": _optional_text(get("last_batch"), "last_batch"),
         "cfg": cfg,

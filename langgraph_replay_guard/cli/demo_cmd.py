@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
+import shutil
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -160,4 +165,41 @@ def _offline_eval_summary() -> None:
         f"calls), the default guard would block {total.blocked} calls and make {total.cut} "
         f"unnecessary, with {total.wrong} wrong blocks."
     )
-    print("Try it on your own recordings: replay-guard eval FILE.jsonl --policy tools.json")
+    print("See the details (then try your own recordings, in the same format):")
+    print(f"  {eval_command()}")
+
+
+def eval_command() -> str:
+    """The `replay-guard eval` command for the shipped sample, runnable from here.
+
+    In a clone after `make demo`: `.venv/bin/replay-guard eval
+    langgraph_replay_guard/data/tau_sample.jsonl --policy
+    langgraph_replay_guard/data/tau_tools.json`. Paths under the working directory are
+    shown relative to it, others whole.
+    """
+    data = Path(str(resources.files("langgraph_replay_guard") / "data"))
+    sample, policy = _shown(data / "tau_sample.jsonl"), _shown(data / "tau_tools.json")
+    return f"{_program()} eval {sample} --policy {policy}"
+
+
+def _shown(path: Path) -> str:
+    """`path` relative to the working directory when it is under it, else whole; quoted."""
+    try:
+        shown = str(path.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        shown = str(path)
+    return shlex.quote(shown)
+
+
+def _program() -> str:
+    """`replay-guard`, or the path the demo was started by when that is not on PATH.
+
+    `make demo` runs `.venv/bin/replay-guard` without activating the virtual environment:
+    the hint then says `.venv/bin/replay-guard` too.
+    """
+    invoked = sys.argv[0] if sys.argv else ""
+    if Path(invoked).name == "replay-guard" and os.sep in invoked:
+        on_path = shutil.which("replay-guard")
+        if on_path is None or Path(on_path).resolve() != Path(invoked).resolve():
+            return _shown(Path(invoked))
+    return "replay-guard"

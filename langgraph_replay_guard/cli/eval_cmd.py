@@ -28,6 +28,21 @@ _HINT = "expected one JSON trajectory per line, see --help"
 
 _CLASS_ORDER = {"pure": 0, "pure volatile": 1, "idempotent": 2, "unsafe": 3}
 
+_LEGEND = (
+    ("runs", "recorded runs (trajectories)"),
+    ("calls", "recorded tool calls"),
+    ("blocked", "calls the guard would not have executed (denied, short-circuited or aborted)"),
+    ("redundant", "blocked calls whose recorded result equals the earlier identical call's"),
+    ("wrong", "blocked calls whose recorded result was new: the block would have hidden it"),
+    ("aborts", "runs the guard would have stopped"),
+    ("cut", "calls after an abort, in the same user turn: the run would never have made them"),
+    ("cycles", "A-B-A-B loops with identical results detected"),
+)
+"""One line per column of the tables (`print_report` prints it under the first table)."""
+
+_MODEL_WIDTH = 40  # a longer model name goes on a line of its own above its numbers
+_TOOL_WIDTH = 28
+
 _KIND_HELP = {
     "redundant_read": "a pure read, same turn, nothing written since: blockable",
     "volatile_read": "a volatile read (never deduplicated)",
@@ -181,19 +196,34 @@ def _pct(value: float | None) -> str:
 
 def _print_tool_classes(report: EvalReport, line: Callable[[str], None]) -> None:
     """Per tool and per class each call got (a shell tool classified per call has several)."""
+    width = _name_width(report.by_tool_class, "tool", _TOOL_WIDTH)
     line(
-        f"{'tool':<28} {'class':<14} {'calls':>6} {'blocked':>8} {'redundant':>9} "
+        f"{'tool':<{width}} {'class':<14} {'calls':>6} {'blocked':>8} {'redundant':>9} "
         f"{'wrong':>6} {'aborts':>6}"
     )
     for tool, classes in sorted(report.by_tool_class.items()):
-        label = tool if len(tool) <= 28 else tool[:25] + "..."
+        label = _label(tool, width, line)
         for name, t in sorted(classes.items(), key=lambda item: _CLASS_ORDER.get(item[0], 9)):
             line(
-                f"{label:<28} {name:<14} {t.calls:>6} {t.blocked:>8} {t.redundant:>9} "
+                f"{label:<{width}} {name:<14} {t.calls:>6} {t.blocked:>8} {t.redundant:>9} "
                 f"{t.wrong:>6} {t.aborts:>6}"
             )
             label = ""
+    line("class: the replay class each call got (a tool classified per call can have several)")
     line("")
+
+
+def _name_width(names: Iterable[str], heading: str, most: int) -> int:
+    """The name column's width: the longest name, up to `most` (longer ones get a line)."""
+    return min(max([len(heading), *(len(name) for name in names)]), most)
+
+
+def _label(name: str, width: int, line: Callable[[str], None]) -> str:
+    """The label for a table row; a name too long for the column is printed whole above."""
+    if len(name) <= width:
+        return name
+    line(name)
+    return ""
 
 
 def print_report(
@@ -208,16 +238,20 @@ def print_report(
 
     line(f"replay-guard eval: {total.trajectories} trajectories, {total.calls:,} calls ({source})")
     line()
-    header = f"{'model':<40} {'runs':>5} {'calls':>6} {'blocked':>8} {'redundant':>9} "
+    rows: list[tuple[str, Tally]] = sorted(report.by_model.items())
+    width = _name_width(report.by_model, "model", _MODEL_WIDTH)
+    header = f"{'model':<{width}} {'runs':>5} {'calls':>6} {'blocked':>8} {'redundant':>9} "
     header += f"{'wrong':>6} {'aborts':>6} {'cut':>5} {'cycles':>6}"
     line(header)
-    rows: list[tuple[str, Tally]] = sorted(report.by_model.items())
     for name, t in [*rows, ("total", total)]:
-        label = name if len(name) <= 40 else name[:37] + "..."
+        label = _label(name, width, line)
         line(
-            f"{label:<40} {t.trajectories:>5} {t.calls:>6} {t.blocked:>8} {t.redundant:>9} "
+            f"{label:<{width}} {t.trajectories:>5} {t.calls:>6} {t.blocked:>8} {t.redundant:>9} "
             f"{t.wrong:>6} {t.aborts:>6} {t.cut:>5} {t.cycles:>6}"
         )
+    line()
+    for column, meaning in _LEGEND:
+        line(f"  {column:<10} {meaning}")
     line()
     _print_tool_classes(report, line)
     line(
@@ -239,9 +273,11 @@ def print_report(
     reasons = ", ".join(f"{r} {n}" for r, n in sorted(total.by_reason.items())) or "none"
     line(f"Blocked by reason: {reasons}")
     if report.aborts and show_aborts:
-        line(f"Aborts ({len(report.aborts)}; first {min(show_aborts, len(report.aborts))}):")
+        shown = min(show_aborts, len(report.aborts))
+        line(f"Aborts ({len(report.aborts)}; first {shown}), each with its run's id below:")
         for abort in report.aborts[:show_aborts]:
-            line(f"  call {abort.call_index:>3} {abort.tool} ({abort.reason})  {abort.trajectory}")
+            line(f"  call {abort.call_index:>3} {abort.tool} ({abort.reason})")
+            line(f"      {abort.trajectory}")
     if report.malformed:
         line(f"Skipped {len(report.malformed)} malformed input(s):")
         for number, problem in report.malformed[:20]:

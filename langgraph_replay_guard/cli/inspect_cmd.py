@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any, TextIO
 
+from langgraph_replay_guard.cli.common import add_namespace_option
 from langgraph_replay_guard.cli.store_uri import (
     StoreURIError,
     open_checkpointer,
@@ -41,14 +42,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="SQLite file, sqlite:///path, postgresql:// URI or libpq 'host=... dbname=...'",
     )
     parser.add_argument("--thread", required=True, help="thread id")
-    parser.add_argument(
-        "--namespace",
-        default="replay_guard",
-        help=(
-            "the guard's namespace (ledger and callback-handler state), comma-separated "
-            "(default: replay_guard)"
-        ),
-    )
+    add_namespace_option(parser, "its ledger and callback-handler state")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.set_defaults(func=run)
 
@@ -61,7 +55,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     """
     out = out or sys.stdout
     err = err or sys.stderr
-    namespace = tuple(part for part in args.namespace.split(",") if part)
+    namespace: tuple[str, ...] = args.namespace
     try:
         with open_checkpointer(args.db) as saver:
             checkpoint = saver.get_tuple({"configurable": {"thread_id": args.thread}})
@@ -113,29 +107,7 @@ def _print_text(
     if not views:
         print("\nno guard state in this thread", file=out)
     for name, view in views.items():
-        print(f"\n[{name}]", file=out)
-        print(
-            f"  turn {view.turn}  epoch {view.epoch}  calls this turn {view.calls}  "
-            f"thread totals: {view.total_calls} calls, {view.total_blocked} blocked, "
-            f"{view.total_aborts} aborts",
-            file=out,
-        )
-        if view.stop is not None:
-            print(
-                f"  STOPPED: {view.stop_reason} on '{view.stop.get('tool')}' "
-                f"(attempt {view.stop.get('count')})",
-                file=out,
-            )
-        for count in view.counters:
-            print(f"  counter  {count.tool:<28} {count.count} attempt(s)", file=out)
-        for tool, reason, attempt in view.blocked:
-            print(f"  blocked  {tool:<28} {reason} (attempt {attempt})", file=out)
-        if view.cycle:
-            print(f"  cycle    {' -> '.join(view.cycle)}", file=out)
-        if view.pending_reminder:
-            print(f"  reminder for the next model call: {view.pending_reminder}", file=out)
-        if view.notice:
-            print(f"  notice: {view.notice}", file=out)
+        _print_view(name, view, out)
     print(f"\nreplay ledger: {len(rows)} row(s)", file=out)
     for row in rows:
         when = row.finished_at or row.started_at or "-"
@@ -151,3 +123,39 @@ def _print_text(
         )
         if row.last_error:
             print(f"              last error: {row.last_error}", file=out)
+
+
+def _print_view(name: str, view: GuardView, out: TextIO) -> None:
+    """One guard state, under the channel's own key names (as Studio and `--json` show them)."""
+    print(f"\n[{name}]", file=out)
+    print(f"  turn {view.turn}  epoch {view.epoch}  calls {view.calls} (this turn)", file=out)
+    totals = view.totals
+    print(
+        f"  totals: calls {totals.calls}, blocked {totals.blocked}, aborts {totals.aborts} "
+        "(whole thread)",
+        file=out,
+    )
+    if view.stop is not None:
+        print(
+            f"  stop: {view.stop_reason} on '{view.stop.get('tool')}' "
+            f"(count {view.stop.get('count')})",
+            file=out,
+        )
+    if view.counters:
+        print("  counters:", file=out)
+    for counter in view.counters:
+        print(f"    {counter.tool:<28} count {counter.count}", file=out)
+    if view.recent_calls:
+        print("  recent_calls:", file=out)
+    for call in view.recent_calls:
+        print(f"    {call.tool:<28} {call.outcome:<8} epoch {call.epoch}", file=out)
+    if view.blocked:
+        print("  blocked:", file=out)
+    for tool, reason, count in view.blocked:
+        print(f"    {tool:<28} {reason} (count {count})", file=out)
+    if view.cycle:
+        print(f"  cycle: {' -> '.join(view.cycle)}", file=out)
+    if view.reminder:
+        print(f"  reminder (for the next model call): {view.reminder}", file=out)
+    if view.notice:
+        print(f"  notice: {view.notice}", file=out)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from langgraph_replay_guard.cli.common import add_namespace_option
 from langgraph_replay_guard.cli.store_uri import StoreURIError, mask_uri, open_store
 from langgraph_replay_guard.errors import NotReplayableError, ReplayHashMismatchError
 from langgraph_replay_guard.record_store import RecordStore, StoredRecordInfo
@@ -51,13 +52,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             help="SQLite file (path or sqlite:///path), postgresql:// URI or libpq "
             "'host=... dbname=...' string",
         )
-        p.add_argument(
-            "--namespace",
-            default="replay_guard",
-            metavar="PREFIX",
-            help="the guard's namespace, parts separated by '/' (default: replay_guard; "
-            "records are under PREFIX/records)",
-        )
+        add_namespace_option(p, "its records are under PARTS/records")
         p.add_argument("--json", action="store_true", help="print JSON")
         return p
 
@@ -110,7 +105,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     }
     try:
         with open_store(args.db) as store:
-            namespace = (*[part for part in args.namespace.split("/") if part], "records")
+            namespace = (*args.namespace, "records")
             return handlers[args.action](RecordStore(store, namespace=namespace), args, out, err)
     except StoreURIError as exc:
         print(f"replay-guard records: {exc}", file=err)

@@ -207,8 +207,9 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             run_id: Instead of a thread, the root run id of a run without a thread id.
 
         Returns:
-            Counters, recent calls, stop reason, recent blocked calls and the pending
-            reminder (not cleared). An unknown thread gives the view of an empty state.
+            The thread's `GuardView`, named as the guard channel: `counters`,
+            `recent_calls`, `totals`, `stop`/`stop_reason`, `blocked` and `reminder` (not
+            cleared). An unknown thread gives the view of an empty state.
         """
         return self._guard.view(_scope_key(thread_id, run_id))
 

@@ -33,7 +33,7 @@ from langgraph_replay_guard.integrations.calls import (
     turn_anchors,
 )
 from langgraph_replay_guard.integrations.prompt import (
-    pending_reminder,
+    next_call_reminder,
     system_prompt_with_reminder,
 )
 from langgraph_replay_guard.integrations.tool_node import ToolCallGuard, abort_trace
@@ -233,7 +233,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     def _with_reminder(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         if not self.guard.config.reminder:
             return request
-        reminder = pending_reminder(request.state, channel=self.channel)
+        reminder = next_call_reminder(request.state, channel=self.channel)
         if reminder is None:
             return request
         message = system_prompt_with_reminder(request.system_message, reminder)

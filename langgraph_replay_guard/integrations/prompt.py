@@ -17,10 +17,10 @@ from langgraph_replay_guard.integrations.calls import (
 )
 from langgraph_replay_guard.state import GuardView, settled
 
-__all__ = ["guard_view", "pending_reminder", "system_prompt_with_reminder"]
+__all__ = ["guard_view", "next_call_reminder", "system_prompt_with_reminder"]
 
 
-def pending_reminder(
+def next_call_reminder(
     state: Any, *, channel: str = GUARD_CHANNEL, messages_key: str = "messages"
 ) -> str | None:
     """The reminder for the model call about to be made, or None.
@@ -90,7 +90,7 @@ def guard_view(state_or_snapshot: Any, *, channel: str = GUARD_CHANNEL) -> Guard
         reminder = None
     else:
         value = state_field(values, channel)
-        reminder = pending_reminder(values, channel=channel)
+        reminder = next_call_reminder(values, channel=channel)
     state = settled(value)
     if reminder is None and state.get("reminder"):
         reminder = render_reminder(state["reminder"])

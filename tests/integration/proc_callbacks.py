@@ -42,7 +42,7 @@ def main() -> None:
             {"configurable": {"thread_id": thread_id}, "callbacks": [handler]},
         )
         view = handler.inspect(thread_id)
-    print(json.dumps({"runs": runs["get_details_by_id"], "total_calls": view.total_calls}))
+    print(json.dumps({"runs": runs["get_details_by_id"], "calls": view.totals.calls}))
 
 
 if __name__ == "__main__":

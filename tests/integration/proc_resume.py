@@ -62,8 +62,7 @@ def main(argv: list[str]) -> None:
             {
                 "runs": dict(runs.counts),
                 "model_calls": model.calls,
-                "total_calls": view.total_calls,
-                "total_blocked": view.total_blocked,
+                "totals": {"calls": view.totals.calls, "blocked": view.totals.blocked},
                 "stop_reason": view.stop_reason,
                 "blocked": [list(b) for b in view.blocked],
                 "counters": [[c.tool, c.count] for c in view.counters],

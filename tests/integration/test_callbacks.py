@@ -148,7 +148,7 @@ def test_a_new_user_message_starts_a_new_turn():
     agent.invoke({"messages": [HumanMessage("show P1002")]}, cfg)
     agent.invoke({"messages": [HumanMessage("show it again")]}, cfg)
     assert runs["get_details_by_id"] == 2
-    assert handler.inspect("t").total_calls == 2
+    assert handler.inspect("t").totals.calls == 2
 
 
 def test_on_abort_continue_blocks_only_the_call():
@@ -184,7 +184,7 @@ def test_identical_parallel_calls_in_one_batch_run_once():
     out, runs, handler = run_agent(model)
     assert runs["get_details_by_id"] == 1
     assert [m.status for m in tool_answers(out["messages"])] == ["success", "error", "error"]
-    assert handler.inspect("t1").total_calls == 3
+    assert handler.inspect("t1").totals.calls == 3
 
 
 def test_on_abort_error_raises_before_the_aborting_call_runs():
@@ -269,7 +269,7 @@ def test_a_model_called_inside_a_tool_is_not_mistaken_for_the_agent():
     assert inner.calls == 1
     # The inner model's answer is not the agent's: the reminder still reaches the agent.
     assert "LOOP WARNING" in model.system_prompts[2]
-    assert handler.inspect("t").total_calls == 3
+    assert handler.inspect("t").totals.calls == 3
 
 
 # -- AgentExecutor (langchain-classic) ------------------------------------------------------------
@@ -351,7 +351,7 @@ def test_agent_executor_async():
     out, runs, handler = asyncio.run(arun())
     assert out["output"] == "Here is the plan."
     assert runs["get_details_by_id"] == 1
-    assert handler.inspect("e1").total_blocked == 3
+    assert handler.inspect("e1").totals.blocked == 3
 
 
 def test_agent_executor_aborts_a_model_that_ignores_the_stop():
@@ -511,7 +511,7 @@ def test_concurrent_runs_on_different_threads_never_mix():
         assert ran == 1
         assert f"C{n}" in answers[1].text, "the duplicate's preview is this thread's result"
         assert not any(f"C{m}" in a.text for a in answers for m in range(8) if m != n)
-        assert handler.inspect(f"w{n}").total_calls == 3
+        assert handler.inspect(f"w{n}").totals.calls == 3
 
 
 # -- state: eviction and stores ------------------------------------------------------------------
@@ -521,8 +521,8 @@ def test_least_recently_used_threads_are_evicted():
     handler = ReplayGuardCallbackHandler(POLICY, max_threads=2)
     for thread in ("a", "b", "c"):
         run_agent(looking_up(1), thread=thread, handler=handler)
-    assert handler.inspect("a").total_calls == 0
-    assert handler.inspect("c").total_calls == 1
+    assert handler.inspect("a").totals.calls == 0
+    assert handler.inspect("c").totals.calls == 1
     with pytest.raises(ValueError, match="max_threads"):
         ReplayGuardCallbackHandler(max_threads=0)
 
@@ -550,7 +550,7 @@ def test_a_store_shares_the_state_between_handlers(kind, tmp_path):
             run_with(store, runs)
         with SqliteStore.from_conn_string(path) as store:
             second = run_with(store, runs)
-            assert second.inspect("shared").total_calls == 2
+            assert second.inspect("shared").totals.calls == 2
     assert runs["get_details_by_id"] == 1, "the second handler saw the first one's success"
 
 
@@ -570,8 +570,8 @@ def test_processes_share_a_thread_through_a_sqlite_store(tmp_path):
         assert result.returncode == 0, result.stderr
         return json.loads(result.stdout.strip().splitlines()[-1])
 
-    assert run_process() == {"runs": 1, "total_calls": 1}
-    assert run_process() == {"runs": 0, "total_calls": 2}
+    assert run_process() == {"runs": 1, "calls": 1}
+    assert run_process() == {"runs": 0, "calls": 2}
 
 
 def test_guard_callback_handler_shortcut():

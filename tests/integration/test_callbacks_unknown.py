@@ -177,7 +177,7 @@ def test_resumed_run_after_a_crash_refuses_the_pending_call_with_a_shared_store(
         other.resolve("t1", "send_email", EMAIL, "failed", "bounced")
         view = ReplayGuardCallbackHandler(CONFIG, store=store).inspect("t1")
         # The crashed call, its refused re-run, and the confirmed failure.
-        assert view.total_calls == 3
+        assert view.totals.calls == 3
         assert view.blocked == (("send_email", "unknown_outcome", 1),)
         assert view.recent_calls[-1].outcome == "failure"
 

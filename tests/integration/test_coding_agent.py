@@ -137,7 +137,7 @@ def test_rerunning_the_tests_after_each_edit_is_allowed_every_time(repo):
     assert "FAILED (failures=1)" in test_runs[1]
     assert test_runs[-1].endswith("OK\n[exit code 0]")
     assert (repo / "calc.py").read_text().count("return a + b") == 1
-    assert view.total_blocked == 0
+    assert view.totals.blocked == 0
 
 
 def test_treating_bash_as_pure_blocks_the_legitimate_rerun(repo):

@@ -34,7 +34,7 @@ TOOL = "get_details_by_id"
 CORRUPTIONS: dict[str, Any] = {
     "reminder": "boo",
     "pending": {"batch": "b", "events": [{}]},
-    "window": [["k"]],
+    "recent_calls": [["k"]],
     "stop": {"foo": 1},
     "cycle": {"keys": []},
 }
@@ -116,7 +116,7 @@ def test_corrupt_channel_at_a_breakpoint_resets_and_the_run_completes(kind, fiel
     assert view.reset is not None
     assert field in view.reset["reason"]
     assert view.calls == 0, "the turn's counters start again"
-    assert view.total_calls == 1, "the thread totals survive the reset"
+    assert view.totals.calls == 1, "the thread totals survive the reset"
     assert any(field in r.getMessage() and "reset" in r.getMessage() for r in caplog.records)
 
     # The run completed, and the guard works again: the reset forgot the first call, so the

@@ -76,7 +76,7 @@ def test_same_read_96_times_runs_once_and_stops():
     assert "Premium Plan" in tool_messages[1].text, "a duplicate gets the earlier result"
     view = guard.inspect(graph.get_state(config))
     assert view.stop_reason == "repeat_limit"
-    assert view.total_blocked == 3
+    assert view.totals.blocked == 3
     assert reminders(model) == [False, False, True, True]
 
 
@@ -132,7 +132,7 @@ def test_identical_reads_in_one_batch_run_once():
     assert [m.status for m in tool_messages] == ["success", "error", "error", "success"]
     assert "same batch" in tool_messages[1].text
     view = ReplayGuard(POLICY).inspect(graph.get_state(config))
-    assert view.total_calls == 4
+    assert view.totals.calls == 4
 
 
 def test_a_batch_that_aborts_runs_nothing_and_answers_every_call():
@@ -213,10 +213,10 @@ def test_sync_invoke_async_ainvoke_and_astream_agree():
         result, view, runs = asyncio.run(arun(stream))
         assert contents(result["messages"]) == contents(out["messages"])
         assert runs.counts == sync_runs.counts
-        assert (view.stop_reason, view.total_calls, view.total_blocked) == (
+        assert (view.stop_reason, view.totals.calls, view.totals.blocked) == (
             sync_view.stop_reason,
-            sync_view.total_calls,
-            sync_view.total_blocked,
+            sync_view.totals.calls,
+            sync_view.totals.blocked,
         )
 
 
@@ -245,13 +245,13 @@ def test_new_user_message_resets_the_turn():
     runs, view = _two_turns(POLICY)
     assert runs["get_details_by_id"] == 2, "the user asked again: the read runs again"
     assert view.calls == 1
-    assert view.total_calls == 2
+    assert view.totals.calls == 2
 
 
 def test_thread_scope_keeps_state_across_user_messages():
     runs, view = _two_turns(POLICY.model_copy(update={"scope": "thread"}))
     assert runs["get_details_by_id"] == 1
-    assert view.total_blocked == 1
+    assert view.totals.blocked == 1
 
 
 # --- exit_behavior ---------------------------------------------------------------------
@@ -311,9 +311,9 @@ def test_corrupt_or_old_guard_state_is_reported_and_reset():
     view = guard.inspect(graph.get_state(cfg))
     assert view.notice is not None
     assert "format version 0" in view.notice
-    assert view.total_calls == 0
+    assert view.totals.calls == 0
     graph.invoke({"messages": [HumanMessage("b")]}, cfg)
-    assert guard.inspect(graph.get_state(cfg)).total_calls == 1, "the guard works again"
+    assert guard.inspect(graph.get_state(cfg)).totals.calls == 1, "the guard works again"
 
 
 def test_garbage_write_to_the_channel_does_not_crash_the_graph():
@@ -325,7 +325,7 @@ def test_garbage_write_to_the_channel_does_not_crash_the_graph():
     graph.update_state(cfg, {GUARD_CHANNEL: ["not", "a", "guard", "update"]})
     view = guard.inspect(graph.get_state(cfg))
     assert "not a guard update" in (view.notice or "")
-    assert view.total_calls == 1, "the state it had is kept"
+    assert view.totals.calls == 1, "the state it had is kept"
     graph.invoke({"messages": [HumanMessage("b")]}, cfg)
 
 
@@ -374,7 +374,7 @@ def test_interrupt_inside_a_tool_propagates_and_resumes():
     out = graph.invoke(Command(resume=True), cfg)
     assert ran == [True]
     assert any(isinstance(m, ToolMessage) and m.text == "sent" for m in out["messages"])
-    assert guard.inspect(graph.get_state(cfg)).total_calls == 1
+    assert guard.inspect(graph.get_state(cfg)).totals.calls == 1
 
 
 def test_command_results_from_tools_pass_through():
@@ -398,7 +398,7 @@ def test_command_results_from_tools_pass_through():
     out = tools_only(guard.tool_node([open_ticket2]), [call], state=State)
     assert out["ticket"] == "T-wifi"
     assert out["messages"][-1].text == "opened"
-    assert guard.inspect(out).total_calls == 1
+    assert guard.inspect(out).totals.calls == 1
 
 
 def test_blocked_calls_appear_on_the_custom_stream():

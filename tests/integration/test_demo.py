@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _command() -> list[str]:
@@ -21,7 +24,13 @@ def _command() -> list[str]:
 def test_demo_shows_what_the_guard_saved():
     env = {**os.environ, "LANGSMITH_TRACING": "false"}
     done = subprocess.run(
-        [*_command(), "demo"], capture_output=True, text=True, timeout=120, env=env, check=False
+        [*_command(), "demo"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+        cwd=ROOT,  # as from a clone
     )
     assert done.returncode == 0, done.stderr
     out = done.stdout
@@ -34,3 +43,14 @@ def test_demo_shows_what_the_guard_saved():
     assert "Stop reason in the guard state: repeat_limit" in out
     assert "LOOP WARNING" in out
     assert "0 wrong blocks" in out
+
+    # The closing hint names the shipped sample as a command that runs from here.
+    hint = out.rstrip().splitlines()[-1].strip()
+    sample = "langgraph_replay_guard/data/tau_sample.jsonl"
+    policy = "langgraph_replay_guard/data/tau_tools.json"
+    assert hint.endswith(f" eval {sample} --policy {policy}"), hint
+    ran = subprocess.run(
+        shlex.split(hint), capture_output=True, text=True, timeout=120, env=env, cwd=ROOT
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "35 trajectories, 743 calls" in ran.stdout

@@ -83,13 +83,22 @@ def test_inspect_a_sqlite_thread(tmp_path):
     text = _cli("--db", str(db), "--thread", "t.1")
     assert text.returncode == 0, text.stderr
     assert "[replay_guard]" in text.stdout
+    # The channel's own words (as Studio and --json show them).
+    assert "totals: calls " in text.stdout
+    assert "counters:" in text.stdout
+    assert "recent_calls:" in text.stdout
     assert "send_email" in text.stdout
     assert "outcome unknown" in text.stdout
     assert "ConnectionError" in text.stdout
 
     report = json.loads(_cli("--db", str(db), "--thread", "t.1", "--json").stdout)
     guard = report["guard"]["replay_guard"]
-    assert guard["total_blocked"] >= 1  # the repeated lookups of the first turn
+    assert set(guard) == {
+        *("turn", "epoch", "calls", "recent_calls", "counters", "cycle", "reminder"),
+        *("stop", "stop_reason", "blocked", "totals", "notice", "reset"),
+    }
+    assert set(guard["totals"]) == {"calls", "blocked", "aborts"}
+    assert guard["totals"]["blocked"] >= 1  # the repeated lookups of the first turn
     (row,) = [r for r in report["ledger"] if r["tool"] == "send_email"]
     assert row["status"] == "started"
     assert row["args"] == {"to": "a@x.org"}

@@ -73,7 +73,7 @@ def test_identical_parallel_calls_run_once_across_send_tasks():
     assert runs["get_details_by_id"] == 1
     statuses = [m.status for m in out["messages"] if isinstance(m, ToolMessage)]
     assert statuses == ["success", "error", "error"]
-    assert guard.inspect(agent.get_state(cfg)).total_calls == 3
+    assert guard.inspect(agent.get_state(cfg)).totals.calls == 3
 
 
 def test_reminder_goes_to_one_model_call_only_and_never_into_history():
@@ -142,7 +142,7 @@ def test_several_guard_instances_coexist_with_distinct_names():
     assert strict_view.stop_reason == "repeat_limit"
     assert model.calls == 3, "the strict (outer) instance stops at the 3rd attempt"
     # Like any middleware, the inner guard sees only the calls the outer one let through.
-    assert (strict_view.total_calls, general_view.total_calls) == (3, 1)
+    assert (strict_view.totals.calls, general_view.totals.calls) == (3, 1)
 
 
 def test_on_abort_error_raises():

@@ -122,9 +122,9 @@ def looping(times: int = 10) -> ScriptedChatModel:
 def assert_aborted_once(view: GuardView, runs: ToolRuns) -> None:
     """The default-config outcome of a model looping on one pure call."""
     assert view.stop_reason == "repeat_limit"
-    assert view.total_calls == 4
-    assert view.total_blocked == 3
-    assert view.total_aborts == 1
+    assert view.totals.calls == 4
+    assert view.totals.blocked == 3
+    assert view.totals.aborts == 1
     assert [(c.tool, c.count) for c in view.counters] == [(TOOL, 4)]
     assert view.blocked == (
         (TOOL, "duplicate", 2),
@@ -216,14 +216,14 @@ def test_a_new_process_continues_the_counts(backend: Backend, thread_id: str):
     assert backend.target is not None
     first = run_process(backend.kind, backend.target, thread_id, calls=2)
     assert first["runs"] == {TOOL: 1}  # the 1st call ran, the 2nd was a duplicate
-    assert first["total_calls"] == 2
+    assert first["totals"]["calls"] == 2
     assert first["blocked"] == [[TOOL, "duplicate", 2]]
     assert first["stop_reason"] is None
     assert first["model_calls"] == 3  # two tool calls, then the answer
 
     second = run_process(backend.kind, backend.target, thread_id, calls=2)
     assert second["runs"] == {}  # the tool body never ran in process 2
-    assert second["total_calls"] == 4
+    assert second["totals"]["calls"] == 4
     assert second["counters"] == [[TOOL, 4]]
     assert second["blocked"] == [
         [TOOL, "duplicate", 2],
@@ -252,18 +252,18 @@ def test_time_travel_restores_the_guard_state_of_the_checkpoint(backend: Backend
         while graph.get_state(cfg(thread_id)).next:
             graph.invoke(None, cfg(thread_id))
             seen.append(guard.inspect(graph.get_state(cfg(thread_id))))
-        assert [v.total_calls for v in seen] == [1, 2, 3, 4]
+        assert [v.totals.calls for v in seen] == [1, 2, 3, 4]
         latest = graph.get_state(cfg(thread_id))
         assert_aborted_once(guard.inspect(latest), runs)
 
         # Oldest first: the first checkpoint with one recorded call is the one written by
         # the first tools step (next: the agent).
         history = list(graph.get_state_history(cfg(thread_id)))  # newest first
-        after_first_tools = next(s for s in reversed(history) if guard.inspect(s).total_calls)
+        after_first_tools = next(s for s in reversed(history) if guard.inspect(s).totals.calls)
         assert after_first_tools.next == ("agent",)
         early = guard.inspect(after_first_tools)
         assert early == seen[0]  # what it was at that step of the run
-        assert early.total_calls == 1
+        assert early.totals.calls == 1
         assert early.calls == 1
         assert early.stop_reason is None
         assert early.blocked == ()
@@ -278,7 +278,7 @@ def test_time_travel_restores_the_guard_state_of_the_checkpoint(backend: Backend
         fork = guard.inspect(graph.get_state(cfg(thread_id)))
         assert model.calls == model_calls + 3  # counts 2 and 3 denied, count 4 aborts
         assert runs[TOOL] == 1  # the tool body never ran again
-        assert fork.total_calls == 4
+        assert fork.totals.calls == 4
         assert fork.blocked == (
             (TOOL, "duplicate", 2),
             (TOOL, "duplicate", 3),
@@ -302,7 +302,7 @@ def test_update_state_fork_keeps_the_guard_state(backend: Backend, thread_id: st
         early = next(
             s
             for s in reversed(list(graph.get_state_history(cfg(thread_id))))
-            if guard.inspect(s).total_calls == 1
+            if guard.inspect(s).totals.calls == 1
         )
         # Fork by editing the history at that checkpoint (messages only).
         forked = graph.update_state(
@@ -310,7 +310,7 @@ def test_update_state_fork_keeps_the_guard_state(backend: Backend, thread_id: st
         )
         view = guard.inspect(graph.get_state(forked))
         assert view == guard.inspect(early)
-        assert view.total_calls == 1
+        assert view.totals.calls == 1
         assert view.stop_reason is None
 
 
@@ -321,11 +321,11 @@ def test_inspect_reads_a_state_dict_and_the_channel_value(backend: Backend, thre
         graph = build_custom_graph(guard, looping(), make_tools(ToolRuns()), checkpointer=saver)
         out = graph.invoke(ask(), cfg(thread_id))
         snapshot = graph.get_state(cfg(thread_id))
-    assert guard.inspect(snapshot).total_calls == 4
+    assert guard.inspect(snapshot).totals.calls == 4
     # The docstring promises "a `StateSnapshot`, a state dict, or the channel value itself"
     # (a dict has a `.values` method: it must not be mistaken for a snapshot).
     assert guard.inspect(snapshot.values) == guard.inspect(snapshot)
-    assert guard.inspect(out).total_calls == 4
+    assert guard.inspect(out).totals.calls == 4
     assert guard.inspect(out[GUARD_CHANNEL]).stop_reason == "repeat_limit"
 
 
@@ -354,14 +354,14 @@ def test_two_workers_share_one_thread_through_postgres(pg_uri: str, thread_id: s
 
         worker_a.invoke(ask("Turn 1: show me plan P1002."), cfg(thread_id))
         assert runs_a[TOOL] == 1
-        assert guard_a.inspect(worker_a.get_state(cfg(thread_id))).total_calls == 1
+        assert guard_a.inspect(worker_a.get_state(cfg(thread_id))).totals.calls == 1
 
         out = worker_b.invoke(ask("Turn 2: show me plan P1002 again."), cfg(thread_id))
         assert runs_b[TOOL] == 0  # denied as a duplicate: worker B never ran the tool
         assert "Not executed" in str(out["messages"][-2].content)
 
         view = guard_a.inspect(worker_a.get_state(cfg(thread_id)))
-        assert view.total_calls == 2
+        assert view.totals.calls == 2
         assert view.blocked == ((TOOL, "duplicate", 2),)
         assert view.stop_reason is None
         assert guard_b.inspect(worker_b.get_state(cfg(thread_id))) == view

@@ -143,7 +143,6 @@ def test_tenants_on_one_store_never_see_each_others_results(
 
 
 def test_a_handlers_state_sits_under_its_namespace_and_inspect_finds_it(tmp_path):
-    import argparse
     import io
     import sqlite3
 
@@ -152,6 +151,7 @@ def test_a_handlers_state_sits_under_its_namespace_and_inspect_finds_it(tmp_path
 
     from langgraph_replay_guard import ReplayGuardCallbackHandler
     from langgraph_replay_guard.cli import inspect_cmd
+    from langgraph_replay_guard.cli.main import build_parser
 
     db = tmp_path / "agents.sqlite"
 
@@ -177,13 +177,14 @@ def test_a_handlers_state_sits_under_its_namespace_and_inspect_finds_it(tmp_path
     # theirs); the default handler keeps its state where it always did.
     assert store.get(("replay_guard", "tenant%2EA", "callbacks"), THREAD) is not None
     assert store.get(("replay_guard", "callbacks"), THREAD) is not None
-    assert handlers["tenant.A"].inspect(THREAD).total_calls == 2
+    assert handlers["tenant.A"].inspect(THREAD).totals.calls == 2
 
     def inspect(namespace: str) -> dict:
         out = io.StringIO()
-        args = argparse.Namespace(db=str(db), thread=THREAD, namespace=namespace, json=True)
+        argv = ["inspect", "--db", str(db), "--thread", THREAD, "--namespace", namespace, "--json"]
+        args = build_parser().parse_args(argv)
         assert inspect_cmd.run(args, out=out, err=io.StringIO()) == 0
         return json.loads(out.getvalue())["guard"]["callback handler"]
 
-    assert inspect("replay_guard,tenant.A")["total_calls"] == 2
-    assert inspect("replay_guard")["total_calls"] == 1
+    assert inspect("replay_guard/tenant.A")["totals"]["calls"] == 2
+    assert inspect("replay_guard")["totals"]["calls"] == 1

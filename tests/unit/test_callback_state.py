@@ -55,6 +55,6 @@ def test_scope_table_evicts_least_recently_used_and_keeps_stored_threads():
     guard.scopes.get(("thread", "a"))  # a is now the most recently used
     guard.scopes.get(("thread", "c"))
     assert guard.scopes.peek(("thread", "b")) is None
-    assert guard.view(("thread", "b")).total_calls == 1, "the store still has the evicted thread"
+    assert guard.view(("thread", "b")).totals.calls == 1, "the store still has the evicted thread"
     assert store.get(("ns",), "b") is not None
-    assert guard.view(("run", "unknown")).total_calls == 0
+    assert guard.view(("run", "unknown")).totals.calls == 0

@@ -61,7 +61,7 @@ def write(value: Any, *events: Event) -> dict[str, Any]:
 def _bases() -> dict[str, dict[str, Any]]:
     """Valid channel values with every field in use: caps reached, a cycle, a stop, a batch."""
     full: dict[str, Any] = {}
-    for i in range(40):  # counts and results at their caps
+    for i in range(40):  # counters and results at their caps
         full = write(full, event("read", i))
     for _ in range(3):  # identical results going round read -> search: a cycle and a reminder
         full = write(full, event("read", 1, result="same"))
@@ -185,7 +185,7 @@ def assert_in_format(value: dict[str, Any]) -> None:
     """A value the guard wrote: plain JSON that reads back unchanged (no reset, no trim)."""
     assert json.loads(json.dumps(value)) == value
     assert load_state(json.loads(json.dumps(value))) == value
-    assert len(value["counts"]) <= MAX_TRACKED_KEYS
+    assert len(value["counters"]) <= MAX_TRACKED_KEYS
     assert len(value["results"]) <= MAX_RESULTS
     assert len(value["blocked"]) <= MAX_BLOCKED_LOG
 
@@ -272,7 +272,7 @@ def test_a_valid_value_reads_back_unchanged(name):
     [
         ("reminder", "boo"),
         ("pending", {"batch": "b", "events": [{}]}),
-        ("window", [["k"]]),
+        ("recent_calls", [["k"]]),
         ("stop", {"foo": 1}),
         ("cycle", {"keys": []}),
     ],
@@ -284,8 +284,8 @@ def test_each_known_corruption_resets_with_a_reason(field, bad, caplog):
         state = load_state(value)
     assert state["reset"]["reason"].startswith(f"the guard channel is malformed: {field}")
     assert state["reset"]["at"].endswith("+00:00")
-    assert state["stats"] == BASES["pending"]["stats"], "thread totals survive"
-    assert state["counts"] == {}
+    assert state["totals"] == BASES["pending"]["totals"], "thread totals survive"
+    assert state["counters"] == {}
     assert [r.levelname for r in caplog.records] == ["WARNING"]
     # Every read of the same corrupt value gets the same reset, reported once.
     with caplog.at_level("WARNING", logger="langgraph_replay_guard"):
@@ -302,21 +302,22 @@ HUGE = 160_000
 
 def huge_value(field: str) -> dict[str, Any]:
     value = copy.deepcopy(BASES["full"])
-    if field == "counts":
-        value["counts"] = {f"key-{i}": [1, "read"] for i in range(HUGE)}
+    if field == "counters":
+        value["counters"] = {f"key-{i}": [1, "read"] for i in range(HUGE)}
     elif field == "results":
         value["results"] = {f"key-{i}": ["hash", 0, 1, "preview"] for i in range(HUGE)}
     else:
-        row = {"window": ["k", "read", "success", 0], "blocked": ["read", "duplicate", 2]}[field]
+        rows = {"recent_calls": ["k", "read", "success", 0], "blocked": ["read", "duplicate", 2]}
+        row = rows[field]
         value[field] = [list(row) for _ in range(HUGE)]
     return value
 
 
-@pytest.mark.parametrize("field", ["counts", "results", "window", "blocked"])
+@pytest.mark.parametrize("field", ["counters", "results", "recent_calls", "blocked"])
 def test_an_oversize_map_is_trimmed_once_on_load_to_its_most_recent_entries(field):
     value = huge_value(field)
     state = load_state(value)
-    caps = {"counts": MAX_TRACKED_KEYS, "results": MAX_RESULTS, "blocked": MAX_BLOCKED_LOG}
+    caps = {"counters": MAX_TRACKED_KEYS, "results": MAX_RESULTS, "blocked": MAX_BLOCKED_LOG}
     cap = caps.get(field, CFG["w"])
     assert len(state[field]) == cap
     assert state["reset"] is None, "trimming is not a reset: the kept entries are valid"
@@ -327,20 +328,20 @@ def test_an_oversize_map_is_trimmed_once_on_load_to_its_most_recent_entries(fiel
     assert_in_format(after)
 
 
-def test_an_event_on_a_huge_counts_map_evicts_in_constant_time():
+def test_an_event_on_a_huge_counters_map_evicts_in_constant_time():
     # The 160,000-key map a hand edit could store; the timing is in benchmarks/bench_state.py.
-    value = huge_value("counts")
+    value = huge_value("counters")
     after = write(value, event("read", 7))
-    keys = list(after["counts"])
+    keys = list(after["counters"])
     assert len(keys) == MAX_TRACKED_KEYS
     assert keys[-1] == call_facts(CONFIG, "read", {"id": 7}).key, "the new call is the newest"
     assert keys[0] == f"key-{HUGE - MAX_TRACKED_KEYS + 1}", "only the oldest kept one went"
     # A state built by hand (not loaded) is trimmed by the fold itself, in one step.
     state = new_state()
     state["turn"] = "h1"  # the event's turn: entering a new turn would clear the map
-    state["counts"] = huge_value("counts")["counts"]
+    state["counters"] = huge_value("counters")["counters"]
     fold_events(state, [event("read", 8)], CFG)
-    assert len(state["counts"]) == MAX_TRACKED_KEYS
+    assert len(state["counters"]) == MAX_TRACKED_KEYS
 
 
 def test_a_field_replaced_in_place_on_a_written_value_is_checked_again():

@@ -414,7 +414,7 @@ def test_new_user_turn_resets_dedup_and_counters():
     assert run.call("read", {"id": 1}).reason == "duplicate"
     run.turn = "h2"
     assert run.call("read", {"id": 1}).verdict is Verdict.ALLOW
-    assert run.state["counts"][next(iter(run.state["counts"]))][0] == 1
+    assert run.state["counters"][next(iter(run.state["counters"]))][0] == 1
 
 
 def test_thread_scope_keeps_state_across_turns():
@@ -553,7 +553,7 @@ def test_control_is_safe_from_parallel_threads():
     for thread in threads:
         thread.join()
     view = ctl.inspect()
-    assert view.total_calls == 8 * 300
+    assert view.totals.calls == 8 * 300
     assert view.epoch == 8 * 300
     assert ctl.history_size() == 8 * 3
 

@@ -93,7 +93,54 @@ def test_cli_table_output(capsys):
     out = capsys.readouterr().out
     assert "13 calls" in out
     assert "Wrong blocks: 1 of 3 blocked" in out
-    assert "call   3 transfer (repeat_limit)" in out
+    assert "call   3 transfer (repeat_limit)\n      B\n" in out, "the run's id on its own line"
+
+
+def test_cli_table_has_a_legend_for_its_columns(capsys):
+    assert main(["eval", str(SMALL), "--policy", str(TOOLS)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if line.startswith("model "))
+    legend = {line.split()[0]: line for line in lines if line.startswith("  ") and line.split()}
+    for column in ("runs", "blocked", "redundant", "wrong", "aborts", "cut", "cycles"):
+        assert column in header.split()
+        assert column in legend, f"no legend line for {column}"
+    assert "after an abort" in legend["cut"]
+    assert "class: the replay class" in "\n".join(lines)
+
+
+def test_cli_never_cuts_ids_or_names(tmp_path, capsys):
+    model = "ft:gpt-4.1-2025-04-14:sierra:tau2-full-sft:BzrYdMNm-and-then-some"
+    tool = "check_data_restriction_status_of_the_customer_line"
+    run_id = "-14_sierra_tau2-full-sft_telecom.json:task[mms_issue]airplane_mode_on|" + "x" * 150
+    call = {"name": tool, "args": {"id": 1}, "result": "same", "turn": 0}
+    path = tmp_path / "long.jsonl"
+    path.write_text(json.dumps({"id": run_id, "model": model, "calls": [call] * 6}) + "\n")
+    assert main(["eval", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "..." not in out
+    lines = out.splitlines()
+    assert model in lines, "a long model name gets a line of its own"
+    assert tool in lines
+    assert f"      {run_id}" in lines
+    # The numbers of a name on its own line follow on the next line, in their columns.
+    numbers = lines[lines.index(model) + 1].split()
+    assert numbers == ["1", "6", "3", "3", "0", "1", "2", "0"]
+
+
+def test_the_demo_hint_runs_from_a_clone_after_make_demo(monkeypatch):
+    from langgraph_replay_guard.cli import demo_cmd
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)
+    monkeypatch.setattr("sys.argv", [".venv/bin/replay-guard", "demo"])
+    monkeypatch.setattr("shutil.which", lambda _name: None)  # the venv is not activated
+    assert demo_cmd.eval_command() == (
+        ".venv/bin/replay-guard eval langgraph_replay_guard/data/tau_sample.jsonl "
+        "--policy langgraph_replay_guard/data/tau_tools.json"
+    )
+    monkeypatch.setattr("shutil.which", lambda _name: str(root / ".venv/bin/replay-guard"))
+    monkeypatch.setattr("sys.argv", [str(root / ".venv/bin/replay-guard"), "demo"])
+    assert demo_cmd.eval_command().startswith("replay-guard eval "), "on PATH: its name"
 
 
 def test_cli_config_file(tmp_path, capsys):

@@ -208,9 +208,9 @@ def random_event(rng, config, recent_args):
 
 def assert_bounded(state, config):
     assert len(json.dumps(state)) < MAX_STATE_CHARS
-    assert len(state["counts"]) <= MAX_TRACKED_KEYS
+    assert len(state["counters"]) <= MAX_TRACKED_KEYS
     assert len(state["results"]) <= MAX_RESULTS
-    assert len(state["window"]) <= config.history_window
+    assert len(state["recent_calls"]) <= config.history_window
     assert json.loads(json.dumps(state)) == state, "the state must be plain JSON data"
 
 
@@ -223,7 +223,7 @@ def test_state_stays_bounded(n, seed):
     for _ in range(n):
         fold_events(state, [random_event(rng, THREAD_CONFIG, recent)], THREAD_CFG)
     assert_bounded(state, THREAD_CONFIG)
-    assert state["stats"]["calls"] == n
+    assert state["totals"]["calls"] == n
 
 
 def test_state_stays_bounded_over_ten_thousand_calls():
@@ -234,9 +234,9 @@ def test_state_stays_bounded_over_ten_thousand_calls():
     for _ in range(10_000):
         fold_events(state, [random_event(rng, THREAD_CONFIG, recent)], THREAD_CFG)
         assert_bounded(state, THREAD_CONFIG)
-        most_counts = max(most_counts, len(state["counts"]))
+        most_counts = max(most_counts, len(state["counters"]))
         most_results = max(most_results, len(state["results"]))
-    assert state["stats"]["calls"] == 10_000
+    assert state["totals"]["calls"] == 10_000
     # The caps were actually reached, so the bounds above were really exercised.
     assert most_counts == MAX_TRACKED_KEYS
     assert most_results == MAX_RESULTS
