@@ -541,7 +541,9 @@ class Admission:
 
 
 @dataclass(frozen=True)
-class _Run:
+class _MayRun:
+    """An intermediate step: the call may run (after `previous`, with idempotency `key`)."""
+
     previous: LedgerEntry | None = None
     key: str | None = None
 
@@ -551,7 +553,7 @@ class _Wait:
     row: LedgerEntry
 
 
-_Step = Admission | _Run | _Wait
+_Step = Admission | _MayRun | _Wait
 
 
 def _after_own(ctx: CallContext, own: LedgerEntry) -> _Step:
@@ -562,13 +564,13 @@ def _after_own(ctx: CallContext, own: LedgerEntry) -> _Step:
     if own.has_outcome:
         return Admission("replay", own)
     if own.status in ("retry", "interrupted"):
-        return _Run(own, own.idempotency_key)
+        return _MayRun(own, own.idempotency_key)
     if ctx.replay == "pure":
-        return _Run(own)
+        return _MayRun(own)
     if own.status == "started" and own.owner is not None and ctx.is_alive(own.owner):
         return _Wait(own)
     if ctx.replay != "unsafe":  # idempotent: run again with the same key
-        return _Run(own, own.idempotency_key or ctx.identity.idempotency_key)
+        return _MayRun(own, own.idempotency_key or ctx.identity.idempotency_key)
     if own.status == "blocked":
         why = "an identical earlier call's outcome is unknown"
         return Admission("unknown", own, why=why)
@@ -583,8 +585,8 @@ def _after_identical(ctx: CallContext, latest: LedgerEntry, tool_call_id: str) -
         return Admission("unknown", latest, why="an identical call's outcome is unknown")
     if ctx.is_answered(tool_call_id):
         if ctx.replay == "idempotent" and latest.outcome_unknown:
-            return _Run(key=latest.idempotency_key)  # its outcome is unknown: same key
-        return _Run()  # a deliberate repeat after an answered call
+            return _MayRun(key=latest.idempotency_key)  # its outcome is unknown: same key
+        return _MayRun()  # a deliberate repeat after an answered call
     # Its answer never reached the thread: the AIMessage was lost in a crash (or LangGraph
     # lost the writes that would have answered it) and the model asked again with new ids.
     if ctx.replay == "unsafe":
@@ -593,7 +595,7 @@ def _after_identical(ctx: CallContext, latest: LedgerEntry, tool_call_id: str) -
             "lost in a crash) and may have had its effect"
         )
         return Admission("unknown", latest, why=why)
-    return _Run(key=latest.idempotency_key)  # idempotent: the lost call's key
+    return _MayRun(key=latest.idempotency_key)  # idempotent: the lost call's key
 
 
 def tool_call_key(tool_call_id: str) -> str:
@@ -631,7 +633,7 @@ def admit(ctx: CallContext) -> Generator[Op, Any, Admission]:
         if own is not None:
             step = _after_own(ctx, own)
         elif ctx.replay == "pure":
-            step = _Run()
+            step = _MayRun()
         else:
             step = yield from _check_identical(ctx, index_value)
         if isinstance(step, Admission):
@@ -677,13 +679,13 @@ def admit(ctx: CallContext) -> Generator[Op, Any, Admission]:
 def _check_identical(ctx: CallContext, index_value: Any) -> Generator[Op, Any, _Step]:
     latest = index_value if isinstance(index_value, Mapping) else None
     if latest is None or not isinstance(latest.get("key"), str):
-        return _Run()
+        return _MayRun()
     if latest["key"] == ctx.identity.key or latest.get("ai") == ctx.identity.ai_message_id:
-        return _Run()  # siblings in one AIMessage are not earlier calls: the batch plan decides
+        return _MayRun()  # siblings in one AIMessage are not earlier calls: the batch plan decides
     (value,) = yield Read(((ctx.rows_ns, latest["key"]),))
     row = _entry(latest["key"], value)
     if row is None:
-        return _Run()  # the lookup row was written, the claim never was: it never ran
+        return _MayRun()  # the lookup row was written, the claim never was: it never ran
     return _after_identical(ctx, row, str(latest.get("tc") or row.tool_call_id))
 
 

@@ -497,11 +497,11 @@ class ShellPreset:
             The class. Never `pure` for a line that cannot be parsed or that holds an
             unknown command.
         """
-        run = _Run(self, fallback, part_rule)
+        run = _Classification(self, fallback, part_rule)
         return run.script(text, 0)
 
 
-class _Run:
+class _Classification:
     """One classification: the preset, the fallback class and the user's part rules."""
 
     def __init__(

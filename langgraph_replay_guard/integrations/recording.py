@@ -428,7 +428,7 @@ def _model_name(serialized: Mapping[str, Any] | None, kwargs: Mapping[str, Any])
 # -- one recorded run -----------------------------------------------------------------------
 
 
-class _Run:
+class _RecordedInvoke:
     """Records one `invoke`: the started record, the events, the final record."""
 
     def __init__(
@@ -617,7 +617,7 @@ class RecordedGraph:
         Raises:
             Exception: Whatever the graph raises (the record keeps it as the response).
         """
-        run = _Run(self.records, self.name, input, config, kwargs)
+        run = _RecordedInvoke(self.records, self.name, input, config, kwargs)
         self.last_execution_id = run.execution_id
         run.write_started()
         try:
@@ -632,7 +632,7 @@ class RecordedGraph:
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """Async twin of `invoke`."""
-        run = _Run(self.records, self.name, input, config, kwargs)
+        run = _RecordedInvoke(self.records, self.name, input, config, kwargs)
         self.last_execution_id = run.execution_id
         await run.awrite_started()
         try:

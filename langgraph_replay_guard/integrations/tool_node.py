@@ -81,7 +81,7 @@ AsyncWrapper = Callable[["ToolCallRequest", AsyncExecute], Awaitable[ToolResult]
 
 
 @dataclass(frozen=True)
-class _Run:
+class _Allowed:
     """A call the guard lets run; what to record once it returns."""
 
     planned: PlannedCall
@@ -319,8 +319,8 @@ class ToolCallGuard:
 
     # -- deciding -----------------------------------------------------------------------------
 
-    def _prepare(self, request: ToolCallRequest) -> _Run | _Blocked | None:
-        """Decide a call: `_Run` to execute it, `_Blocked` to answer it, None to pass it on."""
+    def _prepare(self, request: ToolCallRequest) -> _Allowed | _Blocked | None:
+        """Decide a call: `_Allowed` to execute it, `_Blocked` to answer it, None to pass it on."""
         tool_call = request.tool_call
         if request.tool is None:
             return None
@@ -368,7 +368,7 @@ class ToolCallGuard:
         decision = planned.decision
         assert decision is not None
         if decision.verdict is Verdict.ALLOW:
-            return _Run(planned, batch)
+            return _Allowed(planned, batch)
         emit(writer, decision, tool_call)
         abort = decision.verdict is Verdict.ABORT
         event = denied_event(planned, batch, decision.reason or "denied", abort=abort)
@@ -386,14 +386,14 @@ class ToolCallGuard:
 
     # -- recording ------------------------------------------------------------------------------
 
-    def _replayed(self, request: ToolCallRequest, run: _Run, entry: LedgerEntry) -> ToolResult:
+    def _replayed(self, request: ToolCallRequest, run: _Allowed, entry: LedgerEntry) -> ToolResult:
         """Answer a call whose outcome the ledger recorded, without running the tool."""
         message = replayed_message(entry, request.tool_call)
         decision = Decision(Verdict.REPLAY, "replayed", run.facts.key, tool=run.facts.tool, count=1)
         emit(getattr(request.runtime, "stream_writer", None), decision, request.tool_call)
         return self._finish(request, run, message)
 
-    def _finish(self, request: ToolCallRequest, run: _Run, result: ToolResult) -> ToolResult:
+    def _finish(self, request: ToolCallRequest, run: _Allowed, result: ToolResult) -> ToolResult:
         outcome, text = result_outcome(result)
         event = executed_event(self.guard.config, run.planned, run.batch, outcome, text)
         write = guard_update(self.guard.config, [event])
