@@ -39,6 +39,8 @@ __all__ = [
     "finished_entry",
     "node_path",
     "now_iso",
+    "resolvable",
+    "resolve_plan",
     "store_label",
 ]
 
@@ -837,3 +839,42 @@ def find_by_tool_call_id(
     found = yield Search(rows_ns, {"tool_call_id": tool_call_id}, 10)
     entries = [_entry(key, value) for key, value in found]
     return [entry for entry in entries if entry is not None]
+
+
+def resolvable(rows: list[LedgerEntry], thread_id: str, tool_call_id: str) -> list[LedgerEntry]:
+    """The rows of a tool call whose outcome a human may settle (`guard.resolve`).
+
+    Raises:
+        ValueError: There is no row, or every row's outcome is already known.
+    """
+    if not rows:
+        msg = (
+            f"No ledger row for tool_call_id {tool_call_id!r} in thread {thread_id!r}: "
+            "nothing to resolve (check the id in ReplayUnsafeError.facts['tool_call_id'])."
+        )
+        raise ValueError(msg)
+    unknown = [row for row in rows if row.outcome_unknown]
+    if not unknown:
+        states = ", ".join(sorted({row.status for row in rows}))
+        msg = (
+            f"Tool call {tool_call_id!r} in thread {thread_id!r} already has a known outcome "
+            f"({states}); only an unknown outcome can be resolved."
+        )
+        raise ValueError(msg)
+    return unknown
+
+
+def resolve_plan(
+    prefix: Sequence[str], thread_id: str, tool_call_id: str, outcome: str, result: Any
+) -> Generator[Op, Any, None]:
+    """The plan that records a human's resolution of a call whose outcome is unknown.
+
+    Raises:
+        ValueError: Nothing to resolve (see `resolvable`), or an invalid `outcome`.
+    """
+    rows = yield from find_by_tool_call_id(prefix, thread_id, tool_call_id)
+    rows_ns = row_namespace(prefix, thread_id)
+    settled_rows = [
+        apply_resolution(row, outcome, result) for row in resolvable(rows, thread_id, tool_call_id)
+    ]
+    yield Write(tuple((rows_ns, row.key, row.to_value()) for row in settled_rows))

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from langgraph.types import Command
 
-from langgraph_replay_guard.ledger import INTERRUPT_KIND, LedgerEntry, apply_resolution
-from langgraph_replay_guard.ledger_io import ReplayLedger
+from langgraph_replay_guard.ledger import INTERRUPT_KIND, resolve_plan, store_label
+from langgraph_replay_guard.ledger_io import arun_plan, run_plan
 
 if TYPE_CHECKING:
     from langgraph_replay_guard.guard import ReplayGuard
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 __all__ = ["aresolve", "resolve"]
 
 
-def _ledger(guard: ReplayGuard, graph: Any) -> ReplayLedger:
+def _ledger_store(guard: ReplayGuard, graph: Any) -> Any:
     store = guard.store if guard.store is not None else getattr(graph, "store", None)
     if store is None:
         msg = (
@@ -24,7 +24,7 @@ def _ledger(guard: ReplayGuard, graph: Any) -> ReplayLedger:
             "compile the graph with a store."
         )
         raise ValueError(msg)
-    return ReplayLedger(store, namespace=guard.namespace)
+    return store
 
 
 def _thread(config: Mapping[str, Any]) -> str:
@@ -35,22 +35,11 @@ def _thread(config: Mapping[str, Any]) -> str:
     return str(thread_id)
 
 
-def _resolvable(rows: list[LedgerEntry], thread_id: str, tool_call_id: str) -> list[LedgerEntry]:
-    if not rows:
-        msg = (
-            f"No ledger row for tool_call_id {tool_call_id!r} in thread {thread_id!r}: "
-            "nothing to resolve (check the id in ReplayUnsafeError.facts['tool_call_id'])."
-        )
-        raise ValueError(msg)
-    unknown = [row for row in rows if row.outcome_unknown]
-    if not unknown:
-        states = ", ".join(sorted({row.status for row in rows}))
-        msg = (
-            f"Tool call {tool_call_id!r} in thread {thread_id!r} already has a known outcome "
-            f"({states}); only an unknown outcome can be resolved."
-        )
-        raise ValueError(msg)
-    return unknown
+def _plan(
+    guard: ReplayGuard, config: Mapping[str, Any], tool_call_id: str, outcome: str, result: Any
+) -> Generator[Any, Any, None]:
+    prefix = tuple(store_label(part) for part in guard.namespace)
+    return resolve_plan(prefix, _thread(config), tool_call_id, outcome, result)
 
 
 def _resume_command(
@@ -80,11 +69,7 @@ def resolve(
     **invoke_kwargs: Any,
 ) -> Any:
     """See `ReplayGuard.resolve`."""
-    ledger = _ledger(guard, graph)
-    thread_id = _thread(config)
-    rows = _resolvable(ledger.by_tool_call_id(thread_id, tool_call_id), thread_id, tool_call_id)
-    for row in rows:
-        ledger.put(thread_id, apply_resolution(row, outcome, result))
+    run_plan(_ledger_store(guard, graph), _plan(guard, config, tool_call_id, outcome, result))
     if not resume:
         return None
     command = _resume_command(graph.get_state(config), tool_call_id, outcome, result)
@@ -103,11 +88,8 @@ async def aresolve(
     **invoke_kwargs: Any,
 ) -> Any:
     """See `ReplayGuard.aresolve`."""
-    ledger = _ledger(guard, graph)
-    thread_id = _thread(config)
-    found = await ledger.aby_tool_call_id(thread_id, tool_call_id)
-    for row in _resolvable(found, thread_id, tool_call_id):
-        await ledger.aput(thread_id, apply_resolution(row, outcome, result))
+    plan = _plan(guard, config, tool_call_id, outcome, result)
+    await arun_plan(_ledger_store(guard, graph), plan)
     if not resume:
         return None
     command = _resume_command(await graph.aget_state(config), tool_call_id, outcome, result)
