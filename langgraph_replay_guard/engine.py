@@ -12,6 +12,13 @@ from langgraph_replay_guard.config import GuardConfig
 from langgraph_replay_guard.errors import InvalidArgumentsError, LoopAbortedError
 from langgraph_replay_guard.keys import call_key, content_hash
 from langgraph_replay_guard.state import Event, Outcome, state_for_turn
+from langgraph_replay_guard.state_format import (
+    CallCounter,
+    CallEvent,
+    ExecutedCall,
+    FoldSettings,
+    ResultMemo,
+)
 
 __all__ = [
     "GRAPH_FIX",
@@ -152,15 +159,15 @@ def fold_settings(config: GuardConfig) -> dict[str, Any]:
     Returns:
         A small JSON object.
     """
-    return {
-        "w": config.history_window,
-        "cp": config.max_cycle_period,
-        "scope": config.scope,
-        "rr": config.repeat_reset,
-        "rd": config.result_diff,
-        "cy": config.cycle_detection,
-        "rm": config.reminder,
-    }
+    return FoldSettings(
+        window=config.history_window,
+        cycle_period=config.max_cycle_period,
+        scope=config.scope,
+        repeat_reset=config.repeat_reset,
+        result_diff=config.result_diff,
+        cycles=config.cycle_detection,
+        reminders=config.reminder,
+    ).encode()
 
 
 def decide(
@@ -196,7 +203,7 @@ def decide(
     key, tool = facts.key, facts.tool
     counted = view["counters"].get(key)
     in_batch = earlier_in_batch.count(key) if earlier_in_batch else 0
-    attempt = (counted[0] if counted else 0) + in_batch + 1
+    attempt = (CallCounter(*counted).attempts if counted else 0) + in_batch + 1
     final = stops_on_abort(config)
 
     stop = view.get("stop")
@@ -249,10 +256,11 @@ def decide(
             )
             return Decision(Verdict.DENY, "duplicate", key, msg, None, tool, attempt)
         epoch = view["epoch"]
-        for entry_key, _tool, outcome, entry_epoch in reversed(view["recent_calls"]):
-            if entry_key != key:
+        for entry in reversed(view["recent_calls"]):
+            executed = ExecutedCall(*entry)
+            if executed.key != key:
                 continue
-            if outcome == "success" and entry_epoch == epoch:
+            if executed.outcome == "success" and executed.epoch == epoch:
                 preview = _preview(view, key)
                 return Decision(
                     Verdict.DENY,
@@ -266,14 +274,15 @@ def decide(
             break  # the latest identical call failed or timed out: a retry is allowed
 
     if config.result_diff and facts.short_circuit:
-        result = view["results"].get(key)
-        if result is not None and result[2] >= 2 and result[1] == view["epoch"]:
-            preview = result[3]
+        stored = view["results"].get(key)
+        memo = ResultMemo(*stored) if stored is not None else None
+        if memo is not None and memo.in_a_row >= 2 and memo.epoch == view["epoch"]:
+            preview = memo.preview
             return Decision(
                 Verdict.SHORT_CIRCUIT,
                 "same_result",
                 key,
-                _same_result_message(tool, result[2], preview),
+                _same_result_message(tool, memo.in_a_row, preview),
                 preview,
                 tool,
                 attempt,
@@ -293,8 +302,8 @@ def _comes_back(view: Mapping[str, Any], batch: str | None) -> bool:
 
 
 def _preview(view: Mapping[str, Any], key: str) -> str | None:
-    result = view["results"].get(key)
-    return result[3] if result is not None else None
+    stored = view["results"].get(key)
+    return ResultMemo(*stored).preview if stored is not None else None
 
 
 def _with_preview(preview: str | None, label: str) -> str:
@@ -378,25 +387,23 @@ def make_event(
     executed_with_text = result is not None and outcome in {"success", "failure"}
     # The summary feeds reminders and stops only: denied calls and repeated side effects.
     needs_summary = outcome == "denied" or facts.replay != "pure"
-    event: Event = {
-        "b": batch,
-        "i": index,
-        "t": turn,
-        "k": facts.key,
-        "n": facts.tool,
-        "a": facts.args_summary if needs_summary else "",
-        "c": facts.replay,
-        "v": facts.volatile,
-        "s": facts.short_circuit,
-        "o": outcome,
-        "h": content_hash(result) if executed_with_text and result is not None else None,
-        "p": result[:preview_chars] if outcome == "success" and result is not None else None,
-        "r": reason,
-        "x": abort,
-    }
-    if batch_size is not None:
-        event["m"] = batch_size
-    return event
+    return CallEvent(
+        batch=batch,
+        index=index,
+        turn=turn,
+        key=facts.key,
+        tool=facts.tool,
+        args=facts.args_summary if needs_summary else "",
+        replay=facts.replay,
+        volatile=facts.volatile,
+        short_circuits=facts.short_circuit,
+        outcome=outcome,
+        result_hash=content_hash(result) if executed_with_text and result is not None else None,
+        preview=result[:preview_chars] if outcome == "success" and result is not None else None,
+        reason=reason,
+        abort=abort,
+        batch_size=batch_size,
+    ).encode()
 
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]+")

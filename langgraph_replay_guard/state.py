@@ -8,12 +8,20 @@ import operator
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, TypedDict
 
 from langgraph_replay_guard.state_format import (
     FORMAT_VERSION,
     READABLE_VERSIONS,
+    BlockedCall,
+    CallCounter,
+    CallEvent,
+    Event,
+    ExecutedCall,
+    FoldSettings,
     InvalidStateError,
+    ResultMemo,
+    TailItem,
     decode_cfg,
     decode_events,
     decode_fields,
@@ -54,29 +62,6 @@ Outcome = Literal["success", "failure", "timeout", "denied"]
 
 _EXECUTED: frozenset[str] = frozenset({"success", "failure", "timeout"})
 _OUTCOME_RANK = {"denied": 0, "timeout": 1, "failure": 2, "success": 3}
-
-
-class Event(TypedDict):
-    """One recorded call, as written into the channel.
-
-    Keys are short because events sit in the checkpoint; `GuardView` gives readable names.
-    """
-
-    b: str | None  # batch: id of the AIMessage that asked for the call (None: apply at once)
-    i: int  # position of the call in its batch
-    t: str | None  # turn: id of the user message that opened the turn
-    k: str  # call key
-    n: str  # tool name
-    a: str  # short, sanitized argument summary (for reminders; never tool output)
-    c: str  # replay class
-    v: bool  # volatile read
-    s: bool  # result-diff may short-circuit this tool (its policy's short_circuits())
-    o: str  # outcome
-    h: str | None  # result hash (success, or the error text of a failure)
-    p: str | None  # result preview (goes to the model in ToolMessages only)
-    r: str | None  # decision reason for a denied call
-    x: bool  # the denial was an abort (stops the run with exit_behavior="end")
-    m: NotRequired[int]  # size of the batch: once every position reported, it is folded
 
 
 class StateUpdate(TypedDict, total=False):
@@ -319,105 +304,105 @@ def _bump(mapping: dict[str, Any], key: str, value: Any, cap: int) -> None:
         mapping.update(kept)
 
 
-def _apply(state: dict[str, Any], ev: Event, cfg: Mapping[str, Any]) -> None:
+def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
     """Fold one event into `state` in place (the layers' bookkeeping, no decisions)."""
-    scope = cfg.get("scope", "turn")
-    _enter_turn(state, ev["t"], scope)
-    key, tool, outcome = ev["k"], ev["n"], ev["o"]
-    if ev["b"] is not None:
-        state["last_batch"] = ev["b"]
+    _enter_turn(state, ev.turn, cfg.scope)
+    key, tool, outcome = ev.key, ev.tool, ev.outcome
+    if ev.batch is not None:
+        state["last_batch"] = ev.batch
     state["calls"] += 1
-    state["totals"]["calls"] = state["totals"].get("calls", 0) + 1
+    totals = state["totals"]
+    totals["calls"] = totals.get("calls", 0) + 1
 
-    count = state["counters"].get(key, [0, tool])[0] + 1
-    _bump(state["counters"], key, [count, tool], MAX_TRACKED_KEYS)
+    counted = state["counters"].get(key)
+    count = (CallCounter(*counted).attempts if counted else 0) + 1
+    _bump(state["counters"], key, [*CallCounter(count, tool)], MAX_TRACKED_KEYS)
 
     epoch_before = state["epoch"]
     executed = outcome in _EXECUTED
-    world_changed = outcome == "success" and ev["c"] != "pure"
+    world_changed = outcome == "success" and ev.replay != "pure"
+    progress_resets = cfg.repeat_reset == "progress"
     if executed:
-        state["recent_calls"].append([key, tool, outcome, epoch_before])
-        del state["recent_calls"][: -int(cfg.get("w", 5))]
+        state["recent_calls"].append([*ExecutedCall(key, tool, outcome, epoch_before)])
+        del state["recent_calls"][: -cfg.window]
 
     if world_changed:
         state["epoch"] += 1
-        if cfg.get("rr", "progress") == "progress":
+        if progress_resets:
             # Progress: the agent changed the world, so other calls' repeats start over.
             state["counters"] = {key: state["counters"][key]}
 
     if outcome == "success":
-        result_hash = ev["h"]
-        previous = state["results"].get(key)
+        stored = state["results"].get(key)
+        previous = ResultMemo(*stored) if stored is not None else None
         same = (
             previous is not None
-            and result_hash is not None
-            and previous[0] == result_hash
-            and previous[1] == epoch_before
+            and ev.result_hash is not None
+            and previous.result_hash == ev.result_hash
+            and previous.epoch == epoch_before
         )
-        if (
-            ev["v"]
-            and previous is not None
-            and previous[0] != result_hash
-            and cfg.get("rr", "progress") == "progress"
-        ):
-            state["counters"][key] = [1, tool]  # a volatile read that changed is progress
-        in_a_row = previous[2] + 1 if same and previous is not None else 1
-        _bump(state["results"], key, [result_hash, state["epoch"], in_a_row, ev["p"]], MAX_RESULTS)
-        if same and not ev["s"] and cfg.get("rd", True):
+        changed = previous is not None and previous.result_hash != ev.result_hash
+        if ev.volatile and changed and progress_resets:
+            state["counters"][key] = [*CallCounter(1, tool)]  # a volatile read that changed
+        in_a_row = previous.in_a_row + 1 if same and previous is not None else 1
+        memo = ResultMemo(ev.result_hash, state["epoch"], in_a_row, ev.preview)
+        _bump(state["results"], key, [*memo], MAX_RESULTS)
+        if same and not ev.short_circuits and cfg.result_diff:
             # Side effects are never suppressed by result-diff: count and remind instead.
             _arm(state, ev, cfg, "same_result", count)
 
     _track_cycle(state, ev, cfg, executed)
 
     if outcome == "denied":
-        reason = ev["r"] or "denied"
-        state["totals"]["blocked"] = state["totals"].get("blocked", 0) + 1
-        state["blocked"].append([tool, reason, count])
+        reason = ev.reason or "denied"
+        totals["blocked"] = totals.get("blocked", 0) + 1
+        state["blocked"].append([*BlockedCall(tool, reason, count)])
         del state["blocked"][:-MAX_BLOCKED_LOG]
         _arm(state, ev, cfg, reason, count)
-        if ev["x"]:
-            state["totals"]["aborts"] = state["totals"].get("aborts", 0) + 1
-            state["stop"] = {"reason": reason, "tool": tool, "count": count, "args": ev["a"]}
+        if ev.abort:
+            totals["aborts"] = totals.get("aborts", 0) + 1
+            state["stop"] = {"reason": reason, "tool": tool, "count": count, "args": ev.args}
 
 
 def _arm(
     state: dict[str, Any],
-    ev: Event,
-    cfg: Mapping[str, Any],
+    ev: CallEvent,
+    cfg: FoldSettings,
     reason: str,
     count: int,
     *,
     detail: str | None = None,
 ) -> None:
-    if not cfg.get("rm", True):
+    if not cfg.reminders:
         return
     state["reminder"] = {
         "reason": reason,
-        "tool": ev["n"],
-        "args": ev["a"] if detail is None else detail,
+        "tool": ev.tool,
+        "args": ev.args if detail is None else detail,
         "count": count,
-        "batch": ev["b"],
+        "batch": ev.batch,
     }
 
 
-def _track_cycle(state: dict[str, Any], ev: Event, cfg: Mapping[str, Any], executed: bool) -> None:
-    key = ev["k"]
+def _track_cycle(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings, executed: bool) -> None:
+    key = ev.key
     cycle = state["cycle"]
     if cycle is not None:
         state["cycle"] = cycle = dict(cycle)  # never change a dict an older value shares
         if cycle["keys"][cycle["pos"]] == key:
             cycle["pos"] = (cycle["pos"] + 1) % len(cycle["keys"])
-            if ev["o"] == "denied" and ev["r"] == "cycle":
+            if ev.outcome == "denied" and ev.reason == "cycle":
                 cycle["strikes"] += 1
         else:
             state["cycle"] = cycle = None  # the agent did something else: the loop is broken
     if not executed:
         return
-    max_period = int(cfg.get("cp", 4))
+    max_period = cfg.cycle_period
     tail = state["tail"]
-    tail.append([key, ev["h"] if ev["h"] is not None else ev["o"], ev["n"]])
+    result = ev.result_hash if ev.result_hash is not None else ev.outcome
+    tail.append([*TailItem(key, result, ev.tool)])
     del tail[: -2 * max_period]
-    if cycle is not None or not cfg.get("cy", True):
+    if cycle is not None or not cfg.cycles:
         return
     last = tail[-1]
     for period in range(2, max_period + 1):
@@ -425,13 +410,13 @@ def _track_cycle(state: dict[str, Any], ev: Event, cfg: Mapping[str, Any], execu
             break
         if tail[-1 - period] != last:
             continue  # cheap test before comparing whole blocks
-        block = tail[-period:]
-        if block != tail[-2 * period : -period]:
+        block = [TailItem(*item) for item in tail[-period:]]
+        if block != [TailItem(*item) for item in tail[-2 * period : -period]]:
             continue
-        keys = [item[0] for item in block]
+        keys = [item.key for item in block]
         if len(set(keys)) == 1:
             continue  # a plain repeat: the repeat counter's job
-        tools = [item[2] for item in block]
+        tools = [item.tool for item in block]
         state["cycle"] = {"keys": keys, "tools": tools, "pos": 0, "strikes": 0}
         _arm(state, ev, cfg, "cycle", 2, detail=" -> ".join(tools))
         return
@@ -441,7 +426,7 @@ def _event_order(ev: Event) -> tuple[int, int, str]:
     return (ev["i"], _OUTCOME_RANK.get(ev["o"], -1), repr(sorted(ev.items())))
 
 
-def _add_pending(state: dict[str, Any], ev: Event, cfg: Mapping[str, Any]) -> None:
+def _add_pending(state: dict[str, Any], ev: Event, cfg: FoldSettings) -> None:
     pending = state["pending"]
     if pending is not None and pending["batch"] != ev["b"]:
         _fold_pending(state, cfg)
@@ -473,12 +458,12 @@ def _complete(events: list[Event]) -> bool:
     return isinstance(size, int) and len(events) == size and events[-1]["i"] == size - 1
 
 
-def _fold_pending(state: dict[str, Any], cfg: Mapping[str, Any]) -> None:
+def _fold_pending(state: dict[str, Any], cfg: FoldSettings) -> None:
     pending = state["pending"]
     state["pending"] = None
     if pending:
         for ev in pending["events"]:
-            _apply(state, ev, cfg)
+            _apply(state, CallEvent.decode(ev), cfg)
 
 
 def fold_events(state: dict[str, Any], events: list[Event], cfg: Mapping[str, Any]) -> None:
@@ -495,12 +480,13 @@ def fold_events(state: dict[str, Any], events: list[Event], cfg: Mapping[str, An
         cfg: Fold settings (`w` window, `cp` cycle period, `scope`, `rr`, `rd`, `cy`, `rm`).
     """
     state["cfg"] = dict(cfg)
+    settings = FoldSettings.decode(cfg)
     for ev in events:
         if ev["b"] is None:
-            _fold_pending(state, cfg)
-            _apply(state, ev, cfg)
+            _fold_pending(state, settings)
+            _apply(state, CallEvent.decode(ev), settings)
         else:
-            _add_pending(state, ev, cfg)
+            _add_pending(state, ev, settings)
 
 
 # (channel value, its settled state): one tuple, read and replaced atomically, so threads
@@ -530,7 +516,7 @@ def settled(value: Any) -> Mapping[str, Any]:
     state = load_state(value)
     if state["pending"] is None:
         return state
-    _fold_pending(state, state["cfg"])
+    _fold_pending(state, FoldSettings.decode(state["cfg"]))
     _SETTLED_CACHE[0] = (value, state)
     return state
 
@@ -700,13 +686,19 @@ class GuardView:
             turn=state.get("turn"),
             epoch=state["epoch"],
             calls=state["calls"],
-            recent_calls=tuple(RecentCall(k, t, o, e) for k, t, o, e in state["recent_calls"]),
-            counters=tuple(CallCount(k, v[1], v[0]) for k, v in state["counters"].items()),
+            recent_calls=tuple(RecentCall(*ExecutedCall(*e)) for e in state["recent_calls"]),
+            counters=tuple(
+                CallCount(key, counter.tool, counter.attempts)
+                for key, counter in ((k, CallCounter(*v)) for k, v in state["counters"].items())
+            ),
             cycle=tuple(cycle["tools"]) if cycle else None,
             reminder=reminder_text,
             stop=dict(stop) if stop else None,
             stop_reason=stop["reason"] if stop else None,
-            blocked=tuple((t, r, c) for t, r, c in state["blocked"]),
+            blocked=tuple(
+                (call.tool, call.reason, call.attempt)
+                for call in (BlockedCall(*b) for b in state["blocked"])
+            ),
             totals=GuardTotals(totals["calls"], totals["blocked"], totals["aborts"]),
             notice=state.get("notice"),
             reset=dict(state["reset"]) if state.get("reset") else None,

@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from itertools import islice
 from operator import itemgetter
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn, NotRequired, TypedDict
 
 __all__ = [
     "DEFAULT_CYCLE_PERIOD",
     "DEFAULT_WINDOW",
     "FORMAT_VERSION",
     "READABLE_VERSIONS",
+    "BlockedCall",
+    "CallCounter",
+    "CallEvent",
+    "Event",
+    "ExecutedCall",
+    "FoldSettings",
     "InvalidStateError",
+    "ResultMemo",
+    "TailItem",
     "decode_cfg",
     "decode_events",
     "decode_fields",
@@ -75,6 +84,196 @@ class InvalidStateError(ValueError):
             shown = shown[: _SHOWN_CHARS - 3] + "..."
         super().__init__(f"{path} should be {expected}, not {shown}")
         self.path = path
+
+
+# -- named types of the stored entries (the channel stores them as plain JSON) ----------------
+
+
+class CallCounter(NamedTuple):
+    """`counters[key]`, stored as `[attempts, tool]`: attempts of one distinct call."""
+
+    attempts: int
+    tool: str
+
+
+class ResultMemo(NamedTuple):
+    """`results[key]`, stored as `[result_hash, epoch, in_a_row, preview]`.
+
+    The last result of one distinct call, the epoch after it, how many identical results it
+    gave in a row, and a preview for the model.
+    """
+
+    result_hash: str | None
+    epoch: int
+    in_a_row: int
+    preview: str | None
+
+
+class ExecutedCall(NamedTuple):
+    """An entry of `recent_calls` (the dedup window), stored as `[key, tool, outcome, epoch]`."""
+
+    key: str
+    tool: str
+    outcome: str
+    epoch: int
+
+
+class TailItem(NamedTuple):
+    """An entry of `tail` (cycle detection), stored as `[key, result, tool]`."""
+
+    key: str
+    result: str
+    tool: str
+
+
+class BlockedCall(NamedTuple):
+    """An entry of `blocked`, stored as `[tool, reason, attempt]`."""
+
+    tool: str
+    reason: str
+    attempt: int
+
+
+class Event(TypedDict):
+    """One recorded call as it is written into the channel (see `CallEvent` for the names).
+
+    Keys are short because events sit in checkpoints; code reads them as a `CallEvent`.
+    """
+
+    b: str | None
+    i: int
+    t: str | None
+    k: str
+    n: str
+    a: str
+    c: str
+    v: bool
+    s: bool
+    o: str
+    h: str | None
+    p: str | None
+    r: str | None
+    x: bool
+    m: NotRequired[int]
+
+
+@dataclass(frozen=True, slots=True)
+class CallEvent:
+    """One recorded call, with names (its stored form is an `Event`).
+
+    Attributes:
+        batch: Id of the AIMessage that asked for the call (None: apply at once).
+        index: Position of the call in its batch.
+        turn: Id of the user message that opened the turn.
+        key: The call key.
+        tool: The tool name.
+        args: A short, sanitized argument summary (for reminders; never tool output).
+        replay: The call's replay class.
+        volatile: Whether it is a volatile read.
+        short_circuits: Whether result-diff may short-circuit this tool.
+        outcome: `"success"`, `"failure"`, `"timeout"` or `"denied"`.
+        result_hash: Hash of the result (a success) or of the error text (a failure).
+        preview: Result preview (goes to the model in ToolMessages only).
+        reason: The decision's reason for a denied call.
+        abort: Whether the denial stopped the run.
+        batch_size: How many calls the batch has; once every position reported, it is folded.
+    """
+
+    batch: str | None
+    index: int
+    turn: str | None
+    key: str
+    tool: str
+    args: str
+    replay: str
+    volatile: bool
+    short_circuits: bool
+    outcome: str
+    result_hash: str | None
+    preview: str | None
+    reason: str | None
+    abort: bool
+    batch_size: int | None = None
+
+    def encode(self) -> Event:
+        """The stored form."""
+        event: Event = {
+            "b": self.batch,
+            "i": self.index,
+            "t": self.turn,
+            "k": self.key,
+            "n": self.tool,
+            "a": self.args,
+            "c": self.replay,
+            "v": self.volatile,
+            "s": self.short_circuits,
+            "o": self.outcome,
+            "h": self.result_hash,
+            "p": self.preview,
+            "r": self.reason,
+            "x": self.abort,
+        }
+        if self.batch_size is not None:
+            event["m"] = self.batch_size
+        return event
+
+    @classmethod
+    def decode(cls, event: Mapping[str, Any]) -> CallEvent:
+        """The named form of a stored event already checked by `decode_events`."""
+        b, i, t, k, n, a, c, v, s, o, h, p, r, x = _EVENT_FIELDS(event)
+        return cls(b, i, t, k, n, a, c, v, s, o, h, p, r, x, event.get("m"))
+
+
+@dataclass(frozen=True, slots=True)
+class FoldSettings:
+    """The settings that shape the stored state; they travel with each write as `cfg`.
+
+    The reducer is a module-level function with no access to the guard, so these few
+    settings are written with the events, under short keys (`w`, `cp`, `scope`, `rr`, `rd`,
+    `cy`, `rm`).
+
+    Attributes:
+        window: `GuardConfig.history_window` (`w`).
+        cycle_period: `GuardConfig.max_cycle_period` (`cp`).
+        scope: `GuardConfig.scope`.
+        repeat_reset: `GuardConfig.repeat_reset` (`rr`).
+        result_diff: `GuardConfig.result_diff` (`rd`).
+        cycles: `GuardConfig.cycle_detection` (`cy`).
+        reminders: `GuardConfig.reminder` (`rm`).
+    """
+
+    window: int = DEFAULT_WINDOW
+    cycle_period: int = DEFAULT_CYCLE_PERIOD
+    scope: str = "turn"
+    repeat_reset: str = "progress"
+    result_diff: bool = True
+    cycles: bool = True
+    reminders: bool = True
+
+    def encode(self) -> dict[str, Any]:
+        """The stored form."""
+        return {
+            "w": self.window,
+            "cp": self.cycle_period,
+            "scope": self.scope,
+            "rr": self.repeat_reset,
+            "rd": self.result_diff,
+            "cy": self.cycles,
+            "rm": self.reminders,
+        }
+
+    @classmethod
+    def decode(cls, cfg: Mapping[str, Any]) -> FoldSettings:
+        """The named form of stored settings already checked by `decode_cfg` (absent: default)."""
+        return cls(
+            cfg.get("w", DEFAULT_WINDOW),
+            cfg.get("cp", DEFAULT_CYCLE_PERIOD),
+            cfg.get("scope", "turn"),
+            cfg.get("rr", "progress"),
+            cfg.get("rd", True),
+            cfg.get("cy", True),
+            cfg.get("rm", True),
+        )
 
 
 def _fail(path: str, expected: str, got: Any) -> NoReturn:
