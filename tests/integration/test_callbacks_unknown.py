@@ -204,7 +204,7 @@ def test_resolve_succeeded_records_the_result_and_rejects_unknown_calls():
 
 def test_unknown_outcomes_are_bounded_per_thread():
     from langgraph_replay_guard.engine import call_facts
-    from langgraph_replay_guard.integrations.callback_unknown import (
+    from langgraph_replay_guard.integrations.callbacks.unknown import (
         MAX_UNKNOWN,
         find_mark,
         new_mark,

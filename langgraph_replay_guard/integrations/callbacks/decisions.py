@@ -21,8 +21,8 @@ from langgraph_replay_guard.engine import (
     render_reminder,
     stop_error,
 )
-from langgraph_replay_guard.integrations.callback_state import Scope, ScopeKey, ScopeTable
-from langgraph_replay_guard.integrations.callback_unknown import (
+from langgraph_replay_guard.integrations.callbacks.scopes import Scope, ScopeKey, ScopeTable
+from langgraph_replay_guard.integrations.callbacks.unknown import (
     RESOLUTIONS,
     UNKNOWN_FIELD,
     UNKNOWN_REASON,

@@ -19,9 +19,9 @@ from langgraph.types import Command
 from langgraph_replay_guard.config import GuardConfig
 from langgraph_replay_guard.control import result_text
 from langgraph_replay_guard.errors import LoopAbortedError
-from langgraph_replay_guard.integrations.blocked_error import ToolCallBlockedError
-from langgraph_replay_guard.integrations.callback_guard import Call, CallbackGuard, Refusal
-from langgraph_replay_guard.integrations.callback_state import (
+from langgraph_replay_guard.integrations.callbacks.blocked_error import ToolCallBlockedError
+from langgraph_replay_guard.integrations.callbacks.decisions import Call, CallbackGuard, Refusal
+from langgraph_replay_guard.integrations.callbacks.scopes import (
     RunTree,
     ScopeKey,
     ScopeTable,
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from langchain_core.messages import ToolCall
     from langgraph.store.base import BaseStore
 
-__all__ = ["ReplayGuardCallbackHandler", "ToolCallBlockedError"]
+__all__ = ["ReplayGuardCallbackHandler"]
 
 logger = logging.getLogger("langgraph_replay_guard")
 
@@ -291,7 +291,7 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
                 would replace the refusal's text.
             TypeError: If `agent` is neither kind.
         """
-        from langgraph_replay_guard.integrations.callback_check import (
+        from langgraph_replay_guard.integrations.callbacks.executors import (
             agent_tool_names,
             enforcement_problems,
         )

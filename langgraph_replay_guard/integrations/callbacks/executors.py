@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from langgraph_replay_guard._compat import tool_node_settings
-from langgraph_replay_guard.integrations.blocked_error import ToolCallBlockedError
+from langgraph_replay_guard.integrations.callbacks.blocked_error import ToolCallBlockedError
 
 __all__ = ["agent_tool_names", "enforcement_problems"]
 
