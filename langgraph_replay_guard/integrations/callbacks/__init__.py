@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from langgraph_replay_guard.integrations.callbacks.blocked_error import ToolCallBlockedError
+from langgraph_replay_guard.integrations.callbacks.executors import ToolCallBlockedError
 from langgraph_replay_guard.integrations.callbacks.handler import ReplayGuardCallbackHandler
 
 __all__ = ["ReplayGuardCallbackHandler", "ToolCallBlockedError"]

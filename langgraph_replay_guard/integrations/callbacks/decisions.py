@@ -1,15 +1,16 @@
-"""Deciding and recording the tool calls a callback handler observes, per thread and turn."""
+"""Deciding and recording the tool calls the handler observes; unknown outcomes of unsafe calls."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.messages import AIMessage, ToolCall
 
 from langgraph_replay_guard.engine import (
+    CallFacts,
     Decision,
     PlannedCall,
     Verdict,
@@ -22,17 +23,6 @@ from langgraph_replay_guard.engine import (
     stop_error,
 )
 from langgraph_replay_guard.integrations.callbacks.scopes import Scope, ScopeKey, ScopeTable
-from langgraph_replay_guard.integrations.callbacks.unknown import (
-    RESOLUTIONS,
-    UNKNOWN_FIELD,
-    UNKNOWN_REASON,
-    find_mark,
-    marks_of,
-    new_mark,
-    unknown_message,
-    with_mark,
-    without_mark,
-)
 from langgraph_replay_guard.integrations.calls import (
     Batch,
     BatchPlan,
@@ -43,11 +33,12 @@ from langgraph_replay_guard.integrations.calls import (
     snapshot,
 )
 from langgraph_replay_guard.state import Event, GuardView, Outcome, settled, state_for_turn
+from langgraph_replay_guard.state_format import MAX_UNKNOWN_MARKS
 
 if TYPE_CHECKING:
     from langgraph_replay_guard.config import GuardConfig
 
-__all__ = ["Admitted", "Call", "CallbackGuard", "Refusal"]
+__all__ = ["Admitted", "Call", "CallbackGuard", "Refusal", "find_mark", "new_mark", "with_mark"]
 
 logger = logging.getLogger("langgraph_replay_guard")
 
@@ -459,3 +450,81 @@ def _step_message(plan: BatchPlan, messages: list[str | None]) -> str:
         )
         lines.append(f"- {planned.tool_call['name']}: {why}")
     return "\n".join(lines)
+
+
+# -- unknown outcomes: unsafe calls that raised, refused again until a human settles them ----
+
+UNKNOWN_FIELD = "unknown"
+"""Field of the handler's per-thread state holding the marks (a list, oldest first)."""
+
+UNKNOWN_REASON = "unknown_outcome"
+"""Reason of the refusal of a call whose identical earlier call has an unknown outcome."""
+
+_MAX_ERROR_CHARS = 300
+
+RESOLUTIONS: tuple[str, ...] = ("succeeded", "failed", "retry")
+
+
+def marks_of(state: Any) -> list[dict[str, Any]]:
+    """The unknown-outcome marks of a per-thread state (a copy; empty when none)."""
+    marks = state.get(UNKNOWN_FIELD) if isinstance(state, Mapping) else None
+    if not isinstance(marks, list):
+        return []
+    return [dict(m) for m in marks if isinstance(m, Mapping) and isinstance(m.get("k"), str)]
+
+
+def find_mark(marks: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
+    """The mark of the call key, if its outcome is unknown."""
+    for mark in marks:
+        if mark["k"] == key:
+            return mark
+    return None
+
+
+def new_mark(facts: CallFacts, error: BaseException) -> dict[str, Any]:
+    """The JSON mark of a call whose tool raised `error` (the error text is bounded)."""
+    text = f"{type(error).__name__}: {error}"
+    if len(text) > _MAX_ERROR_CHARS:
+        text = text[: _MAX_ERROR_CHARS - 3] + "..."
+    return {"k": facts.key, "n": facts.tool, "a": facts.args_summary, "e": text}
+
+
+def with_mark(marks: list[dict[str, Any]], mark: dict[str, Any]) -> list[dict[str, Any]]:
+    """The marks with `mark` added as the newest, bounded by `MAX_UNKNOWN_MARKS`."""
+    kept = [*without_mark(marks, mark["k"]), mark]
+    for dropped in kept[:-MAX_UNKNOWN_MARKS]:
+        # Bounded state wins over memory: say which call is no longer protected.
+        logger.warning(
+            "langgraph-replay-guard: more than %d unknown outcomes in one thread; forgetting "
+            "the oldest, '%s' (%s): an identical call may run again",
+            MAX_UNKNOWN_MARKS,
+            dropped["n"],
+            dropped["a"],
+        )
+    return kept[-MAX_UNKNOWN_MARKS:]
+
+
+def without_mark(marks: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    """The marks without the call key's."""
+    return [m for m in marks if m["k"] != key]
+
+
+def unknown_message(mark: Mapping[str, Any], scope: ScopeKey) -> str:
+    """What the model (and the log) is told when an identical call is refused.
+
+    Args:
+        mark: The mark of the earlier call.
+        scope: The handler's scope key: `("thread", id)` or `("run", root run id)`.
+
+    Returns:
+        The refusal text.
+    """
+    where = repr(scope[1]) if scope[0] == "thread" else f"None, run_id={scope[1]!r}"
+    return (
+        f"Not executed: an earlier identical call of unsafe tool '{mark['n']}' ({mark['a']}) "
+        f"raised {mark['e']}, so its outcome is unknown: it may have taken effect. Running it "
+        "again could repeat its side effect, so the guard refuses it until someone checks "
+        "upstream and settles it with handler.resolve("
+        f"{where}, {mark['n']!r}, <args>, 'succeeded' | 'failed' | 'retry'). "
+        "Do not call it again now; tell the user its outcome is unknown."
+    )

@@ -19,8 +19,12 @@ from langgraph.types import Command
 from langgraph_replay_guard.config import GuardConfig
 from langgraph_replay_guard.control import result_text
 from langgraph_replay_guard.errors import LoopAbortedError
-from langgraph_replay_guard.integrations.callbacks.blocked_error import ToolCallBlockedError
 from langgraph_replay_guard.integrations.callbacks.decisions import Call, CallbackGuard, Refusal
+from langgraph_replay_guard.integrations.callbacks.executors import (
+    ToolCallBlockedError,
+    agent_tool_names,
+    enforcement_problems,
+)
 from langgraph_replay_guard.integrations.callbacks.scopes import (
     RunTree,
     ScopeKey,
@@ -291,11 +295,6 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
                 would replace the refusal's text.
             TypeError: If `agent` is neither kind.
         """
-        from langgraph_replay_guard.integrations.callbacks.executors import (
-            agent_tool_names,
-            enforcement_problems,
-        )
-
         problems = enforcement_problems(agent)
         self._tool_names.check(agent_tool_names(agent), where="the agent")
         if problems:
