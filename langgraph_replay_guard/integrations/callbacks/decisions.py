@@ -27,6 +27,7 @@ from langgraph_replay_guard.integrations.calls import (
     Batch,
     BatchPlan,
     abort_answer,
+    blocked_answer,
     denied_event,
     executed_event,
     guard_update,
@@ -38,7 +39,16 @@ from langgraph_replay_guard.state_format import MAX_UNKNOWN_MARKS
 if TYPE_CHECKING:
     from langgraph_replay_guard.config import GuardConfig
 
-__all__ = ["Admitted", "Call", "CallbackGuard", "Refusal", "find_mark", "new_mark", "with_mark"]
+__all__ = [
+    "Admitted",
+    "Call",
+    "CallbackGuard",
+    "Refusal",
+    "as_tool_call",
+    "find_mark",
+    "new_mark",
+    "with_mark",
+]
 
 logger = logging.getLogger("langgraph_replay_guard")
 
@@ -66,7 +76,9 @@ class Refusal:
     """The non-allow decisions behind it, for the custom stream."""
 
 
-def _tool_call(name: str, args: Any, call_id: str | None) -> ToolCall:
+def as_tool_call(call: Call) -> ToolCall:
+    """A `Call` as LangChain's `ToolCall` (the engine's and the tracer's input)."""
+    name, args, call_id = call
     # Executors may pass a plain string as a tool's input; the call key hashes it as it is.
     return cast("ToolCall", {"name": name, "args": args, "id": call_id, "type": "tool_call"})
 
@@ -330,7 +342,7 @@ class CallbackGuard:
         state = snapshot(self.scopes.read(scope), batch_id)
         # The batch's AIMessage only carries the id: executor calls may have string args.
         batch = Batch(AIMessage(content="", id=batch_id), scope.turn)
-        tool_calls = [_tool_call(name, args, call_id) for name, args, call_id in calls]
+        tool_calls = [as_tool_call(call) for call in calls]
         plan = BatchPlan(
             calls=plan_calls(config, state, tool_calls, scope.turn, batch_id=batch_id), batch=batch
         )
@@ -382,15 +394,11 @@ class CallbackGuard:
             answer, events = abort_answer(planned, aborting, plan.batch)
             # A callback cannot end the run: ask the model to end it.
             return answer.text + (_ANSWER_NOW if planned is aborting else ""), events
-        if planned.error is not None:
-            logger.warning("langgraph-replay-guard: %s", planned.error)
-            return f"Not executed: {planned.error}", []
         decision = planned.decision
-        if decision is None or decision.verdict is Verdict.ALLOW:
+        if decision is not None and decision.verdict is Verdict.ALLOW:
             return self._unknown_answer(scope, plan, planned)
-        abort = decision.verdict is Verdict.ABORT
-        event = denied_event(planned, plan.batch, decision.reason or "denied", abort=abort)
-        return decision.message or "Not executed.", [event]
+        answer, events = blocked_answer(planned, plan.batch)
+        return answer.text, events
 
     def _unknown_answer(
         self, scope: Scope, plan: BatchPlan, planned: PlannedCall
