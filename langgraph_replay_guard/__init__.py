@@ -50,16 +50,10 @@ def __getattr__(name: str) -> object:
 
         return ReplayGuardMiddleware
     # The callback handler imports LangChain's agent types: import it on first use too.
-    if name == "ReplayGuardCallbackHandler":
-        from langgraph_replay_guard.integrations.callbacks import (
-            ReplayGuardCallbackHandler,
-        )
+    if name in {"ReplayGuardCallbackHandler", "ToolCallBlockedError"}:
+        from langgraph_replay_guard.integrations import callbacks
 
-        return ReplayGuardCallbackHandler
-    if name == "ToolCallBlockedError":
-        from langgraph_replay_guard.integrations.blocked_error import ToolCallBlockedError
-
-        return ToolCallBlockedError
+        return getattr(callbacks, name)
     msg = f"module {__name__!r} has no attribute {name!r}"
     raise AttributeError(msg)
 

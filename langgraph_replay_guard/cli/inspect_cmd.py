@@ -15,7 +15,7 @@ from langgraph_replay_guard.cli.store_uri import (
     open_checkpointer,
     open_store,
 )
-from langgraph_replay_guard.integrations.callback_state import scopes_namespace
+from langgraph_replay_guard.integrations.callbacks.scopes import scopes_namespace
 from langgraph_replay_guard.integrations.calls import GUARD_CHANNEL
 from langgraph_replay_guard.integrations.prompt import guard_view
 from langgraph_replay_guard.ledger import LedgerEntry

@@ -15,6 +15,7 @@ from langgraph_replay_guard.engine import (
     CallPlan,
     Decision,
     PlannedCall,
+    Verdict,
     fold_settings,
     make_event,
     plan_calls,
@@ -30,6 +31,7 @@ __all__ = [
     "BatchPlan",
     "PlanCache",
     "abort_answer",
+    "blocked_answer",
     "blocked_tool_message",
     "final_ai_message",
     "find_batch",
@@ -353,6 +355,30 @@ def abort_answer(
             [] if planned.facts is None else [denied_event(planned, batch, "stopped", abort=False)]
         )
     return blocked_tool_message(planned.tool_call, content), events
+
+
+def blocked_answer(planned: PlannedCall, batch: Batch) -> tuple[ToolMessage, list[Event]]:
+    """Answer a call that its plan does not let run, and the events that record it.
+
+    A call whose arguments could not be keyed is told why (and logged); it records nothing.
+    A denied or aborting call gets its decision's message and a `denied` event. For the
+    other calls of a batch that aborts, see `abort_answer`.
+
+    Args:
+        planned: The call: an `error`, or a decision other than allow.
+        batch: Its batch.
+
+    Returns:
+        The ToolMessage and the events.
+    """
+    if planned.error is not None:
+        logger.warning("langgraph-replay-guard: %s", planned.error)
+        return blocked_tool_message(planned.tool_call, f"Not executed: {planned.error}"), []
+    decision = planned.decision
+    assert decision is not None
+    abort = decision.verdict is Verdict.ABORT
+    event = denied_event(planned, batch, decision.reason or "denied", abort=abort)
+    return blocked_tool_message(planned.tool_call, decision.message or "Not executed."), [event]
 
 
 def tool_message(result: Any) -> ToolMessage | None:

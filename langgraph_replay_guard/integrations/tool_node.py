@@ -40,9 +40,8 @@ from langgraph_replay_guard.integrations.calls import (
     Batch,
     PlanCache,
     abort_answer,
-    blocked_tool_message,
+    blocked_answer,
     current_turn,
-    denied_event,
     emit,
     executed_event,
     final_ai_message,
@@ -357,26 +356,19 @@ class ToolCallGuard:
                 messages.append(final_ai_message(aborting.decision))
             return _Blocked(self._answer(messages, events), None, trace)
 
-        if planned.error is not None:
-            logger.warning("langgraph-replay-guard: %s", planned.error)
-            content = f"Not executed: {planned.error}"
-            trace = trace_info(None, replay=None, verdict="deny", reason="invalid_arguments")
-            return _Blocked(
-                self._answer([blocked_tool_message(tool_call, content)], []), None, trace
-            )
-
         decision = planned.decision
-        assert decision is not None
-        if decision.verdict is Verdict.ALLOW:
+        if decision is not None and decision.verdict is Verdict.ALLOW:
             return _Allowed(planned, batch)
+        answer, events = blocked_answer(planned, batch)
+        if decision is None:  # `planned.error`: arguments that could not be keyed
+            trace = trace_info(None, replay=None, verdict="deny", reason="invalid_arguments")
+            return _Blocked(self._answer([answer], events), None, trace)
         emit(writer, decision, tool_call)
-        abort = decision.verdict is Verdict.ABORT
-        event = denied_event(planned, batch, decision.reason or "denied", abort=abort)
-        messages = [blocked_tool_message(tool_call, decision.message or "Not executed.")]
-        if abort and last:
+        messages = [answer]
+        if decision.verdict is Verdict.ABORT and last:
             messages.append(final_ai_message(decision))
         trace = trace_info(decision, replay=_replay_class(planned))
-        return _Blocked(self._answer(messages, [event]), None, trace)
+        return _Blocked(self._answer(messages, events), None, trace)
 
     def _answer(self, messages: list[Any], events: list[Event]) -> Command[Any]:
         update: dict[str, Any] = {self.messages_key: messages}

@@ -204,17 +204,17 @@ def test_resolve_succeeded_records_the_result_and_rejects_unknown_calls():
 
 def test_unknown_outcomes_are_bounded_per_thread():
     from langgraph_replay_guard.engine import call_facts
-    from langgraph_replay_guard.integrations.callback_unknown import (
-        MAX_UNKNOWN,
+    from langgraph_replay_guard.integrations.callbacks.decisions import (
         find_mark,
         new_mark,
         with_mark,
     )
+    from langgraph_replay_guard.state_format import MAX_UNKNOWN_MARKS
 
     marks: list = []
     facts = [call_facts(CONFIG, "send_email", {"to": f"u{i}", "body": "b"}) for i in range(40)]
     for f in facts:
         marks = with_mark(marks, new_mark(f, ConnectionError("reset")))
-    assert len(marks) == MAX_UNKNOWN
+    assert len(marks) == MAX_UNKNOWN_MARKS
     assert find_mark(marks, facts[-1].key) is not None
     assert find_mark(marks, facts[0].key) is None, "the oldest mark was dropped"

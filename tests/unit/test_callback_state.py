@@ -9,9 +9,9 @@ from langgraph.prebuilt.tool_node import ToolInvocationError
 from langgraph.store.memory import InMemoryStore
 
 from langgraph_replay_guard import GuardConfig, ReplayGuardError
-from langgraph_replay_guard.integrations.callback_guard import CallbackGuard, Refusal
-from langgraph_replay_guard.integrations.callback_state import RunTree, ScopeTable
 from langgraph_replay_guard.integrations.callbacks import ToolCallBlockedError
+from langgraph_replay_guard.integrations.callbacks.decisions import CallbackGuard, Refusal
+from langgraph_replay_guard.integrations.callbacks.scopes import RunTree, ScopeTable
 
 
 def test_refusal_error_is_what_both_executors_hand_to_the_model():

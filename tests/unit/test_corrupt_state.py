@@ -28,8 +28,8 @@ from langgraph_replay_guard import (
     ReplayGuard,
 )
 from langgraph_replay_guard.engine import call_facts, fold_settings, make_event
-from langgraph_replay_guard.integrations.callback_guard import CallbackGuard, Refusal
-from langgraph_replay_guard.integrations.callback_state import ScopeTable
+from langgraph_replay_guard.integrations.callbacks.decisions import CallbackGuard, Refusal
+from langgraph_replay_guard.integrations.callbacks.scopes import ScopeTable
 from langgraph_replay_guard.integrations.calls import find_batch, plan_batch, snapshot, turn_anchors
 from langgraph_replay_guard.state import (
     MAX_BLOCKED_LOG,

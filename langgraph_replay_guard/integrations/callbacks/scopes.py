@@ -17,7 +17,7 @@ from langgraph_replay_guard.state import StateUpdate, load_state, merge_guard_st
 if TYPE_CHECKING:
     from langgraph.store.base import BaseStore
 
-    from langgraph_replay_guard.integrations.callback_guard import Admitted
+    from langgraph_replay_guard.integrations.callbacks.decisions import Admitted
     from langgraph_replay_guard.integrations.calls import BatchPlan
 
 __all__ = ["RunInfo", "RunTree", "Scope", "ScopeKey", "ScopeTable", "scopes_namespace"]

@@ -19,9 +19,18 @@ from langgraph.types import Command
 from langgraph_replay_guard.config import GuardConfig
 from langgraph_replay_guard.control import result_text
 from langgraph_replay_guard.errors import LoopAbortedError
-from langgraph_replay_guard.integrations.blocked_error import ToolCallBlockedError
-from langgraph_replay_guard.integrations.callback_guard import Call, CallbackGuard, Refusal
-from langgraph_replay_guard.integrations.callback_state import (
+from langgraph_replay_guard.integrations.callbacks.decisions import (
+    Call,
+    CallbackGuard,
+    Refusal,
+    as_tool_call,
+)
+from langgraph_replay_guard.integrations.callbacks.executors import (
+    ToolCallBlockedError,
+    agent_tool_names,
+    enforcement_problems,
+)
+from langgraph_replay_guard.integrations.callbacks.scopes import (
     RunTree,
     ScopeKey,
     ScopeTable,
@@ -39,10 +48,9 @@ from langgraph_replay_guard.options import (
 from langgraph_replay_guard.state import GuardView
 
 if TYPE_CHECKING:
-    from langchain_core.messages import ToolCall
     from langgraph.store.base import BaseStore
 
-__all__ = ["ReplayGuardCallbackHandler", "ToolCallBlockedError"]
+__all__ = ["ReplayGuardCallbackHandler"]
 
 logger = logging.getLogger("langgraph_replay_guard")
 
@@ -291,11 +299,6 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
                 would replace the refusal's text.
             TypeError: If `agent` is neither kind.
         """
-        from langgraph_replay_guard.integrations.callback_check import (
-            agent_tool_names,
-            enforcement_problems,
-        )
-
         problems = enforcement_problems(agent)
         self._tool_names.check(agent_tool_names(agent), where="the agent")
         if problems:
@@ -382,11 +385,7 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         Raises:
             LoopAbortedError: With `exit_behavior="error"`, when the turn was stopped.
         """
-        info, _ = self._runs.start(run_id, parent_run_id, metadata)
-        if not info.inside_tool:
-            self._guard.model_start(
-                info.scope, _turn_of(messages[0] if messages else [], info.root)
-            )
+        self._model_start(run_id, parent_run_id, metadata, messages[0] if messages else [])
 
     @_fail_open
     def on_llm_start(
@@ -405,9 +404,19 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         Raises:
             LoopAbortedError: With `exit_behavior="error"`, when the turn was stopped.
         """
+        self._model_start(run_id, parent_run_id, metadata, [])
+
+    def _model_start(
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        metadata: dict[str, Any] | None,
+        messages: Sequence[BaseMessage],
+    ) -> None:
+        """Note the turn of a model call outside any tool (`_turn_of` its messages)."""
         info, _ = self._runs.start(run_id, parent_run_id, metadata)
         if not info.inside_tool:
-            self._guard.model_start(info.scope, f"run:{info.root}")
+            self._guard.model_start(info.scope, _turn_of(messages, info.root))
 
     @_fail_open
     def on_llm_end(
@@ -512,9 +521,7 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         config = var_child_runnable_config.get()
         if config is None:
             return  # not inside a runnable (an AgentExecutor step): nothing to attach to
-        name, args, call_id = call
-        tool_call = cast("ToolCall", {"name": name, "args": args, "id": call_id})
-        blocked_run(config, tool_call, None, trace, error=error, exclude=self)
+        blocked_run(config, as_tool_call(call), None, trace, error=error, exclude=self)
 
     @_fail_open
     def on_tool_end(

@@ -1,15 +1,16 @@
-"""Deciding and recording the tool calls a callback handler observes, per thread and turn."""
+"""Deciding and recording the tool calls the handler observes; unknown outcomes of unsafe calls."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.messages import AIMessage, ToolCall
 
 from langgraph_replay_guard.engine import (
+    CallFacts,
     Decision,
     PlannedCall,
     Verdict,
@@ -21,33 +22,33 @@ from langgraph_replay_guard.engine import (
     render_reminder,
     stop_error,
 )
-from langgraph_replay_guard.integrations.callback_state import Scope, ScopeKey, ScopeTable
-from langgraph_replay_guard.integrations.callback_unknown import (
-    RESOLUTIONS,
-    UNKNOWN_FIELD,
-    UNKNOWN_REASON,
-    find_mark,
-    marks_of,
-    new_mark,
-    unknown_message,
-    with_mark,
-    without_mark,
-)
+from langgraph_replay_guard.integrations.callbacks.scopes import Scope, ScopeKey, ScopeTable
 from langgraph_replay_guard.integrations.calls import (
     Batch,
     BatchPlan,
     abort_answer,
+    blocked_answer,
     denied_event,
     executed_event,
     guard_update,
     snapshot,
 )
 from langgraph_replay_guard.state import Event, GuardView, Outcome, settled, state_for_turn
+from langgraph_replay_guard.state_format import MAX_UNKNOWN_MARKS
 
 if TYPE_CHECKING:
     from langgraph_replay_guard.config import GuardConfig
 
-__all__ = ["Admitted", "Call", "CallbackGuard", "Refusal"]
+__all__ = [
+    "Admitted",
+    "Call",
+    "CallbackGuard",
+    "Refusal",
+    "as_tool_call",
+    "find_mark",
+    "new_mark",
+    "with_mark",
+]
 
 logger = logging.getLogger("langgraph_replay_guard")
 
@@ -75,7 +76,9 @@ class Refusal:
     """The non-allow decisions behind it, for the custom stream."""
 
 
-def _tool_call(name: str, args: Any, call_id: str | None) -> ToolCall:
+def as_tool_call(call: Call) -> ToolCall:
+    """A `Call` as LangChain's `ToolCall` (the engine's and the tracer's input)."""
+    name, args, call_id = call
     # Executors may pass a plain string as a tool's input; the call key hashes it as it is.
     return cast("ToolCall", {"name": name, "args": args, "id": call_id, "type": "tool_call"})
 
@@ -339,7 +342,7 @@ class CallbackGuard:
         state = snapshot(self.scopes.read(scope), batch_id)
         # The batch's AIMessage only carries the id: executor calls may have string args.
         batch = Batch(AIMessage(content="", id=batch_id), scope.turn)
-        tool_calls = [_tool_call(name, args, call_id) for name, args, call_id in calls]
+        tool_calls = [as_tool_call(call) for call in calls]
         plan = BatchPlan(
             calls=plan_calls(config, state, tool_calls, scope.turn, batch_id=batch_id), batch=batch
         )
@@ -391,15 +394,11 @@ class CallbackGuard:
             answer, events = abort_answer(planned, aborting, plan.batch)
             # A callback cannot end the run: ask the model to end it.
             return answer.text + (_ANSWER_NOW if planned is aborting else ""), events
-        if planned.error is not None:
-            logger.warning("langgraph-replay-guard: %s", planned.error)
-            return f"Not executed: {planned.error}", []
         decision = planned.decision
-        if decision is None or decision.verdict is Verdict.ALLOW:
+        if decision is not None and decision.verdict is Verdict.ALLOW:
             return self._unknown_answer(scope, plan, planned)
-        abort = decision.verdict is Verdict.ABORT
-        event = denied_event(planned, plan.batch, decision.reason or "denied", abort=abort)
-        return decision.message or "Not executed.", [event]
+        answer, events = blocked_answer(planned, plan.batch)
+        return answer.text, events
 
     def _unknown_answer(
         self, scope: Scope, plan: BatchPlan, planned: PlannedCall
@@ -459,3 +458,81 @@ def _step_message(plan: BatchPlan, messages: list[str | None]) -> str:
         )
         lines.append(f"- {planned.tool_call['name']}: {why}")
     return "\n".join(lines)
+
+
+# -- unknown outcomes: unsafe calls that raised, refused again until a human settles them ----
+
+UNKNOWN_FIELD = "unknown"
+"""Field of the handler's per-thread state holding the marks (a list, oldest first)."""
+
+UNKNOWN_REASON = "unknown_outcome"
+"""Reason of the refusal of a call whose identical earlier call has an unknown outcome."""
+
+_MAX_ERROR_CHARS = 300
+
+RESOLUTIONS: tuple[str, ...] = ("succeeded", "failed", "retry")
+
+
+def marks_of(state: Any) -> list[dict[str, Any]]:
+    """The unknown-outcome marks of a per-thread state (a copy; empty when none)."""
+    marks = state.get(UNKNOWN_FIELD) if isinstance(state, Mapping) else None
+    if not isinstance(marks, list):
+        return []
+    return [dict(m) for m in marks if isinstance(m, Mapping) and isinstance(m.get("k"), str)]
+
+
+def find_mark(marks: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
+    """The mark of the call key, if its outcome is unknown."""
+    for mark in marks:
+        if mark["k"] == key:
+            return mark
+    return None
+
+
+def new_mark(facts: CallFacts, error: BaseException) -> dict[str, Any]:
+    """The JSON mark of a call whose tool raised `error` (the error text is bounded)."""
+    text = f"{type(error).__name__}: {error}"
+    if len(text) > _MAX_ERROR_CHARS:
+        text = text[: _MAX_ERROR_CHARS - 3] + "..."
+    return {"k": facts.key, "n": facts.tool, "a": facts.args_summary, "e": text}
+
+
+def with_mark(marks: list[dict[str, Any]], mark: dict[str, Any]) -> list[dict[str, Any]]:
+    """The marks with `mark` added as the newest, bounded by `MAX_UNKNOWN_MARKS`."""
+    kept = [*without_mark(marks, mark["k"]), mark]
+    for dropped in kept[:-MAX_UNKNOWN_MARKS]:
+        # Bounded state wins over memory: say which call is no longer protected.
+        logger.warning(
+            "langgraph-replay-guard: more than %d unknown outcomes in one thread; forgetting "
+            "the oldest, '%s' (%s): an identical call may run again",
+            MAX_UNKNOWN_MARKS,
+            dropped["n"],
+            dropped["a"],
+        )
+    return kept[-MAX_UNKNOWN_MARKS:]
+
+
+def without_mark(marks: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    """The marks without the call key's."""
+    return [m for m in marks if m["k"] != key]
+
+
+def unknown_message(mark: Mapping[str, Any], scope: ScopeKey) -> str:
+    """What the model (and the log) is told when an identical call is refused.
+
+    Args:
+        mark: The mark of the earlier call.
+        scope: The handler's scope key: `("thread", id)` or `("run", root run id)`.
+
+    Returns:
+        The refusal text.
+    """
+    where = repr(scope[1]) if scope[0] == "thread" else f"None, run_id={scope[1]!r}"
+    return (
+        f"Not executed: an earlier identical call of unsafe tool '{mark['n']}' ({mark['a']}) "
+        f"raised {mark['e']}, so its outcome is unknown: it may have taken effect. Running it "
+        "again could repeat its side effect, so the guard refuses it until someone checks "
+        "upstream and settles it with handler.resolve("
+        f"{where}, {mark['n']!r}, <args>, 'succeeded' | 'failed' | 'retry'). "
+        "Do not call it again now; tell the user its outcome is unknown."
+    )
