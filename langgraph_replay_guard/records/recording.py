@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from langgraph_replay_guard.integrations.calls import DECISION_EVENT
 from langgraph_replay_guard.integrations.tracing import TRACE_KEY
-from langgraph_replay_guard.records import (
+from langgraph_replay_guard.records.model import (
     ENVELOPE_ROUTING_FIELDS,
     ExecutionRecord,
     FinalResponse,
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
     from langchain_core.runnables import RunnableConfig
 
-    from langgraph_replay_guard.record_store import RecordStore
+    from langgraph_replay_guard.records.store import RecordStore
 
 __all__ = ["RecordedGraph", "RecordingHandler", "build_envelope", "revive", "to_json"]
 
