@@ -2,32 +2,35 @@
 
 from __future__ import annotations
 
-from langgraph_replay_guard.records.model import (
-    ENVELOPE_ROUTING_FIELDS,
-    NOT_REPLAYABLE_REASONS,
+from langgraph_replay_guard.records.engine import (
     CachingReplayEngine,
-    ErrorInfo,
-    ExecutionRecord,
-    FinalResponse,
-    IntegrityReport,
-    RecordedError,
-    RecordEvent,
-    RecordHeader,
-    RecordNotFoundError,
     RecordSource,
     Replayability,
-    ReplayableReason,
     ReplayedRunError,
     ReplayEngine,
     ReplayResult,
     batch_replay,
-    compute_envelope_hash,
-    first_validation_error,
-    invalidate_record,
     load_record,
-    utc_now_iso,
+)
+from langgraph_replay_guard.records.envelope import ENVELOPE_ROUTING_FIELDS, compute_envelope_hash
+from langgraph_replay_guard.records.integrity import (
+    IntegrityReport,
     verify_event_sequence,
     verify_record_integrity,
+)
+from langgraph_replay_guard.records.model import (
+    NOT_REPLAYABLE_REASONS,
+    ErrorInfo,
+    ExecutionRecord,
+    FinalResponse,
+    RecordedError,
+    RecordEvent,
+    RecordHeader,
+    RecordNotFoundError,
+    ReplayableReason,
+    first_validation_error,
+    invalidate_record,
+    utc_now_iso,
 )
 from langgraph_replay_guard.records.recording import RecordedGraph
 from langgraph_replay_guard.records.store import RecordStore, StoredRecordInfo

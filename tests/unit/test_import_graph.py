@@ -20,7 +20,10 @@ CORE = [
     "state",
     "state_format",
     "shell",
+    "records.envelope",
     "records.model",
+    "records.integrity",
+    "records.engine",
 ]
 
 
