@@ -25,11 +25,11 @@ from langgraph_replay_guard.errors import (
 from langgraph_replay_guard.guard import ReplayGuard
 from langgraph_replay_guard.integrations.calls import GUARD_CHANNEL
 from langgraph_replay_guard.integrations.graph_state import ReplayGuardState
-from langgraph_replay_guard.record_store import RecordStore
 from langgraph_replay_guard.records import (
     CachingReplayEngine,
     ExecutionRecord,
     RecordNotFoundError,
+    RecordStore,
     ReplayedRunError,
     ReplayEngine,
     ReplayResult,

@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 
     from langgraph_replay_guard.integrations.callbacks import ReplayGuardCallbackHandler
     from langgraph_replay_guard.integrations.middleware import ReplayGuardMiddleware
-    from langgraph_replay_guard.integrations.recording import RecordedGraph
-    from langgraph_replay_guard.record_store import RecordStore
+    from langgraph_replay_guard.records.recording import RecordedGraph
+    from langgraph_replay_guard.records.store import RecordStore
     from langgraph_replay_guard.state import GuardView
 
 __all__ = ["ReplayGuard"]
@@ -301,7 +301,7 @@ class ReplayGuard:
         Raises:
             ValueError: Recording is off (create the guard with `record=True`).
         """
-        from langgraph_replay_guard.integrations.recording import RecordedGraph
+        from langgraph_replay_guard.records.recording import RecordedGraph
 
         if self.records is None:
             msg = (
@@ -323,7 +323,7 @@ def _record_store(
     """Where a guard records runs, from its `record`, `store` and `namespace` options."""
     if record is False:
         return None
-    from langgraph_replay_guard.record_store import RecordStore
+    from langgraph_replay_guard.records.store import RecordStore
 
     if record is True:
         if store is None:

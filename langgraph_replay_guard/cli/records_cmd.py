@@ -11,14 +11,10 @@ from typing import Any, TextIO
 from langgraph_replay_guard.cli.common import add_namespace_option
 from langgraph_replay_guard.cli.store_uri import StoreURIError, mask_uri, open_store
 from langgraph_replay_guard.errors import NotReplayableError, ReplayHashMismatchError
-from langgraph_replay_guard.record_store import RecordStore, StoredRecordInfo
-from langgraph_replay_guard.records import (
-    RecordNotFoundError,
-    ReplayedRunError,
-    ReplayEngine,
-    load_record,
-    verify_record_integrity,
-)
+from langgraph_replay_guard.records.engine import ReplayedRunError, ReplayEngine, load_record
+from langgraph_replay_guard.records.integrity import verify_record_integrity
+from langgraph_replay_guard.records.model import RecordNotFoundError
+from langgraph_replay_guard.records.store import RecordStore, StoredRecordInfo
 
 __all__ = ["add_parser", "run"]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from langgraph_replay_guard.record_store import load_store_value
+from langgraph_replay_guard.records.store import load_store_value
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver

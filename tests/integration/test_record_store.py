@@ -243,7 +243,7 @@ def test_async_round_trip(kind: str, tmp_path: Path) -> None:
 def test_a_tenant_namespace_with_dots_is_accepted():
     from langgraph.store.memory import InMemoryStore
 
-    from langgraph_replay_guard.record_store import RecordStore
+    from langgraph_replay_guard.records import RecordStore
 
     store = RecordStore(InMemoryStore(), namespace=("replay_guard", "acme.example.com", "records"))
     assert store.namespace[1] == "acme%2Eexample%2Ecom"

@@ -353,7 +353,7 @@ def test_envelope_and_json_forms() -> None:
     from langchain_core.messages import AIMessage
     from langgraph.types import Interrupt
 
-    from langgraph_replay_guard.integrations.recording import (
+    from langgraph_replay_guard.records.recording import (
         UnrecordableValueError,
         build_envelope,
         revive,

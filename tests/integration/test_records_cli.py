@@ -16,7 +16,7 @@ from langchain_core.messages import HumanMessage
 from psycopg.conninfo import conninfo_to_dict
 
 from langgraph_replay_guard import LoopAbortedError, ReplayGuard
-from langgraph_replay_guard.integrations.recording import revive
+from langgraph_replay_guard.records.recording import revive
 from langgraph_replay_guard.testing import ScriptedChatModel
 from tests.integration.graphs import POLICY, ToolRuns, build_agent, make_tools
 

@@ -9,7 +9,7 @@ from typing import Any
 from langgraph.store.sqlite import SqliteStore
 
 from langgraph_replay_guard import ExecutionRecord
-from langgraph_replay_guard.record_store import RecordStore
+from langgraph_replay_guard.records import RecordStore
 from tests.integration.test_records_cli import cli
 from tests.unit.test_records_contract_shape import contract_record
 

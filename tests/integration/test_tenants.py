@@ -15,7 +15,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.base import BaseStore
 
 from langgraph_replay_guard import GuardConfig, ReplayGuard
-from langgraph_replay_guard.record_store import RecordStore
+from langgraph_replay_guard.records import RecordStore
 from langgraph_replay_guard.testing import ScriptedChatModel
 from tests.integration.graphs import SYSTEM, ToolRuns, build_agent, build_custom_graph
 

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from langgraph_replay_guard.ledger import Batch, store_label
 from langgraph_replay_guard.ledger_io import arun_plan, run_plan
-from langgraph_replay_guard.records import (
+from langgraph_replay_guard.records.model import (
     ExecutionRecord,
     RecordHeader,
     RecordNotFoundError,

@@ -21,17 +21,14 @@ from pydantic import BaseModel
 
 from langgraph_replay_guard.integrations.calls import DECISION_EVENT
 from langgraph_replay_guard.integrations.tracing import TRACE_KEY
-from langgraph_replay_guard.records import (
-    ENVELOPE_ROUTING_FIELDS,
+from langgraph_replay_guard.records.engine import ReplayEngine, ReplayResult, load_record
+from langgraph_replay_guard.records.envelope import ENVELOPE_ROUTING_FIELDS, compute_envelope_hash
+from langgraph_replay_guard.records.model import (
     ExecutionRecord,
     FinalResponse,
     RecordedError,
     RecordEvent,
     RecordHeader,
-    ReplayEngine,
-    ReplayResult,
-    compute_envelope_hash,
-    load_record,
     utc_now_iso,
 )
 
@@ -40,7 +37,7 @@ if TYPE_CHECKING:
 
     from langchain_core.runnables import RunnableConfig
 
-    from langgraph_replay_guard.record_store import RecordStore
+    from langgraph_replay_guard.records.store import RecordStore
 
 __all__ = ["RecordedGraph", "RecordingHandler", "build_envelope", "revive", "to_json"]
 
