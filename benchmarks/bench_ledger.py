@@ -28,7 +28,7 @@ from langgraph.store.memory import InMemoryStore
 from langgraph.store.sqlite import SqliteStore
 
 from langgraph_replay_guard import owners
-from langgraph_replay_guard.integrations.replay import replayed_message
+from langgraph_replay_guard.integrations.ledger_gate import replayed_message
 from langgraph_replay_guard.ledger import (
     CallContext,
     CallIdentity,

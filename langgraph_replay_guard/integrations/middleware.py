@@ -36,7 +36,7 @@ from langgraph_replay_guard.integrations.prompt import (
     next_call_reminder,
     system_prompt_with_reminder,
 )
-from langgraph_replay_guard.integrations.tool_node import ToolCallGuard, abort_trace
+from langgraph_replay_guard.integrations.tool_node import ToolCallWrapper, abort_trace
 from langgraph_replay_guard.integrations.tracing import blocked_run
 from langgraph_replay_guard.state import Event, merge_guard_state
 
@@ -125,7 +125,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.channel = GUARD_CHANNEL if name is None else f"{GUARD_CHANNEL}__{name}"
         self.state_schema = _state_schema(self.channel)
         self.tools = []
-        self._calls = ToolCallGuard(self.guard, channel=self.channel, end_batches=False)
+        self._calls = ToolCallWrapper(self.guard, channel=self.channel, end_batches=False)
         self._tools_checked = False
 
     @property

@@ -51,7 +51,7 @@ from langgraph_replay_guard.integrations.calls import (
     state_field,
     turn_anchors,
 )
-from langgraph_replay_guard.integrations.replay import ReplayGate, RunTicket, replayed_message
+from langgraph_replay_guard.integrations.ledger_gate import LedgerGate, RunTicket, replayed_message
 from langgraph_replay_guard.integrations.tool_errors import watch_tool_errors
 from langgraph_replay_guard.integrations.tracing import (
     LedgerStatus,
@@ -68,7 +68,7 @@ if TYPE_CHECKING:
 
     from langgraph_replay_guard.guard import ReplayGuard
 
-__all__ = ["ToolCallGuard", "guarded_tool_node", "route_after_tools"]
+__all__ = ["ToolCallWrapper", "guarded_tool_node", "route_after_tools"]
 
 logger = logging.getLogger("langgraph_replay_guard")
 
@@ -132,7 +132,7 @@ class _Execute:
 
 @dataclass(frozen=True)
 class _Check:
-    """Admit the call at the replay ledger (`ReplayGate.check`)."""
+    """Admit the call at the replay ledger (`LedgerGate.check`)."""
 
     request: ToolCallRequest
     facts: CallFacts
@@ -141,7 +141,7 @@ class _Check:
 
 @dataclass(frozen=True)
 class _Finish:
-    """Record how an admitted call ended (`ReplayGate.finish`)."""
+    """Record how an admitted call ended (`LedgerGate.finish`)."""
 
     ticket: RunTicket
     result: Any
@@ -173,7 +173,7 @@ class _Trace:
 _Op = _Execute | _Check | _Finish | _Trace
 
 
-class ToolCallGuard:
+class ToolCallWrapper:
     """Decides, runs and records one tool call (sync and async).
 
     Used as `wrap_tool_call`/`awrap_tool_call` of a `ToolNode` (`guard.wrap`) and by
@@ -213,7 +213,7 @@ class ToolCallGuard:
         self.channel = channel
         self.end_batches = end_batches
         self.plans = PlanCache()  # shared with the middleware's after_model: one plan a step
-        self.gate = ReplayGate(
+        self.gate = LedgerGate(
             guard.config, store=guard.store, namespace=guard.namespace, messages_key=messages_key
         )
 
@@ -455,7 +455,7 @@ def guarded_tool_node(guard: ReplayGuard, node: ToolNode) -> ToolNode:
     inner: Wrapper | None = settings.wrap_tool_call
     ainner: AsyncWrapper | None = settings.awrap_tool_call
     messages_key = settings.messages_key
-    wrapper = ToolCallGuard(
+    wrapper = ToolCallWrapper(
         guard,
         inner=inner,
         ainner=ainner,

@@ -10,7 +10,7 @@ from langgraph.store.memory import InMemoryStore
 
 from langgraph_replay_guard import GuardConfig, ReplayGuardError
 from langgraph_replay_guard.integrations.callbacks import ToolCallBlockedError
-from langgraph_replay_guard.integrations.callbacks.decisions import CallbackGuard, Refusal
+from langgraph_replay_guard.integrations.callbacks.decisions import CallbackDecider, Refusal
 from langgraph_replay_guard.integrations.callbacks.scopes import RunTree, ScopeTable
 
 
@@ -43,7 +43,7 @@ def test_run_tree_scopes_nesting_and_cap():
 
 def test_scope_table_evicts_least_recently_used_and_keeps_stored_threads():
     store = InMemoryStore()
-    guard = CallbackGuard(GuardConfig(), ScopeTable(2, store, ("ns",)))
+    guard = CallbackDecider(GuardConfig(), ScopeTable(2, store, ("ns",)))
     for thread in ("a", "b"):
         key = ("thread", thread)
         guard.batch(key, f"batch-{thread}", [("lookup", {"id": 1}, "c1")])

@@ -28,7 +28,7 @@ from langgraph_replay_guard import (
     ReplayGuard,
 )
 from langgraph_replay_guard.engine import call_facts, fold_settings, make_event
-from langgraph_replay_guard.integrations.callbacks.decisions import CallbackGuard, Refusal
+from langgraph_replay_guard.integrations.callbacks.decisions import CallbackDecider, Refusal
 from langgraph_replay_guard.integrations.callbacks.scopes import ScopeTable
 from langgraph_replay_guard.integrations.calls import find_batch, plan_batch, snapshot, turn_anchors
 from langgraph_replay_guard.state import (
@@ -219,7 +219,7 @@ def exercise_callback_handler(value: Any) -> None:
     """The callback handler keeps the same value per thread (in memory or in a store)."""
     scopes = ScopeTable(4, None, ("ns",))
     scopes.get(("thread", "t")).value = value
-    handler = CallbackGuard(CONFIG, scopes)
+    handler = CallbackDecider(CONFIG, scopes)
     key = ("thread", "t")
     assert isinstance(handler.view(key), GuardView)
     handler.reminder(key)

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Admitted",
     "Call",
-    "CallbackGuard",
+    "CallbackDecider",
     "Refusal",
     "as_tool_call",
     "find_mark",
@@ -83,7 +83,7 @@ def as_tool_call(call: Call) -> ToolCall:
     return cast("ToolCall", {"name": name, "args": args, "id": call_id, "type": "tool_call"})
 
 
-class CallbackGuard:
+class CallbackDecider:
     """The engine applied to what callbacks report: batches, tool starts and ends.
 
     Every method takes the scope's lock, so parallel tool calls of one batch (threads, or

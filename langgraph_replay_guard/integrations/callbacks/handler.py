@@ -21,7 +21,7 @@ from langgraph_replay_guard.control import result_text
 from langgraph_replay_guard.errors import LoopAbortedError
 from langgraph_replay_guard.integrations.callbacks.decisions import (
     Call,
-    CallbackGuard,
+    CallbackDecider,
     Refusal,
     as_tool_call,
 )
@@ -196,7 +196,7 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         scopes = ScopeTable(
             check_max_threads(max_threads), store, scopes_namespace(check_namespace(namespace))
         )
-        self._guard = CallbackGuard(self.config, scopes)
+        self._guard = CallbackDecider(self.config, scopes)
         self._tool_names = ToolNameCheck(self.config)
         self._runs = RunTree()
         # Pure in-memory work takes microseconds: run it on the event loop in async runs.

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 __all__ = [
     "IDEMPOTENCY_KEY_CONFIG",
     "INTERRUPT_KIND",
-    "ReplayGate",
+    "LedgerGate",
     "RunTicket",
     "replayed_message",
 ]
@@ -123,7 +123,7 @@ def _rejected_before_run(tool: Any, tool_call: Mapping[str, Any], key_arg: str |
     return False
 
 
-class ReplayGate:
+class LedgerGate:
     """The ledger side of the tool-call wrapper; one plan per call, a sync and an async driver.
 
     Args:
