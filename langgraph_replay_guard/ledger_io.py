@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from langgraph.store.base import GetOp, PutOp, SearchOp
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["ReplayLedger", "abatch", "arun_plan", "run_plan"]
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 def _batch_ops(op: Read | Write | Search) -> list[Any]:
@@ -48,10 +49,27 @@ def _batch_answer(op: Read | Write | Search, results: Sequence[Any]) -> Any:
     return None
 
 
-def run_plan(store: BaseStore, plan: Generator[Any, Any, T]) -> T:
+_STORE_OPS = (Read, Write, Search)
+
+
+def _other(run: Callable[[Any], R] | None, op: Any) -> R:
+    if run is None:
+        msg = f"a store plan yielded {op!r}, which is not a store operation"
+        raise TypeError(msg)
+    return run(op)
+
+
+def run_plan(
+    store: BaseStore, plan: Generator[Any, Any, T], other: Callable[[Any], Any] | None = None
+) -> T:
     """Run a store plan (the ledger's, the record store's) with the store's sync API.
 
-    A store error is thrown back into the plan, which may handle it.
+    An error an op raised is thrown back into the plan, which may handle it.
+
+    Args:
+        store: The store.
+        plan: The plan.
+        other: Runs the plan's ops that are not store ops (a recorded graph's run).
 
     Raises:
         Exception: Whatever the plan raises, and store errors the plan does not handle.
@@ -73,14 +91,25 @@ def run_plan(store: BaseStore, plan: Generator[Any, Any, T]) -> T:
                 answer = store_cas.compare_and_set(store, op)
             elif isinstance(op, Batch):
                 answer = list(store.batch(op.ops))
-            else:
+            elif isinstance(op, _STORE_OPS):
                 answer = _batch_answer(op, store.batch(_batch_ops(op)))
+            else:
+                answer = _other(other, op)
         except Exception as exc:  # handed to the plan, which decides
             error = exc
 
 
-async def arun_plan(store: BaseStore, plan: Generator[Any, Any, T]) -> T:
+async def arun_plan(
+    store: BaseStore,
+    plan: Generator[Any, Any, T],
+    other: Callable[[Any], Awaitable[Any]] | None = None,
+) -> T:
     """Run a store plan with the store's async API (sync stores run off the event loop).
+
+    Args:
+        store: The store.
+        plan: The plan.
+        other: Runs the plan's ops that are not store ops, asynchronously.
 
     Raises:
         Exception: Whatever the plan raises, and store errors the plan does not handle.
@@ -102,8 +131,10 @@ async def arun_plan(store: BaseStore, plan: Generator[Any, Any, T]) -> T:
                 answer = await store_cas.acompare_and_set(store, op)
             elif isinstance(op, Batch):
                 answer = list(await abatch(store, op.ops))
-            else:
+            elif isinstance(op, _STORE_OPS):
                 answer = _batch_answer(op, await abatch(store, _batch_ops(op)))
+            else:
+                answer = await _other(other, op)
         except Exception as exc:
             error = exc
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 import time
 import uuid
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
@@ -21,6 +22,7 @@ from pydantic import BaseModel
 
 from langgraph_replay_guard.integrations.calls import DECISION_EVENT
 from langgraph_replay_guard.integrations.tracing import TRACE_KEY
+from langgraph_replay_guard.ledger_io import arun_plan, run_plan
 from langgraph_replay_guard.records.engine import ReplayEngine, ReplayResult, load_record
 from langgraph_replay_guard.records.envelope import ENVELOPE_ROUTING_FIELDS, compute_envelope_hash
 from langgraph_replay_guard.records.model import (
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
 
     from langchain_core.runnables import RunnableConfig
 
-    from langgraph_replay_guard.records.store import RecordStore
+    from langgraph_replay_guard.records.store import Plan, RecordStore
 
 __all__ = ["RecordedGraph", "RecordingHandler", "build_envelope", "revive", "to_json"]
 
@@ -529,37 +531,25 @@ class _RecordedInvoke:
 
     # Writing never raises: the user's run matters more than its record.
 
-    def write_started(self) -> None:
+    def write_plan(self, record_of: Callable[[], ExecutionRecord], what: str) -> Plan[None]:
+        """Save the record `record_of()` builds; a failure is noted, never raised."""
         try:
-            self.stored_chunks = self.records.put(
-                self.started_record(), previous_chunks=self.stored_chunks
+            record = record_of()
+            self.stored_chunks = yield from self.records.put_plan(
+                record, previous_chunks=self.stored_chunks
             )
         except Exception as exc:
-            self.stored_chunks = None  # unknown now: read before the final write
-            self._fail(f"could not write the started record: {exc}")
+            self.stored_chunks = None  # unknown now: read before the next write
+            self._fail(f"could not write the {what} record: {exc}")
 
-    async def awrite_started(self) -> None:
-        try:
-            self.stored_chunks = await self.records.aput(
-                self.started_record(), previous_chunks=self.stored_chunks
-            )
-        except Exception as exc:
-            self.stored_chunks = None  # unknown now: read before the final write
-            self._fail(f"could not write the started record: {exc}")
 
-    def write_final(self, output: Any = None, error: BaseException | None = None) -> None:
-        try:
-            record = self.final_record(output, error)
-            self.records.put(record, previous_chunks=self.stored_chunks)
-        except Exception as exc:
-            self._fail(f"could not write the final record: {exc}")
+@dataclasses.dataclass(frozen=True)
+class _Invoke:
+    """Run the recorded graph once (the plan's one op that is not a store op)."""
 
-    async def awrite_final(self, output: Any = None, error: BaseException | None = None) -> None:
-        try:
-            record = self.final_record(output, error)
-            await self.records.aput(record, previous_chunks=self.stored_chunks)
-        except Exception as exc:
-            self._fail(f"could not write the final record: {exc}")
+    input: Any
+    config: Any
+    kwargs: Mapping[str, Any]
 
 
 def _with_handler(callbacks: Any, handler: BaseCallbackHandler) -> Any:
@@ -614,32 +604,35 @@ class RecordedGraph:
         Raises:
             Exception: Whatever the graph raises (the record keeps it as the response).
         """
-        run = _RecordedInvoke(self.records, self.name, input, config, kwargs)
+
+        def run(op: _Invoke) -> Any:
+            return self.graph.invoke(op.input, op.config, **op.kwargs)
+
+        return run_plan(self.records.store, self._run_plan(input, config, kwargs), run)
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        """Async `invoke`."""
+
+        async def run(op: _Invoke) -> Any:
+            return await self.graph.ainvoke(op.input, op.config, **op.kwargs)
+
+        return await arun_plan(self.records.store, self._run_plan(input, config, kwargs), run)
+
+    def _run_plan(
+        self, input: Any, config: RunnableConfig | None, kwargs: Mapping[str, Any]
+    ) -> Generator[Any, Any, Any]:
+        """Record the start, run the graph, record the end: one plan for both drivers."""
+        run = _RecordedInvoke(self.records, self.name, input, config, dict(kwargs))
         self.last_execution_id = run.execution_id
-        run.write_started()
+        yield from run.write_plan(run.started_record, "started")
         try:
-            output = self.graph.invoke(input, run.config, **kwargs)
+            output = yield _Invoke(input, run.config, kwargs)
         except GraphBubbleUp:
             raise  # an interrupt of an enclosing graph: this run has not finished
         except Exception as exc:
-            run.write_final(error=exc)
+            yield from run.write_plan(functools.partial(run.final_record, error=exc), "final")
             raise
-        run.write_final(output)
-        return output
-
-    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        """Async twin of `invoke`."""
-        run = _RecordedInvoke(self.records, self.name, input, config, kwargs)
-        self.last_execution_id = run.execution_id
-        await run.awrite_started()
-        try:
-            output = await self.graph.ainvoke(input, run.config, **kwargs)
-        except GraphBubbleUp:
-            raise
-        except Exception as exc:
-            await run.awrite_final(error=exc)
-            raise
-        await run.awrite_final(output)
+        yield from run.write_plan(functools.partial(run.final_record, output), "final")
         return output
 
     def envelope(

@@ -122,7 +122,7 @@ class RecordStore:
         Raises:
             ValueError: The record's payload or events are not JSON data.
         """
-        return self._run(self._put_plan(record, previous_chunks))
+        return self._run(self.put_plan(record, previous_chunks=previous_chunks))
 
     def get(self, execution_id: str) -> ExecutionRecord | None:
         """Load a record.
@@ -178,7 +178,7 @@ class RecordStore:
 
     async def aput(self, record: ExecutionRecord, *, previous_chunks: int | None = None) -> int:
         """Async twin of `put`."""
-        return await self._arun(self._put_plan(record, previous_chunks))
+        return await self._arun(self.put_plan(record, previous_chunks=previous_chunks))
 
     async def aget(self, execution_id: str) -> ExecutionRecord | None:
         """Async twin of `get`."""
@@ -198,7 +198,8 @@ class RecordStore:
 
     # -- plans: generators that yield store operations and receive their results -----------
 
-    def _put_plan(self, record: ExecutionRecord, previous_chunks: int | None) -> Plan[int]:
+    def put_plan(self, record: ExecutionRecord, *, previous_chunks: int | None = None) -> Plan[int]:
+        """The plan `put` runs (for a caller that runs it inside a plan of its own)."""
         header, chunks = self._encode(record)
         if previous_chunks is None:
             previous = (yield Batch((self._header_get(record.execution_id),)))[0]
