@@ -13,6 +13,7 @@ from langgraph_replay_guard.engine import (
     call_facts,
     decide,
     fold_settings,
+    guard_view,
     loop_error,
     make_event,
     raises_on_abort,
@@ -195,5 +196,4 @@ class GuardControl:
     def inspect(self) -> GuardView:
         """Return a read-only view of the control's state (the reminder is not cleared)."""
         with self._lock:
-            pending = self._state["reminder"]
-            return GuardView.from_state(self._state, render_reminder(pending) if pending else None)
+            return guard_view(self._state)

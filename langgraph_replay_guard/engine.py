@@ -11,7 +11,7 @@ from typing import Any
 from langgraph_replay_guard.config import GuardConfig
 from langgraph_replay_guard.errors import InvalidArgumentsError, LoopAbortedError
 from langgraph_replay_guard.keys import call_key, content_hash
-from langgraph_replay_guard.state import Event, Outcome, state_for_turn
+from langgraph_replay_guard.state import Event, GuardView, Outcome, settled, state_for_turn
 from langgraph_replay_guard.state_format import (
     CallCounter,
     CallEvent,
@@ -32,6 +32,7 @@ __all__ = [
     "call_facts",
     "decide",
     "fold_settings",
+    "guard_view",
     "loop_error",
     "make_event",
     "plan_calls",
@@ -617,3 +618,20 @@ def plan_calls(
         earlier.append(facts.key)
         calls.append(PlannedCall(tool_call, index, facts, decision, None))
     return calls
+
+
+def guard_view(value: Any, reminder: str | None = None) -> GuardView:
+    """The typed view of a guard state or channel value (`guard.inspect`, Studio's fields).
+
+    Args:
+        value: A guard state or channel value (checked; an unreadable one shows as reset).
+        reminder: The rendered reminder for the next model call, when the caller knows it;
+            otherwise the state's armed reminder is rendered.
+
+    Returns:
+        The view.
+    """
+    state = settled(value)
+    if reminder is None and state.get("reminder"):
+        reminder = render_reminder(state["reminder"])
+    return GuardView.from_state(state, reminder)

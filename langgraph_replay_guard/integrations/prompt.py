@@ -7,6 +7,7 @@ from typing import Any
 
 from langchain_core.messages import SystemMessage
 
+from langgraph_replay_guard.engine import guard_view as view_of
 from langgraph_replay_guard.engine import render_reminder
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
@@ -91,7 +92,4 @@ def guard_view(state_or_snapshot: Any, *, channel: str = GUARD_CHANNEL) -> Guard
     else:
         value = state_field(values, channel)
         reminder = next_call_reminder(values, channel=channel)
-    state = settled(value)
-    if reminder is None and state.get("reminder"):
-        reminder = render_reminder(state["reminder"])
-    return GuardView.from_state(state, reminder)
+    return view_of(value, reminder)

@@ -15,6 +15,7 @@ from langgraph_replay_guard.engine import (
     PlannedCall,
     Verdict,
     call_facts,
+    guard_view,
     loop_error,
     make_event,
     plan_calls,
@@ -312,9 +313,7 @@ class CallbackDecider:
         else:
             scope = self.scopes.peek(key)
             value = scope.value if scope is not None else None
-        state = settled(value)
-        pending = state.get("reminder")
-        return GuardView.from_state(state, render_reminder(pending) if pending else None)
+        return guard_view(value)
 
     def reminder(self, key: ScopeKey) -> str | None:
         """The pending reminder for the model call after the tripping batch, returned once."""
