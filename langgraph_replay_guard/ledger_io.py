@@ -23,6 +23,7 @@ from langgraph_replay_guard.ledger import (
     row_namespace,
     store_label,
 )
+from langgraph_replay_guard.plans import adrive, drive
 
 if TYPE_CHECKING:
     from langgraph.store.base import BaseStore
@@ -75,28 +76,19 @@ def run_plan(
         Exception: Whatever the plan raises, and store errors the plan does not handle.
     """
     store_cas.prepare(store)
-    answer: Any = None
-    error: Exception | None = None
-    while True:
-        try:
-            op = plan.send(answer) if error is None else plan.throw(error)
-        except StopIteration as stop:
-            value: T = stop.value
-            return value
-        answer, error = None, None
-        try:
-            if isinstance(op, Sleep):
-                time.sleep(op.seconds)
-            elif isinstance(op, Update):
-                answer = store_cas.compare_and_set(store, op)
-            elif isinstance(op, Batch):
-                answer = list(store.batch(op.ops))
-            elif isinstance(op, _STORE_OPS):
-                answer = _batch_answer(op, store.batch(_batch_ops(op)))
-            else:
-                answer = _other(other, op)
-        except Exception as exc:  # handed to the plan, which decides
-            error = exc
+
+    def run(op: Any) -> Any:
+        if isinstance(op, Sleep):
+            return time.sleep(op.seconds)
+        if isinstance(op, Update):
+            return store_cas.compare_and_set(store, op)
+        if isinstance(op, Batch):
+            return list(store.batch(op.ops))
+        if isinstance(op, _STORE_OPS):
+            return _batch_answer(op, store.batch(_batch_ops(op)))
+        return _other(other, op)
+
+    return drive(plan, run)
 
 
 async def arun_plan(
@@ -115,28 +107,19 @@ async def arun_plan(
         Exception: Whatever the plan raises, and store errors the plan does not handle.
     """
     await store_cas.aprepare(store)
-    answer: Any = None
-    error: Exception | None = None
-    while True:
-        try:
-            op = plan.send(answer) if error is None else plan.throw(error)
-        except StopIteration as stop:
-            value: T = stop.value
-            return value
-        answer, error = None, None
-        try:
-            if isinstance(op, Sleep):
-                await asyncio.sleep(op.seconds)
-            elif isinstance(op, Update):
-                answer = await store_cas.acompare_and_set(store, op)
-            elif isinstance(op, Batch):
-                answer = list(await abatch(store, op.ops))
-            elif isinstance(op, _STORE_OPS):
-                answer = _batch_answer(op, await abatch(store, _batch_ops(op)))
-            else:
-                answer = await _other(other, op)
-        except Exception as exc:
-            error = exc
+
+    async def run(op: Any) -> Any:
+        if isinstance(op, Sleep):
+            return await asyncio.sleep(op.seconds)
+        if isinstance(op, Update):
+            return await store_cas.acompare_and_set(store, op)
+        if isinstance(op, Batch):
+            return list(await abatch(store, op.ops))
+        if isinstance(op, _STORE_OPS):
+            return _batch_answer(op, await abatch(store, _batch_ops(op)))
+        return await _other(other, op)
+
+    return await adrive(plan, run)
 
 
 async def abatch(store: BaseStore, ops: Sequence[Any]) -> Sequence[Any]:

@@ -61,6 +61,7 @@ from langgraph_replay_guard.integrations.tracing import (
     traced_request,
 )
 from langgraph_replay_guard.ledger import LedgerEntry
+from langgraph_replay_guard.plans import adrive, drive
 from langgraph_replay_guard.state import Event, settled
 
 if TYPE_CHECKING:
@@ -221,51 +222,31 @@ class ToolCallWrapper:
 
     def wrap(self, request: ToolCallRequest, execute: Execute) -> ToolResult:
         """`wrap_tool_call` for a ToolNode."""
-        plan = self._call_plan(request)
-        answer: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                op = plan.send(answer) if error is None else plan.throw(error)
-            except StopIteration as stop:
-                result: ToolResult = stop.value
-                return result
-            answer, error = None, None
-            try:
-                if isinstance(op, _Execute):
-                    answer = self._execute_op(op, execute)
-                elif isinstance(op, _Check):
-                    answer = self.gate.check(op.request, op.facts, op.batch_id)
-                elif isinstance(op, _Finish):
-                    self.gate.finish(op.ticket, op.result, op.error)
-                else:
-                    blocked_run(*op.args())
-            except BaseException as exc:  # handed to the plan, which decides what to record
-                error = exc
+
+        def run(op: _Op) -> Any:
+            if isinstance(op, _Execute):
+                return self._execute_op(op, execute)
+            if isinstance(op, _Check):
+                return self.gate.check(op.request, op.facts, op.batch_id)
+            if isinstance(op, _Finish):
+                return self.gate.finish(op.ticket, op.result, op.error)
+            return blocked_run(*op.args())
+
+        return drive(self._call_plan(request), run)
 
     async def awrap(self, request: ToolCallRequest, execute: AsyncExecute) -> ToolResult:
         """`awrap_tool_call` for a ToolNode."""
-        plan = self._call_plan(request)
-        answer: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                op = plan.send(answer) if error is None else plan.throw(error)
-            except StopIteration as stop:
-                result: ToolResult = stop.value
-                return result
-            answer, error = None, None
-            try:
-                if isinstance(op, _Execute):
-                    answer = await self._aexecute_op(op, execute)
-                elif isinstance(op, _Check):
-                    answer = await self.gate.acheck(op.request, op.facts, op.batch_id)
-                elif isinstance(op, _Finish):
-                    await self.gate.afinish(op.ticket, op.result, op.error)
-                else:
-                    await ablocked_run(*op.args())
-            except BaseException as exc:
-                error = exc
+
+        async def run(op: _Op) -> Any:
+            if isinstance(op, _Execute):
+                return await self._aexecute_op(op, execute)
+            if isinstance(op, _Check):
+                return await self.gate.acheck(op.request, op.facts, op.batch_id)
+            if isinstance(op, _Finish):
+                return await self.gate.afinish(op.ticket, op.result, op.error)
+            return await ablocked_run(*op.args())
+
+        return await adrive(self._call_plan(request), run)
 
     def _execute_op(self, op: _Execute, execute: Execute) -> Any:
         if not op.guarded:
