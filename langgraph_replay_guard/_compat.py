@@ -10,6 +10,7 @@ from typing import Any
 __all__ = [
     "ToolNodeSettings",
     "create_agent_middleware",
+    "delegate_store",
     "handled_error_types",
     "is_default_tool_error_handler",
     "run_checkpointer",
@@ -118,3 +119,13 @@ def run_durability(configurable: Mapping[str, Any]) -> str:
     """The durability mode of the running graph (`"sync"`, `"async"` or `"exit"`)."""
     durability = configurable.get("__pregel_durability")
     return durability if isinstance(durability, str) else "async"
+
+
+def delegate_store(store: Any) -> Any:
+    """The store a wrapping store delegates to, or None.
+
+    `langgraph dev` hands nodes a batching wrapper that keeps the real store in `_store`;
+    the guard needs the real one to make a claim atomic in its database.
+    """
+    inner = getattr(store, "_store", None)
+    return None if inner is store else inner

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from langgraph_replay_guard._compat import delegate_store
 from langgraph_replay_guard.errors import ReplayGuardWarning
 
 if TYPE_CHECKING:
@@ -63,11 +64,11 @@ _PG_UPSERT = (
 
 
 def _unwrap(store: Any) -> Any:
-    """The store a wrapper delegates to (`langgraph dev`'s batching store keeps it in `_store`)."""
+    """The store a wrapper delegates to (`langgraph dev`'s batching store, see `_compat`)."""
     seen = 0
     while seen < 8 and _kind_of(store) == "unknown":
-        inner = getattr(store, "_store", None)
-        if inner is None or inner is store:
+        inner = delegate_store(store)
+        if inner is None:
             break
         store, seen = inner, seen + 1
     return store

@@ -97,3 +97,15 @@ def test_create_agent_middleware_sees_the_list_being_built():
 @pytest.mark.parametrize("flag", [True, "text", (ValueError,)])
 def test_non_callable_flags_are_not_the_default_handler(flag):
     assert not _compat.is_default_tool_error_handler(flag)
+
+
+def test_delegate_store_unwraps_langgraph_devs_batching_store():
+    from langgraph.store.memory import InMemoryStore
+
+    class Wrapper:  # the shape of langgraph-api's batching store
+        def __init__(self, inner):
+            self._store = inner
+
+    inner = InMemoryStore()
+    assert _compat.delegate_store(Wrapper(inner)) is inner
+    assert _compat.delegate_store(inner) is None
