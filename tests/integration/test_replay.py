@@ -142,14 +142,16 @@ def test_retry_policy_never_resends_an_unsafe_call_whose_outcome_is_unknown(fx):
     assert "guard.resolve" in str(caught.value)
 
 
-def test_a_human_resolves_an_unknown_outcome_and_the_model_gets_the_confirmed_result(fx):
+def _unknown_email(fx: SideEffects, store: Any) -> tuple[ReplayGuard, Any, dict[str, Any], str]:
+    """A thread stopped on an email whose outcome is unknown: sent, then the connection dropped.
+
+    Returns the guard, the graph, the thread's config and the email's tool_call_id.
+    """
     fx.fail_next["send_email"] = 1
-    store = InMemoryStore()
     guard = _guard(store)
-    model = asking_model([BATCH[0]])
     graph = replay_graph(
         guard,
-        model,
+        asking_model([BATCH[0]]),
         make_tools(fx),
         retry=RetryPolicy(max_attempts=2, initial_interval=0.01, retry_on=ConnectionError),
         checkpointer=InMemorySaver(),
@@ -157,7 +159,11 @@ def test_a_human_resolves_an_unknown_outcome_and_the_model_gets_the_confirmed_re
     config = _config()
     with pytest.raises(ReplayUnsafeError) as caught:
         graph.invoke({"messages": [HumanMessage("email Ann")]}, config, durability="sync")
-    call_id = caught.value.facts["tool_call_id"]
+    return guard, graph, config, caught.value.facts["tool_call_id"]
+
+
+def test_a_human_resolves_an_unknown_outcome_and_the_model_gets_the_confirmed_result(fx):
+    guard, graph, config, call_id = _unknown_email(fx, InMemoryStore())
 
     result = guard.resolve(
         graph, config, call_id, "succeeded", result="Email sent (checked)", durability="sync"
@@ -174,20 +180,8 @@ def test_a_human_resolves_an_unknown_outcome_and_the_model_gets_the_confirmed_re
 
 
 def test_resolve_finds_rows_written_before_lookup_rows_existed(fx):
-    fx.fail_next["send_email"] = 1
     store = InMemoryStore()
-    guard = _guard(store)
-    graph = replay_graph(
-        guard,
-        asking_model([BATCH[0]]),
-        make_tools(fx),
-        retry=RetryPolicy(max_attempts=2, initial_interval=0.01, retry_on=ConnectionError),
-        checkpointer=InMemorySaver(),
-    )
-    config = _config()
-    with pytest.raises(ReplayUnsafeError) as caught:
-        graph.invoke({"messages": [HumanMessage("email Ann")]}, config, durability="sync")
-    call_id = caught.value.facts["tool_call_id"]
+    guard, graph, config, call_id = _unknown_email(fx, store)
     # An older release wrote no lookup rows: drop them, the row itself stays.
     ledger = ReplayLedger(store, namespace=guard.namespace)
     thread = config["configurable"]["thread_id"]
@@ -205,21 +199,8 @@ def test_resolve_finds_rows_written_before_lookup_rows_existed(fx):
 
 
 def test_resolving_with_retry_runs_the_tool_exactly_once_more(fx):
-    fx.fail_next["send_email"] = 1
-    guard = _guard(InMemoryStore())
-    graph = replay_graph(
-        guard,
-        asking_model([BATCH[0]]),
-        make_tools(fx),
-        retry=RetryPolicy(max_attempts=2, initial_interval=0.01, retry_on=ConnectionError),
-        checkpointer=InMemorySaver(),
-    )
-    config = _config()
-    with pytest.raises(ReplayUnsafeError) as caught:
-        graph.invoke({"messages": [HumanMessage("email Ann")]}, config, durability="sync")
-    result = guard.resolve(
-        graph, config, caught.value.facts["tool_call_id"], "retry", durability="sync"
-    )
+    guard, graph, config, call_id = _unknown_email(fx, InMemoryStore())
+    result = guard.resolve(graph, config, call_id, "retry", durability="sync")
     assert fx.count("send_email") == 2  # the operator checked: the first never arrived
     assert _tool_messages(result)[-1].content == "Email sent to ann@example.com"
 

@@ -16,33 +16,20 @@ from typing import Any
 
 import pytest
 
-from langgraph_replay_guard import GuardConfig, GuardView
-from langgraph_replay_guard.engine import call_facts, fold_settings, make_event
+from langgraph_replay_guard import GuardView
+from langgraph_replay_guard.engine import call_facts
 from langgraph_replay_guard.state import (
     FORMAT_VERSION,
-    Event,
     load_state,
     merge_guard_state,
     settled,
 )
 from langgraph_replay_guard.state_format import V1_RENAMED, migrate
-from tests.unit.test_corrupt_state import BASES
+from tests.unit.test_corrupt_state import BASES, CONFIG, event, write
 
 V1_VALUE: dict[str, Any] = json.loads(
     (Path(__file__).parents[1] / "fixtures" / "guard_state_v1.json").read_text(encoding="utf-8")
 )
-CONFIG = GuardConfig(tools={"write": "unsafe"})
-CFG = fold_settings(CONFIG)
-
-
-def event(tool: str, arg: int, outcome: str = "success", **kwargs: Any) -> Event:
-    result = kwargs.pop("result", f"result {arg}")
-    facts = call_facts(CONFIG, tool, {"id": arg})
-    return make_event(facts, outcome, result=result, turn="h1", **kwargs)  # type: ignore[arg-type]
-
-
-def write(value: Any, *events: Event) -> dict[str, Any]:
-    return merge_guard_state(value, {"op": "events", "cfg": CFG, "events": list(events)})
 
 
 def same_calls_now() -> dict[str, Any]:
