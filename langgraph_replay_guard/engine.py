@@ -32,12 +32,12 @@ __all__ = [
     "call_facts",
     "decide",
     "fold_settings",
-    "guard_view",
     "loop_error",
     "make_event",
     "plan_calls",
     "raises_on_abort",
     "render_reminder",
+    "state_view",
     "stop_error",
     "stops_on_abort",
     "summarize_args",
@@ -158,9 +158,12 @@ def fold_settings(config: GuardConfig) -> dict[str, Any]:
         config: Guard configuration.
 
     Returns:
-        A small JSON object.
+        A small JSON object (the caller's own copy).
     """
-    return FoldSettings(
+    last = _LAST_SETTINGS[0]
+    if last is not None and last[0] is config:
+        return dict(last[1])
+    settings = FoldSettings(
         window=config.history_window,
         cycle_period=config.max_cycle_period,
         scope=config.scope,
@@ -169,6 +172,13 @@ def fold_settings(config: GuardConfig) -> dict[str, Any]:
         cycles=config.cycle_detection,
         reminders=config.reminder,
     ).encode()
+    _LAST_SETTINGS[0] = (config, settings)
+    return dict(settings)
+
+
+# (config, its fold settings): every recorded call writes them, and a config is frozen. One
+# tuple, read and replaced atomically, like the plan cache.
+_LAST_SETTINGS: list[tuple[GuardConfig, dict[str, Any]] | None] = [None]
 
 
 def decide(
@@ -620,7 +630,7 @@ def plan_calls(
     return calls
 
 
-def guard_view(value: Any, reminder: str | None = None) -> GuardView:
+def state_view(value: Any, reminder: str | None = None) -> GuardView:
     """The typed view of a guard state or channel value (`guard.inspect`, Studio's fields).
 
     Args:
