@@ -13,11 +13,11 @@ from langgraph_replay_guard.engine import (
     call_facts,
     decide,
     fold_settings,
-    guard_view,
     loop_error,
     make_event,
     raises_on_abort,
     render_reminder,
+    state_view,
 )
 from langgraph_replay_guard.keys import canonical_json
 from langgraph_replay_guard.state import GuardView, Outcome, fold_events, new_state
@@ -196,4 +196,4 @@ class GuardControl:
     def inspect(self) -> GuardView:
         """Return a read-only view of the control's state (the reminder is not cleared)."""
         with self._lock:
-            return guard_view(self._state)
+            return state_view(self._state)

@@ -7,8 +7,7 @@ from typing import Any
 
 from langchain_core.messages import SystemMessage
 
-from langgraph_replay_guard.engine import guard_view as view_of
-from langgraph_replay_guard.engine import render_reminder
+from langgraph_replay_guard.engine import render_reminder, state_view
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
     current_turn,
@@ -92,4 +91,4 @@ def guard_view(state_or_snapshot: Any, *, channel: str = GUARD_CHANNEL) -> Guard
     else:
         value = state_field(values, channel)
         reminder = next_call_reminder(values, channel=channel)
-    return view_of(value, reminder)
+    return state_view(value, reminder)

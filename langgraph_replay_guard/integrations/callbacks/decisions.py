@@ -15,12 +15,12 @@ from langgraph_replay_guard.engine import (
     PlannedCall,
     Verdict,
     call_facts,
-    guard_view,
     loop_error,
     make_event,
     plan_calls,
     raises_on_abort,
     render_reminder,
+    state_view,
     stop_error,
 )
 from langgraph_replay_guard.integrations.callbacks.scopes import Scope, ScopeKey, ScopeTable
@@ -35,7 +35,7 @@ from langgraph_replay_guard.integrations.calls import (
     snapshot,
 )
 from langgraph_replay_guard.state import Event, GuardView, Outcome, settled, state_for_turn
-from langgraph_replay_guard.state_format import MAX_UNKNOWN_MARKS
+from langgraph_replay_guard.state_format import MAX_UNKNOWN_MARKS, CallEvent
 
 if TYPE_CHECKING:
     from langgraph_replay_guard.config import GuardConfig
@@ -313,7 +313,7 @@ class CallbackDecider:
         else:
             scope = self.scopes.peek(key)
             value = scope.value if scope is not None else None
-        return guard_view(value)
+        return state_view(value)
 
     def reminder(self, key: ScopeKey) -> str | None:
         """The pending reminder for the model call after the tripping batch, returned once."""
@@ -417,7 +417,7 @@ class CallbackDecider:
 def _refusal_decision(planned: PlannedCall, events: list[Event]) -> Decision | None:
     """The decision reported on the stream for a refused call."""
     decision = planned.decision
-    if planned.facts is None or not events or events[-1]["r"] != UNKNOWN_REASON:
+    if planned.facts is None or not events or CallEvent.decode(events[-1]).reason != UNKNOWN_REASON:
         return decision
     return Decision(
         Verdict.DENY,
