@@ -18,7 +18,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.types import Command
 from typing_extensions import TypedDict
 
-from langgraph_replay_guard._compat import create_agent_middleware
+from langgraph_replay_guard._compat import create_agent_middleware, signature_once
 from langgraph_replay_guard.config import GuardConfig
 from langgraph_replay_guard.engine import loop_error, raises_on_abort
 from langgraph_replay_guard.guard import ReplayGuard
@@ -184,6 +184,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         update = {"messages": answers, self.channel: guard_update(config, events)}
         return _with_command(response, Command(update=update))
 
+    @signature_once
     def wrap_tool_call(
         self,
         request: ToolCallRequest,
@@ -192,6 +193,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         """Decide, run or answer, and record one tool call."""
         return self._calls.wrap(request, handler)
 
+    @signature_once
     async def awrap_tool_call(
         self,
         request: ToolCallRequest,
@@ -200,6 +202,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         """Async twin of `wrap_tool_call`."""
         return await self._calls.awrap(request, handler)
 
+    @signature_once
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
@@ -209,6 +212,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self._check_tools(request)
         return self._stop_after(request, handler(self._with_reminder(request)))
 
+    @signature_once
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from importlib.metadata import version
 
 import pytest
@@ -109,3 +110,20 @@ def test_delegate_store_unwraps_langgraph_devs_batching_store():
     inner = InMemoryStore()
     assert _compat.delegate_store(Wrapper(inner)) is inner
     assert _compat.delegate_store(inner) is None
+
+
+@pytest.mark.parametrize(
+    "hook", ["wrap_model_call", "awrap_model_call", "wrap_tool_call", "awrap_tool_call"]
+)
+def test_middleware_hooks_carry_their_signature_computed_once(hook):
+    # create_agent wraps each hook in langsmith's `traceable`, which asks inspect.signature
+    # for it on every call; the precomputed one must be what it gets, and it must be right.
+    from langgraph_replay_guard import ReplayGuardMiddleware
+
+    function = getattr(ReplayGuardMiddleware, hook)
+    assert inspect.signature(function) is function.__signature__
+    assert list(inspect.signature(getattr(ReplayGuardMiddleware(), hook)).parameters) == [
+        "request",
+        "handler",
+    ]
+    assert inspect.iscoroutinefunction(function) == hook.startswith("a")
