@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from make_coding_synthetic import Repo, Run, cache_repo, calc_repo, parser_repo  # noqa: E402
+from make_coding_synthetic import Repo, Run, cache_repo, calc_repo, parser_repo
 
 OUT = Path(__file__).with_name("swe-synthetic.jsonl")
 REDUNDANT = "synthetic-swe-redundant"
@@ -82,7 +82,8 @@ def redundant_lost(i: int) -> dict[str, Any]:
     run.swe("find_file", file_name="parser.py")  # redundant
     run.swe("search_file", search_term="split", file="src/parser.py")
     run.swe("search_dir", search_term="def parse")  # a third time: redundant
-    run.swe("edit", start_line=3, end_line=3, replacement="    return [p.strip() for p in parts if p]")
+    fixed = "    return [p.strip() for p in parts if p]"
+    run.swe("edit", start_line=3, end_line=3, replacement=fixed)
     run.bash("python -m pytest -q")
     return run.record()
 
