@@ -450,7 +450,10 @@ class GuardConfig(BaseModel):
     @classmethod
     def _check_toolkits(cls, value: Any) -> Any:
         if isinstance(value, str):
-            msg = f"toolkits must be a list of toolkit names, got the string {value!r}: [{value!r}]"
+            msg = (
+                f"toolkits must be a list of toolkit names, got the string {value!r}; "
+                f"write toolkits=[{value!r}]."
+            )
             raise ValueError(msg)  # a string is a sequence: "swe-agent" would be 9 names
         if isinstance(value, list | tuple):
             for item in value:
