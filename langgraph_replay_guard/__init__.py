@@ -7,6 +7,7 @@ from langgraph_replay_guard.config import (
     ClassRule,
     GuardConfig,
     ReplayClass,
+    ToolkitRef,
     ToolPolicy,
 )
 from langgraph_replay_guard.control import GuardControl
@@ -91,6 +92,7 @@ __all__ = [
     "ReplayedRunError",
     "ToolCallBlockedError",
     "ToolPolicy",
+    "ToolkitRef",
     "Verdict",
     "__version__",
     "batch_replay",

@@ -10,15 +10,31 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
 from pydantic.json_schema import SkipJsonSchema
 
 from langgraph_replay_guard.call_class import CallClass, ReplayClass
+from langgraph_replay_guard.toolkit_data import known_toolkits, toolkit_policies
 
 if TYPE_CHECKING:
     from langgraph_replay_guard.classify import Classifier
 
-__all__ = ["CallClass", "ClassRule", "GuardConfig", "PresetName", "ReplayClass", "ToolPolicy"]
+__all__ = [
+    "CallClass",
+    "ClassRule",
+    "GuardConfig",
+    "PresetName",
+    "ReplayClass",
+    "ToolPolicy",
+    "ToolkitRef",
+]
 
 PresetName = Literal["shell", "editor"]
 """Built-in per-call classifications (see `langgraph_replay_guard/presets/` and the README).
@@ -291,6 +307,39 @@ def _classifies(data: dict[str, Any]) -> bool:
     )
 
 
+class ToolkitRef(BaseModel):
+    """A toolkit whose tools carry a name prefix, as `GuardConfig.toolkits` entry.
+
+    `langchain-mcp-adapters` with `tool_name_prefix=True` names a server's tools
+    `<server>_<tool>`: `ToolkitRef(name="mcp-reference", prefix="fs_")` gives `fs_read_file`
+    the policy of `read_file`. Give one entry per prefix (per server).
+
+    Attributes:
+        name: The toolkit's name (see `GuardConfig.toolkits`).
+        prefix: Put in front of every tool name of the toolkit.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    prefix: str = ""
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        return _known_toolkit(value)
+
+
+def _known_toolkit(name: str) -> str:
+    if name not in known_toolkits():
+        msg = (
+            f"unknown toolkit {name!r}. Known toolkits: {', '.join(known_toolkits())}. "
+            "For other tools, give their policies in tools={...}."
+        )
+        raise ValueError(msg)
+    return name
+
+
 class GuardConfig(BaseModel):
     """Configuration of a `ReplayGuard`. Every default is the safe choice.
 
@@ -324,7 +373,15 @@ class GuardConfig(BaseModel):
             time never lets it run again by itself.
         tools: Per-tool policies by tool name. A plain string is shorthand for the replay
             class (`{"send_email": "unsafe"}`).
-        default_policy: Policy of tools not listed in `tools`.
+        toolkits: Named tool policies for well-known agent stacks, shipped as data
+            (`langgraph_replay_guard/toolkits/<name>.json`, one reason per tool):
+            `"deepagents"`, `"langchain"`, `"mcp-reference"`, `"swe-agent"`,
+            `"mini-swe-agent"`. An entry is a name, or a `ToolkitRef` (a name and a tool
+            name prefix). Your own `tools` entry for a tool always wins over a toolkit's,
+            as a whole (it replaces the toolkit's policy, it is not merged with it). Two
+            toolkits that give one tool different policies are an error unless `tools`
+            decides it. Serialized as given: the expanded policies are never written.
+        default_policy: Policy of tools not listed in `tools` nor in a toolkit.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -345,7 +402,11 @@ class GuardConfig(BaseModel):
     in_flight_wait: float = Field(default=10.0, ge=0, le=3600)
     in_flight_lease: float = Field(default=900.0, gt=0)
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
+    toolkits: tuple[str | ToolkitRef, ...] = ()
     default_policy: ToolPolicy = Field(default_factory=ToolPolicy)
+
+    # The toolkits' policies, expanded once (the user's `tools` are looked up first).
+    _toolkit_tools: dict[str, ToolPolicy] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -385,6 +446,38 @@ class GuardConfig(BaseModel):
             }
         return value
 
+    @field_validator("toolkits", mode="before")
+    @classmethod
+    def _check_toolkits(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            msg = (
+                f"toolkits must be a list of toolkit names, got the string {value!r}; "
+                f"write toolkits=[{value!r}]."
+            )
+            raise ValueError(msg)  # a string is a sequence: "swe-agent" would be 9 names
+        if isinstance(value, list | tuple):
+            for item in value:
+                if isinstance(item, str):
+                    _known_toolkit(item)
+        return value
+
+    @model_validator(mode="after")
+    def _expand_toolkits(self) -> GuardConfig:
+        self._toolkit_tools = _expand(self.toolkits, self.tools)
+        return self
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """Copy the configuration; the toolkits are expanded again for the copy."""
+        copy = super().model_copy(update=update, deep=deep)
+        if update and ("toolkits" in update or "tools" in update):
+            copy._toolkit_tools = _expand(copy.toolkits, copy.tools)
+        return copy
+
+    @property
+    def toolkit_tools(self) -> Mapping[str, ToolPolicy]:
+        """The policies the `toolkits` give, by tool name (a `tools` entry wins over these)."""
+        return self._toolkit_tools
+
     def policy_for(self, tool: str) -> ToolPolicy:
         """Return the policy of a tool.
 
@@ -392,9 +485,13 @@ class GuardConfig(BaseModel):
             tool: Tool name.
 
         Returns:
-            The tool's own policy, or `default_policy` when it has none.
+            The tool's own policy (`tools`), else its toolkit policy (`toolkits`), else
+            `default_policy`.
         """
-        return self.tools.get(tool, self.default_policy)
+        policy = self.tools.get(tool)
+        if policy is not None:
+            return policy
+        return self._toolkit_tools.get(tool, self.default_policy)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> GuardConfig:
@@ -458,6 +555,49 @@ class GuardConfig(BaseModel):
         if "default_policy" in data:
             update["default_policy"] = loaded.default_policy
         return self.model_copy(update=update)
+
+
+def _expand(
+    toolkits: tuple[str | ToolkitRef, ...], decided: Mapping[str, Any]
+) -> dict[str, ToolPolicy]:
+    """The toolkits' policies by tool name; a tool two toolkits disagree on is an error.
+
+    Raises:
+        ValueError: If two toolkits give a tool different policies and `decided` (the
+            user's `tools`) does not name it.
+    """
+    policies: dict[str, ToolPolicy] = {}
+    given_by: dict[str, str] = {}
+    for entry in toolkits:
+        ref = entry if isinstance(entry, ToolkitRef) else ToolkitRef(name=entry)
+        label = ref.name if not ref.prefix else f"{ref.name} (prefix {ref.prefix!r})"
+        for tool, fields in toolkit_policies(ref.name, ref.prefix).items():
+            policy = _toolkit_policy(json.dumps(fields, sort_keys=True))
+            earlier = policies.get(tool)
+            if earlier is not None and earlier != policy and tool not in decided:
+                msg = (
+                    f"toolkits {given_by[tool]!r} and {label!r} give tool {tool!r} different "
+                    f"policies ({_summary(earlier)} and {_summary(policy)}). Decide it in "
+                    f'tools={{"{tool}": ...}} (your entry wins over both), or drop one toolkit.'
+                )
+                raise ValueError(msg)
+            if earlier is None:
+                policies[tool] = policy
+                given_by[tool] = label
+    return policies
+
+
+@functools.cache
+def _toolkit_policy(fields: str) -> ToolPolicy:
+    # Validated once per distinct entry and shared: a policy is frozen, and sharing keeps
+    # its compiled classification (the shell preset's cache) across configurations.
+    return ToolPolicy.model_validate_json(fields)
+
+
+def _summary(policy: ToolPolicy) -> str:
+    if policy.preset is not None:
+        return f"preset={policy.preset!r}"
+    return f"replay={policy.replay!r}" + (", volatile" if policy.volatile else "")
 
 
 def _read_mapping(path: Path) -> dict[str, Any]:

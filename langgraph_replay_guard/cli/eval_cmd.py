@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import NoReturn, TextIO
 
@@ -19,6 +19,7 @@ from langgraph_replay_guard.evaluation import (
     evaluate_file,
     parse_line,
 )
+from langgraph_replay_guard.toolkit_data import known_toolkits
 
 __all__ = ["add_parser", "load_config", "print_report", "run"]
 
@@ -67,6 +68,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser.add_argument("trajectories", type=Path, help="JSONL file, one trajectory a line")
     parser.add_argument("--policy", type=Path, help="tool policy file ({'tools': {...}})")
     parser.add_argument("--config", type=Path, help="guard configuration file (JSON or YAML)")
+    parser.add_argument(
+        "--toolkit",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="add a toolkit's tool policies (repeatable; one of: "
+        f"{', '.join(known_toolkits())}); --config and --policy entries win",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
         "--error-pattern",
@@ -87,15 +96,24 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser.set_defaults(func=run)
 
 
-def load_config(config: Path | None, policy: Path | None) -> GuardConfig:
-    """Build the configuration from the optional config and policy files.
+def load_config(
+    config: Path | None, policy: Path | None, toolkits: Sequence[str] = ()
+) -> GuardConfig:
+    """Build the configuration from the optional config and policy files and toolkits.
 
     Raises:
         SystemExit: With a clear message naming the option and the file when a file is
-            missing, unreadable or invalid.
+            missing, unreadable or invalid, or naming the known toolkits.
     """
     cfg = _read_option("--config", config, GuardConfig.from_file) if config else GuardConfig()
-    return _read_option("--policy", policy, cfg.with_policies) if policy else cfg
+    cfg = _read_option("--policy", policy, cfg.with_policies) if policy else cfg
+    for name in toolkits:
+        if name not in known_toolkits():
+            _fail(f"--toolkit {name}: unknown toolkit; known: {', '.join(known_toolkits())}")
+    if toolkits:
+        # The files' own `tools` entries still win: toolkits only fill in the rest.
+        cfg = cfg.model_copy(update={"toolkits": (*cfg.toolkits, *toolkits)})
+    return cfg
 
 
 def _read_option(option: str, path: Path, load: Callable[[Path], GuardConfig]) -> GuardConfig:
@@ -171,7 +189,10 @@ def _evaluate(args: argparse.Namespace, config: GuardConfig, path: Path) -> Eval
 
 def run(args: argparse.Namespace) -> int:
     """Run `replay-guard eval`."""
-    config = load_config(args.config, args.policy)
+    try:
+        config = load_config(args.config, args.policy, args.toolkit)
+    except ValueError as exc:  # two toolkits disagree on a tool
+        _fail(f"--toolkit: {exc}")
     path: Path = args.trajectories
     if path.is_dir():
         _fail(f"{path} is a directory: {_HINT}")

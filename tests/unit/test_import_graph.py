@@ -20,6 +20,7 @@ CORE = [
     "state",
     "state_format",
     "shell",
+    "toolkit_data",
     "records.envelope",
     "records.model",
     "records.integrity",

@@ -1,0 +1,85 @@
+"""`replay-guard eval` with toolkits, on the SYNTHETIC SWE-agent-style trajectories."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from langgraph_replay_guard import GuardConfig
+from langgraph_replay_guard.cli.main import main
+from langgraph_replay_guard.evaluation import EvalReport, evaluate_file
+
+DATA = Path(__file__).parent.parent.parent / "benchmarks" / "data"
+TRAJECTORIES = DATA / "swe-synthetic.jsonl"
+NORMALIZE = [r"in [0-9.]+s"]
+REDUNDANT, LOOKALIKE = "synthetic-swe-redundant", "synthetic-swe-lookalike"
+
+
+def evaluate(config: GuardConfig) -> EvalReport:
+    return evaluate_file(TRAJECTORIES, config, normalize=NORMALIZE)
+
+
+def test_the_data_file_is_what_the_generator_writes():
+    spec = importlib.util.spec_from_file_location("swe_gen", DATA / "make_swe_synthetic.py")
+    assert spec is not None
+    assert spec.loader is not None
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    written = [json.loads(line) for line in TRAJECTORIES.read_text().splitlines()]
+    assert written == generator.trajectories()
+    assert {run["source"] for run in written} == {"synthetic"}
+
+
+def test_the_swe_agent_toolkit_catches_the_redundant_reads_with_no_wrong_block():
+    unsafe = evaluate(GuardConfig().with_policies(DATA / "swe-unsafe.json"))
+    toolkit = evaluate(GuardConfig(toolkits=["swe-agent"]))
+    before, after = unsafe.by_model[REDUNDANT], toolkit.by_model[REDUNDANT]
+    assert before.identical_repeats == after.identical_repeats == 22
+    assert before.caught == 0  # unsafe tools: identical repeats are only counted
+    assert after.caught == 22
+    assert after.kind_rate("redundant_read") == 1.0
+    # No wrong block, before or after, and nothing of the look-alike runs is blocked.
+    assert unsafe.total.wrong == toolkit.total.wrong == 0
+    assert toolkit.by_model[LOOKALIKE].blocked == 0
+    # Paging is never deduplicated: every viewer call ran.
+    for tool in ("open", "goto", "scroll_up", "scroll_down"):
+        assert set(toolkit.by_tool_class[tool]) == {"pure volatile"}
+        assert toolkit.by_tool[tool].blocked == 0
+
+
+def test_without_a_policy_the_viewers_are_blocked_wrongly():
+    report = evaluate(GuardConfig())
+    assert report.by_model[LOOKALIKE].blocked > 0
+    assert report.total.wrong > 0
+    assert report.by_tool["scroll_down"].wrong > 0
+
+
+def test_cli_toolkit_flag_and_config_file_give_the_same_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    base = ["eval", str(TRAJECTORIES), "--normalize", NORMALIZE[0], "--json"]
+    assert main([*base, "--toolkit", "swe-agent"]) == 0
+    by_flag = json.loads(capsys.readouterr().out)
+    config = tmp_path / "guard.json"
+    config.write_text(json.dumps({"toolkits": ["swe-agent"]}))
+    assert main([*base, "--config", str(config)]) == 0
+    by_file = json.loads(capsys.readouterr().out)
+    assert by_flag == by_file
+    assert by_flag["by_model"][REDUNDANT]["caught"] == 22
+    assert by_flag["total"]["wrong"] == 0
+    # The policy file's entries win over the toolkit's: unsafe tools stay unsafe.
+    policy = ["--policy", str(DATA / "swe-unsafe.json")]
+    assert main([*base, *policy, "--toolkit", "swe-agent"]) == 0
+    assert json.loads(capsys.readouterr().out)["by_model"][REDUNDANT]["caught"] == 0
+
+
+def test_cli_unknown_toolkit_names_the_known_ones(capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(SystemExit) as stop:
+        main(["eval", str(TRAJECTORIES), "--toolkit", "sweagent"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "--toolkit sweagent: unknown toolkit" in err
+    assert "swe-agent" in err

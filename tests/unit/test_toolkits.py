@@ -1,0 +1,230 @@
+"""Toolkits: named tool policies shipped as data, chosen with `GuardConfig(toolkits=[...])`."""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from langgraph_replay_guard import CallClass, GuardConfig, ReplayGuard, ToolPolicy
+from langgraph_replay_guard.config import ToolkitRef
+from langgraph_replay_guard.toolkit_data import known_toolkits, load_toolkit
+
+DOCS = Path(__file__).parent.parent.parent / "docs"
+SHIPPED = {"deepagents", "langchain", "mcp-reference", "swe-agent", "mini-swe-agent"}
+
+
+def call_class(config: GuardConfig, tool: str, args: dict | None = None) -> CallClass:
+    """The class the guard gives one call, as `replay-guard eval` and the engine see it."""
+    policy = config.policy_for(tool)
+    if policy.classifier_fn is not None:
+        return policy.classifier_fn(tool, args or {})[0]
+    return CallClass(policy.replay, policy.volatile)
+
+
+PURE, VOLATILE = CallClass("pure"), CallClass("pure", volatile=True)
+IDEMPOTENT, UNSAFE = CallClass("idempotent"), CallClass("unsafe")
+
+
+def test_every_shipped_toolkit_loads_with_a_one_line_reason_per_tool():
+    assert set(known_toolkits()) == SHIPPED
+    folder = resources.files("langgraph_replay_guard") / "toolkits"
+    for name in known_toolkits():
+        assert (folder / f"{name}.json").is_file()  # in the package, so in the wheel
+        data = load_toolkit(name)
+        assert data["toolkit"] == name
+        assert data["tools"]
+        for tool, entry in data["tools"].items():
+            reason = entry["reason"]
+            assert reason.strip(), (name, tool)
+            assert "\n" not in reason, (name, tool)
+            assert len(reason) <= 200, (name, tool)
+        config = GuardConfig(toolkits=[name])
+        assert set(config.toolkit_tools) == set(data["tools"])
+        assert config.tools == {}  # expanded beside the user's tools, not into them
+
+
+def test_swe_agent_viewers_are_volatile_searches_pure_edits_unsafe():
+    config = GuardConfig(toolkits=["swe-agent"])
+    for tool in ("open", "goto", "scroll_up", "scroll_down"):
+        assert call_class(config, tool) == VOLATILE
+    for tool in ("search_dir", "search_file", "find_file"):
+        assert call_class(config, tool) == PURE
+    for tool in ("edit", "create", "submit"):
+        assert call_class(config, tool) == UNSAFE
+    assert call_class(config, "bash", {"command": "grep -rn ttl src"}) == PURE
+    assert call_class(config, "bash", {"command": "python -m pytest -q"}) == IDEMPOTENT
+    assert call_class(config, "bash", {"command": "rm -rf src"}) == UNSAFE
+
+
+def test_deepagents_and_langchain_tools_get_the_classes_their_code_implies():
+    deep = GuardConfig(toolkits=["deepagents"])
+    assert [call_class(deep, t) for t in ("ls", "read_file", "glob", "grep")] == [PURE] * 4
+    assert call_class(deep, "write_file") == IDEMPOTENT
+    assert call_class(deep, "write_todos") == IDEMPOTENT
+    assert call_class(deep, "edit_file") == UNSAFE
+    assert call_class(deep, "task") == UNSAFE
+    assert call_class(deep, "check_async_task") == VOLATILE
+    assert call_class(deep, "execute", {"command": "cat README.md"}) == PURE
+    assert call_class(deep, "execute", {"command": "make deploy"}) == UNSAFE
+    chain = GuardConfig(toolkits=["langchain"])
+    assert call_class(chain, "shell", {"command": "ls -la"}) == PURE
+    assert call_class(chain, "shell", {"restart": True}) == UNSAFE
+    assert call_class(chain, "glob_search") == PURE
+    assert call_class(chain, "grep_search") == PURE
+    mini = GuardConfig(toolkits=["mini-swe-agent"])
+    assert call_class(mini, "bash", {"command": "cat setup.py"}) == PURE
+    mcp = GuardConfig(toolkits=["mcp-reference"])
+    assert call_class(mcp, "read_text_file") == PURE
+    assert call_class(mcp, "git_commit") == UNSAFE
+    assert call_class(mcp, "git_add") == IDEMPOTENT
+    assert call_class(mcp, "fetch") == VOLATILE
+
+
+def test_the_users_own_tools_entry_wins_over_the_toolkit_as_a_whole(tmp_path: Path):
+    config = GuardConfig(
+        toolkits=["swe-agent"],
+        tools={"search_dir": {"replay": "unsafe", "max_repeats": 5}, "bash": "unsafe"},
+    )
+    assert config.policy_for("search_dir") == ToolPolicy(replay="unsafe", max_repeats=5)
+    # The whole entry: the toolkit's shell preset is not merged into the user's bash entry.
+    assert config.policy_for("bash") == ToolPolicy(replay="unsafe")
+    assert config.policy_for("find_file").replay == "pure"
+    assert config.policy_for("not_in_any_toolkit") == config.default_policy
+    # A policy file merged in later wins too.
+    policy_file = tmp_path / "policy.json"
+    policy_file.write_text(json.dumps({"tools": {"find_file": "unsafe"}}))
+    merged = config.with_policies(policy_file)
+    assert merged.policy_for("find_file") == ToolPolicy(replay="unsafe")
+    assert merged.policy_for("goto").volatile  # the toolkit still fills in the rest
+
+
+def test_an_unknown_toolkit_is_a_value_error_naming_the_known_ones():
+    with pytest.raises(ValueError, match="unknown toolkit 'swe_agent'") as error:
+        GuardConfig(toolkits=["swe_agent"])
+    for name in SHIPPED:
+        assert name in str(error.value)
+    with pytest.raises(ValueError, match="unknown toolkit 'nope'"):
+        GuardConfig(toolkits=[{"name": "nope", "prefix": "fs_"}])
+    with pytest.raises(ValueError, match=re.escape("a list of toolkit names")):
+        GuardConfig(toolkits="swe-agent")
+
+
+def test_flat_keywords_take_toolkits_on_every_constructor():
+    pytest.importorskip("langchain")
+    from langgraph_replay_guard import ReplayGuardCallbackHandler, ReplayGuardMiddleware
+
+    guard = ReplayGuard(toolkits=["swe-agent"])
+    middleware = ReplayGuardMiddleware(toolkits=["swe-agent"], max_repeats=2)
+    handler = ReplayGuardCallbackHandler(toolkits=["swe-agent"])
+    for config in (guard.config, middleware.guard.config, handler.config):
+        assert config.toolkits == ("swe-agent",)
+        assert config.policy_for("scroll_down").volatile
+    with pytest.raises(ValidationError, match="unknown toolkit"):
+        ReplayGuardMiddleware(toolkits=["swe"])
+
+
+def test_round_trip_keeps_the_toolkit_names_not_the_expanded_tools(tmp_path: Path):
+    config = GuardConfig(
+        toolkits=["deepagents", ToolkitRef(name="mcp-reference", prefix="fs_")],
+        tools={"task": "idempotent"},
+    )
+    data = json.loads(config.model_dump_json(exclude_defaults=True))
+    assert data == {
+        "tools": {"task": {"replay": "idempotent"}},
+        "toolkits": ["deepagents", {"name": "mcp-reference", "prefix": "fs_"}],
+    }
+    again = GuardConfig.from_json(config.model_dump_json())
+    assert again == config
+    assert again.policy_for("fs_read_text_file").replay == "pure"
+    assert again.policy_for("task").replay == "idempotent"
+    yaml = pytest.importorskip("yaml")
+    path = tmp_path / "guard.yaml"
+    path.write_text(yaml.safe_dump(config.model_dump(mode="json", exclude_defaults=True)))
+    assert GuardConfig.from_file(path) == config
+
+
+def test_a_prefix_maps_an_mcp_adapters_server_prefixed_names():
+    config = GuardConfig(
+        toolkits=[
+            {"name": "mcp-reference", "prefix": "filesystem_"},
+            {"name": "mcp-reference", "prefix": "git_"},
+        ]
+    )
+    assert config.policy_for("filesystem_write_file").replay == "idempotent"
+    assert config.policy_for("git_git_commit").replay == "unsafe"
+    assert config.policy_for("write_file") == config.default_policy  # only prefixed names
+
+
+def test_toolkits_that_agree_combine_and_toolkits_that_disagree_need_the_users_decision(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    # Deep Agents and the MCP filesystem server share read_file, write_file and edit_file,
+    # with the same policies: no conflict.
+    both = GuardConfig(toolkits=["deepagents", "mcp-reference"])
+    assert both.policy_for("write_file").replay == "idempotent"
+    import langgraph_replay_guard.config as config_module
+
+    shipped = config_module.toolkit_policies
+
+    def disagreeing(name: str, prefix: str = "") -> dict:
+        policies = shipped(name, prefix)
+        if name == "langchain":
+            policies["write_todos"] = {"replay": "unsafe"}
+        return policies
+
+    monkeypatch.setattr(config_module, "toolkit_policies", disagreeing)
+    with pytest.raises(ValueError, match="'deepagents' and 'langchain' give tool 'write_todos'"):
+        GuardConfig(toolkits=["deepagents", "langchain"])
+    decided = GuardConfig(toolkits=["deepagents", "langchain"], tools={"write_todos": "pure"})
+    assert decided.policy_for("write_todos").replay == "pure"
+
+
+def test_a_toolkit_tool_missing_from_the_agent_does_not_warn():
+    pytest.importorskip("langchain")
+    from langgraph_replay_guard.options import ToolNameCheck
+
+    check = ToolNameCheck(GuardConfig(toolkits=["deepagents"], tools={"serch": "pure"}))
+    with pytest.warns(Warning, match="'serch'") as warned:
+        check.check(["search", "read_file"], where="ToolNode 'tools'")
+    assert len(warned) == 1  # the user's typo only, none of the toolkit's 16 tools
+
+
+def _doc_tables() -> dict[str, list[tuple[str, str, str]]]:
+    """The toolkit tables of docs/shells-and-presets.md: toolkit -> (tool, class, reason)."""
+    tables: dict[str, list[tuple[str, str, str]]] = {}
+    current = None
+    text = (DOCS / "shells-and-presets.md").read_text(encoding="utf-8")
+    for line in text.splitlines():
+        heading = re.match(r"^### Toolkit `([\w-]+)`", line)
+        if heading:
+            current = heading.group(1)
+            tables[current] = []
+        elif line.startswith("#"):
+            current = None  # the next section's tables are not toolkit tables
+        elif current and line.startswith("| `"):
+            cells = [cell.strip() for cell in line.strip("|").split("|")]
+            tables[current].append((cells[0].strip("`"), cells[1], cells[2]))
+    return tables
+
+
+def class_label(entry: dict) -> str:
+    """How the docs table names a data file entry's class."""
+    if "preset" in entry:
+        return f"per call (`{entry['preset']}` preset)"
+    return entry["replay"] + (", volatile" if entry.get("volatile") else "")
+
+
+def test_the_docs_tables_match_the_data_files():
+    tables = _doc_tables()
+    assert set(tables) == SHIPPED
+    for name, rows in tables.items():
+        expected = [
+            (tool, class_label(entry), entry["reason"])
+            for tool, entry in load_toolkit(name)["tools"].items()
+        ]
+        assert rows == expected, f"docs/shells-and-presets.md table of {name!r} drifted"
