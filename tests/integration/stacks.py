@@ -48,9 +48,7 @@ def counted_tools(runs: Counter[str]) -> dict[str, BaseTool]:
 def tool_texts(messages: list[BaseMessage], name: str | None = None) -> list[str]:
     """The text of every ToolMessage (of one tool when `name` is given), in order."""
     return [
-        m.text
-        for m in messages
-        if isinstance(m, ToolMessage) and (name is None or m.name == name)
+        m.text for m in messages if isinstance(m, ToolMessage) and (name is None or m.name == name)
     ]
 
 

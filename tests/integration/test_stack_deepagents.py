@@ -18,7 +18,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 from langgraph.types import Command
 
-from langgraph_replay_guard import GuardConfig, ReplayGuard, ReplayGuardWarning
+from langgraph_replay_guard import GuardConfig, ReplayGuard
 from langgraph_replay_guard.testing import ScriptedChatModel, tool_call
 from tests.integration.stacks import DEEPAGENTS_TOOLS, counted_tools, last_ai, stop_of, tool_texts
 
@@ -42,7 +42,9 @@ def deep_guard(**tools):
 def test_a_looping_read_file_runs_once_and_the_run_stops(mode):
     guard = deep_guard()
     model = ScriptedChatModel.looping("read_file", {"file_path": "/notes.txt"}, times=50)
-    agent = create_deep_agent(model, [], middleware=[guard.middleware()], checkpointer=InMemorySaver())
+    agent = create_deep_agent(
+        model, [], middleware=[guard.middleware()], checkpointer=InMemorySaver()
+    )
     config = {"configurable": {"thread_id": f"read-{mode}"}}
     files = {"/notes.txt": create_file_data("the printer is on fire\n")}
     out = run(agent, {"messages": [HumanMessage("read my notes")], "files": files}, config, mode)
@@ -82,7 +84,9 @@ def test_an_approved_unsafe_call_runs_exactly_once_after_resume(mode):
     runs: Counter[str] = Counter()
     tools = counted_tools(runs)
     store = InMemoryStore()
-    guard = ReplayGuard(GuardConfig(tools={**DEEPAGENTS_TOOLS, "send_email": "unsafe"}), store=store)
+    guard = ReplayGuard(
+        GuardConfig(tools={**DEEPAGENTS_TOOLS, "send_email": "unsafe"}), store=store
+    )
     email = {"to": "ops@example.com", "body": "printer on fire"}
     model = ScriptedChatModel(script=[[("send_email", email)]], final="Sent.")
     agent = create_deep_agent(
@@ -111,10 +115,6 @@ def test_an_approved_unsafe_call_runs_exactly_once_after_resume(mode):
     # Resuming again (a retried request) runs nothing more.
     run(agent, None, config, mode)
     assert runs["send_email"] == 1
-
-
-def _parent_then_final(task: dict) -> list:
-    return [[("task", task)]]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -166,7 +166,9 @@ def _general_purpose_step(messages: list[BaseMessage]):
     if first.text == "Who is P1?":
         return [tool_call("lookup", {"id": "P1"})]  # the sub-agent loops
     if not any(isinstance(m, ToolMessage) for m in messages):
-        return [tool_call("task", {"description": "Who is P1?", "subagent_type": "general-purpose"})]
+        return [
+            tool_call("task", {"description": "Who is P1?", "subagent_type": "general-purpose"})
+        ]
     return "Done."
 
 

@@ -15,6 +15,7 @@ pytest.importorskip("langchain_mcp_adapters", reason="the `stacks` extra is not 
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
 from langchain_mcp_adapters.client import MultiServerMCPClient
+from langchain_mcp_adapters.tools import load_mcp_tools
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
@@ -27,8 +28,8 @@ os.environ["LANGSMITH_TRACING"] = "false"
 SERVER = Path(__file__).with_name("mcp_ticket_server.py")
 
 
-def mcp_tools(runs_file: Path):
-    client = MultiServerMCPClient(
+def mcp_client(runs_file: Path) -> MultiServerMCPClient:
+    return MultiServerMCPClient(
         {
             "tickets": {
                 "command": sys.executable,
@@ -38,7 +39,11 @@ def mcp_tools(runs_file: Path):
             }
         }
     )
-    return asyncio.run(client.get_tools())
+
+
+def mcp_tools(runs_file: Path):
+    # Stateless tools (the adapters' default): every call starts a session, and a server.
+    return asyncio.run(mcp_client(runs_file).get_tools())
 
 
 def server_runs(runs_file: Path) -> list[str]:
@@ -51,7 +56,9 @@ def test_a_looping_mcp_tool_runs_once_on_the_server(tmp_path):
     assert {t.name for t in tools} == {"fetch_ticket", "close_ticket"}
     guard = ReplayGuard(GuardConfig(tools={"close_ticket": "unsafe"}), store=InMemoryStore())
     model = ScriptedChatModel.looping("fetch_ticket", {"ticket_id": "T-7"}, times=50)
-    agent = create_agent(model, tools, middleware=[guard.middleware()], checkpointer=InMemorySaver())
+    agent = create_agent(
+        model, tools, middleware=[guard.middleware()], checkpointer=InMemorySaver()
+    )
     config = {"configurable": {"thread_id": "mcp-loop"}}
     out = asyncio.run(agent.ainvoke({"messages": [HumanMessage("what is T-7?")]}, config))
 
@@ -68,12 +75,20 @@ def test_a_looping_mcp_tool_runs_once_on_the_server(tmp_path):
 @pytest.mark.filterwarnings("ignore::langgraph_replay_guard.ReplayGuardWarning")
 def test_a_repeated_unsafe_mcp_call_is_counted_and_stopped(tmp_path):
     runs_file = tmp_path / "runs.txt"
-    tools = mcp_tools(runs_file)
     guard = ReplayGuard(GuardConfig(tools={"close_ticket": "unsafe"}), store=InMemoryStore())
     model = ScriptedChatModel.looping("close_ticket", {"ticket_id": "T-7"}, times=50)
-    agent = create_agent(model, tools, middleware=[guard.middleware()], checkpointer=InMemorySaver())
-    config = {"configurable": {"thread_id": "mcp-unsafe"}}
-    out = asyncio.run(agent.ainvoke({"messages": [HumanMessage("close T-7")]}, config))
+
+    async def main():
+        # One session (one server process) for the whole run.
+        async with mcp_client(runs_file).session("tickets") as session:
+            tools = await load_mcp_tools(session)
+            agent = create_agent(
+                model, tools, middleware=[guard.middleware()], checkpointer=InMemorySaver()
+            )
+            config = {"configurable": {"thread_id": "mcp-unsafe"}}
+            return await agent.ainvoke({"messages": [HumanMessage("close T-7")]}, config)
+
+    out = asyncio.run(main())
 
     # An unsafe call is never answered from an earlier result: it runs up to the limit.
     assert server_runs(runs_file) == ["close_ticket T-7"] * 3
