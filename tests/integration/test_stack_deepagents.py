@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-pytest.importorskip("deepagents", reason="install the `stacks` extra: pip install -e '.[stacks]'")
+pytest.importorskip("deepagents", reason="the stacks extra: pip install -e '.[stacks]'")
 
 from deepagents import create_deep_agent
 from deepagents.backends.utils import create_file_data

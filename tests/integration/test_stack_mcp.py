@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("mcp", reason="install the `stacks` extra: pip install -e '.[stacks]'")
-pytest.importorskip("langchain_mcp_adapters", reason="install the `stacks` extra: pip install -e '.[stacks]'")
+pytest.importorskip("mcp", reason="the stacks extra: pip install -e '.[stacks]'")
+pytest.importorskip("langchain_mcp_adapters", reason="the stacks extra: pip install -e '.[stacks]'")
 
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage

@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 from langchain.agents import create_agent
+from langchain.agents.middleware import ShellToolMiddleware
 from langchain_core.messages import HumanMessage
 
 from langgraph_replay_guard import GuardConfig, ReplayGuard
@@ -19,14 +20,10 @@ os.environ["LANGSMITH_TRACING"] = "false"
 # ShellToolMiddleware leaves its bash session's pipes to the garbage collector (LangChain's,
 # not the guard's): under -W error their ResourceWarnings would fail these tests.
 pytestmark = [
+    pytest.mark.skipif(shutil.which("bash") is None, reason="ShellToolMiddleware runs bash"),
     pytest.mark.filterwarnings("ignore::ResourceWarning"),
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
-
-if shutil.which("bash") is None:
-    pytest.skip("ShellToolMiddleware runs a local bash", allow_module_level=True)
-
-from langchain.agents.middleware import ShellToolMiddleware
 
 # TOOLKITS: GuardConfig(toolkits=["langchain"]) (or the toolkit's name) once toolkits land.
 SHELL_POLICY = GuardConfig(tools={"shell": {"preset": "shell"}})

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-pytest.importorskip("langgraph_supervisor", reason="install the `stacks` extra: pip install -e '.[stacks]'")
+pytest.importorskip("langgraph_supervisor", reason="the stacks extra: pip install -e '.[stacks]'")
 
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage

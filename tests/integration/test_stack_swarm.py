@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-pytest.importorskip("langgraph_swarm", reason="install the `stacks` extra: pip install -e '.[stacks]'")
+pytest.importorskip("langgraph_swarm", reason="the stacks extra: pip install -e '.[stacks]'")
 
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage
