@@ -18,7 +18,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 from langgraph.types import Command
 
-from langgraph_replay_guard import GuardConfig, ReplayGuard
+from langgraph_replay_guard import GuardConfig, LoopAbortedError, ReplayGuard
 from langgraph_replay_guard.testing import ScriptedChatModel, tool_call
 from tests.integration.stacks import DEEPAGENTS_TOOLS, counted_tools, last_ai, stop_of, tool_texts
 
@@ -199,3 +199,32 @@ def test_the_general_purpose_sub_agent_is_guarded_only_when_its_spec_is_given(gu
     else:
         assert runs["lookup"] == 11  # every step after the `task` call: until the script ran out
         assert task_result == "Done."
+
+
+def test_a_sub_agent_guard_with_exit_behavior_error_ends_the_parents_run_too():
+    runs: Counter[str] = Counter()
+    tools = counted_tools(runs)
+    strict = ReplayGuard(exit_behavior="error")
+    researcher = {
+        "name": "researcher",
+        "description": "Looks customers up.",
+        "system_prompt": "Look the customer up.",
+        "tools": [tools["lookup"]],
+        "model": ScriptedChatModel.looping("lookup", {"id": "P1"}, times=50),
+        "middleware": [strict.middleware(name="researcher")],
+    }
+    parent_model = ScriptedChatModel(
+        script=[[("task", {"description": "Who is P1?", "subagent_type": "researcher"})]]
+    )
+    agent = create_deep_agent(
+        parent_model,
+        [tools["lookup"]],
+        subagents=[researcher],
+        middleware=[deep_guard().middleware(name="main")],
+        checkpointer=InMemorySaver(),
+    )
+    with pytest.raises(LoopAbortedError) as raised:
+        agent.invoke({"messages": [HumanMessage("help")]}, {"configurable": {"thread_id": "err"}})
+    assert (raised.value.tool, raised.value.reason) == ("lookup", "repeat_limit")
+    assert runs["lookup"] == 1
+    assert parent_model.calls == 1  # the parent never got a task result
