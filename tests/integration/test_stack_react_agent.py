@@ -15,7 +15,7 @@ from langgraph.warnings import LangGraphDeprecatedSinceV10
 
 from langgraph_replay_guard import LoopAbortedError, ReplayGuard, merge_guard_state
 from langgraph_replay_guard.testing import ScriptedChatModel
-from tests.integration.stacks import counted_tools
+from tests.integration.stacks import counted_tools, stop_of
 
 os.environ["LANGSMITH_TRACING"] = "false"
 
@@ -64,11 +64,16 @@ def test_exit_behavior_end_cannot_end_gracefully_and_errors_on_the_next_call(mod
     # asks for tools again it raises instead of looping until the recursion limit.
     runs: Counter[str] = Counter()
     guard = ReplayGuard()
-    agent, model = react_agent(guard, runs, state_schema=GuardedState)
+    agent, model = react_agent(guard, runs, state_schema=GuardedState, name="researcher")
     with pytest.raises(LoopAbortedError, match="static edge"):
         invoke(agent, mode, f"react-end-{mode}")
     assert runs["lookup"] == 1
     assert model.calls == 5  # one more than under create_agent
+    # The stop the tools node wrote before that: its final message, named like the agent's.
+    state = agent.get_state({"configurable": {"thread_id": f"react-end-{mode}"}})
+    [stop] = [m for m in state.values["messages"] if stop_of(m)]
+    assert (stop_of(stop), stop.name) == ("repeat_limit", "researcher")
+    assert guard.inspect(state).stop_reason == "repeat_limit"
 
 
 @pytest.mark.xfail(
