@@ -64,3 +64,21 @@ def test_a_repeated_write_runs_each_time_until_the_limit(tmp_path):
     out = invoke(agent, "sync")
     assert (tmp_path / "log.txt").read_text().splitlines() == ["again"] * 3
     assert stop_of(last_ai(out["messages"])) == "repeat_limit"
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_file_search_middleware_a_repeated_search_runs_once(tmp_path, mode):
+    from langchain.agents.middleware import FilesystemFileSearchMiddleware
+
+    (tmp_path / "printer.txt").write_text("the printer is on fire\n")
+    # TOOLKITS: the LangChain file-search toolkit once toolkits land.
+    guard = ReplayGuard(GuardConfig(tools={"glob_search": "pure", "grep_search": "pure"}))
+    model = ScriptedChatModel.looping("grep_search", {"pattern": "fire"}, times=20)
+    search = FilesystemFileSearchMiddleware(root_path=str(tmp_path))
+    agent = create_agent(model, [], middleware=[search, guard.middleware()])
+    out = invoke(agent, mode)
+    answers = tool_texts(out["messages"], "grep_search")
+    assert answers[0] == "/printer.txt"
+    assert all(a.startswith("Not executed") for a in answers[1:3])
+    assert model.calls == 4
+    assert stop_of(last_ai(out["messages"])) == "repeat_limit"
