@@ -307,8 +307,12 @@ def blocked_tool_message(tool_call: ToolCall, content: str) -> ToolMessage:
     )
 
 
-def final_ai_message(decision: Decision) -> AIMessage:
-    """The AIMessage that ends a run the guard stopped (`exit_behavior="end"`)."""
+def final_ai_message(decision: Decision, batch: Batch) -> AIMessage:
+    """The AIMessage that ends a run the guard stopped (`exit_behavior="end"`).
+
+    It carries the name of the AIMessage that asked for the stopped batch: supervisors and
+    swarms tell their agents apart by it (`create_agent(name=...)`).
+    """
     if decision.reason == "cycle":
         why = "my tool calls kept repeating in a cycle with identical results"
     else:
@@ -321,6 +325,7 @@ def final_ai_message(decision: Decision) -> AIMessage:
             f"I stopped here because {why}. Please tell me how you would like to proceed, "
             "or give me more information."
         ),
+        name=batch.ai_message.name,
         response_metadata={"replay_guard_stop": decision.reason},
     )
 

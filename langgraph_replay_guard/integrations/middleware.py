@@ -179,7 +179,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             # The tools node never sees these calls: report each as a tool run of its own.
             blocked_run(run_config, planned.tool_call, None, abort_trace(planned, aborting), answer)
         # The final message comes last, so create_agent's routing ends the run.
-        answers.append(final_ai_message(aborting.decision))
+        answers.append(final_ai_message(aborting.decision, batch))
         emit(getattr(request.runtime, "stream_writer", None), aborting.decision, aborting.tool_call)
         update = {"messages": answers, self.channel: guard_update(config, events)}
         return _with_command(response, Command(update=update))

@@ -334,7 +334,7 @@ class ToolCallWrapper:
                 emit(writer, aborting.decision, tool_call)
             messages: list[Any] = [answer]
             if last:
-                messages.append(final_ai_message(aborting.decision))
+                messages.append(final_ai_message(aborting.decision, batch))
             return _Blocked(self._answer(messages, events), None, trace)
 
         decision = planned.decision
@@ -347,7 +347,7 @@ class ToolCallWrapper:
         emit(writer, decision, tool_call)
         messages = [answer]
         if decision.verdict is Verdict.ABORT and last:
-            messages.append(final_ai_message(decision))
+            messages.append(final_ai_message(decision, batch))
         trace = trace_info(decision, replay=_replay_class(planned))
         return _Blocked(self._answer(messages, events), None, trace)
 

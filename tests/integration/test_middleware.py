@@ -187,3 +187,14 @@ def test_guard_middleware_shortcut_shares_the_configuration():
     assert middleware.guard.config is guard.config
     assert middleware.name == "ReplayGuardMiddleware"
     assert guard.middleware(name="b").name == "b"
+
+
+def test_the_stop_message_carries_the_agents_name():
+    # Supervisors and swarms tell agents apart by AIMessage.name (create_agent(name=...)).
+    model = ScriptedChatModel.looping("get_details_by_id", {"id": "P1002"}, times=10)
+    agent = create_agent(
+        model, make_tools(ToolRuns()), name="billing", middleware=[ReplayGuardMiddleware()]
+    )
+    out = agent.invoke({"messages": [HumanMessage("help me")]})
+    assert out["messages"][-1].response_metadata["replay_guard_stop"] == "repeat_limit"
+    assert out["messages"][-1].name == "billing"

@@ -1,0 +1,84 @@
+"""LangChain's `ShellToolMiddleware` (a persistent local bash session) with the `shell` preset."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+
+import pytest
+from langchain.agents import create_agent
+from langchain.agents.middleware import ShellToolMiddleware
+from langchain_core.messages import HumanMessage
+
+from langgraph_replay_guard import GuardConfig, ReplayGuard
+from langgraph_replay_guard.testing import ScriptedChatModel
+from tests.integration.stacks import last_ai, stop_of, tool_texts
+
+os.environ["LANGSMITH_TRACING"] = "false"
+
+# ShellToolMiddleware leaves its bash session's pipes to the garbage collector (LangChain's,
+# not the guard's): under -W error their ResourceWarnings would fail these tests.
+pytestmark = [
+    pytest.mark.skipif(shutil.which("bash") is None, reason="ShellToolMiddleware runs bash"),
+    pytest.mark.filterwarnings("ignore::ResourceWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
+
+# TOOLKITS: GuardConfig(toolkits=["langchain"]) (or the toolkit's name) once toolkits land.
+SHELL_POLICY = GuardConfig(tools={"shell": {"preset": "shell"}})
+
+
+def shell_agent(tmp_path, command: str):
+    (tmp_path / "notes.txt").write_text("the printer is on fire\n")
+    model = ScriptedChatModel.looping("shell", {"command": command}, times=20)
+    guard = ReplayGuard(SHELL_POLICY)
+    shell = ShellToolMiddleware(workspace_root=tmp_path)
+    return create_agent(model, [], middleware=[shell, guard.middleware()]), model
+
+
+def invoke(agent, mode):
+    payload = {"messages": [HumanMessage("what do my notes say?")]}
+    if mode == "sync":
+        return agent.invoke(payload)
+    return asyncio.run(agent.ainvoke(payload))
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_repeated_read_only_command_runs_once(tmp_path, mode):
+    agent, model = shell_agent(tmp_path, "cat notes.txt")
+    out = invoke(agent, mode)
+    answers = tool_texts(out["messages"], "shell")
+    assert answers[0].strip() == "the printer is on fire"
+    assert all(a.startswith("Not executed") for a in answers[1:3])
+    assert len(answers) == 4
+    assert model.calls == 4
+    assert stop_of(last_ai(out["messages"])) == "repeat_limit"
+
+
+# No checkpointer: the guard warns that the unsafe shell call is not durable.
+@pytest.mark.filterwarnings("ignore::langgraph_replay_guard.ReplayGuardWarning")
+def test_a_repeated_write_runs_each_time_until_the_limit(tmp_path):
+    # A write is never answered from an earlier result: the file shows every real run.
+    agent, _ = shell_agent(tmp_path, "echo again >> log.txt")
+    out = invoke(agent, "sync")
+    assert (tmp_path / "log.txt").read_text().splitlines() == ["again"] * 3
+    assert stop_of(last_ai(out["messages"])) == "repeat_limit"
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_file_search_middleware_a_repeated_search_runs_once(tmp_path, mode):
+    from langchain.agents.middleware import FilesystemFileSearchMiddleware
+
+    (tmp_path / "printer.txt").write_text("the printer is on fire\n")
+    # TOOLKITS: the LangChain file-search toolkit once toolkits land.
+    guard = ReplayGuard(GuardConfig(tools={"glob_search": "pure", "grep_search": "pure"}))
+    model = ScriptedChatModel.looping("grep_search", {"pattern": "fire"}, times=20)
+    search = FilesystemFileSearchMiddleware(root_path=str(tmp_path))
+    agent = create_agent(model, [], middleware=[search, guard.middleware()])
+    out = invoke(agent, mode)
+    answers = tool_texts(out["messages"], "grep_search")
+    assert answers[0] == "/printer.txt"
+    assert all(a.startswith("Not executed") for a in answers[1:3])
+    assert model.calls == 4
+    assert stop_of(last_ai(out["messages"])) == "repeat_limit"
