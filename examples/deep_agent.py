@@ -14,18 +14,6 @@ from langgraph.store.memory import InMemoryStore
 from langgraph_replay_guard import GuardConfig, ReplayGuard
 from langgraph_replay_guard.testing import ScriptedChatModel
 
-# Deep Agents' built-in tools: reads are pure, writes unsafe.
-# (Switch to GuardConfig(toolkits=["deepagents"]) once the toolkit policies ship.)
-DEEP_AGENT_TOOLS = {
-    "ls": "pure",
-    "read_file": "pure",
-    "glob": "pure",
-    "grep": "pure",
-    "write_file": "unsafe",
-    "edit_file": "unsafe",
-    "delete": "unsafe",
-}
-
 lookups: list[str] = []
 
 
@@ -38,7 +26,7 @@ def lookup(id: str) -> str:
 
 def main() -> None:
     """Run a parent that reads a file in a loop, then delegates to a looping sub-agent."""
-    guard = ReplayGuard(GuardConfig(tools=DEEP_AGENT_TOOLS), store=InMemoryStore())
+    guard = ReplayGuard(GuardConfig(toolkits=["deepagents"]), store=InMemoryStore())
     researcher = {
         "name": "researcher",
         "description": "Looks customers up.",

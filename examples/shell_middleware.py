@@ -20,7 +20,7 @@ def main() -> None:
     workspace = Path(tempfile.mkdtemp())
     (workspace / "notes.txt").write_text("the printer is on fire\n")
     # (Switch to GuardConfig(toolkits=[...]) for LangChain's shell once toolkits ship.)
-    guard = ReplayGuard(GuardConfig(tools={"shell": {"preset": "shell"}}))
+    guard = ReplayGuard(GuardConfig(toolkits=["langchain"]))
     for command in ("cat notes.txt", "echo again >> log.txt"):
         model = ScriptedChatModel.looping("shell", {"command": command}, times=20)
         shell = ShellToolMiddleware(workspace_root=workspace)

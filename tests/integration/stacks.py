@@ -8,19 +8,6 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
 
-# Deep Agents' built-in tools, classified by hand.
-# TOOLKITS: switch to GuardConfig(toolkits=["deepagents"]) once the toolkit policies land.
-DEEPAGENTS_TOOLS: dict[str, Any] = {
-    "ls": "pure",
-    "read_file": "pure",
-    "glob": "pure",
-    "grep": "pure",
-    "write_file": "unsafe",
-    "edit_file": "unsafe",
-    "delete": "unsafe",
-}
-
-
 def counted_tools(runs: Counter[str]) -> dict[str, BaseTool]:
     """A read (`lookup`), a quote and a side effect (`send_email`); each run is counted."""
 

@@ -20,7 +20,7 @@ from langgraph.types import Command
 
 from langgraph_replay_guard import GuardConfig, LoopAbortedError, ReplayGuard
 from langgraph_replay_guard.testing import ScriptedChatModel, tool_call
-from tests.integration.stacks import DEEPAGENTS_TOOLS, counted_tools, last_ai, stop_of, tool_texts
+from tests.integration.stacks import counted_tools, last_ai, stop_of, tool_texts
 
 os.environ["LANGSMITH_TRACING"] = "false"
 
@@ -34,8 +34,9 @@ def run(agent, payload, config, mode):
 
 
 def deep_guard(**tools):
-    # TOOLKITS: GuardConfig(toolkits=["deepagents"], tools=tools) once toolkits land.
-    return ReplayGuard(GuardConfig(tools={**DEEPAGENTS_TOOLS, **tools}), store=InMemoryStore())
+    return ReplayGuard(
+        GuardConfig(toolkits=["deepagents"], tools=tools), store=InMemoryStore()
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -85,7 +86,7 @@ def test_an_approved_unsafe_call_runs_exactly_once_after_resume(mode):
     tools = counted_tools(runs)
     store = InMemoryStore()
     guard = ReplayGuard(
-        GuardConfig(tools={**DEEPAGENTS_TOOLS, "send_email": "unsafe"}), store=store
+        GuardConfig(toolkits=["deepagents"], tools={"send_email": "unsafe"}), store=store
     )
     email = {"to": "ops@example.com", "body": "printer on fire"}
     model = ScriptedChatModel(script=[[("send_email", email)]], final="Sent.")

@@ -25,8 +25,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
 
-# TOOLKITS: GuardConfig(toolkits=["langchain"]) (or the toolkit's name) once toolkits land.
-SHELL_POLICY = GuardConfig(tools={"shell": {"preset": "shell"}})
+SHELL_POLICY = GuardConfig(toolkits=["langchain"])
 
 
 def shell_agent(tmp_path, command: str):
@@ -71,8 +70,7 @@ def test_file_search_middleware_a_repeated_search_runs_once(tmp_path, mode):
     from langchain.agents.middleware import FilesystemFileSearchMiddleware
 
     (tmp_path / "printer.txt").write_text("the printer is on fire\n")
-    # TOOLKITS: the LangChain file-search toolkit once toolkits land.
-    guard = ReplayGuard(GuardConfig(tools={"glob_search": "pure", "grep_search": "pure"}))
+    guard = ReplayGuard(GuardConfig(toolkits=["langchain"]))
     model = ScriptedChatModel.looping("grep_search", {"pattern": "fire"}, times=20)
     search = FilesystemFileSearchMiddleware(root_path=str(tmp_path))
     agent = create_agent(model, [], middleware=[search, guard.middleware()])
