@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
+
 
 def counted_tools(runs: Counter[str]) -> dict[str, BaseTool]:
     """A read (`lookup`), a quote and a side effect (`send_email`); each run is counted."""

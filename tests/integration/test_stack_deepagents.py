@@ -34,9 +34,7 @@ def run(agent, payload, config, mode):
 
 
 def deep_guard(**tools):
-    return ReplayGuard(
-        GuardConfig(toolkits=["deepagents"], tools=tools), store=InMemoryStore()
-    )
+    return ReplayGuard(GuardConfig(toolkits=["deepagents"], tools=tools), store=InMemoryStore())
 
 
 @pytest.mark.parametrize("mode", MODES)
