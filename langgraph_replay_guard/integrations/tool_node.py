@@ -299,12 +299,35 @@ class ToolCallWrapper:
 
     # -- deciding -----------------------------------------------------------------------------
 
+    def _check_channel(self, state: Any) -> None:
+        """Fail when the graph's state has no guard channel: its writes would be dropped.
+
+        A channel declared in the state schema is always in the state (its reducer starts it
+        empty), so a mapping without it comes from a schema without it, like
+        `create_react_agent`'s default `AgentState`. LangGraph drops writes to a key its schema
+        lacks, so every call would look like a first call and no loop would ever be stopped.
+
+        Raises:
+            ValueError: The state is a mapping without the guard channel.
+        """
+        if not isinstance(state, Mapping) or self.channel in state:
+            return
+        msg = (
+            f"the graph state has no {self.channel!r} channel, so the guard could not keep "
+            "count and would stop no loop. Build the graph on a state that has it: subclass "
+            "ReplayGuardState (StateGraph(ReplayGuardState)), or for create_react_agent pass "
+            "state_schema=<an AgentState subclass with the channel>; see "
+            "docs/using-it-with.md."
+        )
+        raise ValueError(msg)
+
     def _prepare(self, request: ToolCallRequest) -> _Allowed | _Blocked | None:
         """Decide a call: `_Allowed` to execute it, `_Blocked` to answer it, None to pass it on."""
         tool_call = request.tool_call
         if request.tool is None:
             return None
         state = request.state
+        self._check_channel(state)
         value = state_field(state, self.channel)
         anchors = turn_anchors(value)
         batch = find_batch(state, tool_call.get("id"), self.messages_key, anchors)

@@ -76,12 +76,6 @@ def test_exit_behavior_end_cannot_end_gracefully_and_errors_on_the_next_call(mod
     assert guard.inspect(state).stop_reason == "repeat_limit"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: guard.wrap(ToolNode) in a graph whose state has no guard channel "
-    "(create_react_agent's default AgentState) guards nothing and says nothing: LangGraph "
-    "drops the guard's writes, so every call is a first call",
-)
 def test_a_state_without_the_guard_channel_is_not_silently_unguarded():
     runs: Counter[str] = Counter()
     agent, _ = react_agent(ReplayGuard(), runs)  # no state_schema: the default AgentState
