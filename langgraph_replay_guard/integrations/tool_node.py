@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -192,6 +192,10 @@ class ToolCallWrapper:
         raise_on_abort: Whether `exit_behavior="error"` may raise from the wrapper. False when
             the node's `handle_tool_errors` would turn the error into a ToolMessage: the
             stop is then recorded and `route_after_tools` raises it.
+        tools: Names of the node's tools. A call to another name (`request.tool` is None:
+            the node defers its own check to after its wrappers) is an unknown tool, which
+            the guard answers and counts. None until known (the middleware learns them at
+            the first model call); until then such calls pass to the node as before.
     """
 
     def __init__(
@@ -204,9 +208,11 @@ class ToolCallWrapper:
         channel: str = GUARD_CHANNEL,
         end_batches: bool = True,
         raise_on_abort: bool = True,
+        tools: tuple[str, ...] | None = None,
     ) -> None:
         """Create the wrapper."""
         self.raise_on_abort = raise_on_abort
+        self.tools = tools
         self.guard = guard
         self.inner = inner
         self.ainner = ainner
@@ -302,7 +308,8 @@ class ToolCallWrapper:
     def _prepare(self, request: ToolCallRequest) -> _Allowed | _Blocked | None:
         """Decide a call: `_Allowed` to execute it, `_Blocked` to answer it, None to pass it on."""
         tool_call = request.tool_call
-        if request.tool is None:
+        tools = self._known_tools(request)
+        if request.tool is None and tools is None:
             return None
         state = request.state
         value = state_field(state, self.channel)
@@ -312,7 +319,7 @@ class ToolCallWrapper:
             turn = current_turn(state, self.messages_key, anchors)
             batch = Batch(AIMessage(content="", tool_calls=[tool_call]), turn)
         config = self.guard.config
-        plan = self.plans.plan(config, value, batch)
+        plan = self.plans.plan(config, value, batch, tools)
         planned = plan.call(tool_call.get("id")) or plan.calls[-1]
         last = planned.index == len(batch.tool_calls) - 1
         writer = getattr(request.runtime, "stream_writer", None)
@@ -339,6 +346,8 @@ class ToolCallWrapper:
 
         decision = planned.decision
         if decision is not None and decision.verdict is Verdict.ALLOW:
+            if request.tool is None:
+                return None  # a name the node lacks though the guard knew it: the node answers
             return _Allowed(planned, batch)
         answer, events = blocked_answer(planned, batch)
         if decision is None:  # `planned.error`: arguments that could not be keyed
@@ -350,6 +359,29 @@ class ToolCallWrapper:
             messages.append(final_ai_message(decision))
         trace = trace_info(decision, replay=_replay_class(planned))
         return _Blocked(self._answer(messages, events), None, trace)
+
+    def _known_tools(self, request: ToolCallRequest) -> tuple[str, ...] | None:
+        """The node's tool names, counting a name the node answers (`request.tool` set)."""
+        tools = self.tools
+        name = request.tool_call["name"]
+        if request.tool is not None and tools is not None and name not in tools:
+            # A tool the model was not offered but the node has: learn it, never call it
+            # unknown. A new tuple: plans are cached by the names they were made with.
+            self.tools = tools = (*tools, name)
+        return tools
+
+    def learn_tools(self, names: Sequence[str]) -> None:
+        """Add tool names that exist (the middleware's model calls offer them).
+
+        Args:
+            names: Tool names.
+        """
+        if not names:
+            return
+        known = self.tools or ()
+        new = tuple(n for n in dict.fromkeys(names) if n not in known)
+        if new or self.tools is None:
+            self.tools = (*known, *new)
 
     def _answer(self, messages: list[Any], events: list[Event]) -> Command[Any]:
         update: dict[str, Any] = {self.messages_key: messages}
@@ -442,6 +474,7 @@ def guarded_tool_node(guard: ReplayGuard, node: ToolNode) -> ToolNode:
         ainner=ainner,
         messages_key=messages_key,
         raise_on_abort=not _converts_errors(settings.handle_tool_errors),
+        tools=tuple(node.tools_by_name),
     )
     # A sync-only inner wrapper cannot be given an async `execute`: let the node run the
     # sync guard in async mode too, as it does for sync-only wrappers.
