@@ -212,3 +212,78 @@ def test_tool_node_with_a_static_edge_is_bounded():
     assert view.stop_reason == "unknown_tool"
     reminders = [p for p in model.system_prompts if p and "LOOP WARNING" in p]
     assert reminders and "browser_type" in reminders[0]
+
+
+# -- ReplayGuardCallbackHandler on an AgentExecutor --------------------------------------------
+
+
+def executor_run(model, handler, runs, *, check: bool):
+    from langchain_classic.agents import AgentExecutor, create_tool_calling_agent
+    from langchain_core.prompts import ChatPromptTemplate
+
+    prompt = ChatPromptTemplate.from_messages(
+        [
+            ("system", "You use a browser.{reminder}"),
+            ("human", "{input}"),
+            ("placeholder", "{agent_scratchpad}"),
+        ]
+    ).partial(reminder=lambda: "\n\n" + (handler.reminder("e1") or ""))
+    tools = browser_tools(runs)
+    executor = AgentExecutor(
+        agent=create_tool_calling_agent(model, tools, prompt),
+        tools=tools,
+        handle_parsing_errors=True,
+        max_iterations=100,
+    )
+    callbacks = [handler.check(executor) if check else handler]
+    return executor.invoke({"input": "weather"}, {"callbacks": callbacks, "metadata": {"thread_id": "e1"}})
+
+
+@pytest.mark.parametrize("check", [True, False], ids=["checked", "learned"])
+def test_callback_handler_on_agent_executor_stops_a_hallucinated_name(check):
+    """Without `check(agent)` the handler learns the names from the executor's InvalidTool."""
+    from langgraph_replay_guard import ReplayGuardCallbackHandler
+
+    runs: list[str] = []
+    model = hallucinating_model()
+    handler = ReplayGuardCallbackHandler()
+    with pytest.raises(LoopAbortedError) as caught:
+        executor_run(model, handler, runs, check=check)
+    assert caught.value.reason == "stop_ignored"
+    assert model.calls <= 6  # was 30 (then the executor's own answer)
+    assert runs == []
+    view = handler.inspect("e1")
+    assert view.stop_reason == "unknown_tool"
+    assert ("browser-type", "unknown_tool", 4) in view.blocked
+    reminders = [p for p in model.system_prompts if p and "LOOP WARNING" in p]
+    assert reminders and "browser_type" in reminders[0]
+
+
+def test_callback_handler_lets_an_executor_correct_a_wrong_name():
+    from langgraph_replay_guard import ReplayGuardCallbackHandler
+
+    runs: list[str] = []
+    model = ScriptedChatModel(
+        script=[[("browser-type", TYPE_ARGS)], [("browser_type", TYPE_ARGS)], "It is sunny."]
+    )
+    handler = ReplayGuardCallbackHandler()
+    out = executor_run(model, handler, runs, check=True)
+    assert out["output"] == "It is sunny."
+    assert runs == ["type #q weather"]
+    assert handler.inspect("e1").stop is None
+
+
+def test_callback_handler_on_create_agent_counts_what_the_tools_node_answers():
+    """The ToolNode answers an unknown name without a tool run: the batch records it."""
+    from langgraph_replay_guard import ReplayGuardCallbackHandler
+
+    runs: list[str] = []
+    model = hallucinating_model()
+    handler = ReplayGuardCallbackHandler()
+    agent = create_agent(model, browser_tools(runs), checkpointer=InMemorySaver())
+    with pytest.raises(LoopAbortedError) as caught:
+        agent.invoke(user(), {**thread(), "callbacks": [handler.check(agent)]})
+    assert caught.value.reason == "stop_ignored"
+    assert model.calls <= 6
+    assert runs == []
+    assert handler.inspect("t1").stop_reason == "unknown_tool"
