@@ -354,9 +354,7 @@ def decide(
     return Decision(Verdict.ALLOW, None, key, None, None, tool, attempt)
 
 
-def _unknown_tool_decision(
-    facts: CallFacts, attempt: int, *, final: bool, limit: bool
-) -> Decision:
+def _unknown_tool_decision(facts: CallFacts, attempt: int, *, final: bool, limit: bool) -> Decision:
     """A call to a tool that does not exist: answered, never run; past `max_repeats`, a stop.
 
     The first one gets the tools node's own error text, so a model that corrects itself

@@ -75,7 +75,8 @@ def assert_stopped_early(model, out, view, runs):
     assert "call 2 to a tool that does not exist" in texts[1]
     reminders = [p for p in model.system_prompts if p and "LOOP WARNING" in p]
     assert reminders, "the next model call is reminded"
-    assert "browser_type" in reminders[0] and "browser-type" in reminders[0]
+    assert "browser_type" in reminders[0]
+    assert "browser-type" in reminders[0]
     assert "typed" not in reminders[0]
     final = out["messages"][-1]
     assert isinstance(final, AIMessage)
@@ -102,7 +103,8 @@ def test_middleware_stops_a_hallucinated_tool_name():
     view = middleware.guard.inspect(agent.get_state(thread()))
     assert_stopped_early(model, out, view, runs)
     reasons = [c["replay_guard"]["reason"] for c in custom if "replay_guard" in c]
-    assert reasons and set(reasons) == {"unknown_tool"}
+    assert reasons
+    assert set(reasons) == {"unknown_tool"}
     assert view.counters[-1].tool == "browser-type"
     assert ("browser-type", "unknown_tool", 4) in view.blocked
     # Nothing ran, so the replay ledger holds no row.
@@ -211,7 +213,8 @@ def test_tool_node_with_a_static_edge_is_bounded():
     view = guard.inspect(graph.get_state(thread()))
     assert view.stop_reason == "unknown_tool"
     reminders = [p for p in model.system_prompts if p and "LOOP WARNING" in p]
-    assert reminders and "browser_type" in reminders[0]
+    assert reminders
+    assert "browser_type" in reminders[0]
 
 
 # -- ReplayGuardCallbackHandler on an AgentExecutor --------------------------------------------
@@ -236,7 +239,9 @@ def executor_run(model, handler, runs, *, check: bool):
         max_iterations=100,
     )
     callbacks = [handler.check(executor) if check else handler]
-    return executor.invoke({"input": "weather"}, {"callbacks": callbacks, "metadata": {"thread_id": "e1"}})
+    return executor.invoke(
+        {"input": "weather"}, {"callbacks": callbacks, "metadata": {"thread_id": "e1"}}
+    )
 
 
 @pytest.mark.parametrize("check", [True, False], ids=["checked", "learned"])
@@ -256,7 +261,8 @@ def test_callback_handler_on_agent_executor_stops_a_hallucinated_name(check):
     assert view.stop_reason == "unknown_tool"
     assert ("browser-type", "unknown_tool", 4) in view.blocked
     reminders = [p for p in model.system_prompts if p and "LOOP WARNING" in p]
-    assert reminders and "browser_type" in reminders[0]
+    assert reminders
+    assert "browser_type" in reminders[0]
 
 
 def test_callback_handler_lets_an_executor_correct_a_wrong_name():

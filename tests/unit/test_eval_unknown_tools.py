@@ -59,7 +59,8 @@ def test_a_hallucinated_name_loop_is_stopped(runs, tools):
     assert [(a.call_index, a.tool, a.reason) for a in report.aborts] == [
         (3, "browser-type", "unknown_tool")
     ]
-    assert total.blocked == 4 and total.by_reason == {"unknown_tool": 4}
+    assert total.blocked == 4
+    assert total.by_reason == {"unknown_tool": 4}
     assert total.cut == 6
     assert total.wrong == 0, "a call to a tool that does not exist hides nothing"
     assert total.repeat_kinds["unknown_tool"] == [9, 9]
@@ -106,7 +107,10 @@ def test_cli_tools_option(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "Calls to tools that do not exist: 11" in text
     assert "call   3 browser-type (unknown_tool)" in text
-    assert main(["eval", str(path), "--tools", "browser_type", "--tools", "browser_click", "--json"]) == 0
+    assert (
+        main(["eval", str(path), "--tools", "browser_type", "--tools", "browser_click", "--json"])
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert data["total"]["unknown_tools"] == 11
     assert data["total"]["aborts"] == 1
