@@ -293,3 +293,21 @@ def test_callback_handler_on_create_agent_counts_what_the_tools_node_answers():
     assert model.calls <= 6
     assert runs == []
     assert handler.inspect("t1").stop_reason == "unknown_tool"
+
+
+def test_traced_runs_carry_the_unknown_tool_decision():
+    """Each call the guard answers shows as a tool run with its decision, for tracers."""
+    from tests.integration.test_tracing import ToolRunCollector
+
+    collector = ToolRunCollector()
+    runs: list[str] = []
+    guard = ReplayGuard()
+    graph = agent_graph(hallucinating_model(), browser_tools(runs), guard=guard)
+    graph.invoke(user(), {"callbacks": [collector]})
+    assert collector.decisions() == [
+        ("deny", "unknown_tool", 1),
+        ("deny", "unknown_tool", 2),
+        ("deny", "unknown_tool", 3),
+        ("abort", "unknown_tool", 4),
+    ]
+    assert [run["name"] for run in collector.runs.values()] == ["browser-type"] * 4
