@@ -49,6 +49,7 @@ from langgraph_replay_guard.integrations.calls import (
     guard_update,
     result_outcome,
     state_field,
+    tool_message,
     turn_anchors,
 )
 from langgraph_replay_guard.integrations.ledger_gate import LedgerGate, RunTicket, replayed_message
@@ -113,6 +114,8 @@ class _Blocked:
     result: Command[Any] | None
     error: LoopAbortedError | None
     trace: dict[str, Any]
+    probe: bool = False
+    """A call to a name the node lacks: hand it on first, answer it only if nobody serves it."""
 
     def answer(self) -> Command[Any]:
         """The guard's answer; raises the stop for `exit_behavior="error"`."""
@@ -124,10 +127,9 @@ class _Blocked:
 
 @dataclass(frozen=True)
 class _Execute:
-    """Run the tool (through the node's own wrapper when `guarded`); `watch` its errors."""
+    """Run the tool (through the node's own wrapper, if any); `watch` its errors."""
 
     request: ToolCallRequest
-    guarded: bool = True
     watch: bool = False
 
 
@@ -255,8 +257,6 @@ class ToolCallWrapper:
         return await adrive(self._call_plan(request), run)
 
     def _execute_op(self, op: _Execute, execute: Execute) -> Any:
-        if not op.guarded:
-            return execute(op.request)  # an unregistered tool: the node answers as usual
         if not op.watch:
             return self.inner(op.request, execute) if self.inner else execute(op.request)
         with watch_tool_errors() as spy:
@@ -264,8 +264,6 @@ class ToolCallWrapper:
         return result, spy.error
 
     async def _aexecute_op(self, op: _Execute, execute: AsyncExecute) -> Any:
-        if not op.guarded:
-            return await execute(op.request)
         run = self.ainner(op.request, execute) if self.ainner else execute(op.request)
         if not op.watch:
             return await run
@@ -281,9 +279,18 @@ class ToolCallWrapper:
         """
         prepared = self._prepare(request)
         if prepared is None:
-            result: ToolResult = yield _Execute(request, guarded=False)
+            # A name the node lacks: its own wrapper may serve it, or the node answers.
+            result: ToolResult = yield _Execute(request)
             return result
         if isinstance(prepared, _Blocked):
+            if prepared.probe:
+                # LangGraph defers its unknown-name check past the wrappers so that an inner
+                # wrapper (a middleware's dynamic tool) may serve the name: let it. Nothing
+                # runs for a name nobody serves; the node only answers "not a valid tool".
+                served: ToolResult = yield _Execute(request)
+                if not _refused_as_unknown(served, request.tool_call["name"]):
+                    self.learn_tools([request.tool_call["name"]])
+                    return served
             yield _Trace(request, prepared.trace, _answer_of(prepared.result), prepared.error)
             return prepared.answer()
         ticket = yield _Check(request, prepared.facts, prepared.batch.batch_id)
@@ -358,7 +365,13 @@ class ToolCallWrapper:
         if decision.verdict is Verdict.ABORT and last:
             messages.append(final_ai_message(decision))
         trace = trace_info(decision, replay=_replay_class(planned))
-        return _Blocked(self._answer(messages, events), None, trace)
+        probe = (
+            request.tool is None
+            and planned.facts is not None
+            and planned.facts.unknown
+            and decision.verdict is Verdict.DENY
+        )
+        return _Blocked(self._answer(messages, events), None, trace, probe)
 
     def _known_tools(self, request: ToolCallRequest) -> tuple[str, ...] | None:
         """The node's tool names, counting a name the node answers (`request.tool` set)."""
@@ -409,6 +422,16 @@ class ToolCallWrapper:
             return dataclasses.replace(result, update={**result.update, self.channel: write})
         logger.debug("tool %r returned a Command for another graph; not recorded", run.planned)
         return result
+
+
+def _refused_as_unknown(result: ToolResult, name: str) -> bool:
+    """Whether a result is the node's answer to a name it does not have."""
+    message = tool_message(result)
+    return (
+        message is not None
+        and message.status == "error"
+        and f"{name} is not a valid tool" in message.text
+    )
 
 
 def _config(request: ToolCallRequest) -> Mapping[str, Any] | None:

@@ -311,3 +311,70 @@ def test_traced_runs_carry_the_unknown_tool_decision():
         ("abort", "unknown_tool", 4),
     ]
     assert [run["name"] for run in collector.runs.values()] == ["browser-type"] * 4
+
+
+def test_a_tool_an_inner_middleware_serves_is_not_an_unknown_tool():
+    """LangGraph defers its name check so that a wrapper may serve a name the node lacks."""
+    from langchain.agents.middleware import AgentMiddleware
+
+    served: list[str] = []
+
+    class DynamicScroll(AgentMiddleware):
+        def wrap_tool_call(self, request, handler):
+            if request.tool_call["name"] == "browser_scroll":
+                served.append(request.tool_call["args"]["to"])
+                return ToolMessage("scrolled", tool_call_id=request.tool_call["id"])
+            return handler(request)
+
+    runs: list[str] = []
+    model = ScriptedChatModel(
+        script=[[("browser_scroll", {"to": f"#s{i}"})] for i in range(6)] + ["Read it all."]
+    )
+    middleware = ReplayGuardMiddleware()
+    agent = create_agent(
+        model,
+        browser_tools(runs),
+        middleware=[middleware, DynamicScroll()],
+        checkpointer=InMemorySaver(),
+    )
+    out = agent.invoke(user(), thread())
+    assert served == [f"#s{i}" for i in range(6)]
+    assert out["messages"][-1].text == "Read it all."
+    view = middleware.guard.inspect(agent.get_state(thread()))
+    assert view.stop is None
+    assert view.blocked == ()
+
+
+def test_a_tool_node_wrapper_that_serves_a_name_keeps_serving_it():
+    served: list[str] = []
+
+    def dynamic(request, execute):
+        if request.tool_call["name"] == "browser_scroll":
+            served.append(request.tool_call["args"]["to"])
+            return ToolMessage("scrolled", tool_call_id=request.tool_call["id"])
+        return execute(request)
+
+    from langgraph.prebuilt import ToolNode
+
+    runs: list[str] = []
+    model = ScriptedChatModel(
+        script=[[("browser_scroll", {"to": f"#s{i}"})] for i in range(6)]
+        + [[("browser-type", TYPE_ARGS)]] * 10
+    )
+    guard = ReplayGuard()
+    node = guard.wrap(ToolNode(browser_tools(runs), wrap_tool_call=dynamic))
+
+    def agent(state: ReplayGuardState) -> dict:
+        return {"messages": [model.invoke([guard.system_prompt(state), *state["messages"]])]}
+
+    builder = StateGraph(ReplayGuardState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", node)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_conditional_edges("tools", guard.route_after_tools("agent"))
+    graph = builder.compile(checkpointer=InMemorySaver())
+    graph.invoke(user(), thread())
+    assert served == [f"#s{i}" for i in range(6)]
+    assert model.calls == 6 + 4, "then the hallucinated name is stopped at its 4th call"
+    assert guard.inspect(graph.get_state(thread())).stop_reason == "unknown_tool"
