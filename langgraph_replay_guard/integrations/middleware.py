@@ -66,8 +66,10 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     Every tool call goes through the guard (`wrap_tool_call`): duplicates, identical
     results and cycles are answered with an explanatory error `ToolMessage` instead of
-    running the tool. A batch that would abort the run is stopped right after the model
-    asked for it (`after_model`, jumping to the end with a final message). The loop
+    running the tool, and calls to a tool the agent does not have (a hallucinated name, no
+    middleware serving it) are counted as one loop per turn, reason `unknown_tool`. A batch
+    that would abort the run is stopped right after the model asked for it (`after_model`,
+    jumping to the end with a final message). The loop
     reminder is added to the system prompt of exactly the next model call
     (`wrap_model_call`), never to the history. The guard state is a private, checkpointed
     channel.

@@ -148,6 +148,11 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
     (the only way a callback can stop a run). With `exit_behavior="error"` the abort raises
     `LoopAbortedError` before any tool of its batch runs.
 
+    Tools that do not exist: a call to a name the agent lacks is answered (an executor's step
+    is refused) and counted as one loop per turn whatever the name, reason `unknown_tool`.
+    The handler learns the names from `check(agent)`, or from an `AgentExecutor`'s own answer
+    to the first such call.
+
     Unknown outcomes: when an `unsafe` call raises (an exception its policy does not name
     in `no_effect_errors`), its side effect may have happened. Every later identical call
     in the thread is refused until a human settles it with `resolve`. `idempotent` tools
@@ -285,7 +290,9 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         """Fail now if `agent` would not hand the handler's refusals to the model.
 
         Also warns (`ReplayGuardWarning`) about each tool of `config.tools` that the agent
-        does not have: a typo there would leave the real tool with the default policy.
+        does not have: a typo there would leave the real tool with the default policy. And
+        learns the agent's tool names: a call to any other name is a tool that does not
+        exist (reason `unknown_tool`).
 
         Args:
             agent: A compiled LangGraph graph (`create_agent`, `StateGraph.compile()`) or a
