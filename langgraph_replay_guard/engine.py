@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -11,7 +11,14 @@ from typing import Any
 from langgraph_replay_guard.config import GuardConfig
 from langgraph_replay_guard.errors import InvalidArgumentsError, LoopAbortedError
 from langgraph_replay_guard.keys import call_key, content_hash
-from langgraph_replay_guard.state import Event, GuardView, Outcome, settled, state_for_turn
+from langgraph_replay_guard.state import (
+    UNKNOWN_TOOL,
+    Event,
+    GuardView,
+    Outcome,
+    settled,
+    state_for_turn,
+)
 from langgraph_replay_guard.state_format import (
     CallCounter,
     CallEvent,
@@ -24,6 +31,8 @@ __all__ = [
     "GRAPH_FIX",
     "ROUTE_FIX",
     "STOP_IGNORED",
+    "UNKNOWN_TOOL",
+    "UNKNOWN_TOOL_KEY",
     "CallFacts",
     "CallPlan",
     "Decision",
@@ -41,11 +50,23 @@ __all__ = [
     "stop_error",
     "stops_on_abort",
     "summarize_args",
+    "tool_list",
 ]
 
 
 STOP_IGNORED = "stop_ignored"
 """Reason of a call the model asked for after the guard stopped the run in the same turn."""
+
+UNKNOWN_TOOL_KEY = "unknown_tool"
+"""The call key every call to an unknown tool shares (never a hash, so it meets no real call).
+
+Varied hallucinated names (`browser-type`, `browser_typ`, `mcp__browser_type`) and their
+arguments are one loop: the model is not finding the tool. Counting them under one key makes
+the repeat counter count every call to a name the tools node lacks in the turn, until
+progress (a successful world-changing call) or a new user message resets it.
+"""
+
+_MAX_TOOL_LIST = 400
 
 
 class Verdict(StrEnum):
@@ -70,7 +91,8 @@ class Decision:
     Attributes:
         verdict: What happens to the call.
         reason: Why, for anything but a plain allow: `"duplicate"`, `"repeat_limit"`,
-            `"same_result"`, `"cycle"`, `"stopped"`, `"stop_ignored"` (the model asked for
+            `"same_result"`, `"cycle"`, `"unknown_tool"` (a name the tools node does not
+            have), `"stopped"`, `"stop_ignored"` (the model asked for
             more tool calls after the stop), `"replayed"`.
         call_key: The call's canonical key.
         message: What the model is told when the call is not executed.
@@ -104,23 +126,38 @@ class CallFacts:
     short_circuit: bool
     max_repeats: int
     args: Any
+    unknown: bool = False
+    """The name is not a tool of the tools node (`tools` lists the ones it has)."""
+    tools: tuple[str, ...] = ()
 
     @property
     def args_summary(self) -> str:
-        """Short, sanitized argument summary for reminders (computed only when needed)."""
+        """Short, sanitized argument summary for reminders (computed only when needed).
+
+        For a call to an unknown tool: the tools the node has, which is what the model
+        needs to read (the arguments of a tool that does not exist tell it nothing).
+        """
+        if self.unknown:
+            return tool_list(self.tools)
         return summarize_args(self.args)
 
 
-def call_facts(config: GuardConfig, tool: str, args: Any) -> CallFacts:
+def call_facts(
+    config: GuardConfig, tool: str, args: Any, *, tools: Collection[str] | None = None
+) -> CallFacts:
     """Classify a call and compute its key.
 
     A tool classified per call (`ToolPolicy.classify`, `preset` or `classifier`) gets the
-    class its rules give this call; every other tool gets its policy's class.
+    class its rules give this call; every other tool gets its policy's class. A name that
+    is not in `tools` is an unknown tool: it never runs, and every such call shares one key
+    (`UNKNOWN_TOOL_KEY`).
 
     Args:
         config: Guard configuration.
         tool: Tool name.
         args: Tool arguments.
+        tools: The names of the tools that exist (the tools node's), when the caller knows
+            them; None: every name is taken as a tool.
 
     Returns:
         The call's facts.
@@ -129,6 +166,18 @@ def call_facts(config: GuardConfig, tool: str, args: Any) -> CallFacts:
         InvalidArgumentsError: If the arguments cannot be hashed (the message names the
             tool and the argument).
     """
+    if tools is not None and tool not in tools:
+        return CallFacts(
+            tool=tool,
+            key=UNKNOWN_TOOL_KEY,
+            replay="pure",
+            volatile=False,
+            short_circuit=False,
+            max_repeats=config.default_policy.max_repeats or config.max_repeats,
+            args=args,
+            unknown=True,
+            tools=tuple(tools),
+        )
     policy = config.policy_for(tool)
     classifier = policy.classifier_fn
     if classifier is None:
@@ -231,6 +280,9 @@ def decide(
         )
         return Decision(Verdict.ABORT, "stopped", key, msg, None, tool, attempt)
 
+    if facts.unknown:
+        return _unknown_tool_decision(facts, attempt, final=final, limit=config.repeat_limit)
+
     if config.repeat_limit and attempt > facts.max_repeats:
         # With "continue" a call insisted on `max_repeats` more times after it was blocked
         # escalates to a stop: the model is not listening, and every blocked attempt costs a
@@ -300,6 +352,52 @@ def decide(
             )
 
     return Decision(Verdict.ALLOW, None, key, None, None, tool, attempt)
+
+
+def _unknown_tool_decision(facts: CallFacts, attempt: int, *, final: bool, limit: bool) -> Decision:
+    """A call to a tool that does not exist: answered, never run; past `max_repeats`, a stop.
+
+    The first one gets the tools node's own error text, so a model that corrects itself
+    after one mistake sees what it would see without the guard. Later ones (any unknown
+    name, in the turn) say how often; past the limit, as for a repeat, the run ends (with
+    `"continue"`, after twice the limit).
+    """
+    most = facts.max_repeats
+    over = limit and attempt > most
+    ends = over and (final or attempt > 2 * most)
+    names = tool_list(facts.tools)
+    if attempt == 1:
+        message = f"Error: {facts.tool} is not a valid tool, try one of [{names}]."
+    elif ends:
+        message = (
+            f"Stopped: {attempt} calls to tools that do not exist in this turn ('{facts.tool}' "
+            f"is not a valid tool; limit {most}). The available tools are: {names}. The loop "
+            "guard is ending the run."
+        )
+    else:
+        message = (
+            f"Not executed: '{facts.tool}' is not a valid tool. This is call {attempt} to a "
+            f"tool that does not exist in this turn. The available tools are: {names}. Call "
+            "one of them by its exact name, or answer the user."
+        )
+    verdict = Verdict.ABORT if ends else Verdict.DENY
+    return Decision(verdict, UNKNOWN_TOOL, facts.key, message, None, facts.tool, attempt)
+
+
+def tool_list(tools: Sequence[str]) -> str:
+    """The names of the tools that exist, for messages and reminders (bounded).
+
+    Args:
+        tools: Tool names, as the tools node lists them.
+
+    Returns:
+        `"a, b, c"`, cut with the number of names left out when it is long.
+    """
+    text = ", ".join(_UNPRINTABLE.sub(" ", name) for name in tools)
+    if len(text) <= _MAX_TOOL_LIST:
+        return text
+    cut = text[:_MAX_TOOL_LIST].rsplit(", ", 1)[0]
+    return f"{cut}, ... ({len(tools) - cut.count(', ') - 1} more)"
 
 
 def _comes_back(view: Mapping[str, Any], batch: str | None) -> bool:
@@ -470,7 +568,13 @@ def render_reminder(reminder: Mapping[str, Any]) -> str:
     reason = reminder["reason"]
     call = f"{reminder['tool']}({reminder['args']})"
     count = reminder["count"]
-    if reason == "cycle":
+    if reason == UNKNOWN_TOOL:
+        what = (
+            f"you called tools that do not exist {count} times in this turn (the last one "
+            f"'{reminder['tool']}'); the available tools are: {reminder['args']}. Call one of "
+            "them by its exact name"
+        )
+    elif reason == "cycle":
         what = (
             f"your recent tool calls repeat in a cycle ({reminder['args']}) with identical results"
         )
@@ -603,6 +707,7 @@ def plan_calls(
     turn: str | None,
     *,
     batch_id: str | None = None,
+    tools: Collection[str] | None = None,
 ) -> list[PlannedCall]:
     """Decide calls by position against one state (identical calls: the first one runs).
 
@@ -612,6 +717,8 @@ def plan_calls(
         tool_calls: The calls, in order; `args` may be a plain string (executors pass one).
         turn: The current turn.
         batch_id: Id of their AIMessage: after a stop, another batch is a come-back.
+        tools: Names of the tools that exist, when known: a call to another name is an
+            unknown tool (see `call_facts`).
 
     Returns:
         One planned call per tool call.
@@ -620,7 +727,7 @@ def plan_calls(
     calls = []
     for index, tool_call in enumerate(tool_calls):
         try:
-            facts = call_facts(config, tool_call["name"], tool_call.get("args", {}))
+            facts = call_facts(config, tool_call["name"], tool_call.get("args", {}), tools=tools)
         except InvalidArgumentsError as exc:
             calls.append(PlannedCall(tool_call, index, None, None, exc))
             continue

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,10 +20,12 @@ from langgraph_replay_guard.engine import (
     stops_on_abort,
 )
 from langgraph_replay_guard.errors import InvalidArgumentsError
+from langgraph_replay_guard.keys import call_key
 from langgraph_replay_guard.state import fold_events, new_state
 
 __all__ = [
     "DEFAULT_ERROR_PATTERN",
+    "UNKNOWN_TOOL_PATTERN",
     "Abort",
     "EvalReport",
     "Tally",
@@ -35,6 +37,11 @@ __all__ = [
 
 DEFAULT_ERROR_PATTERN = r"^\s*(error|exception)\b"
 """A recorded result matching this (case-insensitive) is a failed call, as in tau-bench."""
+
+UNKNOWN_TOOL_PATTERN = r"\bis not a valid tool\b"
+"""A recorded result matching this is a call to a tool that does not exist, when the run
+lists no tools: LangGraph's `ToolNode` and LangChain's `AgentExecutor` answer such a call with
+"<name> is not a valid tool, try one of [...]"."""
 
 
 @dataclass
@@ -51,7 +58,8 @@ class Tally:
             successful world-changing call since: what the rules can know is redundant),
             `volatile_read`, `side_effect` (a non-`pure` tool, never deduplicated),
             `after_world_change` (a re-check after a successful write: allowed by design),
-            `new_turn` (the previous one was in an earlier user turn, `scope="turn"`).
+            `new_turn` (the previous one was in an earlier user turn, `scope="turn"`),
+            `unknown_tool` (a call to a tool that does not exist, again).
         blocked: Calls the guard would not have executed (denied, short-circuited, aborted).
         redundant: Blocked calls whose recorded result equals the previous identical
             call's: the block lost nothing.
@@ -61,6 +69,9 @@ class Tally:
         cut: Calls after an abort, in the same turn, that would never have been made.
         cut_identical_repeats: Cut calls that were identical repeats.
         cycles: Cycles detected.
+        unknown_tools: Calls to a tool that does not exist (a hallucinated name). The guard
+            answers every one of them; such a block is neither redundant nor wrong unless it
+            repeats an identical call (nothing could have run).
         by_reason: Blocked calls by decision reason.
     """
 
@@ -75,6 +86,7 @@ class Tally:
     cut: int = 0
     cut_identical_repeats: int = 0
     cycles: int = 0
+    unknown_tools: int = 0
     by_reason: dict[str, int] = field(default_factory=dict)
     repeat_kinds: dict[str, list[int]] = field(default_factory=dict)
 
@@ -211,6 +223,11 @@ def _trajectory_problem(data: Any) -> str | None:
             return f"call {index} has no tool 'name'"
         if "args" in call and not isinstance(call["args"], dict):
             return f"call {index} ('{call['name']}') has 'args' that is not an object"
+    tools = data.get("tools")
+    if tools is not None and (
+        not isinstance(tools, list) or not all(isinstance(t, str) for t in tools)
+    ):
+        return "'tools' is not a list of tool names"
     return None
 
 
@@ -222,6 +239,7 @@ def evaluate_trajectories(
     normalize: Iterable[str] = (),
     report: EvalReport | None = None,
     on_progress: Callable[[int], None] | None = None,
+    tools: Collection[str] | None = None,
 ) -> EvalReport:
     """Replay recorded trajectories through the engine and score what it would block.
 
@@ -229,6 +247,10 @@ def evaluate_trajectories(
     recorded with their recorded result, blocked calls as denied (their recorded result is
     never fed back). After an abort (`exit_behavior` "end" or "error") the rest of that turn is
     cut, since the run would have ended; the next user turn goes on.
+
+    Calls to tools that do not exist: a trajectory's own `"tools"` list (the names its agent
+    had) says which names exist, else `tools`; with neither, a call whose recorded result
+    matches `UNKNOWN_TOOL_PATTERN` ("is not a valid tool") is one.
 
     Args:
         trajectories: Parsed trajectories.
@@ -238,6 +260,8 @@ def evaluate_trajectories(
             are compared (volatile noise such as timestamps). Empty by default.
         report: A report to add to (for several files).
         on_progress: Called with the number of trajectories done so far.
+        tools: The names of the tools the recorded agents had, for trajectories that do not
+            list theirs.
 
     Returns:
         The report.
@@ -245,8 +269,11 @@ def evaluate_trajectories(
     report = report or EvalReport()
     failed = re.compile(error_pattern, re.IGNORECASE)
     cleaners = [re.compile(p) for p in normalize]
+    known = frozenset(tools) if tools is not None else None
     for done, trajectory in enumerate(trajectories, start=1):
-        _evaluate_one(trajectory, config, failed, cleaners, report)
+        listed = trajectory.get("tools")
+        names = frozenset(listed) if isinstance(listed, list) else known
+        _evaluate_one(trajectory, config, failed, cleaners, report, names)
         if on_progress is not None:
             on_progress(done)
     return report
@@ -258,6 +285,7 @@ def _evaluate_one(
     failed: re.Pattern[str],
     cleaners: list[re.Pattern[str]],
     report: EvalReport,
+    tools: frozenset[str] | None = None,
 ) -> None:
     model = str(trajectory.get("model", "unknown"))
     ident = str(trajectory.get("id", "?"))
@@ -278,7 +306,8 @@ def _evaluate_one(
         for cleaner in cleaners:
             text = cleaner.sub("", text)
         try:
-            facts = call_facts(config, name, call.get("args", {}))
+            facts = call_facts(config, name, call.get("args", {}), tools=_tools_for(tools, text))
+            stats_key = _stats_key(facts)
         except InvalidArgumentsError as exc:
             report.malformed.append((0, f"{ident} call {index}: {exc}"))
             continue
@@ -292,13 +321,14 @@ def _evaluate_one(
             report.by_tool_class.setdefault(name, {}).setdefault(call_class, Tally()),
         )
         succeeded = not failed.search(text)
-        previous = last.get(facts.key)
+        previous = last.get(stats_key)
         kind = _repeat_kind(previous, text, turn, world_epoch, facts, config)
-        last[facts.key] = (text, turn, world_epoch)
+        last[stats_key] = (text, turn, world_epoch)
         if succeeded and facts.replay != "pure":
             world_epoch += 1
         for t in tallies:
             t.calls += 1
+            t.unknown_tools += facts.unknown
             t.repeats += previous is not None
             if kind is not None:
                 t.identical_repeats += 1
@@ -328,7 +358,7 @@ def _evaluate_one(
                 if kind is not None:
                     t.redundant += 1
                     t.repeat_kinds[kind][1] += 1
-                else:
+                elif not facts.unknown:  # a tool that does not exist hid nothing
                     t.wrong += 1
                 t.by_reason[reason] = t.by_reason.get(reason, 0) + 1
             event = make_event(facts, "denied", reason=reason, abort=aborts, turn=str(turn))
@@ -357,6 +387,8 @@ def _repeat_kind(
         return None
     if config.scope == "turn" and previous[1] != turn:
         return "new_turn"
+    if facts.unknown:
+        return "unknown_tool"
     if facts.replay != "pure":
         return "side_effect"
     if previous[2] != world_epoch:
@@ -366,6 +398,23 @@ def _repeat_kind(
     return "redundant_read"
 
 
+_UNKNOWN_RESULT = re.compile(UNKNOWN_TOOL_PATTERN, re.IGNORECASE)
+
+
+def _tools_for(tools: frozenset[str] | None, text: str) -> frozenset[str] | None:
+    """The tool names a call is decided with: the run's, or none for a recorded refusal."""
+    if tools is not None:
+        return tools
+    return frozenset() if _UNKNOWN_RESULT.search(text) else None
+
+
+def _stats_key(facts: CallFacts) -> str:
+    """The key repeats are counted by: every unknown tool shares one key in the guard."""
+    if not facts.unknown:
+        return facts.key
+    return "unknown:" + call_key(facts.tool, facts.args)
+
+
 def evaluate_file(
     path: str | Path | Iterable[str | bytes],
     config: GuardConfig,
@@ -373,6 +422,7 @@ def evaluate_file(
     error_pattern: str = DEFAULT_ERROR_PATTERN,
     normalize: Iterable[str] = (),
     on_progress: Callable[[int], None] | None = None,
+    tools: Collection[str] | None = None,
 ) -> EvalReport:
     """Evaluate a JSONL file of trajectories, streaming it line by line.
 
@@ -382,6 +432,7 @@ def evaluate_file(
         error_pattern: Regular expression (case-insensitive) marking failed results.
         normalize: Regular expressions removed from results before comparing them.
         on_progress: Called with the number of trajectories done so far.
+        tools: The tool names the recorded agents had (see `evaluate_trajectories`).
 
     Returns:
         The report; malformed lines (not UTF-8, not JSON, not a trajectory) are listed in
@@ -397,6 +448,7 @@ def evaluate_file(
                 error_pattern=error_pattern,
                 normalize=normalize,
                 on_progress=on_progress,
+                tools=tools,
             )
     trajectories = iter_trajectories(path, report.malformed)
     return evaluate_trajectories(
@@ -406,4 +458,5 @@ def evaluate_file(
         normalize=normalize,
         report=report,
         on_progress=on_progress,
+        tools=tools,
     )

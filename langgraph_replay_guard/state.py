@@ -34,6 +34,7 @@ __all__ = [
     "MAX_BLOCKED_LOG",
     "MAX_RESULTS",
     "MAX_TRACKED_KEYS",
+    "UNKNOWN_TOOL",
     "Event",
     "GuardTotals",
     "GuardView",
@@ -57,6 +58,9 @@ MAX_RESULTS = 8
 
 MAX_BLOCKED_LOG = 5
 """Most recent blocked decisions kept in the state for Studio and `GuardView`."""
+
+UNKNOWN_TOOL = "unknown_tool"
+"""Reason of a call to a tool the tools node does not have (a hallucinated name)."""
 
 Outcome = Literal["success", "failure", "timeout", "denied"]
 
@@ -358,7 +362,9 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
         totals["blocked"] = totals.get("blocked", 0) + 1
         state["blocked"].append([*BlockedCall(tool, reason, count)])
         del state["blocked"][:-MAX_BLOCKED_LOG]
-        _arm(state, ev, cfg, reason, count)
+        if reason != UNKNOWN_TOOL or count > 1:
+            # One wrong name is a mistake the error fixes; the second is a loop starting.
+            _arm(state, ev, cfg, reason, count)
         if ev.abort:
             totals["aborts"] = totals.get("aborts", 0) + 1
             state["stop"] = {"reason": reason, "tool": tool, "count": count, "args": ev.args}

@@ -50,6 +50,7 @@ _KIND_HELP = {
     "side_effect": "a tool with side effects: counted, never deduplicated",
     "after_world_change": "a re-check after a successful write: allowed by design",
     "new_turn": 'asked again in a new user turn: allowed with scope="turn"',
+    "unknown_tool": "a tool that does not exist, called again: answered, then stopped",
 }
 
 
@@ -89,6 +90,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=[],
         metavar="REGEX",
         help="remove matches from results before comparing them (repeatable)",
+    )
+    parser.add_argument(
+        "--tools",
+        action="append",
+        default=None,
+        metavar="NAMES",
+        help="comma-separated names of the tools the recorded agents had (repeatable): a call "
+        "to another name is a call to a tool that does not exist. A trajectory's own 'tools' "
+        "list wins; with neither, a result saying 'is not a valid tool' marks one",
     )
     parser.add_argument(
         "--show-aborts", type=int, default=10, metavar="N", help="list the first N aborts"
@@ -176,6 +186,7 @@ def _evaluate(args: argparse.Namespace, config: GuardConfig, path: Path) -> Eval
                 error_pattern=args.error_pattern,
                 normalize=args.normalize,
                 on_progress=progress,
+                tools=_tool_names(args.tools),
             )
     except _NotJSONLinesError as exc:
         _fail(str(exc))
@@ -185,6 +196,13 @@ def _evaluate(args: argparse.Namespace, config: GuardConfig, path: Path) -> Eval
         if progress is not None:
             print("\r", end="", file=sys.stderr)
     return report
+
+
+def _tool_names(values: list[str] | None) -> list[str] | None:
+    """The `--tools` names (each value comma-separated), or None when not given."""
+    if values is None:
+        return None
+    return [name.strip() for value in values for name in value.split(",") if name.strip()]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -293,6 +311,11 @@ def print_report(
     line(f"Wrong blocks: {total.wrong} of {total.blocked} blocked ({_pct(total.wrong_rate())})")
     reasons = ", ".join(f"{r} {n}" for r, n in sorted(total.by_reason.items())) or "none"
     line(f"Blocked by reason: {reasons}")
+    if total.unknown_tools:
+        line(
+            f"Calls to tools that do not exist: {total.unknown_tools} (reason unknown_tool: "
+            "answered by the guard, counted as one loop per turn whatever the name)"
+        )
     if report.aborts and show_aborts:
         shown = min(show_aborts, len(report.aborts))
         line(f"Aborts ({len(report.aborts)}; first {shown}), each with its run's id below:")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +12,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCa
 from langgraph.types import Command
 
 from langgraph_replay_guard.engine import (
+    UNKNOWN_TOOL,
     CallPlan,
     Decision,
     PlannedCall,
@@ -203,19 +204,31 @@ class BatchPlan(CallPlan):
     batch: Batch
 
 
-def plan_batch(config: GuardConfig, state: Mapping[str, Any], batch: Batch) -> BatchPlan:
+def plan_batch(
+    config: GuardConfig,
+    state: Mapping[str, Any],
+    batch: Batch,
+    tools: Collection[str] | None = None,
+) -> BatchPlan:
     """Decide every call of a batch by position (identical calls: the first one runs).
 
     Args:
         config: Guard configuration.
         state: Settled guard state (from `snapshot`).
         batch: The batch.
+        tools: Names of the tools that exist, when known (a call to another name is an
+            unknown tool).
 
     Returns:
         The plan.
     """
-    calls = plan_calls(config, state, batch.tool_calls, batch.turn, batch_id=batch.batch_id)
+    calls = plan_calls(
+        config, state, batch.tool_calls, batch.turn, batch_id=batch.batch_id, tools=tools
+    )
     return BatchPlan(calls=calls, batch=batch)
+
+
+_Planned = tuple["GuardConfig", Any, AIMessage, str | None, BatchPlan, tuple[str, ...] | None]
 
 
 class PlanCache:
@@ -233,15 +246,22 @@ class PlanCache:
 
     def __init__(self) -> None:
         """Create an empty cache."""
-        self._last: tuple[GuardConfig, Any, AIMessage, str | None, BatchPlan] | None = None
+        self._last: _Planned | None = None
 
-    def plan(self, config: GuardConfig, value: Any, batch: Batch) -> BatchPlan:
-        """`plan_batch(config, snapshot(value, batch.batch_id), batch)`, cached.
+    def plan(
+        self,
+        config: GuardConfig,
+        value: Any,
+        batch: Batch,
+        tools: tuple[str, ...] | None = None,
+    ) -> BatchPlan:
+        """`plan_batch(config, snapshot(value, batch.batch_id), batch, tools)`, cached.
 
         Args:
             config: Guard configuration (fixed for the guard that owns the cache).
             value: The channel value from the graph state.
             batch: The batch.
+            tools: Names of the tools that exist, when known.
 
         Returns:
             The plan.
@@ -253,10 +273,11 @@ class PlanCache:
             and last[1] is value
             and last[2] is batch.ai_message
             and last[3] == batch.turn
+            and last[5] == tools
         ):
             return last[4]
-        plan = plan_batch(config, snapshot(value, batch.batch_id), batch)
-        self._last = (config, value, batch.ai_message, batch.turn, plan)
+        plan = plan_batch(config, snapshot(value, batch.batch_id), batch, tools)
+        self._last = (config, value, batch.ai_message, batch.turn, plan, tools)
         return plan
 
 
@@ -315,6 +336,11 @@ def final_ai_message(decision: Decision, batch: Batch) -> AIMessage:
     """
     if decision.reason == "cycle":
         why = "my tool calls kept repeating in a cycle with identical results"
+    elif decision.reason == UNKNOWN_TOOL:
+        why = (
+            f"I called tools that do not exist {decision.count} times "
+            f"(the last one '{decision.tool}')"
+        )
     else:
         why = (
             f"I called '{decision.tool}' {decision.count} times with the same arguments "

@@ -66,8 +66,10 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     Every tool call goes through the guard (`wrap_tool_call`): duplicates, identical
     results and cycles are answered with an explanatory error `ToolMessage` instead of
-    running the tool. A batch that would abort the run is stopped right after the model
-    asked for it (`after_model`, jumping to the end with a final message). The loop
+    running the tool, and calls to a tool the agent does not have (a hallucinated name, no
+    middleware serving it) are counted as one loop per turn, reason `unknown_tool`. A batch
+    that would abort the run is stopped right after the model asked for it (`after_model`,
+    jumping to the end with a final message). The loop
     reminder is added to the system prompt of exactly the next model call
     (`wrap_model_call`), never to the history. The guard state is a private, checkpointed
     channel.
@@ -159,7 +161,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         value = request.state.get(self.channel)
         # The answer is the batch; its turn is that of the messages it answers.
         batch = Batch(ai, current_turn(request.state, anchors=turn_anchors(value)))
-        plan = self._calls.plans.plan(config, value, batch)
+        plan = self._calls.plans.plan(config, value, batch, self._calls.tools)
         aborting = plan.abort
         if aborting is None or aborting.decision is None:
             return result
@@ -223,16 +225,18 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return self._stop_after(request, await handler(self._with_reminder(request)))
 
     def _check_tools(self, request: ModelRequest[Any]) -> None:
-        """Warn once about configured tool names the agent does not have.
+        """Learn the agent's tool names; warn once about configured names it does not have.
 
         `create_agent` tells a middleware nothing about the agent's tools at build time;
-        the first model call's request is the first place they are seen.
+        the model calls' requests are the first place they are seen. A tool call to any
+        other name is a call to a tool that does not exist (reason `unknown_tool`).
         """
+        names = [n for n in map(_tool_name, request.tools) if n]
+        self._calls.learn_tools(names)
         if self._tools_checked:
             return
         self._tools_checked = True
-        names = [_tool_name(tool) for tool in request.tools]
-        self.guard._tool_names.check([n for n in names if n], where="the agent")
+        self.guard._tool_names.check(names, where="the agent")
 
     def _with_reminder(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         if not self.guard.config.reminder:

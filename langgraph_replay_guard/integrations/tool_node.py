@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +49,7 @@ from langgraph_replay_guard.integrations.calls import (
     guard_update,
     result_outcome,
     state_field,
+    tool_message,
     turn_anchors,
 )
 from langgraph_replay_guard.integrations.ledger_gate import LedgerGate, RunTicket, replayed_message
@@ -113,6 +114,8 @@ class _Blocked:
     result: Command[Any] | None
     error: LoopAbortedError | None
     trace: dict[str, Any]
+    probe: bool = False
+    """A call to a name the node lacks: hand it on first, answer it only if nobody serves it."""
 
     def answer(self) -> Command[Any]:
         """The guard's answer; raises the stop for `exit_behavior="error"`."""
@@ -124,10 +127,9 @@ class _Blocked:
 
 @dataclass(frozen=True)
 class _Execute:
-    """Run the tool (through the node's own wrapper when `guarded`); `watch` its errors."""
+    """Run the tool (through the node's own wrapper, if any); `watch` its errors."""
 
     request: ToolCallRequest
-    guarded: bool = True
     watch: bool = False
 
 
@@ -192,6 +194,10 @@ class ToolCallWrapper:
         raise_on_abort: Whether `exit_behavior="error"` may raise from the wrapper. False when
             the node's `handle_tool_errors` would turn the error into a ToolMessage: the
             stop is then recorded and `route_after_tools` raises it.
+        tools: Names of the node's tools. A call to another name (`request.tool` is None:
+            the node defers its own check to after its wrappers) is an unknown tool, which
+            the guard answers and counts. None until known (the middleware learns them at
+            the first model call); until then such calls pass to the node as before.
     """
 
     def __init__(
@@ -204,9 +210,11 @@ class ToolCallWrapper:
         channel: str = GUARD_CHANNEL,
         end_batches: bool = True,
         raise_on_abort: bool = True,
+        tools: tuple[str, ...] | None = None,
     ) -> None:
         """Create the wrapper."""
         self.raise_on_abort = raise_on_abort
+        self.tools = tools
         self.guard = guard
         self.inner = inner
         self.ainner = ainner
@@ -249,8 +257,6 @@ class ToolCallWrapper:
         return await adrive(self._call_plan(request), run)
 
     def _execute_op(self, op: _Execute, execute: Execute) -> Any:
-        if not op.guarded:
-            return execute(op.request)  # an unregistered tool: the node answers as usual
         if not op.watch:
             return self.inner(op.request, execute) if self.inner else execute(op.request)
         with watch_tool_errors() as spy:
@@ -258,8 +264,6 @@ class ToolCallWrapper:
         return result, spy.error
 
     async def _aexecute_op(self, op: _Execute, execute: AsyncExecute) -> Any:
-        if not op.guarded:
-            return await execute(op.request)
         run = self.ainner(op.request, execute) if self.ainner else execute(op.request)
         if not op.watch:
             return await run
@@ -275,9 +279,18 @@ class ToolCallWrapper:
         """
         prepared = self._prepare(request)
         if prepared is None:
-            result: ToolResult = yield _Execute(request, guarded=False)
+            # A name the node lacks: its own wrapper may serve it, or the node answers.
+            result: ToolResult = yield _Execute(request)
             return result
         if isinstance(prepared, _Blocked):
+            if prepared.probe:
+                # LangGraph defers its unknown-name check past the wrappers so that an inner
+                # wrapper (a middleware's dynamic tool) may serve the name: let it. Nothing
+                # runs for a name nobody serves; the node only answers "not a valid tool".
+                served: ToolResult = yield _Execute(request)
+                if not _refused_as_unknown(served, request.tool_call["name"]):
+                    self.learn_tools([request.tool_call["name"]])
+                    return served
             yield _Trace(request, prepared.trace, _answer_of(prepared.result), prepared.error)
             return prepared.answer()
         ticket = yield _Check(request, prepared.facts, prepared.batch.batch_id)
@@ -324,7 +337,8 @@ class ToolCallWrapper:
     def _prepare(self, request: ToolCallRequest) -> _Allowed | _Blocked | None:
         """Decide a call: `_Allowed` to execute it, `_Blocked` to answer it, None to pass it on."""
         tool_call = request.tool_call
-        if request.tool is None:
+        tools = self._known_tools(request)
+        if request.tool is None and tools is None:
             return None
         state = request.state
         self._check_channel(state)
@@ -335,7 +349,7 @@ class ToolCallWrapper:
             turn = current_turn(state, self.messages_key, anchors)
             batch = Batch(AIMessage(content="", tool_calls=[tool_call]), turn)
         config = self.guard.config
-        plan = self.plans.plan(config, value, batch)
+        plan = self.plans.plan(config, value, batch, tools)
         planned = plan.call(tool_call.get("id")) or plan.calls[-1]
         last = planned.index == len(batch.tool_calls) - 1
         writer = getattr(request.runtime, "stream_writer", None)
@@ -362,6 +376,8 @@ class ToolCallWrapper:
 
         decision = planned.decision
         if decision is not None and decision.verdict is Verdict.ALLOW:
+            if request.tool is None:
+                return None  # a name the node lacks though the guard knew it: the node answers
             return _Allowed(planned, batch)
         answer, events = blocked_answer(planned, batch)
         if decision is None:  # `planned.error`: arguments that could not be keyed
@@ -372,7 +388,36 @@ class ToolCallWrapper:
         if decision.verdict is Verdict.ABORT and last:
             messages.append(final_ai_message(decision, batch))
         trace = trace_info(decision, replay=_replay_class(planned))
-        return _Blocked(self._answer(messages, events), None, trace)
+        probe = (
+            request.tool is None
+            and planned.facts is not None
+            and planned.facts.unknown
+            and decision.verdict is Verdict.DENY
+        )
+        return _Blocked(self._answer(messages, events), None, trace, probe)
+
+    def _known_tools(self, request: ToolCallRequest) -> tuple[str, ...] | None:
+        """The node's tool names, counting a name the node answers (`request.tool` set)."""
+        tools = self.tools
+        name = request.tool_call["name"]
+        if request.tool is not None and tools is not None and name not in tools:
+            # A tool the model was not offered but the node has: learn it, never call it
+            # unknown. A new tuple: plans are cached by the names they were made with.
+            self.tools = tools = (*tools, name)
+        return tools
+
+    def learn_tools(self, names: Sequence[str]) -> None:
+        """Add tool names that exist (the middleware's model calls offer them).
+
+        Args:
+            names: Tool names.
+        """
+        if not names:
+            return
+        known = self.tools or ()
+        new = tuple(n for n in dict.fromkeys(names) if n not in known)
+        if new or self.tools is None:
+            self.tools = (*known, *new)
 
     def _answer(self, messages: list[Any], events: list[Event]) -> Command[Any]:
         update: dict[str, Any] = {self.messages_key: messages}
@@ -400,6 +445,16 @@ class ToolCallWrapper:
             return dataclasses.replace(result, update={**result.update, self.channel: write})
         logger.debug("tool %r returned a Command for another graph; not recorded", run.planned)
         return result
+
+
+def _refused_as_unknown(result: ToolResult, name: str) -> bool:
+    """Whether a result is the node's answer to a name it does not have."""
+    message = tool_message(result)
+    return (
+        message is not None
+        and message.status == "error"
+        and f"{name} is not a valid tool" in message.text
+    )
 
 
 def _config(request: ToolCallRequest) -> Mapping[str, Any] | None:
@@ -465,6 +520,7 @@ def guarded_tool_node(guard: ReplayGuard, node: ToolNode) -> ToolNode:
         ainner=ainner,
         messages_key=messages_key,
         raise_on_abort=not _converts_errors(settings.handle_tool_errors),
+        tools=tuple(node.tools_by_name),
     )
     # A sync-only inner wrapper cannot be given an async `execute`: let the node run the
     # sync guard in async mode too, as it does for sync-only wrappers.

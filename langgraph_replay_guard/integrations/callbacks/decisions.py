@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 from langchain_core.messages import AIMessage, ToolCall
 
 from langgraph_replay_guard.engine import (
+    UNKNOWN_TOOL,
     CallFacts,
     Decision,
     PlannedCall,
@@ -101,6 +102,19 @@ class CallbackDecider:
         """Create the guard."""
         self.config = config
         self.scopes = scopes
+        self.tools: tuple[str, ...] | None = None
+        """Names of the agent's tools, once known (`check(agent)`, an executor's report)."""
+
+    def learn_tools(self, names: Sequence[str]) -> None:
+        """Add tool names that exist: a call to any other name is an unknown tool.
+
+        Args:
+            names: Tool names.
+        """
+        known = self.tools or ()
+        new = tuple(n for n in dict.fromkeys(names) if n not in known)
+        if new:
+            self.tools = (*known, *new)
 
     # -- model calls --------------------------------------------------------------------------
 
@@ -127,8 +141,16 @@ class CallbackDecider:
         with scope.lock:
             scope.last_batch = None
 
-    def batch(self, key: ScopeKey, batch_id: str, calls: Sequence[Call]) -> None:
+    def batch(
+        self, key: ScopeKey, batch_id: str, calls: Sequence[Call]
+    ) -> list[tuple[Decision, ToolCall]]:
         """Decide the batch of tool calls a model call returned.
+
+        Calls to unknown tools are recorded at once: a tools node answers them itself, so
+        no tool run starts for them (an executor step refused for them records them once).
+
+        Returns:
+            The decisions recorded now, for the custom stream.
 
         Raises:
             LoopAbortedError: When the batch aborts with `exit_behavior="error"`, or the model
@@ -136,7 +158,54 @@ class CallbackDecider:
         """
         scope = self.scopes.get(key)
         with scope.lock:
-            self._plan(scope, batch_id, calls, keep=True)
+            plan = self._plan(scope, batch_id, calls, keep=True)
+            recorded: list[tuple[Decision, ToolCall]] = []
+            events: list[Event] = []
+            for planned in plan.calls:
+                if planned.facts is None or not planned.facts.unknown:
+                    continue
+                scope.taken.add(planned.index)
+                scope.recorded.add(planned.index)
+                events.extend(self._answer(scope, plan, planned)[1])
+                if planned.decision is not None:
+                    recorded.append((planned.decision, planned.tool_call))
+            self._write(scope, events)
+        return recorded
+
+    def invalid_tool(self, key: ScopeKey, name: str, available: Sequence[str]) -> None:
+        """Record a call an executor answered itself because `name` is not one of its tools.
+
+        An `AgentExecutor` runs its `InvalidTool` for such a call, which reports the names
+        it has: from then on the guard knows them and decides calls to other names itself.
+
+        Args:
+            key: The scope.
+            name: The name the model asked for.
+            available: The executor's tool names.
+        """
+        self.learn_tools(available)
+        scope = self.scopes.get(key)
+        with scope.lock:
+            plan = scope.plan
+            if plan is None:
+                return
+            for planned in plan.calls:
+                tool_call = planned.tool_call
+                if planned.index in scope.taken or tool_call["name"] != name:
+                    continue
+                scope.taken.add(planned.index)
+                facts = call_facts(self.config, name, tool_call["args"], tools=self.tools)
+                event = make_event(
+                    facts,
+                    "denied",
+                    reason=UNKNOWN_TOOL,
+                    batch=plan.batch.batch_id,
+                    index=planned.index,
+                    turn=plan.batch.turn,
+                    batch_size=len(plan.calls),
+                )
+                self._write(scope, [event])
+                return
 
     def step(
         self, key: ScopeKey, step: object, step_id: str, calls: Sequence[Call]
@@ -172,11 +241,17 @@ class CallbackDecider:
             answers = [self._answer(scope, plan, planned) for planned in plan.calls]
             if all(message is None for message, _ in answers):
                 return None
-            self._write(scope, [event for _, events in answers for event in events])
+            recorded = scope.recorded  # calls to unknown tools, recorded with the batch
+            fresh = [
+                (planned, message, events)
+                for planned, (message, events) in zip(plan.calls, answers, strict=True)
+                if planned.index not in recorded
+            ]
+            self._write(scope, [event for _, _, events in fresh for event in events])
             scope.plan = None
         refused = (
             (_refusal_decision(planned, events), planned.tool_call)
-            for planned, (message, events) in zip(plan.calls, answers, strict=True)
+            for planned, message, events in fresh
             if message is not None
         )
         decisions = tuple((d, call) for d, call in refused if d is not None)
@@ -342,9 +417,10 @@ class CallbackDecider:
         # The batch's AIMessage only carries the id: executor calls may have string args.
         batch = Batch(AIMessage(content="", id=batch_id), scope.turn)
         tool_calls = [as_tool_call(call) for call in calls]
-        plan = BatchPlan(
-            calls=plan_calls(config, state, tool_calls, scope.turn, batch_id=batch_id), batch=batch
+        calls_planned = plan_calls(
+            config, state, tool_calls, scope.turn, batch_id=batch_id, tools=self.tools
         )
+        plan = BatchPlan(calls=calls_planned, batch=batch)
         scope.last_batch = batch_id
         come_back = plan.stop_ignored
         if come_back is not None and come_back.decision is not None:
@@ -356,6 +432,7 @@ class CallbackDecider:
             raise loop_error(aborting.decision)
         if keep:
             scope.plan, scope.taken, scope.executor = plan, set(), False
+            scope.recorded = set()
         return plan
 
     def _claim(

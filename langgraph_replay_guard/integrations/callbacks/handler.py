@@ -148,6 +148,11 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
     (the only way a callback can stop a run). With `exit_behavior="error"` the abort raises
     `LoopAbortedError` before any tool of its batch runs.
 
+    Tools that do not exist: a call to a name the agent lacks is answered (an executor's step
+    is refused) and counted as one loop per turn whatever the name, reason `unknown_tool`.
+    The handler learns the names from `check(agent)`, or from an `AgentExecutor`'s own answer
+    to the first such call.
+
     Unknown outcomes: when an `unsafe` call raises (an exception its policy does not name
     in `no_effect_errors`), its side effect may have happened. Every later identical call
     in the thread is refused until a human settles it with `resolve`. `idempotent` tools
@@ -285,7 +290,9 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         """Fail now if `agent` would not hand the handler's refusals to the model.
 
         Also warns (`ReplayGuardWarning`) about each tool of `config.tools` that the agent
-        does not have: a typo there would leave the real tool with the default policy.
+        does not have: a typo there would leave the real tool with the default policy. And
+        learns the agent's tool names: a call to any other name is a tool that does not
+        exist (reason `unknown_tool`).
 
         Args:
             agent: A compiled LangGraph graph (`create_agent`, `StateGraph.compile()`) or a
@@ -300,7 +307,9 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             TypeError: If `agent` is neither kind.
         """
         problems = enforcement_problems(agent)
-        self._tool_names.check(agent_tool_names(agent), where="the agent")
+        names = agent_tool_names(agent)
+        self._tool_names.check(names, where="the agent")
+        self._guard.learn_tools(names)
         if problems:
             msg = "ReplayGuardCallbackHandler cannot enforce its decisions here:\n- " + (
                 "\n- ".join(problems)
@@ -445,7 +454,11 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             self._guard.model_answered(info.scope)
             return
         calls = [(c["name"], c.get("args", {}), c.get("id")) for c in message.tool_calls]
-        self._guard.batch(info.scope, message.id or f"run:{run_id}", calls)
+        recorded = self._guard.batch(info.scope, message.id or f"run:{run_id}", calls)
+        if recorded:
+            writer = _stream_writer()
+            for decision, tool_call in recorded:
+                emit(writer, decision, tool_call)
 
     @_fail_open
     def on_llm_error(
@@ -483,6 +496,8 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         """
         info, nested = self._runs.start(run_id, parent_run_id, metadata, tool=True)
         name = (serialized or {}).get("name") or kwargs.get("name") or ""
+        if not nested and name == "invalid_tool" and isinstance(inputs, dict):
+            self._invalid_tool(info.scope, inputs)
         if nested or name in _EXECUTOR_TOOLS:
             return  # a tool used inside a tool is part of the outer call
         call: Call = (name, inputs if inputs is not None else input_str, kwargs.get("tool_call_id"))
@@ -503,6 +518,13 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             self._report_refused(call, trace_info(decision, replay=self._replay_class(name)), error)
             raise error
         info.call = admitted
+
+    def _invalid_tool(self, scope: ScopeKey, inputs: dict[str, Any]) -> None:
+        """An `AgentExecutor` answers a name it lacks with its `InvalidTool`: record it."""
+        requested = inputs.get("requested_tool_name")
+        available = inputs.get("available_tool_names")
+        if isinstance(requested, str) and isinstance(available, list):
+            self._guard.invalid_tool(scope, requested, [n for n in available if isinstance(n, str)])
 
     def _replay_class(self, tool: str) -> str:
         return self.config.policy_for(tool).replay

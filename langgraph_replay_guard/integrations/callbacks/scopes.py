@@ -140,6 +140,8 @@ class Scope:
     """Id of the latest batch of tool calls; None once the model answered without tools."""
     taken: set[int] = field(default_factory=set)
     """Positions in the plan already claimed by a started tool run."""
+    recorded: set[int] = field(default_factory=set)
+    """Positions in the plan already recorded when it was made (calls to unknown tools)."""
     shown: tuple[Any, ...] | None = None
     """The reminder `reminder()` returned last, so that it is returned once."""
 

@@ -1,0 +1,95 @@
+"""The engine's rules for calls to tools that do not exist (no LangChain involved)."""
+
+from __future__ import annotations
+
+from langgraph_replay_guard import GuardConfig
+from langgraph_replay_guard.engine import (
+    UNKNOWN_TOOL_KEY,
+    Verdict,
+    call_facts,
+    decide,
+    fold_settings,
+    make_event,
+    render_reminder,
+    tool_list,
+)
+from langgraph_replay_guard.state import fold_events, new_state
+
+TOOLS = ("browser_type", "browser_click", "write_file")
+
+
+def attempts(config, names, *, tools=TOOLS):
+    """Decide and record calls one after another in one turn; the decisions."""
+    state = new_state()
+    decisions = []
+    for index, name in enumerate(names):
+        facts = call_facts(config, name, {"n": index}, tools=tools)
+        decision = decide(state, facts, config, turn="t")
+        decisions.append(decision)
+        if decision.executes:
+            event = make_event(facts, "success", result="ok", turn="t")
+        else:
+            abort = decision.verdict is Verdict.ABORT
+            event = make_event(facts, "denied", reason=decision.reason, abort=abort, turn="t")
+        fold_events(state, [event], fold_settings(config))
+    return decisions, state
+
+
+def test_names_the_tools_node_has_are_tools():
+    facts = call_facts(GuardConfig(), "browser_type", {"a": 1}, tools=TOOLS)
+    assert not facts.unknown
+    assert call_facts(GuardConfig(), "anything", {}).unknown is False, "no names: all are tools"
+
+
+def test_varied_names_and_arguments_are_one_call():
+    names = ["browser-type", "browser_typ", "mcp__browser_type", "browserType"]
+    decisions, state = attempts(GuardConfig(), names)
+    assert [(d.verdict, d.reason, d.count) for d in decisions] == [
+        (Verdict.DENY, "unknown_tool", 1),
+        (Verdict.DENY, "unknown_tool", 2),
+        (Verdict.DENY, "unknown_tool", 3),
+        (Verdict.ABORT, "unknown_tool", 4),
+    ]
+    assert decisions[0].message == (
+        "Error: browser-type is not a valid tool, try one of "
+        "[browser_type, browser_click, write_file]."
+    )
+    assert state["counters"] == {UNKNOWN_TOOL_KEY: [4, "browserType"]}
+    assert state["stop"]["reason"] == "unknown_tool"
+    assert state["recent_calls"] == [], "nothing ran"
+
+
+def test_the_reminder_comes_with_the_second_call_and_names_the_tools():
+    _, state = attempts(GuardConfig(), ["browser-type"])
+    assert state["reminder"] is None, "one wrong name is a mistake the error fixes"
+    _, state = attempts(GuardConfig(), ["browser-type", "browser-type"])
+    text = render_reminder(state["reminder"])
+    assert "tools that do not exist 2 times" in text
+    assert "browser_type, browser_click, write_file" in text
+
+
+def test_continue_blocks_then_stops_a_model_that_insists():
+    config = GuardConfig(exit_behavior="continue")
+    decisions, _ = attempts(config, ["browser-type"] * 7)
+    assert [d.verdict for d in decisions] == [Verdict.DENY] * 6 + [Verdict.ABORT]
+
+
+def test_without_the_repeat_limit_calls_are_only_answered():
+    decisions, _ = attempts(GuardConfig(repeat_limit=False), ["browser-type"] * 8)
+    assert {d.verdict for d in decisions} == {Verdict.DENY}
+
+
+def test_progress_starts_the_count_over():
+    config = GuardConfig(tools={"write_file": "idempotent"})
+    names = ["browser-type"] * 3 + ["write_file"] + ["browser-type"] * 3
+    decisions, _ = attempts(config, names)
+    assert [d.count for d in decisions if d.reason] == [1, 2, 3, 1, 2, 3]
+    assert all(d.verdict is not Verdict.ABORT for d in decisions)
+
+
+def test_a_long_tool_list_is_bounded():
+    names = [f"tool_number_{i}" for i in range(100)]
+    text = tool_list(names)
+    assert len(text) < 450
+    assert text.endswith("more)")
+    assert tool_list(["a\nb", "c"]) == "a b, c"
