@@ -10,12 +10,14 @@ from typing import Any
 
 from langgraph_replay_guard.config import GuardConfig
 from langgraph_replay_guard.errors import InvalidArgumentsError, LoopAbortedError
+from langgraph_replay_guard.failures import SAME_FAILURE, failure_signature
 from langgraph_replay_guard.keys import call_key, content_hash
 from langgraph_replay_guard.state import Event, GuardView, Outcome, settled, state_for_turn
 from langgraph_replay_guard.state_format import (
     CallCounter,
     CallEvent,
     ExecutedCall,
+    FailureStreak,
     FoldSettings,
     ResultMemo,
 )
@@ -70,8 +72,8 @@ class Decision:
     Attributes:
         verdict: What happens to the call.
         reason: Why, for anything but a plain allow: `"duplicate"`, `"repeat_limit"`,
-            `"same_result"`, `"cycle"`, `"stopped"`, `"stop_ignored"` (the model asked for
-            more tool calls after the stop), `"replayed"`.
+            `"same_result"`, `"cycle"`, `"same_failure"`, `"stopped"`, `"stop_ignored"`
+            (the model asked for more tool calls after the stop), `"replayed"`.
         call_key: The call's canonical key.
         message: What the model is told when the call is not executed.
         previous_result: Preview of the earlier result the model is pointed to, or None.
@@ -104,6 +106,10 @@ class CallFacts:
     short_circuit: bool
     max_repeats: int
     args: Any
+    max_same_failures: int = 0
+    """The tool's same-failure threshold (0: the layer is off for it)."""
+    failure_pattern: re.Pattern[str] | None = None
+    """`GuardConfig.failure_pattern`, compiled: a result matching it is a failure too."""
 
     @property
     def args_summary(self) -> str:
@@ -145,6 +151,12 @@ def call_facts(config: GuardConfig, tool: str, args: Any) -> CallFacts:
         short_circuit=policy.short_circuits(replay),
         max_repeats=policy.max_repeats or config.max_repeats,
         args=args,
+        max_same_failures=(
+            config.max_same_failures
+            if policy.max_same_failures is None
+            else policy.max_same_failures
+        ),
+        failure_pattern=config.failure_regex,
     )
 
 
@@ -192,8 +204,8 @@ def decide(
 ) -> Decision:
     """Decide what to do with a call. Pure: reads the state, never changes it.
 
-    Layers, strongest first: a stopped run, the repeat limit, cycles, dedup, and the
-    identical-result short-circuit.
+    Layers, strongest first: a stopped run, the repeat limit, cycles, the same failure
+    whatever the arguments, dedup, and the identical-result short-circuit.
 
     Args:
         state: A settled guard state (see `settled`).
@@ -259,6 +271,10 @@ def decide(
             attempt,
         )
 
+    failing = _same_failure(view, facts, final)
+    if failing is not None:
+        return failing
+
     if config.dedup and facts.replay == "pure" and not facts.volatile:
         if in_batch:
             msg = (
@@ -300,6 +316,49 @@ def decide(
             )
 
     return Decision(Verdict.ALLOW, None, key, None, None, tool, attempt)
+
+
+def _same_failure(view: Mapping[str, Any], facts: CallFacts, final: bool) -> Decision | None:
+    """The same-failure layer: a tool that failed the same way again after the reminder.
+
+    The reminder is armed when the streak reaches the threshold (see `state`); the call
+    after one more identical failure stops the run. With `exit_behavior="continue"` the
+    calls are denied, and a tool insisted on up to twice the threshold stops the run.
+    """
+    limit = facts.max_same_failures
+    stored = view.get("failures", {}).get(facts.tool) if limit else None
+    if stored is None:
+        return None
+    in_a_row = FailureStreak(*stored).in_a_row
+    if in_a_row <= limit:
+        return None
+    attempt = in_a_row + 1
+    ends = final or attempt > 2 * limit
+    return Decision(
+        Verdict.ABORT if ends else Verdict.DENY,
+        SAME_FAILURE,
+        facts.key,
+        _same_failure_message(facts.tool, in_a_row, final=ends),
+        None,
+        facts.tool,
+        attempt,
+    )
+
+
+_FAILURE_ADVICE = (
+    "Do not retry it with other arguments: fix the cause (a missing program, a missing "
+    "required parameter), use another tool or approach, or tell the user what is blocking you."
+)
+
+
+def _same_failure_message(tool: str, attempts: int, *, final: bool) -> str:
+    what = (
+        f"'{tool}' keeps failing with the same error whatever the arguments ({attempts} "
+        "attempts in a row)"
+    )
+    if final:
+        return f"Stopped: {what}, after a warning. The loop guard is ending the run."
+    return f"Not executed: {what}. {_FAILURE_ADVICE}"
 
 
 def _comes_back(view: Mapping[str, Any], batch: str | None) -> bool:
@@ -396,6 +455,9 @@ def make_event(
         The event.
     """
     executed_with_text = result is not None and outcome in {"success", "failure"}
+    failure = None
+    if facts.max_same_failures and _failed(facts, outcome, result):
+        failure = (failure_signature(result, facts.args), facts.max_same_failures)
     # The summary feeds reminders and stops only: denied calls and repeated side effects.
     needs_summary = outcome == "denied" or facts.replay != "pure"
     return CallEvent(
@@ -414,7 +476,20 @@ def make_event(
         reason=reason,
         abort=abort,
         batch_size=batch_size,
+        failure=failure,
     ).encode()
+
+
+def _failed(facts: CallFacts, outcome: Outcome, result: str | None) -> bool:
+    """Whether an executed call failed, for the same-failure layer.
+
+    An error (an error ToolMessage, an exception), or a result that matches the configured
+    `failure_pattern` (a shell prints `command not found` in a normal result).
+    """
+    if outcome == "failure":
+        return True
+    pattern = facts.failure_pattern
+    return outcome == "success" and pattern is not None and pattern.search(result or "") is not None
 
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]+")
@@ -478,6 +553,12 @@ def render_reminder(reminder: Mapping[str, Any]) -> str:
         what = (
             f"you called {call} again although it already succeeded and nothing changed; "
             f"it was not executed (attempt {count} this turn)"
+        )
+    elif reason == SAME_FAILURE:
+        return (
+            f"LOOP WARNING from the tool-call guard: '{reminder['tool']}' keeps failing with "
+            f"the same error whatever the arguments (attempt {count} in a row). Another "
+            f"variation of the call will fail the same way. {_FAILURE_ADVICE}"
         )
     elif reason == "same_result":
         what = f"{call} keeps returning the identical result (attempt {count} this turn)"

@@ -20,6 +20,7 @@ from langgraph_replay_guard.engine import (
     make_event,
     plan_calls,
 )
+from langgraph_replay_guard.failures import SAME_FAILURE
 from langgraph_replay_guard.state import Event, StateUpdate, load_state, settled
 
 if TYPE_CHECKING:
@@ -311,6 +312,11 @@ def final_ai_message(decision: Decision) -> AIMessage:
     """The AIMessage that ends a run the guard stopped (`exit_behavior="end"`)."""
     if decision.reason == "cycle":
         why = "my tool calls kept repeating in a cycle with identical results"
+    elif decision.reason == SAME_FAILURE:
+        why = (
+            f"'{decision.tool}' kept failing with the same error whatever arguments I tried "
+            f"({decision.count} attempts in a row)"
+        )
     else:
         why = (
             f"I called '{decision.tool}' {decision.count} times with the same arguments "
