@@ -303,7 +303,8 @@ def _evaluate_one(
         previous = last.get(facts.key)
         kind = _repeat_kind(previous, text, turn, world_epoch, facts, config)
         last[facts.key] = (text, turn, world_epoch)
-        failed_again = _failed_again(last_failure, name, None if succeeded else text, call)
+        error = text if not succeeded or _matches(config.failure_regex, text) else None
+        failed_again = _failed_again(last_failure, name, error, call)
         if kind is None and failed_again:
             kind = _SAME_KIND  # not an identical repeat: a retry that failed the same way
         if succeeded and facts.replay != "pure":
@@ -353,6 +354,10 @@ def _evaluate_one(
         if state["cycle"] is not None and not had_cycle:
             for t in tallies:
                 t.cycles += 1
+
+
+def _matches(pattern: re.Pattern[str] | None, text: str) -> bool:
+    return pattern is not None and pattern.search(text) is not None
 
 
 def _failed_again(

@@ -18,7 +18,7 @@ __all__ = [
 SAME_FAILURE = "same_failure"
 """Reason of a call stopped because its tool kept returning the same failure."""
 
-DEFAULT_MAX_SAME_FAILURES = 3
+DEFAULT_MAX_SAME_FAILURES = 4
 """Same failures of one tool in a row before the reminder (`GuardConfig.max_same_failures`)."""
 
 # Only the start of a long error matters (a stack trace repeats its head), and hashing a

@@ -292,6 +292,9 @@ def _enter_turn(state: dict[str, Any], turn: str | None, scope: str) -> None:
     # A new user message ends any stop: the user asked for something new.
     state["stop"] = None
     state["reminder"] = None
+    # Same-failure streaks count failures "in a row": a user message in between breaks
+    # the row, whatever the scope (it may bring what the failing call was missing).
+    state["failures"] = {}
     if scope == "thread":
         return
     state["epoch"] = 0
@@ -301,7 +304,6 @@ def _enter_turn(state: dict[str, Any], turn: str | None, scope: str) -> None:
     state["results"] = {}
     state["tail"] = []
     state["cycle"] = None
-    state["failures"] = {}
 
 
 def _bump(mapping: dict[str, Any], key: str, value: Any, cap: int) -> None:
