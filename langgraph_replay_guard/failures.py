@@ -59,7 +59,7 @@ def normalize_failure(text: str, args: Any = None) -> str:
     text = _SHELL_PREFIX.sub("", text)
     text = _QUOTED.sub("<q>", text)
     text = _PATH.sub("<path>", text)
-    text = _HEX_ID.sub("<id>", text)
+    text = _HEX_ID.sub("#", text)  # an id and a number are both "some value"
     text = _NUMBER.sub("#", text)
     return _SPACE.sub(" ", text).strip()
 
