@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import BaseTool, ToolException, tool
@@ -40,8 +41,7 @@ EXECUTED = LIMIT + 1
 WARNING = "keeps failing with the same error"
 JAVAC = [[("bash", {"command": f"javac -Xflag{n} Main.java"})] for n in range(25)]
 CREATE = [
-    [("str_replace_editor", {"command": "create", "file_text": f"print({n})\n"})]
-    for n in range(29)
+    [("str_replace_editor", {"command": "create", "file_text": f"print({n})\n"})] for n in range(29)
 ]
 
 
@@ -250,6 +250,31 @@ def test_the_decision_reaches_the_custom_stream():
     assert [(d["tool"], d["verdict"], d["reason"]) for d in decisions] == [
         ("bash", "abort", "same_failure")
     ]
+
+
+class ToolRunMetadata(BaseCallbackHandler):
+    """What a tracer records of each tool run: the guard's decision in its metadata."""
+
+    run_inline = True
+
+    def __init__(self) -> None:
+        self.decisions: list[Any] = []
+
+    def on_tool_start(self, serialized: Any, input_str: str, **kwargs: Any) -> None:
+        self.decisions.append((kwargs.get("metadata") or {}).get("replay_guard"))
+
+
+def test_the_decision_reaches_the_trace_metadata():
+    tracer = ToolRunMetadata()
+    model = ScriptedChatModel(script=JAVAC)
+    guard = ReplayGuard(CONFIG)
+    agent = create_agent(
+        model, make_tools(ToolRuns()), middleware=[guard.middleware()], checkpointer=InMemorySaver()
+    )
+    cfg = {"configurable": {"thread_id": "m"}, "recursion_limit": 500, "callbacks": [tracer]}
+    agent.invoke({"messages": [HumanMessage("build")]}, cfg)
+    decisions = [(d["verdict"], d["reason"]) for d in tracer.decisions]
+    assert decisions == [("allow", None)] * EXECUTED + [("abort", "same_failure")]
 
 
 def test_a_per_tool_threshold():
