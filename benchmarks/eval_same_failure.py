@@ -61,8 +61,10 @@ def main(thresholds: list[int]) -> None:
                 stopped += new.aborts - old.aborts
                 saved += extra
                 changed.append((run["id"], new.redundant - old.redundant, new.wrong - old.wrong))
-            print(f"  max_same_failures={limit}: runs changed {len(changed)}, loops stopped "
-                  f"{stopped}, calls saved {saved}")
+            print(
+                f"  max_same_failures={limit}: runs changed {len(changed)}, loops stopped "
+                f"{stopped}, calls saved {saved}"
+            )
             for ident, redundant, wrong in changed:
                 print(f"    {ident[:90]}: same-failure blocks redundant {redundant} wrong {wrong}")
 

@@ -677,7 +677,7 @@ def decode_fields(
     max_keys: int,
     max_results: int,
     max_blocked: int,
-    max_failures: int = 8,
+    max_failures: int,
 ) -> dict[str, Any]:
     """Check every field of a channel value in the current format and return its copy.
 

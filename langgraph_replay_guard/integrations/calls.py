@@ -315,7 +315,7 @@ def final_ai_message(decision: Decision) -> AIMessage:
     elif decision.reason == SAME_FAILURE:
         why = (
             f"'{decision.tool}' kept failing with the same error whatever arguments I tried "
-            f"({decision.count} attempts in a row)"
+            f"({decision.count - 1} attempts in a row)"
         )
     else:
         why = (
