@@ -21,6 +21,7 @@ from pydantic import (
 from pydantic.json_schema import SkipJsonSchema
 
 from langgraph_replay_guard.call_class import CallClass, ReplayClass
+from langgraph_replay_guard.failures import DEFAULT_MAX_SAME_FAILURES
 from langgraph_replay_guard.toolkit_data import known_toolkits, toolkit_policies
 
 if TYPE_CHECKING:
@@ -137,6 +138,8 @@ class ToolPolicy(BaseModel):
             it recognises: it defaults to `"unsafe"` there and cannot be `"pure"` (an
             unrecognised call is never deduplicated).
         max_repeats: Overrides `GuardConfig.max_repeats` for this tool.
+        max_same_failures: Overrides `GuardConfig.max_same_failures` for this tool; 0 turns
+            the same-failure layer off for it.
         ignore_args: Argument names (or dotted paths into nested dicts) left out of the
             call key, for volatile fields such as request ids and timestamps.
         idempotency_key_arg: For `"idempotent"` tools, the argument the guard overwrites
@@ -172,6 +175,7 @@ class ToolPolicy(BaseModel):
 
     replay: ReplayClass = "pure"
     max_repeats: int | None = Field(default=None, ge=1)
+    max_same_failures: int | None = Field(default=None, ge=0)
     ignore_args: tuple[str, ...] = ()
     idempotency_key_arg: str | None = None
     volatile: bool = False
@@ -354,6 +358,16 @@ class GuardConfig(BaseModel):
         result_diff: Enable the identical-result short-circuit.
         reminder: Enable the loop reminder in the next system prompt.
         cycle_detection: Enable cycle detection.
+        max_same_failures: The same-failure layer: after this many calls of one tool in a
+            row that fail with the same error (normalized: numbers, ids, paths, quoted text
+            and echoed arguments ignored), whatever their arguments, the next model call is
+            reminded; if the tool fails the same way once more, its next call stops the run.
+            A success of that tool, or any successful world-changing call, starts the count
+            again. 0 turns the layer off.
+        failure_pattern: A regular expression (`re.search`, case-insensitive): a result that
+            matches it counts as a failure for the same-failure layer (a shell's
+            `command not found` comes back as a normal result). None: only error
+            ToolMessages and exceptions are failures. Other layers are not affected.
         repeat_reset: `"progress"`: a successful world-changing call resets the other calls'
             counts; `"turn"`: plain per-turn counting.
         exit_behavior: `"end"` stops the run gracefully, `"error"` raises `LoopAbortedError`,
@@ -395,6 +409,8 @@ class GuardConfig(BaseModel):
     result_diff: bool = True
     reminder: bool = True
     cycle_detection: bool = True
+    max_same_failures: int = Field(default=DEFAULT_MAX_SAME_FAILURES, ge=0)
+    failure_pattern: str | None = None
     repeat_reset: Literal["progress", "turn"] = "progress"
     exit_behavior: Literal["end", "error", "continue"] = "end"
     scope: Literal["turn", "thread"] = "turn"
@@ -430,6 +446,39 @@ class GuardConfig(BaseModel):
         )
         data["exit_behavior"] = value
         return data
+
+    @field_validator("failure_pattern")
+    @classmethod
+    def _check_failure_pattern(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                msg = (
+                    f"failure_pattern {value!r} is not a valid regular expression ({exc}). "
+                    "Fix the pattern; in JSON, write a backslash as '\\\\'."
+                )
+                raise ValueError(msg) from None
+        return value
+
+    @property
+    def failure_regex(self) -> re.Pattern[str] | None:
+        """`failure_pattern`, compiled (case-insensitive; cached by pattern)."""
+        if self.failure_pattern is None:
+            return None
+        return _compile_failure_pattern(self.failure_pattern)
+
+    def same_failure_limit(self, tool: str) -> int:
+        """The same-failure threshold of a tool (0: the layer is off for it).
+
+        Args:
+            tool: Tool name.
+
+        Returns:
+            The tool policy's `max_same_failures` when set, else the configuration's.
+        """
+        own = self.policy_for(tool).max_same_failures
+        return self.max_same_failures if own is None else own
 
     @property
     def on_abort(self) -> str:
@@ -598,6 +647,12 @@ def _summary(policy: ToolPolicy) -> str:
     if policy.preset is not None:
         return f"preset={policy.preset!r}"
     return f"replay={policy.replay!r}" + (", volatile" if policy.volatile else "")
+
+
+@functools.lru_cache(maxsize=32)
+def _compile_failure_pattern(pattern: str) -> re.Pattern[str]:
+    # Not cached on the config: `model_copy(update=...)` would keep a stale one.
+    return re.compile(pattern, re.IGNORECASE)
 
 
 def _read_mapping(path: Path) -> dict[str, Any]:

@@ -90,7 +90,7 @@ class GuardControl:
         Returns:
             `(skip, reason)`: `(False, None)` to run the tool; otherwise `True` and the
             reason (`"duplicate"`, `"repeat_limit"`, `"same_result"`, `"cycle"`,
-            `"stopped"`). Record a skipped call with `record_denied`.
+            `"same_failure"`, `"stopped"`). Record a skipped call with `record_denied`.
 
         Raises:
             LoopAbortedError: When the decision is an abort and `exit_behavior="error"`.

@@ -10,6 +10,7 @@ from typing import Any
 
 from langgraph_replay_guard.config import GuardConfig
 from langgraph_replay_guard.errors import InvalidArgumentsError, LoopAbortedError
+from langgraph_replay_guard.failures import SAME_FAILURE, failure_signature
 from langgraph_replay_guard.keys import call_key, content_hash
 from langgraph_replay_guard.state import (
     UNKNOWN_TOOL,
@@ -23,6 +24,7 @@ from langgraph_replay_guard.state_format import (
     CallCounter,
     CallEvent,
     ExecutedCall,
+    FailureStreak,
     FoldSettings,
     ResultMemo,
 )
@@ -92,8 +94,9 @@ class Decision:
         verdict: What happens to the call.
         reason: Why, for anything but a plain allow: `"duplicate"`, `"repeat_limit"`,
             `"same_result"`, `"cycle"`, `"unknown_tool"` (a name the tools node does not
-            have), `"stopped"`, `"stop_ignored"` (the model asked for
-            more tool calls after the stop), `"replayed"`.
+            have), `"same_failure"` (one tool failing the same way whatever the
+            arguments), `"stopped"`, `"stop_ignored"` (the model asked for more tool
+            calls after the stop), `"replayed"`.
         call_key: The call's canonical key.
         message: What the model is told when the call is not executed.
         previous_result: Preview of the earlier result the model is pointed to, or None.
@@ -129,6 +132,10 @@ class CallFacts:
     unknown: bool = False
     """The name is not a tool of the tools node (`tools` lists the ones it has)."""
     tools: tuple[str, ...] = ()
+    max_same_failures: int = 0
+    """The tool's same-failure threshold (0: the layer is off for it)."""
+    failure_pattern: re.Pattern[str] | None = None
+    """`GuardConfig.failure_pattern`, compiled: a result matching it is a failure too."""
 
     @property
     def args_summary(self) -> str:
@@ -194,6 +201,12 @@ def call_facts(
         short_circuit=policy.short_circuits(replay),
         max_repeats=policy.max_repeats or config.max_repeats,
         args=args,
+        max_same_failures=(
+            config.max_same_failures
+            if policy.max_same_failures is None
+            else policy.max_same_failures
+        ),
+        failure_pattern=config.failure_regex,
     )
 
 
@@ -241,8 +254,8 @@ def decide(
 ) -> Decision:
     """Decide what to do with a call. Pure: reads the state, never changes it.
 
-    Layers, strongest first: a stopped run, the repeat limit, cycles, dedup, and the
-    identical-result short-circuit.
+    Layers, strongest first: a stopped run, the repeat limit, cycles, the same failure
+    whatever the arguments, dedup, and the identical-result short-circuit.
 
     Args:
         state: A settled guard state (see `settled`).
@@ -310,6 +323,10 @@ def decide(
             tool,
             attempt,
         )
+
+    failing = _same_failure(view, facts, final)
+    if failing is not None:
+        return failing
 
     if config.dedup and facts.replay == "pure" and not facts.volatile:
         if in_batch:
@@ -398,6 +415,49 @@ def tool_list(tools: Sequence[str]) -> str:
         return text
     cut = text[:_MAX_TOOL_LIST].rsplit(", ", 1)[0]
     return f"{cut}, ... ({len(tools) - cut.count(', ') - 1} more)"
+
+
+def _same_failure(view: Mapping[str, Any], facts: CallFacts, final: bool) -> Decision | None:
+    """The same-failure layer: a tool that failed the same way again after the reminder.
+
+    The reminder is armed when the streak reaches the threshold (see `state`); the call
+    after one more identical failure stops the run. With `exit_behavior="continue"` the
+    calls are denied, and a tool insisted on up to twice the threshold stops the run.
+    """
+    limit = facts.max_same_failures
+    stored = view.get("failures", {}).get(facts.tool) if limit else None
+    if stored is None:
+        return None
+    in_a_row = FailureStreak(*stored).in_a_row
+    if in_a_row <= limit:
+        return None
+    attempt = in_a_row + 1
+    ends = final or attempt > 2 * limit
+    return Decision(
+        Verdict.ABORT if ends else Verdict.DENY,
+        SAME_FAILURE,
+        facts.key,
+        _same_failure_message(facts.tool, in_a_row, final=ends),
+        None,
+        facts.tool,
+        attempt,
+    )
+
+
+_FAILURE_ADVICE = (
+    "Do not retry it with other arguments: fix the cause (a missing program, a missing "
+    "required parameter), use another tool or approach, or tell the user what is blocking you."
+)
+
+
+def _same_failure_message(tool: str, attempts: int, *, final: bool) -> str:
+    what = (
+        f"'{tool}' keeps failing with the same error whatever the arguments ({attempts} "
+        "attempts in a row)"
+    )
+    if final:
+        return f"Stopped: {what}, after a warning. The loop guard is ending the run."
+    return f"Not executed: {what}. {_FAILURE_ADVICE}"
 
 
 def _comes_back(view: Mapping[str, Any], batch: str | None) -> bool:
@@ -494,6 +554,9 @@ def make_event(
         The event.
     """
     executed_with_text = result is not None and outcome in {"success", "failure"}
+    failure = None
+    if facts.max_same_failures and _failed(facts, outcome, result):
+        failure = (failure_signature(result, facts.args), facts.max_same_failures)
     # The summary feeds reminders and stops only: denied calls and repeated side effects.
     needs_summary = outcome == "denied" or facts.replay != "pure"
     return CallEvent(
@@ -512,7 +575,20 @@ def make_event(
         reason=reason,
         abort=abort,
         batch_size=batch_size,
+        failure=failure,
     ).encode()
+
+
+def _failed(facts: CallFacts, outcome: Outcome, result: str | None) -> bool:
+    """Whether an executed call failed, for the same-failure layer.
+
+    An error (an error ToolMessage, an exception), or a result that matches the configured
+    `failure_pattern` (a shell prints `command not found` in a normal result).
+    """
+    if outcome == "failure":
+        return True
+    pattern = facts.failure_pattern
+    return outcome == "success" and pattern is not None and pattern.search(result or "") is not None
 
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]+")
@@ -582,6 +658,12 @@ def render_reminder(reminder: Mapping[str, Any]) -> str:
         what = (
             f"you called {call} again although it already succeeded and nothing changed; "
             f"it was not executed (attempt {count} this turn)"
+        )
+    elif reason == SAME_FAILURE:
+        return (
+            f"LOOP WARNING from the tool-call guard: '{reminder['tool']}' keeps failing with "
+            f"the same error whatever the arguments (attempt {count} in a row). Another "
+            f"variation of the call will fail the same way. {_FAILURE_ADVICE}"
         )
     elif reason == "same_result":
         what = f"{call} keeps returning the identical result (attempt {count} this turn)"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from langgraph_replay_guard.engine import (
     stops_on_abort,
 )
 from langgraph_replay_guard.errors import InvalidArgumentsError
+from langgraph_replay_guard.failures import failure_signature
 from langgraph_replay_guard.keys import call_key
 from langgraph_replay_guard.state import fold_events, new_state
 
@@ -60,9 +61,11 @@ class Tally:
             `after_world_change` (a re-check after a successful write: allowed by design),
             `new_turn` (the previous one was in an earlier user turn, `scope="turn"`),
             `unknown_tool` (a call to a tool that does not exist, again).
+            Also `same_failure`: calls with other arguments whose recorded result is the
+            failure the tool's previous call returned (normalized), not identical repeats.
         blocked: Calls the guard would not have executed (denied, short-circuited, aborted).
         redundant: Blocked calls whose recorded result equals the previous identical
-            call's: the block lost nothing.
+            call's, or is the tool's previous failure again: the block lost nothing.
         wrong: Blocked calls whose recorded result differed (or had no earlier identical
             call): the block would have hidden new information.
         aborts: Runs the guard would have stopped.
@@ -93,7 +96,7 @@ class Tally:
     @property
     def caught(self) -> int:
         """Identical repeats the guard blocked or that an abort made unnecessary."""
-        return self.redundant + self.cut_identical_repeats
+        return sum(caught for kind, (_, caught) in self.repeat_kinds.items() if kind != _SAME_KIND)
 
     def catch_rate(self) -> float | None:
         """Share of identical repeats caught, or None when there were none."""
@@ -161,6 +164,9 @@ class EvalReport:
             "malformed": [{"line": n, "error": e} for n, e in self.malformed],
         }
 
+
+_SAME_KIND = "same_failure"
+"""The repeat kind of a retry with other arguments that failed as the tool's previous call."""
 
 Trajectory = dict[str, Any]
 
@@ -297,6 +303,8 @@ def _evaluate_one(
     # Per call key: recorded result, turn and recorded world epoch of the last identical call.
     last: dict[str, tuple[str, Any, int]] = {}
     world_epoch = 0  # successful non-pure calls in the recording so far
+    # Per tool: the failure signature of its last recorded call, when that call failed.
+    last_failure: dict[str, str] = {}
     cut_turn: Any = None
     cutting = False
     for index, call in enumerate(trajectory["calls"]):
@@ -324,6 +332,10 @@ def _evaluate_one(
         previous = last.get(stats_key)
         kind = _repeat_kind(previous, text, turn, world_epoch, facts, config)
         last[stats_key] = (text, turn, world_epoch)
+        error = text if not succeeded or _matches(config.failure_regex, text) else None
+        failed_again = _failed_again(last_failure, name, error, call)
+        if kind is None and failed_again:
+            kind = _SAME_KIND  # not an identical repeat: a retry that failed the same way
         if succeeded and facts.replay != "pure":
             world_epoch += 1
         for t in tallies:
@@ -331,13 +343,13 @@ def _evaluate_one(
             t.unknown_tools += facts.unknown
             t.repeats += previous is not None
             if kind is not None:
-                t.identical_repeats += 1
+                t.identical_repeats += kind != _SAME_KIND
                 t.repeat_kinds.setdefault(kind, [0, 0])[0] += 1
         if cutting and turn == cut_turn:
             for t in tallies:
                 t.cut += 1
                 if kind is not None:
-                    t.cut_identical_repeats += 1
+                    t.cut_identical_repeats += kind != _SAME_KIND
                     t.repeat_kinds[kind][1] += 1
             continue
         cutting = False
@@ -372,6 +384,26 @@ def _evaluate_one(
         if state["cycle"] is not None and not had_cycle:
             for t in tallies:
                 t.cycles += 1
+
+
+def _matches(pattern: re.Pattern[str] | None, text: str) -> bool:
+    return pattern is not None and pattern.search(text) is not None
+
+
+def _failed_again(
+    last_failure: dict[str, str], tool: str, error: str | None, call: Mapping[str, Any]
+) -> bool:
+    """Whether a recorded call failed as the tool's previous recorded call did (normalized).
+
+    Updates `last_failure`: the tool's failure signature, or nothing after a success.
+    """
+    if error is None:
+        last_failure.pop(tool, None)
+        return False
+    signature = failure_signature(error, call.get("args", {}))
+    again = last_failure.get(tool) == signature
+    last_failure[tool] = signature
+    return again
 
 
 def _repeat_kind(

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
+from langgraph_replay_guard.failures import SAME_FAILURE
 from langgraph_replay_guard.state_format import (
     FORMAT_VERSION,
     READABLE_VERSIONS,
@@ -18,6 +19,7 @@ from langgraph_replay_guard.state_format import (
     CallEvent,
     Event,
     ExecutedCall,
+    FailureStreak,
     FoldSettings,
     InvalidStateError,
     ResultMemo,
@@ -32,6 +34,7 @@ from langgraph_replay_guard.state_format import (
 __all__ = [
     "FORMAT_VERSION",
     "MAX_BLOCKED_LOG",
+    "MAX_FAILURE_STREAKS",
     "MAX_RESULTS",
     "MAX_TRACKED_KEYS",
     "UNKNOWN_TOOL",
@@ -61,6 +64,8 @@ MAX_BLOCKED_LOG = 5
 
 UNKNOWN_TOOL = "unknown_tool"
 """Reason of a call to a tool the tools node does not have (a hallucinated name)."""
+MAX_FAILURE_STREAKS = 8
+"""Most tools whose same-failure streak is kept (least recently failed evicted first)."""
 
 Outcome = Literal["success", "failure", "timeout", "denied"]
 
@@ -88,6 +93,7 @@ def new_state() -> dict[str, Any]:
         "results": {},  # key -> [result hash, epoch after the call, same-in-a-row, preview]
         "tail": [],  # [key, result hash, tool] of recent executed calls, for cycle detection
         "cycle": None,  # {"keys", "tools", "pos", "strikes"} while a cycle is active
+        "failures": {},  # tool -> [failure signature, same in a row], same-failure streaks
         "reminder": None,  # {"reason", "tool", "args", "count", "batch"} pending reminder
         "stop": None,  # {"reason", "tool", "count", "message"} after an abort
         "blocked": [],  # [tool, reason, count] of recent blocked calls
@@ -126,6 +132,7 @@ def _decode(value: Any) -> tuple[dict[str, Any] | None, str]:
             max_keys=MAX_TRACKED_KEYS,
             max_results=MAX_RESULTS,
             max_blocked=MAX_BLOCKED_LOG,
+            max_failures=MAX_FAILURE_STREAKS,
         )
     except InvalidStateError as exc:
         if version == FORMAT_VERSION:
@@ -194,7 +201,16 @@ def _trusted(value: Any) -> Mapping[str, Any] | None:
     return None
 
 
-_CONTAINERS = ("recent_calls", "counters", "results", "tail", "blocked", "totals", "cfg")
+_CONTAINERS = (
+    "recent_calls",
+    "counters",
+    "results",
+    "tail",
+    "blocked",
+    "totals",
+    "cfg",
+    "failures",
+)
 
 
 def _shallow(value: Mapping[str, Any]) -> dict[str, Any]:
@@ -279,6 +295,9 @@ def _enter_turn(state: dict[str, Any], turn: str | None, scope: str) -> None:
     # A new user message ends any stop: the user asked for something new.
     state["stop"] = None
     state["reminder"] = None
+    # Same-failure streaks count failures "in a row": a user message in between breaks
+    # the row, whatever the scope (it may bring what the failing call was missing).
+    state["failures"] = {}
     if scope == "thread":
         return
     state["epoch"] = 0
@@ -356,9 +375,12 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
             _arm(state, ev, cfg, "same_result", count)
 
     _track_cycle(state, ev, cfg, executed)
+    streak = _track_failures(state, ev, cfg, world_changed)
 
     if outcome == "denied":
         reason = ev.reason or "denied"
+        if streak is not None:
+            count = streak  # a same-failure stop counts the failures, not identical calls
         totals["blocked"] = totals.get("blocked", 0) + 1
         state["blocked"].append([*BlockedCall(tool, reason, count)])
         del state["blocked"][:-MAX_BLOCKED_LOG]
@@ -388,6 +410,43 @@ def _arm(
         "count": count,
         "batch": ev.batch,
     }
+
+
+def _track_failures(
+    state: dict[str, Any], ev: CallEvent, cfg: FoldSettings, world_changed: bool
+) -> int | None:
+    """The same-failure layer's bookkeeping; returns the streak a same-failure denial extends.
+
+    "In a row" is per tool: each executed call of the tool extends its streak (the same
+    failure signature), starts a new one (another failure) or ends it (a success). Calls
+    of other tools do not break it, except progress: a successful world-changing call
+    (an edit before re-running the tests) ends every streak. Timeouts leave it as it is.
+    """
+    failures = state["failures"]
+    tool = ev.tool
+    if ev.failure is not None and ev.outcome in {"success", "failure"}:
+        signature, limit = ev.failure
+        stored = failures.get(tool)
+        previous = FailureStreak(*stored) if stored is not None else None
+        same = previous is not None and previous.signature == signature
+        in_a_row = previous.in_a_row + 1 if same and previous is not None else 1
+        _bump(failures, tool, [*FailureStreak(signature, in_a_row)], MAX_FAILURE_STREAKS)
+        if in_a_row == limit:
+            _arm(state, ev, cfg, SAME_FAILURE, in_a_row)
+        return None
+    if ev.outcome == "success":
+        if world_changed:
+            state["failures"] = {}
+        else:
+            failures.pop(tool, None)
+    elif ev.outcome == "denied" and ev.reason == SAME_FAILURE:
+        stored = failures.get(tool)
+        if stored is not None:
+            streak = FailureStreak(*stored)
+            in_a_row = streak.in_a_row + 1
+            failures[tool] = [*FailureStreak(streak.signature, in_a_row)]
+            return in_a_row
+    return None
 
 
 def _track_cycle(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings, executed: bool) -> None:
@@ -647,6 +706,7 @@ class GuardView:
         recent_calls: The dedup window: recent executed calls, oldest first.
         counters: Repeat counts of recently seen distinct calls, most recent last.
         cycle: Tool names of an active A-B-A-B cycle, or None.
+        failures: Same-failure streaks as (tool, failures in a row), most recent last.
         reminder: The reminder text the next model call will get, or None.
         stop: Details of the stop (`reason`, `tool`, `count`, `args`), or None.
         stop_reason: Why the guard stopped the run (`"repeat_limit"`, `"cycle"`...), or None.
@@ -671,6 +731,7 @@ class GuardView:
     totals: GuardTotals
     notice: str | None
     reset: Mapping[str, Any] | None = None
+    failures: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], reminder_text: str | None) -> GuardView:
@@ -708,4 +769,7 @@ class GuardView:
             totals=GuardTotals(totals["calls"], totals["blocked"], totals["aborts"]),
             notice=state.get("notice"),
             reset=dict(state["reset"]) if state.get("reset") else None,
+            failures=tuple(
+                (tool, FailureStreak(*entry).in_a_row) for tool, entry in state["failures"].items()
+            ),
         )

@@ -18,6 +18,7 @@ __all__ = [
     "CallEvent",
     "Event",
     "ExecutedCall",
+    "FailureStreak",
     "FoldSettings",
     "InvalidStateError",
     "ResultMemo",
@@ -50,7 +51,7 @@ _MAX_CYCLE_PERIOD = 32
 
 _OUTCOMES = frozenset({"success", "failure", "timeout", "denied"})
 _EVENT_KEYS = frozenset({"b", "i", "t", "k", "n", "a", "c", "v", "s", "o", "h", "p", "r", "x"})
-_SIZED_EVENT_KEYS = _EVENT_KEYS | {"m"}
+_ALL_EVENT_KEYS = _EVENT_KEYS | {"m", "f"}  # `m` and `f` are optional
 _CYCLE_KEYS = frozenset({"keys", "tools", "pos", "strikes"})
 _REMINDER_KEYS = frozenset({"reason", "tool", "args", "count", "batch"})
 _STOP_KEYS = frozenset({"reason", "tool", "count", "args"})
@@ -126,6 +127,17 @@ class TailItem(NamedTuple):
     tool: str
 
 
+class FailureStreak(NamedTuple):
+    """`failures[tool]`, stored as `[signature, in_a_row]`: the tool's current failure streak.
+
+    The signature of its last failure (`failures.failure_signature`) and how many calls of
+    the tool in a row ended in it (a call the layer blocked counts too).
+    """
+
+    signature: str
+    in_a_row: int
+
+
 class BlockedCall(NamedTuple):
     """An entry of `blocked`, stored as `[tool, reason, attempt]`."""
 
@@ -155,6 +167,7 @@ class Event(TypedDict):
     r: str | None
     x: bool
     m: NotRequired[int]
+    f: NotRequired[list[Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +190,9 @@ class CallEvent:
         reason: The decision's reason for a denied call.
         abort: Whether the denial stopped the run.
         batch_size: How many calls the batch has; once every position reported, it is folded.
+        failure: For a call that failed, `(signature, limit)`: its failure signature and the
+            tool's same-failure threshold (stored as `f`; absent on a success, on a denied
+            call and when the layer is off for the tool).
     """
 
     batch: str | None
@@ -194,6 +210,7 @@ class CallEvent:
     reason: str | None
     abort: bool
     batch_size: int | None = None
+    failure: tuple[str, int] | None = None
 
     def encode(self) -> Event:
         """The stored form."""
@@ -215,13 +232,17 @@ class CallEvent:
         }
         if self.batch_size is not None:
             event["m"] = self.batch_size
+        if self.failure is not None:
+            event["f"] = [*self.failure]
         return event
 
     @classmethod
     def decode(cls, event: Mapping[str, Any]) -> CallEvent:
         """The named form of a stored event already checked by `decode_events`."""
         b, i, t, k, n, a, c, v, s, o, h, p, r, x = _EVENT_FIELDS(event)
-        return cls(b, i, t, k, n, a, c, v, s, o, h, p, r, x, event.get("m"))
+        f = event.get("f")
+        failure = (f[0], f[1]) if f is not None else None
+        return cls(b, i, t, k, n, a, c, v, s, o, h, p, r, x, event.get("m"), failure)
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,16 +406,18 @@ def _event_ok(event: Any) -> bool:
     if type(event) is not dict:
         return False
     keys = event.keys()
-    if keys != _EVENT_KEYS and keys != _SIZED_EVENT_KEYS:
+    if keys != _EVENT_KEYS and not (_EVENT_KEYS < keys <= _ALL_EVENT_KEYS):
         return False
     b, i, t, k, n, a, c, v, s, o, h, p, r, x = _EVENT_FIELDS(event)
     size = event.get("m", _ABSENT)
+    failure = event.get("f", _ABSENT)
     return (
         type(i) is int
         and i >= 0
         and isinstance(o, str)
         and o in _OUTCOMES
         and (size is _ABSENT or (type(size) is int and size >= 0))
+        and (failure is _ABSENT or _failure_ok(failure))
         and isinstance(k, str)
         and isinstance(n, str)
         and isinstance(a, str)
@@ -410,11 +433,20 @@ def _event_ok(event: Any) -> bool:
     )
 
 
+def _failure_ok(failure: Any) -> bool:
+    """`f`: `[signature, limit]`, a string and a whole number >= 1."""
+    return (
+        type(failure) is list
+        and len(failure) == 2
+        and isinstance(failure[0], str)
+        and type(failure[1]) is int
+        and failure[1] >= 1
+    )
+
+
 def _event_problem(event: Any, path: str) -> NoReturn:
-    if type(event) is not dict or (
-        event.keys() != _EVENT_KEYS and event.keys() != _SIZED_EVENT_KEYS
-    ):
-        _fail(path, "a recorded call (keys b i t k n a c v s o h p r x, optional m)", event)
+    if type(event) is not dict or not (_EVENT_KEYS <= event.keys() <= _ALL_EVENT_KEYS):
+        _fail(path, "a recorded call (keys b i t k n a c v s o h p r x, optional m f)", event)
     for key in ("k", "n", "a", "c"):
         if not isinstance(event[key], str):
             _fail(f"{path}.{key}", "a string", event[key])
@@ -426,6 +458,8 @@ def _event_problem(event: Any, path: str) -> NoReturn:
     _natural(event["i"], f"{path}.i")
     if not isinstance(event["o"], str) or event["o"] not in _OUTCOMES:
         _fail(f"{path}.o", "success, failure, timeout or denied", event["o"])
+    if "f" in event and not _failure_ok(event["f"]):
+        _fail(f"{path}.f", "[failure signature, limit >= 1]", event["f"])
     _fail(f"{path}.m", "the batch size (a whole number >= 0)", event.get("m"))
 
 
@@ -502,6 +536,22 @@ def _blocked(value: Any, cap: int) -> list[Any]:
                 continue
         _fail(f"blocked[{index}]", "[tool, reason, count]", entry)
     return blocked
+
+
+def _failures(value: Any, cap: int) -> dict[str, Any]:
+    """`failures`: tool -> `[signature, in_a_row]`; absent in values of earlier releases."""
+    if value is None:
+        return {}
+    if type(value) is not dict:
+        _fail("failures", "an object", value)
+    failures = trim_map(value, cap)
+    for tool, entry in failures.items():
+        if type(entry) in _SEQUENCES and len(entry) == 2:
+            signature, in_a_row = entry
+            if isinstance(signature, str) and type(in_a_row) is int and in_a_row >= 1:
+                continue
+        _fail(f"failures[{tool!r}]", "[failure signature, same in a row]", entry)
+    return failures
 
 
 def _cycle(value: Any) -> dict[str, Any] | None:
@@ -622,7 +672,12 @@ def migrate(value: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def decode_fields(
-    value: Mapping[str, Any], *, max_keys: int, max_results: int, max_blocked: int
+    value: Mapping[str, Any],
+    *,
+    max_keys: int,
+    max_results: int,
+    max_blocked: int,
+    max_failures: int,
 ) -> dict[str, Any]:
     """Check every field of a channel value in the current format and return its copy.
 
@@ -630,14 +685,16 @@ def decode_fields(
     entries, which nothing mutates. Maps and lists above their cap keep their most recent
     entries (the fold would evict the others next); only kept entries are checked. Fields a
     value of an earlier release may lack (`turn`, `cycle`, `reminder`, `stop`, `pending`,
-    `last_batch`, `notice`, `reset`, `unknown`) are null when absent; unknown fields are
-    dropped. `unknown` holds the callback handler's unknown-outcome marks.
+    `last_batch`, `notice`, `reset`, `unknown`) are null when absent (`failures`, the
+    same-failure streaks: empty); unknown fields are dropped. `unknown` holds the callback
+    handler's unknown-outcome marks.
 
     Args:
         value: A mapping in the current format version (see `migrate`).
         max_keys: Cap of `counters`.
         max_results: Cap of `results`.
         max_blocked: Cap of `blocked`.
+        max_failures: Cap of `failures` (tools with a failure streak).
 
     Returns:
         The checked copy.
@@ -658,6 +715,7 @@ def decode_fields(
         "results": _results(get("results"), max_results),
         "tail": _tail(get("tail"), 2 * period),
         "cycle": _cycle(get("cycle")),
+        "failures": _failures(get("failures"), max_failures),
         "reminder": _reminder(get("reminder")),
         "stop": _stop(get("stop")),
         "blocked": _blocked(get("blocked"), max_blocked),

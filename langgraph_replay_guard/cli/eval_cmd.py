@@ -33,7 +33,11 @@ _LEGEND = (
     ("runs", "recorded runs (trajectories)"),
     ("calls", "recorded tool calls"),
     ("blocked", "calls the guard would not have executed (denied, short-circuited or aborted)"),
-    ("redundant", "blocked calls whose recorded result equals the earlier identical call's"),
+    (
+        "redundant",
+        "blocked calls whose recorded result equals the earlier identical call's, or is the "
+        "tool's previous failure again (same_failure)",
+    ),
     ("wrong", "blocked calls whose recorded result was new: the block would have hidden it"),
     ("aborts", "runs the guard would have stopped"),
     ("cut", "calls after an abort, in the same user turn: the run would never have made them"),
@@ -307,6 +311,12 @@ def print_report(
         f"{_pct(total.catch_rate()):>7}"
     )
     line("  (caught = blocked, or never made because an abort ended that turn)")
+    if "same_failure" in total.repeat_kinds:
+        count, caught = total.repeat_kinds["same_failure"]
+        line(
+            f"Same failure again with other arguments (the tool's previous failure, "
+            f"normalized): {count}, caught {caught} ({_pct(caught / count)})"
+        )
     line()
     line(f"Wrong blocks: {total.wrong} of {total.blocked} blocked ({_pct(total.wrong_rate())})")
     reasons = ", ".join(f"{r} {n}" for r, n in sorted(total.by_reason.items())) or "none"

@@ -153,6 +153,10 @@ def _print_view(name: str, view: GuardView, out: TextIO) -> None:
         print("  blocked:", file=out)
     for tool, reason, count in view.blocked:
         print(f"    {tool:<28} {reason} (count {count})", file=out)
+    if view.failures:
+        print("  failures (same failure in a row):", file=out)
+    for tool, count in view.failures:
+        print(f"    {tool:<28} count {count}", file=out)
     if view.cycle:
         print(f"  cycle: {' -> '.join(view.cycle)}", file=out)
     if view.reminder:

@@ -21,6 +21,7 @@ from langgraph_replay_guard.engine import (
     make_event,
     plan_calls,
 )
+from langgraph_replay_guard.failures import SAME_FAILURE
 from langgraph_replay_guard.state import Event, StateUpdate, load_state, settled
 
 if TYPE_CHECKING:
@@ -340,6 +341,11 @@ def final_ai_message(decision: Decision, batch: Batch) -> AIMessage:
         why = (
             f"I called tools that do not exist {decision.count} times "
             f"(the last one '{decision.tool}')"
+        )
+    elif decision.reason == SAME_FAILURE:
+        why = (
+            f"'{decision.tool}' kept failing with the same error whatever arguments I tried "
+            f"({decision.count - 1} attempts in a row)"
         )
     else:
         why = (
