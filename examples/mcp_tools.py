@@ -22,7 +22,7 @@ SERVER = Path(__file__).with_name("mcp_ticket_server.py")
 
 async def run(guarded: bool, runs_file: Path) -> int:
     """Let the model ask for the same ticket 8 times; return how often the server ran it."""
-    env = {**os.environ, "RUNS_FILE": str(runs_file)}
+    env = {**os.environ, "MCP_RUNS_FILE": str(runs_file)}
     client = MultiServerMCPClient(
         {
             "tickets": {

@@ -25,7 +25,7 @@ from tests.integration.stacks import last_ai, stop_of, tool_texts
 
 os.environ["LANGSMITH_TRACING"] = "false"
 
-SERVER = Path(__file__).with_name("mcp_ticket_server.py")
+SERVER = Path(__file__).parents[2] / "examples" / "mcp_ticket_server.py"
 
 
 def mcp_client(runs_file: Path) -> MultiServerMCPClient:
