@@ -21,6 +21,7 @@ CORE = [
     "state_format",
     "shell",
     "toolkit_data",
+    "failures",
     "records.envelope",
     "records.model",
     "records.integrity",
