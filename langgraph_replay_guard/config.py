@@ -540,6 +540,9 @@ class GuardConfig(BaseModel):
         policy = self.tools.get(tool)
         if policy is not None:
             return policy
+        if not self.toolkits:
+            # Read on every call: a pydantic private attribute costs a __getattr__ call.
+            return self.default_policy
         return self._toolkit_tools.get(tool, self.default_policy)
 
     @classmethod
