@@ -65,11 +65,16 @@ def _median_steps(rows: list[tuple[str, Any]], rounds: int) -> dict[str, float]:
     """Median CPU time of one round for each configuration, measured in lockstep.
 
     All configurations advance together, one round each in turn, so a slow stretch of a
-    shared machine (another process, a CPU frequency change) hits all of them alike.
+    shared machine (another process, a CPU frequency change) hits all of them alike; the
+    order rotates from round to round, so no configuration always follows the same one.
     """
     samples: dict[str, list[float]] = {label: [] for label, _ in rows}
-    for _ in range(rounds):
-        runs = [(label, _steps(make_graph(), STEPS)) for label, make_graph in rows]
+    for round_ in range(rounds):
+        # Each round starts with another configuration: the one measured right after
+        # another sees the caches that one left, and rotating spreads that over all.
+        shift = round_ % len(rows)
+        order = rows[shift:] + rows[:shift]
+        runs = [(label, _steps(make_graph(), STEPS)) for label, make_graph in order]
         for run in runs:
             next(run[1])  # the first round builds caches; not measured
         for _ in range(STEPS - 1):
