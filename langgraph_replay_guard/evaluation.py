@@ -319,8 +319,12 @@ def _evaluate_one(
         except InvalidArgumentsError as exc:
             report.malformed.append((0, f"{ident} call {index}: {exc}"))
             continue
-        # The class this very call got: a tool classified per call has several.
-        call_class = facts.replay + (" volatile" if facts.volatile else "")
+        # The class this very call got: a tool classified per call has several; a tool that
+        # does not exist has none.
+        if facts.unknown:
+            call_class = "unknown"
+        else:
+            call_class = facts.replay + (" volatile" if facts.volatile else "")
         tallies = (
             tally,
             report.total,
@@ -332,7 +336,9 @@ def _evaluate_one(
         previous = last.get(stats_key)
         kind = _repeat_kind(previous, text, turn, world_epoch, facts, config)
         last[stats_key] = (text, turn, world_epoch)
-        error = text if not succeeded or _matches(config.failure_regex, text) else None
+        # A tool that does not exist never runs, so it has no failure of its own to repeat.
+        failure = not succeeded or _matches(config.failure_regex, text)
+        error = text if failure and not facts.unknown else None
         failed_again = _failed_again(last_failure, name, error, call)
         if kind is None and failed_again:
             kind = _SAME_KIND  # not an identical repeat: a retry that failed the same way

@@ -252,7 +252,10 @@ def _print_tool_classes(report: EvalReport, line: Callable[[str], None]) -> None
                 f"{t.wrong:>6} {t.aborts:>6}"
             )
             label = ""
-    line("class: the replay class each call got (a tool classified per call can have several)")
+    line(
+        "class: the replay class each call got (a tool classified per call can have several; "
+        "unknown: a tool that does not exist)"
+    )
     line("")
 
 

@@ -114,3 +114,13 @@ def test_cli_tools_option(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["total"]["unknown_tools"] == 11
     assert data["total"]["aborts"] == 1
+
+
+def test_unknown_names_have_their_own_class_and_are_not_tool_failures():
+    # Varied arguments against the same refusal: a tool that does not exist never ran, so
+    # the same-failure count (failures a real tool returned) must not see these calls.
+    calls = [call("browser-type", REFUSED, {"text": str(n)}) for n in range(3)]
+    report = evaluate_trajectories([{"id": "v", "calls": calls}], GuardConfig(), tools=TOOLS)
+    assert list(report.by_tool_class["browser-type"]) == ["unknown"]
+    assert "same_failure" not in report.total.repeat_kinds
+    assert report.total.by_reason == {"unknown_tool": 3}
