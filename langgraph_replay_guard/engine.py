@@ -694,7 +694,8 @@ ROUTE_FIX = 'builder.add_conditional_edges("tools", guard.route_after_tools("age
 GRAPH_FIX = (
     "This graph goes back to the model after the tools node whatever the guard decided (a "
     "static edge), so the guard cannot end the run gracefully: route the tools node with "
-    f'`{ROUTE_FIX}` instead of `builder.add_edge("tools", "agent")`.'
+    f'`{ROUTE_FIX}` instead of `builder.add_edge("tools", "agent")`. In a prebuilt graph '
+    "whose edges you cannot change (`create_react_agent`), use `exit_behavior=\"error\"`."
 )
 """What to do when a hand-written graph ignores the stop."""
 

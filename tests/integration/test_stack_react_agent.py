@@ -65,8 +65,10 @@ def test_exit_behavior_end_cannot_end_gracefully_and_errors_on_the_next_call(mod
     runs: Counter[str] = Counter()
     guard = ReplayGuard()
     agent, model = react_agent(guard, runs, state_schema=GuardedState, name="researcher")
-    with pytest.raises(LoopAbortedError, match="static edge"):
+    with pytest.raises(LoopAbortedError, match="static edge") as raised:
         invoke(agent, mode, f"react-end-{mode}")
+    # The message names the fix a create_react_agent user can apply (its edges are fixed).
+    assert 'exit_behavior="error"' in str(raised.value)
     assert runs["lookup"] == 1
     assert model.calls == 5  # one more than under create_agent
     # The stop the tools node wrote before that: its final message, named like the agent's.
