@@ -695,7 +695,7 @@ GRAPH_FIX = (
     "This graph goes back to the model after the tools node whatever the guard decided (a "
     "static edge), so the guard cannot end the run gracefully: route the tools node with "
     f'`{ROUTE_FIX}` instead of `builder.add_edge("tools", "agent")`. In a prebuilt graph '
-    "whose edges you cannot change (`create_react_agent`), use `exit_behavior=\"error\"`."
+    'whose edges you cannot change (`create_react_agent`), use `exit_behavior="error"`.'
 )
 """What to do when a hand-written graph ignores the stop."""
 
