@@ -297,10 +297,7 @@ def decide(
         return _unknown_tool_decision(facts, attempt, final=final, limit=config.repeat_limit)
 
     if config.repeat_limit and attempt > facts.max_repeats:
-        # With "continue" a call insisted on `max_repeats` more times after it was blocked
-        # escalates to a stop: the model is not listening, and every blocked attempt costs a
-        # model call.
-        ends = final or attempt > 2 * facts.max_repeats
+        ends = _stops_past_limit(attempt, facts.max_repeats, final=final)
         return Decision(
             Verdict.ABORT if ends else Verdict.DENY,
             "repeat_limit",
@@ -371,6 +368,16 @@ def decide(
     return Decision(Verdict.ALLOW, None, key, None, None, tool, attempt)
 
 
+def _stops_past_limit(attempt: int, limit: int, *, final: bool) -> bool:
+    """Whether an attempt past a loop layer's limit stops the run rather than being denied.
+
+    `final` (the exit behavior stops at an abort) stops at once. With "continue" a call
+    insisted on `limit` more times after it was blocked escalates to a stop: the model is not
+    listening, and every blocked attempt costs a model call.
+    """
+    return final or attempt > 2 * limit
+
+
 def _unknown_tool_decision(facts: CallFacts, attempt: int, *, final: bool, limit: bool) -> Decision:
     """A call to a tool that does not exist: answered, never run; past `max_repeats`, a stop.
 
@@ -381,7 +388,7 @@ def _unknown_tool_decision(facts: CallFacts, attempt: int, *, final: bool, limit
     """
     most = facts.max_repeats
     over = limit and attempt > most
-    ends = over and (final or attempt > 2 * most)
+    ends = over and _stops_past_limit(attempt, most, final=final)
     names = tool_list(facts.tools)
     if attempt == 1:
         message = f"Error: {facts.tool} is not a valid tool, try one of [{names}]."
@@ -432,7 +439,7 @@ def _same_failure(view: Mapping[str, Any], facts: CallFacts, final: bool) -> Dec
     if in_a_row <= limit:
         return None
     attempt = in_a_row + 1
-    ends = final or attempt > 2 * limit
+    ends = _stops_past_limit(attempt, limit, final=final)
     return Decision(
         Verdict.ABORT if ends else Verdict.DENY,
         SAME_FAILURE,
