@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
-from langgraph_replay_guard.config import GuardConfig
+from langgraph_replay_guard.config import GuardConfig, ToolPolicy
 from langgraph_replay_guard.errors import InvalidArgumentsError, LoopAbortedError
 from langgraph_replay_guard.failures import SAME_FAILURE, failure_signature
 from langgraph_replay_guard.keys import call_key, content_hash
@@ -118,9 +119,12 @@ class Decision:
         return self.verdict is Verdict.ALLOW
 
 
-@dataclass(frozen=True, slots=True)
-class CallFacts:
-    """Everything the engine needs to know about one call, computed once per call."""
+class CallFacts(NamedTuple):
+    """Everything the engine needs to know about one call, computed once per call.
+
+    A named tuple: every call builds one, and a tuple is built several times faster than
+    a frozen dataclass.
+    """
 
     tool: str
     key: str
@@ -185,29 +189,74 @@ def call_facts(
             unknown=True,
             tools=tuple(tools),
         )
-    policy = config.policy_for(tool)
-    classifier = policy.classifier_fn
+    rules = _tool_rules(config, tool)
+    classifier = rules.policy.classifier_fn
     if classifier is None:
-        replay, volatile, key_args = policy.replay, policy.volatile, args
+        key = call_key(tool, args, ignore_args=rules.ignore_args)
+        replay, volatile, short_circuit = rules.replay, rules.volatile, rules.short_circuit
     else:
         # A multi-purpose tool (a shell, an editor): this call's own class and key.
         call_class, key_args = classifier(tool, args)
+        key = call_key(tool, key_args, ignore_args=rules.ignore_args)
         replay, volatile = call_class.replay, call_class.volatile
+        short_circuit = rules.policy.short_circuits(replay)
     return CallFacts(
-        tool=tool,
-        key=call_key(tool, key_args, ignore_args=policy.key_ignore_args),
-        replay=replay,
-        volatile=volatile,
-        short_circuit=policy.short_circuits(replay),
-        max_repeats=policy.max_repeats or config.max_repeats,
-        args=args,
-        max_same_failures=(
-            config.max_same_failures
-            if policy.max_same_failures is None
-            else policy.max_same_failures
-        ),
-        failure_pattern=config.failure_regex,
+        tool,
+        key,
+        replay,
+        volatile,
+        short_circuit,
+        rules.max_repeats,
+        args,
+        False,
+        (),
+        rules.max_same_failures,
+        rules.failure_pattern,
     )
+
+
+class _ToolRules(NamedTuple):
+    """What a tool's policy says about every call of it (`call_facts` reads it per call)."""
+
+    policy: ToolPolicy
+    replay: str
+    volatile: bool
+    short_circuit: bool
+    max_repeats: int
+    ignore_args: tuple[str, ...]
+    max_same_failures: int
+    failure_pattern: re.Pattern[str] | None
+
+
+# Per configuration (by identity: a config is frozen, and a copy is a new object), the rules
+# of each tool seen: a handful of policy lookups that every call of the tool would repeat.
+# A few configurations at most (the guards of one process), the oldest dropped first.
+_RULES: dict[int, tuple[GuardConfig, dict[str, _ToolRules]]] = {}
+_MAX_RULE_TABLES = 16
+
+
+def _tool_rules(config: GuardConfig, tool: str) -> _ToolRules:
+    entry = _RULES.get(id(config))
+    if entry is None or entry[0] is not config:
+        entry = (config, {})
+        _RULES[id(config)] = entry
+        if len(_RULES) > _MAX_RULE_TABLES:
+            _RULES.pop(next(iter(_RULES)), None)
+    table = entry[1]
+    rules = table.get(tool)
+    if rules is None:
+        policy = config.policy_for(tool)
+        rules = table[tool] = _ToolRules(
+            policy=policy,
+            replay=policy.replay,
+            volatile=policy.volatile,
+            short_circuit=policy.short_circuits(),
+            max_repeats=policy.max_repeats or config.max_repeats,
+            ignore_args=tuple(policy.key_ignore_args),
+            max_same_failures=config.same_failure_limit(tool),
+            failure_pattern=config.failure_regex,
+        )
+    return rules
 
 
 def fold_settings(config: GuardConfig) -> dict[str, Any]:
@@ -767,20 +816,20 @@ class CallPlan:
 
     calls: list[PlannedCall]
 
+    @functools.cached_property
+    def abort(self) -> PlannedCall | None:
+        """The first call whose decision aborts the run, if any (found once per plan)."""
+        for call in self.calls:
+            if call.decision is not None and call.decision.verdict is Verdict.ABORT:
+                return call
+        return None
+
     @property
     def stop_ignored(self) -> PlannedCall | None:
         """The first call asked for after the guard stopped the run in this turn, if any."""
         aborting = self.abort
         decision = aborting.decision if aborting is not None else None
         return aborting if decision is not None and decision.reason == STOP_IGNORED else None
-
-    @property
-    def abort(self) -> PlannedCall | None:
-        """The first call whose decision aborts the run, if any."""
-        for call in self.calls:
-            if call.decision is not None and call.decision.verdict is Verdict.ABORT:
-                return call
-        return None
 
     def call(self, tool_call_id: str | None) -> PlannedCall | None:
         """The planned call with this id."""

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
+import orjson
 import xxhash
 from pydantic import BaseModel
 
@@ -25,6 +26,7 @@ __all__ = [
     "MAX_NODES",
     "call_key",
     "canonical_json",
+    "canonical_json_bytes",
     "canonicalize",
     "content_hash",
     "sha256_json",
@@ -287,9 +289,35 @@ def canonical_json(value: Any, *, root: str = "args") -> str:
     Raises:
         InvalidArgumentsError: If the value cannot be canonicalized.
     """
+    return canonical_json_bytes(value, root=root).decode("utf-8", "surrogatepass")
+
+
+def canonical_json_bytes(value: Any, *, root: str = "args") -> bytes:
+    """`canonical_json` as UTF-8 bytes (what the hashes take).
+
+    Plain data goes through orjson, whose sorted compact output is byte for byte the
+    standard encoder's on plain data (a property test holds them together) at a tenth of
+    its cost; it refuses only lone surrogates and integers beyond 64 bits, which the
+    standard encoder then takes.
+
+    Args:
+        value: The value to serialize.
+        root: Name used for the top of the value in error paths.
+
+    Returns:
+        The canonical JSON text, UTF-8 encoded (lone surrogates kept, as `surrogatepass`).
+
+    Raises:
+        InvalidArgumentsError: If the value cannot be canonicalized.
+    """
     if _is_plain(value, 0, [MAX_NODES]):
-        return _dumps(value)
-    return _dumps(canonicalize(value, root=root))
+        try:
+            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:
+            text = _dumps(value)
+    else:
+        text = _dumps(canonicalize(value, root=root))
+    return text.encode("utf-8", "surrogatepass")
 
 
 def _drop_ignored(args: Any, ignore_args: Iterable[str]) -> Any:
@@ -329,11 +357,11 @@ def call_key(name: str, args: Any, *, ignore_args: Iterable[str] = ()) -> str:
     if ignore_args:
         args = _drop_ignored(args, ignore_args)
     try:
-        text = canonical_json(args)
+        data = canonical_json_bytes(args)
     except InvalidArgumentsError as exc:
         msg = f"Tool '{name}': {exc}"
         raise InvalidArgumentsError(msg, path=exc.path) from None
-    return xxhash.xxh3_128_hexdigest(f"{name}\x00{text}".encode("utf-8", "surrogatepass"))
+    return xxhash.xxh3_128_hexdigest(name.encode("utf-8", "surrogatepass") + b"\x00" + data)
 
 
 def content_hash(text: str) -> str:
@@ -360,7 +388,5 @@ def sha256_json(value: Any) -> str:
     Raises:
         InvalidArgumentsError: If the value cannot be canonicalized.
     """
-    digest = hashlib.sha256(
-        canonical_json(value, root="value").encode("utf-8", "surrogatepass")
-    ).hexdigest()
+    digest = hashlib.sha256(canonical_json_bytes(value, root="value")).hexdigest()
     return f"sha256:{digest}"

@@ -47,6 +47,7 @@ __all__ = [
     "load_state",
     "merge_guard_state",
     "new_state",
+    "own_update",
     "settled",
     "state_for_turn",
 ]
@@ -188,6 +189,43 @@ def _trust(value: dict[str, Any]) -> dict[str, Any]:
         if len(_TRUSTED) > _TRUSTED_CAP:
             del _TRUSTED[next(iter(_TRUSTED))]
     return value
+
+
+def own_update(cfg: dict[str, Any], events: list[Event]) -> StateUpdate:
+    """The channel write that records events the guard built itself (`make_event`).
+
+    The reducer takes such a write without checking it again: its events come from checked
+    facts. It is remembered by identity, like the values in `_TRUSTED`; a write read back
+    from a checkpoint (pending writes) is a new object and is checked like any other.
+
+    Args:
+        cfg: The fold settings (`fold_settings`).
+        events: Events built by `make_event`.
+
+    Returns:
+        The update to write into the channel.
+    """
+    update: StateUpdate = {"op": "events", "cfg": cfg, "events": events}
+    with _TRUSTED_LOCK:
+        _OWN_UPDATES[id(update)] = (update, cfg, events)
+        if len(_OWN_UPDATES) > _TRUSTED_CAP:
+            del _OWN_UPDATES[next(iter(_OWN_UPDATES))]
+    return update
+
+
+# Updates `own_update` built, by id, with the settings and events they were built with.
+_OWN_UPDATES: dict[int, tuple[Mapping[str, Any], dict[str, Any], list[Event]]] = {}
+
+
+def _own(update: Any) -> tuple[dict[str, Any], list[Event]] | None:
+    """The settings and events of a write `own_update` built, unchanged since; else None."""
+    entry = _OWN_UPDATES.get(id(update))
+    if entry is None or entry[0] is not update:
+        return None
+    own, cfg, events = entry
+    if own.get("cfg") is not cfg or own.get("events") is not events:
+        return None
+    return cfg, events
 
 
 def _trusted(value: Any) -> Mapping[str, Any] | None:
@@ -499,9 +537,10 @@ def _add_pending(state: dict[str, Any], ev: Event, cfg: FoldSettings) -> None:
     if pending is None:
         if ev.get("m") is not None and ev["b"] == state.get("last_batch"):
             return  # a late copy of a write for a batch already complete and folded
+        if _complete([ev]):  # a batch of one call: nothing to wait for
+            _apply(state, CallEvent.decode(ev), cfg)
+            return
         state["pending"] = {"batch": ev["b"], "events": [ev]}
-        if _complete([ev]):
-            _fold_pending(state, cfg)
         return
     # One event per position; a re-executed call keeps one deterministic winner, so the
     # result never depends on the order in which LangGraph applied the writes. A new list:
@@ -531,6 +570,20 @@ def _fold_pending(state: dict[str, Any], cfg: FoldSettings) -> None:
             _apply(state, CallEvent.decode(ev), cfg)
 
 
+# (settings as stored, decoded): every write carries the same few settings.
+_LAST_SETTINGS: list[tuple[dict[str, Any], FoldSettings]] = [({}, FoldSettings.decode({}))]
+
+
+def _fold_settings(cfg: Mapping[str, Any]) -> FoldSettings:
+    """`FoldSettings.decode(cfg)`, reused while the settings are equal to the last ones."""
+    last = _LAST_SETTINGS[0]
+    if last[0] == cfg:
+        return last[1]
+    settings = FoldSettings.decode(cfg)
+    _LAST_SETTINGS[0] = (dict(cfg), settings)
+    return settings
+
+
 def fold_events(state: dict[str, Any], events: list[Event], cfg: Mapping[str, Any]) -> None:
     """Apply events to a state in place.
 
@@ -544,8 +597,9 @@ def fold_events(state: dict[str, Any], events: list[Event], cfg: Mapping[str, An
         events: Events to apply.
         cfg: Fold settings (`w` window, `cp` cycle period, `scope`, `rr`, `rd`, `cy`, `rm`).
     """
-    state["cfg"] = dict(cfg)
-    settings = FoldSettings.decode(cfg)
+    if state["cfg"] != cfg:
+        state["cfg"] = dict(cfg)
+    settings = _fold_settings(cfg)
     for ev in events:
         if ev["b"] is None:
             _fold_pending(state, settings)
@@ -601,11 +655,19 @@ def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
     Returns:
         The new channel value.
     """
+    unchanged = _unchanged(current)
     last = _LAST_MERGE[0]
-    if last is not None and last[1] is update and last[0] is current and _unchanged(current):
+    if unchanged and last is not None and last[1] is update and last[0] is current:
         return last[2]
-    merged = _trust(_merged(current, update))
-    if isinstance(update, Mapping) and update.get("op") == "events" and _unchanged(current):
+    own = _own(update)
+    if own is not None and unchanged:
+        # The guard's own write onto a value the reducer returned (every step's case):
+        # neither needs checking again.
+        cfg, events = own
+        merged = _trust(_folded(_shallow(current) if current else new_state(), events, cfg))
+    else:
+        merged = _trust(_merged(current, update))
+    if unchanged and isinstance(update, Mapping) and update.get("op") == "events":
         _LAST_MERGE[0] = (current, update, merged)
     return merged
 
@@ -635,13 +697,22 @@ def _merged(current: Any, update: Any) -> dict[str, Any]:
         # and reset.
         return load_state(update)
     state = load_state(current)
-    if not isinstance(update, Mapping) or update.get("op") != "events":
+    own = _own(update)
+    if own is not None:
+        cfg, events = own
+    elif not isinstance(update, Mapping) or update.get("op") != "events":
         return _ignored(state, f"that is not a guard update ({type(update).__name__})")
-    try:
-        events = decode_events(update.get("events", []), "events")
-        cfg = decode_cfg(update.get("cfg", {}))
-    except InvalidStateError as exc:
-        return _ignored(state, f"that is not in the guard's format ({exc})")
+    else:
+        try:
+            events = decode_events(update.get("events", []), "events")
+            cfg = decode_cfg(update.get("cfg", {}))
+        except InvalidStateError as exc:
+            return _ignored(state, f"that is not in the guard's format ({exc})")
+    return _folded(state, events, cfg)
+
+
+def _folded(state: dict[str, Any], events: list[Event], cfg: dict[str, Any]) -> dict[str, Any]:
+    """`state` with checked events folded in (`fold_events`)."""
     try:
         fold_events(state, events, cfg)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:

@@ -170,9 +170,12 @@ class Event(TypedDict):
     f: NotRequired[list[Any]]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CallEvent:
     """One recorded call, with names (its stored form is an `Event`).
+
+    Not frozen, though nothing changes one: every recorded call builds one and every fold
+    reads one, and a frozen dataclass is built several times slower.
 
     Attributes:
         batch: Id of the AIMessage that asked for the call (None: apply at once).

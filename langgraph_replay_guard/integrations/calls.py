@@ -22,7 +22,7 @@ from langgraph_replay_guard.engine import (
     plan_calls,
 )
 from langgraph_replay_guard.failures import SAME_FAILURE
-from langgraph_replay_guard.state import Event, StateUpdate, load_state, settled
+from langgraph_replay_guard.state import Event, StateUpdate, load_state, own_update, settled
 
 if TYPE_CHECKING:
     from langgraph_replay_guard.config import GuardConfig
@@ -235,12 +235,12 @@ _Planned = tuple["GuardConfig", Any, AIMessage, str | None, BatchPlan, tuple[str
 class PlanCache:
     """The last batch plan of one guard, reused while the channel value and batch are the same.
 
-    A step plans its batch in `after_model` and again for each of its tool calls
-    (`wrap_tool_call`); all see the same channel value object and AIMessage, so one plan
-    serves them all. The key is object identity: the reducer never changes a value in
-    place, and a value read back from a checkpoint is a new object (a miss, planned again).
-    One tuple, read and replaced atomically, so parallel tool calls never pair a key with
-    another key's plan.
+    A step plans its batch in the model call (the middleware) or at its first tool call,
+    and each of its tool calls reads the plan again; all see the same channel value object
+    and AIMessage, so one plan serves them all. The key is object identity: the reducer
+    never changes a value in place, and a value read back from a checkpoint is a new object
+    (a miss, planned again). One tuple, read and replaced atomically, so parallel tool calls
+    never pair a key with another key's plan.
     """
 
     __slots__ = ("_last",)
@@ -281,10 +281,45 @@ class PlanCache:
         self._last = (config, value, batch.ai_message, batch.turn, plan, tools)
         return plan
 
+    def planned(
+        self,
+        value: Any,
+        messages: Sequence[BaseMessage],
+        tool_call_id: str | None,
+        tools: tuple[str, ...] | None,
+    ) -> tuple[BatchPlan, PlannedCall] | None:
+        """The cached plan of a tool call whose AIMessage is the last message, if there is one.
+
+        A tool call's state ends with the AIMessage that asked for it: when that message and
+        the channel value are the very objects the cached plan was made from, its turn is
+        the same too, and the messages need no walk.
+
+        Args:
+            value: The channel value from the graph state.
+            messages: The state's messages.
+            tool_call_id: The call's id.
+            tools: Names of the tools that exist, when known.
+
+        Returns:
+            The plan and the call's entry, or None (plan it with `plan`).
+        """
+        last = self._last
+        if (
+            last is None
+            or last[1] is not value
+            or not messages
+            or messages[-1] is not last[2]
+            or last[5] != tools
+        ):
+            return None
+        plan = last[4]
+        planned = plan.call(tool_call_id)
+        return None if planned is None else (plan, planned)
+
 
 def guard_update(config: GuardConfig, events: list[Event]) -> StateUpdate:
     """The channel write that records events."""
-    return {"op": "events", "cfg": fold_settings(config), "events": events}
+    return own_update(fold_settings(config), events)
 
 
 def denied_event(planned: PlannedCall, batch: Batch, reason: str, *, abort: bool) -> Event:

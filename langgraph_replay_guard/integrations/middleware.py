@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
@@ -129,6 +130,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.tools = []
         self._calls = ToolCallWrapper(self.guard, channel=self.channel, end_batches=False)
         self._tools_checked = False
+        self._offered: tuple[Any, ...] | None = None  # the tools the last model call offered
 
     @property
     def name(self) -> str:
@@ -231,7 +233,12 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         the model calls' requests are the first place they are seen. A tool call to any
         other name is a call to a tool that does not exist (reason `unknown_tool`).
         """
-        names = [n for n in map(_tool_name, request.tools) if n]
+        offered = request.tools
+        seen = self._offered
+        if seen is not None and len(offered) == len(seen) and all(map(operator.is_, offered, seen)):
+            return  # the same tools as at the last model call (create_agent passes one list)
+        self._offered = tuple(offered)
+        names = [n for n in map(_tool_name, offered) if n]
         self._calls.learn_tools(names)
         if self._tools_checked:
             return

@@ -38,6 +38,8 @@ def next_call_reminder(
         The reminder text, or None.
     """
     value = state_field(state, channel)
+    if type(value) is dict and value.get("reminder") is None and value.get("pending") is None:
+        return None  # nothing armed: checked (or reset, if unreadable) it would say the same
     view = settled(value)
     reminder = view.get("reminder")
     if not reminder:

@@ -49,6 +49,7 @@ from langgraph_replay_guard.integrations.calls import (
     guard_update,
     result_outcome,
     state_field,
+    state_messages,
     tool_message,
     turn_anchors,
 )
@@ -81,7 +82,7 @@ Wrapper = Callable[["ToolCallRequest", Execute], ToolResult]
 AsyncWrapper = Callable[["ToolCallRequest", AsyncExecute], Awaitable[ToolResult]]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Allowed:
     """A call the guard lets run; what to record once it returns."""
 
@@ -107,7 +108,7 @@ class _Allowed:
         return trace_info(self.planned.decision, replay=self.facts.replay, ledger=ledger)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Blocked:
     """A call the guard answers without running the tool, or stops the run on."""
 
@@ -125,7 +126,7 @@ class _Blocked:
         return self.result
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Execute:
     """Run the tool (through the node's own wrapper, if any); `watch` its errors."""
 
@@ -133,7 +134,7 @@ class _Execute:
     watch: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Check:
     """Admit the call at the replay ledger (`LedgerGate.check`)."""
 
@@ -142,7 +143,7 @@ class _Check:
     batch_id: str | None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Finish:
     """Record how an admitted call ended (`LedgerGate.finish`)."""
 
@@ -151,7 +152,7 @@ class _Finish:
     error: BaseException | None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Trace:
     """Report a call the guard answered itself as a tool run (`blocked_run`)."""
 
@@ -293,15 +294,17 @@ class ToolCallWrapper:
                     return served
             yield _Trace(request, prepared.trace, _answer_of(prepared.result), prepared.error)
             return prepared.answer()
-        ticket = yield _Check(request, prepared.facts, prepared.batch.batch_id)
+        ticket = None
+        if self.gate.involved(request, prepared.facts):
+            ticket = yield _Check(request, prepared.facts, prepared.batch.batch_id)
         if isinstance(ticket, LedgerEntry):
             replayed = self._replayed(request, prepared, ticket)
             yield _Trace(request, prepared.trace("replayed"), _answer_of(replayed), None)
             return replayed
         if ticket is None:
-            result = yield _Execute(traced_request(request, prepared.trace("none")))
+            result = yield _Execute(traced_request(request, lambda: prepared.trace("none")))
             return self._finish(request, prepared, result)
-        traced = traced_request(ticket.request, prepared.trace("claimed"))
+        traced = traced_request(ticket.request, lambda: prepared.trace("claimed"))
         try:
             result, tool_error = yield _Execute(traced, watch=True)
         except BaseException as exc:
@@ -343,14 +346,21 @@ class ToolCallWrapper:
         state = request.state
         self._check_channel(state)
         value = state_field(state, self.channel)
-        anchors = turn_anchors(value)
-        batch = find_batch(state, tool_call.get("id"), self.messages_key, anchors)
-        if batch is None:  # a ToolNode called with bare tool calls: a batch of one
-            turn = current_turn(state, self.messages_key, anchors)
-            batch = Batch(AIMessage(content="", tool_calls=[tool_call]), turn)
         config = self.guard.config
-        plan = self.plans.plan(config, value, batch, tools)
-        planned = plan.call(tool_call.get("id")) or plan.calls[-1]
+        history = state_messages(state, self.messages_key)
+        cached = self.plans.planned(value, history, tool_call.get("id"), tools)
+        if cached is not None:  # planned by the model call or a sibling: the common case
+            plan, planned = cached
+            batch = plan.batch
+        else:
+            anchors = turn_anchors(value)
+            found = find_batch(state, tool_call.get("id"), self.messages_key, anchors)
+            if found is None:  # a ToolNode called with bare tool calls: a batch of one
+                turn = current_turn(state, self.messages_key, anchors)
+                found = Batch(AIMessage(content="", tool_calls=[tool_call]), turn)
+            batch = found
+            plan = self.plans.plan(config, value, batch, tools)
+            planned = plan.call(tool_call.get("id")) or plan.calls[-1]
         last = planned.index == len(batch.tool_calls) - 1
         writer = getattr(request.runtime, "stream_writer", None)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.callbacks import (
@@ -101,7 +101,9 @@ def traced(config: Mapping[str, Any] | None) -> bool:
     return True
 
 
-def traced_request(request: ToolCallRequest, info: Mapping[str, Any]) -> ToolCallRequest:
+def traced_request(
+    request: ToolCallRequest, info: Callable[[], Mapping[str, Any]]
+) -> ToolCallRequest:
     """The request with a tool whose run carries the decision in its metadata and tags.
 
     `BaseTool.run` merges the tool's own `metadata` and `tags` into its run; the config the
@@ -109,7 +111,7 @@ def traced_request(request: ToolCallRequest, info: Mapping[str, Any]) -> ToolCal
 
     Args:
         request: The call the guard lets run.
-        info: A `trace_info` object.
+        info: Builds the `trace_info` object (called only when something traces the run).
 
     Returns:
         A new request (the same one when nothing traces the run).
@@ -117,9 +119,10 @@ def traced_request(request: ToolCallRequest, info: Mapping[str, Any]) -> ToolCal
     tool = request.tool
     if tool is None or not traced(getattr(request.runtime, "config", None)):
         return request
+    decision = info()
     update = {
-        "metadata": {**(tool.metadata or {}), TRACE_KEY: dict(info)},
-        "tags": [*(tool.tags or []), *trace_tags(info)],
+        "metadata": {**(tool.metadata or {}), TRACE_KEY: dict(decision)},
+        "tags": [*(tool.tags or []), *trace_tags(decision)],
     }
     return request.override(tool=tool.model_copy(update=update))
 

@@ -12,6 +12,9 @@ import uuid
 from decimal import Decimal
 
 import pytest
+import xxhash
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from langgraph_replay_guard.errors import InvalidArgumentsError
@@ -20,6 +23,7 @@ from langgraph_replay_guard.keys import (
     MAX_NODES,
     call_key,
     canonical_json,
+    canonical_json_bytes,
     canonicalize,
     sha256_json,
 )
@@ -395,3 +399,38 @@ def test_sha256_json_format_and_value():
     expected = hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
     assert result == f"sha256:{expected}"
     assert result == sha256_json({"a": "é", "b": [1, 2]})
+
+
+# -- the orjson fast path gives the keys the standard encoder gave ---------------------------
+
+_ANY_TEXT = st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF), max_size=12)
+_PLAIN = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | _ANY_TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_ANY_TEXT, inner, max_size=4),
+    max_leaves=25,
+)
+
+
+def _stdlib_key(tool, args):
+    """The call key as the standard JSON encoder computed it before the orjson fast path."""
+    text = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return xxhash.xxh3_128_hexdigest(f"{tool}\x00{text}".encode("utf-8", "surrogatepass"))
+
+
+@settings(max_examples=400, deadline=None)
+@given(_PLAIN)
+def test_plain_arguments_keep_the_key_the_standard_encoder_gave(args):
+    # Keys are stored in checkpoints and ledgers: a faster encoder must not change one.
+    # The text covers control characters, lone surrogates and integers past 64 bits (which
+    # orjson refuses and the standard encoder then takes).
+    assert call_key("t", args) == _stdlib_key("t", args)
+    expected = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert canonical_json_bytes(args) == expected.encode("utf-8", "surrogatepass")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [{"id": "P1002"}, {"q": "caf\u00e9 \u2028 \x00\x7f"}, {"n": 2**64}, {"s": "\ud800"}],
+)
+def test_known_keys_do_not_change(args):
+    assert call_key("get_details_by_id", args) == _stdlib_key("get_details_by_id", args)
