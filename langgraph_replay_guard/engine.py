@@ -24,7 +24,6 @@ from langgraph_replay_guard.state import (
 from langgraph_replay_guard.state_format import (
     CallCounter,
     CallEvent,
-    ExecutedCall,
     FailureStreak,
     FoldSettings,
     ResultMemo,
@@ -269,11 +268,12 @@ def fold_settings(config: GuardConfig) -> dict[str, Any]:
         config: Guard configuration.
 
     Returns:
-        A small JSON object (the caller's own copy).
+        A small JSON object, shared by every write of this config: read it, never change it
+        (the reducer copies it into the state).
     """
     last = _LAST_SETTINGS[0]
     if last is not None and last[0] is config:
-        return dict(last[1])
+        return last[1]
     settings = FoldSettings(
         window=config.history_window,
         cycle_period=config.max_cycle_period,
@@ -284,7 +284,7 @@ def fold_settings(config: GuardConfig) -> dict[str, Any]:
         reminders=config.reminder,
     ).encode()
     _LAST_SETTINGS[0] = (config, settings)
-    return dict(settings)
+    return settings
 
 
 # (config, its fold settings): every recorded call writes them, and a config is frozen. One
@@ -382,11 +382,11 @@ def decide(
             )
             return Decision(Verdict.DENY, "duplicate", key, msg, None, tool, attempt)
         epoch = view["epoch"]
-        for entry in reversed(view["recent_calls"]):
-            executed = ExecutedCall(*entry)
-            if executed.key != key:
+        for recent_key, _tool, outcome, call_epoch in reversed(view["recent_calls"]):
+            # An `ExecutedCall`, unpacked in place: this loop runs for every decision.
+            if recent_key != key:
                 continue
-            if executed.outcome == "success" and executed.epoch == epoch:
+            if outcome == "success" and call_epoch == epoch:
                 preview = _preview(view, key)
                 return Decision(
                     Verdict.DENY,
@@ -799,9 +799,12 @@ def stop_error(stop: Mapping[str, Any], *, hint: str = "") -> LoopAbortedError:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class PlannedCall:
-    """The guard's decision for one call of a batch (or why it could not decide)."""
+    """The guard's decision for one call of a batch (or why it could not decide).
+
+    Not frozen, though nothing changes one: every call of every batch builds one.
+    """
 
     tool_call: Any  # a LangChain ToolCall: {"name", "args", "id"}
     index: int

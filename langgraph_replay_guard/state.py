@@ -655,10 +655,11 @@ def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
     Returns:
         The new channel value.
     """
-    unchanged = _unchanged(current)
     last = _LAST_MERGE[0]
-    if unchanged and last is not None and last[1] is update and last[0] is current:
+    if last is not None and last[1] is update and last[0] is current:
+        # The same merge again: its value was folded from `current` as checked then.
         return last[2]
+    unchanged = _unchanged(current)
     own = _own(update)
     if own is not None and unchanged:
         # The guard's own write onto a value the reducer returned (every step's case):
@@ -672,10 +673,11 @@ def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
     return merged
 
 
-# (current, update, merged) of the last guard write merged. LangGraph merges a step's writes
-# twice with the same objects: once for a conditional edge's fresh read of the state, once
-# into the channel; the second merge returns the first one's value. One tuple, replaced
-# atomically; it holds its objects, so their ids cannot be reused while it does.
+# (current, update, merged) of the last guard write merged onto a checked value. LangGraph
+# merges a step's writes twice with the same objects: once for a conditional edge's fresh
+# read of the state, once into the channel; the second merge returns the first one's value.
+# One tuple, replaced atomically; it holds its objects, so their ids cannot be reused while
+# it does.
 _LAST_MERGE: list[tuple[Any, Any, dict[str, Any]] | None] = [None]
 
 

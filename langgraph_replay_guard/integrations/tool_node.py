@@ -38,6 +38,7 @@ from langgraph_replay_guard.errors import (
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
     Batch,
+    BatchPlan,
     PlanCache,
     abort_answer,
     blocked_answer,
@@ -315,8 +316,8 @@ class ToolCallWrapper:
 
     # -- deciding -----------------------------------------------------------------------------
 
-    def _check_channel(self, state: Any) -> None:
-        """Fail when the graph's state has no guard channel: its writes would be dropped.
+    def _channel_value(self, state: Any) -> Any:
+        """The guard channel's value; fails when the graph's state has no guard channel.
 
         A channel declared in the state schema is always in the state (its reducer starts it
         empty), so a mapping without it comes from a schema without it, like
@@ -326,8 +327,10 @@ class ToolCallWrapper:
         Raises:
             ValueError: The state is a mapping without the guard channel.
         """
-        if not isinstance(state, Mapping) or self.channel in state:
-            return
+        if not isinstance(state, Mapping):
+            return getattr(state, self.channel, None)  # a pydantic or dataclass state
+        if self.channel in state:
+            return state[self.channel]
         msg = (
             f"the graph state has no {self.channel!r} channel, so the guard could not keep "
             "count and would stop no loop. Build the graph on a state that has it: subclass "
@@ -337,30 +340,44 @@ class ToolCallWrapper:
         )
         raise ValueError(msg)
 
+    def _planned(
+        self, request: ToolCallRequest, tools: tuple[str, ...] | None
+    ) -> tuple[BatchPlan, PlannedCall]:
+        """The plan of the call's batch (made once per batch) and the call's entry in it."""
+        state = request.state
+        value = self._channel_value(state)
+        tool_call_id = request.tool_call.get("id")
+        history = state_messages(state, self.messages_key)
+        cached = self.plans.planned(value, history, tool_call_id, tools)
+        if cached is not None:  # planned by the model call or a sibling: the common case
+            return cached
+        anchors = turn_anchors(value)
+        batch = find_batch(state, tool_call_id, self.messages_key, anchors)
+        if batch is None:  # a ToolNode called with bare tool calls: a batch of one
+            turn = current_turn(state, self.messages_key, anchors)
+            batch = Batch(AIMessage(content="", tool_calls=[request.tool_call]), turn)
+        plan = self.plans.plan(self.guard.config, value, batch, tools)
+        return plan, plan.call(tool_call_id) or plan.calls[-1]
+
     def _prepare(self, request: ToolCallRequest) -> _Allowed | _Blocked | None:
         """Decide a call: `_Allowed` to execute it, `_Blocked` to answer it, None to pass it on."""
-        tool_call = request.tool_call
         tools = self._known_tools(request)
         if request.tool is None and tools is None:
             return None
-        state = request.state
-        self._check_channel(state)
-        value = state_field(state, self.channel)
+        plan, planned = self._planned(request, tools)
+        decision = planned.decision
+        if plan.abort is None and decision is not None and decision.verdict is Verdict.ALLOW:
+            # Nothing in the batch stops the run and this call runs: every step's case.
+            return None if request.tool is None else _Allowed(planned, plan.batch)
+        return self._decided(request, plan, planned)
+
+    def _decided(
+        self, request: ToolCallRequest, plan: BatchPlan, planned: PlannedCall
+    ) -> _Allowed | _Blocked | None:
+        """`_prepare` for a call that is blocked, or whose batch stops the run."""
+        tool_call = request.tool_call
+        batch = plan.batch
         config = self.guard.config
-        history = state_messages(state, self.messages_key)
-        cached = self.plans.planned(value, history, tool_call.get("id"), tools)
-        if cached is not None:  # planned by the model call or a sibling: the common case
-            plan, planned = cached
-            batch = plan.batch
-        else:
-            anchors = turn_anchors(value)
-            found = find_batch(state, tool_call.get("id"), self.messages_key, anchors)
-            if found is None:  # a ToolNode called with bare tool calls: a batch of one
-                turn = current_turn(state, self.messages_key, anchors)
-                found = Batch(AIMessage(content="", tool_calls=[tool_call]), turn)
-            batch = found
-            plan = self.plans.plan(config, value, batch, tools)
-            planned = plan.call(tool_call.get("id")) or plan.calls[-1]
         last = planned.index == len(batch.tool_calls) - 1
         writer = getattr(request.runtime, "stream_writer", None)
 
