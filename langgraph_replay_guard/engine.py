@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
 
@@ -818,14 +817,20 @@ class CallPlan:
     """Decisions for the calls of one model answer, all against the same state."""
 
     calls: list[PlannedCall]
+    abort: PlannedCall | None = field(init=False)
+    """The first call whose decision aborts the run, if any (every hook reads it)."""
 
-    @functools.cached_property
-    def abort(self) -> PlannedCall | None:
-        """The first call whose decision aborts the run, if any (found once per plan)."""
-        for call in self.calls:
-            if call.decision is not None and call.decision.verdict is Verdict.ABORT:
-                return call
-        return None
+    def __post_init__(self) -> None:
+        """Find the call that aborts the run, once."""
+        aborting = next(
+            (
+                call
+                for call in self.calls
+                if call.decision is not None and call.decision.verdict is Verdict.ABORT
+            ),
+            None,
+        )
+        object.__setattr__(self, "abort", aborting)  # a frozen dataclass's own field
 
     @property
     def stop_ignored(self) -> PlannedCall | None:

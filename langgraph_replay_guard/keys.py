@@ -262,7 +262,11 @@ def _is_plain(value: Any, depth: int, budget: list[int]) -> bool:
         if budget[0] < 0:
             return False
         for key, item in value.items():
-            if type(key) is not str or not _is_plain(item, depth + 1, budget):
+            if type(key) is not str:
+                return False
+            if type(item) is str:
+                continue  # the usual argument, checked without a call
+            if not _is_plain(item, depth + 1, budget):
                 return False
         return True
     if kind is list:

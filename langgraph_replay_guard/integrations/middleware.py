@@ -287,8 +287,10 @@ def _answer_message(response: Any) -> AIMessage | None:
         response = response.model_response
     if isinstance(response, AIMessage):
         return response
-    messages = getattr(response, "result", None) or []
-    return next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
+    for message in reversed(getattr(response, "result", None) or ()):
+        if isinstance(message, AIMessage):
+            return message
+    return None
 
 
 def _with_command(response: Any, command: Command[Any]) -> ExtendedModelResponse[Any]:
