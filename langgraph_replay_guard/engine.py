@@ -228,9 +228,11 @@ class _ToolRules(NamedTuple):
 
 # Per configuration (by identity: a config is frozen, and a copy is a new object), the rules
 # of each tool seen: a handful of policy lookups that every call of the tool would repeat.
-# A few configurations at most (the guards of one process), the oldest dropped first.
+# A few configurations at most (the guards of one process), the oldest dropped first; a
+# bounded number of names each (a model inventing names must not grow it without end).
 _RULES: dict[int, tuple[GuardConfig, dict[str, _ToolRules]]] = {}
 _MAX_RULE_TABLES = 16
+_MAX_RULES_PER_TABLE = 1024
 
 
 def _tool_rules(config: GuardConfig, tool: str) -> _ToolRules:
@@ -244,7 +246,7 @@ def _tool_rules(config: GuardConfig, tool: str) -> _ToolRules:
     rules = table.get(tool)
     if rules is None:
         policy = config.policy_for(tool)
-        rules = table[tool] = _ToolRules(
+        rules = _ToolRules(
             policy=policy,
             replay=policy.replay,
             volatile=policy.volatile,
@@ -254,6 +256,8 @@ def _tool_rules(config: GuardConfig, tool: str) -> _ToolRules:
             max_same_failures=config.same_failure_limit(tool),
             failure_pattern=config.failure_regex,
         )
+        if len(table) < _MAX_RULES_PER_TABLE:
+            table[tool] = rules
     return rules
 
 

@@ -571,16 +571,16 @@ def _fold_pending(state: dict[str, Any], cfg: FoldSettings) -> None:
 
 
 # (settings as stored, decoded): every write carries the same few settings.
-_LAST_SETTINGS: list[tuple[dict[str, Any], FoldSettings]] = [({}, FoldSettings.decode({}))]
+_LAST_FOLD_SETTINGS: list[tuple[dict[str, Any], FoldSettings]] = [({}, FoldSettings.decode({}))]
 
 
 def _fold_settings(cfg: Mapping[str, Any]) -> FoldSettings:
     """`FoldSettings.decode(cfg)`, reused while the settings are equal to the last ones."""
-    last = _LAST_SETTINGS[0]
+    last = _LAST_FOLD_SETTINGS[0]
     if last[0] == cfg:
         return last[1]
     settings = FoldSettings.decode(cfg)
-    _LAST_SETTINGS[0] = (dict(cfg), settings)
+    _LAST_FOLD_SETTINGS[0] = (dict(cfg), settings)
     return settings
 
 
