@@ -12,6 +12,7 @@ from langgraph_replay_guard.config import GuardConfig, ToolPolicy
 from langgraph_replay_guard.errors import InvalidArgumentsError, LoopAbortedError
 from langgraph_replay_guard.failures import SAME_FAILURE, failure_signature
 from langgraph_replay_guard.keys import call_key, content_hash
+from langgraph_replay_guard.memo import IdentityMemo
 from langgraph_replay_guard.state import (
     UNKNOWN_TOOL,
     Event,
@@ -230,19 +231,15 @@ class _ToolRules(NamedTuple):
 # of each tool seen: a handful of policy lookups that every call of the tool would repeat.
 # A few configurations at most (the guards of one process), the oldest dropped first; a
 # bounded number of names each (a model inventing names must not grow it without end).
-_RULES: dict[int, tuple[GuardConfig, dict[str, _ToolRules]]] = {}
-_MAX_RULE_TABLES = 16
+_RULES: IdentityMemo[dict[str, _ToolRules]] = IdentityMemo(16)
 _MAX_RULES_PER_TABLE = 1024
 
 
 def _tool_rules(config: GuardConfig, tool: str) -> _ToolRules:
-    entry = _RULES.get(id(config))
-    if entry is None or entry[0] is not config:
-        entry = (config, {})
-        _RULES[id(config)] = entry
-        if len(_RULES) > _MAX_RULE_TABLES:
-            _RULES.pop(next(iter(_RULES)), None)
-    table = entry[1]
+    table = _RULES.recall(config)
+    if table is None:
+        table = {}
+        _RULES.remember(config, table)
     rules = table.get(tool)
     if rules is None:
         policy = config.policy_for(tool)

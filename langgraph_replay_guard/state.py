@@ -5,12 +5,12 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import operator
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
 from langgraph_replay_guard.failures import SAME_FAILURE
+from langgraph_replay_guard.memo import IdentityMemo
 from langgraph_replay_guard.state_format import (
     FORMAT_VERSION,
     READABLE_VERSIONS,
@@ -173,22 +173,31 @@ def load_state(value: Any) -> dict[str, Any]:
     return _reset(problem, value)
 
 
-# Values the reducer returned, by id, with their top-level fields: reading one again skips
-# the check (the reducer and every read of a step see the value the last write produced).
-# The fields are compared by identity, so a field replaced in place is checked again; the
-# guard never mutates a returned value, and LangGraph never mutates channel values.
-_TRUSTED: dict[int, tuple[Mapping[str, Any], tuple[Any, ...]]] = {}
-_TRUSTED_CAP = 64
-_TRUSTED_LOCK = threading.Lock()
+# Values the reducer returned, with their top-level fields: reading one again skips the
+# check (the reducer and every read of a step see the value the last write produced). The
+# fields are compared by identity, so a field replaced in place is checked again; the guard
+# never mutates a returned value, and LangGraph never mutates channel values.
+_TRUSTED: IdentityMemo[tuple[Any, ...]] = IdentityMemo(64)
+
+# Writes `own_update` built, with the settings and events they were built with.
+_OWN_UPDATES: IdentityMemo[tuple[dict[str, Any], list[Event]]] = IdentityMemo(64)
 
 
 def _trust(value: dict[str, Any]) -> dict[str, Any]:
     """Remember a checked value the reducer returns; returns it."""
-    with _TRUSTED_LOCK:
-        _TRUSTED[id(value)] = (value, tuple(value.values()))
-        if len(_TRUSTED) > _TRUSTED_CAP:
-            del _TRUSTED[next(iter(_TRUSTED))]
+    _TRUSTED.remember(value, tuple(value.values()))
     return value
+
+
+def _trusted(value: Any) -> Mapping[str, Any] | None:
+    """`value` if the reducer returned it and none of its fields was replaced since."""
+    fields = _TRUSTED.recall(value)
+    if fields is None:
+        return None
+    trusted: Mapping[str, Any] = value
+    if len(fields) == len(trusted) and all(map(operator.is_, fields, trusted.values())):
+        return trusted
+    return None
 
 
 def own_update(cfg: dict[str, Any], events: list[Event]) -> StateUpdate:
@@ -206,37 +215,16 @@ def own_update(cfg: dict[str, Any], events: list[Event]) -> StateUpdate:
         The update to write into the channel.
     """
     update: StateUpdate = {"op": "events", "cfg": cfg, "events": events}
-    with _TRUSTED_LOCK:
-        _OWN_UPDATES[id(update)] = (update, cfg, events)
-        if len(_OWN_UPDATES) > _TRUSTED_CAP:
-            del _OWN_UPDATES[next(iter(_OWN_UPDATES))]
+    _OWN_UPDATES.remember(update, (cfg, events))
     return update
-
-
-# Updates `own_update` built, by id, with the settings and events they were built with.
-_OWN_UPDATES: dict[int, tuple[Mapping[str, Any], dict[str, Any], list[Event]]] = {}
 
 
 def _own(update: Any) -> tuple[dict[str, Any], list[Event]] | None:
     """The settings and events of a write `own_update` built, unchanged since; else None."""
-    entry = _OWN_UPDATES.get(id(update))
-    if entry is None or entry[0] is not update:
+    own = _OWN_UPDATES.recall(update)
+    if own is None or update.get("cfg") is not own[0] or update.get("events") is not own[1]:
         return None
-    own, cfg, events = entry
-    if own.get("cfg") is not cfg or own.get("events") is not events:
-        return None
-    return cfg, events
-
-
-def _trusted(value: Any) -> Mapping[str, Any] | None:
-    """`value` if the reducer returned it and none of its fields was replaced since."""
-    entry = _TRUSTED.get(id(value))
-    if entry is None or entry[0] is not value:
-        return None
-    trusted, fields = entry
-    if len(fields) == len(trusted) and all(map(operator.is_, fields, trusted.values())):
-        return trusted
-    return None
+    return own
 
 
 _CONTAINERS = (

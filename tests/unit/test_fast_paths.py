@@ -17,6 +17,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph_replay_guard import GuardConfig
 from langgraph_replay_guard.engine import call_facts, fold_settings, make_event
 from langgraph_replay_guard.integrations.calls import Batch, PlanCache
+from langgraph_replay_guard.memo import IdentityMemo
 from langgraph_replay_guard.state import Event, merge_guard_state, own_update
 
 CONFIG = GuardConfig(tools={"write": "unsafe"}, max_repeats=2)
@@ -132,3 +133,15 @@ def test_the_plan_is_not_reused_for_another_value_message_call_or_tool_set():
     assert cache.planned(value, [messages[0], copy.copy(ai)], "c1", tools) is None
     assert cache.planned(value, messages, "c9", tools) is None
     assert cache.planned(value, messages, "c1", ("read",)) is None
+
+
+def test_an_identity_memo_knows_only_the_very_objects_it_met_and_keeps_at_most_its_cap():
+    memo: IdentityMemo[str] = IdentityMemo(2)
+    first, second, third = {"a": 1}, {"a": 1}, {"a": 1}
+    memo.remember(first, "first")
+    memo.remember(second, "second")
+    assert memo.recall(first) == "first"
+    assert memo.recall({"a": 1}) is None  # equal is not the same
+    memo.remember(third, "third")
+    assert memo.recall(first) is None  # the oldest went
+    assert [memo.recall(second), memo.recall(third)] == ["second", "third"]

@@ -22,6 +22,7 @@ CORE = [
     "shell",
     "toolkit_data",
     "failures",
+    "memo",
     "records.envelope",
     "records.model",
     "records.integrity",
