@@ -655,7 +655,7 @@ def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
         cfg, events = own
         merged = _trust(_folded(_shallow(current) if current else new_state(), events, cfg))
     else:
-        merged = _trust(_merged(current, update))
+        merged = _trust(_merged(current, update, own))
     if unchanged and isinstance(update, Mapping) and update.get("op") == "events":
         _LAST_MERGE[0] = (current, update, merged)
     return merged
@@ -678,7 +678,9 @@ def _unchanged(current: Any) -> bool:
     )
 
 
-def _merged(current: Any, update: Any) -> dict[str, Any]:
+def _merged(
+    current: Any, update: Any, own: tuple[dict[str, Any], list[Event]] | None
+) -> dict[str, Any]:
     if update is None:
         return load_state(current)
     if isinstance(update, Mapping) and "v" in update:
@@ -687,8 +689,7 @@ def _merged(current: Any, update: Any) -> dict[str, Any]:
         # and reset.
         return load_state(update)
     state = load_state(current)
-    own = _own(update)
-    if own is not None:
+    if own is not None:  # the guard's own write, onto a value that needed checking
         cfg, events = own
     elif not isinstance(update, Mapping) or update.get("op") != "events":
         return _ignored(state, f"that is not a guard update ({type(update).__name__})")
