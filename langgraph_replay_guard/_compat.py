@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+
+if TYPE_CHECKING:
+    from langgraph.prebuilt import ToolNode
 
 __all__ = [
+    "TaskScope",
     "ToolNodeSettings",
+    "channel_writer",
     "create_agent_middleware",
     "delegate_store",
     "handled_error_types",
     "is_default_tool_error_handler",
     "run_checkpointer",
     "run_durability",
+    "scoped_tool_node",
     "signature_once",
     "tool_error_content",
     "tool_node_settings",
@@ -146,3 +152,85 @@ def delegate_store(store: Any) -> Any:
     """
     inner = getattr(store, "_store", None)
     return None if inner is store else inner
+
+
+ChannelWriter = Callable[[Sequence[tuple[str, Any]]], None]
+
+
+def channel_writer(config: Mapping[str, Any] | None) -> ChannelWriter | None:
+    """The running task's channel writer, from a node's config; None outside a graph.
+
+    Writes sent this way are saved with the task's own output, in the same checkpoint
+    write, and never appear in what the node returns (LangGraph's public `push_message`
+    writes a message this way).
+    """
+    if not config:
+        return None
+    configurable = config.get("configurable")
+    if not isinstance(configurable, Mapping):
+        return None
+    send = configurable.get("__pregel_send")
+    return send if callable(send) else None
+
+
+class TaskScope(Protocol):
+    """What a scoped `ToolNode` opens around each of its tasks (see `scoped_tool_node`)."""
+
+    def __enter__(self) -> Any:
+        """Open the scope."""
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Close the scope."""
+
+    def finish(self, output: Any) -> Any:
+        """The node's output, completed (called once the task's tool calls returned)."""
+
+
+_SCOPED_TOOL_NODE: type[Any] | None = None
+
+
+def scoped_tool_node(
+    tools: Sequence[Any], *, task_scope: Callable[[Any], TaskScope], **kwargs: Any
+) -> ToolNode:
+    """A `ToolNode` that runs each task (one run of the node) inside `task_scope(config)`.
+
+    The guard needs to know where one run of the node starts and ends, to write its
+    channel once per run beside the node's output. `ToolNode` has no public hook for
+    that, so its private `_func`/`_afunc` are extended here.
+
+    Args:
+        tools: The node's tools.
+        task_scope: Called with the task's config; its result is entered around the run,
+            and its `finish` gets the node's output and returns the output to give.
+        **kwargs: Other `ToolNode` arguments.
+
+    Returns:
+        The node (a `ToolNode` subclass instance).
+    """
+    global _SCOPED_TOOL_NODE
+    if _SCOPED_TOOL_NODE is None:
+        from langchain_core.runnables import RunnableConfig
+        from langgraph.prebuilt import ToolNode as BaseToolNode
+        from langgraph.runtime import Runtime
+
+        # LangGraph passes `config` and `runtime` by their annotations: keep them exact.
+
+        class ScopedToolNode(BaseToolNode):
+            _task_scope: Callable[[Any], TaskScope]
+
+            def _func(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
+                scope = self._task_scope(config)
+                with scope:
+                    return scope.finish(super()._func(input, config, runtime))
+
+            async def _afunc(
+                self, input: Any, config: RunnableConfig, runtime: Runtime[Any]
+            ) -> Any:
+                scope = self._task_scope(config)
+                with scope:
+                    return scope.finish(await super()._afunc(input, config, runtime))
+
+        _SCOPED_TOOL_NODE = ScopedToolNode
+    node = _SCOPED_TOOL_NODE(tools, **kwargs)
+    node._task_scope = task_scope
+    return cast("ToolNode", node)

@@ -338,12 +338,31 @@ def denied_event(planned: PlannedCall, batch: Batch, reason: str, *, abort: bool
 
 
 def executed_event(
-    config: GuardConfig, planned: PlannedCall, batch: Batch, outcome: str, text: str | None
+    config: GuardConfig,
+    planned: PlannedCall,
+    batch: Batch,
+    outcome: str,
+    text: str | None,
+    *,
+    command: bool = False,
 ) -> Event:
-    """Event recording a call that ran."""
-    assert planned.facts is not None
+    """Event recording a call that ran.
+
+    A tool without a policy of its own that returned a `Command` changed the graph's
+    state: it is recorded as a world-changing call (not a pure read), so an identical call
+    after another state change runs again (`set_mode("a")`, `set_mode("b")`,
+    `set_mode("a")` ends in mode a).
+    """
+    facts = planned.facts
+    assert facts is not None
+    if (
+        command
+        and facts.replay == "pure"
+        and config.policy_for(facts.tool) is config.default_policy
+    ):
+        facts = facts._replace(replay="idempotent")
     return make_event(
-        planned.facts,
+        facts,
         "success" if outcome == "success" else "failure",
         result=text,
         preview_chars=config.result_preview_chars,

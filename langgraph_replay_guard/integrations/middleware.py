@@ -15,7 +15,7 @@ from langchain.agents.middleware.types import (
     ModelResponse,
     PrivateStateAttr,
 )
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.types import Command
 from typing_extensions import TypedDict
 
@@ -30,13 +30,13 @@ from langgraph_replay_guard.integrations.calls import (
     current_turn,
     emit,
     final_ai_message,
-    guard_update,
     turn_anchors,
 )
 from langgraph_replay_guard.integrations.prompt import (
     next_call_reminder,
     system_prompt_with_reminder,
 )
+from langgraph_replay_guard.integrations.task_writes import write_events
 from langgraph_replay_guard.integrations.tool_node import ToolCallWrapper, abort_trace
 from langgraph_replay_guard.integrations.tracing import blocked_run
 from langgraph_replay_guard.state import Event, merge_guard_state
@@ -185,8 +185,8 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # The final message comes last, so create_agent's routing ends the run.
         answers.append(final_ai_message(aborting.decision, batch))
         emit(getattr(request.runtime, "stream_writer", None), aborting.decision, aborting.tool_call)
-        update = {"messages": answers, self.channel: guard_update(config, events)}
-        return _with_command(response, Command(update=update))
+        write_events(self._calls, run_config, config, self.channel, events)
+        return _with_answers(response, answers)
 
     @signature_once
     def wrap_tool_call(
@@ -293,15 +293,22 @@ def _answer_message(response: Any) -> AIMessage | None:
     return None
 
 
-def _with_command(response: Any, command: Command[Any]) -> ExtendedModelResponse[Any]:
-    """The model's answer with the guard's state update applied beside it."""
+def _with_answers(response: Any, answers: Sequence[BaseMessage]) -> ModelCallResult[Any]:
+    """The model's answer followed by the guard's answers, as one model response.
+
+    The answers join the response's messages (as structured output's tool answer does), so
+    the model node writes its messages once and its `updates` chunk keeps its usual shape.
+    """
     if isinstance(response, ExtendedModelResponse):
-        if response.command is not None:
-            return response  # an inner middleware's command wins; the tools node stops it
-        return ExtendedModelResponse(model_response=response.model_response, command=command)
+        inner = response.model_response
+        return ExtendedModelResponse(
+            model_response=ModelResponse([*inner.result, *answers], inner.structured_response),
+            command=response.command,
+        )
     if isinstance(response, AIMessage):
-        response = ModelResponse(result=[response])
-    return ExtendedModelResponse(model_response=response, command=command)
+        return ModelResponse(result=[response, *answers])
+    model_response: ModelResponse[Any] = response
+    return ModelResponse([*model_response.result, *answers], model_response.structured_response)
 
 
 def _run_config() -> Any:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.graph import END
@@ -16,6 +15,7 @@ from langgraph.types import Command
 from langgraph_replay_guard._compat import (
     handled_error_types,
     is_default_tool_error_handler,
+    scoped_tool_node,
     tool_error_content,
     tool_node_settings,
 )
@@ -47,7 +47,6 @@ from langgraph_replay_guard.integrations.calls import (
     executed_event,
     final_ai_message,
     find_batch,
-    guard_update,
     result_outcome,
     state_field,
     state_messages,
@@ -55,6 +54,7 @@ from langgraph_replay_guard.integrations.calls import (
     turn_anchors,
 )
 from langgraph_replay_guard.integrations.ledger_gate import LedgerGate, RunTicket, replayed_message
+from langgraph_replay_guard.integrations.task_writes import TaskWrites, write_events
 from langgraph_replay_guard.integrations.tool_errors import watch_tool_errors
 from langgraph_replay_guard.integrations.tracing import (
     LedgerStatus,
@@ -111,20 +111,21 @@ class _Allowed:
 
 @dataclass(slots=True)
 class _Blocked:
-    """A call the guard answers without running the tool, or stops the run on."""
+    """A call the guard answers without running the tool, or stops the run on.
 
-    result: Command[Any] | None
+    Nothing is recorded or reported until the plan answers with it (`ToolCallWrapper._answer`):
+    a probed name that another wrapper serves was never blocked.
+    """
+
+    messages: list[Any]
+    """The answer: the call's ToolMessage, then the stop's final AIMessage if any."""
+    events: list[Event]
     error: LoopAbortedError | None
     trace: dict[str, Any]
     probe: bool = False
     """A call to a name the node lacks: hand it on first, answer it only if nobody serves it."""
-
-    def answer(self) -> Command[Any]:
-        """The guard's answer; raises the stop for `exit_behavior="error"`."""
-        if self.error is not None:
-            raise self.error
-        assert self.result is not None
-        return self.result
+    notice: Decision | None = None
+    """The decision to report on the custom stream when the answer is given."""
 
 
 @dataclass(slots=True)
@@ -293,8 +294,12 @@ class ToolCallWrapper:
                 if not _refused_as_unknown(served, request.tool_call["name"]):
                     self.learn_tools([request.tool_call["name"]])
                     return served
-            yield _Trace(request, prepared.trace, _answer_of(prepared.result), prepared.error)
-            return prepared.answer()
+            if prepared.error is not None:
+                yield _Trace(request, prepared.trace, None, prepared.error)
+                raise prepared.error
+            answer = self._answer(request, prepared)
+            yield _Trace(request, prepared.trace, _answer_of(answer), None)
+            return answer
         ticket = None
         if self.gate.involved(request, prepared.facts):
             ticket = yield _Check(request, prepared.facts, prepared.batch.batch_id)
@@ -375,11 +380,9 @@ class ToolCallWrapper:
         self, request: ToolCallRequest, plan: BatchPlan, planned: PlannedCall
     ) -> _Allowed | _Blocked | None:
         """`_prepare` for a call that is blocked, or whose batch stops the run."""
-        tool_call = request.tool_call
         batch = plan.batch
         config = self.guard.config
         last = planned.index == len(batch.tool_calls) - 1
-        writer = getattr(request.runtime, "stream_writer", None)
 
         come_back = plan.stop_ignored
         if come_back is not None and come_back.decision is not None and self.end_batches:
@@ -392,14 +395,13 @@ class ToolCallWrapper:
         if aborting is not None and aborting.decision is not None:
             trace = abort_trace(planned, aborting)
             if raises_on_abort(config) and self.raise_on_abort:
-                return _Blocked(None, loop_error(aborting.decision), trace)
+                return _Blocked([], [], loop_error(aborting.decision), trace)
             answer, events = abort_answer(planned, aborting, batch)
-            if planned is aborting:
-                emit(writer, aborting.decision, tool_call)
+            notice = aborting.decision if planned is aborting else None
             messages: list[Any] = [answer]
             if last:
                 messages.append(final_ai_message(aborting.decision, batch))
-            return _Blocked(self._answer(messages, events), None, trace)
+            return _Blocked(messages, events, None, trace, notice=notice)
 
         decision = planned.decision
         if decision is not None and decision.verdict is Verdict.ALLOW:
@@ -409,8 +411,7 @@ class ToolCallWrapper:
         answer, events = blocked_answer(planned, batch)
         if decision is None:  # `planned.error`: arguments that could not be keyed
             trace = trace_info(None, replay=None, verdict="deny", reason="invalid_arguments")
-            return _Blocked(self._answer([answer], events), None, trace)
-        emit(writer, decision, tool_call)
+            return _Blocked([answer], events, None, trace)
         messages = [answer]
         if decision.verdict is Verdict.ABORT and last:
             messages.append(final_ai_message(decision, batch))
@@ -421,7 +422,7 @@ class ToolCallWrapper:
             and planned.facts.unknown
             and decision.verdict is Verdict.DENY
         )
-        return _Blocked(self._answer(messages, events), None, trace, probe)
+        return _Blocked(messages, events, None, trace, probe, notice=decision)
 
     def _known_tools(self, request: ToolCallRequest) -> tuple[str, ...] | None:
         """The node's tool names, counting a name the node answers (`request.tool` set)."""
@@ -446,11 +447,25 @@ class ToolCallWrapper:
         if new or self.tools is None:
             self.tools = (*known, *new)
 
-    def _answer(self, messages: list[Any], events: list[Event]) -> Command[Any]:
-        update: dict[str, Any] = {self.messages_key: messages}
-        if events:
-            update[self.channel] = guard_update(self.guard.config, events)
-        return Command(update=update)
+    def _answer(self, request: ToolCallRequest, blocked: _Blocked) -> ToolResult:
+        """Give the guard's own answer to a call: record it, report it, return the message."""
+        if blocked.notice is not None:
+            emit(getattr(request.runtime, "stream_writer", None), blocked.notice, request.tool_call)
+        answer, *stop = blocked.messages
+        final = stop[0] if stop else None
+        if self._record(request, blocked.events, stop=final):
+            return cast("ToolMessage", answer)
+        # No guarded node run to add the stop message to (a create_agent tool task): the
+        # guard's own answer carries it.
+        return Command(update={self.messages_key: blocked.messages})
+
+    def _record(
+        self, request: ToolCallRequest, events: list[Event], *, stop: AIMessage | None = None
+    ) -> bool:
+        """Write events to the guard channel beside the node's output (see `task_writes`)."""
+        return write_events(
+            self, _config(request), self.guard.config, self.channel, events, stop=stop
+        )
 
     # -- recording ------------------------------------------------------------------------------
 
@@ -462,15 +477,15 @@ class ToolCallWrapper:
         return self._finish(request, run, message)
 
     def _finish(self, request: ToolCallRequest, run: _Allowed, result: ToolResult) -> ToolResult:
+        """Record how a call that ran ended; return exactly what it returned."""
         outcome, text = result_outcome(result)
-        event = executed_event(self.guard.config, run.planned, run.batch, outcome, text)
-        write = guard_update(self.guard.config, [event])
-        if isinstance(result, ToolMessage):
-            return Command(update={self.messages_key: [result], self.channel: write})
-        if result.graph is None and isinstance(result.update, Mapping):
-            # The tool's own Command passes through; the guard's write rides along with it.
-            return dataclasses.replace(result, update={**result.update, self.channel: write})
-        logger.debug("tool %r returned a Command for another graph; not recorded", run.planned)
+        if isinstance(result, Command) and result.graph is not None:
+            logger.debug("tool %r returned a Command for another graph", run.planned.tool_call)
+        command = isinstance(result, Command)
+        event = executed_event(
+            self.guard.config, run.planned, run.batch, outcome, text, command=command
+        )
+        self._record(request, [event])
         return result
 
 
@@ -552,8 +567,15 @@ def guarded_tool_node(guard: ReplayGuard, node: ToolNode) -> ToolNode:
     # A sync-only inner wrapper cannot be given an async `execute`: let the node run the
     # sync guard in async mode too, as it does for sync-only wrappers.
     async_wrapper = wrapper.awrap if inner is None or ainner is not None else None
-    return ToolNode(
+    channel = wrapper.channel
+    config = guard.config
+
+    def task_scope(task_config: Any) -> TaskWrites:
+        return TaskWrites(wrapper, task_config, config, channel, messages_key)
+
+    return scoped_tool_node(
         list(node.tools_by_name.values()),
+        task_scope=task_scope,
         name=node.name or "tools",
         tags=list(node.tags or []),
         handle_tool_errors=_letting_replay_stops_through(settings.handle_tool_errors),

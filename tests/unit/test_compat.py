@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 from importlib.metadata import version
+from typing import Annotated
 
 import pytest
 from langchain.agents import create_agent
@@ -15,6 +16,7 @@ from langgraph.config import get_config
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolInvocationError
+from typing_extensions import TypedDict
 
 from langgraph_replay_guard import _compat
 from langgraph_replay_guard.testing import ScriptedChatModel
@@ -127,3 +129,62 @@ def test_middleware_hooks_carry_their_signature_computed_once(hook):
         "handler",
     ]
     assert inspect.iscoroutinefunction(function) == hook.startswith("a")
+
+
+def _add(a: list, b: list) -> list:
+    return [*a, *b]
+
+
+class _SideState(TypedDict):
+    notes: Annotated[list, _add]
+    side: Annotated[list, _add]
+
+
+def test_channel_writer_writes_beside_the_nodes_output():
+    def node(state: _SideState) -> dict:
+        send = _compat.channel_writer(get_config())
+        assert send is not None
+        send([("side", ["written aside"])])
+        return {"notes": ["returned"]}
+
+    builder = StateGraph(_SideState)
+    builder.add_node("node", node)
+    builder.add_edge(START, "node")
+    out = builder.compile().invoke({"notes": [], "side": []})
+    assert out == {"notes": ["returned"], "side": ["written aside"]}
+    assert _compat.channel_writer(None) is None
+    assert _compat.channel_writer({"configurable": {}}) is None
+
+
+def test_scoped_tool_node_opens_its_scope_around_each_run_sync_and_async():
+    import asyncio
+
+    events: list[str] = []
+
+    class Scope:
+        def __init__(self, config):
+            assert _compat.channel_writer(config) is not None
+
+        def __enter__(self):
+            events.append("enter")
+            return self
+
+        def __exit__(self, *exc):
+            events.append("exit")
+
+        def finish(self, output):
+            events.append("finish")
+            return {"messages": [*output["messages"], AIMessage("added", id="end")]}
+
+    node = _compat.scoped_tool_node([lookup], task_scope=Scope)
+    assert isinstance(node, ToolNode)
+    ai = AIMessage("", id="a1", tool_calls=[{"name": "lookup", "args": {"id": "x"}, "id": "c1"}])
+    builder = StateGraph(MessagesState)
+    builder.add_node("tools", node)
+    builder.add_edge(START, "tools")
+    graph = builder.compile()
+    out = graph.invoke({"messages": [ai]})
+    assert [m.text for m in out["messages"]] == ["", "x", "added"]
+    out = asyncio.run(graph.ainvoke({"messages": [ai]}))
+    assert [m.text for m in out["messages"]] == ["", "x", "added"]
+    assert events == ["enter", "finish", "exit"] * 2

@@ -1,0 +1,152 @@
+"""The guard's own state writes, sent beside a node's output instead of inside what it returns."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from contextvars import ContextVar, Token
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.messages import AIMessage, BaseMessage
+
+from langgraph_replay_guard._compat import channel_writer
+from langgraph_replay_guard.engine import fold_settings
+from langgraph_replay_guard.state import Event, own_update
+
+if TYPE_CHECKING:
+    from langgraph_replay_guard.config import GuardConfig
+
+__all__ = ["TaskWrites", "write_events"]
+
+logger = logging.getLogger("langgraph_replay_guard")
+
+_CURRENT: ContextVar[TaskWrites | None] = ContextVar("replay_guard_task_writes", default=None)
+
+
+class TaskWrites:
+    """The events and stop message one run of a guarded `ToolNode` collects from its calls.
+
+    A hook returns what its handler returned (the tool's ToolMessage or Command), so the
+    guard's bookkeeping cannot ride in it. Each call adds its events here instead; when the
+    node's run ends they go to the guard channel as ONE write, through the task's channel
+    writer: saved in the same checkpoint write as the node's messages (a crash keeps both
+    or neither), folded by the channel's reducer, never part of the node's return value.
+    A stop's final AIMessage is appended to the node's messages, after every ToolMessage.
+
+    Args:
+        owner: The wrapper whose calls collect here (a nested guarded graph has its own).
+        config: The task's config.
+        guard_config: The guard's configuration (the fold settings of the write).
+        channel: The guard channel's key.
+        messages_key: The node's messages key.
+    """
+
+    __slots__ = (
+        "_token",
+        "channel",
+        "config",
+        "events",
+        "guard_config",
+        "messages_key",
+        "owner",
+        "stop",
+    )
+
+    def __init__(
+        self,
+        owner: object,
+        config: Mapping[str, Any] | None,
+        guard_config: GuardConfig,
+        channel: str,
+        messages_key: str,
+    ) -> None:
+        """Create an empty collector."""
+        self.owner = owner
+        self.config = config
+        self.guard_config = guard_config
+        self.channel = channel
+        self.messages_key = messages_key
+        self.events: list[Event] = []
+        self.stop: AIMessage | None = None
+        self._token: Token[TaskWrites | None] | None = None
+
+    def __enter__(self) -> TaskWrites:
+        """Make this the collector of the calls that run in this context."""
+        self._token = _CURRENT.set(self)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Stop collecting (an exception drops the task's writes, as LangGraph does)."""
+        if self._token is not None:
+            _CURRENT.reset(self._token)
+            self._token = None
+
+    def finish(self, output: Any) -> Any:
+        """Send the collected events as one write; add the stop message to the output.
+
+        Args:
+            output: What the `ToolNode` returned (`{messages_key: [...]}`, a list of
+                messages, or a list of updates and Commands).
+
+        Returns:
+            The output, with the stop's final AIMessage last when the run stopped.
+        """
+        if self.events:
+            update = own_update(fold_settings(self.guard_config), self.events)
+            _send(self.config, self.channel, update)
+        stop = self.stop
+        if stop is None:
+            return output
+        if isinstance(output, dict) and isinstance(output.get(self.messages_key), list):
+            return {**output, self.messages_key: [*output[self.messages_key], stop]}
+        if not isinstance(output, list):
+            return output
+        if all(isinstance(item, BaseMessage) for item in output):  # a node given a message list
+            return [*output, stop]
+        return [*output, {self.messages_key: [stop]}]  # the node's updates and Commands
+
+
+def write_events(
+    owner: object,
+    config: Mapping[str, Any] | None,
+    guard_config: GuardConfig,
+    channel: str,
+    events: list[Event],
+    *,
+    stop: AIMessage | None = None,
+) -> bool:
+    """Record a call's events in the guard channel, beside the node's output.
+
+    Inside a guarded `ToolNode` run of `owner` they join its `TaskWrites` (one write per
+    run); elsewhere (a `create_agent` tool task, a model call) they are written at once
+    through the task's channel writer.
+
+    Args:
+        owner: The wrapper recording them.
+        config: The running task's config.
+        guard_config: The guard's configuration.
+        channel: The guard channel's key.
+        events: The events.
+        stop: A stop's final AIMessage, to add after the node's ToolMessages.
+
+    Returns:
+        Whether `stop` was taken care of (False: the caller must answer with it itself).
+    """
+    current = _CURRENT.get()
+    if current is not None and current.owner is owner and current.channel == channel:
+        current.events.extend(events)
+        if stop is not None:
+            current.stop = stop
+        return True
+    if events:
+        _send(config, channel, own_update(fold_settings(guard_config), events))
+    return stop is None
+
+
+def _send(config: Mapping[str, Any] | None, channel: str, update: Any) -> None:
+    send = channel_writer(config)
+    if send is None:
+        # Outside a graph (a ToolNode invoked directly): there is no state to keep count in.
+        logger.debug("no graph task to write the guard channel %r to; not recorded", channel)
+        return
+    send([(channel, update)])

@@ -1,0 +1,305 @@
+"""The guard is transparent: what the pieces around it see is what they see without it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Annotated, Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.tools import InjectedToolCallId, tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.prebuilt import ToolNode
+from langgraph.types import Command
+
+from langgraph_replay_guard import GUARD_CHANNEL, ReplayGuard, ReplayGuardMiddleware
+from langgraph_replay_guard.testing import ScriptedChatModel
+
+os.environ["LANGSMITH_TRACING"] = "false"
+
+
+@tool
+def lookup(id: str) -> str:
+    """Look a customer up."""
+    return f"{id}: premium plan"
+
+
+@tool
+def quote(item: str) -> str:
+    """Price an item."""
+    return f"{item} costs 3 EUR"
+
+
+class Seen(AgentMiddleware):
+    """An outer middleware in LangChain's documented monitoring pattern: it reads the result."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.results: list[Any] = []
+
+    def wrap_tool_call(self, request, handler):
+        result = handler(request)
+        self.results.append(result)
+        return result
+
+    async def awrap_tool_call(self, request, handler):
+        result = await handler(request)
+        self.results.append(result)
+        return result
+
+
+class Shout(AgentMiddleware):
+    """An outer middleware in LangChain's documented result-modifying pattern."""
+
+    def wrap_tool_call(self, request, handler):
+        result = handler(request)
+        return ToolMessage(
+            content=result.content.upper(), tool_call_id=result.tool_call_id, name=result.name
+        )
+
+
+def _healthy_script() -> list[Any]:
+    return [
+        [("lookup", {"id": "P1"}), ("quote", {"item": "tea"})],
+        [("lookup", {"id": "P2"})],
+        "All done.",
+    ]
+
+
+def _shape(messages: list[BaseMessage]) -> list[tuple[Any, ...]]:
+    """What a user compares between two runs: types, texts, tool names and statuses."""
+    shape = []
+    for m in messages:
+        calls = (
+            tuple((c["name"], tuple(sorted(c["args"].items()))) for c in m.tool_calls)
+            if (isinstance(m, AIMessage))
+            else ()
+        )
+        status = m.status if isinstance(m, ToolMessage) else None
+        shape.append((type(m).__name__, m.text, calls, status))
+    return shape
+
+
+def _chunk_shape(chunk: Any) -> Any:
+    """A stream chunk with messages reduced to their shape, without the guard's own channel.
+
+    `stream()` shows every channel of the graph, private ones included (LangChain's own
+    `ToolCallLimitMiddleware` counts show there too); `invoke()` shows only the agent's
+    output schema, which the guard's channel is not part of.
+    """
+    if isinstance(chunk, dict):
+        return {
+            k: (_shape(v) if k == "messages" else _chunk_shape(v))
+            for k, v in chunk.items()
+            if k != GUARD_CHANNEL
+        }
+    if isinstance(chunk, list):
+        return [_chunk_shape(c) for c in chunk]
+    return chunk
+
+
+def _steps(chunks: list[Any]) -> list[list[str]]:
+    """`updates` chunks grouped by consecutive node name, each group sorted."""
+    steps: list[tuple[Any, list[str]]] = []
+    for chunk in chunks:
+        nodes = tuple(chunk) if isinstance(chunk, dict) else None
+        if steps and steps[-1][0] == nodes:
+            steps[-1][1].append(repr(chunk))
+        else:
+            steps.append((nodes, [repr(chunk)]))
+    return [sorted(group) for _, group in steps]
+
+
+def _agent(middleware: list[Any], script: list[Any]):
+    model = ScriptedChatModel(script=script)
+    agent = create_agent(model, [lookup, quote], middleware=middleware)
+    return agent
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["guard-first", "guard-last"])
+def test_outer_middleware_receives_the_tools_own_tool_message(first):
+    seen = Seen()
+    guard = ReplayGuardMiddleware()
+    stack = [guard, seen] if first else [seen, guard]
+    agent = _agent(stack, _healthy_script())
+    agent.invoke({"messages": [HumanMessage("hi")]})
+    assert len(seen.results) == 3
+    assert all(isinstance(r, ToolMessage) for r in seen.results)
+    assert sorted(r.content for r in seen.results) == [
+        "P1: premium plan",
+        "P2: premium plan",
+        "tea costs 3 EUR",
+    ]
+
+
+def test_result_modifying_middleware_outside_the_guard_works():
+    agent = _agent([Shout(), ReplayGuardMiddleware()], _healthy_script())
+    out = agent.invoke({"messages": [HumanMessage("hi")]})
+    tool_texts = [m.content for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert tool_texts == ["P1: PREMIUM PLAN", "TEA COSTS 3 EUR", "P2: PREMIUM PLAN"]
+
+
+@pytest.mark.parametrize("mode", ["updates", "values"])
+def test_create_agent_stream_and_output_equal_the_unguarded_agents(mode):
+    plain = _agent([], _healthy_script())
+    guarded = _agent([ReplayGuardMiddleware()], _healthy_script())
+    inputs = {"messages": [HumanMessage("hi")]}
+    plain_chunks = [_chunk_shape(c) for c in plain.stream(inputs, stream_mode=mode)]
+    guarded_chunks = [_chunk_shape(c) for c in guarded.stream(inputs, stream_mode=mode)]
+    # Parallel tool tasks finish in any order: compare each step's chunks as a set.
+    assert _steps(guarded_chunks) == _steps(plain_chunks)
+    plain_out, guarded_out = plain.invoke(inputs), guarded.invoke(inputs)
+    assert set(guarded_out) == set(plain_out)
+    assert _shape(guarded_out["messages"]) == _shape(plain_out["messages"])
+
+
+def test_create_agent_async_stream_equals_the_unguarded_agents():
+    async def chunks(agent):
+        inputs = {"messages": [HumanMessage("hi")]}
+        return [_chunk_shape(c) async for c in agent.astream(inputs, stream_mode="updates")]
+
+    plain = asyncio.run(chunks(_agent([], _healthy_script())))
+    guarded = asyncio.run(chunks(_agent([ReplayGuardMiddleware()], _healthy_script())))
+    assert _steps(guarded) == _steps(plain)
+
+
+def test_a_stop_is_one_model_update_with_the_usual_shape():
+    model = ScriptedChatModel.looping("lookup", {"id": "P1"}, times=20)
+    agent = create_agent(
+        model, [lookup], middleware=[ReplayGuardMiddleware()], checkpointer=InMemorySaver()
+    )
+    cfg = {"configurable": {"thread_id": "stop"}}
+    chunks = list(agent.stream({"messages": [HumanMessage("hi")]}, cfg, stream_mode="updates"))
+    assert all(isinstance(c, dict) for c in chunks)
+    for chunk in chunks:
+        for node, update in chunk.items():
+            assert isinstance(update, dict), (node, update)
+    last = chunks[-1]["model"]["messages"]
+    assert [type(m).__name__ for m in last] == ["AIMessage", "ToolMessage", "AIMessage"]
+    assert last[-1].response_metadata["replay_guard_stop"] == "repeat_limit"
+    # The guard still kept its count, in its private channel.
+    state = agent.get_state(cfg)
+    assert ReplayGuard().inspect(state).stop_reason == "repeat_limit"
+
+
+def test_guarded_tool_node_invoked_by_hand_returns_what_a_tool_node_returns():
+    from langgraph.graph import START, StateGraph
+
+    from langgraph_replay_guard import ReplayGuardState
+
+    ai = AIMessage(
+        content="",
+        id="ai-1",
+        tool_calls=[
+            {"name": "lookup", "args": {"id": "P1"}, "id": "c1", "type": "tool_call"},
+            {"name": "quote", "args": {"item": "tea"}, "id": "c2", "type": "tool_call"},
+        ],
+    )
+    outputs = {}
+
+    def run_by_hand(node: ToolNode, key: str):
+        def step(state: ReplayGuardState) -> dict[str, Any]:
+            outputs[key] = node.invoke(state)
+            return {}
+
+        return step
+
+    builder = StateGraph(ReplayGuardState)
+    builder.add_node("plain", run_by_hand(ToolNode([lookup, quote]), "plain"))
+    builder.add_node("guarded", run_by_hand(ReplayGuard().tool_node([lookup, quote]), "guarded"))
+    builder.add_edge(START, "plain")
+    builder.add_edge("plain", "guarded")
+    builder.compile().invoke({"messages": [HumanMessage("hi"), ai]})
+    assert set(outputs["guarded"]) == {"messages"}
+    assert _shape(outputs["guarded"]["messages"]) == _shape(outputs["plain"]["messages"])
+
+
+def test_a_tools_own_command_reaches_an_outer_middleware_unchanged():
+    @tool
+    def set_mode(mode: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command:
+        """Switch the mode."""
+        return Command(
+            update={"messages": [ToolMessage(f"mode {mode}", tool_call_id=tool_call_id)]}
+        )
+
+    seen = Seen()
+    model = ScriptedChatModel(script=[[("set_mode", {"mode": "a"})], "ok"])
+    agent = create_agent(model, [set_mode], middleware=[seen, ReplayGuardMiddleware()])
+    agent.invoke({"messages": [HumanMessage("hi")]})
+    (result,) = seen.results
+    assert isinstance(result, Command)
+    assert set(result.update) == {"messages"}
+
+
+@pytest.mark.parametrize("path", ["create_agent", "tool_node"])
+def test_a_tool_returning_command_is_not_a_pure_read_by_default(path):
+    from langgraph_replay_guard.testing import agent_graph
+
+    @tool
+    def set_mode(mode: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command:
+        """Switch the mode."""
+        return Command(
+            update={"messages": [ToolMessage(f"mode is {mode}", tool_call_id=tool_call_id)]}
+        )
+
+    runs: list[str] = []
+
+    @tool
+    def note(text: str) -> str:
+        """Write a note."""
+        runs.append(text)
+        return "noted"
+
+    script = [
+        [("set_mode", {"mode": "a"})],
+        [("set_mode", {"mode": "b"})],
+        [("set_mode", {"mode": "a"})],
+        "done",
+    ]
+    model = ScriptedChatModel(script=script)
+    if path == "create_agent":
+        agent = create_agent(model, [set_mode, note], middleware=[ReplayGuardMiddleware()])
+    else:
+        agent = agent_graph(model, [set_mode, note], guard=ReplayGuard())
+    out = agent.invoke({"messages": [HumanMessage("switch modes")]})
+    answers = [m.content for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert answers == ["mode is a", "mode is b", "mode is a"]
+
+
+def test_a_name_an_inner_wrapper_serves_gets_no_unknown_tool_decision():
+    def serve_handoff(request, execute):
+        if request.tool_call["name"] == "transfer_to_billing":
+            return ToolMessage(
+                "Transferred to billing.",
+                tool_call_id=request.tool_call["id"],
+                name="transfer_to_billing",
+            )
+        return execute(request)
+
+    guard = ReplayGuard()
+    model = ScriptedChatModel(script=[[("transfer_to_billing", {})], "ok"])
+    # The usual agent graph, its tools node built around a wrapper that serves the hand-off.
+    from langgraph.graph import START, StateGraph
+    from langgraph.prebuilt import tools_condition
+
+    from langgraph_replay_guard import ReplayGuardState
+
+    builder = StateGraph(ReplayGuardState)
+    builder.add_node("agent", lambda s: {"messages": [model.invoke(s["messages"])]})
+    builder.add_node("tools", guard.wrap(ToolNode([lookup], wrap_tool_call=serve_handoff)))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_conditional_edges("tools", guard.route_after_tools("agent"))
+    graph = builder.compile()
+    chunks = list(
+        graph.stream({"messages": [HumanMessage("bill me")]}, stream_mode=["custom", "values"])
+    )
+    decisions = [c for mode, c in chunks if mode == "custom"]
+    assert decisions == []
+    final = [c for mode, c in chunks if mode == "values"][-1]
+    assert [m.content for m in final["messages"] if isinstance(m, ToolMessage)] == [
+        "Transferred to billing."
+    ]
