@@ -491,7 +491,7 @@ class CallContext:
         rows_ns: Namespace of the thread's rows.
         index_ns: Namespace of the thread's lookup rows (identical calls, tool_call_ids).
         wait: Seconds to wait for another worker's outcome before `ReplayInFlightError`.
-        is_answered: Whether a tool_call_id has its ToolMessage in the thread.
+        is_answered: Whether a call (tool_call_id, AIMessage id) was answered in the thread.
         is_alive: Whether a claim holder may still be running.
         new_owner: A claim holder for this attempt.
         now: The current UTC time.
@@ -506,7 +506,7 @@ class CallContext:
     rows_ns: tuple[str, ...]
     index_ns: tuple[str, ...]
     wait: float
-    is_answered: Callable[[str], bool]
+    is_answered: Callable[[str, str | None], bool]
     is_alive: Callable[[Mapping[str, Any]], bool]
     new_owner: Callable[[], dict[str, Any]]
     now: Callable[[], dt.datetime]
@@ -585,7 +585,7 @@ def _after_identical(ctx: CallContext, latest: LedgerEntry, tool_call_id: str) -
         if latest.status == "started" and latest.owner is not None and ctx.is_alive(latest.owner):
             return Admission("unknown", latest, why="an identical call is running right now")
         return Admission("unknown", latest, why="an identical call's outcome is unknown")
-    if ctx.is_answered(tool_call_id):
+    if ctx.is_answered(tool_call_id, latest.ai_message_id):
         if ctx.replay == "idempotent" and latest.outcome_unknown:
             return _MayRun(key=latest.idempotency_key)  # its outcome is unknown: same key
         return _MayRun()  # a deliberate repeat after an answered call

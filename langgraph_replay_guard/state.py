@@ -43,6 +43,7 @@ __all__ = [
     "GuardView",
     "Outcome",
     "StateUpdate",
+    "delivered",
     "fold_events",
     "load_state",
     "merge_guard_state",
@@ -50,6 +51,7 @@ __all__ = [
     "own_update",
     "settled",
     "state_for_turn",
+    "unrecorded_positions",
 ]
 
 logger = logging.getLogger("langgraph_replay_guard")
@@ -65,13 +67,19 @@ MAX_BLOCKED_LOG = 5
 
 UNKNOWN_TOOL = "unknown_tool"
 """Reason of a call to a tool the tools node does not have (a hallucinated name)."""
+MAX_DELIVERED = 16
+"""Most batches remembered as answered (`delivered`), most recent kept."""
+
 MAX_FAILURE_STREAKS = 8
 """Most tools whose same-failure streak is kept (least recently failed evicted first)."""
 
-Outcome = Literal["success", "failure", "timeout", "denied"]
+Outcome = Literal["success", "failure", "timeout", "denied", "answered"]
+"""How a call ended. `answered`: another piece answered it (a HITL reject, a call limit,
+a structured-output retry, a cache): the attempt counts toward repeats and loops, nothing
+ran, nothing is cached and no reminder is armed by it alone."""
 
 _EXECUTED: frozenset[str] = frozenset({"success", "failure", "timeout"})
-_OUTCOME_RANK = {"denied": 0, "timeout": 1, "failure": 2, "success": 3}
+_OUTCOME_RANK = {"answered": 0, "denied": 0, "timeout": 1, "failure": 2, "success": 3}
 
 
 class StateUpdate(TypedDict, total=False):
@@ -105,6 +113,10 @@ def new_state() -> dict[str, Any]:
         "notice": None,  # set when a corrupt or unreadable value was reset
         "reset": None,  # {"reason", "at"} of the last reset of an unreadable value
         "unknown": None,  # the callback handler's unknown-outcome marks (list), if any
+        # AIMessage ids of recent batches whose side effects were answered in the thread:
+        # what the ledger asks instead of the message history, which a user or a
+        # middleware may rewrite (Summarization, ContextEditing). Never reset.
+        "delivered": [],
     }
 
 
@@ -134,6 +146,7 @@ def _decode(value: Any) -> tuple[dict[str, Any] | None, str]:
             max_results=MAX_RESULTS,
             max_blocked=MAX_BLOCKED_LOG,
             max_failures=MAX_FAILURE_STREAKS,
+            max_delivered=MAX_DELIVERED,
         )
     except InvalidStateError as exc:
         if version == FORMAT_VERSION:
@@ -236,6 +249,7 @@ _CONTAINERS = (
     "totals",
     "cfg",
     "failures",
+    "delivered",
 )
 
 
@@ -374,6 +388,12 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
     if executed:
         state["recent_calls"].append([*ExecutedCall(key, tool, outcome, epoch_before)])
         del state["recent_calls"][: -cfg.window]
+
+    if executed and ev.replay != "pure" and ev.batch is not None:
+        delivered = state["delivered"]
+        if ev.batch not in delivered:
+            delivered.append(ev.batch)
+            del delivered[:-MAX_DELIVERED]
 
     if world_changed:
         state["epoch"] += 1
@@ -599,6 +619,54 @@ def fold_events(state: dict[str, Any], events: list[Event], cfg: Mapping[str, An
 # (channel value, its settled state): one tuple, read and replaced atomically, so threads
 # running parallel tool calls never pair a value with another value's state.
 _SETTLED_CACHE: list[tuple[Any, Mapping[str, Any] | None]] = [(None, None)]
+
+
+def delivered(value: Any, batch_id: str | None) -> bool:
+    """Whether the channel records that a batch's side effects were answered in the thread.
+
+    The guard writes its events in the same checkpoint write as the tools' messages: a
+    batch it recorded reached the thread, even if its messages were summarized or cleared
+    since. Reads the stored value as it is (a pending batch counts too).
+    """
+    if batch_id is None or not isinstance(value, Mapping):
+        return False
+    recorded = value.get("delivered")
+    if isinstance(recorded, list) and batch_id in recorded:
+        return True
+    pending = value.get("pending")
+    return isinstance(pending, Mapping) and pending.get("batch") == batch_id
+
+
+def unrecorded_positions(value: Any, batch_id: str | None, size: int) -> list[int]:
+    """Positions of a batch's calls for which the channel holds no event.
+
+    The guard records every call it answers or runs; a call of the batch without an event
+    was answered by another piece before it reached the guard.
+
+    Args:
+        value: The channel value (read as stored: a partly reported batch is pending).
+        batch_id: Id of the AIMessage holding the batch.
+        size: Number of calls in the batch.
+
+    Returns:
+        The positions, in order (empty when every call has an event).
+    """
+    if batch_id is None or size <= 0:
+        return []
+    if not isinstance(value, Mapping):
+        return list(range(size))
+    pending = value.get("pending")
+    if isinstance(pending, Mapping) and pending.get("batch") == batch_id:
+        events = pending.get("events")
+        seen = (
+            {e.get("i") for e in events if isinstance(e, Mapping)}
+            if isinstance(events, list)
+            else set()
+        )
+        return [i for i in range(size) if i not in seen]
+    if value.get("last_batch") == batch_id:
+        return []  # the whole batch reported and was folded
+    return list(range(size))
 
 
 def settled(value: Any) -> Mapping[str, Any]:

@@ -49,7 +49,7 @@ DEFAULT_CYCLE_PERIOD = 4
 _MAX_WINDOW = 10_000
 _MAX_CYCLE_PERIOD = 32
 
-_OUTCOMES = frozenset({"success", "failure", "timeout", "denied"})
+_OUTCOMES = frozenset({"success", "failure", "timeout", "denied", "answered"})
 _EVENT_KEYS = frozenset({"b", "i", "t", "k", "n", "a", "c", "v", "s", "o", "h", "p", "r", "x"})
 _ALL_EVENT_KEYS = _EVENT_KEYS | {"m", "f"}  # `m` and `f` are optional
 _CYCLE_KEYS = frozenset({"keys", "tools", "pos", "strikes"})
@@ -651,6 +651,19 @@ def _unknown_marks(value: Any) -> list[dict[str, Any]] | None:
     return list(marks)
 
 
+def _delivered(value: Any, cap: int) -> list[str]:
+    """`delivered`: AIMessage ids (strings); absent in values of earlier releases."""
+    if value is None:
+        return []
+    if type(value) is not list:
+        _fail("delivered", "a list of AIMessage ids", value)
+    kept = value[-cap:]
+    for index, item in enumerate(kept):
+        if type(item) is not str:
+            _fail(f"delivered[{index}]", "a string", item)
+    return list(kept)
+
+
 def migrate(value: Mapping[str, Any]) -> Mapping[str, Any]:
     """A stored value in the current format: an older value is migrated, nothing lost.
 
@@ -681,6 +694,7 @@ def decode_fields(
     max_results: int,
     max_blocked: int,
     max_failures: int,
+    max_delivered: int = 16,
 ) -> dict[str, Any]:
     """Check every field of a channel value in the current format and return its copy.
 
@@ -689,8 +703,8 @@ def decode_fields(
     entries (the fold would evict the others next); only kept entries are checked. Fields a
     value of an earlier release may lack (`turn`, `cycle`, `reminder`, `stop`, `pending`,
     `last_batch`, `notice`, `reset`, `unknown`) are null when absent (`failures`, the
-    same-failure streaks: empty); unknown fields are dropped. `unknown` holds the callback
-    handler's unknown-outcome marks.
+    same-failure streaks, and `delivered`: empty); unknown fields are dropped. `unknown`
+    holds the callback handler's unknown-outcome marks.
 
     Args:
         value: A mapping in the current format version (see `migrate`).
@@ -698,6 +712,7 @@ def decode_fields(
         max_results: Cap of `results`.
         max_blocked: Cap of `blocked`.
         max_failures: Cap of `failures` (tools with a failure streak).
+        max_delivered: Cap of `delivered` (batches whose side effects were answered).
 
     Returns:
         The checked copy.
@@ -729,4 +744,5 @@ def decode_fields(
         "notice": _optional_text(get("notice"), "notice"),
         "reset": _reset_info(get("reset")),
         "unknown": _unknown_marks(get("unknown")),
+        "delivered": _delivered(get("delivered"), max_delivered),
     }

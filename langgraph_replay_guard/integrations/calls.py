@@ -337,6 +337,36 @@ def denied_event(planned: PlannedCall, batch: Batch, reason: str, *, abort: bool
     )
 
 
+def answered_event(planned: PlannedCall, batch: Batch) -> Event:
+    """Event recording a call another piece answered (the tool never ran through the guard)."""
+    assert planned.facts is not None
+    return make_event(
+        planned.facts,
+        "answered",
+        batch=batch.batch_id,
+        index=planned.index,
+        turn=batch.turn,
+        batch_size=len(batch.tool_calls),
+    )
+
+
+def previous_batch(messages: Sequence[BaseMessage]) -> tuple[AIMessage, set[str]] | None:
+    """The AIMessage whose answers end the history, and the ids of the calls answered.
+
+    A model call that follows tool answers (the tools node's, a HITL reject's, a call
+    limit's, a structured-output retry's) finds its previous batch right before them.
+    """
+    answered: set[str] = set()
+    for message in reversed(messages):
+        if isinstance(message, ToolMessage):
+            answered.add(message.tool_call_id)
+            continue
+        if isinstance(message, AIMessage) and message.tool_calls and answered:
+            return message, answered
+        return None
+    return None
+
+
 def executed_event(
     config: GuardConfig,
     planned: PlannedCall,

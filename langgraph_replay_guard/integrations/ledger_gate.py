@@ -22,7 +22,12 @@ from pydantic import BaseModel, ValidationError
 from langgraph_replay_guard import owners
 from langgraph_replay_guard._compat import run_checkpointer, run_durability
 from langgraph_replay_guard.errors import ReplayGuardWarning
-from langgraph_replay_guard.integrations.calls import state_messages, tool_message
+from langgraph_replay_guard.integrations.calls import (
+    GUARD_CHANNEL,
+    state_field,
+    state_messages,
+    tool_message,
+)
 from langgraph_replay_guard.ledger import (
     INTERRUPT_KIND,
     CallContext,
@@ -46,6 +51,7 @@ from langgraph_replay_guard.ledger import (
 )
 from langgraph_replay_guard.ledger_io import arun_plan, run_plan
 from langgraph_replay_guard.result_codec import decode_result
+from langgraph_replay_guard.state import delivered
 
 if TYPE_CHECKING:
     from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -94,10 +100,17 @@ def replayed_message(entry: LedgerEntry, tool_call: Mapping[str, Any]) -> ToolMe
     )
 
 
-def _answered(state: Any, messages_key: str) -> Any:
-    """Whether a tool_call_id has its ToolMessage, looking back from the newest message."""
+def _answered(state: Any, messages_key: str, channel: str) -> Any:
+    """Whether a call was answered in the thread: by the guard channel, else by its message.
 
-    def is_answered(tool_call_id: str) -> bool:
+    The channel records the batches whose side effects the guard saw answered (written in
+    the same checkpoint write as their ToolMessages), so a history that Summarization or
+    ContextEditing rewrote since does not make an answered call look lost in a crash.
+    """
+
+    def is_answered(tool_call_id: str, ai_message_id: str | None) -> bool:
+        if delivered(state_field(state, channel), ai_message_id):
+            return True
         for message in reversed(state_messages(state, messages_key)):
             if isinstance(message, ToolMessage) and message.tool_call_id == tool_call_id:
                 return True
@@ -132,6 +145,7 @@ class LedgerGate:
             `create_agent(store=)`) is used; without either there is no ledger.
         namespace: Namespace prefix of the ledger rows.
         messages_key: State key of the message list.
+        channel: State key of the guard channel.
     """
 
     def __init__(
@@ -141,12 +155,14 @@ class LedgerGate:
         store: Any = None,
         namespace: tuple[str, ...] = ("replay_guard",),
         messages_key: str = "messages",
+        channel: str = GUARD_CHANNEL,
     ) -> None:
         """Create the gate."""
         self.config = config
         self.store = store
         self.prefix = tuple(store_label(part) for part in namespace)
         self.messages_key = messages_key
+        self.channel = channel
         self._warned: set[str] = set()
         self._lock = threading.Lock()
 
@@ -202,7 +218,7 @@ class LedgerGate:
             rows_ns=row_namespace(self.prefix, identity.thread_id),
             index_ns=index_namespace(self.prefix, identity.thread_id),
             wait=self.config.in_flight_wait,
-            is_answered=_answered(request.state, self.messages_key),
+            is_answered=_answered(request.state, self.messages_key, self.channel),
             is_alive=lambda owner: owners.is_alive(owner, dt.datetime.now(dt.UTC)),
             new_owner=lambda: owners.REGISTRY.new_owner(lease, dt.datetime.now(dt.UTC)),
             now=lambda: dt.datetime.now(dt.UTC),

@@ -21,15 +21,17 @@ from typing_extensions import TypedDict
 
 from langgraph_replay_guard._compat import create_agent_middleware, signature_once
 from langgraph_replay_guard.config import GuardConfig
-from langgraph_replay_guard.engine import loop_error, raises_on_abort
+from langgraph_replay_guard.engine import fold_settings, loop_error, raises_on_abort
 from langgraph_replay_guard.guard import ReplayGuard
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
     Batch,
     abort_answer,
+    answered_event,
     current_turn,
     emit,
     final_ai_message,
+    previous_batch,
     turn_anchors,
 )
 from langgraph_replay_guard.integrations.prompt import (
@@ -39,7 +41,7 @@ from langgraph_replay_guard.integrations.prompt import (
 from langgraph_replay_guard.integrations.task_writes import write_events
 from langgraph_replay_guard.integrations.tool_node import ToolCallWrapper, abort_trace
 from langgraph_replay_guard.integrations.tracing import blocked_run
-from langgraph_replay_guard.state import Event, merge_guard_state
+from langgraph_replay_guard.state import Event, merge_guard_state, own_update, unrecorded_positions
 
 if TYPE_CHECKING:
     from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -144,7 +146,45 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         _check_unique_name(self)
         return self._name
 
-    def _stop_after(self, request: ModelRequest[Any], response: Any) -> ModelCallResult[Any]:
+    def _count_answered_elsewhere(self, request: ModelRequest[Any]) -> Any:
+        """Record the previous batch's calls that another piece answered; the channel value.
+
+        A HITL reject, `ToolCallLimitMiddleware(exit_behavior="continue")`, a structured
+        output retry or a wrapper outside the guard answer calls that never reach the
+        guard's tool hook. Every call the model makes counts toward repeats and loops,
+        whoever answers it: such calls are recorded here, at the next model call, as
+        `answered` (counted; nothing cached, nothing ledgered). The write goes beside the
+        model node's output; the value returned already holds it, so this model call's
+        decisions count them too.
+        """
+        state = request.state
+        value = state.get(self.channel)
+        found = previous_batch(state.get("messages") or ())
+        if found is None:
+            return value
+        ai, answered = found
+        missing = unrecorded_positions(value, ai.id, len(ai.tool_calls))
+        if not missing:
+            return value
+        config = self.guard.config
+        batch = Batch(ai, current_turn(state, anchors=turn_anchors(value)))
+        plan = self._calls.plans.plan(config, value, batch, self._calls.tools)
+        events = [
+            answered_event(planned, batch)
+            for planned in plan.calls
+            if planned.index in missing
+            and planned.facts is not None
+            and planned.tool_call.get("id") in answered
+        ]
+        if not events:
+            return value
+        update = own_update(fold_settings(config), events)
+        write_events(self._calls, _run_config(), config, self.channel, events)
+        return merge_guard_state(value, update)
+
+    def _stop_after(
+        self, request: ModelRequest[Any], response: Any, value: Any
+    ) -> ModelCallResult[Any]:
         """The model's answer, or, when its batch would abort, the answer plus the stop.
 
         Runs inside the model node, right after the model answered: a batch that aborts is
@@ -160,7 +200,6 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if ai is None or not ai.tool_calls:
             return result
         config = self.guard.config
-        value = request.state.get(self.channel)
         # The answer is the batch; its turn is that of the messages it answers.
         batch = Batch(ai, current_turn(request.state, anchors=turn_anchors(value)))
         plan = self._calls.plans.plan(config, value, batch, self._calls.tools)
@@ -176,9 +215,14 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             raise error
         answers: list[ToolMessage | AIMessage] = []
         events: list[Event] = []
+        # A structured-output call the model node answered already keeps its answer.
+        answered = {
+            m.tool_call_id for m in _response_messages(response) if isinstance(m, ToolMessage)
+        }
         for planned in plan.calls:
             answer, recorded = abort_answer(planned, aborting, batch)
-            answers.append(answer)
+            if answer.tool_call_id not in answered:
+                answers.append(answer)
             events.extend(recorded)
             # The tools node never sees these calls: report each as a tool run of its own.
             blocked_run(run_config, planned.tool_call, None, abort_trace(planned, aborting), answer)
@@ -214,7 +258,8 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> ModelCallResult[Any]:
         """Add the pending reminder to this call's prompt; stop a batch that would abort."""
         self._check_tools(request)
-        return self._stop_after(request, handler(self._with_reminder(request)))
+        value = self._count_answered_elsewhere(request)
+        return self._stop_after(request, handler(self._with_reminder(request)), value)
 
     @signature_once
     async def awrap_model_call(
@@ -224,7 +269,8 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> ModelCallResult[Any]:
         """Async twin of `wrap_model_call`."""
         self._check_tools(request)
-        return self._stop_after(request, await handler(self._with_reminder(request)))
+        value = self._count_answered_elsewhere(request)
+        return self._stop_after(request, await handler(self._with_reminder(request)), value)
 
     def _check_tools(self, request: ModelRequest[Any]) -> None:
         """Learn the agent's tool names; warn once about configured names it does not have.
@@ -233,7 +279,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         the model calls' requests are the first place they are seen. A tool call to any
         other name is a call to a tool that does not exist (reason `unknown_tool`).
         """
-        offered = request.tools
+        offered = [*request.tools, *_structured_output_tools(request.response_format)]
         seen = self._offered
         if seen is not None and len(offered) == len(seen) and all(map(operator.is_, offered, seen)):
             return  # the same tools as at the last model call (create_agent passes one list)
@@ -281,6 +327,26 @@ def _check_unique_name(middleware: ReplayGuardMiddleware) -> None:
     raise ValueError(msg)
 
 
+def _structured_output_tools(response_format: Any) -> list[str]:
+    """The tool names a `ToolStrategy` response format gives the model (its answer's tools).
+
+    The model node answers these calls itself; they are tools that exist, not made-up names.
+    """
+    specs = getattr(response_format, "schema_specs", None) or ()
+    return [
+        name for name in (getattr(spec, "name", None) for spec in specs) if isinstance(name, str)
+    ]
+
+
+def _response_messages(response: Any) -> list[Any]:
+    """The messages of a model call's response (a ModelResponse, an AIMessage, or extended)."""
+    if isinstance(response, ExtendedModelResponse):
+        response = response.model_response
+    if isinstance(response, AIMessage):
+        return [response]
+    return list(getattr(response, "result", None) or ())
+
+
 def _answer_message(response: Any) -> AIMessage | None:
     """The AIMessage a model call returned (a ModelResponse, an AIMessage, or extended)."""
     if isinstance(response, ExtendedModelResponse):
@@ -322,7 +388,9 @@ def _run_config() -> Any:
 
 
 def _tool_name(tool: Any) -> str | None:
-    """The name of a tool the model is offered: a `BaseTool` or a provider tool's dict."""
+    """The name of a tool the model is offered: a `BaseTool`, a provider tool's dict, a name."""
+    if isinstance(tool, str):
+        return tool
     if isinstance(tool, dict):
         name = tool.get("name") or tool.get("function", {}).get("name")
         return name if isinstance(name, str) else None

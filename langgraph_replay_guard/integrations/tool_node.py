@@ -226,7 +226,11 @@ class ToolCallWrapper:
         self.end_batches = end_batches
         self.plans = PlanCache()  # shared with the middleware's after_model: one plan a step
         self.gate = LedgerGate(
-            guard.config, store=guard.store, namespace=guard.namespace, messages_key=messages_key
+            guard.config,
+            store=guard.store,
+            namespace=guard.namespace,
+            messages_key=messages_key,
+            channel=channel,
         )
 
     # -- one plan, a sync and an async driver -----------------------------------------------

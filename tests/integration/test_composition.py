@@ -1,0 +1,233 @@
+"""The guard's promises in a stack of LangChain middlewares, first and last in the list."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import Counter
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain.agents.middleware import (
+    AgentMiddleware,
+    HumanInTheLoopMiddleware,
+    ToolCallLimitMiddleware,
+)
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+
+from langgraph_replay_guard import ReplayGuardMiddleware
+from langgraph_replay_guard.testing import ScriptedChatModel
+
+os.environ["LANGSMITH_TRACING"] = "false"
+
+ORDERS = ["guard-first", "guard-last"]
+
+
+def _stack(order: str, other: Any, guard: Any | None = None) -> list[Any]:
+    guard = guard or ReplayGuardMiddleware()
+    return [guard, other] if order == "guard-first" else [other, guard]
+
+
+def _tools(runs: Counter[str]) -> list[Any]:
+    @tool
+    def lookup(id: str) -> str:
+        """Look a customer up."""
+        runs["lookup"] += 1
+        return f"{id}: premium plan"
+
+    @tool
+    def send_email(to: str, body: str) -> str:
+        """Send an email."""
+        runs["send_email"] += 1
+        return f"sent to {to}"
+
+    return [lookup, send_email]
+
+
+def _stopped(messages: list[Any]) -> str | None:
+    last = messages[-1]
+    return last.response_metadata.get("replay_guard_stop") if isinstance(last, AIMessage) else None
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_loop_against_tool_call_limit_continue_is_stopped(order, mode):
+    # ToolCallLimit "continue" answers the over-limit calls itself, in after_model: they never
+    # reach a tool hook. The model insists 30 times; without the guard that is 31 model calls.
+    runs: Counter[str] = Counter()
+    model = ScriptedChatModel.looping("lookup", {"id": "P1"}, times=30)
+    limit = ToolCallLimitMiddleware(run_limit=1, exit_behavior="continue")
+    agent = create_agent(model, _tools(runs), middleware=_stack(order, limit))
+    inputs = {"messages": [HumanMessage("who is P1?")]}
+    out = agent.invoke(inputs) if mode == "sync" else asyncio.run(agent.ainvoke(inputs))
+    assert runs["lookup"] == 1
+    assert model.calls <= 5
+    assert _stopped(out["messages"]) == "repeat_limit"
+
+
+def test_without_the_guard_the_same_loop_runs_to_the_end_of_the_script():
+    runs: Counter[str] = Counter()
+    model = ScriptedChatModel.looping("lookup", {"id": "P1"}, times=30)
+    limit = ToolCallLimitMiddleware(run_limit=1, exit_behavior="continue")
+    create_agent(model, _tools(runs), middleware=[limit]).invoke(
+        {"messages": [HumanMessage("who is P1?")]}
+    )
+    assert model.calls == 31
+
+
+def _run_rejecting(agent: Any, cfg: dict[str, Any], *, limit: int = 20) -> tuple[Any, int]:
+    """Run the agent, rejecting every HITL review, until it ends; count the reviews."""
+    out = agent.invoke({"messages": [HumanMessage("email bob")]}, cfg)
+    reviews = 0
+    while agent.get_state(cfg).interrupts and reviews < limit:
+        reviews += 1
+        reject = {"decisions": [{"type": "reject", "message": "Do not send that."}]}
+        out = agent.invoke(Command(resume=reject), cfg)
+    return out, reviews
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_a_call_rejected_by_a_human_and_asked_again_is_stopped(order):
+    runs: Counter[str] = Counter()
+    model = ScriptedChatModel.looping("send_email", {"to": "bob", "body": "hi"}, times=8)
+    hitl = HumanInTheLoopMiddleware(interrupt_on={"send_email": True})
+    agent = create_agent(
+        model, _tools(runs), middleware=_stack(order, hitl), checkpointer=InMemorySaver()
+    )
+    out, reviews = _run_rejecting(agent, {"configurable": {"thread_id": f"hitl-{order}"}})
+    assert runs["send_email"] == 0
+    assert reviews == 3  # the 4th identical ask is stopped before a human is bothered again
+    assert _stopped(out["messages"]) == "repeat_limit"
+    answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert all(m.status == "error" for m in answers)
+
+
+def test_without_the_guard_a_rejected_call_is_asked_again_every_time():
+    runs: Counter[str] = Counter()
+    model = ScriptedChatModel.looping("send_email", {"to": "bob", "body": "hi"}, times=8)
+    hitl = HumanInTheLoopMiddleware(interrupt_on={"send_email": True})
+    agent = create_agent(model, _tools(runs), middleware=[hitl], checkpointer=InMemorySaver())
+    _, reviews = _run_rejecting(agent, {"configurable": {"thread_id": "hitl-plain"}})
+    assert reviews == 8
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_a_healthy_run_under_a_call_limit_is_the_unguarded_run(order):
+    def run(middleware: list[Any]) -> list[tuple[str, str]]:
+        runs: Counter[str] = Counter()
+        model = ScriptedChatModel(
+            script=[
+                [("lookup", {"id": "P1"})],
+                [("lookup", {"id": "P2"}), ("lookup", {"id": "P3"})],
+                "done",
+            ]
+        )
+        out = create_agent(model, _tools(runs), middleware=middleware).invoke(
+            {"messages": [HumanMessage("who?")]}
+        )
+        return [(type(m).__name__, m.text) for m in out["messages"]]
+
+    limit = ToolCallLimitMiddleware(run_limit=2, exit_behavior="continue")
+    plain = run([ToolCallLimitMiddleware(run_limit=2, exit_behavior="continue")])
+    assert run(_stack(order, limit)) == plain
+
+
+def test_a_structured_answer_failing_validation_identically_is_stopped():
+    from langchain.agents.structured_output import ToolStrategy
+    from pydantic import BaseModel
+
+    class Answer(BaseModel):
+        score: int
+
+    def run(middleware: list[Any]) -> tuple[ScriptedChatModel, dict[str, Any]]:
+        model = ScriptedChatModel.looping("Answer", {"score": "high"}, times=30)
+        agent = create_agent(
+            model, _tools(Counter()), middleware=middleware, response_format=ToolStrategy(Answer)
+        )
+        return model, agent.invoke({"messages": [HumanMessage("rate it")]})
+
+    plain_model, _ = run([])
+    assert plain_model.calls == 31
+    model, out = run([ReplayGuardMiddleware()])
+    assert model.calls == 4
+    assert _stopped(out["messages"]) == "repeat_limit"
+    # Every call has exactly one answer (the model node's own validation error included).
+    ids = [m.tool_call_id for m in out["messages"] if isinstance(m, ToolMessage)]
+    asked = [c["id"] for m in out["messages"] if isinstance(m, AIMessage) for c in m.tool_calls]
+    assert sorted(ids) == sorted(asked)
+    assert "do not exist" not in out["messages"][-1].text
+
+
+class _Cache(AgentMiddleware):
+    """A result cache in LangChain's documented pattern: answers a repeat without the tool."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cached: dict[str, Any] = {}
+
+    def wrap_tool_call(self, request, handler):
+        key = f"{request.tool_call['name']}:{sorted(request.tool_call['args'].items())}"
+        if key in self.cached:
+            return ToolMessage(
+                self.cached[key].content,
+                tool_call_id=request.tool_call["id"],
+                name=request.tool_call["name"],
+            )
+        result = handler(request)
+        self.cached[key] = result
+        return result
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_a_loop_a_cache_answers_is_stopped(order):
+    runs: Counter[str] = Counter()
+    model = ScriptedChatModel.looping("lookup", {"id": "P1"}, times=30)
+    agent = create_agent(model, _tools(runs), middleware=_stack(order, _Cache()))
+    out = agent.invoke({"messages": [HumanMessage("who is P1?")]})
+    assert runs["lookup"] == 1
+    assert model.calls <= 5
+    assert _stopped(out["messages"]) == "repeat_limit"
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_a_send_asked_again_after_the_history_was_summarized_runs(order, tmp_path):
+    # Summarization removes the ToolMessage of the first send. The ledger must not take the
+    # user's deliberate second send for a call lost in a crash (a false ReplayUnsafeError).
+    import sqlite3
+
+    from langchain.agents.middleware import SummarizationMiddleware
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.store.sqlite import SqliteStore
+
+    runs: Counter[str] = Counter()
+    send = {"to": "bob", "body": "hi"}
+    model = ScriptedChatModel(
+        script=[[("send_email", send)], "Sent.", "ok", "ok", [("send_email", send)], "Sent."]
+    )
+    summarize = SummarizationMiddleware(
+        ScriptedChatModel(script=["An email was sent to bob."] * 5),
+        trigger=("messages", 5),
+        keep=("messages", 1),
+    )
+    guard = ReplayGuardMiddleware(tools={"send_email": "unsafe"})
+    conn = sqlite3.connect(tmp_path / "cp.db", check_same_thread=False)
+    store = SqliteStore(sqlite3.connect(tmp_path / "store.db", check_same_thread=False))
+    store.setup()
+    agent = create_agent(
+        model,
+        _tools(runs),
+        middleware=_stack(order, summarize, guard),
+        checkpointer=SqliteSaver(conn),
+        store=store,
+    )
+    cfg = {"configurable": {"thread_id": "summarized"}}
+    for text in ["email bob", "thanks", "and?", "send it again please"]:
+        out = agent.invoke({"messages": [HumanMessage(text)]}, cfg, durability="sync")
+    assert runs["send_email"] == 2
+    assert out["messages"][-1].text == "Sent."
+    texts = [m.text for m in out["messages"]]
+    assert not any("lost in a crash" in t for t in texts)
