@@ -19,7 +19,7 @@ from langgraph_replay_guard.testing import ScriptedChatModel
 class State(AgentState):
     """create_react_agent's state plus the guard channel (without it the guard keeps nothing)."""
 
-    replay_guard: NotRequired[Annotated[dict[str, Any], merge_guard_state]]
+    replay_guard: NotRequired[Annotated[dict[str, Any] | None, merge_guard_state]]
 
 
 lookups: list[str] = []

@@ -17,6 +17,7 @@ __all__ = [
     "channel_writer",
     "create_agent_middleware",
     "delegate_store",
+    "graph_has_channel",
     "handled_error_types",
     "is_default_tool_error_handler",
     "run_checkpointer",
@@ -171,6 +172,25 @@ def channel_writer(config: Mapping[str, Any] | None) -> ChannelWriter | None:
         return None
     send = configurable.get("__pregel_send")
     return send if callable(send) else None
+
+
+def graph_has_channel(config: Mapping[str, Any] | None, channel: str) -> bool | None:
+    """Whether the running graph has a state channel; None outside a graph.
+
+    A node reads its graph's channels through the read function LangGraph puts in its
+    config; a key the graph lacks raises `KeyError` there.
+    """
+    configurable = config.get("configurable") if config else None
+    read = configurable.get("__pregel_read") if isinstance(configurable, Mapping) else None
+    if not callable(read):
+        return None
+    try:
+        read([channel])
+    except KeyError:
+        return False
+    except Exception:  # a reader that works differently: do not guess
+        return None
+    return True
 
 
 class TaskScope(Protocol):

@@ -93,7 +93,7 @@ class ReplayGuard:
         """Return a guarded copy of a `ToolNode`, a drop-in replacement in your graph.
 
         The graph state needs the guard channel: use `ReplayGuardState`, or add
-        `replay_guard: NotRequired[Annotated[dict, merge_guard_state]]` to your state.
+        `replay_guard: NotRequired[Annotated[dict | None, merge_guard_state]]` to your state.
         A `ReplayGuardWarning` names each tool of `config.tools` that the node does not
         have (a typo there would leave the real tool with the default policy).
 

@@ -51,6 +51,7 @@ __all__ = [
     "own_update",
     "settled",
     "state_for_turn",
+    "stored_state",
     "unrecorded_positions",
 ]
 
@@ -177,6 +178,10 @@ def load_state(value: Any) -> dict[str, Any]:
     """
     if value is None or (isinstance(value, Mapping) and not value):
         return new_state()
+    if _first_write(value):
+        # A channel that starts empty keeps its first write as it is (LangGraph calls the
+        # reducer from the second write on): that write folded into a new state.
+        return _shallow(merge_guard_state(None, value))
     trusted = _trusted(value)
     if trusted is not None:
         return _shallow(trusted)
@@ -184,6 +189,26 @@ def load_state(value: Any) -> dict[str, Any]:
     if state is not None:
         return state
     return _reset(problem, value)
+
+
+def _first_write(value: Any) -> bool:
+    """Whether a stored channel value is a guard write rather than a guard state."""
+    return isinstance(value, Mapping) and "v" not in value and value.get("op") == "events"
+
+
+def stored_state(value: Any) -> Any:
+    """A stored channel value, with a first write stored as it is folded into a state.
+
+    For code that reads a stored value's fields directly (the pending batch, the last
+    batch); everything else reads it through `load_state` or `settled`.
+
+    Args:
+        value: The channel value.
+
+    Returns:
+        The value itself, or a checked state when the value is a first write.
+    """
+    return load_state(value) if _first_write(value) else value
 
 
 # Values the reducer returned, with their top-level fields: reading one again skips the
@@ -630,6 +655,7 @@ def delivered(value: Any, batch_id: str | None) -> bool:
     """
     if batch_id is None or not isinstance(value, Mapping):
         return False
+    value = stored_state(value)
     recorded = value.get("delivered")
     if isinstance(recorded, list) and batch_id in recorded:
         return True
@@ -655,6 +681,7 @@ def unrecorded_positions(value: Any, batch_id: str | None, size: int) -> list[in
         return []
     if not isinstance(value, Mapping):
         return list(range(size))
+    value = stored_state(value)
     pending = value.get("pending")
     if isinstance(pending, Mapping) and pending.get("batch") == batch_id:
         events = pending.get("events")

@@ -22,7 +22,14 @@ from langgraph_replay_guard.engine import (
     plan_calls,
 )
 from langgraph_replay_guard.failures import SAME_FAILURE
-from langgraph_replay_guard.state import Event, StateUpdate, load_state, own_update, settled
+from langgraph_replay_guard.state import (
+    Event,
+    StateUpdate,
+    load_state,
+    own_update,
+    settled,
+    stored_state,
+)
 
 if TYPE_CHECKING:
     from langgraph_replay_guard.config import GuardConfig
@@ -190,6 +197,7 @@ def snapshot(value: Any, batch_id: str | None) -> Mapping[str, Any]:
     Returns:
         A settled state.
     """
+    value = stored_state(value)
     pending = value.get("pending") if isinstance(value, Mapping) else None
     if isinstance(pending, Mapping) and pending.get("batch") == batch_id and batch_id is not None:
         state = load_state(value)  # checked; a corrupt value gives the reset state

@@ -17,10 +17,12 @@ class ReplayGuardState(TypedDict):
     """Graph state with `messages` and the guard channel (`GUARD_CHANNEL`).
 
     Subclass it to add your own keys. To add the guard to a state you already have, add
-    the one line `replay_guard: NotRequired[Annotated[dict[str, Any], merge_guard_state]]`:
+    the one line `replay_guard: NotRequired[Annotated[dict[str, Any] | None, merge_guard_state]]`:
     the reducer must be the LAST item of `Annotated[...]`, or LangGraph silently makes the
-    key a last-value channel and parallel tool calls fail.
+    key a last-value channel and parallel tool calls fail. With `| None` the channel starts
+    empty, so `invoke()` output shows it only once the guard has recorded something
+    (`dict[str, Any]` works too; the channel then starts as `{}` and is in every output).
     """
 
     messages: Annotated[list[AnyMessage], add_messages]
-    replay_guard: NotRequired[Annotated[dict[str, Any], merge_guard_state]]
+    replay_guard: NotRequired[Annotated[dict[str, Any] | None, merge_guard_state]]

@@ -58,8 +58,11 @@ def _state_schema(channel: str) -> type:
 
     `PrivateStateAttr` keeps the channel out of the agent's input and output schema, but it
     is in the thread state (Studio shows it). The reducer must come last in `Annotated`.
+    `dict | None` (not `dict`): LangGraph starts a channel whose type it cannot build with
+    no arguments empty, so the channel is absent from streamed states until the guard first
+    writes it (the reducer reads a first write stored as it is).
     """
-    annotation = NotRequired[Annotated[dict[str, Any], PrivateStateAttr, merge_guard_state]]
+    annotation = NotRequired[Annotated[dict[str, Any] | None, PrivateStateAttr, merge_guard_state]]
     schema: type = TypedDict(f"ReplayGuardState_{channel}", {channel: annotation})  # type: ignore[misc]
     return schema
 

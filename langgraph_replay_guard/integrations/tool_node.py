@@ -13,6 +13,7 @@ from langgraph.prebuilt import ToolNode
 from langgraph.types import Command
 
 from langgraph_replay_guard._compat import (
+    graph_has_channel,
     handled_error_types,
     is_default_tool_error_handler,
     scoped_tool_node,
@@ -325,23 +326,30 @@ class ToolCallWrapper:
 
     # -- deciding -----------------------------------------------------------------------------
 
-    def _channel_value(self, state: Any) -> Any:
+    def _channel_value(self, request: ToolCallRequest) -> Any:
         """The guard channel's value; fails when the graph's state has no guard channel.
 
-        A channel declared in the state schema is always in the state (its reducer starts it
-        empty), so a mapping without it comes from a schema without it, like
-        `create_react_agent`'s default `AgentState`. LangGraph drops writes to a key its schema
-        lacks, so every call would look like a first call and no loop would ever be stopped.
+        A channel that starts empty (the guard's own schemas) is absent from the state until
+        the guard first writes it, so an absent key is asked of the running graph itself.
+        LangGraph drops writes to a key its schema lacks, so in a graph without the channel
+        (like `create_react_agent`'s default `AgentState`) every call would look like a first
+        call and no loop would ever be stopped. Outside a graph (a node run by hand) there is
+        no state to keep count in: the call is decided against an empty one.
 
         Raises:
-            ValueError: The state is a mapping without the guard channel.
+            ValueError: The running graph has no guard channel.
         """
-        if not isinstance(state, Mapping):
-            return getattr(state, self.channel, None)  # a pydantic or dataclass state
-        if self.channel in state:
-            return state[self.channel]
+        state = request.state
+        channel = self.channel
+        if isinstance(state, Mapping):
+            if channel in state:
+                return state[channel]
+        elif hasattr(state, channel):  # a pydantic or dataclass state
+            return getattr(state, channel)
+        if graph_has_channel(_config(request), channel) is not False:
+            return None
         msg = (
-            f"the graph state has no {self.channel!r} channel, so the guard could not keep "
+            f"the graph state has no {channel!r} channel, so the guard could not keep "
             "count and would stop no loop. Build the graph on a state that has it: subclass "
             "ReplayGuardState (StateGraph(ReplayGuardState)), or for create_react_agent pass "
             "state_schema=<an AgentState subclass with the channel>; see "
@@ -354,7 +362,7 @@ class ToolCallWrapper:
     ) -> tuple[BatchPlan, PlannedCall]:
         """The plan of the call's batch (made once per batch) and the call's entry in it."""
         state = request.state
-        value = self._channel_value(state)
+        value = self._channel_value(request)
         tool_call_id = request.tool_call.get("id")
         history = state_messages(state, self.messages_key)
         cached = self.plans.planned(value, history, tool_call_id, tools)

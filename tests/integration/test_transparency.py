@@ -4,18 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command
+from pydantic import BaseModel
 
-from langgraph_replay_guard import GUARD_CHANNEL, ReplayGuard, ReplayGuardMiddleware
+from langgraph_replay_guard import (
+    GUARD_CHANNEL,
+    ReplayGuard,
+    ReplayGuardMiddleware,
+    merge_guard_state,
+)
 from langgraph_replay_guard.testing import ScriptedChatModel
 
 os.environ["LANGSMITH_TRACING"] = "false"
@@ -303,3 +310,58 @@ def test_a_name_an_inner_wrapper_serves_gets_no_unknown_tool_decision():
     assert [m.content for m in final["messages"] if isinstance(m, ToolMessage)] == [
         "Transferred to billing."
     ]
+
+
+def test_the_guard_channel_stays_out_of_outputs_until_the_guard_records_something():
+    from langgraph_replay_guard.testing import agent_graph
+
+    chat = agent_graph(ScriptedChatModel(script=["hello"]), [lookup], guard=ReplayGuard())
+    assert set(chat.invoke({"messages": [HumanMessage("hi")]})) == {"messages"}
+    agent = _agent([ReplayGuardMiddleware()], ["hello"])
+    chunks = list(agent.stream({"messages": [HumanMessage("hi")]}, stream_mode="values"))
+    assert all(set(c) == {"messages"} for c in chunks)
+
+
+class _PydanticState(BaseModel):
+    messages: Annotated[list[AnyMessage], add_messages]
+    replay_guard: Annotated[Optional[dict[str, Any]], merge_guard_state] = None  # noqa: UP045
+
+
+def test_a_pydantic_state_with_the_channel_declared_the_natural_way_keeps_count(caplog):
+    from langgraph.graph import START, StateGraph
+    from langgraph.prebuilt import tools_condition
+
+    runs: list[str] = []
+
+    @tool
+    def read(id: str) -> str:
+        """Read a record."""
+        runs.append(id)
+        return f"record {id}"
+
+    guard = ReplayGuard()
+    model = ScriptedChatModel.looping("read", {"id": "P1"}, times=20)
+    builder = StateGraph(_PydanticState)
+    builder.add_node("agent", lambda s: {"messages": [model.invoke(s.messages)]})
+    builder.add_node("tools", guard.tool_node([read]))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_conditional_edges("tools", guard.route_after_tools("agent"))
+    with caplog.at_level("WARNING"):
+        out = builder.compile().invoke({"messages": [HumanMessage("read P1")]})
+    assert runs == ["P1"]
+    assert model.calls <= 5
+    assert guard.inspect(out["replay_guard"]).stop_reason == "repeat_limit"
+    assert not [r for r in caplog.records if "reset" in r.getMessage()]
+
+
+def test_a_graph_without_the_channel_is_refused_but_a_node_run_by_hand_is_not():
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    node = ReplayGuard().tool_node([lookup])
+    ai = AIMessage("", id="a1", tool_calls=[{"name": "lookup", "args": {"id": "P1"}, "id": "c1"}])
+    builder = StateGraph(MessagesState)
+    builder.add_node("tools", node)
+    builder.add_edge(START, "tools")
+    with pytest.raises(ValueError, match="has no 'replay_guard' channel"):
+        builder.compile().invoke({"messages": [ai]})
