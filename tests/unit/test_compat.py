@@ -188,3 +188,21 @@ def test_scoped_tool_node_opens_its_scope_around_each_run_sync_and_async():
     out = asyncio.run(graph.ainvoke({"messages": [ai]}))
     assert [m.text for m in out["messages"]] == ["", "x", "added"]
     assert events == ["enter", "finish", "exit"] * 2
+
+
+def test_graph_has_channel_asks_the_running_graph():
+    seen: dict[str, object] = {}
+
+    def node(state: _SideState) -> dict:
+        config = get_config()
+        seen["side"] = _compat.graph_has_channel(config, "side")
+        seen["missing"] = _compat.graph_has_channel(config, "replay_guard")
+        return {}
+
+    builder = StateGraph(_SideState)
+    builder.add_node("node", node)
+    builder.add_edge(START, "node")
+    builder.compile().invoke({"notes": [], "side": []})
+    assert seen == {"side": True, "missing": False}
+    assert _compat.graph_has_channel(None, "side") is None
+    assert _compat.graph_has_channel({"configurable": {}}, "side") is None
