@@ -28,6 +28,7 @@ from langgraph_replay_guard.integrations.calls import (
     state_messages,
     tool_message,
 )
+from langgraph_replay_guard.integrations.signals import unsafe_signal
 from langgraph_replay_guard.ledger import (
     INTERRUPT_KIND,
     CallContext,
@@ -269,12 +270,12 @@ class LedgerGate:
             assert admission.entry is not None
             row = yield from block(ctx, admission.entry, admission.why)
             if self.config.on_unsafe != "interrupt":
-                raise unknown_error(ctx, admission.entry, admission.why)
+                raise unsafe_signal(unknown_error(ctx, admission.entry, admission.why))
             value = interrupt(unknown_facts(ctx, admission.entry, admission.why))
             admission = yield from settle(ctx, self._resolution(ctx, value), row)
             if admission.kind == "unknown":  # resolved, yet another identical call is unknown
                 assert admission.entry is not None
-                raise unknown_error(ctx, admission.entry, admission.why)
+                raise unsafe_signal(unknown_error(ctx, admission.entry, admission.why))
         if admission.kind == "replay":
             assert admission.entry is not None
             return admission.entry

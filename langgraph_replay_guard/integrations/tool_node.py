@@ -55,6 +55,7 @@ from langgraph_replay_guard.integrations.calls import (
     turn_anchors,
 )
 from langgraph_replay_guard.integrations.ledger_gate import LedgerGate, RunTicket, replayed_message
+from langgraph_replay_guard.integrations.signals import RetryRefused, one_shot_tool
 from langgraph_replay_guard.integrations.task_writes import TaskWrites, write_events
 from langgraph_replay_guard.integrations.tool_errors import watch_tool_errors
 from langgraph_replay_guard.integrations.tracing import (
@@ -316,8 +317,18 @@ class ToolCallWrapper:
             result = yield _Execute(traced_request(request, lambda: prepared.trace("none")))
             return self._finish(request, prepared, result)
         traced = traced_request(ticket.request, lambda: prepared.trace("claimed"))
+        if ticket.entry is not None and prepared.facts.replay == "unsafe" and traced.tool:
+            # Claimed once here: a retry middleware inside the guard must not run it again.
+            traced = traced.override(tool=one_shot_tool(traced.tool))
         try:
             result, tool_error = yield _Execute(traced, watch=True)
+        except RetryRefused as refused:
+            # The first attempt raised, then a retry inside the guard asked to run it again:
+            # record the first error (the outcome is unknown) and stop the call as the
+            # ledger stops any unknown outcome (ReplayUnsafeError, or an interrupt).
+            yield _Finish(ticket, None, refused.first_error)
+            yield _Check(request, prepared.facts, prepared.batch.batch_id)
+            raise
         except BaseException as exc:
             yield _Finish(ticket, None, exc)
             raise

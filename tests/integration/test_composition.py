@@ -231,3 +231,81 @@ def test_a_send_asked_again_after_the_history_was_summarized_runs(order, tmp_pat
     assert out["messages"][-1].text == "Sent."
     texts = [m.text for m in out["messages"]]
     assert not any("lost in a crash" in t for t in texts)
+
+
+def _flaky_send(sent: list[str]) -> Any:
+    """An email tool whose connection drops after the email went out, the first time."""
+
+    @tool
+    def send_email(to: str, body: str) -> str:
+        """Send an email."""
+        sent.append(to)
+        if len(sent) == 1:
+            raise ConnectionError("connection reset after the message was handed over")
+        return f"sent to {to}"
+
+    return send_email
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_retry_never_repeats_an_unsafe_effect_whose_outcome_is_unknown(order, mode):
+    from langchain.agents.middleware import ToolRetryMiddleware
+    from langgraph.store.memory import InMemoryStore
+
+    from langgraph_replay_guard import ReplayUnsafeError
+
+    sent: list[str] = []
+    model = ScriptedChatModel(script=[[("send_email", {"to": "bob", "body": "hi"})], "done"])
+    retry = ToolRetryMiddleware(max_retries=3, initial_delay=0, jitter=False)
+    guard = ReplayGuardMiddleware(tools={"send_email": "unsafe"})
+    agent = create_agent(
+        model,
+        [_flaky_send(sent)],
+        middleware=_stack(order, retry, guard),
+        checkpointer=InMemorySaver(),
+        store=InMemoryStore(),
+    )
+    cfg = {"configurable": {"thread_id": f"retry-{order}-{mode}"}}
+    inputs = {"messages": [HumanMessage("email bob")]}
+
+    def run() -> Any:
+        if mode == "sync":
+            return agent.invoke(inputs, cfg)
+        return asyncio.run(agent.ainvoke(inputs, cfg))
+
+    with pytest.raises(ReplayUnsafeError):
+        run()
+    assert sent == ["bob"]  # once: the retries were refused, not run
+    # Nothing was handed to the model as an ordinary tool error.
+    messages = agent.get_state(cfg).values["messages"]
+    assert not [m for m in messages if isinstance(m, ToolMessage)]
+    assert model.calls == 1
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_with_on_unsafe_interrupt_a_retry_becomes_an_interrupt_for_a_human(order):
+    from langchain.agents.middleware import ToolRetryMiddleware
+    from langgraph.store.memory import InMemoryStore
+
+    sent: list[str] = []
+    model = ScriptedChatModel(script=[[("send_email", {"to": "bob", "body": "hi"})], "done"])
+    retry = ToolRetryMiddleware(max_retries=3, initial_delay=0, jitter=False)
+    guard = ReplayGuardMiddleware(tools={"send_email": "unsafe"}, on_unsafe="interrupt")
+    agent = create_agent(
+        model,
+        [_flaky_send(sent)],
+        middleware=_stack(order, retry, guard),
+        checkpointer=InMemorySaver(),
+        store=InMemoryStore(),
+    )
+    cfg = {"configurable": {"thread_id": f"retry-interrupt-{order}"}}
+    agent.invoke({"messages": [HumanMessage("email bob")]}, cfg)
+    interrupts = agent.get_state(cfg).interrupts
+    assert len(interrupts) == 1
+    assert sent == ["bob"]
+    # The operator checked upstream: the email went out.
+    guard.guard.resolve(agent, cfg, interrupts[0].value["tool_call_id"], "succeeded", "sent")
+    out = agent.invoke(None, cfg)
+    assert sent == ["bob"]
+    assert out["messages"][-1].text == "done"

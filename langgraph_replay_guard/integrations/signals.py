@@ -1,0 +1,126 @@
+"""Replay stops that travel LangGraph's control-flow path, past retry and error handlers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph.errors import GraphBubbleUp
+
+from langgraph_replay_guard.errors import ReplayUnsafeError
+
+__all__ = ["ReplayUnsafeSignal", "RetryRefused", "one_shot_tool", "unsafe_signal"]
+
+
+class ReplayUnsafeSignal(ReplayUnsafeError, GraphBubbleUp):
+    """A `ReplayUnsafeError` that retry and error handlers pass on instead of handling.
+
+    An unknown outcome must reach a human: `ToolRetryMiddleware` would run the call again and
+    `ToolErrorMiddleware` (or a catch-all handler) would hand it to the model as an ordinary
+    tool error. Both, like LangGraph's `RetryPolicy` and `ToolNode`, let LangGraph's
+    control-flow signals (`GraphBubbleUp`: interrupts, parent commands) through untouched.
+    Callers catch it as the `ReplayUnsafeError` it is.
+    """
+
+
+def unsafe_signal(error: ReplayUnsafeError) -> ReplayUnsafeSignal:
+    """The same error, as a `ReplayUnsafeSignal`.
+
+    Args:
+        error: The error the ledger built.
+
+    Returns:
+        An error with the same message and facts.
+    """
+    signal = ReplayUnsafeSignal(str(error), **error.facts)
+    signal.__cause__ = error.__cause__
+    return signal
+
+
+class RetryRefused(GraphBubbleUp):
+    """A second run of an unsafe call inside the guard, refused (see `one_shot_tool`).
+
+    Raised from inside the tool's invocation, so that a retry middleware between the guard
+    and the tool passes it on; the guard then records the first attempt's error and stops
+    the call as an unknown outcome.
+
+    Args:
+        first_error: What the first attempt raised (after which the effect may have happened).
+    """
+
+    def __init__(self, first_error: BaseException | None) -> None:
+        """Create the signal."""
+        super().__init__(f"refused to run an unsafe call again after {first_error!r}")
+        self.first_error = first_error
+
+
+class _Attempts:
+    """How the one permitted run of a call went."""
+
+    __slots__ = ("error", "result", "started")
+
+    def __init__(self) -> None:
+        self.started = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def again(self) -> Any:
+        """What a second run gets: the first run's result, or a refusal."""
+        if self.error is not None:
+            raise RetryRefused(self.error)
+        return self.result
+
+
+def one_shot_tool(tool: Any) -> Any:
+    """A copy of an unsafe tool that runs its body at most once.
+
+    The guard claims an unsafe call once, at its place in the middleware list; a retry
+    middleware inside it would run the tool again without the ledger knowing. The copy's
+    second invocation runs nothing: it returns the first result, or, when the first run
+    raised (the effect may have happened), raises `RetryRefused`.
+
+    Args:
+        tool: The `BaseTool` the call would run.
+
+    Returns:
+        A shallow copy whose `invoke`/`ainvoke` are guarded, or the tool itself when it
+        cannot be copied.
+    """
+    copy = getattr(tool, "model_copy", None)
+    if copy is None:
+        return tool
+    attempts = _Attempts()
+    invoke, ainvoke = tool.invoke, tool.ainvoke
+
+    def guarded_invoke(*args: Any, **kwargs: Any) -> Any:
+        if attempts.started:
+            return attempts.again()
+        attempts.started = True
+        try:
+            attempts.result = invoke(*args, **kwargs)
+        except GraphBubbleUp:
+            attempts.started = False  # an interrupt: the tool runs again on resume
+            raise
+        except BaseException as exc:
+            attempts.error = exc
+            raise
+        return attempts.result
+
+    async def guarded_ainvoke(*args: Any, **kwargs: Any) -> Any:
+        if attempts.started:
+            return attempts.again()
+        attempts.started = True
+        try:
+            attempts.result = await ainvoke(*args, **kwargs)
+        except GraphBubbleUp:
+            attempts.started = False
+            raise
+        except BaseException as exc:
+            attempts.error = exc
+            raise
+        return attempts.result
+
+    guarded = copy()
+    # Instance attributes shadow the class's methods; `ToolNode` calls `tool.invoke`.
+    object.__setattr__(guarded, "invoke", guarded_invoke)
+    object.__setattr__(guarded, "ainvoke", guarded_ainvoke)
+    return guarded
