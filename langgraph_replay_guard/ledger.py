@@ -17,7 +17,7 @@ from langgraph_replay_guard.errors import (
     ReplayUnsafeError,
 )
 from langgraph_replay_guard.keys import canonical_json
-from langgraph_replay_guard.result_codec import decode_result, encode_result
+from langgraph_replay_guard.result_codec import decode_result, decode_update, encode_result
 
 __all__ = [
     "INTERRUPT_KIND",
@@ -302,6 +302,7 @@ def readable_result(entry: LedgerEntry) -> bool:
     """Whether a row's recorded result decodes (a damaged one cannot be replayed)."""
     try:
         decode_result(entry.result or {})
+        decode_update(entry.result or {})
     except ValueError:
         return False
     return True
@@ -345,11 +346,22 @@ def started_entry(
     )
 
 
-def finished_entry(entry: LedgerEntry, content: Any, artifact: Any, status: str) -> LedgerEntry:
-    """The row recording a known outcome (stored losslessly); the claim is released."""
+def finished_entry(
+    entry: LedgerEntry,
+    content: Any,
+    artifact: Any,
+    status: str,
+    *,
+    update: Mapping[str, Any] | None = None,
+) -> LedgerEntry:
+    """The row recording a known outcome (stored losslessly); the claim is released.
+
+    `update` is the whole state update of a tool that returned a `Command`: a replay gives
+    it back whole (a deep agent's written file is in it).
+    """
     return entry.with_status(
         "failed" if status == "error" else "completed",
-        result=encode_result(content, artifact, status),
+        result=encode_result(content, artifact, status, update=update),
         finished_at=now_iso(),
         last_error=None,
         owner=None,

@@ -18,7 +18,7 @@ from langgraph.errors import GraphBubbleUp
 if TYPE_CHECKING:
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-__all__ = ["CODEC_VERSION", "PREVIEW_CHARS", "decode_result", "encode_result"]
+__all__ = ["CODEC_VERSION", "PREVIEW_CHARS", "decode_result", "decode_update", "encode_result"]
 
 logger = logging.getLogger("langgraph_replay_guard")
 
@@ -361,7 +361,9 @@ def _put_field(value: dict[str, Any], name: str, field: Any) -> None:
     value[f"{name}_preview"] = _preview(field)
 
 
-def encode_result(content: Any, artifact: Any, status: str) -> dict[str, Any]:
+def encode_result(
+    content: Any, artifact: Any, status: str, *, update: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """A tool call's outcome as a ledger value every shipped LangGraph store accepts.
 
     The value is plain JSON (str keys, finite numbers, no NUL or lone surrogate in any
@@ -376,10 +378,28 @@ def encode_result(content: Any, artifact: Any, status: str) -> dict[str, Any]:
         content: The ToolMessage content (a string or a list of content blocks).
         artifact: The ToolMessage artifact, or None.
         status: The ToolMessage status (`"success"` or `"error"`).
+        update: The whole state update of a tool that returned a `Command` (its messages
+            included), kept losslessly like the artifact (`"update"`/`"update_enc"`).
 
     Returns:
-        The value to store; `decode_result` restores `(content, artifact, status)`.
+        The value to store; `decode_result` restores `(content, artifact, status)` and
+        `decode_update` the update.
+
+    Raises:
+        ValueError: An update that cannot be stored (replaying the call without it would
+            lose the state it wrote); the message names the field.
     """
+    if update is not None:
+        with_update = encode_result(content, artifact, status)
+        try:
+            _put_field(with_update, "update", dict(update))
+        except _UnencodableError as exc:
+            msg = (
+                f"the tool's Command update (keys {sorted(map(str, update))}) cannot be stored "
+                f"in the replay ledger ({exc}); return plain data (or LangChain messages) in it"
+            )
+            raise ValueError(msg) from exc
+        return with_update
     if (
         type(content) is str
         and artifact is None
@@ -460,6 +480,26 @@ def decode_result(value: Mapping[str, Any]) -> tuple[Any, Any, str]:
         _corrupt(f"its status is a {type(status).__name__}, not a string")
     content = _field(value, "content", "content_enc", required=True)
     return content, _field(value, "artifact", "artifact_enc"), status
+
+
+def decode_update(value: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The state update an `encode_result(..., update=...)` value holds, or None.
+
+    Args:
+        value: A stored result.
+
+    Returns:
+        The update, or None when the call returned a plain message.
+
+    Raises:
+        ValueError: The stored update is damaged.
+    """
+    if not isinstance(value, Mapping) or ("update" not in value and "update_enc" not in value):
+        return None
+    update = _field(value, "update", "update_enc")
+    if not isinstance(update, dict):
+        _corrupt(f"its update is a {type(update).__name__}, not a mapping")
+    return update
 
 
 def _decode_v1(value: Mapping[str, Any]) -> tuple[Any, Any, str]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphBubbleUp
-from langgraph.types import interrupt
+from langgraph.types import Command, interrupt
 from pydantic import BaseModel, ValidationError
 
 from langgraph_replay_guard import owners
@@ -51,7 +51,7 @@ from langgraph_replay_guard.ledger import (
     unknown_facts,
 )
 from langgraph_replay_guard.ledger_io import arun_plan, run_plan
-from langgraph_replay_guard.result_codec import decode_result
+from langgraph_replay_guard.result_codec import decode_result, decode_update
 from langgraph_replay_guard.state import delivered
 
 if TYPE_CHECKING:
@@ -67,6 +67,7 @@ __all__ = [
     "LedgerGate",
     "RunTicket",
     "replayed_message",
+    "replayed_result",
 ]
 
 logger = logging.getLogger("langgraph_replay_guard")
@@ -99,6 +100,38 @@ def replayed_message(entry: LedgerEntry, tool_call: Mapping[str, Any]) -> ToolMe
         tool_call_id=tool_call.get("id") or entry.tool_call_id,
         response_metadata={"replay_guard": "replayed"},
     )
+
+
+def replayed_result(entry: LedgerEntry, tool_call: Mapping[str, Any]) -> ToolMessage | Command[Any]:
+    """What a call whose outcome the ledger recorded returns again, without running the tool.
+
+    A tool that returned a `Command` gets its whole state update back (its messages answering
+    the current tool_call_id); any other tool its ToolMessage (`replayed_message`).
+    """
+    update = decode_update(entry.result or {})
+    if update is None:
+        return replayed_message(entry, tool_call)
+    tool_call_id = tool_call.get("id") or entry.tool_call_id
+    messages = update.get("messages")
+    if isinstance(messages, list):
+        update = {**update, "messages": [_answering(m, tool_call_id) for m in messages]}
+    return Command(update=update)
+
+
+def _answering(message: Any, tool_call_id: str) -> Any:
+    """A recorded ToolMessage answering the current call (an identical call has a new id)."""
+    if not isinstance(message, ToolMessage):
+        return message
+    metadata = {**message.response_metadata, "replay_guard": "replayed"}
+    return message.model_copy(update={"tool_call_id": tool_call_id, "response_metadata": metadata})
+
+
+def _command_update(result: Any) -> Mapping[str, Any] | None:
+    """The state update of a tool's own `Command` for this graph, or None."""
+    if not isinstance(result, Command) or result.graph is not None:
+        return None
+    update = result.update
+    return update if isinstance(update, Mapping) else None
 
 
 def _answered(state: Any, messages_key: str, channel: str) -> Any:
@@ -398,6 +431,9 @@ class LedgerGate:
                 args=None,
                 idempotency_key=None,
             )
-        if message is None:  # a Command without a ToolMessage: replayed as an empty answer
-            return finished_entry(entry, "", None, "success")
-        return finished_entry(entry, message.content, message.artifact, message.status)
+        update = _command_update(result)
+        if message is None:  # a Command without a ToolMessage: its update, no answer of its own
+            return finished_entry(entry, "", None, "success", update=update)
+        return finished_entry(
+            entry, message.content, message.artifact, message.status, update=update
+        )

@@ -54,7 +54,7 @@ from langgraph_replay_guard.integrations.calls import (
     tool_message,
     turn_anchors,
 )
-from langgraph_replay_guard.integrations.ledger_gate import LedgerGate, RunTicket, replayed_message
+from langgraph_replay_guard.integrations.ledger_gate import LedgerGate, RunTicket, replayed_result
 from langgraph_replay_guard.integrations.signals import RetryRefused, one_shot_tool
 from langgraph_replay_guard.integrations.task_writes import TaskWrites, write_events
 from langgraph_replay_guard.integrations.tool_errors import watch_tool_errors
@@ -494,7 +494,7 @@ class ToolCallWrapper:
 
     def _replayed(self, request: ToolCallRequest, run: _Allowed, entry: LedgerEntry) -> ToolResult:
         """Answer a call whose outcome the ledger recorded, without running the tool."""
-        message = replayed_message(entry, request.tool_call)
+        message = replayed_result(entry, request.tool_call)
         decision = Decision(Verdict.REPLAY, "replayed", run.facts.key, tool=run.facts.tool, count=1)
         emit(getattr(request.runtime, "stream_writer", None), decision, request.tool_call)
         return self._finish(request, run, message)

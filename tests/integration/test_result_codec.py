@@ -157,3 +157,29 @@ async def _async_round_trips(store: BaseStore) -> None:
         item = await store.aget(namespace, case)
         assert item is not None
         assert same(decode_result(item.value), result), case
+
+
+def test_a_commands_whole_update_comes_back_exactly(store: BaseStore) -> None:
+    from langchain_core.messages import ToolMessage
+
+    from langgraph_replay_guard.result_codec import decode_update
+
+    update = {
+        "files": {"notes.md": {"content": ["line \x00 one", "caf\u00e9"], "modified_at": 1.5}},
+        "todos": [{"content": "ship", "status": "in_progress"}],
+        "messages": [ToolMessage("wrote notes.md", tool_call_id="c1", artifact={1: b"\x00"})],
+    }
+    back = stored(store, encode_result("wrote notes.md", None, "success", update=update))
+    assert decode_result(back) == ("wrote notes.md", None, "success")
+    restored = decode_update(back)
+    assert restored is not None
+    assert restored["files"] == update["files"]
+    assert restored["todos"] == update["todos"]
+    (message,) = restored["messages"]
+    assert isinstance(message, ToolMessage)
+    assert (message.content, message.tool_call_id, message.artifact) == (
+        "wrote notes.md",
+        "c1",
+        {1: b"\x00"},
+    )
+    assert decode_update(encode_result("plain", None, "success")) is None

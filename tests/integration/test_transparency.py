@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, NotRequired, Optional
 
 import pytest
 from langchain.agents import create_agent
@@ -21,6 +21,7 @@ from langgraph_replay_guard import (
     GUARD_CHANNEL,
     ReplayGuard,
     ReplayGuardMiddleware,
+    ReplayGuardState,
     merge_guard_state,
 )
 from langgraph_replay_guard.testing import ScriptedChatModel
@@ -365,3 +366,65 @@ def test_a_graph_without_the_channel_is_refused_but_a_node_run_by_hand_is_not():
     builder.add_edge(START, "tools")
     with pytest.raises(ValueError, match="has no 'replay_guard' channel"):
         builder.compile().invoke({"messages": [ai]})
+
+
+def _merge_files(old: dict | None, new: dict | None) -> dict:
+    return {**(old or {}), **(new or {})}
+
+
+class _FilesState(ReplayGuardState):
+    files: NotRequired[Annotated[dict, _merge_files]]
+
+
+def test_a_replayed_command_brings_back_its_whole_state_update():
+    # A guarded ToolNode runs both calls of a batch in one task: `write_file` (unsafe, returns
+    # a Command that writes `files`) finishes, then its sibling interrupts. The task's writes
+    # are dropped, so on resume `write_file` is answered from the ledger; its file must come
+    # back with it (deepagents keeps its files in state this way).
+
+    from langgraph.graph import START, StateGraph
+    from langgraph.prebuilt import tools_condition
+    from langgraph.store.memory import InMemoryStore
+    from langgraph.types import interrupt
+
+    writes: list[str] = []
+
+    @tool
+    def write_file(
+        path: str, text: str, tool_call_id: Annotated[str, InjectedToolCallId]
+    ) -> Command:
+        """Write a file."""
+        writes.append(path)
+        return Command(
+            update={
+                "files": {path: text},
+                "messages": [ToolMessage(f"wrote {path}", tool_call_id=tool_call_id)],
+            }
+        )
+
+    @tool
+    def ask_human(question: str) -> str:
+        """Ask the user."""
+        return str(interrupt(question))
+
+    guard = ReplayGuard(tools={"write_file": "unsafe", "ask_human": "idempotent"})
+    model = ScriptedChatModel(
+        script=[
+            [("write_file", {"path": "a.md", "text": "hi"}), ("ask_human", {"question": "ok?"})]
+        ]
+    )
+    builder = StateGraph(_FilesState)
+    builder.add_node("agent", lambda s: {"messages": [model.invoke(s["messages"])]})
+    builder.add_node("tools", guard.tool_node([write_file, ask_human]))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_conditional_edges("tools", guard.route_after_tools("agent"))
+    graph = builder.compile(checkpointer=InMemorySaver(), store=InMemoryStore())
+    cfg = {"configurable": {"thread_id": "files"}}
+    graph.invoke({"messages": [HumanMessage("write a.md")]}, cfg)
+    assert graph.get_state(cfg).interrupts
+    out = graph.invoke(Command(resume="yes"), cfg)
+    assert writes == ["a.md"]  # not written twice
+    assert out["files"] == {"a.md": "hi"}  # and not lost
+    answers = [m.text for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert answers == ["wrote a.md", "yes"]
