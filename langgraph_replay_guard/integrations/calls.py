@@ -330,6 +330,40 @@ def guard_update(config: GuardConfig, events: list[Event]) -> StateUpdate:
     return own_update(fold_settings(config), events)
 
 
+_RESULT_LOOKBACK = 400
+"""Most messages a duplicate's earlier result is looked for in (it is a recent call)."""
+
+
+def earlier_result_in_history(
+    decision: Decision, state: Any, messages_key: str = "messages"
+) -> bool:
+    """Whether a duplicate's earlier result is still in the thread's messages.
+
+    The duplicate answer tells the model to use the earlier result; after Summarization
+    (or a user) removed that ToolMessage there is nothing to use. Only a `duplicate` of an
+    earlier batch is looked up, by the result preview the decision carries (a prefix of the
+    result's text); any other decision is left as it is.
+
+    Args:
+        decision: The call's decision.
+        state: The graph state.
+        messages_key: Key of the message list.
+
+    Returns:
+        False when the decision is a duplicate whose earlier result is gone.
+    """
+    if decision.reason != "duplicate" or decision.previous_result is None:
+        return True
+    preview = decision.previous_result
+    messages = state_messages(state, messages_key)
+    for message in reversed(messages[-_RESULT_LOOKBACK:]):
+        if isinstance(message, ToolMessage) and message.name in (None, decision.tool):
+            _, text = result_outcome(message)
+            if text is not None and text.startswith(preview):
+                return True
+    return False
+
+
 def denied_event(planned: PlannedCall, batch: Batch, reason: str, *, abort: bool) -> Event:
     """Event recording a call that was not executed."""
     assert planned.facts is not None

@@ -44,6 +44,7 @@ from langgraph_replay_guard.integrations.calls import (
     abort_answer,
     blocked_answer,
     current_turn,
+    earlier_result_in_history,
     emit,
     executed_event,
     final_ai_message,
@@ -430,6 +431,12 @@ class ToolCallWrapper:
         if decision is not None and decision.verdict is Verdict.ALLOW:
             if request.tool is None:
                 return None  # a name the node lacks though the guard knew it: the node answers
+            return _Allowed(planned, batch)
+        if decision is not None and not earlier_result_in_history(
+            decision, request.state, self.messages_key
+        ):
+            # A duplicate of a result the history no longer holds (summarized or removed):
+            # "use the earlier result" would point at nothing, so the call runs.
             return _Allowed(planned, batch)
         answer, events = blocked_answer(planned, batch)
         if decision is None:  # `planned.error`: arguments that could not be keyed

@@ -309,3 +309,64 @@ def test_with_on_unsafe_interrupt_a_retry_becomes_an_interrupt_for_a_human(order
     out = agent.invoke(None, cfg)
     assert sent == ["bob"]
     assert out["messages"][-1].text == "done"
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_a_re_read_after_the_history_was_summarized_runs_instead_of_pointing_at_nothing(order):
+    from langchain.agents.middleware import SummarizationMiddleware
+
+    reads: list[str] = []
+
+    @tool
+    def read_doc(id: str) -> str:
+        """Read a document."""
+        reads.append(id)
+        return f"document {id}: the refund policy allows 30 days"
+
+    @tool
+    def note(text: str) -> str:
+        """Take a note."""
+        return "noted"
+
+    model = ScriptedChatModel(
+        script=[
+            [("read_doc", {"id": "D1"})],
+            [("note", {"text": "a"})],
+            [("note", {"text": "b"})],
+            [("read_doc", {"id": "D1"})],  # the first read was summarized away by now
+            "done",
+        ]
+    )
+    summarize = SummarizationMiddleware(
+        ScriptedChatModel(script=["The user asked about refunds."] * 5),
+        trigger=("messages", 6),
+        keep=("messages", 2),
+    )
+    agent = create_agent(model, [read_doc, note], middleware=_stack(order, summarize))
+    out = agent.invoke({"messages": [HumanMessage("what is the refund policy?")]})
+    assert reads == ["D1", "D1"]
+    last_read = [m for m in out["messages"] if isinstance(m, ToolMessage)][-1]
+    assert last_read.text.startswith("document D1")
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_a_re_read_still_in_the_history_is_answered_as_a_duplicate(order):
+    from langchain.agents.middleware import SummarizationMiddleware
+
+    reads: list[str] = []
+
+    @tool
+    def read_doc(id: str) -> str:
+        """Read a document."""
+        reads.append(id)
+        return f"document {id}"
+
+    model = ScriptedChatModel(
+        script=[[("read_doc", {"id": "D1"})], [("read_doc", {"id": "D1"})], "done"]
+    )
+    summarize = SummarizationMiddleware(
+        ScriptedChatModel(script=["summary"] * 5), trigger=("messages", 50)
+    )
+    agent = create_agent(model, [read_doc], middleware=_stack(order, summarize))
+    agent.invoke({"messages": [HumanMessage("read D1")]})
+    assert reads == ["D1"]
