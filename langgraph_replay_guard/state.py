@@ -49,6 +49,7 @@ __all__ = [
     "merge_guard_state",
     "new_state",
     "own_update",
+    "seed_write",
     "settled",
     "state_for_turn",
     "stored_state",
@@ -778,6 +779,10 @@ def _merged(
 ) -> dict[str, Any]:
     if update is None:
         return load_state(current)
+    if isinstance(update, Mapping) and SEED_KEY in update:
+        as_update = _seed_update(update)
+        if as_update is not None:  # the guard's first write, onto a value another wrote
+            update, own = as_update, None
     if isinstance(update, Mapping) and "v" in update:
         # A whole state (update_state in Studio, a checkpoint of an older version):
         # taken as it is when readable (an older format migrated), otherwise reported
@@ -795,6 +800,47 @@ def _merged(
         except InvalidStateError as exc:
             return _ignored(state, f"that is not in the guard's format ({exc})")
     return _folded(state, events, cfg)
+
+
+SEED_KEY = "seed"
+"""Field of a first write (`seed_write`) holding the events it folded."""
+
+
+def seed_write(cfg: dict[str, Any], events: list[Event]) -> dict[str, Any]:
+    """The guard's write to a channel that holds nothing yet: a whole state, also an update.
+
+    LangGraph stores the first value written to an empty channel as it is, without the
+    reducer, so a plain update would be what Studio and `get_state` show. A seed is the
+    state those events fold into (what is stored), plus the events themselves under
+    `SEED_KEY`: when another task's write got to the channel first in the same step, the
+    reducer folds the seed's events onto it instead. A copy edited since (in Studio) is no
+    longer the fold of its events and is read as the whole state it is.
+
+    Args:
+        cfg: Fold settings.
+        events: The events.
+
+    Returns:
+        The value to write.
+    """
+    seed = dict(merge_guard_state(None, own_update(cfg, events)))
+    seed[SEED_KEY] = list(events)
+    return seed
+
+
+def _seed_update(seed: Mapping[str, Any]) -> StateUpdate | None:
+    """A seed's events as an update, when the seed is exactly the fold of its events."""
+    events = seed.get(SEED_KEY)
+    cfg = seed.get("cfg")
+    if not isinstance(events, list) or not isinstance(cfg, dict):
+        return None
+    update: StateUpdate = {"op": "events", "cfg": cfg, "events": events}
+    body = {k: v for k, v in seed.items() if k != SEED_KEY}
+    try:
+        folded = merge_guard_state(None, update)
+    except Exception:
+        return None
+    return update if folded == body else None
 
 
 def _folded(state: dict[str, Any], events: list[Event], cfg: dict[str, Any]) -> dict[str, Any]:

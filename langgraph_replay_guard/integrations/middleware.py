@@ -149,26 +149,25 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         _check_unique_name(self)
         return self._name
 
-    def _count_answered_elsewhere(self, request: ModelRequest[Any]) -> Any:
-        """Record the previous batch's calls that another piece answered; the channel value.
+    def _answered_elsewhere(self, request: ModelRequest[Any]) -> tuple[Any, list[Event]]:
+        """The previous batch's calls that another piece answered, and the value with them.
 
         A HITL reject, `ToolCallLimitMiddleware(exit_behavior="continue")`, a structured
         output retry or a wrapper outside the guard answer calls that never reach the
         guard's tool hook. Every call the model makes counts toward repeats and loops,
         whoever answers it: such calls are recorded here, at the next model call, as
-        `answered` (counted; nothing cached, nothing ledgered). The write goes beside the
-        model node's output; the value returned already holds it, so this model call's
-        decisions count them too.
+        `answered` (counted; nothing cached, nothing ledgered). The value returned already
+        holds them, so this model call's decisions count them too; `_write` records them.
         """
         state = request.state
         value = state.get(self.channel)
         found = previous_batch(state.get("messages") or ())
         if found is None:
-            return value
+            return value, []
         ai, answered = found
         missing = unrecorded_positions(value, ai.id, len(ai.tool_calls))
         if not missing:
-            return value
+            return value, []
         config = self.guard.config
         batch = Batch(ai, current_turn(state, anchors=turn_anchors(value)))
         plan = self._calls.plans.plan(config, value, batch, self._calls.tools)
@@ -180,14 +179,19 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             and planned.tool_call.get("id") in answered
         ]
         if not events:
-            return value
-        update = own_update(fold_settings(config), events)
-        write_events(self._calls, _run_config(), config, self.channel, events)
-        return merge_guard_state(value, update)
+            return value, []
+        return merge_guard_state(value, own_update(fold_settings(config), events)), events
+
+    def _write(self, request: ModelRequest[Any], events: list[Event]) -> None:
+        """One write of the model call's events beside the model node's output."""
+        if events:
+            first = request.state.get(self.channel) is None
+            config = self.guard.config
+            write_events(self._calls, _run_config(), config, self.channel, events, first=first)
 
     def _stop_after(
         self, request: ModelRequest[Any], response: Any, value: Any
-    ) -> ModelCallResult[Any]:
+    ) -> tuple[ModelCallResult[Any], list[Event]]:
         """The model's answer, or, when its batch would abort, the answer plus the stop.
 
         Runs inside the model node, right after the model answered: a batch that aborts is
@@ -195,20 +199,23 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         and the run ends without an extra graph node per step (LangChain's
         `ToolCallLimitMiddleware` pays one for its `after_model` hook).
 
+        Returns:
+            The model call's result and the events that record the stop.
+
         Raises:
             LoopAbortedError: With `exit_behavior="error"`.
         """
         result: ModelCallResult[Any] = response
         ai = _answer_message(response)
         if ai is None or not ai.tool_calls:
-            return result
+            return result, []
         config = self.guard.config
         # The answer is the batch; its turn is that of the messages it answers.
         batch = Batch(ai, current_turn(request.state, anchors=turn_anchors(value)))
         plan = self._calls.plans.plan(config, value, batch, self._calls.tools)
         aborting = plan.abort
         if aborting is None or aborting.decision is None:
-            return result
+            return result, []
         run_config = _run_config()
         if raises_on_abort(config):
             error = loop_error(aborting.decision)
@@ -232,8 +239,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # The final message comes last, so create_agent's routing ends the run.
         answers.append(final_ai_message(aborting.decision, batch))
         emit(getattr(request.runtime, "stream_writer", None), aborting.decision, aborting.tool_call)
-        write_events(self._calls, run_config, config, self.channel, events)
-        return _with_answers(response, answers)
+        return _with_answers(response, answers), events
 
     @signature_once
     def wrap_tool_call(
@@ -261,8 +267,10 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> ModelCallResult[Any]:
         """Add the pending reminder to this call's prompt; stop a batch that would abort."""
         self._check_tools(request)
-        value = self._count_answered_elsewhere(request)
-        return self._stop_after(request, handler(self._with_reminder(request)), value)
+        value, answered = self._answered_elsewhere(request)
+        result, stopped = self._stop_after(request, handler(self._with_reminder(request)), value)
+        self._write(request, [*answered, *stopped])
+        return result
 
     @signature_once
     async def awrap_model_call(
@@ -272,8 +280,11 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> ModelCallResult[Any]:
         """Async twin of `wrap_model_call`."""
         self._check_tools(request)
-        value = self._count_answered_elsewhere(request)
-        return self._stop_after(request, await handler(self._with_reminder(request)), value)
+        value, answered = self._answered_elsewhere(request)
+        response = await handler(self._with_reminder(request))
+        result, stopped = self._stop_after(request, response, value)
+        self._write(request, [*answered, *stopped])
+        return result
 
     def _check_tools(self, request: ModelRequest[Any]) -> None:
         """Learn the agent's tool names; warn once about configured names it does not have.

@@ -11,7 +11,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 from langgraph_replay_guard._compat import channel_writer
 from langgraph_replay_guard.engine import fold_settings
-from langgraph_replay_guard.state import Event, own_update
+from langgraph_replay_guard.state import Event, own_update, seed_write
 
 if TYPE_CHECKING:
     from langgraph_replay_guard.config import GuardConfig
@@ -46,6 +46,7 @@ class TaskWrites:
         "channel",
         "config",
         "events",
+        "first",
         "guard_config",
         "messages_key",
         "owner",
@@ -68,6 +69,7 @@ class TaskWrites:
         self.messages_key = messages_key
         self.events: list[Event] = []
         self.stop: AIMessage | None = None
+        self.first = False
         self._token: Token[TaskWrites | None] | None = None
 
     def __enter__(self) -> TaskWrites:
@@ -92,8 +94,7 @@ class TaskWrites:
             The output, with the stop's final AIMessage last when the run stopped.
         """
         if self.events:
-            update = own_update(fold_settings(self.guard_config), self.events)
-            _send(self.config, self.channel, update)
+            _send(self.config, self.channel, self.guard_config, self.events, first=self.first)
         stop = self.stop
         if stop is None:
             return output
@@ -114,6 +115,7 @@ def write_events(
     events: list[Event],
     *,
     stop: AIMessage | None = None,
+    first: bool = False,
 ) -> bool:
     """Record a call's events in the guard channel, beside the node's output.
 
@@ -128,6 +130,7 @@ def write_events(
         channel: The guard channel's key.
         events: The events.
         stop: A stop's final AIMessage, to add after the node's ToolMessages.
+        first: The channel held nothing when the call was decided (see `state.seed_write`).
 
     Returns:
         Whether `stop` was taken care of (False: the caller must answer with it itself).
@@ -135,15 +138,26 @@ def write_events(
     current = _CURRENT.get()
     if current is not None and current.owner is owner and current.channel == channel:
         current.events.extend(events)
+        current.first = current.first or first
         if stop is not None:
             current.stop = stop
         return True
     if events:
-        _send(config, channel, own_update(fold_settings(guard_config), events))
+        _send(config, channel, guard_config, events, first=first)
     return stop is None
 
 
-def _send(config: Mapping[str, Any] | None, channel: str, update: Any) -> None:
+def _send(
+    config: Mapping[str, Any] | None,
+    channel: str,
+    guard_config: GuardConfig,
+    events: list[Event],
+    *,
+    first: bool,
+) -> None:
+    settings = fold_settings(guard_config)
+    # LangGraph stores the first write to an empty channel as it is: make it a whole state.
+    update = seed_write(settings, events) if first else own_update(settings, events)
     send = channel_writer(config)
     if send is None:
         # Outside a graph (a ToolNode invoked directly): there is no state to keep count in.

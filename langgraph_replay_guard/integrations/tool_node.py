@@ -493,8 +493,9 @@ class ToolCallWrapper:
         self, request: ToolCallRequest, events: list[Event], *, stop: AIMessage | None = None
     ) -> bool:
         """Write events to the guard channel beside the node's output (see `task_writes`)."""
+        first = state_field(request.state, self.channel) is None
         return write_events(
-            self, _config(request), self.guard.config, self.channel, events, stop=stop
+            self, _config(request), self.guard.config, self.channel, events, stop=stop, first=first
         )
 
     # -- recording ------------------------------------------------------------------------------
