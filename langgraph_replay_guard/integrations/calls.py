@@ -17,6 +17,7 @@ from langgraph_replay_guard.engine import (
     Decision,
     PlannedCall,
     Verdict,
+    call_facts,
     fold_settings,
     make_event,
     plan_calls,
@@ -331,36 +332,45 @@ def guard_update(config: GuardConfig, events: list[Event]) -> StateUpdate:
 
 
 _RESULT_LOOKBACK = 400
-"""Most messages a duplicate's earlier result is looked for in (it is a recent call)."""
+"""Most messages a duplicate's earlier answer is looked for in (it is a recent call)."""
 
 
 def earlier_result_in_history(
-    decision: Decision, state: Any, messages_key: str = "messages"
+    config: GuardConfig, decision: Decision, state: Any, messages_key: str = "messages"
 ) -> bool:
-    """Whether a duplicate's earlier result is still in the thread's messages.
+    """Whether a duplicate's earlier call is still answered in the thread's messages.
 
     The duplicate answer tells the model to use the earlier result; after Summarization
-    (or a user) removed that ToolMessage there is nothing to use. Only a `duplicate` of an
-    earlier batch is looked up, by the result preview the decision carries (a prefix of the
-    result's text); any other decision is left as it is.
+    (or a user) removed that exchange there is nothing to use. The earlier call is found by
+    its call key among the AIMessages' calls, and its answer by tool_call_id (its content
+    may have been rewritten since, by `PIIMiddleware` for one). Only a `duplicate` of an
+    earlier batch is looked up; any other decision is left as it is.
 
     Args:
+        config: Guard configuration (the call keys).
         decision: The call's decision.
         state: The graph state.
         messages_key: Key of the message list.
 
     Returns:
-        False when the decision is a duplicate whose earlier result is gone.
+        False when the decision is a duplicate whose earlier exchange is gone.
     """
     if decision.reason != "duplicate" or decision.previous_result is None:
         return True
-    preview = decision.previous_result
-    messages = state_messages(state, messages_key)
-    for message in reversed(messages[-_RESULT_LOOKBACK:]):
-        if isinstance(message, ToolMessage) and message.name in (None, decision.tool):
-            _, text = result_outcome(message)
-            if text is not None and text.startswith(preview):
-                return True
+    answered: set[str] = set()
+    for message in reversed(state_messages(state, messages_key)[-_RESULT_LOOKBACK:]):
+        if isinstance(message, ToolMessage):
+            answered.add(message.tool_call_id)
+        elif isinstance(message, AIMessage):
+            for call in message.tool_calls:
+                if call["name"] != decision.tool or call.get("id") not in answered:
+                    continue
+                try:
+                    key = call_facts(config, call["name"], call["args"]).key
+                except Exception:
+                    continue
+                if key == decision.call_key:
+                    return True
     return False
 
 

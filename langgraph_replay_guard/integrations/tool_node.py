@@ -433,7 +433,7 @@ class ToolCallWrapper:
                 return None  # a name the node lacks though the guard knew it: the node answers
             return _Allowed(planned, batch)
         if decision is not None and not earlier_result_in_history(
-            decision, request.state, self.messages_key
+            config, decision, request.state, self.messages_key
         ):
             # A duplicate of a result the history no longer holds (summarized or removed):
             # "use the earlier result" would point at nothing, so the call runs.

@@ -1,0 +1,146 @@
+"""Each LangChain middleware that touches tools or history, with the guard first and last.
+
+Two promises per middleware, both orders, sync and async: a healthy run is exactly the
+unguarded run (the messages a user sees), and a model repeating one read is stopped with the
+read run once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain.agents.middleware import (
+    ClearToolUsesEdit,
+    ContextEditingMiddleware,
+    HumanInTheLoopMiddleware,
+    ModelCallLimitMiddleware,
+    ModelFallbackMiddleware,
+    ModelRetryMiddleware,
+    PIIMiddleware,
+    SummarizationMiddleware,
+    TodoListMiddleware,
+    ToolCallLimitMiddleware,
+    ToolErrorMiddleware,
+    ToolRetryMiddleware,
+)
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+
+from langgraph_replay_guard import ReplayGuardMiddleware
+from langgraph_replay_guard.testing import ScriptedChatModel
+
+os.environ["LANGSMITH_TRACING"] = "false"
+
+MIDDLEWARES: dict[str, Callable[[], Any]] = {
+    "context_editing": lambda: ContextEditingMiddleware(
+        edits=[ClearToolUsesEdit(trigger=10_000, keep=2)]
+    ),
+    "summarization": lambda: SummarizationMiddleware(
+        ScriptedChatModel(script=["summary"] * 10), trigger=("messages", 200)
+    ),
+    "tool_retry": lambda: ToolRetryMiddleware(max_retries=2, initial_delay=0, jitter=False),
+    "tool_error": lambda: ToolErrorMiddleware(lambda error: f"failed: {type(error).__name__}"),
+    "model_retry": lambda: ModelRetryMiddleware(max_retries=2, initial_delay=0, jitter=False),
+    "model_fallback": lambda: ModelFallbackMiddleware(ScriptedChatModel(script=["fallback"])),
+    "tool_call_limit_end": lambda: ToolCallLimitMiddleware(run_limit=50, exit_behavior="end"),
+    "tool_call_limit_continue": lambda: ToolCallLimitMiddleware(
+        run_limit=50, exit_behavior="continue"
+    ),
+    "model_call_limit": lambda: ModelCallLimitMiddleware(run_limit=50),
+    "pii": lambda: PIIMiddleware("email", strategy="redact", apply_to_tool_results=True),
+    "todo_list": lambda: TodoListMiddleware(),
+    "hitl_per_call_unreached": lambda: HumanInTheLoopMiddleware(
+        interrupt_on={"never_called": True}, interrupt_mode="per_call"
+    ),
+}
+
+ORDERS = ["guard-first", "guard-last"]
+MODES = ["sync", "async"]
+
+
+def _tools(runs: Counter[str]) -> list[Any]:
+    @tool
+    def lookup(id: str) -> str:
+        """Look a customer up."""
+        runs["lookup"] += 1
+        return f"{id}: premium plan, contact ann@example.com"
+
+    @tool
+    def quote(item: str) -> str:
+        """Price an item."""
+        runs["quote"] += 1
+        return f"{item} costs 3 EUR"
+
+    @tool
+    def never_called(x: str) -> str:
+        """A tool the scripts never call."""
+        return x
+
+    return [lookup, quote, never_called]
+
+
+def _run(name: str, order: str | None, mode: str, script: list[Any]) -> tuple[Any, Any, Counter]:
+    runs: Counter[str] = Counter()
+    model = ScriptedChatModel(script=script)
+    middleware = [MIDDLEWARES[name]()]
+    if order == "guard-first":
+        middleware.insert(0, ReplayGuardMiddleware())
+    elif order == "guard-last":
+        middleware.append(ReplayGuardMiddleware())
+    agent = create_agent(model, _tools(runs), middleware=middleware, checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": f"{name}-{order}-{mode}"}}
+    inputs = {"messages": [HumanMessage("help with P1")]}
+    out = agent.invoke(inputs, cfg) if mode == "sync" else asyncio.run(agent.ainvoke(inputs, cfg))
+    return model, out, runs
+
+
+def _shape(messages: list[Any]) -> list[tuple[Any, ...]]:
+    shape = []
+    for m in messages:
+        calls = (
+            tuple((c["name"], tuple(sorted(c["args"].items()))) for c in m.tool_calls)
+            if isinstance(m, AIMessage)
+            else ()
+        )
+        status = m.status if isinstance(m, ToolMessage) else None
+        shape.append((type(m).__name__, m.text, calls, status))
+    return shape
+
+
+HEALTHY = [
+    [("lookup", {"id": "P1"}), ("quote", {"item": "tea"})],
+    [("lookup", {"id": "P2"})],
+    [("quote", {"item": "cake"})],
+    "All done.",
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("name", list(MIDDLEWARES))
+def test_a_healthy_run_is_the_unguarded_run(name, order, mode):
+    _, plain, plain_runs = _run(name, None, mode, HEALTHY)
+    _, guarded, guarded_runs = _run(name, order, mode, HEALTHY)
+    assert _shape(guarded["messages"]) == _shape(plain["messages"])
+    assert guarded_runs == plain_runs
+    assert set(guarded) == set(plain)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("name", list(MIDDLEWARES))
+def test_a_repeated_read_is_stopped(name, order, mode):
+    loop = [[("lookup", {"id": "P1"})] for _ in range(20)]
+    model, out, runs = _run(name, order, mode, loop)
+    assert runs["lookup"] == 1
+    assert model.calls <= 5
+    last = out["messages"][-1]
+    assert isinstance(last, AIMessage)
+    assert last.response_metadata.get("replay_guard_stop") == "repeat_limit"
