@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 __all__ = [
     "DECISION_EVENT",
     "GUARD_CHANNEL",
+    "STOPPED_MARK",
+    "STOP_MARK",
     "BatchPlan",
     "PlanCache",
     "abort_answer",
@@ -43,6 +45,7 @@ __all__ = [
     "snapshot",
     "state_field",
     "state_messages",
+    "stopped_here",
     "tool_message",
 ]
 
@@ -53,6 +56,17 @@ GUARD_CHANNEL = "replay_guard"
 
 DECISION_EVENT = "replay_guard_decision"
 """Name of the LangChain custom event sent for each decision that is not a plain allow."""
+
+STOP_MARK = "replay_guard_stop"
+"""`response_metadata` key of the final AIMessage of a run the guard stopped (the reason)."""
+
+STOPPED_MARK = "replay_guard_stopped"
+"""`response_metadata` key of each ToolMessage answering a call of a batch the guard stopped.
+
+The final AIMessage is written once, after the batch's last call; a tools task started by
+`Send` runs one call and sees only its own answer, so each answer is marked too
+(`stopped_here`). A key of its own: users find the final message by `STOP_MARK`.
+"""
 
 
 @dataclass(frozen=True)
@@ -373,14 +387,32 @@ def executed_event(
     )
 
 
-def blocked_tool_message(tool_call: ToolCall, content: str) -> ToolMessage:
-    """The ToolMessage a blocked call is answered with."""
+def blocked_tool_message(
+    tool_call: ToolCall, content: str, *, stop: str | None = None
+) -> ToolMessage:
+    """The ToolMessage a blocked call is answered with (`stop`: its batch stopped the run)."""
     return ToolMessage(
         content=content,
         name=tool_call["name"],
         tool_call_id=tool_call.get("id") or "",
         status="error",
+        response_metadata={STOPPED_MARK: stop} if stop is not None else {},
     )
+
+
+def stopped_here(state: Any, messages_key: str = "messages") -> bool:
+    """Whether the last message of a state answers a call of a batch the guard stopped.
+
+    Read right after a tools task ran (`route_after_tools`): its last message is its own
+    answer. A task started by `Send` runs one call of the batch, and sees only its own
+    writes: the guard channel of a sibling task's call may show no stop, and the final
+    AIMessage is written by the task of the last call only; the mark is on every answer.
+    """
+    messages = state_messages(state, messages_key)
+    if not messages:
+        return False
+    marks = getattr(messages[-1], "response_metadata", None)
+    return isinstance(marks, Mapping) and (STOP_MARK in marks or STOPPED_MARK in marks)
 
 
 def final_ai_message(decision: Decision, batch: Batch) -> AIMessage:
@@ -412,7 +444,7 @@ def final_ai_message(decision: Decision, batch: Batch) -> AIMessage:
             "or give me more information."
         ),
         name=batch.ai_message.name,
-        response_metadata={"replay_guard_stop": decision.reason},
+        response_metadata={STOP_MARK: decision.reason},
     )
 
 
@@ -433,9 +465,9 @@ def abort_answer(
     """
     decision = aborting.decision
     assert decision is not None
+    reason = decision.reason or "repeat_limit"
     if planned is aborting:
         content = decision.message or "Stopped by the loop guard."
-        reason = decision.reason or "repeat_limit"
         events = [denied_event(planned, batch, reason, abort=True)]
     else:
         content = (
@@ -445,7 +477,7 @@ def abort_answer(
         events = (
             [] if planned.facts is None else [denied_event(planned, batch, "stopped", abort=False)]
         )
-    return blocked_tool_message(planned.tool_call, content), events
+    return blocked_tool_message(planned.tool_call, content, stop=reason), events
 
 
 def blocked_answer(planned: PlannedCall, batch: Batch) -> tuple[ToolMessage, list[Event]]:

@@ -13,6 +13,7 @@ from langgraph.prebuilt import ToolNode
 from langgraph.types import Command
 
 from langgraph_replay_guard._compat import (
+    graph_state,
     handled_error_types,
     is_default_tool_error_handler,
     scoped_tool_node,
@@ -50,6 +51,7 @@ from langgraph_replay_guard.integrations.calls import (
     result_outcome,
     state_field,
     state_messages,
+    stopped_here,
     tool_message,
     turn_anchors,
 )
@@ -201,6 +203,9 @@ class ToolCallWrapper:
             the node defers its own check to after its wrappers) is an unknown tool, which
             the guard answers and counts. None until known (the middleware learns them at
             the first model call); until then such calls pass to the node as before.
+        reads_graph_state: Decide a call of a task started by `Send` against the graph's
+            state instead of the task's payload (see `_decision_state`). `create_agent`'s
+            tools node already hands the graph's state to the middleware's calls.
     """
 
     def __init__(
@@ -214,9 +219,11 @@ class ToolCallWrapper:
         end_batches: bool = True,
         raise_on_abort: bool = True,
         tools: tuple[str, ...] | None = None,
+        reads_graph_state: bool = False,
     ) -> None:
         """Create the wrapper."""
         self.raise_on_abort = raise_on_abort
+        self.reads_graph_state = reads_graph_state
         self.tools = tools
         self.guard = guard
         self.inner = inner
@@ -345,11 +352,28 @@ class ToolCallWrapper:
         )
         raise ValueError(msg)
 
+    def _decision_state(self, request: ToolCallRequest) -> Any:
+        """The graph state a call is decided against: the request's, or the graph's.
+
+        A tools task started by `Send` (LangGraph's map-reduce pattern: one task per tool
+        call) gets the Send's payload as its state, and a payload may hold a copy of the
+        AIMessage that keeps only the task's own call, or no history at all. Decided
+        against that, each call would be a batch of its own: sibling calls could not see
+        each other (two identical reads would both run), their events would collide in the
+        reducer, and each task would end the run with a final message of its own. The
+        graph's state has the whole AIMessage and the user turn, the same for every task.
+        """
+        if self.reads_graph_state:
+            state = graph_state(_config(request))
+            if state is not None:
+                return state
+        return request.state
+
     def _planned(
         self, request: ToolCallRequest, tools: tuple[str, ...] | None
     ) -> tuple[BatchPlan, PlannedCall]:
         """The plan of the call's batch (made once per batch) and the call's entry in it."""
-        state = request.state
+        state = self._decision_state(request)
         value = self._channel_value(state)
         tool_call_id = request.tool_call.get("id")
         history = state_messages(state, self.messages_key)
@@ -563,6 +587,7 @@ def guarded_tool_node(guard: ReplayGuard, node: ToolNode) -> ToolNode:
         messages_key=messages_key,
         raise_on_abort=not _converts_errors(settings.handle_tool_errors),
         tools=tuple(node.tools_by_name),
+        reads_graph_state=True,
     )
     # A sync-only inner wrapper cannot be given an async `execute`: let the node run the
     # sync guard in async mode too, as it does for sync-only wrappers.
@@ -639,6 +664,12 @@ def route_after_tools(
 ) -> Callable[[Any], str]:
     """A conditional edge for after the tools node: `END` once the guard stopped the run.
 
+    LangGraph runs it once per tools task, on the state plus that task's own writes. A
+    graph that sends each tool call to the tools node on its own (`Send`) has one task per
+    call: the task of a call that did not trip the stop sees no stop in the guard channel,
+    so it also looks at its own answer, which the guard marks when it stopped the batch
+    (`stopped_here`). Every task of a stopped batch then ends the run.
+
     Args:
         then: Node to go to otherwise (usually the model node).
         channel: State key of the guard channel.
@@ -657,7 +688,9 @@ def route_after_tools(
         view = settled(value)
         stop = view.get("stop")
         if stop is None or view.get("turn") != current_turn(state, anchors=turn_anchors(value)):
-            return then
+            # With "error" the task of the call that tripped the stop raises (its channel
+            # shows the stop); this one only ends its branch.
+            return END if stopped_here(state) else then
         if exit_behavior == "error":
             raise stop_error(stop, hint="Set exit_behavior='end' to stop gracefully instead.")
         return END
