@@ -12,6 +12,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCa
 from langgraph.types import Command
 
 from langgraph_replay_guard.engine import (
+    STOP_IGNORED,
     UNKNOWN_TOOL,
     CallPlan,
     Decision,
@@ -20,6 +21,7 @@ from langgraph_replay_guard.engine import (
     fold_settings,
     make_event,
     plan_calls,
+    stop_was_ignored,
 )
 from langgraph_replay_guard.failures import SAME_FAILURE
 from langgraph_replay_guard.state import Event, StateUpdate, load_state, own_update, settled
@@ -217,6 +219,8 @@ class BatchPlan(CallPlan):
     """Decisions for every call of one AIMessage, all against the same snapshot."""
 
     batch: Batch
+    stop_was_ignored: bool = False
+    """The turn's stop is a come-back the guard already answered: the next one raises."""
 
 
 def plan_batch(
@@ -240,7 +244,7 @@ def plan_batch(
     calls = plan_calls(
         config, state, batch.tool_calls, batch.turn, batch_id=batch.batch_id, tools=tools
     )
-    return BatchPlan(calls=calls, batch=batch)
+    return BatchPlan(calls=calls, batch=batch, stop_was_ignored=stop_was_ignored(state))
 
 
 _Planned = tuple["GuardConfig", Any, AIMessage, str | None, BatchPlan, tuple[str, ...] | None]
@@ -421,7 +425,12 @@ def final_ai_message(decision: Decision, batch: Batch) -> AIMessage:
     It carries the name of the AIMessage that asked for the stopped batch: supervisors and
     swarms tell their agents apart by it (`create_agent(name=...)`).
     """
-    if decision.reason == "cycle":
+    if decision.reason == STOP_IGNORED:
+        why = (
+            "I kept asking for tools after the loop guard had stopped this run "
+            f"(the last one '{decision.tool}')"
+        )
+    elif decision.reason == "cycle":
         why = "my tool calls kept repeating in a cycle with identical results"
     elif decision.reason == UNKNOWN_TOOL:
         why = (
@@ -454,6 +463,10 @@ def abort_answer(
     """Answer one call of a batch that aborts the run, and the events that record it.
 
     The aborting call gets its decision's message; its siblings are told the run stopped.
+    A come-back (the model asked for tools after the stop, reason `"stop_ignored"`) is
+    answered call by call with each one's own decision and recorded as blocked calls of
+    that reason, without stopping the run again: the turn's stop keeps the reason the run
+    was stopped for, and `engine.stop_was_ignored` finds the come-back in `blocked`.
 
     Args:
         planned: The call to answer.
@@ -466,7 +479,13 @@ def abort_answer(
     decision = aborting.decision
     assert decision is not None
     reason = decision.reason or "repeat_limit"
-    if planned is aborting:
+    if reason == STOP_IGNORED:
+        own = planned.decision if planned.decision is not None else decision
+        content = own.message or decision.message or "Stopped by the loop guard."
+        events = (
+            [] if planned.facts is None else [denied_event(planned, batch, reason, abort=False)]
+        )
+    elif planned is aborting:
         content = decision.message or "Stopped by the loop guard."
         events = [denied_event(planned, batch, reason, abort=True)]
     else:

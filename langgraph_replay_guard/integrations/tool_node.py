@@ -409,10 +409,18 @@ class ToolCallWrapper:
         last = planned.index == len(batch.tool_calls) - 1
 
         come_back = plan.stop_ignored
-        if come_back is not None and come_back.decision is not None and self.end_batches:
-            # The graph went back to the model after the stop (a static `tools -> agent`
-            # edge): answering again would loop until the recursion limit. Only an error
-            # ends such a run; it passes any `handle_tool_errors` (see below).
+        # The graph went back to the model after the stop (a static `tools -> agent` edge).
+        # The first come-back is answered below like a stop, so the saved history stays
+        # valid (a node that raises loses its writes); the model node then ends the run
+        # (`guard.system_prompt`). A second one is not answered: that would loop until the
+        # recursion limit. With "error" the first one raises already. The error passes any
+        # `handle_tool_errors` (see `_letting_replay_stops_through`).
+        if (
+            come_back is not None
+            and come_back.decision is not None
+            and self.end_batches
+            and (plan.stop_was_ignored or raises_on_abort(config))
+        ):
             raise loop_error(come_back.decision)
         # With "continue" a plan aborts only when a blocked call escalated to a stop.
         aborting = plan.abort if self.end_batches else None
