@@ -335,9 +335,11 @@ def decide(
 
     stop = view.get("stop")
     if stop is not None and _comes_back(view, batch):
+        # The answer of a graph that went back to the model (see `stop_was_ignored`).
         msg = (
             f"Not executed: the loop guard had stopped this run ({stop['reason']} on "
-            f"'{stop['tool']}') and the model asked for more tool calls in the same turn."
+            f"'{stop['tool']}') and the model asked for more tool calls in the same turn. "
+            "Do not make more tool calls; answer the user."
         )
         return Decision(Verdict.ABORT, STOP_IGNORED, key, msg, None, tool, attempt)
     if stop is not None:
