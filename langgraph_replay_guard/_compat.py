@@ -18,6 +18,7 @@ __all__ = [
     "create_agent_middleware",
     "delegate_store",
     "graph_has_channel",
+    "graph_state",
     "handled_error_types",
     "is_default_tool_error_handler",
     "run_checkpointer",
@@ -191,6 +192,28 @@ def graph_has_channel(config: Mapping[str, Any] | None, channel: str) -> bool | 
     except Exception:  # a reader that works differently: do not guess
         return None
     return True
+
+
+def graph_state(config: Mapping[str, Any] | None) -> Any:
+    """The graph state a task started by `Send` would get from an edge; None for other tasks.
+
+    A `Send` task's input is its payload, which the graph's author builds: a copy of the
+    state whose last AIMessage keeps only this task's tool call, a `ToolCallWithContext`, a
+    bare list of tool calls. LangGraph gives such a task a reader of the state its node would
+    get from an edge (`ToolNode` itself reads it for a bare list); a task started by an edge
+    has no reader there, its input is that state.
+    """
+    if not config:
+        return None
+    configurable = config.get("configurable")
+    if not isinstance(configurable, Mapping):
+        return None
+    read = configurable.get("__pregel_read_state")
+    if not callable(read):
+        return None
+    state = read()
+    # A node whose input channels are all empty reads as LangGraph's MISSING sentinel.
+    return state if isinstance(state, Mapping) or hasattr(state, "__dict__") else None
 
 
 class TaskScope(Protocol):

@@ -22,6 +22,7 @@ from langgraph_replay_guard.state import (
     state_for_turn,
 )
 from langgraph_replay_guard.state_format import (
+    BlockedCall,
     CallCounter,
     CallEvent,
     FailureStreak,
@@ -30,7 +31,9 @@ from langgraph_replay_guard.state_format import (
 )
 
 __all__ = [
+    "ANSWERED_FIX",
     "GRAPH_FIX",
+    "PROMPT_FIX",
     "ROUTE_FIX",
     "STOP_IGNORED",
     "UNKNOWN_TOOL",
@@ -43,6 +46,7 @@ __all__ = [
     "call_facts",
     "decide",
     "fold_settings",
+    "ignored_stop_error",
     "loop_error",
     "make_event",
     "plan_calls",
@@ -50,6 +54,7 @@ __all__ = [
     "render_reminder",
     "state_view",
     "stop_error",
+    "stop_was_ignored",
     "stops_on_abort",
     "summarize_args",
     "tool_list",
@@ -330,9 +335,11 @@ def decide(
 
     stop = view.get("stop")
     if stop is not None and _comes_back(view, batch):
+        # The answer of a graph that went back to the model (see `stop_was_ignored`).
         msg = (
             f"Not executed: the loop guard had stopped this run ({stop['reason']} on "
-            f"'{stop['tool']}') and the model asked for more tool calls in the same turn."
+            f"'{stop['tool']}') and the model asked for more tool calls in the same turn. "
+            "Do not make more tool calls; answer the user."
         )
         return Decision(Verdict.ABORT, STOP_IGNORED, key, msg, None, tool, attempt)
     if stop is not None:
@@ -520,8 +527,8 @@ def _comes_back(view: Mapping[str, Any], batch: str | None) -> bool:
     """Whether a call of `batch` comes after the stop of this turn rather than being in it.
 
     The stop is recorded by the batch that aborted, the last batch the state folded; a
-    re-run of that batch (a resume, a retry) gets its first answers again. Nothing is
-    recorded after a stop in the same turn: a come-back is refused before it is.
+    re-run of that batch (a resume, a retry) gets its first answers again. The first
+    come-back is answered and recorded (`stop_was_ignored`): it is that batch from then on.
     """
     return batch is not None and view.get("last_batch") not in (None, batch)
 
@@ -747,13 +754,28 @@ def raises_on_abort(config: GuardConfig) -> bool:
 ROUTE_FIX = 'builder.add_conditional_edges("tools", guard.route_after_tools("agent"))'
 """The one line that lets a hand-written graph end a run the guard stopped."""
 
+PROMPT_FIX = "guard.system_prompt(state)"
+"""What a model node calls so that the guard can end a run before the next model call."""
+
 GRAPH_FIX = (
     "This graph goes back to the model after the tools node whatever the guard decided (a "
     "static edge), so the guard cannot end the run gracefully: route the tools node with "
     f'`{ROUTE_FIX}` instead of `builder.add_edge("tools", "agent")`. In a prebuilt graph '
-    'whose edges you cannot change (`create_react_agent`), use `exit_behavior="error"`.'
+    "whose edges you cannot change (`create_react_agent`), build the model's prompt with "
+    f"`{PROMPT_FIX}` (prompt=...): the run then ends before the next model call, with every "
+    "tool call answered."
 )
 """What to do when a hand-written graph ignores the stop."""
+
+ANSWERED_FIX = (
+    "The graph went back to the model after the tools node although the guard had stopped "
+    "the run (a static edge): the guard answered those tool calls and ends the run here, "
+    "before the model is called again, so the thread's history stays valid for the next "
+    "user turn. To end such runs without an error, route the tools node with "
+    f'`{ROUTE_FIX}` instead of `builder.add_edge("tools", "agent")`; a prebuilt graph '
+    "whose edges you cannot change (`create_react_agent`) ends this way."
+)
+"""What the error raised by `guard.system_prompt` after an answered come-back says."""
 
 
 def loop_error(decision: Decision, *, fix: str = GRAPH_FIX) -> LoopAbortedError:
@@ -767,11 +789,7 @@ def loop_error(decision: Decision, *, fix: str = GRAPH_FIX) -> LoopAbortedError:
         The error, to raise.
     """
     if decision.reason == STOP_IGNORED:
-        msg = (
-            "Loop aborted: the model asked for more tool calls after the loop guard stopped "
-            f"the run (on '{decision.tool}'). {fix}"
-        )
-        return LoopAbortedError(msg, tool=decision.tool, reason=STOP_IGNORED, count=decision.count)
+        return _ignored_error(decision.tool, decision.count, fix)
     return LoopAbortedError(
         decision.message or f"Loop aborted on '{decision.tool}'.",
         tool=decision.tool,
@@ -797,6 +815,56 @@ def stop_error(stop: Mapping[str, Any], *, hint: str = "") -> LoopAbortedError:
         reason=stop["reason"],
         count=stop["count"],
     )
+
+
+def _ignored_error(tool: str, count: int, fix: str) -> LoopAbortedError:
+    msg = (
+        "Loop aborted: the model asked for more tool calls after the loop guard stopped "
+        f"the run (on '{tool}'). {fix}"
+    )
+    return LoopAbortedError(msg, tool=tool, reason=STOP_IGNORED, count=count)
+
+
+def stop_was_ignored(state: Mapping[str, Any]) -> bool:
+    """Whether the guard already answered a come-back after this turn's stop.
+
+    A graph that goes back to the model after the stop (a static `tools -> agent` edge)
+    cannot be ended by the tools node: a node that raises loses its writes, so raising at
+    the first come-back would leave that AIMessage without answers in the saved history,
+    which model providers reject on the next user turn. The first come-back is therefore
+    answered like a stop (every call, a final message) and recorded as blocked calls with
+    reason `"stop_ignored"`; the turn's `stop` keeps the reason the run was stopped for.
+    From then on the run ends with `LoopAbortedError`: in the model node before the model
+    is called (`guard.system_prompt`), or at the next come-back, whichever the graph
+    reaches first. Model calls after an abort stay bounded.
+
+    The stop's own batch records its calls as blocked, so a `"stop_ignored"` entry last in
+    `blocked` can only come from a come-back after the stop of this turn (a user message
+    ends the stop).
+
+    Args:
+        state: A settled guard state, in the turn being decided.
+
+    Returns:
+        True when this turn's stop was ignored once and answered.
+    """
+    blocked = state.get("blocked")
+    if state.get("stop") is None or not blocked:
+        return False
+    return BlockedCall(*blocked[-1]).reason == STOP_IGNORED
+
+
+def ignored_stop_error(stop: Mapping[str, Any], *, fix: str = ANSWERED_FIX) -> LoopAbortedError:
+    """The `LoopAbortedError` that ends a run after the guard answered a come-back.
+
+    Args:
+        stop: The state's `stop` entry (a stop that `stop_was_ignored`).
+        fix: What happened, and how to let the guard end such runs gracefully.
+
+    Returns:
+        The error, to raise (reason `"stop_ignored"`).
+    """
+    return _ignored_error(stop["tool"], stop["count"], fix)
 
 
 @dataclass(slots=True)

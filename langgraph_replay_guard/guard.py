@@ -147,20 +147,36 @@ class ReplayGuard:
         The reminder appears in exactly the next model call after a layer tripped, and is
         never written into the message history.
 
+        It is also where a graph that cannot be ended by the guard ends: one that goes back
+        to the model after the tools node whatever the guard decided (a static
+        `tools -> agent` edge, `create_react_agent`). When such a graph comes back for more
+        tool calls after the guard stopped the run, the tools node answers every one of
+        them and adds the final message (so the saved history stays valid for the next user
+        turn); the next call of this method raises, before the model is called again.
+
         Args:
             state: The graph state the model node received.
             base: The usual system prompt.
 
         Returns:
             The system message to put first in the model's input.
+
+        Raises:
+            LoopAbortedError: Reason `"stop_ignored"`: the graph came back to the model after
+                the guard stopped the run and answered its come-back, in this user turn.
         """
         from langchain_core.messages import SystemMessage
 
+        from langgraph_replay_guard.engine import ignored_stop_error
         from langgraph_replay_guard.integrations.prompt import (
+            ignored_stop,
             next_call_reminder,
             system_prompt_with_reminder,
         )
 
+        stop = ignored_stop(state)
+        if stop is not None:
+            raise ignored_stop_error(stop)
         reminder = next_call_reminder(state) if self.config.reminder else None
         message = system_prompt_with_reminder(base, reminder)
         return message if message is not None else SystemMessage(content="")

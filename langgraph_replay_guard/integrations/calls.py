@@ -12,6 +12,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCa
 from langgraph.types import Command
 
 from langgraph_replay_guard.engine import (
+    STOP_IGNORED,
     UNKNOWN_TOOL,
     CallPlan,
     Decision,
@@ -21,6 +22,7 @@ from langgraph_replay_guard.engine import (
     fold_settings,
     make_event,
     plan_calls,
+    stop_was_ignored,
 )
 from langgraph_replay_guard.failures import SAME_FAILURE
 from langgraph_replay_guard.state import (
@@ -38,6 +40,8 @@ if TYPE_CHECKING:
 __all__ = [
     "DECISION_EVENT",
     "GUARD_CHANNEL",
+    "STOPPED_MARK",
+    "STOP_MARK",
     "BatchPlan",
     "PlanCache",
     "abort_answer",
@@ -51,6 +55,7 @@ __all__ = [
     "snapshot",
     "state_field",
     "state_messages",
+    "stopped_here",
     "tool_message",
 ]
 
@@ -61,6 +66,17 @@ GUARD_CHANNEL = "replay_guard"
 
 DECISION_EVENT = "replay_guard_decision"
 """Name of the LangChain custom event sent for each decision that is not a plain allow."""
+
+STOP_MARK = "replay_guard_stop"
+"""`response_metadata` key of the final AIMessage of a run the guard stopped (the reason)."""
+
+STOPPED_MARK = "replay_guard_stopped"
+"""`response_metadata` key of each ToolMessage answering a call of a batch the guard stopped.
+
+The final AIMessage is written once, after the batch's last call; a tools task started by
+`Send` runs one call and sees only its own answer, so each answer is marked too
+(`stopped_here`). A key of its own: users find the final message by `STOP_MARK`.
+"""
 
 
 @dataclass(frozen=True)
@@ -212,6 +228,8 @@ class BatchPlan(CallPlan):
     """Decisions for every call of one AIMessage, all against the same snapshot."""
 
     batch: Batch
+    stop_was_ignored: bool = False
+    """The turn's stop is a come-back the guard already answered: the next one raises."""
 
 
 def plan_batch(
@@ -235,7 +253,7 @@ def plan_batch(
     calls = plan_calls(
         config, state, batch.tool_calls, batch.turn, batch_id=batch.batch_id, tools=tools
     )
-    return BatchPlan(calls=calls, batch=batch)
+    return BatchPlan(calls=calls, batch=batch, stop_was_ignored=stop_was_ignored(state))
 
 
 _Planned = tuple["GuardConfig", Any, AIMessage, str | None, BatchPlan, tuple[str, ...] | None]
@@ -455,14 +473,32 @@ def executed_event(
     )
 
 
-def blocked_tool_message(tool_call: ToolCall, content: str) -> ToolMessage:
-    """The ToolMessage a blocked call is answered with."""
+def blocked_tool_message(
+    tool_call: ToolCall, content: str, *, stop: str | None = None
+) -> ToolMessage:
+    """The ToolMessage a blocked call is answered with (`stop`: its batch stopped the run)."""
     return ToolMessage(
         content=content,
         name=tool_call["name"],
         tool_call_id=tool_call.get("id") or "",
         status="error",
+        response_metadata={STOPPED_MARK: stop} if stop is not None else {},
     )
+
+
+def stopped_here(state: Any, messages_key: str = "messages") -> bool:
+    """Whether the last message of a state answers a call of a batch the guard stopped.
+
+    Read right after a tools task ran (`route_after_tools`): its last message is its own
+    answer. A task started by `Send` runs one call of the batch, and sees only its own
+    writes: the guard channel of a sibling task's call may show no stop, and the final
+    AIMessage is written by the task of the last call only; the mark is on every answer.
+    """
+    messages = state_messages(state, messages_key)
+    if not messages:
+        return False
+    marks = getattr(messages[-1], "response_metadata", None)
+    return isinstance(marks, Mapping) and (STOP_MARK in marks or STOPPED_MARK in marks)
 
 
 def final_ai_message(decision: Decision, batch: Batch) -> AIMessage:
@@ -471,7 +507,12 @@ def final_ai_message(decision: Decision, batch: Batch) -> AIMessage:
     It carries the name of the AIMessage that asked for the stopped batch: supervisors and
     swarms tell their agents apart by it (`create_agent(name=...)`).
     """
-    if decision.reason == "cycle":
+    if decision.reason == STOP_IGNORED:
+        why = (
+            "I kept asking for tools after the loop guard had stopped this run "
+            f"(the last one '{decision.tool}')"
+        )
+    elif decision.reason == "cycle":
         why = "my tool calls kept repeating in a cycle with identical results"
     elif decision.reason == UNKNOWN_TOOL:
         why = (
@@ -494,7 +535,7 @@ def final_ai_message(decision: Decision, batch: Batch) -> AIMessage:
             "or give me more information."
         ),
         name=batch.ai_message.name,
-        response_metadata={"replay_guard_stop": decision.reason},
+        response_metadata={STOP_MARK: decision.reason},
     )
 
 
@@ -504,6 +545,10 @@ def abort_answer(
     """Answer one call of a batch that aborts the run, and the events that record it.
 
     The aborting call gets its decision's message; its siblings are told the run stopped.
+    A come-back (the model asked for tools after the stop, reason `"stop_ignored"`) is
+    answered call by call with each one's own decision and recorded as blocked calls of
+    that reason, without stopping the run again: the turn's stop keeps the reason the run
+    was stopped for, and `engine.stop_was_ignored` finds the come-back in `blocked`.
 
     Args:
         planned: The call to answer.
@@ -515,9 +560,15 @@ def abort_answer(
     """
     decision = aborting.decision
     assert decision is not None
-    if planned is aborting:
+    reason = decision.reason or "repeat_limit"
+    if reason == STOP_IGNORED:
+        own = planned.decision if planned.decision is not None else decision
+        content = own.message or decision.message or "Stopped by the loop guard."
+        events = (
+            [] if planned.facts is None else [denied_event(planned, batch, reason, abort=False)]
+        )
+    elif planned is aborting:
         content = decision.message or "Stopped by the loop guard."
-        reason = decision.reason or "repeat_limit"
         events = [denied_event(planned, batch, reason, abort=True)]
     else:
         content = (
@@ -527,7 +578,7 @@ def abort_answer(
         events = (
             [] if planned.facts is None else [denied_event(planned, batch, "stopped", abort=False)]
         )
-    return blocked_tool_message(planned.tool_call, content), events
+    return blocked_tool_message(planned.tool_call, content, stop=reason), events
 
 
 def blocked_answer(planned: PlannedCall, batch: Batch) -> tuple[ToolMessage, list[Event]]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from langchain_core.messages import SystemMessage
 
-from langgraph_replay_guard.engine import render_reminder, state_view
+from langgraph_replay_guard.engine import render_reminder, state_view, stop_was_ignored
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
     current_turn,
@@ -17,7 +17,7 @@ from langgraph_replay_guard.integrations.calls import (
 )
 from langgraph_replay_guard.state import GuardView, settled
 
-__all__ = ["guard_view", "next_call_reminder", "system_prompt_with_reminder"]
+__all__ = ["guard_view", "ignored_stop", "next_call_reminder", "system_prompt_with_reminder"]
 
 
 def next_call_reminder(
@@ -49,6 +49,36 @@ def next_call_reminder(
     if view.get("turn") != current_turn(state, messages_key, turn_anchors(value)):
         return None
     return render_reminder(reminder)
+
+
+def ignored_stop(
+    state: Any, *, channel: str = GUARD_CHANNEL, messages_key: str = "messages"
+) -> Mapping[str, Any] | None:
+    """The stop of this turn when the guard already answered a come-back after it, or None.
+
+    The model node of a graph that goes back to the model whatever the guard decided (a
+    static `tools -> agent` edge) is where such a run can end with a valid history: the
+    tools node answered every call and saved its answers, and the model is not called again
+    (see `engine.stop_was_ignored`). Nothing is written.
+
+    Args:
+        state: Graph state with messages and the guard channel.
+        channel: State key of the guard channel.
+        messages_key: State key of the messages.
+
+    Returns:
+        The state's `stop` entry, or None.
+    """
+    value = state_field(state, channel)
+    if type(value) is dict and value.get("stop") is None and value.get("pending") is None:
+        return None  # no stop (checked, an unreadable value resets to none either)
+    view = settled(value)
+    if not stop_was_ignored(view):
+        return None
+    if view.get("turn") != current_turn(state, messages_key, turn_anchors(value)):
+        return None  # a new user message ends the stop
+    stop: Mapping[str, Any] = view["stop"]
+    return stop
 
 
 def system_prompt_with_reminder(

@@ -14,6 +14,7 @@ from langgraph.types import Command
 
 from langgraph_replay_guard._compat import (
     graph_has_channel,
+    graph_state,
     handled_error_types,
     is_default_tool_error_handler,
     scoped_tool_node,
@@ -52,6 +53,7 @@ from langgraph_replay_guard.integrations.calls import (
     result_outcome,
     state_field,
     state_messages,
+    stopped_here,
     tool_message,
     turn_anchors,
 )
@@ -204,6 +206,9 @@ class ToolCallWrapper:
             the node defers its own check to after its wrappers) is an unknown tool, which
             the guard answers and counts. None until known (the middleware learns them at
             the first model call); until then such calls pass to the node as before.
+        reads_graph_state: Decide a call of a task started by `Send` against the graph's
+            state instead of the task's payload (see `_decision_state`). `create_agent`'s
+            tools node already hands the graph's state to the middleware's calls.
     """
 
     def __init__(
@@ -217,9 +222,11 @@ class ToolCallWrapper:
         end_batches: bool = True,
         raise_on_abort: bool = True,
         tools: tuple[str, ...] | None = None,
+        reads_graph_state: bool = False,
     ) -> None:
         """Create the wrapper."""
         self.raise_on_abort = raise_on_abort
+        self.reads_graph_state = reads_graph_state
         self.tools = tools
         self.guard = guard
         self.inner = inner
@@ -338,7 +345,7 @@ class ToolCallWrapper:
 
     # -- deciding -----------------------------------------------------------------------------
 
-    def _channel_value(self, request: ToolCallRequest) -> Any:
+    def _channel_value(self, request: ToolCallRequest, state: Any) -> Any:
         """The guard channel's value; fails when the graph's state has no guard channel.
 
         A channel that starts empty (the guard's own schemas) is absent from the state until
@@ -351,7 +358,6 @@ class ToolCallWrapper:
         Raises:
             ValueError: The running graph has no guard channel.
         """
-        state = request.state
         channel = self.channel
         if isinstance(state, Mapping):
             if channel in state:
@@ -369,12 +375,29 @@ class ToolCallWrapper:
         )
         raise ValueError(msg)
 
+    def _decision_state(self, request: ToolCallRequest) -> Any:
+        """The graph state a call is decided against: the request's, or the graph's.
+
+        A tools task started by `Send` (LangGraph's map-reduce pattern: one task per tool
+        call) gets the Send's payload as its state, and a payload may hold a copy of the
+        AIMessage that keeps only the task's own call, or no history at all. Decided
+        against that, each call would be a batch of its own: sibling calls could not see
+        each other (two identical reads would both run), their events would collide in the
+        reducer, and each task would end the run with a final message of its own. The
+        graph's state has the whole AIMessage and the user turn, the same for every task.
+        """
+        if self.reads_graph_state:
+            state = graph_state(_config(request))
+            if state is not None:
+                return state
+        return request.state
+
     def _planned(
         self, request: ToolCallRequest, tools: tuple[str, ...] | None
     ) -> tuple[BatchPlan, PlannedCall]:
         """The plan of the call's batch (made once per batch) and the call's entry in it."""
-        state = request.state
-        value = self._channel_value(request)
+        state = self._decision_state(request)
+        value = self._channel_value(request, state)
         tool_call_id = request.tool_call.get("id")
         history = state_messages(state, self.messages_key)
         cached = self.plans.planned(value, history, tool_call_id, tools)
@@ -409,10 +432,18 @@ class ToolCallWrapper:
         last = planned.index == len(batch.tool_calls) - 1
 
         come_back = plan.stop_ignored
-        if come_back is not None and come_back.decision is not None and self.end_batches:
-            # The graph went back to the model after the stop (a static `tools -> agent`
-            # edge): answering again would loop until the recursion limit. Only an error
-            # ends such a run; it passes any `handle_tool_errors` (see below).
+        # The graph went back to the model after the stop (a static `tools -> agent` edge).
+        # The first come-back is answered below like a stop, so the saved history stays
+        # valid (a node that raises loses its writes); the model node then ends the run
+        # (`guard.system_prompt`). A second one is not answered: that would loop until the
+        # recursion limit. With "error" the first one raises already. The error passes any
+        # `handle_tool_errors` (see `_letting_replay_stops_through`).
+        if (
+            come_back is not None
+            and come_back.decision is not None
+            and self.end_batches
+            and (plan.stop_was_ignored or raises_on_abort(config))
+        ):
             raise loop_error(come_back.decision)
         # With "continue" a plan aborts only when a blocked call escalated to a stop.
         aborting = plan.abort if self.end_batches else None
@@ -594,6 +625,7 @@ def guarded_tool_node(guard: ReplayGuard, node: ToolNode) -> ToolNode:
         messages_key=messages_key,
         raise_on_abort=not _converts_errors(settings.handle_tool_errors),
         tools=tuple(node.tools_by_name),
+        reads_graph_state=True,
     )
     # A sync-only inner wrapper cannot be given an async `execute`: let the node run the
     # sync guard in async mode too, as it does for sync-only wrappers.
@@ -670,6 +702,12 @@ def route_after_tools(
 ) -> Callable[[Any], str]:
     """A conditional edge for after the tools node: `END` once the guard stopped the run.
 
+    LangGraph runs it once per tools task, on the state plus that task's own writes. A
+    graph that sends each tool call to the tools node on its own (`Send`) has one task per
+    call: the task of a call that did not trip the stop sees no stop in the guard channel,
+    so it also looks at its own answer, which the guard marks when it stopped the batch
+    (`stopped_here`). Every task of a stopped batch then ends the run.
+
     Args:
         then: Node to go to otherwise (usually the model node).
         channel: State key of the guard channel.
@@ -688,7 +726,9 @@ def route_after_tools(
         view = settled(value)
         stop = view.get("stop")
         if stop is None or view.get("turn") != current_turn(state, anchors=turn_anchors(value)):
-            return then
+            # With "error" the task of the call that tripped the stop raises (its channel
+            # shows the stop); this one only ends its branch.
+            return END if stopped_here(state) else then
         if exit_behavior == "error":
             raise stop_error(stop, hint="Set exit_behavior='end' to stop gracefully instead.")
         return END

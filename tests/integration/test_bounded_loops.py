@@ -27,6 +27,12 @@ MAX_REPEATS = POLICY.max_repeats
 BOUND = MAX_REPEATS + 2
 # "continue": max_repeats blocked attempts more before the stop escalates.
 CONTINUE_BOUND = 2 * MAX_REPEATS + 2
+# A static edge back to a model node that does not build its prompt with
+# guard.system_prompt: the guard answers the first come-back (a node that raises loses its
+# writes, which would leave that AIMessage unanswered in the saved history) and raises at
+# the second, one model call later. test_come_back_history.py has the model node that ends
+# the run before that call.
+COME_BACK_ANSWERED = 1
 FIX = 'add_conditional_edges("tools", guard.route_after_tools("agent"))'
 INTEGRATIONS = ["static_edge", "route_after_tools", "middleware", "callback_handler"]
 
@@ -97,7 +103,7 @@ def loop(integration, exit_behavior, call=LOOKUP, *, use_async=False, **kwargs):
 @pytest.mark.parametrize("call", [LOOKUP, TRANSFER], ids=["read", "side_effect"])
 def test_static_edge_raises_when_the_model_comes_back_after_the_stop(call, use_async):
     model, runs, error = loop("static_edge", "end", call, use_async=use_async)
-    assert model.calls <= BOUND, f"{model.calls} model calls after the stop"
+    assert model.calls <= BOUND + COME_BACK_ANSWERED, f"{model.calls} model calls after the stop"
     assert error is not None, "a graph that ignores the stop must not end quietly"
     assert FIX in str(error), "the error names the one-line fix"
     assert error.tool == call[0]
@@ -113,7 +119,8 @@ def test_static_edge_come_back_gets_through_catch_all_tool_error_handling(
     exit_behavior, handle_tool_errors
 ):
     model, runs, error = loop("static_edge", exit_behavior, handle_tool_errors=handle_tool_errors)
-    assert model.calls <= BOUND
+    # "error" does not answer a come-back: it raises at the first one.
+    assert model.calls <= BOUND + (COME_BACK_ANSWERED if exit_behavior == "end" else 0)
     assert error is not None
     assert FIX in str(error)
     assert runs["get_details_by_id"] == 1
@@ -121,7 +128,9 @@ def test_static_edge_come_back_gets_through_catch_all_tool_error_handling(
 
 def test_a_new_user_turn_after_the_static_edge_stop_works_normally():
     other = ("get_details_by_id", {"id": "P2001"})
-    model = ScriptedChatModel(script=[[LOOKUP]] * BOUND + [[other], "Here it is."])
+    model = ScriptedChatModel(
+        script=[[LOOKUP]] * (BOUND + COME_BACK_ANSWERED) + [[other], "Here it is."]
+    )
     guard = ReplayGuard(POLICY)
     runs = ToolRuns()
     graph, config = build("static_edge", guard, model, runs)
@@ -144,7 +153,8 @@ def test_a_new_user_turn_after_the_static_edge_stop_works_normally():
 @pytest.mark.parametrize("integration", INTEGRATIONS)
 def test_model_calls_after_an_abort_are_bounded(integration, exit_behavior, call):
     model, runs, error = loop(integration, exit_behavior, call)
-    assert model.calls <= BOUND, f"{model.calls} model calls"
+    bound = BOUND + (COME_BACK_ANSWERED if integration == "static_edge" else 0)
+    assert model.calls <= bound, f"{model.calls} model calls"
     assert runs[call[0]] == (1 if call is LOOKUP else MAX_REPEATS)
     if exit_behavior == "error":
         assert error is not None
@@ -155,7 +165,8 @@ def test_model_calls_after_an_abort_are_bounded(integration, exit_behavior, call
 @pytest.mark.parametrize("integration", INTEGRATIONS)
 def test_continue_escalates_to_a_stop_after_max_repeats_more_blocked_attempts(integration, call):
     model, runs, error = loop(integration, "continue", call)
-    assert model.calls <= CONTINUE_BOUND, f"{model.calls} model calls"
+    bound = CONTINUE_BOUND + (COME_BACK_ANSWERED if integration == "static_edge" else 0)
+    assert model.calls <= bound, f"{model.calls} model calls"
     assert runs[call[0]] == (1 if call is LOOKUP else MAX_REPEATS)
     if integration in {"static_edge", "callback_handler"}:
         assert error is not None, "these cannot end a run: the come-back raises"

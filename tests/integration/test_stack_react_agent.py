@@ -8,7 +8,7 @@ from collections import Counter
 from typing import Annotated, Any, NotRequired
 
 import pytest
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.prebuilt import ToolNode
 from langgraph.warnings import LangGraphDeprecatedSinceV10
@@ -60,21 +60,26 @@ def test_exit_behavior_error_stops_the_loop_at_the_abort(mode):
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_exit_behavior_end_cannot_end_gracefully_and_errors_on_the_next_call(mode):
     # create_react_agent goes back to the model after its tools node (a static edge you
-    # cannot change): the guard answers the loop, records the stop, and when the model
-    # asks for tools again it raises instead of looping until the recursion limit.
+    # cannot change): the guard answers the loop, records the stop, answers the model's
+    # first come-back too, and when the model asks for tools once more it raises instead
+    # of looping until the recursion limit. (With a prompt built by guard.system_prompt
+    # the run ends before that model call: test_come_back_history.py.)
     runs: Counter[str] = Counter()
     guard = ReplayGuard()
     agent, model = react_agent(guard, runs, state_schema=GuardedState, name="researcher")
     with pytest.raises(LoopAbortedError, match="static edge") as raised:
         invoke(agent, mode, f"react-end-{mode}")
     # The message names the fix a create_react_agent user can apply (its edges are fixed).
-    assert 'exit_behavior="error"' in str(raised.value)
+    assert "guard.system_prompt(state)" in str(raised.value)
     assert runs["lookup"] == 1
-    assert model.calls == 5  # one more than under create_agent
-    # The stop the tools node wrote before that: its final message, named like the agent's.
+    assert model.calls == 6  # two more than under create_agent
+    # The stops the tools node wrote before that: final messages named like the agent's.
     state = agent.get_state({"configurable": {"thread_id": f"react-end-{mode}"}})
-    [stop] = [m for m in state.values["messages"] if stop_of(m)]
-    assert (stop_of(stop), stop.name) == ("repeat_limit", "researcher")
+    stops = [m for m in state.values["messages"] if isinstance(m, AIMessage) and stop_of(m)]
+    assert [(stop_of(m), m.name) for m in stops] == [
+        ("repeat_limit", "researcher"),
+        ("stop_ignored", "researcher"),
+    ]
     assert guard.inspect(state).stop_reason == "repeat_limit"
 
 

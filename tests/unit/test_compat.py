@@ -13,9 +13,10 @@ from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.config import get_config
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolInvocationError
+from langgraph.types import Send
 from typing_extensions import TypedDict
 
 from langgraph_replay_guard import _compat
@@ -206,3 +207,33 @@ def test_graph_has_channel_asks_the_running_graph():
     assert seen == {"side": True, "missing": False}
     assert _compat.graph_has_channel(None, "side") is None
     assert _compat.graph_has_channel({"configurable": {}}, "side") is None
+
+
+class _FanOutState(TypedDict):
+    items: list[str]
+    seen: Annotated[list[object], lambda a, b: a + b]
+
+
+def test_graph_state_reads_the_graph_state_in_a_send_task_only():
+    def start(state: _FanOutState) -> dict:
+        # A task started by an edge: its input is the state, there is nothing to read.
+        return {"seen": [_compat.graph_state(get_config())]}
+
+    def worker(payload: dict) -> dict:
+        # A task started by Send: its input is the payload; the graph's state is readable.
+        state = _compat.graph_state(get_config())
+        return {"seen": [(payload["item"], state["items"])]}
+
+    def fan_out(state: _FanOutState) -> list[Send]:
+        return [Send("worker", {"item": item}) for item in state["items"]]
+
+    builder = StateGraph(_FanOutState)
+    builder.add_node("start", start)
+    builder.add_node("worker", worker)
+    builder.add_edge(START, "start")
+    builder.add_conditional_edges("start", fan_out, ["worker"])
+    builder.add_edge("worker", END)
+    out = builder.compile().invoke({"items": ["a", "b"], "seen": []})
+    assert out["seen"] == [None, ("a", ["a", "b"]), ("b", ["a", "b"])]
+    assert _compat.graph_state(None) is None
+    assert _compat.graph_state({"configurable": {}}) is None
