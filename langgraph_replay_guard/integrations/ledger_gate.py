@@ -21,14 +21,18 @@ from pydantic import BaseModel, ValidationError
 
 from langgraph_replay_guard import owners
 from langgraph_replay_guard._compat import run_checkpointer, run_durability
-from langgraph_replay_guard.errors import ReplayGuardWarning
+from langgraph_replay_guard.errors import (
+    ReplayConflictError,
+    ReplayGuardWarning,
+    ReplayInFlightError,
+)
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
     state_field,
     state_messages,
     tool_message,
 )
-from langgraph_replay_guard.integrations.signals import unsafe_signal
+from langgraph_replay_guard.integrations.signals import as_signal, unsafe_signal
 from langgraph_replay_guard.ledger import (
     INTERRUPT_KIND,
     CallContext,
@@ -333,7 +337,10 @@ class LedgerGate:
         if found is None:
             return None
         store, ctx = found
-        return run_plan(store, self._admit_plan(request, store, ctx))
+        try:
+            return run_plan(store, self._admit_plan(request, store, ctx))
+        except (ReplayConflictError, ReplayInFlightError) as exc:
+            raise as_signal(exc) from exc.__cause__
 
     async def acheck(
         self, request: ToolCallRequest, facts: CallFacts, ai_message_id: str | None
@@ -343,7 +350,10 @@ class LedgerGate:
         if found is None:
             return None
         store, ctx = found
-        return await arun_plan(store, self._admit_plan(request, store, ctx))
+        try:
+            return await arun_plan(store, self._admit_plan(request, store, ctx))
+        except (ReplayConflictError, ReplayInFlightError) as exc:
+            raise as_signal(exc) from exc.__cause__
 
     def _resolution(self, ctx: CallContext, value: Any) -> Mapping[str, Any]:
         if (

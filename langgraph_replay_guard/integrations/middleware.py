@@ -38,6 +38,7 @@ from langgraph_replay_guard.integrations.prompt import (
     next_call_reminder,
     system_prompt_with_reminder,
 )
+from langgraph_replay_guard.integrations.signals import as_signal
 from langgraph_replay_guard.integrations.task_writes import write_events
 from langgraph_replay_guard.integrations.tool_node import ToolCallWrapper, abort_trace
 from langgraph_replay_guard.integrations.tracing import blocked_run
@@ -218,7 +219,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return result, []
         run_config = _run_config()
         if raises_on_abort(config):
-            error = loop_error(aborting.decision)
+            error = as_signal(loop_error(aborting.decision))
             for planned in plan.calls:
                 trace = abort_trace(planned, aborting)
                 blocked_run(run_config, planned.tool_call, None, trace, error=error)

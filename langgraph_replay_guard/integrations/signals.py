@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from langgraph.errors import GraphBubbleUp
 
-from langgraph_replay_guard.errors import ReplayUnsafeError
+from langgraph_replay_guard.errors import (
+    LoopAbortedError,
+    ReplayConflictError,
+    ReplayGuardError,
+    ReplayInFlightError,
+    ReplayUnsafeError,
+)
 
-__all__ = ["ReplayUnsafeSignal", "RetryRefused", "one_shot_tool", "unsafe_signal"]
+__all__ = [
+    "ReplayUnsafeSignal",
+    "RetryRefused",
+    "as_signal",
+    "one_shot_tool",
+    "unsafe_signal",
+]
 
 
 class ReplayUnsafeSignal(ReplayUnsafeError, GraphBubbleUp):
@@ -22,18 +34,63 @@ class ReplayUnsafeSignal(ReplayUnsafeError, GraphBubbleUp):
     """
 
 
-def unsafe_signal(error: ReplayUnsafeError) -> ReplayUnsafeSignal:
-    """The same error, as a `ReplayUnsafeSignal`.
+class ReplayConflictSignal(ReplayConflictError, GraphBubbleUp):
+    """A `ReplayConflictError` that retry and error handlers pass on (see `ReplayUnsafeSignal`)."""
+
+
+class ReplayInFlightSignal(ReplayInFlightError, GraphBubbleUp):
+    """A `ReplayInFlightError` that retry and error handlers pass on (see `ReplayUnsafeSignal`)."""
+
+
+class LoopAbortedSignal(LoopAbortedError, GraphBubbleUp):
+    """A `LoopAbortedError` that retry and error handlers pass on: a stop must stop the run.
+
+    A `ToolNode(handle_tool_errors=True)` or `ToolErrorMiddleware` would hand it to the model
+    as a tool error, and the loop would go on.
+    """
+
+
+_SIGNALS: tuple[tuple[type[ReplayGuardError], type[ReplayGuardError]], ...] = (
+    (ReplayUnsafeError, ReplayUnsafeSignal),
+    (ReplayConflictError, ReplayConflictSignal),
+    (ReplayInFlightError, ReplayInFlightSignal),
+    (LoopAbortedError, LoopAbortedSignal),
+)
+
+
+_Error = TypeVar("_Error", bound=ReplayGuardError)
+
+
+def as_signal(error: _Error) -> _Error:
+    """The same error as a LangGraph control-flow signal (`GraphBubbleUp`), if it is a stop.
+
+    Args:
+        error: A replay stop or a loop stop the guard built.
+
+    Returns:
+        An instance of the signal subclass with the same message and attributes (callers
+        still catch it as the class they know), or `error` itself for any other error.
+    """
+    for kind, signal_kind in _SIGNALS:
+        if isinstance(error, kind) and not isinstance(error, GraphBubbleUp):
+            signal = signal_kind.__new__(signal_kind)
+            signal.args = error.args
+            signal.__dict__.update(error.__dict__)
+            signal.__cause__ = error.__cause__
+            return cast("_Error", signal)  # a subclass of the error's own class
+    return error
+
+
+def unsafe_signal(error: ReplayUnsafeError) -> ReplayUnsafeError:
+    """`as_signal` for the ledger's unknown-outcome error.
 
     Args:
         error: The error the ledger built.
 
     Returns:
-        An error with the same message and facts.
+        A `ReplayUnsafeSignal` with the same message and facts.
     """
-    signal = ReplayUnsafeSignal(str(error), **error.facts)
-    signal.__cause__ = error.__cause__
-    return signal
+    return as_signal(error)
 
 
 class RetryRefused(GraphBubbleUp):

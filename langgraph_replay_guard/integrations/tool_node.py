@@ -22,7 +22,6 @@ from langgraph_replay_guard._compat import (
     tool_node_settings,
 )
 from langgraph_replay_guard.engine import (
-    STOP_IGNORED,
     CallFacts,
     Decision,
     PlannedCall,
@@ -33,9 +32,6 @@ from langgraph_replay_guard.engine import (
 )
 from langgraph_replay_guard.errors import (
     LoopAbortedError,
-    ReplayConflictError,
-    ReplayInFlightError,
-    ReplayUnsafeError,
 )
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
@@ -58,7 +54,7 @@ from langgraph_replay_guard.integrations.calls import (
     turn_anchors,
 )
 from langgraph_replay_guard.integrations.ledger_gate import LedgerGate, RunTicket, replayed_result
-from langgraph_replay_guard.integrations.signals import RetryRefused, one_shot_tool
+from langgraph_replay_guard.integrations.signals import RetryRefused, as_signal, one_shot_tool
 from langgraph_replay_guard.integrations.task_writes import TaskWrites, write_events
 from langgraph_replay_guard.integrations.tool_errors import watch_tool_errors
 from langgraph_replay_guard.integrations.tracing import (
@@ -436,21 +432,21 @@ class ToolCallWrapper:
         # The first come-back is answered below like a stop, so the saved history stays
         # valid (a node that raises loses its writes); the model node then ends the run
         # (`guard.system_prompt`). A second one is not answered: that would loop until the
-        # recursion limit. With "error" the first one raises already. The error passes any
-        # `handle_tool_errors` (see `_letting_replay_stops_through`).
+        # recursion limit. With "error" the first one raises already. The error is a
+        # control-flow signal: it passes any `handle_tool_errors` and retry middleware.
         if (
             come_back is not None
             and come_back.decision is not None
             and self.end_batches
             and (plan.stop_was_ignored or raises_on_abort(config))
         ):
-            raise loop_error(come_back.decision)
+            raise as_signal(loop_error(come_back.decision))
         # With "continue" a plan aborts only when a blocked call escalated to a stop.
         aborting = plan.abort if self.end_batches else None
         if aborting is not None and aborting.decision is not None:
             trace = abort_trace(planned, aborting)
             if raises_on_abort(config) and self.raise_on_abort:
-                return _Blocked([], [], loop_error(aborting.decision), trace)
+                return _Blocked([], [], as_signal(loop_error(aborting.decision)), trace)
             answer, events = abort_answer(planned, aborting, batch)
             notice = aborting.decision if planned is aborting else None
             messages: list[Any] = [answer]
@@ -641,7 +637,7 @@ def guarded_tool_node(guard: ReplayGuard, node: ToolNode) -> ToolNode:
         task_scope=task_scope,
         name=node.name or "tools",
         tags=list(node.tags or []),
-        handle_tool_errors=_letting_replay_stops_through(settings.handle_tool_errors),
+        handle_tool_errors=_keeping_its_filter(settings.handle_tool_errors),
         messages_key=messages_key,
         wrap_tool_call=wrapper.wrap,
         awrap_tool_call=async_wrapper,
@@ -661,36 +657,30 @@ def _converts_errors(flag: Any, error: type[Exception] = LoopAbortedError) -> bo
     return True
 
 
-_REPLAY_STOPS = (ReplayUnsafeError, ReplayConflictError, ReplayInFlightError)
+def _keeping_its_filter(flag: Any) -> Any:
+    """A `handle_tool_errors` setting that, behind the guard's wrapper, handles what `flag` does.
 
-
-def _must_stop(error: Exception) -> bool:
-    """Whether an error must reach the caller whatever the node's error handling says."""
-    if isinstance(error, _REPLAY_STOPS):
-        return True
-    return isinstance(error, LoopAbortedError) and error.reason == STOP_IGNORED
-
-
-def _letting_replay_stops_through(flag: Any) -> Any:
-    """A `handle_tool_errors` setting that handles what `flag` handles, except replay stops.
-
-    An unknown outcome (`ReplayUnsafeError`), an identity conflict or a model that asks for
-    tools after the guard stopped the run is not a tool error the model can fix: it must
-    reach the operator. A catch-all setting (`True`, a string, a callable) would turn it
-    into a ToolMessage and the run would go on.
+    A `ToolNode` applies its `handle_tool_errors` to every exception a wrapper lets out,
+    whatever types the setting names; without a wrapper it handles only those types. So a
+    guarded node given `(ValueError,)` (or a handler annotated `ValueError`) would turn any
+    tool error into a message. This callable re-raises what `flag` does not handle and
+    answers the rest as `flag` would. The guard's own stops are LangGraph control-flow
+    signals (`integrations/signals.py`), which no `handle_tool_errors` catches.
     """
-    if not _converts_errors(flag, ReplayUnsafeError) and not _converts_errors(flag):
-        return flag
-    handled: tuple[type[BaseException], ...] | type[BaseException]
-    if isinstance(flag, type | tuple):
-        handled, flag = flag, True
-    elif callable(flag):
+    handled: tuple[type[BaseException], ...]
+    if isinstance(flag, type):
+        handled = (flag,)
+    elif isinstance(flag, tuple):
+        handled = flag
+    elif callable(flag) and not is_default_tool_error_handler(flag):
         handled = handled_error_types(flag)
     else:
-        handled = Exception
+        return flag  # True, a message, or LangGraph's default (it re-raises what it leaves)
+    if any(issubclass(Exception, kind) for kind in handled):
+        return flag  # handles every error: nothing to keep out
 
     def handle_tool_errors(error: Exception) -> str:
-        if _must_stop(error) or not isinstance(error, handled):
+        if not isinstance(error, handled):
             raise error
         return tool_error_content(error, flag)
 

@@ -428,3 +428,52 @@ def test_a_replayed_command_brings_back_its_whole_state_update():
     assert out["files"] == {"a.md": "hi"}  # and not lost
     answers = [m.text for m in out["messages"] if isinstance(m, ToolMessage)]
     assert answers == ["wrote a.md", "yes"]
+
+
+def test_a_guarded_tool_node_keeps_its_own_handle_tool_errors():
+    from langchain_core.tools import ToolException
+    from langgraph.graph import START, StateGraph
+
+    @tool
+    def flaky(x: str) -> str:
+        """Fail in two ways."""
+        if x == "value":
+            raise ValueError("bad value")
+        raise ToolException("tool broke")
+
+    def graph(node: ToolNode) -> Any:
+        builder = StateGraph(ReplayGuardState)
+        builder.add_node("tools", node)
+        builder.add_edge(START, "tools")
+        return builder.compile()
+
+    def calls(*xs: str) -> dict[str, Any]:
+        tool_calls = [
+            {"name": "flaky", "args": {"x": x}, "id": f"c{i}", "type": "tool_call"}
+            for i, x in enumerate(xs)
+        ]
+        return {"messages": [AIMessage("", id="a1", tool_calls=tool_calls)]}
+
+    for node in (
+        ToolNode([flaky], handle_tool_errors=(ValueError,)),
+        ReplayGuard().tool_node([flaky], handle_tool_errors=(ValueError,)),
+    ):
+        out = graph(node).invoke(calls("value"))
+        assert out["messages"][-1].status == "error"  # handled: a ValueError
+        with pytest.raises(ToolException):  # not handled, with or without the guard
+            graph(node).invoke(calls("other"))
+
+
+def test_a_stop_with_exit_behavior_error_passes_a_catch_all_error_middleware():
+    from langchain.agents.middleware import ToolErrorMiddleware
+
+    from langgraph_replay_guard import LoopAbortedError
+
+    model = ScriptedChatModel.looping("lookup", {"id": "P1"}, times=20)
+    catch_all = ToolErrorMiddleware(lambda error: f"failed: {error}")
+    agent = create_agent(
+        model, [lookup], middleware=[catch_all, ReplayGuardMiddleware(exit_behavior="error")]
+    )
+    with pytest.raises(LoopAbortedError):
+        agent.invoke({"messages": [HumanMessage("who is P1?")]})
+    assert model.calls <= 5
