@@ -27,6 +27,7 @@ __all__ = [
     "signature_once",
     "tool_error_content",
     "tool_node_settings",
+    "with_channel_writer",
 ]
 
 # Supported ranges (pyproject.toml): langgraph >=1.0,<2 (prebuilt ToolNode 1.x), langchain
@@ -214,6 +215,17 @@ def graph_state(config: Mapping[str, Any] | None) -> Any:
     state = read()
     # A node whose input channels are all empty reads as LangGraph's MISSING sentinel.
     return state if isinstance(state, Mapping) or hasattr(state, "__dict__") else None
+
+
+def with_channel_writer(config: Mapping[str, Any] | None, send: ChannelWriter) -> dict[str, Any]:
+    """A copy of a task's config whose channel writer is `send` (see `channel_writer`).
+
+    A tool that writes state beside its answer (deepagents' `StateBackend` writes `files`
+    this way) reads the writer from the config it runs with.
+    """
+    copy = dict(config or {})
+    copy["configurable"] = {**(copy.get("configurable") or {}), "__pregel_send": send}
+    return copy
 
 
 class TaskScope(Protocol):

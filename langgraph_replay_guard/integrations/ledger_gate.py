@@ -72,6 +72,7 @@ __all__ = [
     "RunTicket",
     "replayed_message",
     "replayed_result",
+    "replayed_sends",
 ]
 
 logger = logging.getLogger("langgraph_replay_guard")
@@ -89,6 +90,8 @@ class RunTicket:
     ctx: CallContext
     entry: LedgerEntry | None
     """The claim (`started` row) of a non-pure call, or None for a pure call."""
+    sends: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
+    """The state writes the tool made beside its answer (`signals.ledgered_tool`)."""
 
 
 def replayed_message(entry: LedgerEntry, tool_call: Mapping[str, Any]) -> ToolMessage:
@@ -113,13 +116,32 @@ def replayed_result(entry: LedgerEntry, tool_call: Mapping[str, Any]) -> ToolMes
     the current tool_call_id); any other tool its ToolMessage (`replayed_message`).
     """
     update = decode_update(entry.result or {})
-    if update is None:
+    if update is not None:
+        update = {k: v for k, v in update.items() if k != SENDS_KEY}
+    if not update:
         return replayed_message(entry, tool_call)
     tool_call_id = tool_call.get("id") or entry.tool_call_id
     messages = update.get("messages")
     if isinstance(messages, list):
         update = {**update, "messages": [_answering(m, tool_call_id) for m in messages]}
     return Command(update=update)
+
+
+SENDS_KEY = "__replay_guard_sends__"
+"""Key, in a recorded update, of the state writes the tool made beside its answer."""
+
+
+def replayed_sends(entry: LedgerEntry) -> list[tuple[str, Any]]:
+    """The state writes a recorded call made beside its answer, to write again on replay."""
+    update = decode_update(entry.result or {})
+    writes = update.get(SENDS_KEY) if update else None
+    if not isinstance(writes, list):
+        return []
+    return [
+        (write[0], write[1])
+        for write in writes
+        if isinstance(write, list | tuple) and len(write) == 2 and isinstance(write[0], str)
+    ]
 
 
 def _answering(message: Any, tool_call_id: str) -> Any:
@@ -442,6 +464,9 @@ class LedgerGate:
                 idempotency_key=None,
             )
         update = _command_update(result)
+        if ticket.sends:
+            # Writes beside the answer are part of the outcome: a replay writes them again.
+            update = {**(update or {}), SENDS_KEY: [list(write) for write in ticket.sends]}
         if message is None:  # a Command without a ToolMessage: its update, no answer of its own
             return finished_entry(entry, "", None, "success", update=update)
         return finished_entry(

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, TypeVar, cast
 
 from langgraph.errors import GraphBubbleUp
 
+from langgraph_replay_guard._compat import channel_writer, with_channel_writer
 from langgraph_replay_guard.errors import (
     LoopAbortedError,
     ReplayConflictError,
@@ -18,7 +20,7 @@ __all__ = [
     "ReplayUnsafeSignal",
     "RetryRefused",
     "as_signal",
-    "one_shot_tool",
+    "ledgered_tool",
     "unsafe_signal",
 ]
 
@@ -94,7 +96,7 @@ def unsafe_signal(error: ReplayUnsafeError) -> ReplayUnsafeError:
 
 
 class RetryRefused(GraphBubbleUp):
-    """A second run of an unsafe call inside the guard, refused (see `one_shot_tool`).
+    """A second run of an unsafe call inside the guard, refused (see `ledgered_tool`).
 
     Raised from inside the tool's invocation, so that a retry middleware between the guard
     and the tool passes it on; the guard then records the first attempt's error and stops
@@ -127,19 +129,24 @@ class _Attempts:
         return self.result
 
 
-def one_shot_tool(tool: Any) -> Any:
-    """A copy of an unsafe tool that runs its body at most once.
+def ledgered_tool(tool: Any, *, sends: list[tuple[str, Any]], once: bool) -> Any:
+    """A copy of a tool whose runs the ledger sees whole.
 
-    The guard claims an unsafe call once, at its place in the middleware list; a retry
-    middleware inside it would run the tool again without the ledger knowing. The copy's
-    second invocation runs nothing: it returns the first result, or, when the first run
-    raised (the effect may have happened), raises `RetryRefused`.
+    - Its state writes beside its answer (a write through the task's channel writer, as
+      deepagents' `StateBackend` writes `files`) are also appended to `sends`, so the ledger
+      records them with the outcome and a replay writes them again.
+    - With `once` (an `unsafe` call, claimed once where the guard sits in the middleware
+      list), its body runs at most once: a second invocation (a retry middleware inside the
+      guard) returns the first result, or, when the first run raised (the effect may have
+      happened), raises `RetryRefused`.
 
     Args:
         tool: The `BaseTool` the call would run.
+        sends: Where to record the tool's channel writes.
+        once: Whether to refuse a second run.
 
     Returns:
-        A shallow copy whose `invoke`/`ainvoke` are guarded, or the tool itself when it
+        A shallow copy whose `invoke`/`ainvoke` are wrapped, or the tool itself when it
         cannot be copied.
     """
     copy = getattr(tool, "model_copy", None)
@@ -148,12 +155,23 @@ def one_shot_tool(tool: Any) -> Any:
     attempts = _Attempts()
     invoke, ainvoke = tool.invoke, tool.ainvoke
 
-    def guarded_invoke(*args: Any, **kwargs: Any) -> Any:
-        if attempts.started:
+    def recording(config: Any) -> Any:
+        send = channel_writer(config)
+        if send is None:
+            return config
+
+        def record_and_send(writes: Sequence[tuple[str, Any]]) -> None:
+            sends.extend((str(channel), value) for channel, value in writes)
+            send(writes)
+
+        return with_channel_writer(config, record_and_send)
+
+    def guarded_invoke(input: Any, config: Any = None, **kwargs: Any) -> Any:
+        if once and attempts.started:
             return attempts.again()
         attempts.started = True
         try:
-            attempts.result = invoke(*args, **kwargs)
+            attempts.result = invoke(input, recording(config), **kwargs)
         except GraphBubbleUp:
             attempts.started = False  # an interrupt: the tool runs again on resume
             raise
@@ -162,12 +180,12 @@ def one_shot_tool(tool: Any) -> Any:
             raise
         return attempts.result
 
-    async def guarded_ainvoke(*args: Any, **kwargs: Any) -> Any:
-        if attempts.started:
+    async def guarded_ainvoke(input: Any, config: Any = None, **kwargs: Any) -> Any:
+        if once and attempts.started:
             return attempts.again()
         attempts.started = True
         try:
-            attempts.result = await ainvoke(*args, **kwargs)
+            attempts.result = await ainvoke(input, recording(config), **kwargs)
         except GraphBubbleUp:
             attempts.started = False
             raise

@@ -13,6 +13,7 @@ from langgraph.prebuilt import ToolNode
 from langgraph.types import Command
 
 from langgraph_replay_guard._compat import (
+    channel_writer,
     graph_has_channel,
     graph_state,
     handled_error_types,
@@ -53,8 +54,13 @@ from langgraph_replay_guard.integrations.calls import (
     tool_message,
     turn_anchors,
 )
-from langgraph_replay_guard.integrations.ledger_gate import LedgerGate, RunTicket, replayed_result
-from langgraph_replay_guard.integrations.signals import RetryRefused, as_signal, one_shot_tool
+from langgraph_replay_guard.integrations.ledger_gate import (
+    LedgerGate,
+    RunTicket,
+    replayed_result,
+    replayed_sends,
+)
+from langgraph_replay_guard.integrations.signals import RetryRefused, as_signal, ledgered_tool
 from langgraph_replay_guard.integrations.task_writes import TaskWrites, write_events
 from langgraph_replay_guard.integrations.tool_errors import watch_tool_errors
 from langgraph_replay_guard.integrations.tracing import (
@@ -321,9 +327,13 @@ class ToolCallWrapper:
             result = yield _Execute(traced_request(request, lambda: prepared.trace("none")))
             return self._finish(request, prepared, result)
         traced = traced_request(ticket.request, lambda: prepared.trace("claimed"))
-        if ticket.entry is not None and prepared.facts.replay == "unsafe" and traced.tool:
-            # Claimed once here: a retry middleware inside the guard must not run it again.
-            traced = traced.override(tool=one_shot_tool(traced.tool))
+        if traced.tool is not None:
+            # The ledger sees the tool's runs whole: its state writes beside its answer, and
+            # for an unsafe call claimed once here, a single run (a retry middleware inside
+            # the guard must not run it again).
+            once = ticket.entry is not None and prepared.facts.replay == "unsafe"
+            tool = ledgered_tool(traced.tool, sends=ticket.sends, once=once)
+            traced = traced.override(tool=tool)
         try:
             result, tool_error = yield _Execute(traced, watch=True)
         except RetryRefused as refused:
@@ -530,6 +540,11 @@ class ToolCallWrapper:
     def _replayed(self, request: ToolCallRequest, run: _Allowed, entry: LedgerEntry) -> ToolResult:
         """Answer a call whose outcome the ledger recorded, without running the tool."""
         message = replayed_result(entry, request.tool_call)
+        sends = replayed_sends(entry)
+        if sends:  # the tool's own state writes beside its answer (deepagents' files)
+            send = channel_writer(_config(request))
+            if send is not None:
+                send(sends)
         decision = Decision(Verdict.REPLAY, "replayed", run.facts.key, tool=run.facts.tool, count=1)
         emit(getattr(request.runtime, "stream_writer", None), decision, request.tool_call)
         return self._finish(request, run, message)
