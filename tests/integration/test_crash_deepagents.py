@@ -34,6 +34,6 @@ def test_write_file_killed_before_its_checkpoint_is_replayed_whole_on_resume(tmp
     report = json.loads(resumed.stdout.strip().splitlines()[-1])
     executions = (tmp_path / "executions").read_text().splitlines()
     assert executions == ["write_file"]  # the body ran once, in the killed process
-    # The resumed run got write_file's whole Command back from the ledger: the file is there.
+    # The resumed run got write_file's state writes back from the ledger: the file is there.
     assert report["files"] == {"/notes.md": "the printer is on fire\n"}
     assert report["texts"][-1] == "Saved your notes."
