@@ -47,7 +47,9 @@ from langgraph_replay_guard.integrations.calls import (
     executed_event,
     final_ai_message,
     find_batch,
+    plan_batch,
     result_outcome,
+    snapshot,
     state_field,
     state_messages,
     stopped_here,
@@ -417,12 +419,37 @@ class ToolCallWrapper:
         plan = self.plans.plan(self.guard.config, value, batch, tools)
         return plan, plan.call(tool_call_id) or plan.calls[-1]
 
+    def _as_it_runs(
+        self, request: ToolCallRequest, plan: BatchPlan, planned: PlannedCall
+    ) -> tuple[BatchPlan, PlannedCall]:
+        """The plan again, when the call runs with other arguments than the ones planned.
+
+        The batch is planned from the model's AIMessage; a middleware may change a call
+        before it runs (a HITL edit, in place in that very message or in the request, PII
+        redaction). The guard decides and records on what actually executes.
+        """
+        asked, runs = planned.tool_call, request.tool_call
+        if asked is runs or (
+            asked.get("args") == runs.get("args") and asked["name"] == runs["name"]
+        ):
+            return plan, planned
+        ai = plan.batch.ai_message
+        calls = [
+            runs if i == planned.index else call for i, call in enumerate(plan.batch.tool_calls)
+        ]
+        edited = Batch(ai.model_copy(update={"tool_calls": calls}), plan.batch.turn)
+        value = self._channel_value(request, self._decision_state(request))
+        replanned = plan_batch(
+            self.guard.config, snapshot(value, edited.batch_id), edited, self.tools
+        )
+        return replanned, replanned.calls[planned.index]
+
     def _prepare(self, request: ToolCallRequest) -> _Allowed | _Blocked | None:
         """Decide a call: `_Allowed` to execute it, `_Blocked` to answer it, None to pass it on."""
         tools = self._known_tools(request)
         if request.tool is None and tools is None:
             return None
-        plan, planned = self._planned(request, tools)
+        plan, planned = self._as_it_runs(request, *self._planned(request, tools))
         decision = planned.decision
         if plan.abort is None and decision is not None and decision.verdict is Verdict.ALLOW:
             # Nothing in the batch stops the run and this call runs: every step's case.

@@ -370,3 +370,71 @@ def test_a_re_read_still_in_the_history_is_answered_as_a_duplicate(order):
     agent = create_agent(model, [read_doc], middleware=_stack(order, summarize))
     agent.invoke({"messages": [HumanMessage("read D1")]})
     assert reads == ["D1"]
+
+
+def _edit_every_review(agent: Any, cfg: dict[str, Any], args: dict[str, Any]) -> Any:
+    """Answer every HITL review (batched or per call) with an edit to `args`."""
+    out = None
+    for _ in range(10):
+        interrupts = agent.get_state(cfg).interrupts
+        if not interrupts:
+            return out
+        edit = {"type": "edit", "edited_action": {"name": "lookup", "args": args}}
+        if interrupts[0].value.get("type") == "tool_approval":  # per call: one answer by id
+            out = agent.invoke(Command(resume={i.id: edit for i in interrupts}), cfg)
+        else:
+            out = agent.invoke(Command(resume={"decisions": [edit]}), cfg)
+    return out
+
+
+GUARD_BEFORE_HITL_EDIT = pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "open (issue 24): HITL applies an edit in its own wrap_tool_call, inside the guard's; "
+        "the guard, deciding first, answers the model's duplicate before the edit exists"
+    ),
+)
+
+
+@pytest.mark.parametrize("interrupt_mode", ["batched", "per_call"])
+@pytest.mark.parametrize(
+    "order", [pytest.param("guard-first", marks=GUARD_BEFORE_HITL_EDIT), "guard-last"]
+)
+def test_an_edited_read_runs_with_the_edited_arguments(order, interrupt_mode):
+    # The model reads P1, then asks for P1 again; the reviewer edits the second call to P2.
+    # The guard decides on what runs (a new read), not on the model's duplicate.
+    runs: Counter[str] = Counter()
+    seen: list[str] = []
+    tools = _tools(runs)
+
+    @tool
+    def lookup(id: str) -> str:
+        """Look a customer up."""
+        seen.append(id)
+        return f"{id}: premium plan"
+
+    model = ScriptedChatModel(
+        script=[[("lookup", {"id": "P1"})], [("lookup", {"id": "P1"})], "done"]
+    )
+    hitl = HumanInTheLoopMiddleware(
+        interrupt_on={"lookup": {"allowed_decisions": ["approve", "edit", "reject"]}},
+        interrupt_mode=interrupt_mode,
+    )
+    agent = create_agent(
+        model,
+        [lookup, tools[1]],
+        middleware=_stack(order, hitl),
+        checkpointer=InMemorySaver(),
+    )
+    cfg = {"configurable": {"thread_id": f"edit-{order}-{interrupt_mode}"}}
+    agent.invoke({"messages": [HumanMessage("who are P1 and P2?")]}, cfg)
+    approve = {"type": "approve"}
+    interrupts = agent.get_state(cfg).interrupts
+    if interrupts[0].value.get("type") == "tool_approval":
+        agent.invoke(Command(resume={i.id: approve for i in interrupts}), cfg)
+    else:
+        agent.invoke(Command(resume={"decisions": [approve]}), cfg)
+    out = _edit_every_review(agent, cfg, {"id": "P2"})
+    assert seen == ["P1", "P2"]
+    answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert "P2: premium plan" in answers[-1].text
