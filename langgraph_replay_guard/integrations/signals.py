@@ -52,6 +52,17 @@ class LoopAbortedSignal(LoopAbortedError, GraphBubbleUp):
     """
 
 
+for _signal_kind in (
+    ReplayUnsafeSignal,
+    ReplayConflictSignal,
+    ReplayInFlightSignal,
+    LoopAbortedSignal,
+):
+    # What users see (tracebacks, recorded errors, logs) is the public error they catch.
+    _base = _signal_kind.__mro__[1]
+    _signal_kind.__name__ = _signal_kind.__qualname__ = _base.__name__
+    _signal_kind.__module__ = _base.__module__
+
 _SIGNALS: tuple[tuple[type[ReplayGuardError], type[ReplayGuardError]], ...] = (
     (ReplayUnsafeError, ReplayUnsafeSignal),
     (ReplayConflictError, ReplayConflictSignal),

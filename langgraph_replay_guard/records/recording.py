@@ -20,6 +20,7 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command, Interrupt
 from pydantic import BaseModel
 
+from langgraph_replay_guard.errors import ReplayGuardError
 from langgraph_replay_guard.integrations.calls import DECISION_EVENT
 from langgraph_replay_guard.integrations.tracing import TRACE_KEY
 from langgraph_replay_guard.ledger_io import arun_plan, run_plan
@@ -627,8 +628,12 @@ class RecordedGraph:
         yield from run.write_plan(run.started_record, "started")
         try:
             output = yield _Invoke(input, run.config, kwargs)
-        except GraphBubbleUp:
-            raise  # an interrupt of an enclosing graph: this run has not finished
+        except GraphBubbleUp as exc:
+            if not isinstance(exc, ReplayGuardError):
+                raise  # an interrupt of an enclosing graph: this run has not finished
+            # The guard's own stops travel as control-flow signals: the run ended with them.
+            yield from run.write_plan(functools.partial(run.final_record, error=exc), "final")
+            raise
         except Exception as exc:
             yield from run.write_plan(functools.partial(run.final_record, error=exc), "final")
             raise
