@@ -31,11 +31,22 @@ __all__ = [
     "CallClass",
     "ClassRule",
     "GuardConfig",
+    "PolicySource",
     "PresetName",
     "ReplayClass",
     "ToolPolicy",
     "ToolkitRef",
 ]
+
+PolicySource = Literal["tools", "toolkit", "annotations", "default"]
+"""Where a tool's policy comes from, first match wins (`GuardConfig.policy_source`).
+
+- `"tools"`: the user's own entry in `GuardConfig.tools`.
+- `"toolkit"`: a toolkit named in `GuardConfig.toolkits`.
+- `"annotations"`: the tool's MCP annotations (`readOnlyHint`, `idempotentHint`...), which a
+  guard learns from the tools it guards (see `tool_hints`).
+- `"default"`: `GuardConfig.default_policy`.
+"""
 
 PresetName = Literal["shell", "editor"]
 """Built-in per-call classifications (see `langgraph_replay_guard/presets/` and the README).
@@ -395,7 +406,10 @@ class GuardConfig(BaseModel):
             as a whole (it replaces the toolkit's policy, it is not merged with it). Two
             toolkits that give one tool different policies are an error unless `tools`
             decides it. Serialized as given: the expanded policies are never written.
-        default_policy: Policy of tools not listed in `tools` nor in a toolkit.
+        default_policy: Policy of tools not listed in `tools` nor in a toolkit, and
+            without MCP annotations (a tool's `readOnlyHint`, `idempotentHint` and
+            `destructiveHint` give its class when neither `tools` nor a toolkit names it:
+            see `policy_for`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -423,6 +437,8 @@ class GuardConfig(BaseModel):
 
     # The toolkits' policies, expanded once (the user's `tools` are looked up first).
     _toolkit_tools: dict[str, ToolPolicy] = PrivateAttr(default_factory=dict)
+    # The policies MCP annotations give, in a guard's own copy (`with_annotations`) only.
+    _annotated: dict[str, ToolPolicy] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -516,10 +532,33 @@ class GuardConfig(BaseModel):
         return self
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
-        """Copy the configuration; the toolkits are expanded again for the copy."""
+        """Copy the configuration; the toolkits are expanded again for the copy.
+
+        The copy has no policies from MCP annotations: those belong to the guard that
+        learned them (`with_annotations`), not to the configuration.
+        """
         copy = super().model_copy(update=update, deep=deep)
         if update and ("toolkits" in update or "tools" in update):
             copy._toolkit_tools = _expand(copy.toolkits, copy.tools)
+        copy._annotated = {}
+        return copy
+
+    def with_annotations(self, policies: Mapping[str, ToolPolicy]) -> GuardConfig:
+        """A copy that gives tools the policies their MCP annotations give.
+
+        `policy_for` consults them after `tools` and the toolkits, before
+        `default_policy`. A guard keeps its own copy (guards sharing a configuration learn
+        apart), and the copy serializes as this configuration does: the annotations' policies
+        are never written to JSON or YAML, nor kept by `model_copy`.
+
+        Args:
+            policies: Policies by tool name (see `tool_hints.policy_from_hints`).
+
+        Returns:
+            A new configuration (a new object: caches keyed by the configuration start afresh).
+        """
+        copy = super().model_copy()
+        copy._annotated = dict(policies)
         return copy
 
     @property
@@ -534,16 +573,41 @@ class GuardConfig(BaseModel):
             tool: Tool name.
 
         Returns:
-            The tool's own policy (`tools`), else its toolkit policy (`toolkits`), else
-            `default_policy`.
+            The tool's own policy (`tools`), else its toolkit policy (`toolkits`), else the
+            policy its MCP annotations give (in a guard's copy, see `with_annotations`),
+            else `default_policy`.
         """
         policy = self.tools.get(tool)
         if policy is not None:
             return policy
-        if not self.toolkits:
-            # Read on every call: a pydantic private attribute costs a __getattr__ call.
-            return self.default_policy
-        return self._toolkit_tools.get(tool, self.default_policy)
+        # The private tables through the slot that holds them: `self._x` is a __getattr__
+        # call, ten times the cost of this whole lookup.
+        tables = self.__pydantic_private__
+        assert tables is not None  # set at validation: the model has private attributes
+        if self.toolkits:
+            toolkit_tools: dict[str, ToolPolicy] = tables["_toolkit_tools"]
+            policy = toolkit_tools.get(tool)
+            if policy is not None:
+                return policy
+        annotated: dict[str, ToolPolicy] = tables["_annotated"]
+        return annotated.get(tool, self.default_policy) if annotated else self.default_policy
+
+    def policy_source(self, tool: str) -> PolicySource:
+        """Say where the policy `policy_for` returns for a tool comes from.
+
+        Args:
+            tool: Tool name.
+
+        Returns:
+            `"tools"`, `"toolkit"`, `"annotations"` (MCP annotations) or `"default"`.
+        """
+        if tool in self.tools:
+            return "tools"
+        if tool in self._toolkit_tools:
+            return "toolkit"
+        if tool in self._annotated:
+            return "annotations"
+        return "default"
 
     @classmethod
     def from_json(cls, text: str | bytes) -> GuardConfig:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
 
-from langgraph_replay_guard.config import GuardConfig, ToolPolicy
+from langgraph_replay_guard.config import GuardConfig, PolicySource, ToolPolicy
 from langgraph_replay_guard.errors import InvalidArgumentsError, LoopAbortedError
 from langgraph_replay_guard.failures import SAME_FAILURE, failure_signature
 from langgraph_replay_guard.keys import call_key, content_hash
@@ -144,6 +144,8 @@ class CallFacts(NamedTuple):
     """The tool's same-failure threshold (0: the layer is off for it)."""
     failure_pattern: re.Pattern[str] | None = None
     """`GuardConfig.failure_pattern`, compiled: a result matching it is a failure too."""
+    source: PolicySource | None = None
+    """Where the tool's policy comes from (`GuardConfig.policy_source`); None: unknown tool."""
 
     @property
     def args_summary(self) -> str:
@@ -216,6 +218,7 @@ def call_facts(
         (),
         rules.max_same_failures,
         rules.failure_pattern,
+        rules.source,
     )
 
 
@@ -230,10 +233,13 @@ class _ToolRules(NamedTuple):
     ignore_args: tuple[str, ...]
     max_same_failures: int
     failure_pattern: re.Pattern[str] | None
+    source: PolicySource
 
 
 # Per configuration (by identity: a config is frozen, and a copy is a new object), the rules
 # of each tool seen: a handful of policy lookups that every call of the tool would repeat.
+# A guard that learns a class from MCP annotations decides with a new copy
+# (`tool_hints.LearnedPolicies`), so rules cached before it learned are never read again.
 # A few configurations at most (the guards of one process), the oldest dropped first; a
 # bounded number of names each (a model inventing names must not grow it without end).
 _RULES: IdentityMemo[dict[str, _ToolRules]] = IdentityMemo(16)
@@ -257,6 +263,7 @@ def _tool_rules(config: GuardConfig, tool: str) -> _ToolRules:
             ignore_args=tuple(policy.key_ignore_args),
             max_same_failures=config.same_failure_limit(tool),
             failure_pattern=config.failure_regex,
+            source=config.policy_source(tool),
         )
         if len(table) < _MAX_RULES_PER_TABLE:
             table[tool] = rules

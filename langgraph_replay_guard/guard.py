@@ -14,6 +14,7 @@ from langgraph_replay_guard.options import (
     check_store,
     guard_config,
 )
+from langgraph_replay_guard.tool_hints import LearnedPolicies
 
 if TYPE_CHECKING:
     from langchain_core.messages import SystemMessage
@@ -78,14 +79,17 @@ class ReplayGuard:
             self.record_setting, self.store, self.namespace
         )
         self._tool_names = ToolNameCheck(self.config)
+        # Classes from the MCP annotations of the tools this guard sees; this guard's alone.
+        self._learned = LearnedPolicies(self.config)
 
     def control(self) -> GuardControl:
         """Return a framework-free control for one turn (the seed's vocabulary).
 
         Returns:
-            A new `GuardControl` with an empty state.
+            A new `GuardControl` with an empty state (deciding with the classes the guard
+            learned from the MCP annotations of the tools it guards, if any).
         """
-        return GuardControl(self.config)
+        return GuardControl(self._learned.config)
 
     # -- LangGraph: custom StateGraph ------------------------------------------------------
 
@@ -95,7 +99,9 @@ class ReplayGuard:
         The graph state needs the guard channel: use `ReplayGuardState`, or add
         `replay_guard: NotRequired[Annotated[dict | None, merge_guard_state]]` to your state.
         A `ReplayGuardWarning` names each tool of `config.tools` that the node does not
-        have (a typo there would leave the real tool with the default policy).
+        have (a typo there would leave the real tool with the default policy). A tool with
+        MCP annotations (langchain-mcp-adapters puts them in its `metadata`) that neither
+        `tools` nor a toolkit names gets the class they give (see `GuardConfig.policy_for`).
 
         Args:
             tool_node: The node to guard (its tools, name, error handling and any wrapper
@@ -107,6 +113,7 @@ class ReplayGuard:
         from langgraph_replay_guard.integrations.tool_node import guarded_tool_node
 
         self._tool_names.check(tool_node.tools_by_name, where=f"ToolNode {tool_node.name!r}")
+        self._learned.learn_tools(tool_node.tools_by_name.values())
         return guarded_tool_node(self, tool_node)
 
     def tool_node(self, tools: Sequence[BaseTool | Callable[..., Any]], **kwargs: Any) -> ToolNode:

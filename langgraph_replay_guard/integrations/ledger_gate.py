@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 
     from langgraph_replay_guard.config import GuardConfig
     from langgraph_replay_guard.engine import CallFacts
+    from langgraph_replay_guard.tool_hints import LearnedPolicies
 
 __all__ = [
     "IDEMPOTENCY_KEY_CONFIG",
@@ -200,7 +201,7 @@ class LedgerGate:
     """The ledger side of the tool-call wrapper; one plan per call, a sync and an async driver.
 
     Args:
-        config: Guard configuration.
+        policies: The guard's configuration, with what it learned from MCP annotations.
         store: The store given to the guard; when None, the graph's store (`compile(store=)`,
             `create_agent(store=)`) is used; without either there is no ledger.
         namespace: Namespace prefix of the ledger rows.
@@ -210,7 +211,7 @@ class LedgerGate:
 
     def __init__(
         self,
-        config: GuardConfig,
+        policies: LearnedPolicies,
         *,
         store: Any = None,
         namespace: tuple[str, ...] = ("replay_guard",),
@@ -218,13 +219,18 @@ class LedgerGate:
         channel: str = GUARD_CHANNEL,
     ) -> None:
         """Create the gate."""
-        self.config = config
+        self.policies = policies
         self.store = store
         self.prefix = tuple(store_label(part) for part in namespace)
         self.messages_key = messages_key
         self.channel = channel
         self._warned: set[str] = set()
         self._lock = threading.Lock()
+
+    @property
+    def config(self) -> GuardConfig:
+        """The configuration the guard decides with (see `LearnedPolicies.config`)."""
+        return self.policies.config
 
     # -- the call's context ---------------------------------------------------------------------
 

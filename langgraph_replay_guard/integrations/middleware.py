@@ -169,7 +169,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         missing = unrecorded_positions(value, ai.id, len(ai.tool_calls))
         if not missing:
             return value, []
-        config = self.guard.config
+        config = self._calls.config
         batch = Batch(ai, current_turn(state, anchors=turn_anchors(value)))
         plan = self._calls.plans.plan(config, value, batch, self._calls.tools)
         events = [
@@ -187,7 +187,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         """One write of the model call's events beside the model node's output."""
         if events:
             first = request.state.get(self.channel) is None
-            config = self.guard.config
+            config = self._calls.config
             write_events(self._calls, _run_config(), config, self.channel, events, first=first)
 
     def _stop_after(
@@ -210,7 +210,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         ai = _answer_message(response)
         if ai is None or not ai.tool_calls:
             return result, []
-        config = self.guard.config
+        config = self._calls.config
         # The answer is the batch; its turn is that of the messages it answers.
         batch = Batch(ai, current_turn(request.state, anchors=turn_anchors(value)))
         plan = self._calls.plans.plan(config, value, batch, self._calls.tools)
@@ -288,11 +288,13 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return result
 
     def _check_tools(self, request: ModelRequest[Any]) -> None:
-        """Learn the agent's tool names; warn once about configured names it does not have.
+        """Learn the agent's tools; warn once about configured names it does not have.
 
         `create_agent` tells a middleware nothing about the agent's tools at build time;
         the model calls' requests are the first place they are seen. A tool call to any
-        other name is a call to a tool that does not exist (reason `unknown_tool`).
+        other name is a call to a tool that does not exist (reason `unknown_tool`). A tool
+        with MCP annotations in its `metadata` that the configuration does not name gets
+        the class they give, from this model call's batch on.
         """
         offered = [*request.tools, *_structured_output_tools(request.response_format)]
         seen = self._offered
@@ -301,6 +303,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self._offered = tuple(offered)
         names = [n for n in map(_tool_name, offered) if n]
         self._calls.learn_tools(names)
+        self._calls.learned.learn_tools(offered)
         if self._tools_checked:
             return
         self._tools_checked = True

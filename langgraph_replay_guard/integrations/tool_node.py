@@ -79,6 +79,7 @@ from langgraph_replay_guard.state import Event, settled
 if TYPE_CHECKING:
     from langgraph.prebuilt.tool_node import ToolCallRequest
 
+    from langgraph_replay_guard.config import GuardConfig
     from langgraph_replay_guard.guard import ReplayGuard
 
 __all__ = ["ToolCallWrapper", "guarded_tool_node", "route_after_tools"]
@@ -107,15 +108,19 @@ class _Allowed:
 
     def trace(self, ledger: LedgerStatus) -> dict[str, Any]:
         """The decision for the run's metadata; a ledger replay is a `replay` verdict."""
+        facts = self.facts
         if ledger == "replayed":
             return trace_info(
                 self.planned.decision,
-                replay=self.facts.replay,
+                replay=facts.replay,
+                source=facts.source,
                 ledger=ledger,
                 verdict="replay",
                 reason="replayed",
             )
-        return trace_info(self.planned.decision, replay=self.facts.replay, ledger=ledger)
+        return trace_info(
+            self.planned.decision, replay=facts.replay, source=facts.source, ledger=ledger
+        )
 
 
 @dataclass(slots=True)
@@ -239,13 +244,23 @@ class ToolCallWrapper:
         self.channel = channel
         self.end_batches = end_batches
         self.plans = PlanCache()  # shared with the middleware's after_model: one plan a step
+        self.learned = guard._learned
         self.gate = LedgerGate(
-            guard.config,
+            self.learned,
             store=guard.store,
             namespace=guard.namespace,
             messages_key=messages_key,
             channel=channel,
         )
+
+    @property
+    def config(self) -> GuardConfig:
+        """The configuration calls are decided with.
+
+        The guard's, plus the classes the MCP annotations of its tools give: a new object
+        whenever the guard learns one, so read it at each use.
+        """
+        return self.learned.config
 
     # -- one plan, a sync and an async driver -----------------------------------------------
 
@@ -416,7 +431,7 @@ class ToolCallWrapper:
         if batch is None:  # a ToolNode called with bare tool calls: a batch of one
             turn = current_turn(state, self.messages_key, anchors)
             batch = Batch(AIMessage(content="", tool_calls=[request.tool_call]), turn)
-        plan = self.plans.plan(self.guard.config, value, batch, tools)
+        plan = self.plans.plan(self.config, value, batch, tools)
         return plan, plan.call(tool_call_id) or plan.calls[-1]
 
     def _as_it_runs(
@@ -461,7 +476,7 @@ class ToolCallWrapper:
     ) -> _Allowed | _Blocked | None:
         """`_prepare` for a call that is blocked, or whose batch stops the run."""
         batch = plan.batch
-        config = self.guard.config
+        config = self.config
         last = planned.index == len(batch.tool_calls) - 1
 
         come_back = plan.stop_ignored
@@ -509,7 +524,8 @@ class ToolCallWrapper:
         messages = [answer]
         if decision.verdict is Verdict.ABORT and last:
             messages.append(final_ai_message(decision, batch))
-        trace = trace_info(decision, replay=_replay_class(planned))
+        replay, source = _class_of(planned)
+        trace = trace_info(decision, replay=replay, source=source)
         probe = (
             request.tool is None
             and planned.facts is not None
@@ -559,7 +575,7 @@ class ToolCallWrapper:
         """Write events to the guard channel beside the node's output (see `task_writes`)."""
         first = state_field(request.state, self.channel) is None
         return write_events(
-            self, _config(request), self.guard.config, self.channel, events, stop=stop, first=first
+            self, _config(request), self.config, self.channel, events, stop=stop, first=first
         )
 
     # -- recording ------------------------------------------------------------------------------
@@ -582,9 +598,7 @@ class ToolCallWrapper:
         if isinstance(result, Command) and result.graph is not None:
             logger.debug("tool %r returned a Command for another graph", run.planned.tool_call)
         command = isinstance(result, Command)
-        event = executed_event(
-            self.guard.config, run.planned, run.batch, outcome, text, command=command
-        )
+        event = executed_event(self.config, run.planned, run.batch, outcome, text, command=command)
         self._record(request, [event])
         return result
 
@@ -615,8 +629,10 @@ def _answer_of(result: ToolResult | None) -> Any:
     return result
 
 
-def _replay_class(planned: PlannedCall) -> str | None:
-    return planned.facts.replay if planned.facts is not None else None
+def _class_of(planned: PlannedCall) -> tuple[str | None, str | None]:
+    """A planned call's class and its source, for `trace_info` (None: arguments not keyed)."""
+    facts = planned.facts
+    return (None, None) if facts is None else (facts.replay, facts.source)
 
 
 def abort_trace(planned: PlannedCall, aborting: PlannedCall) -> dict[str, Any]:
@@ -632,10 +648,11 @@ def abort_trace(planned: PlannedCall, aborting: PlannedCall) -> dict[str, Any]:
     Returns:
         A `trace_info` object.
     """
+    replay, source = _class_of(planned)
     if planned is aborting:
-        return trace_info(planned.decision, replay=_replay_class(planned))
+        return trace_info(planned.decision, replay=replay, source=source)
     return trace_info(
-        planned.decision, replay=_replay_class(planned), verdict="abort", reason="stopped"
+        planned.decision, replay=replay, source=source, verdict="abort", reason="stopped"
     )
 
 
@@ -669,10 +686,9 @@ def guarded_tool_node(guard: ReplayGuard, node: ToolNode) -> ToolNode:
     # sync guard in async mode too, as it does for sync-only wrappers.
     async_wrapper = wrapper.awrap if inner is None or ainner is not None else None
     channel = wrapper.channel
-    config = guard.config
 
     def task_scope(task_config: Any) -> TaskWrites:
-        return TaskWrites(wrapper, task_config, config, channel, messages_key)
+        return TaskWrites(wrapper, task_config, wrapper.config, channel, messages_key)
 
     return scoped_tool_node(
         list(node.tools_by_name.values()),

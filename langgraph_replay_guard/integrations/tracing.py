@@ -43,6 +43,7 @@ def trace_info(
     decision: Decision | None,
     *,
     replay: str | None,
+    source: str | None = None,
     ledger: LedgerStatus = "none",
     verdict: str | None = None,
     reason: str | None = None,
@@ -52,18 +53,21 @@ def trace_info(
     Args:
         decision: The engine's decision, or None for a call it could not key.
         replay: The call's replay class (`pure`, `idempotent`, `unsafe`), or None.
+        source: Where the class comes from (`GuardConfig.policy_source`: `tools`,
+            `toolkit`, `annotations` for MCP annotations, `default`), or None.
         ledger: What the replay ledger did with the call.
         verdict: Overrides the decision's verdict (a sibling of an aborting call is `abort`).
         reason: Overrides the decision's reason.
 
     Returns:
-        `{"verdict", "reason", "count", "replay", "ledger"}`.
+        `{"verdict", "reason", "count", "replay", "source", "ledger"}`.
     """
     return {
         "verdict": verdict or (decision.verdict.value if decision is not None else "deny"),
         "reason": reason or (decision.reason if decision is not None else None),
         "count": decision.count if decision is not None else 1,
         "replay": replay,
+        "source": source,
         "ledger": ledger,
     }
 

@@ -173,6 +173,7 @@ def test_a_ledger_replay_shows_as_a_replayed_tool_run(mode):
         "reason": None,
         "count": 1,
         "replay": "unsafe",
+        "source": "tools",
         "ledger": "claimed",
     }
     assert again == {**first, "verdict": "replay", "reason": "replayed", "ledger": "replayed"}

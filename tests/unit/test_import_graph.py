@@ -21,6 +21,7 @@ CORE = [
     "state_format",
     "shell",
     "toolkit_data",
+    "tool_hints",
     "failures",
     "memo",
     "records.envelope",

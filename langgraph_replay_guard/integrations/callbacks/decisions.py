@@ -37,6 +37,7 @@ from langgraph_replay_guard.integrations.calls import (
 )
 from langgraph_replay_guard.state import Event, GuardView, Outcome, settled, state_for_turn
 from langgraph_replay_guard.state_format import MAX_UNKNOWN_MARKS, CallEvent
+from langgraph_replay_guard.tool_hints import LearnedPolicies
 
 if TYPE_CHECKING:
     from langgraph_replay_guard.config import GuardConfig
@@ -100,10 +101,16 @@ class CallbackDecider:
 
     def __init__(self, config: GuardConfig, scopes: ScopeTable) -> None:
         """Create the guard."""
-        self.config = config
+        self.learned = LearnedPolicies(config)
+        """The classes the MCP annotations of the agent's tools give (this handler's own)."""
         self.scopes = scopes
         self.tools: tuple[str, ...] | None = None
         """Names of the agent's tools, once known (`check(agent)`, an executor's report)."""
+
+    @property
+    def config(self) -> GuardConfig:
+        """The configuration calls are decided with (see `LearnedPolicies.config`)."""
+        return self.learned.config
 
     def learn_tools(self, names: Sequence[str]) -> None:
         """Add tool names that exist: a call to any other name is an unknown tool.

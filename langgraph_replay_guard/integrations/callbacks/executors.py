@@ -10,7 +10,7 @@ from langgraph.prebuilt.tool_node import ToolInvocationError
 from langgraph_replay_guard._compat import tool_node_settings
 from langgraph_replay_guard.errors import ReplayGuardError
 
-__all__ = ["ToolCallBlockedError", "agent_tool_names", "enforcement_problems"]
+__all__ = ["ToolCallBlockedError", "agent_tools", "enforcement_problems"]
 
 
 class ToolCallBlockedError(ReplayGuardError, ToolInvocationError, OutputParserException):
@@ -69,19 +69,19 @@ def enforcement_problems(agent: Any) -> list[str]:
     raise TypeError(msg)
 
 
-def agent_tool_names(agent: Any) -> list[str]:
-    """The names of the tools an agent runs: its ToolNodes' or its `AgentExecutor`'s.
+def agent_tools(agent: Any) -> list[Any]:
+    """The tools an agent runs: its ToolNodes' or its `AgentExecutor`'s (`BaseTool`s).
 
     Args:
         agent: A compiled LangGraph graph or a `langchain_classic` `AgentExecutor`
             (`enforcement_problems` has rejected anything else).
 
     Returns:
-        The tool names.
+        The tools.
     """
     if _is_agent_executor(agent):
-        return [tool.name for tool in agent.tools]
-    return [name for _, node in _tool_nodes(agent) for name in node.tools_by_name]
+        return list(agent.tools)
+    return [tool for _, node in _tool_nodes(agent) for tool in node.tools_by_name.values()]
 
 
 def _is_agent_executor(agent: Any) -> bool:

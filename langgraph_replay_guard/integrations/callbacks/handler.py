@@ -27,7 +27,7 @@ from langgraph_replay_guard.integrations.callbacks.decisions import (
 )
 from langgraph_replay_guard.integrations.callbacks.executors import (
     ToolCallBlockedError,
-    agent_tool_names,
+    agent_tools,
     enforcement_problems,
 )
 from langgraph_replay_guard.integrations.callbacks.scopes import (
@@ -162,10 +162,15 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
     run before the handlers after this one hear of it. Each refused call is therefore
     reported as a tool run of its own, under the same parent, that ends in the
     `ToolCallBlockedError` and carries the decision in its metadata
-    (`{"replay_guard": {"verdict", "reason", "count", "replay", "ledger"}}`) and a
+    (`{"replay_guard": {"verdict", "reason", "count", "replay", "source", "ledger"}}`) and a
     `replay_guard:<verdict>` tag; the error has the same `metadata`. An allowed call is the
     tool's own run, without guard metadata. Register this handler before any tracer: a
     handler listed before it also sees the refused run start and never end.
+
+    MCP annotations: a tool's `readOnlyHint`/`idempotentHint`/`destructiveHint` (in its
+    `metadata`, where langchain-mcp-adapters puts them) give its class when the configuration
+    does not name it. The handler learns them from `check(agent)`, or else from the tool's
+    first run (the batch that first calls it was decided when the model answered, before).
 
     Args:
         config: Guard configuration (`GuardConfig()` defaults when omitted).
@@ -307,9 +312,11 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             TypeError: If `agent` is neither kind.
         """
         problems = enforcement_problems(agent)
-        names = agent_tool_names(agent)
+        tools = agent_tools(agent)
+        names = [tool.name for tool in tools]
         self._tool_names.check(names, where="the agent")
         self._guard.learn_tools(names)
+        self._guard.learned.learn_tools(tools)
         if problems:
             msg = "ReplayGuardCallbackHandler cannot enforce its decisions here:\n- " + (
                 "\n- ".join(problems)
@@ -496,6 +503,10 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         """
         info, nested = self._runs.start(run_id, parent_run_id, metadata, tool=True)
         name = (serialized or {}).get("name") or kwargs.get("name") or ""
+        if not nested and metadata:
+            # A tool's run carries its metadata, MCP annotations included: its later batches
+            # get their class (this one was decided when the model answered).
+            self._guard.learned.learn([(name, metadata)])
         if not nested and name == "invalid_tool" and isinstance(inputs, dict):
             self._invalid_tool(info.scope, inputs)
         if nested or name in _EXECUTOR_TOOLS:
@@ -507,7 +518,8 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             )
         except LoopAbortedError as stop:
             self._runs.end(run_id)
-            trace = trace_info(None, replay=self._replay_class(name), verdict="abort")
+            replay, source = self._class_of(name)
+            trace = trace_info(None, replay=replay, source=source, verdict="abort")
             trace.update(reason=stop.reason, count=stop.count)
             self._report_refused(call, trace, stop)
             raise
@@ -515,7 +527,9 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             self._runs.end(run_id)  # the body will not run, so no end event comes
             error = _refuse(admitted, name)
             decision = admitted.decisions[0][0] if admitted.decisions else None
-            self._report_refused(call, trace_info(decision, replay=self._replay_class(name)), error)
+            replay, source = self._class_of(name)
+            trace = trace_info(decision, replay=replay, source=source)
+            self._report_refused(call, trace, error)
             raise error
         info.call = admitted
 
@@ -526,8 +540,10 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         if isinstance(requested, str) and isinstance(available, list):
             self._guard.invalid_tool(scope, requested, [n for n in available if isinstance(n, str)])
 
-    def _replay_class(self, tool: str) -> str:
-        return self.config.policy_for(tool).replay
+    def _class_of(self, tool: str) -> tuple[str, str]:
+        """A tool's class and where it comes from, for `trace_info`."""
+        config = self._guard.config
+        return config.policy_for(tool).replay, config.policy_source(tool)
 
     def _report_refused(self, call: Call, trace: dict[str, Any], error: BaseException) -> None:
         """Report a refused call as an errored tool run carrying the decision, for tracers.
