@@ -19,6 +19,7 @@ from langgraph_replay_guard.errors import (
 __all__ = [
     "ReplayUnsafeSignal",
     "RetryRefused",
+    "ToolRuns",
     "as_signal",
     "ledgered_tool",
     "unsafe_signal",
@@ -123,8 +124,8 @@ class RetryRefused(GraphBubbleUp):
         self.first_error = first_error
 
 
-class _Attempts:
-    """How the one permitted run of a call went."""
+class ToolRuns:
+    """Whether, and how, the tool body of one call ran (see `ledgered_tool`)."""
 
     __slots__ = ("error", "result", "started")
 
@@ -140,9 +141,14 @@ class _Attempts:
         return self.result
 
 
-def ledgered_tool(tool: Any, *, sends: list[tuple[str, Any]], once: bool) -> Any:
+def ledgered_tool(
+    tool: Any, *, runs: ToolRuns, sends: list[tuple[str, Any]] | None = None, once: bool = False
+) -> Any:
     """A copy of a tool whose runs the ledger sees whole.
 
+    - `runs.started` says whether the body ran at all: a middleware inside the guard may
+      answer the call itself (a cache, an emulator, a HITL reject), and such an answer is
+      never recorded as the tool's result.
     - Its state writes beside its answer (a write through the task's channel writer, as
       deepagents' `StateBackend` writes `files`) are also appended to `sends`, so the ledger
       records them with the outcome and a replay writes them again.
@@ -153,7 +159,8 @@ def ledgered_tool(tool: Any, *, sends: list[tuple[str, Any]], once: bool) -> Any
 
     Args:
         tool: The `BaseTool` the call would run.
-        sends: Where to record the tool's channel writes.
+        runs: What the copy reports its runs to.
+        sends: Where to record the tool's channel writes (None: not recorded).
         once: Whether to refuse a second run.
 
     Returns:
@@ -163,12 +170,12 @@ def ledgered_tool(tool: Any, *, sends: list[tuple[str, Any]], once: bool) -> Any
     copy = getattr(tool, "model_copy", None)
     if copy is None:
         return tool
-    attempts = _Attempts()
+    attempts = runs
     invoke, ainvoke = tool.invoke, tool.ainvoke
 
     def recording(config: Any) -> Any:
-        send = channel_writer(config)
-        if send is None:
+        send = channel_writer(config) if sends is not None else None
+        if send is None or sends is None:
             return config
 
         def record_and_send(writes: Sequence[tuple[str, Any]]) -> None:

@@ -40,6 +40,7 @@ from langgraph_replay_guard.integrations.calls import (
     BatchPlan,
     PlanCache,
     abort_answer,
+    answered_event,
     blocked_answer,
     current_turn,
     earlier_result_in_history,
@@ -62,7 +63,12 @@ from langgraph_replay_guard.integrations.ledger_gate import (
     replayed_result,
     replayed_sends,
 )
-from langgraph_replay_guard.integrations.signals import RetryRefused, as_signal, ledgered_tool
+from langgraph_replay_guard.integrations.signals import (
+    RetryRefused,
+    ToolRuns,
+    as_signal,
+    ledgered_tool,
+)
 from langgraph_replay_guard.integrations.task_writes import TaskWrites, write_events
 from langgraph_replay_guard.integrations.tool_errors import watch_tool_errors
 from langgraph_replay_guard.integrations.tracing import (
@@ -340,16 +346,20 @@ class ToolCallWrapper:
             replayed = self._replayed(request, prepared, ticket)
             yield _Trace(request, prepared.trace("replayed"), _answer_of(replayed), None)
             return replayed
+        runs = ToolRuns()
         if ticket is None:
-            result = yield _Execute(traced_request(request, lambda: prepared.trace("none")))
-            return self._finish(request, prepared, result)
+            traced = traced_request(request, lambda: prepared.trace("none"))
+            if traced.tool is not None:  # to know whether the tool itself answered
+                traced = traced.override(tool=ledgered_tool(traced.tool, runs=runs))
+            result = yield _Execute(traced)
+            return self._finish(request, prepared, result, ran=runs.started or traced.tool is None)
         traced = traced_request(ticket.request, lambda: prepared.trace("claimed"))
         if traced.tool is not None:
             # The ledger sees the tool's runs whole: its state writes beside its answer, and
             # for an unsafe call claimed once here, a single run (a retry middleware inside
             # the guard must not run it again).
             once = ticket.entry is not None and prepared.facts.replay == "unsafe"
-            tool = ledgered_tool(traced.tool, sends=ticket.sends, once=once)
+            tool = ledgered_tool(traced.tool, runs=runs, sends=ticket.sends, once=once)
             traced = traced.override(tool=tool)
         try:
             result, tool_error = yield _Execute(traced, watch=True)
@@ -364,7 +374,7 @@ class ToolCallWrapper:
             yield _Finish(ticket, None, exc)
             raise
         yield _Finish(ticket, result, tool_error)
-        return self._finish(request, prepared, result)
+        return self._finish(request, prepared, result, ran=runs.started or traced.tool is None)
 
     # -- deciding -----------------------------------------------------------------------------
 
@@ -592,8 +602,18 @@ class ToolCallWrapper:
         emit(getattr(request.runtime, "stream_writer", None), decision, request.tool_call)
         return self._finish(request, run, message)
 
-    def _finish(self, request: ToolCallRequest, run: _Allowed, result: ToolResult) -> ToolResult:
-        """Record how a call that ran ended; return exactly what it returned."""
+    def _finish(
+        self, request: ToolCallRequest, run: _Allowed, result: ToolResult, *, ran: bool = True
+    ) -> ToolResult:
+        """Record how a call ended; return exactly what it returned.
+
+        A call that a middleware inside the guard answered without running the tool (a cache,
+        an emulator, a HITL reject) counts as an attempt; its answer is not the tool's result
+        and is not remembered as one.
+        """
+        if not ran:
+            self._record(request, [answered_event(run.planned, run.batch)])
+            return result
         outcome, text = result_outcome(result)
         if isinstance(result, Command) and result.graph is not None:
             logger.debug("tool %r returned a Command for another graph", run.planned.tool_call)

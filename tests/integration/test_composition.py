@@ -181,6 +181,14 @@ class _Cache(AgentMiddleware):
         self.cached[key] = result
         return result
 
+    async def awrap_tool_call(self, request, handler):
+        key = f"{request.tool_call['name']}:{sorted(request.tool_call['args'].items())}"
+        if key in self.cached:
+            return self.wrap_tool_call(request, handler)
+        result = await handler(request)
+        self.cached[key] = result
+        return result
+
 
 @pytest.mark.parametrize("order", ORDERS)
 def test_a_loop_a_cache_answers_is_stopped(order):
@@ -438,3 +446,25 @@ def test_an_edited_read_runs_with_the_edited_arguments(order, interrupt_mode):
     assert seen == ["P1", "P2"]
     answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
     assert "P2: premium plan" in answers[-1].text
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_cache_inside_the_guard_counts_but_is_never_the_tools_result(mode):
+    # The cache sits inside the guard (after it in the list): the guard sees each call, but
+    # the cache answers the repeats itself. They count toward the loop; none of them is
+    # recorded as the tool's result (the guard's channel keeps the tool's own answer only).
+    runs: Counter[str] = Counter()
+    model = ScriptedChatModel.looping("lookup", {"id": "P1"}, times=30)
+    guard = ReplayGuardMiddleware(dedup=False)
+    agent = create_agent(
+        model, _tools(runs), middleware=[guard, _Cache()], checkpointer=InMemorySaver()
+    )
+    cfg = {"configurable": {"thread_id": f"cache-inside-{mode}"}}
+    inputs = {"messages": [HumanMessage("who is P1?")]}
+    run = agent.invoke if mode == "sync" else (lambda i, c: asyncio.run(agent.ainvoke(i, c)))
+    out = run(inputs, cfg)
+    assert runs["lookup"] == 1
+    assert model.calls <= 5
+    assert _stopped(out["messages"]) == "repeat_limit"
+    view = guard.guard.inspect(agent.get_state(cfg))
+    assert [call.outcome for call in view.recent_calls] == ["success"]  # the real run only
