@@ -19,6 +19,7 @@ from langchain.agents.middleware import (
     ClearToolUsesEdit,
     ContextEditingMiddleware,
     HumanInTheLoopMiddleware,
+    LLMToolEmulator,
     ModelCallLimitMiddleware,
     ModelFallbackMiddleware,
     ModelRetryMiddleware,
@@ -58,6 +59,10 @@ MIDDLEWARES: dict[str, Callable[[], Any]] = {
     "todo_list": lambda: TodoListMiddleware(),
     "hitl_per_call_unreached": lambda: HumanInTheLoopMiddleware(
         interrupt_on={"never_called": True}, interrupt_mode="per_call"
+    ),
+    # `quote` is emulated by a model: the tool body never runs, another piece answers it.
+    "tool_emulator": lambda: LLMToolEmulator(
+        tools=["quote"], model=ScriptedChatModel(script=["emulated: 3 EUR"] * 20)
     ),
 }
 
@@ -144,3 +149,13 @@ def test_a_repeated_read_is_stopped(name, order, mode):
     last = out["messages"][-1]
     assert isinstance(last, AIMessage)
     assert last.response_metadata.get("replay_guard_stop") == "repeat_limit"
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("order", ORDERS)
+def test_an_emulated_tool_repeated_is_stopped_and_never_ran(order, mode):
+    loop = [[("quote", {"item": "tea"})] for _ in range(20)]
+    model, out, runs = _run("tool_emulator", order, mode, loop)
+    assert runs["quote"] == 0  # emulated: the body never runs
+    assert model.calls <= 5
+    assert out["messages"][-1].response_metadata.get("replay_guard_stop") == "repeat_limit"
