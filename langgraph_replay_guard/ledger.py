@@ -156,6 +156,8 @@ class LedgerEntry:
         resolved_by: `"human"` when `guard.resolve` settled the row.
         owner: The worker running the tool right now (see `owners.py`), None otherwise.
         blocked_on: For a `blocked` row, the key of the identical call it waits on.
+        ran_args: The arguments the tool body ran with, when a middleware between the guard
+            and the tool changed them (a HITL edit); None when they are `args`.
         rev: Revision token, new on every write: claims compare it (compare-and-set).
     """
 
@@ -176,6 +178,7 @@ class LedgerEntry:
     resolved_by: str | None = None
     owner: Mapping[str, Any] | None = None
     blocked_on: str | None = None
+    ran_args: Any = None
     rev: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -216,6 +219,7 @@ class LedgerEntry:
                 last_error=_opt_str(value.get("last_error")),
                 resolved_by=_opt_str(value.get("resolved_by")),
                 owner=owner if isinstance(owner, Mapping) else None,
+                ran_args=value.get("ran_args"),
                 blocked_on=_opt_str(value.get("blocked_on")),
                 rev=_opt_str(value.get("rev")),
             )
@@ -252,6 +256,7 @@ class LedgerEntry:
             "resolved_by": self.resolved_by,
             "owner": dict(self.owner) if self.owner is not None else None,
             "blocked_on": self.blocked_on,
+            "ran_args": self.ran_args,
             "rev": self.rev,
         }
 
@@ -745,7 +750,8 @@ def unknown_facts(ctx: CallContext, row: LedgerEntry, why: str) -> dict[str, Any
         "kind": INTERRUPT_KIND,
         "thread_id": ident.thread_id,
         "tool": ctx.tool,
-        "args": ctx.args,
+        # What the tool body really ran with (a HITL edit inside the guard), else the call's.
+        "args": row.ran_args if row.ran_args is not None else ctx.args,
         "tool_call_id": ident.tool_call_id,
         "started_at": row.started_at,
         "status": row.status,
@@ -764,7 +770,7 @@ def unknown_error(ctx: CallContext, row: LedgerEntry, why: str) -> ReplayUnsafeE
     facts = unknown_facts(ctx, row, why)
     msg = (
         f"Unsafe tool '{ctx.tool}' (tool_call_id {ctx.identity.tool_call_id!r}, "
-        f"thread {ctx.identity.thread_id!r}, args {canonical_json(ctx.args)[:200]}): {why}; "
+        f"thread {ctx.identity.thread_id!r}, args {canonical_json(facts['args'])[:200]}): {why}; "
         f"started at {row.started_at}, status '{row.status}'. Running it again could repeat "
         f"its side effect. Check upstream whether it happened, then call {facts['resolve']}."
     )

@@ -32,7 +32,7 @@ from langgraph_replay_guard.integrations.calls import (
     state_messages,
     tool_message,
 )
-from langgraph_replay_guard.integrations.signals import as_signal, unsafe_signal
+from langgraph_replay_guard.integrations.signals import ToolRuns, as_signal, unsafe_signal
 from langgraph_replay_guard.ledger import (
     INTERRUPT_KIND,
     CallContext,
@@ -93,6 +93,8 @@ class RunTicket:
     """The claim (`started` row) of a non-pure call, or None for a pure call."""
     sends: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
     """The state writes the tool made beside its answer (`signals.ledgered_tool`)."""
+    runs: ToolRuns = dataclasses.field(default_factory=ToolRuns)
+    """Whether and with which arguments the tool body ran (`signals.ledgered_tool`)."""
 
 
 def replayed_message(entry: LedgerEntry, tool_call: Mapping[str, Any]) -> ToolMessage:
@@ -151,6 +153,22 @@ def _answering(message: Any, tool_call_id: str) -> Any:
         return message
     metadata = {**message.response_metadata, "replay_guard": "replayed"}
     return message.model_copy(update={"tool_call_id": tool_call_id, "response_metadata": metadata})
+
+
+def _with_ran_args(entry: LedgerEntry, ticket: RunTicket, ctx: CallContext) -> LedgerEntry:
+    """The claim, noting the arguments the body ran with when a middleware changed them.
+
+    The guard claims a call with the arguments it sees; a middleware between it and the
+    tool (a HITL edit when the guard comes first) may run the tool with others. The operator
+    who resolves an unknown outcome must check the call that ran.
+    """
+    ran = ticket.runs.args
+    try:
+        if ran is None or args_digest(ran) == ctx.args_hash:
+            return entry
+    except (TypeError, ValueError):  # arguments the canonical form cannot hold: keep the claim's
+        return entry
+    return dataclasses.replace(entry, ran_args=ran)
 
 
 def _command_update(result: Any) -> Mapping[str, Any] | None:
@@ -449,6 +467,8 @@ class LedgerGate:
         self, ticket: RunTicket, result: Any, error: BaseException | None
     ) -> LedgerEntry | None:
         ctx = ticket.ctx
+        if ticket.entry is not None:
+            ticket = dataclasses.replace(ticket, entry=_with_ran_args(ticket.entry, ticket, ctx))
         if error is not None:
             if ticket.entry is None:
                 return None  # a pure call that raised: nothing to remember, it may run again

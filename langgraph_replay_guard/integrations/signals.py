@@ -127,12 +127,14 @@ class RetryRefused(GraphBubbleUp):
 class ToolRuns:
     """Whether, and how, the tool body of one call ran (see `ledgered_tool`)."""
 
-    __slots__ = ("error", "result", "started")
+    __slots__ = ("args", "error", "result", "started")
 
     def __init__(self) -> None:
         self.started = False
         self.result: Any = None
         self.error: BaseException | None = None
+        self.args: Any = None
+        """The arguments the body was started with (the model's own, without injected ones)."""
 
     def again(self) -> Any:
         """What a second run gets: the first run's result, or a refusal."""
@@ -172,6 +174,15 @@ def ledgered_tool(
         return tool
     attempts = runs
     invoke, ainvoke = tool.invoke, tool.ainvoke
+    schema = getattr(tool, "tool_call_schema", None)
+    fields = getattr(schema, "model_fields", None)
+
+    def started(input: Any) -> None:
+        attempts.started = True
+        args = input.get("args") if isinstance(input, dict) else None
+        if isinstance(args, dict):
+            # Injected arguments (state, store, runtime) are not the model's: leave them out.
+            attempts.args = {k: v for k, v in args.items() if fields is None or k in fields}
 
     def recording(config: Any) -> Any:
         send = channel_writer(config) if sends is not None else None
@@ -187,7 +198,7 @@ def ledgered_tool(
     def guarded_invoke(input: Any, config: Any = None, **kwargs: Any) -> Any:
         if once and attempts.started:
             return attempts.again()
-        attempts.started = True
+        started(input)
         try:
             attempts.result = invoke(input, recording(config), **kwargs)
         except GraphBubbleUp:
@@ -201,7 +212,7 @@ def ledgered_tool(
     async def guarded_ainvoke(input: Any, config: Any = None, **kwargs: Any) -> Any:
         if once and attempts.started:
             return attempts.again()
-        attempts.started = True
+        started(input)
         try:
             attempts.result = await ainvoke(input, recording(config), **kwargs)
         except GraphBubbleUp:

@@ -359,7 +359,7 @@ class ToolCallWrapper:
             # for an unsafe call claimed once here, a single run (a retry middleware inside
             # the guard must not run it again).
             once = ticket.entry is not None and prepared.facts.replay == "unsafe"
-            tool = ledgered_tool(traced.tool, runs=runs, sends=ticket.sends, once=once)
+            tool = ledgered_tool(traced.tool, runs=ticket.runs, sends=ticket.sends, once=once)
             traced = traced.override(tool=tool)
         try:
             result, tool_error = yield _Execute(traced, watch=True)
@@ -374,7 +374,8 @@ class ToolCallWrapper:
             yield _Finish(ticket, None, exc)
             raise
         yield _Finish(ticket, result, tool_error)
-        return self._finish(request, prepared, result, ran=runs.started or traced.tool is None)
+        ran = ticket.runs.started or traced.tool is None
+        return self._finish(request, prepared, result, ran=ran)
 
     # -- deciding -----------------------------------------------------------------------------
 

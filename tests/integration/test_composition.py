@@ -454,3 +454,39 @@ def test_a_cache_inside_the_guard_counts_but_is_never_the_tools_result(mode):
     assert _stopped(out["messages"]) == "repeat_limit"
     view = guard.guard.inspect(agent.get_state(cfg))
     assert [call.outcome for call in view.recent_calls] == ["success"]  # the real run only
+
+
+def test_an_unknown_outcome_names_the_arguments_the_edited_call_ran_with():
+    # The guard comes first and claims the model's call (to bob); the reviewer edits it to
+    # alice inside the guard; the connection drops after the email went out. The operator
+    # must check the email that was sent: alice's.
+    from langgraph.store.memory import InMemoryStore
+
+    from langgraph_replay_guard import ReplayUnsafeError
+
+    sent: list[str] = []
+    model = ScriptedChatModel(script=[[("send_email", {"to": "bob", "body": "hi"})], "done"])
+    hitl = HumanInTheLoopMiddleware(interrupt_on={"send_email": True}, interrupt_mode="per_call")
+    guard = ReplayGuardMiddleware(tools={"send_email": "unsafe"})
+    agent = create_agent(
+        model,
+        [_flaky_send(sent)],
+        middleware=[guard, hitl],
+        checkpointer=InMemorySaver(),
+        store=InMemoryStore(),
+    )
+    cfg = {"configurable": {"thread_id": "edited-unknown"}}
+    agent.invoke({"messages": [HumanMessage("email bob")]}, cfg)
+    (review,) = agent.get_state(cfg).interrupts
+    edit = {
+        "type": "edit",
+        "edited_action": {"name": "send_email", "args": {"to": "alice", "body": "hi"}},
+    }
+    with pytest.raises(ConnectionError):
+        agent.invoke(Command(resume={review.id: edit}), cfg)
+    assert sent == ["alice"]
+    with pytest.raises(ReplayUnsafeError) as unknown:
+        agent.invoke(None, cfg)
+    assert unknown.value.facts["args"] == {"to": "alice", "body": "hi"}
+    assert "alice" in str(unknown.value)
+    assert sent == ["alice"]
