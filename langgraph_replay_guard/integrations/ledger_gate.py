@@ -32,7 +32,8 @@ from langgraph_replay_guard.integrations.calls import (
     state_messages,
     tool_message,
 )
-from langgraph_replay_guard.integrations.signals import ToolRuns, as_signal, unsafe_signal
+from langgraph_replay_guard.integrations.ledgered_tool import ToolRuns
+from langgraph_replay_guard.integrations.signals import as_signal, unsafe_signal
 from langgraph_replay_guard.ledger import (
     INTERRUPT_KIND,
     CallContext,
@@ -92,9 +93,9 @@ class RunTicket:
     entry: LedgerEntry | None
     """The claim (`started` row) of a non-pure call, or None for a pure call."""
     sends: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
-    """The state writes the tool made beside its answer (`signals.ledgered_tool`)."""
+    """The state writes the tool made beside its answer (`ledgered_tool`)."""
     runs: ToolRuns = dataclasses.field(default_factory=ToolRuns)
-    """Whether and with which arguments the tool body ran (`signals.ledgered_tool`)."""
+    """Whether and with which arguments the tool body ran (`ledgered_tool`)."""
 
 
 def replayed_message(entry: LedgerEntry, tool_call: Mapping[str, Any]) -> ToolMessage:

@@ -63,12 +63,8 @@ from langgraph_replay_guard.integrations.ledger_gate import (
     replayed_result,
     replayed_sends,
 )
-from langgraph_replay_guard.integrations.signals import (
-    RetryRefused,
-    ToolRuns,
-    as_signal,
-    ledgered_tool,
-)
+from langgraph_replay_guard.integrations.ledgered_tool import ToolRuns, ledgered_tool
+from langgraph_replay_guard.integrations.signals import RetryRefused, as_signal
 from langgraph_replay_guard.integrations.task_writes import TaskWrites, write_events
 from langgraph_replay_guard.integrations.tool_errors import watch_tool_errors
 from langgraph_replay_guard.integrations.tracing import (
