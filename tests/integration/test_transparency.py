@@ -328,7 +328,8 @@ class _PydanticState(BaseModel):
     replay_guard: Annotated[Optional[dict[str, Any]], merge_guard_state] = None  # noqa: UP045
 
 
-def test_a_pydantic_state_with_the_channel_declared_the_natural_way_keeps_count(caplog):
+@pytest.mark.parametrize("pause", [False, True], ids=["one-run", "resumed-at-each-step"])
+def test_a_pydantic_state_with_the_channel_declared_the_natural_way_keeps_count(caplog, pause):
     from langgraph.graph import START, StateGraph
     from langgraph.prebuilt import tools_condition
 
@@ -348,8 +349,15 @@ def test_a_pydantic_state_with_the_channel_declared_the_natural_way_keeps_count(
     builder.add_edge(START, "agent")
     builder.add_conditional_edges("agent", tools_condition)
     builder.add_conditional_edges("tools", guard.route_after_tools("agent"))
+    compile_kwargs: dict[str, Any] = {}
+    if pause:  # a breakpoint before every tools step: each step is a resume from a checkpoint
+        compile_kwargs = {"checkpointer": InMemorySaver(), "interrupt_before": ["tools"]}
+    graph = builder.compile(**compile_kwargs)
+    cfg = {"configurable": {"thread_id": "pydantic"}}
     with caplog.at_level("WARNING"):
-        out = builder.compile().invoke({"messages": [HumanMessage("read P1")]})
+        out = graph.invoke({"messages": [HumanMessage("read P1")]}, cfg)
+        while pause and graph.get_state(cfg).next:
+            out = graph.invoke(None, cfg)
     assert runs == ["P1"]
     assert model.calls <= 5
     assert guard.inspect(out["replay_guard"]).stop_reason == "repeat_limit"
