@@ -23,6 +23,7 @@ __all__ = [
     "is_default_tool_error_handler",
     "run_checkpointer",
     "run_durability",
+    "runs_the_tool_itself",
     "scoped_tool_node",
     "signature_once",
     "tool_error_content",
@@ -226,6 +227,22 @@ def with_channel_writer(config: Mapping[str, Any] | None, send: ChannelWriter) -
     copy = dict(config or {})
     copy["configurable"] = {**(copy.get("configurable") or {}), "__pregel_send": send}
     return copy
+
+
+_TOOL_NODE_EXECUTE = ("ToolNode._run_one.<locals>.execute", "ToolNode._arun_one.<locals>.execute")
+
+
+def runs_the_tool_itself(handler: Any) -> bool:
+    """Whether a tool hook's handler is `ToolNode`'s own execute (no wrapper inside the hook).
+
+    Then nothing but the tool can answer the call, and the guard needs no copy of the tool to
+    learn whether it ran. Recognised by name: LangGraph has no public marker for it; a
+    renamed function only costs the guard that shortcut.
+    """
+    return (
+        getattr(handler, "__module__", None) == "langgraph.prebuilt.tool_node"
+        and getattr(handler, "__qualname__", None) in _TOOL_NODE_EXECUTE
+    )
 
 
 class TaskScope(Protocol):

@@ -18,6 +18,7 @@ from langgraph_replay_guard._compat import (
     graph_state,
     handled_error_types,
     is_default_tool_error_handler,
+    runs_the_tool_itself,
     scoped_tool_node,
     tool_error_content,
     tool_node_settings,
@@ -278,7 +279,7 @@ class ToolCallWrapper:
                 return self.gate.finish(op.ticket, op.result, op.error)
             return blocked_run(*op.args())
 
-        return drive(self._call_plan(request), run)
+        return drive(self._call_plan(request, self._direct(execute)), run)
 
     async def awrap(self, request: ToolCallRequest, execute: AsyncExecute) -> ToolResult:
         """`awrap_tool_call` for a ToolNode."""
@@ -292,7 +293,7 @@ class ToolCallWrapper:
                 return await self.gate.afinish(op.ticket, op.result, op.error)
             return await ablocked_run(*op.args())
 
-        return await adrive(self._call_plan(request), run)
+        return await adrive(self._call_plan(request, self._direct(execute)), run)
 
     def _execute_op(self, op: _Execute, execute: Execute) -> Any:
         if not op.watch:
@@ -309,7 +310,13 @@ class ToolCallWrapper:
             result = await run
         return result, spy.error
 
-    def _call_plan(self, request: ToolCallRequest) -> Generator[_Op, Any, ToolResult]:
+    def _direct(self, execute: Any) -> bool:
+        """Whether the call goes straight to the tool (nothing inside the guard can answer it)."""
+        return self.inner is None and runs_the_tool_itself(execute)
+
+    def _call_plan(
+        self, request: ToolCallRequest, direct: bool = False
+    ) -> Generator[_Op, Any, ToolResult]:
         """Decide, run or answer, and record one call; yields what needs I/O.
 
         The drivers (`wrap`, `awrap`) run each op and send back its answer; an exception an
@@ -342,13 +349,16 @@ class ToolCallWrapper:
             replayed = self._replayed(request, prepared, ticket)
             yield _Trace(request, prepared.trace("replayed"), _answer_of(replayed), None)
             return replayed
-        runs = ToolRuns()
         if ticket is None:
             traced = traced_request(request, lambda: prepared.trace("none"))
-            if traced.tool is not None:  # to know whether the tool itself answered
-                traced = traced.override(tool=ledgered_tool(traced.tool, runs=runs))
+            if direct or traced.tool is None:
+                result = yield _Execute(traced)
+                return self._finish(request, prepared, result)
+            # A middleware inside the guard may answer the call itself: learn whether it ran.
+            runs = ToolRuns()
+            traced = traced.override(tool=ledgered_tool(traced.tool, runs=runs))
             result = yield _Execute(traced)
-            return self._finish(request, prepared, result, ran=runs.started or traced.tool is None)
+            return self._finish(request, prepared, result, ran=runs.started)
         traced = traced_request(ticket.request, lambda: prepared.trace("claimed"))
         if traced.tool is not None:
             # The ledger sees the tool's runs whole: its state writes beside its answer, and

@@ -237,3 +237,27 @@ def test_graph_state_reads_the_graph_state_in_a_send_task_only():
     assert out["seen"] == [None, ("a", ["a", "b"]), ("b", ["a", "b"])]
     assert _compat.graph_state(None) is None
     assert _compat.graph_state({"configurable": {}}) is None
+
+
+def test_runs_the_tool_itself_recognises_tool_nodes_own_execute():
+    from langchain.agents.middleware import AgentMiddleware
+
+    seen: list[bool] = []
+
+    class Probe(AgentMiddleware):
+        def wrap_tool_call(self, request, handler):
+            seen.append(_compat.runs_the_tool_itself(handler))
+            return handler(request)
+
+    class Outer(Probe):
+        name = "Outer"
+
+    model = ScriptedChatModel(script=[[("lookup", {"id": "1"})]])
+    create_agent(model, [lookup], middleware=[Outer(), Probe()]).invoke(
+        {"messages": [("user", "x")]}
+    )
+    assert seen == [
+        False,
+        True,
+    ]  # the outer one's handler is the inner one; the inner's is the node's
+    assert not _compat.runs_the_tool_itself(lambda request: None)
