@@ -296,7 +296,9 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         with MCP annotations in its `metadata` that the configuration does not name gets
         the class they give, from this model call's batch on.
         """
-        offered = [*request.tools, *_structured_output_tools(request.response_format)]
+        offered = request.tools
+        if request.response_format is not None:
+            offered = [*offered, *_structured_output_tools(request.response_format)]
         seen = self._offered
         if seen is not None and len(offered) == len(seen) and all(map(operator.is_, offered, seen)):
             return  # the same tools as at the last model call (create_agent passes one list)
