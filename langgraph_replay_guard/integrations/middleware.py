@@ -296,7 +296,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         with MCP annotations in its `metadata` that the configuration does not name gets
         the class they give, from this model call's batch on.
         """
-        offered = request.tools
+        offered: Sequence[Any] = request.tools
         if request.response_format is not None:
             offered = [*offered, *_structured_output_tools(request.response_format)]
         seen = self._offered
