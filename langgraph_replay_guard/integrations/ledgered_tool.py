@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from langgraph.errors import GraphBubbleUp
@@ -24,6 +25,22 @@ class ToolRuns:
         self.error: BaseException | None = None
         self.args: Any = None
         """The arguments the body was started with (the model's own, without injected ones)."""
+
+    @contextmanager
+    def watch(self) -> Iterator[None]:
+        """Around one run of the body: remember what it raised.
+
+        An interrupt (`GraphBubbleUp`) is not an outcome: LangGraph runs the tool again
+        from its start on resume, so the run does not count as started.
+        """
+        try:
+            yield
+        except GraphBubbleUp:
+            self.started = False
+            raise
+        except BaseException as exc:
+            self.error = exc
+            raise
 
     def again(self) -> Any:
         """What a second run gets: the first run's result, or a refusal."""
@@ -66,12 +83,16 @@ def ledgered_tool(
     schema = getattr(tool, "tool_call_schema", None)
     fields = getattr(schema, "model_fields", None)
 
-    def started(input: Any) -> None:
+    def start(input: Any) -> bool:
+        """Note a run's start; False when it must not run (a second run of a `once` call)."""
+        if once and attempts.started:
+            return False
         attempts.started = True
         args = input.get("args") if isinstance(input, dict) else None
         if isinstance(args, dict):
             # Injected arguments (state, store, runtime) are not the model's: leave them out.
             attempts.args = {k: v for k, v in args.items() if fields is None or k in fields}
+        return True
 
     def recording(config: Any) -> Any:
         send = channel_writer(config) if sends is not None else None
@@ -84,32 +105,20 @@ def ledgered_tool(
 
         return with_channel_writer(config, record_and_send)
 
+    # The sync and async runs share `start`, `recording` and `attempts.watch`; only the call
+    # of the original method differs.
     def guarded_invoke(input: Any, config: Any = None, **kwargs: Any) -> Any:
-        if once and attempts.started:
+        if not start(input):
             return attempts.again()
-        started(input)
-        try:
+        with attempts.watch():
             attempts.result = invoke(input, recording(config), **kwargs)
-        except GraphBubbleUp:
-            attempts.started = False  # an interrupt: the tool runs again on resume
-            raise
-        except BaseException as exc:
-            attempts.error = exc
-            raise
         return attempts.result
 
     async def guarded_ainvoke(input: Any, config: Any = None, **kwargs: Any) -> Any:
-        if once and attempts.started:
+        if not start(input):
             return attempts.again()
-        started(input)
-        try:
+        with attempts.watch():
             attempts.result = await ainvoke(input, recording(config), **kwargs)
-        except GraphBubbleUp:
-            attempts.started = False
-            raise
-        except BaseException as exc:
-            attempts.error = exc
-            raise
         return attempts.result
 
     guarded = copy()
