@@ -102,6 +102,8 @@ class _Allowed:
 
     planned: PlannedCall
     batch: Batch
+    first: bool = False
+    """The guard channel held nothing when the call was decided (see `state.seed_write`)."""
 
     @property
     def facts(self) -> CallFacts:
@@ -143,6 +145,8 @@ class _Blocked:
     """A call to a name the node lacks: hand it on first, answer it only if nobody serves it."""
     notice: Decision | None = None
     """The decision to report on the custom stream when the answer is given."""
+    first: bool = False
+    """The guard channel held nothing when the call was decided (see `state.seed_write`)."""
 
 
 @dataclass(slots=True)
@@ -433,11 +437,9 @@ class ToolCallWrapper:
         return request.state
 
     def _planned(
-        self, request: ToolCallRequest, tools: tuple[str, ...] | None
+        self, request: ToolCallRequest, tools: tuple[str, ...] | None, state: Any, value: Any
     ) -> tuple[BatchPlan, PlannedCall]:
         """The plan of the call's batch (made once per batch) and the call's entry in it."""
-        state = self._decision_state(request)
-        value = self._channel_value(request, state)
         tool_call_id = request.tool_call.get("id")
         history = state_messages(state, self.messages_key)
         cached = self.plans.planned(value, history, tool_call_id, tools)
@@ -452,7 +454,12 @@ class ToolCallWrapper:
         return plan, plan.call(tool_call_id) or plan.calls[-1]
 
     def _as_it_runs(
-        self, request: ToolCallRequest, plan: BatchPlan, planned: PlannedCall
+        self,
+        request: ToolCallRequest,
+        plan: BatchPlan,
+        planned: PlannedCall,
+        value: Any,
+        tools: tuple[str, ...] | None,
     ) -> tuple[BatchPlan, PlannedCall]:
         """The plan again, when the call runs with other arguments than the ones planned.
 
@@ -470,10 +477,7 @@ class ToolCallWrapper:
             runs if i == planned.index else call for i, call in enumerate(plan.batch.tool_calls)
         ]
         edited = Batch(ai.model_copy(update={"tool_calls": calls}), plan.batch.turn)
-        value = self._channel_value(request, self._decision_state(request))
-        replanned = plan_batch(
-            self.guard.config, snapshot(value, edited.batch_id), edited, self.tools
-        )
+        replanned = plan_batch(self.config, snapshot(value, edited.batch_id), edited, tools)
         return replanned, replanned.calls[planned.index]
 
     def _prepare(self, request: ToolCallRequest) -> _Allowed | _Blocked | None:
@@ -481,15 +485,23 @@ class ToolCallWrapper:
         tools = self._known_tools(request)
         if request.tool is None and tools is None:
             return None
-        plan, planned = self._as_it_runs(request, *self._planned(request, tools))
+        state = self._decision_state(request)
+        value = self._channel_value(request, state)
+        plan, planned = self._planned(request, tools, state, value)
+        plan, planned = self._as_it_runs(request, plan, planned, value, tools)
         decision = planned.decision
         if plan.abort is None and decision is not None and decision.verdict is Verdict.ALLOW:
             # Nothing in the batch stops the run and this call runs: every step's case.
-            return None if request.tool is None else _Allowed(planned, plan.batch)
-        return self._decided(request, plan, planned)
+            if request.tool is None:
+                return None
+            return _Allowed(planned, plan.batch, first=value is None)
+        prepared = self._decided(request, plan, planned, state)
+        if prepared is not None:
+            prepared.first = value is None
+        return prepared
 
     def _decided(
-        self, request: ToolCallRequest, plan: BatchPlan, planned: PlannedCall
+        self, request: ToolCallRequest, plan: BatchPlan, planned: PlannedCall, state: Any
     ) -> _Allowed | _Blocked | None:
         """`_prepare` for a call that is blocked, or whose batch stops the run."""
         batch = plan.batch
@@ -529,7 +541,7 @@ class ToolCallWrapper:
                 return None  # a name the node lacks though the guard knew it: the node answers
             return _Allowed(planned, batch)
         if decision is not None and not earlier_result_in_history(
-            config, decision, request.state, self.messages_key
+            config, decision, state, self.messages_key
         ):
             # A duplicate of a result the history no longer holds (summarized or removed):
             # "use the earlier result" would point at nothing, so the call runs.
@@ -580,17 +592,21 @@ class ToolCallWrapper:
             emit(getattr(request.runtime, "stream_writer", None), blocked.notice, request.tool_call)
         answer, *stop = blocked.messages
         final = stop[0] if stop else None
-        if self._record(request, blocked.events, stop=final):
+        if self._record(request, blocked.events, first=blocked.first, stop=final):
             return cast("ToolMessage", answer)
         # No guarded node run to add the stop message to (a create_agent tool task): the
         # guard's own answer carries it.
         return Command(update={self.messages_key: blocked.messages})
 
     def _record(
-        self, request: ToolCallRequest, events: list[Event], *, stop: AIMessage | None = None
+        self,
+        request: ToolCallRequest,
+        events: list[Event],
+        *,
+        first: bool,
+        stop: AIMessage | None = None,
     ) -> bool:
         """Write events to the guard channel beside the node's output (see `task_writes`)."""
-        first = state_field(request.state, self.channel) is None
         return write_events(
             self, _config(request), self.config, self.channel, events, stop=stop, first=first
         )
@@ -619,14 +635,14 @@ class ToolCallWrapper:
         and is not remembered as one.
         """
         if not ran:
-            self._record(request, [answered_event(run.planned, run.batch)])
+            self._record(request, [answered_event(run.planned, run.batch)], first=run.first)
             return result
         outcome, text = result_outcome(result)
         if isinstance(result, Command) and result.graph is not None:
             logger.debug("tool %r returned a Command for another graph", run.planned.tool_call)
         command = isinstance(result, Command)
         event = executed_event(self.config, run.planned, run.batch, outcome, text, command=command)
-        self._record(request, [event])
+        self._record(request, [event], first=run.first)
         return result
 
 
