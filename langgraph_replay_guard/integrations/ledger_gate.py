@@ -21,11 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from langgraph_replay_guard import owners
 from langgraph_replay_guard._compat import run_checkpointer, run_durability
-from langgraph_replay_guard.errors import (
-    ReplayConflictError,
-    ReplayGuardWarning,
-    ReplayInFlightError,
-)
+from langgraph_replay_guard.errors import ReplayGuardError, ReplayGuardWarning
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
     state_field,
@@ -33,7 +29,7 @@ from langgraph_replay_guard.integrations.calls import (
     tool_message,
 )
 from langgraph_replay_guard.integrations.ledgered_tool import ToolRuns
-from langgraph_replay_guard.integrations.signals import as_signal, unsafe_signal
+from langgraph_replay_guard.integrations.signals import as_signal
 from langgraph_replay_guard.ledger import (
     INTERRUPT_KIND,
     CallContext,
@@ -74,7 +70,6 @@ __all__ = [
     "RunTicket",
     "replayed_message",
     "replayed_result",
-    "replayed_sends",
 ]
 
 logger = logging.getLogger("langgraph_replay_guard")
@@ -113,39 +108,41 @@ def replayed_message(entry: LedgerEntry, tool_call: Mapping[str, Any]) -> ToolMe
     )
 
 
-def replayed_result(entry: LedgerEntry, tool_call: Mapping[str, Any]) -> ToolMessage | Command[Any]:
-    """What a call whose outcome the ledger recorded returns again, without running the tool.
-
-    A tool that returned a `Command` gets its whole state update back (its messages answering
-    the current tool_call_id); any other tool its ToolMessage (`replayed_message`).
-    """
-    update = decode_update(entry.result or {})
-    if update is not None:
-        update = {k: v for k, v in update.items() if k != SENDS_KEY}
-    if not update:
-        return replayed_message(entry, tool_call)
-    tool_call_id = tool_call.get("id") or entry.tool_call_id
-    messages = update.get("messages")
-    if isinstance(messages, list):
-        update = {**update, "messages": [_answering(m, tool_call_id) for m in messages]}
-    return Command(update=update)
-
-
 SENDS_KEY = "__replay_guard_sends__"
 """Key, in a recorded update, of the state writes the tool made beside its answer."""
 
 
-def replayed_sends(entry: LedgerEntry) -> list[tuple[str, Any]]:
-    """The state writes a recorded call made beside its answer, to write again on replay."""
-    update = decode_update(entry.result or {})
-    writes = update.get(SENDS_KEY) if update else None
-    if not isinstance(writes, list):
-        return []
-    return [
+def replayed_result(
+    entry: LedgerEntry, tool_call: Mapping[str, Any]
+) -> tuple[ToolMessage | Command[Any], list[tuple[str, Any]]]:
+    """What a call whose outcome the ledger recorded gives again, without running the tool.
+
+    A tool that returned a `Command` gets its whole state update back (its messages answering
+    the current tool_call_id); any other tool its ToolMessage (`replayed_message`). The state
+    writes the tool made beside its answer come second, to be written again.
+
+    Args:
+        entry: The call's ledger row, with an outcome.
+        tool_call: The call being answered.
+
+    Returns:
+        The answer and the state writes to make again (the recorded update decoded once).
+    """
+    # A copy: a plain-JSON update is the stored row's own dict.
+    update = dict(decode_update(entry.result or {}) or {})
+    writes = update.pop(SENDS_KEY, None)
+    sends = [
         (write[0], write[1])
-        for write in writes
+        for write in (writes if isinstance(writes, list) else [])
         if isinstance(write, list | tuple) and len(write) == 2 and isinstance(write[0], str)
     ]
+    if not update:
+        return replayed_message(entry, tool_call), sends
+    tool_call_id = tool_call.get("id") or entry.tool_call_id
+    messages = update.get("messages")
+    if isinstance(messages, list):
+        update["messages"] = [_answering(m, tool_call_id) for m in messages]
+    return Command(update=update), sends
 
 
 def _answering(message: Any, tool_call_id: str) -> Any:
@@ -349,17 +346,31 @@ class LedgerGate:
     def _admit_plan(
         self, request: ToolCallRequest, store: BaseStore, ctx: CallContext
     ) -> Generator[Any, Any, RunTicket | LedgerEntry]:
+        """Admit a call; every replay stop it raises is a LangGraph control-flow signal.
+
+        An unknown outcome, an identity conflict or a call still in flight needs an
+        operator: retry and error middlewares (and `handle_tool_errors`) must pass it on
+        (`signals.as_signal`).
+        """
+        try:
+            return (yield from self._admission(request, store, ctx))
+        except ReplayGuardError as exc:
+            raise as_signal(exc) from exc.__cause__
+
+    def _admission(
+        self, request: ToolCallRequest, store: BaseStore, ctx: CallContext
+    ) -> Generator[Any, Any, RunTicket | LedgerEntry]:
         admission = yield from admit(ctx)
         if admission.kind == "unknown":
             assert admission.entry is not None
             row = yield from block(ctx, admission.entry, admission.why)
             if self.config.on_unsafe != "interrupt":
-                raise unsafe_signal(unknown_error(ctx, admission.entry, admission.why))
+                raise unknown_error(ctx, admission.entry, admission.why)
             value = interrupt(unknown_facts(ctx, admission.entry, admission.why))
             admission = yield from settle(ctx, self._resolution(ctx, value), row)
             if admission.kind == "unknown":  # resolved, yet another identical call is unknown
                 assert admission.entry is not None
-                raise unsafe_signal(unknown_error(ctx, admission.entry, admission.why))
+                raise unknown_error(ctx, admission.entry, admission.why)
         if admission.kind == "replay":
             assert admission.entry is not None
             return admission.entry
@@ -384,10 +395,7 @@ class LedgerGate:
         if found is None:
             return None
         store, ctx = found
-        try:
-            return run_plan(store, self._admit_plan(request, store, ctx))
-        except (ReplayConflictError, ReplayInFlightError) as exc:
-            raise as_signal(exc) from exc.__cause__
+        return run_plan(store, self._admit_plan(request, store, ctx))
 
     async def acheck(
         self, request: ToolCallRequest, facts: CallFacts, ai_message_id: str | None
@@ -397,10 +405,7 @@ class LedgerGate:
         if found is None:
             return None
         store, ctx = found
-        try:
-            return await arun_plan(store, self._admit_plan(request, store, ctx))
-        except (ReplayConflictError, ReplayInFlightError) as exc:
-            raise as_signal(exc) from exc.__cause__
+        return await arun_plan(store, self._admit_plan(request, store, ctx))
 
     def _resolution(self, ctx: CallContext, value: Any) -> Mapping[str, Any]:
         if (

@@ -18,7 +18,6 @@ __all__ = [
     "ReplayUnsafeSignal",
     "RetryRefused",
     "as_signal",
-    "unsafe_signal",
 ]
 
 
@@ -89,18 +88,6 @@ def as_signal(error: _Error) -> _Error:
             signal.__cause__ = error.__cause__
             return cast("_Error", signal)  # a subclass of the error's own class
     return error
-
-
-def unsafe_signal(error: ReplayUnsafeError) -> ReplayUnsafeError:
-    """`as_signal` for the ledger's unknown-outcome error.
-
-    Args:
-        error: The error the ledger built.
-
-    Returns:
-        A `ReplayUnsafeSignal` with the same message and facts.
-    """
-    return as_signal(error)
 
 
 class RetryRefused(GraphBubbleUp):

@@ -62,7 +62,6 @@ from langgraph_replay_guard.integrations.ledger_gate import (
     LedgerGate,
     RunTicket,
     replayed_result,
-    replayed_sends,
 )
 from langgraph_replay_guard.integrations.ledgered_tool import ToolRuns, ledgered_tool
 from langgraph_replay_guard.integrations.signals import RetryRefused, as_signal
@@ -615,8 +614,7 @@ class ToolCallWrapper:
 
     def _replayed(self, request: ToolCallRequest, run: _Allowed, entry: LedgerEntry) -> ToolResult:
         """Answer a call whose outcome the ledger recorded, without running the tool."""
-        message = replayed_result(entry, request.tool_call)
-        sends = replayed_sends(entry)
+        message, sends = replayed_result(entry, request.tool_call)
         if sends:  # the tool's own state writes beside its answer (deepagents' files)
             send = channel_writer(_config(request))
             if send is not None:
