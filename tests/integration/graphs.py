@@ -106,6 +106,25 @@ def build_custom_graph(
     return agent_graph(model, tools, guard=guard, system_prompt=SYSTEM, **compile_kwargs)
 
 
+def model_node(guard: ReplayGuard, model: ScriptedChatModel) -> Any:
+    """The model node of a hand-written agent graph, its prompt built with
+    `guard.system_prompt` as the docs show (sync and async)."""
+    from langchain_core.runnables import RunnableLambda
+
+    from langgraph_replay_guard import ReplayGuardState
+
+    def prompt(state: ReplayGuardState) -> list[Any]:
+        return [guard.system_prompt(state, SYSTEM), *state["messages"]]
+
+    def agent(state: ReplayGuardState) -> dict[str, Any]:
+        return {"messages": [model.invoke(prompt(state))]}
+
+    async def aagent(state: ReplayGuardState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(prompt(state))]}
+
+    return RunnableLambda(agent, afunc=aagent)
+
+
 def build_agent(
     guard: ReplayGuard, model: ScriptedChatModel, tools: list[BaseTool], **kwargs: Any
 ) -> Any:

@@ -18,7 +18,6 @@ from typing import Annotated, Any, NotRequired
 
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.runnables import RunnableLambda
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
@@ -27,7 +26,7 @@ from langgraph.prebuilt.chat_agent_executor import AgentState, create_react_agen
 from langgraph_replay_guard import LoopAbortedError, ReplayGuard, ReplayGuardState
 from langgraph_replay_guard.state import merge_guard_state
 from langgraph_replay_guard.testing import ScriptedChatModel
-from tests.integration.graphs import POLICY, SYSTEM, ToolRuns, make_tools
+from tests.integration.graphs import POLICY, SYSTEM, ToolRuns, make_tools, model_node
 from tests.integration.stacks import counted_tools, stop_of
 
 os.environ["LANGSMITH_TRACING"] = "false"
@@ -64,17 +63,8 @@ def static_edge_graph(guard: ReplayGuard, model: ScriptedChatModel, runs: ToolRu
     """The usual hand-written agent graph with the static edge `tools -> agent`; its model
     node builds the prompt with `guard.system_prompt`, as the docs show."""
 
-    def prompt(state: ReplayGuardState) -> list[Any]:
-        return [guard.system_prompt(state, SYSTEM), *state["messages"]]
-
-    def agent(state: ReplayGuardState) -> dict[str, Any]:
-        return {"messages": [model.invoke(prompt(state))]}
-
-    async def aagent(state: ReplayGuardState) -> dict[str, Any]:
-        return {"messages": [await model.ainvoke(prompt(state))]}
-
     builder = StateGraph(ReplayGuardState)
-    builder.add_node("agent", RunnableLambda(agent, afunc=aagent))
+    builder.add_node("agent", model_node(guard, model))
     builder.add_node("tools", guard.wrap(ToolNode(make_tools(runs))))
     builder.add_edge(START, "agent")
     builder.add_conditional_edges("agent", tools_condition)

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from langchain_core.runnables import RunnableLambda
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.prebuilt import ToolNode
@@ -22,7 +21,13 @@ from langgraph.types import Send
 
 from langgraph_replay_guard import ReplayGuard, ReplayGuardState
 from langgraph_replay_guard.testing import ScriptedChatModel
-from tests.integration.graphs import POLICY, SYSTEM, ToolRuns, build_custom_graph, make_tools
+from tests.integration.graphs import (
+    POLICY,
+    ToolRuns,
+    build_custom_graph,
+    make_tools,
+    model_node,
+)
 from tests.integration.stacks import stop_of
 
 os.environ["LANGSMITH_TRACING"] = "false"
@@ -64,17 +69,8 @@ def send_each_call(payload: str):
 def fan_out_graph(guard: ReplayGuard, model: ScriptedChatModel, runs: ToolRuns, payload: str):
     """The usual agent graph, its tools reached through `Send`, guarded as the docs say."""
 
-    def prompt(state: ReplayGuardState) -> list[Any]:
-        return [guard.system_prompt(state, SYSTEM), *state["messages"]]
-
-    def agent(state: ReplayGuardState) -> dict[str, Any]:
-        return {"messages": [model.invoke(prompt(state))]}
-
-    async def aagent(state: ReplayGuardState) -> dict[str, Any]:
-        return {"messages": [await model.ainvoke(prompt(state))]}
-
     builder = StateGraph(ReplayGuardState)
-    builder.add_node("agent", RunnableLambda(agent, afunc=aagent))
+    builder.add_node("agent", model_node(guard, model))
     builder.add_node("tools", guard.wrap(ToolNode(make_tools(runs), handle_tool_errors=True)))
     builder.add_edge(START, "agent")
     builder.add_conditional_edges("agent", send_each_call(payload), ["tools", END])
