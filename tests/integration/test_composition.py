@@ -21,6 +21,7 @@ from langgraph.types import Command
 
 from langgraph_replay_guard import ReplayGuardMiddleware
 from langgraph_replay_guard.testing import ScriptedChatModel
+from tests.integration.stacks import counted_tools
 
 os.environ["LANGSMITH_TRACING"] = "false"
 
@@ -33,19 +34,8 @@ def _stack(order: str, other: Any, guard: Any | None = None) -> list[Any]:
 
 
 def _tools(runs: Counter[str]) -> list[Any]:
-    @tool
-    def lookup(id: str) -> str:
-        """Look a customer up."""
-        runs["lookup"] += 1
-        return f"{id}: premium plan"
-
-    @tool
-    def send_email(to: str, body: str) -> str:
-        """Send an email."""
-        runs["send_email"] += 1
-        return f"sent to {to}"
-
-    return [lookup, send_email]
+    """`lookup`, `quote` and `send_email`, each run counted (`stacks.counted_tools`)."""
+    return list(counted_tools(runs).values())
 
 
 def _stopped(messages: list[Any]) -> str | None:
@@ -255,18 +245,17 @@ def _flaky_send(sent: list[str]) -> Any:
     return send_email
 
 
-@pytest.mark.parametrize("order", ORDERS)
-@pytest.mark.parametrize("mode", ["sync", "async"])
-def test_a_retry_never_repeats_an_unsafe_effect_whose_outcome_is_unknown(order, mode):
+def _retry_agent(
+    order: str, sent: list[str], **options: Any
+) -> tuple[ScriptedChatModel, Any, ReplayGuardMiddleware]:
+    """An agent that sends one email through `_flaky_send`, with `ToolRetryMiddleware` and
+    the guard (`send_email` unsafe, `options` its other settings) in the given order."""
     from langchain.agents.middleware import ToolRetryMiddleware
     from langgraph.store.memory import InMemoryStore
 
-    from langgraph_replay_guard import ReplayUnsafeError
-
-    sent: list[str] = []
     model = ScriptedChatModel(script=[[("send_email", {"to": "bob", "body": "hi"})], "done"])
     retry = ToolRetryMiddleware(max_retries=3, initial_delay=0, jitter=False)
-    guard = ReplayGuardMiddleware(tools={"send_email": "unsafe"})
+    guard = ReplayGuardMiddleware(tools={"send_email": "unsafe"}, **options)
     agent = create_agent(
         model,
         [_flaky_send(sent)],
@@ -274,6 +263,17 @@ def test_a_retry_never_repeats_an_unsafe_effect_whose_outcome_is_unknown(order, 
         checkpointer=InMemorySaver(),
         store=InMemoryStore(),
     )
+    return model, agent, guard
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_retry_never_repeats_an_unsafe_effect_whose_outcome_is_unknown(order, mode):
+
+    from langgraph_replay_guard import ReplayUnsafeError
+
+    sent: list[str] = []
+    model, agent, _ = _retry_agent(order, sent)
     cfg = {"configurable": {"thread_id": f"retry-{order}-{mode}"}}
     inputs = {"messages": [HumanMessage("email bob")]}
 
@@ -293,20 +293,9 @@ def test_a_retry_never_repeats_an_unsafe_effect_whose_outcome_is_unknown(order, 
 
 @pytest.mark.parametrize("order", ORDERS)
 def test_with_on_unsafe_interrupt_a_retry_becomes_an_interrupt_for_a_human(order):
-    from langchain.agents.middleware import ToolRetryMiddleware
-    from langgraph.store.memory import InMemoryStore
 
     sent: list[str] = []
-    model = ScriptedChatModel(script=[[("send_email", {"to": "bob", "body": "hi"})], "done"])
-    retry = ToolRetryMiddleware(max_retries=3, initial_delay=0, jitter=False)
-    guard = ReplayGuardMiddleware(tools={"send_email": "unsafe"}, on_unsafe="interrupt")
-    agent = create_agent(
-        model,
-        [_flaky_send(sent)],
-        middleware=_stack(order, retry, guard),
-        checkpointer=InMemorySaver(),
-        store=InMemoryStore(),
-    )
+    _, agent, guard = _retry_agent(order, sent, on_unsafe="interrupt")
     cfg = {"configurable": {"thread_id": f"retry-interrupt-{order}"}}
     agent.invoke({"messages": [HumanMessage("email bob")]}, cfg)
     interrupts = agent.get_state(cfg).interrupts
@@ -399,7 +388,6 @@ def test_an_edited_read_runs_with_the_edited_arguments(order, interrupt_mode):
     # The guard decides on what runs (a new read), not on the model's duplicate.
     runs: Counter[str] = Counter()
     seen: list[str] = []
-    tools = _tools(runs)
 
     @tool
     def lookup(id: str) -> str:
@@ -416,7 +404,7 @@ def test_an_edited_read_runs_with_the_edited_arguments(order, interrupt_mode):
     )
     agent = create_agent(
         model,
-        [lookup, tools[1]],
+        [lookup, counted_tools(runs)["send_email"]],
         middleware=_stack(order, hitl),
         checkpointer=InMemorySaver(),
     )
