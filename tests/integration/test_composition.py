@@ -478,3 +478,48 @@ def test_an_unknown_outcome_names_the_arguments_the_edited_call_ran_with():
     assert unknown.value.facts["args"] == {"to": "alice", "body": "hi"}
     assert "alice" in str(unknown.value)
     assert sent == ["alice"]
+
+
+def test_an_edited_call_keeps_the_class_its_mcp_annotations_give():
+    # `ring_bell` has no policy, but its MCP annotations say destructive: unsafe, claimed in
+    # the ledger before it runs. The reviewer edits the second call into a copy of the first;
+    # the guard re-decides the edited call, and must do so with the class the annotations
+    # gave, not the default (`pure`, recorded only after it ran).
+    from langchain_core.tools import StructuredTool
+    from langgraph.store.memory import InMemoryStore
+
+    from langgraph_replay_guard.ledger import row_namespace
+
+    rings: list[str] = []
+
+    def ring_bell(room: str) -> str:
+        """Ring the bell in a room."""
+        rings.append(room)
+        return f"rang in {room}"
+
+    bell = StructuredTool.from_function(ring_bell, metadata={"destructiveHint": True})
+    store = InMemoryStore()
+    model = ScriptedChatModel(
+        script=[[("ring_bell", {"room": "hall"})], [("ring_bell", {"room": "attic"})], "done"]
+    )
+    hitl = HumanInTheLoopMiddleware(
+        interrupt_on={"ring_bell": {"allowed_decisions": ["approve", "edit"]}},
+        interrupt_mode="per_call",
+    )
+    agent = create_agent(
+        model,
+        [bell],
+        middleware=[hitl, ReplayGuardMiddleware()],
+        checkpointer=InMemorySaver(),
+        store=store,
+    )
+    cfg = {"configurable": {"thread_id": "edited-annotated"}}
+    agent.invoke({"messages": [HumanMessage("ring twice")]}, cfg)
+    (review,) = agent.get_state(cfg).interrupts
+    agent.invoke(Command(resume={review.id: {"type": "approve"}}), cfg)
+    (review,) = agent.get_state(cfg).interrupts
+    edit = {"type": "edit", "edited_action": {"name": "ring_bell", "args": {"room": "hall"}}}
+    agent.invoke(Command(resume={review.id: edit}), cfg)
+    assert rings == ["hall", "hall"]
+    rows = store.search(row_namespace(("replay_guard",), "edited-annotated"))
+    assert sorted(row.value["replay"] for row in rows) == ["unsafe", "unsafe"]
