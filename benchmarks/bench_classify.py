@@ -11,7 +11,7 @@ from __future__ import annotations
 from bench_engine import _median_ns  # the same timing loop, run from the repository root
 
 from langgraph_replay_guard import GuardConfig
-from langgraph_replay_guard.engine import call_facts
+from langgraph_replay_guard.decisions.engine import call_facts
 
 CONFIG = GuardConfig(
     tools={

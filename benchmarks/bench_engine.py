@@ -12,9 +12,9 @@ import statistics
 import time
 
 from langgraph_replay_guard import GuardConfig, ReplayGuard
-from langgraph_replay_guard.engine import call_facts, decide, fold_settings, make_event
-from langgraph_replay_guard.keys import call_key
-from langgraph_replay_guard.state import fold_events
+from langgraph_replay_guard.decisions.engine import call_facts, decide, fold_settings, make_event
+from langgraph_replay_guard.decisions.keys import call_key
+from langgraph_replay_guard.decisions.state import fold_events
 
 ARGS = {
     "customer_id": "C1001",

@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from langgraph.store.memory import InMemoryStore
 from langgraph.store.sqlite import SqliteStore
 
-from langgraph_replay_guard import owners
 from langgraph_replay_guard.integrations.ledger_gate import replayed_message
-from langgraph_replay_guard.ledger import (
+from langgraph_replay_guard.replay import owners
+from langgraph_replay_guard.replay.ledger import (
     CallContext,
     CallIdentity,
     Write,
@@ -39,7 +39,7 @@ from langgraph_replay_guard.ledger import (
     index_namespace,
     row_namespace,
 )
-from langgraph_replay_guard.ledger_io import run_plan
+from langgraph_replay_guard.storage.ledger_io import run_plan
 
 ARGS = {"to": "ann@example.com", "subject": "Your order", "body": "x" * 200}
 PREFIX = ("replay_guard",)

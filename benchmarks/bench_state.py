@@ -20,16 +20,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from langgraph_replay_guard.config import GuardConfig
-from langgraph_replay_guard.engine import call_facts, fold_settings, make_event
-from langgraph_replay_guard.integrations.calls import snapshot
-from langgraph_replay_guard.state import (
+from langgraph_replay_guard.decisions.engine import call_facts, fold_settings, make_event
+from langgraph_replay_guard.decisions.state import (
     MAX_TRACKED_KEYS,
     Event,
     load_state,
     merge_guard_state,
     settled,
 )
+from langgraph_replay_guard.integrations.calls import snapshot
+from langgraph_replay_guard.policy.config import GuardConfig
 
 CONFIG = GuardConfig(scope="thread", tools={"write": "unsafe"})
 CFG = fold_settings(CONFIG)

@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-from langgraph_replay_guard.config import (
-    CallClass,
-    ClassRule,
-    GuardConfig,
-    ReplayClass,
-    ToolkitRef,
-    ToolPolicy,
-)
-from langgraph_replay_guard.control import GuardControl
-from langgraph_replay_guard.engine import Decision, Verdict
+from langgraph_replay_guard.decisions.control import GuardControl
+from langgraph_replay_guard.decisions.engine import Decision, Verdict
+from langgraph_replay_guard.decisions.state import GuardView, merge_guard_state
 from langgraph_replay_guard.errors import (
     InvalidArgumentsError,
     LoopAbortedError,
@@ -26,6 +19,14 @@ from langgraph_replay_guard.errors import (
 from langgraph_replay_guard.guard import ReplayGuard
 from langgraph_replay_guard.integrations.calls import GUARD_CHANNEL
 from langgraph_replay_guard.integrations.graph_state import ReplayGuardState
+from langgraph_replay_guard.policy.config import (
+    CallClass,
+    ClassRule,
+    GuardConfig,
+    ReplayClass,
+    ToolkitRef,
+    ToolPolicy,
+)
 from langgraph_replay_guard.records import (
     CachingReplayEngine,
     ExecutionRecord,
@@ -39,7 +40,6 @@ from langgraph_replay_guard.records import (
     verify_event_sequence,
     verify_record_integrity,
 )
-from langgraph_replay_guard.state import GuardView, merge_guard_state
 
 
 def __getattr__(name: str) -> object:

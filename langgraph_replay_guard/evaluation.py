@@ -9,8 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from langgraph_replay_guard.config import GuardConfig
-from langgraph_replay_guard.engine import (
+from langgraph_replay_guard.decisions.engine import (
     CallFacts,
     Verdict,
     call_facts,
@@ -19,10 +18,11 @@ from langgraph_replay_guard.engine import (
     make_event,
     stops_on_abort,
 )
+from langgraph_replay_guard.decisions.failures import failure_signature
+from langgraph_replay_guard.decisions.keys import call_key
+from langgraph_replay_guard.decisions.state import fold_events, new_state
 from langgraph_replay_guard.errors import InvalidArgumentsError
-from langgraph_replay_guard.failures import failure_signature
-from langgraph_replay_guard.keys import call_key
-from langgraph_replay_guard.state import fold_events, new_state
+from langgraph_replay_guard.policy.config import GuardConfig
 
 __all__ = [
     "DEFAULT_ERROR_PATTERN",

@@ -5,16 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from langgraph_replay_guard.config import GuardConfig
-from langgraph_replay_guard.control import GuardControl
-from langgraph_replay_guard.options import (
+from langgraph_replay_guard.decisions.control import GuardControl
+from langgraph_replay_guard.policy.config import GuardConfig
+from langgraph_replay_guard.policy.options import (
     ToolNameCheck,
     check_namespace,
     check_record,
     check_store,
     guard_config,
 )
-from langgraph_replay_guard.tool_hints import LearnedPolicies
+from langgraph_replay_guard.policy.tool_hints import LearnedPolicies
 
 if TYPE_CHECKING:
     from langchain_core.messages import SystemMessage
@@ -22,11 +22,11 @@ if TYPE_CHECKING:
     from langgraph.prebuilt import ToolNode
     from langgraph.store.base import BaseStore
 
+    from langgraph_replay_guard.decisions.state import GuardView
     from langgraph_replay_guard.integrations.callbacks import ReplayGuardCallbackHandler
     from langgraph_replay_guard.integrations.middleware import ReplayGuardMiddleware
     from langgraph_replay_guard.records.recording import RecordedGraph
     from langgraph_replay_guard.records.store import RecordStore
-    from langgraph_replay_guard.state import GuardView
 
 __all__ = ["ReplayGuard"]
 
@@ -174,7 +174,7 @@ class ReplayGuard:
         """
         from langchain_core.messages import SystemMessage
 
-        from langgraph_replay_guard.engine import ignored_stop_error
+        from langgraph_replay_guard.decisions.engine import ignored_stop_error
         from langgraph_replay_guard.integrations.prompt import (
             ignored_stop,
             next_call_reminder,

@@ -18,9 +18,9 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 
-from langgraph_replay_guard.config import GuardConfig, ToolPolicy
 from langgraph_replay_guard.evaluation import evaluate_file
 from langgraph_replay_guard.guard import ReplayGuard
+from langgraph_replay_guard.policy.config import GuardConfig, ToolPolicy
 from langgraph_replay_guard.testing import ScriptedChatModel, agent_graph
 
 __all__ = ["add_parser", "run"]

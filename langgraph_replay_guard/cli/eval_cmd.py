@@ -11,7 +11,6 @@ from typing import NoReturn, TextIO
 
 from pydantic import ValidationError
 
-from langgraph_replay_guard.config import GuardConfig
 from langgraph_replay_guard.evaluation import (
     DEFAULT_ERROR_PATTERN,
     EvalReport,
@@ -19,7 +18,8 @@ from langgraph_replay_guard.evaluation import (
     evaluate_file,
     parse_line,
 )
-from langgraph_replay_guard.toolkit_data import known_toolkits
+from langgraph_replay_guard.policy.config import GuardConfig
+from langgraph_replay_guard.policy.toolkit_data import known_toolkits
 
 __all__ = ["add_parser", "load_config", "print_report", "run"]
 

@@ -15,12 +15,12 @@ from langgraph_replay_guard.cli.store_uri import (
     open_checkpointer,
     open_store,
 )
+from langgraph_replay_guard.decisions.state import GuardView
 from langgraph_replay_guard.integrations.callbacks.scopes import scopes_namespace
 from langgraph_replay_guard.integrations.calls import GUARD_CHANNEL
 from langgraph_replay_guard.integrations.prompt import guard_view
-from langgraph_replay_guard.ledger import LedgerEntry
-from langgraph_replay_guard.ledger_io import ReplayLedger
-from langgraph_replay_guard.state import GuardView
+from langgraph_replay_guard.replay.ledger import LedgerEntry
+from langgraph_replay_guard.storage.ledger_io import ReplayLedger
 
 __all__ = ["add_parser", "run"]
 

@@ -11,7 +11,7 @@ from langchain_core.callbacks.manager import dispatch_custom_event
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
 from langgraph.types import Command
 
-from langgraph_replay_guard.engine import (
+from langgraph_replay_guard.decisions.engine import (
     STOP_IGNORED,
     UNKNOWN_TOOL,
     CallPlan,
@@ -24,8 +24,8 @@ from langgraph_replay_guard.engine import (
     plan_calls,
     stop_was_ignored,
 )
-from langgraph_replay_guard.failures import SAME_FAILURE
-from langgraph_replay_guard.state import (
+from langgraph_replay_guard.decisions.failures import SAME_FAILURE
+from langgraph_replay_guard.decisions.state import (
     Event,
     StateUpdate,
     load_state,
@@ -35,7 +35,7 @@ from langgraph_replay_guard.state import (
 )
 
 if TYPE_CHECKING:
-    from langgraph_replay_guard.config import GuardConfig
+    from langgraph_replay_guard.policy.config import GuardConfig
 
 __all__ = [
     "DECISION_EVENT",

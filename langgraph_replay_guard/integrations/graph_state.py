@@ -8,7 +8,7 @@ from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
-from langgraph_replay_guard.state import merge_guard_state
+from langgraph_replay_guard.decisions.state import merge_guard_state
 
 __all__ = ["ReplayGuardState"]
 

@@ -19,8 +19,8 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command, interrupt
 from pydantic import BaseModel, ValidationError
 
-from langgraph_replay_guard import owners
 from langgraph_replay_guard._compat import run_checkpointer, run_durability
+from langgraph_replay_guard.decisions.state import delivered
 from langgraph_replay_guard.errors import ReplayGuardError, ReplayGuardWarning
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
@@ -30,7 +30,8 @@ from langgraph_replay_guard.integrations.calls import (
 )
 from langgraph_replay_guard.integrations.ledgered_tool import ToolRuns
 from langgraph_replay_guard.integrations.signals import as_signal
-from langgraph_replay_guard.ledger import (
+from langgraph_replay_guard.replay import owners
+from langgraph_replay_guard.replay.ledger import (
     INTERRUPT_KIND,
     CallContext,
     CallIdentity,
@@ -51,17 +52,16 @@ from langgraph_replay_guard.ledger import (
     unknown_error,
     unknown_facts,
 )
-from langgraph_replay_guard.ledger_io import arun_plan, run_plan
-from langgraph_replay_guard.result_codec import decode_result, decode_update
-from langgraph_replay_guard.state import delivered
+from langgraph_replay_guard.replay.result_codec import decode_result, decode_update
+from langgraph_replay_guard.storage.ledger_io import arun_plan, run_plan
 
 if TYPE_CHECKING:
     from langgraph.prebuilt.tool_node import ToolCallRequest
     from langgraph.store.base import BaseStore
 
-    from langgraph_replay_guard.config import GuardConfig
-    from langgraph_replay_guard.engine import CallFacts
-    from langgraph_replay_guard.tool_hints import LearnedPolicies
+    from langgraph_replay_guard.decisions.engine import CallFacts
+    from langgraph_replay_guard.policy.config import GuardConfig
+    from langgraph_replay_guard.policy.tool_hints import LearnedPolicies
 
 __all__ = [
     "IDEMPOTENCY_KEY_CONFIG",

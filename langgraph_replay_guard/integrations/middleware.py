@@ -20,8 +20,13 @@ from langgraph.types import Command
 from typing_extensions import TypedDict
 
 from langgraph_replay_guard._compat import create_agent_middleware, signature_once
-from langgraph_replay_guard.config import GuardConfig
-from langgraph_replay_guard.engine import fold_settings, loop_error, raises_on_abort
+from langgraph_replay_guard.decisions.engine import fold_settings, loop_error, raises_on_abort
+from langgraph_replay_guard.decisions.state import (
+    Event,
+    merge_guard_state,
+    own_update,
+    unrecorded_positions,
+)
 from langgraph_replay_guard.guard import ReplayGuard
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
@@ -42,7 +47,7 @@ from langgraph_replay_guard.integrations.signals import as_signal
 from langgraph_replay_guard.integrations.task_writes import write_events
 from langgraph_replay_guard.integrations.tool_node import ToolCallWrapper, abort_trace
 from langgraph_replay_guard.integrations.tracing import blocked_run
-from langgraph_replay_guard.state import Event, merge_guard_state, own_update, unrecorded_positions
+from langgraph_replay_guard.policy.config import GuardConfig
 
 if TYPE_CHECKING:
     from langgraph.prebuilt.tool_node import ToolCallRequest

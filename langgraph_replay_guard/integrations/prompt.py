@@ -7,7 +7,8 @@ from typing import Any
 
 from langchain_core.messages import SystemMessage
 
-from langgraph_replay_guard.engine import render_reminder, state_view, stop_was_ignored
+from langgraph_replay_guard.decisions.engine import render_reminder, state_view, stop_was_ignored
+from langgraph_replay_guard.decisions.state import GuardView, settled
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
     current_turn,
@@ -15,7 +16,6 @@ from langgraph_replay_guard.integrations.calls import (
     state_field,
     turn_anchors,
 )
-from langgraph_replay_guard.state import GuardView, settled
 
 __all__ = ["guard_view", "ignored_stop", "next_call_reminder", "system_prompt_with_reminder"]
 

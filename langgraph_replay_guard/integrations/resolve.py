@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from langgraph.types import Command
 
-from langgraph_replay_guard.ledger import INTERRUPT_KIND, resolve_plan, store_label
-from langgraph_replay_guard.ledger_io import arun_plan, run_plan
+from langgraph_replay_guard.replay.ledger import INTERRUPT_KIND, resolve_plan, store_label
+from langgraph_replay_guard.storage.ledger_io import arun_plan, run_plan
 
 if TYPE_CHECKING:
     from langgraph_replay_guard.guard import ReplayGuard

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import AIMessage, BaseMessage
 
 from langgraph_replay_guard._compat import channel_writer
-from langgraph_replay_guard.engine import fold_settings
-from langgraph_replay_guard.state import Event, own_update, seed_write
+from langgraph_replay_guard.decisions.engine import fold_settings
+from langgraph_replay_guard.decisions.state import Event, own_update, seed_write
 
 if TYPE_CHECKING:
-    from langgraph_replay_guard.config import GuardConfig
+    from langgraph_replay_guard.policy.config import GuardConfig
 
 __all__ = ["TaskWrites", "write_events"]
 

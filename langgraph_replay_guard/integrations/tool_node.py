@@ -23,7 +23,7 @@ from langgraph_replay_guard._compat import (
     tool_error_content,
     tool_node_settings,
 )
-from langgraph_replay_guard.engine import (
+from langgraph_replay_guard.decisions.engine import (
     CallFacts,
     Decision,
     PlannedCall,
@@ -32,6 +32,7 @@ from langgraph_replay_guard.engine import (
     raises_on_abort,
     stop_error,
 )
+from langgraph_replay_guard.decisions.state import Event, settled
 from langgraph_replay_guard.errors import (
     LoopAbortedError,
 )
@@ -74,15 +75,14 @@ from langgraph_replay_guard.integrations.tracing import (
     trace_info,
     traced_request,
 )
-from langgraph_replay_guard.ledger import LedgerEntry
-from langgraph_replay_guard.plans import adrive, drive
-from langgraph_replay_guard.state import Event, settled
+from langgraph_replay_guard.replay.ledger import LedgerEntry
+from langgraph_replay_guard.storage.plans import adrive, drive
 
 if TYPE_CHECKING:
     from langgraph.prebuilt.tool_node import ToolCallRequest
 
-    from langgraph_replay_guard.config import GuardConfig
     from langgraph_replay_guard.guard import ReplayGuard
+    from langgraph_replay_guard.policy.config import GuardConfig
 
 __all__ = ["ToolCallWrapper", "guarded_tool_node", "route_after_tools"]
 

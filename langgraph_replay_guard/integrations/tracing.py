@@ -12,7 +12,7 @@ from langchain_core.callbacks import (
     CallbackManager,
 )
 
-from langgraph_replay_guard.engine import Decision
+from langgraph_replay_guard.decisions.engine import Decision
 
 if TYPE_CHECKING:
     from langchain_core.messages import ToolCall

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from langgraph_replay_guard.keys import sha256_json
+from langgraph_replay_guard.decisions.keys import sha256_json
 
 __all__ = ["ENVELOPE_ROUTING_FIELDS", "compute_envelope_hash"]
 

@@ -23,7 +23,6 @@ from pydantic import BaseModel
 from langgraph_replay_guard.errors import ReplayGuardError
 from langgraph_replay_guard.integrations.calls import DECISION_EVENT
 from langgraph_replay_guard.integrations.tracing import TRACE_KEY
-from langgraph_replay_guard.ledger_io import arun_plan, run_plan
 from langgraph_replay_guard.records.engine import ReplayEngine, ReplayResult, load_record
 from langgraph_replay_guard.records.envelope import ENVELOPE_ROUTING_FIELDS, compute_envelope_hash
 from langgraph_replay_guard.records.model import (
@@ -34,6 +33,7 @@ from langgraph_replay_guard.records.model import (
     RecordHeader,
     utc_now_iso,
 )
+from langgraph_replay_guard.storage.ledger_io import arun_plan, run_plan
 
 if TYPE_CHECKING:
     from uuid import UUID

@@ -11,8 +11,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from langgraph.store.base import GetOp, Item, PutOp, SearchOp
 from pydantic import ValidationError
 
-from langgraph_replay_guard.ledger import Batch, store_label
-from langgraph_replay_guard.ledger_io import arun_plan, run_plan
 from langgraph_replay_guard.records.model import (
     ExecutionRecord,
     RecordHeader,
@@ -20,6 +18,8 @@ from langgraph_replay_guard.records.model import (
     first_validation_error,
     invalidate_record,
 )
+from langgraph_replay_guard.replay.ledger import Batch, store_label
+from langgraph_replay_guard.storage.ledger_io import arun_plan, run_plan
 
 if TYPE_CHECKING:
     from langgraph.store.base import BaseStore, Op

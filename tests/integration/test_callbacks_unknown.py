@@ -203,13 +203,13 @@ def test_resolve_succeeded_records_the_result_and_rejects_unknown_calls():
 
 
 def test_unknown_outcomes_are_bounded_per_thread():
-    from langgraph_replay_guard.engine import call_facts
+    from langgraph_replay_guard.decisions.engine import call_facts
+    from langgraph_replay_guard.decisions.state_format import MAX_UNKNOWN_MARKS
     from langgraph_replay_guard.integrations.callbacks.decisions import (
         find_mark,
         new_mark,
         with_mark,
     )
-    from langgraph_replay_guard.state_format import MAX_UNKNOWN_MARKS
 
     marks: list = []
     facts = [call_facts(CONFIG, "send_email", {"to": f"u{i}", "body": "b"}) for i in range(40)]

@@ -24,7 +24,7 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.prebuilt.chat_agent_executor import AgentState, create_react_agent
 
 from langgraph_replay_guard import LoopAbortedError, ReplayGuard, ReplayGuardState
-from langgraph_replay_guard.state import merge_guard_state
+from langgraph_replay_guard.decisions.state import merge_guard_state
 from langgraph_replay_guard.testing import ScriptedChatModel
 from tests.integration.graphs import POLICY, SYSTEM, ToolRuns, make_tools, model_node
 from tests.integration.stacks import counted_tools, stop_of

@@ -488,7 +488,7 @@ def test_an_edited_call_keeps_the_class_its_mcp_annotations_give():
     from langchain_core.tools import StructuredTool
     from langgraph.store.memory import InMemoryStore
 
-    from langgraph_replay_guard.ledger import row_namespace
+    from langgraph_replay_guard.replay.ledger import row_namespace
 
     rings: list[str] = []
 

@@ -23,8 +23,8 @@ from langgraph_replay_guard import (
     ReplayGuardWarning,
     ReplayUnsafeError,
 )
-from langgraph_replay_guard.ledger import LedgerEntry
-from langgraph_replay_guard.ledger_io import ReplayLedger
+from langgraph_replay_guard.replay.ledger import LedgerEntry
+from langgraph_replay_guard.storage.ledger_io import ReplayLedger
 
 from .replay_graphs import REPLAY_POLICY, asking_model, replay_graph
 

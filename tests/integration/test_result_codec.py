@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langgraph.store.base import BaseStore
 
-from langgraph_replay_guard.result_codec import decode_result, encode_result
+from langgraph_replay_guard.replay.result_codec import decode_result, encode_result
 from tests.result_values import CASES, any_value, same
 
 BIG = 50 * 1024 * 1024
@@ -162,7 +162,7 @@ async def _async_round_trips(store: BaseStore) -> None:
 def test_a_commands_whole_update_comes_back_exactly(store: BaseStore) -> None:
     from langchain_core.messages import ToolMessage
 
-    from langgraph_replay_guard.result_codec import decode_update
+    from langgraph_replay_guard.replay.result_codec import decode_update
 
     update = {
         "files": {"notes.md": {"content": ["line \x00 one", "caf\u00e9"], "modified_at": 1.5}},

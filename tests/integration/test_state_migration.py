@@ -25,7 +25,7 @@ from langgraph.store.memory import InMemoryStore
 from langgraph.types import Overwrite
 
 from langgraph_replay_guard import GUARD_CHANNEL, ReplayGuard, ReplayGuardCallbackHandler
-from langgraph_replay_guard.state_format import V1_RENAMED
+from langgraph_replay_guard.decisions.state_format import V1_RENAMED
 from langgraph_replay_guard.testing import ScriptedChatModel
 from tests.integration.graphs import POLICY, SYSTEM, ToolRuns, build_custom_graph, make_tools
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from langgraph_replay_guard import GuardConfig, LoopAbortedError, Verdict
-from langgraph_replay_guard.engine import (
+from langgraph_replay_guard.decisions.engine import (
     ROUTE_FIX,
     STOP_IGNORED,
     call_facts,
@@ -13,7 +13,7 @@ from langgraph_replay_guard.engine import (
     loop_error,
     make_event,
 )
-from langgraph_replay_guard.state import fold_events, new_state
+from langgraph_replay_guard.decisions.state import fold_events, new_state
 
 
 def attempt(config, state, batch, *, turn="h1", tool="t"):

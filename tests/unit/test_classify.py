@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from langgraph_replay_guard import CallClass, ClassRule, GuardConfig, ReplayGuard, ToolPolicy
-from langgraph_replay_guard.engine import call_facts
+from langgraph_replay_guard.decisions.engine import call_facts
 
 SHELL = {"preset": "shell"}
 

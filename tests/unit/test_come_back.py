@@ -13,12 +13,13 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.graph import END
 
 from langgraph_replay_guard import GuardConfig, Verdict
-from langgraph_replay_guard.engine import (
+from langgraph_replay_guard.decisions.engine import (
     STOP_IGNORED,
     fold_settings,
     ignored_stop_error,
     stop_was_ignored,
 )
+from langgraph_replay_guard.decisions.state import fold_events, new_state, settled
 from langgraph_replay_guard.integrations.calls import (
     STOPPED_MARK,
     Batch,
@@ -30,7 +31,6 @@ from langgraph_replay_guard.integrations.calls import (
     snapshot,
 )
 from langgraph_replay_guard.integrations.tool_node import route_after_tools
-from langgraph_replay_guard.state import fold_events, new_state, settled
 from langgraph_replay_guard.testing import tool_call
 
 CONFIG = GuardConfig()

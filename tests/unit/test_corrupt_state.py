@@ -27,11 +27,8 @@ from langgraph_replay_guard import (
     LoopAbortedError,
     ReplayGuard,
 )
-from langgraph_replay_guard.engine import call_facts, fold_settings, make_event
-from langgraph_replay_guard.integrations.callbacks.decisions import CallbackDecider, Refusal
-from langgraph_replay_guard.integrations.callbacks.scopes import ScopeTable
-from langgraph_replay_guard.integrations.calls import find_batch, plan_batch, snapshot, turn_anchors
-from langgraph_replay_guard.state import (
+from langgraph_replay_guard.decisions.engine import call_facts, fold_settings, make_event
+from langgraph_replay_guard.decisions.state import (
     MAX_BLOCKED_LOG,
     MAX_RESULTS,
     MAX_TRACKED_KEYS,
@@ -42,6 +39,9 @@ from langgraph_replay_guard.state import (
     new_state,
     settled,
 )
+from langgraph_replay_guard.integrations.callbacks.decisions import CallbackDecider, Refusal
+from langgraph_replay_guard.integrations.callbacks.scopes import ScopeTable
+from langgraph_replay_guard.integrations.calls import find_batch, plan_batch, snapshot, turn_anchors
 
 CONFIG = GuardConfig(tools={"write": "unsafe"})
 CFG = fold_settings(CONFIG)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from langgraph_replay_guard.state import (
+from langgraph_replay_guard.decisions.state import (
     MAX_DELIVERED,
     delivered,
     load_state,

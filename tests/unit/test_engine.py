@@ -15,8 +15,8 @@ from langgraph_replay_guard import (
     ToolPolicy,
     Verdict,
 )
-from langgraph_replay_guard.engine import call_facts, decide, fold_settings, make_event
-from langgraph_replay_guard.state import fold_events, new_state
+from langgraph_replay_guard.decisions.engine import call_facts, decide, fold_settings, make_event
+from langgraph_replay_guard.decisions.state import fold_events, new_state
 
 Q = {"query": "capital of France"}
 

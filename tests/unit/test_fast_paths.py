@@ -15,10 +15,10 @@ from typing import Any
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from langgraph_replay_guard import GuardConfig
-from langgraph_replay_guard.engine import call_facts, fold_settings, make_event
+from langgraph_replay_guard.decisions.engine import call_facts, fold_settings, make_event
+from langgraph_replay_guard.decisions.memo import IdentityMemo
+from langgraph_replay_guard.decisions.state import Event, merge_guard_state, own_update
 from langgraph_replay_guard.integrations.calls import Batch, PlanCache
-from langgraph_replay_guard.memo import IdentityMemo
-from langgraph_replay_guard.state import Event, merge_guard_state, own_update
 
 CONFIG = GuardConfig(tools={"write": "unsafe"}, max_repeats=2)
 CFG = fold_settings(CONFIG)

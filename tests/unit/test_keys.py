@@ -17,8 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from langgraph_replay_guard.errors import InvalidArgumentsError
-from langgraph_replay_guard.keys import (
+from langgraph_replay_guard.decisions.keys import (
     MAX_DEPTH,
     MAX_NODES,
     call_key,
@@ -27,6 +26,7 @@ from langgraph_replay_guard.keys import (
     canonicalize,
     sha256_json,
 )
+from langgraph_replay_guard.errors import InvalidArgumentsError
 
 HEX32 = re.compile(r"[0-9a-f]{32}")
 MEMORY_ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,}")

@@ -9,10 +9,9 @@ import string
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from langgraph_replay_guard.config import GuardConfig
-from langgraph_replay_guard.engine import call_facts, decide, fold_settings, make_event
-from langgraph_replay_guard.keys import call_key
-from langgraph_replay_guard.state import (
+from langgraph_replay_guard.decisions.engine import call_facts, decide, fold_settings, make_event
+from langgraph_replay_guard.decisions.keys import call_key
+from langgraph_replay_guard.decisions.state import (
     MAX_RESULTS,
     MAX_TRACKED_KEYS,
     fold_events,
@@ -20,6 +19,7 @@ from langgraph_replay_guard.state import (
     new_state,
     settled,
 )
+from langgraph_replay_guard.policy.config import GuardConfig
 
 PROPERTY = settings(max_examples=200, deadline=None)
 

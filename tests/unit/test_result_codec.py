@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from langgraph_replay_guard import result_codec
-from langgraph_replay_guard.result_codec import CODEC_VERSION, decode_result, encode_result
+from langgraph_replay_guard.replay import result_codec
+from langgraph_replay_guard.replay.result_codec import CODEC_VERSION, decode_result, encode_result
 from tests.result_values import CASES, any_value, assert_store_safe, same
 
 PROPERTY = settings(max_examples=300, deadline=None)

@@ -9,16 +9,16 @@ from typing import Any
 import pytest
 
 from langgraph_replay_guard import GuardConfig, ReplayGuard, ToolPolicy
-from langgraph_replay_guard.engine import call_facts, fold_settings, make_event
-from langgraph_replay_guard.evaluation import evaluate_file
-from langgraph_replay_guard.failures import failure_signature, normalize_failure
-from langgraph_replay_guard.state import (
+from langgraph_replay_guard.decisions.engine import call_facts, fold_settings, make_event
+from langgraph_replay_guard.decisions.failures import failure_signature, normalize_failure
+from langgraph_replay_guard.decisions.state import (
     MAX_FAILURE_STREAKS,
     load_state,
     merge_guard_state,
     new_state,
     settled,
 )
+from langgraph_replay_guard.evaluation import evaluate_file
 
 DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

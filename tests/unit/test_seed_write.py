@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import copy
 
-from langgraph_replay_guard.state import SEED_KEY, load_state, merge_guard_state, seed_write
+from langgraph_replay_guard.decisions.state import (
+    SEED_KEY,
+    load_state,
+    merge_guard_state,
+    seed_write,
+)
 from tests.unit.test_corrupt_state import CFG, event, write
 
 

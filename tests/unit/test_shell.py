@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from langgraph_replay_guard import GuardConfig
-from langgraph_replay_guard.engine import call_facts
-from langgraph_replay_guard.shell import Unparsable, parse_script
+from langgraph_replay_guard.decisions.engine import call_facts
+from langgraph_replay_guard.policy.shell import Unparsable, parse_script
 
 CONFIG = GuardConfig(tools={"bash": {"preset": "shell"}})
 

@@ -8,8 +8,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from langgraph_replay_guard import GuardConfig
-from langgraph_replay_guard.classify import load_preset
-from langgraph_replay_guard.engine import call_facts
+from langgraph_replay_guard.decisions.engine import call_facts
+from langgraph_replay_guard.policy.classify import load_preset
 
 PROPERTY = settings(max_examples=300, deadline=None)
 CONFIG = GuardConfig(tools={"bash": {"preset": "shell"}})

@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 
 from langgraph_replay_guard import GuardView
-from langgraph_replay_guard.engine import call_facts
-from langgraph_replay_guard.state import (
+from langgraph_replay_guard.decisions.engine import call_facts
+from langgraph_replay_guard.decisions.state import (
     FORMAT_VERSION,
     load_state,
     merge_guard_state,
     settled,
 )
-from langgraph_replay_guard.state_format import V1_RENAMED, migrate
+from langgraph_replay_guard.decisions.state_format import V1_RENAMED, migrate
 from tests.unit.test_corrupt_state import BASES, CONFIG, event, write
 
 V1_VALUE: dict[str, Any] = json.loads(

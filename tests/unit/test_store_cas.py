@@ -17,9 +17,9 @@ from langgraph.store.memory import InMemoryStore
 from langgraph.store.sqlite import SqliteStore
 
 from langgraph_replay_guard import ReplayGuardWarning
-from langgraph_replay_guard.ledger import Read, Update
-from langgraph_replay_guard.ledger_io import arun_plan, run_plan
-from langgraph_replay_guard.store_cas import (
+from langgraph_replay_guard.replay.ledger import Read, Update
+from langgraph_replay_guard.storage.ledger_io import arun_plan, run_plan
+from langgraph_replay_guard.storage.store_cas import (
     acompare_and_set,
     atomic_kind,
     compare_and_set,

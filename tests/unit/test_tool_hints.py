@@ -7,8 +7,8 @@ from langchain_core.tools import StructuredTool
 from langgraph.prebuilt import ToolNode
 
 from langgraph_replay_guard import GuardConfig, ReplayGuard, ToolPolicy, Verdict
-from langgraph_replay_guard.engine import call_facts
-from langgraph_replay_guard.tool_hints import (
+from langgraph_replay_guard.decisions.engine import call_facts
+from langgraph_replay_guard.policy.tool_hints import (
     LearnedPolicies,
     policy_from_hints,
     replay_class_from_hints,

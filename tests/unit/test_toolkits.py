@@ -11,8 +11,8 @@ import pytest
 from pydantic import ValidationError
 
 from langgraph_replay_guard import CallClass, GuardConfig, ReplayGuard, ToolPolicy
-from langgraph_replay_guard.config import ToolkitRef
-from langgraph_replay_guard.toolkit_data import known_toolkits, load_toolkit
+from langgraph_replay_guard.policy.config import ToolkitRef
+from langgraph_replay_guard.policy.toolkit_data import known_toolkits, load_toolkit
 
 DOCS = Path(__file__).parent.parent.parent / "docs"
 SHIPPED = {"deepagents", "langchain", "mcp-reference", "swe-agent", "mini-swe-agent"}
@@ -32,7 +32,7 @@ IDEMPOTENT, UNSAFE = CallClass("idempotent"), CallClass("unsafe")
 
 def test_every_shipped_toolkit_loads_with_a_one_line_reason_per_tool():
     assert set(known_toolkits()) == SHIPPED
-    folder = resources.files("langgraph_replay_guard") / "toolkits"
+    folder = resources.files("langgraph_replay_guard.policy") / "toolkits"
     for name in known_toolkits():
         assert (folder / f"{name}.json").is_file()  # in the package, so in the wheel
         data = load_toolkit(name)
@@ -167,7 +167,7 @@ def test_toolkits_that_agree_combine_and_toolkits_that_disagree_need_the_users_d
     # with the same policies: no conflict.
     both = GuardConfig(toolkits=["deepagents", "mcp-reference"])
     assert both.policy_for("write_file").replay == "idempotent"
-    import langgraph_replay_guard.config as config_module
+    import langgraph_replay_guard.policy.config as config_module
 
     shipped = config_module.toolkit_policies
 
@@ -186,7 +186,7 @@ def test_toolkits_that_agree_combine_and_toolkits_that_disagree_need_the_users_d
 
 def test_a_toolkit_tool_missing_from_the_agent_does_not_warn():
     pytest.importorskip("langchain")
-    from langgraph_replay_guard.options import ToolNameCheck
+    from langgraph_replay_guard.policy.options import ToolNameCheck
 
     check = ToolNameCheck(GuardConfig(toolkits=["deepagents"], tools={"serch": "pure"}))
     with pytest.warns(Warning, match="'serch'") as warned:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from langgraph_replay_guard import GuardConfig
-from langgraph_replay_guard.engine import (
+from langgraph_replay_guard.decisions.engine import (
     UNKNOWN_TOOL_KEY,
     Verdict,
     call_facts,
@@ -13,7 +13,7 @@ from langgraph_replay_guard.engine import (
     render_reminder,
     tool_list,
 )
-from langgraph_replay_guard.state import fold_events, new_state
+from langgraph_replay_guard.decisions.state import fold_events, new_state
 
 TOOLS = ("browser_type", "browser_click", "write_file")
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.messages import AIMessage, ToolCall
 
-from langgraph_replay_guard.engine import (
+from langgraph_replay_guard.decisions.engine import (
     UNKNOWN_TOOL,
     CallFacts,
     Decision,
@@ -24,6 +24,14 @@ from langgraph_replay_guard.engine import (
     state_view,
     stop_error,
 )
+from langgraph_replay_guard.decisions.state import (
+    Event,
+    GuardView,
+    Outcome,
+    settled,
+    state_for_turn,
+)
+from langgraph_replay_guard.decisions.state_format import MAX_UNKNOWN_MARKS, CallEvent
 from langgraph_replay_guard.integrations.callbacks.scopes import Scope, ScopeKey, ScopeTable
 from langgraph_replay_guard.integrations.calls import (
     Batch,
@@ -35,12 +43,10 @@ from langgraph_replay_guard.integrations.calls import (
     guard_update,
     snapshot,
 )
-from langgraph_replay_guard.state import Event, GuardView, Outcome, settled, state_for_turn
-from langgraph_replay_guard.state_format import MAX_UNKNOWN_MARKS, CallEvent
-from langgraph_replay_guard.tool_hints import LearnedPolicies
+from langgraph_replay_guard.policy.tool_hints import LearnedPolicies
 
 if TYPE_CHECKING:
-    from langgraph_replay_guard.config import GuardConfig
+    from langgraph_replay_guard.policy.config import GuardConfig
 
 __all__ = [
     "Admitted",

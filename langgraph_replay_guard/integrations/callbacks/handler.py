@@ -16,8 +16,8 @@ from langchain_core.outputs import ChatGeneration, LLMResult
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
-from langgraph_replay_guard.config import GuardConfig
-from langgraph_replay_guard.control import result_text
+from langgraph_replay_guard.decisions.control import result_text
+from langgraph_replay_guard.decisions.state import GuardView
 from langgraph_replay_guard.errors import LoopAbortedError
 from langgraph_replay_guard.integrations.callbacks.decisions import (
     Call,
@@ -38,14 +38,14 @@ from langgraph_replay_guard.integrations.callbacks.scopes import (
 )
 from langgraph_replay_guard.integrations.calls import emit, result_outcome
 from langgraph_replay_guard.integrations.tracing import TRACE_KEY, blocked_run, trace_info
-from langgraph_replay_guard.options import (
+from langgraph_replay_guard.policy.config import GuardConfig
+from langgraph_replay_guard.policy.options import (
     ToolNameCheck,
     check_max_threads,
     check_namespace,
     check_store,
     guard_config,
 )
-from langgraph_replay_guard.state import GuardView
 
 if TYPE_CHECKING:
     from langgraph.store.base import BaseStore

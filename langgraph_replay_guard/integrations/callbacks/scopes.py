@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from langgraph_replay_guard import store_cas
-from langgraph_replay_guard.ledger import store_label
-from langgraph_replay_guard.state import StateUpdate, load_state, merge_guard_state
+from langgraph_replay_guard.decisions.state import StateUpdate, load_state, merge_guard_state
+from langgraph_replay_guard.replay.ledger import store_label
+from langgraph_replay_guard.storage import store_cas
 
 if TYPE_CHECKING:
     from langgraph.store.base import BaseStore

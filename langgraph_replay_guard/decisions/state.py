@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
-from langgraph_replay_guard.failures import SAME_FAILURE
-from langgraph_replay_guard.memo import IdentityMemo
-from langgraph_replay_guard.state_format import (
+from langgraph_replay_guard.decisions.failures import SAME_FAILURE
+from langgraph_replay_guard.decisions.memo import IdentityMemo
+from langgraph_replay_guard.decisions.state_format import (
     FORMAT_VERSION,
     READABLE_VERSIONS,
     BlockedCall,

@@ -8,8 +8,8 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from langgraph_replay_guard.config import GuardConfig
 from langgraph_replay_guard.errors import ReplayGuardWarning
+from langgraph_replay_guard.policy.config import GuardConfig
 
 if TYPE_CHECKING:
     from langgraph.store.base import BaseStore

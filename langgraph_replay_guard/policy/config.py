@@ -20,12 +20,12 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
-from langgraph_replay_guard.call_class import CallClass, ReplayClass
-from langgraph_replay_guard.failures import DEFAULT_MAX_SAME_FAILURES
-from langgraph_replay_guard.toolkit_data import known_toolkits, toolkit_policies
+from langgraph_replay_guard.decisions.call_class import CallClass, ReplayClass
+from langgraph_replay_guard.decisions.failures import DEFAULT_MAX_SAME_FAILURES
+from langgraph_replay_guard.policy.toolkit_data import known_toolkits, toolkit_policies
 
 if TYPE_CHECKING:
-    from langgraph_replay_guard.classify import Classifier
+    from langgraph_replay_guard.policy.classify import Classifier
 
 __all__ = [
     "CallClass",
@@ -49,7 +49,7 @@ PolicySource = Literal["tools", "toolkit", "annotations", "default"]
 """
 
 PresetName = Literal["shell", "editor"]
-"""Built-in per-call classifications (see `langgraph_replay_guard/presets/` and the README).
+"""Built-in per-call classifications (see `langgraph_replay_guard/policy/presets/` and the README).
 
 - `"shell"`: POSIX shell commands in a `command` argument.
 - `"editor"`: sub-commands of file-editor tools (`view` vs `create`, `str_replace`...).
@@ -266,7 +266,7 @@ class ToolPolicy(BaseModel):
         """
         if not self.per_call:
             return None
-        from langgraph_replay_guard.classify import Classifier
+        from langgraph_replay_guard.policy.classify import Classifier
 
         return Classifier(self)
 
@@ -399,7 +399,7 @@ class GuardConfig(BaseModel):
         tools: Per-tool policies by tool name. A plain string is shorthand for the replay
             class (`{"send_email": "unsafe"}`).
         toolkits: Named tool policies for well-known agent stacks, shipped as data
-            (`langgraph_replay_guard/toolkits/<name>.json`, one reason per tool):
+            (`langgraph_replay_guard/policy/toolkits/<name>.json`, one reason per tool):
             `"deepagents"`, `"langchain"`, `"mcp-reference"`, `"swe-agent"`,
             `"mini-swe-agent"`. An entry is a name, or a `ToolkitRef` (a name and a tool
             name prefix). Your own `tools` entry for a tool always wins over a toolkit's,

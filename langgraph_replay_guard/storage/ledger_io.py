@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from langgraph.store.base import GetOp, PutOp, SearchOp
 
-from langgraph_replay_guard import store_cas
-from langgraph_replay_guard.ledger import (
+from langgraph_replay_guard.replay.ledger import (
     Batch,
     LedgerEntry,
     Read,
@@ -23,7 +22,8 @@ from langgraph_replay_guard.ledger import (
     row_namespace,
     store_label,
 )
-from langgraph_replay_guard.plans import adrive, drive
+from langgraph_replay_guard.storage import store_cas
+from langgraph_replay_guard.storage.plans import adrive, drive
 
 if TYPE_CHECKING:
     from langgraph.store.base import BaseStore

@@ -27,7 +27,7 @@ from langgraph_replay_guard.errors import ReplayGuardWarning
 if TYPE_CHECKING:
     from langgraph.store.base import BaseStore
 
-    from langgraph_replay_guard.ledger import Update
+    from langgraph_replay_guard.replay.ledger import Update
 
 __all__ = [
     "acompare_and_set",

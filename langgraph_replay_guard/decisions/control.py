@@ -5,8 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from langgraph_replay_guard.config import GuardConfig
-from langgraph_replay_guard.engine import (
+from langgraph_replay_guard.decisions.engine import (
     CallFacts,
     Decision,
     Verdict,
@@ -19,8 +18,9 @@ from langgraph_replay_guard.engine import (
     render_reminder,
     state_view,
 )
-from langgraph_replay_guard.keys import canonical_json
-from langgraph_replay_guard.state import GuardView, Outcome, fold_events, new_state
+from langgraph_replay_guard.decisions.keys import canonical_json
+from langgraph_replay_guard.decisions.state import GuardView, Outcome, fold_events, new_state
+from langgraph_replay_guard.policy.config import GuardConfig
 
 __all__ = ["GuardControl"]
 

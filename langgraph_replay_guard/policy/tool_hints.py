@@ -6,8 +6,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from langgraph_replay_guard.call_class import ReplayClass
-from langgraph_replay_guard.config import GuardConfig, ToolPolicy
+from langgraph_replay_guard.decisions.call_class import ReplayClass
+from langgraph_replay_guard.policy.config import GuardConfig, ToolPolicy
 
 __all__ = [
     "MCP_HINTS",

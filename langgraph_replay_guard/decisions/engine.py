@@ -8,12 +8,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
 
-from langgraph_replay_guard.config import GuardConfig, PolicySource, ToolPolicy
-from langgraph_replay_guard.errors import InvalidArgumentsError, LoopAbortedError
-from langgraph_replay_guard.failures import SAME_FAILURE, failure_signature
-from langgraph_replay_guard.keys import call_key, content_hash
-from langgraph_replay_guard.memo import IdentityMemo
-from langgraph_replay_guard.state import (
+from langgraph_replay_guard.decisions.failures import SAME_FAILURE, failure_signature
+from langgraph_replay_guard.decisions.keys import call_key, content_hash
+from langgraph_replay_guard.decisions.memo import IdentityMemo
+from langgraph_replay_guard.decisions.state import (
     UNKNOWN_TOOL,
     Event,
     GuardView,
@@ -21,7 +19,7 @@ from langgraph_replay_guard.state import (
     settled,
     state_for_turn,
 )
-from langgraph_replay_guard.state_format import (
+from langgraph_replay_guard.decisions.state_format import (
     BlockedCall,
     CallCounter,
     CallEvent,
@@ -29,6 +27,8 @@ from langgraph_replay_guard.state_format import (
     FoldSettings,
     ResultMemo,
 )
+from langgraph_replay_guard.errors import InvalidArgumentsError, LoopAbortedError
+from langgraph_replay_guard.policy.config import GuardConfig, PolicySource, ToolPolicy
 
 __all__ = [
     "ANSWERED_FIX",

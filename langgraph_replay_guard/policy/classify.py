@@ -10,11 +10,11 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from langgraph_replay_guard.call_class import CallClass
+from langgraph_replay_guard.decisions.call_class import CallClass
 
 if TYPE_CHECKING:
-    from langgraph_replay_guard.config import ClassRule, ToolPolicy
-    from langgraph_replay_guard.shell import PartRule, ShellPreset
+    from langgraph_replay_guard.policy.config import ClassRule, ToolPolicy
+    from langgraph_replay_guard.policy.shell import PartRule, ShellPreset
 
 __all__ = ["Classifier", "load_preset"]
 
@@ -28,7 +28,7 @@ _CACHED_CHARS = 4096  # longer command lines are classified every time, not kept
 
 @functools.cache
 def load_preset(name: str) -> dict[str, Any]:
-    """Load a preset's data file (`langgraph_replay_guard/presets/<name>.json`).
+    """Load a preset's data file (`langgraph_replay_guard/policy/presets/<name>.json`).
 
     Args:
         name: `"shell"` or `"editor"`.
@@ -36,14 +36,14 @@ def load_preset(name: str) -> dict[str, Any]:
     Returns:
         The preset data (shared: do not modify it).
     """
-    path = resources.files("langgraph_replay_guard") / "presets" / f"{name}.json"
+    path = resources.files("langgraph_replay_guard.policy") / "presets" / f"{name}.json"
     data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return data
 
 
 @functools.cache
 def _shell() -> ShellPreset:
-    from langgraph_replay_guard.shell import ShellPreset
+    from langgraph_replay_guard.policy.shell import ShellPreset
 
     return ShellPreset(load_preset("shell"))
 

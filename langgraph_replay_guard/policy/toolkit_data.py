@@ -19,7 +19,7 @@ def known_toolkits() -> tuple[str, ...]:
     Returns:
         The names, e.g. `("deepagents", "langchain", ...)`.
     """
-    folder = resources.files("langgraph_replay_guard") / _DIRECTORY
+    folder = resources.files("langgraph_replay_guard.policy") / _DIRECTORY
     return tuple(
         sorted(
             item.name.removesuffix(".json")
@@ -31,7 +31,7 @@ def known_toolkits() -> tuple[str, ...]:
 
 @functools.cache
 def load_toolkit(name: str) -> dict[str, Any]:
-    """Load a toolkit's data file (`langgraph_replay_guard/toolkits/<name>.json`).
+    """Load a toolkit's data file (`langgraph_replay_guard/policy/toolkits/<name>.json`).
 
     Args:
         name: A toolkit name, one of `known_toolkits()`.
@@ -49,7 +49,7 @@ def load_toolkit(name: str) -> dict[str, Any]:
             "the tool policies yourself in tools={...}."
         )
         raise ValueError(msg)
-    path = resources.files("langgraph_replay_guard") / _DIRECTORY / f"{name}.json"
+    path = resources.files("langgraph_replay_guard.policy") / _DIRECTORY / f"{name}.json"
     data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return data
 

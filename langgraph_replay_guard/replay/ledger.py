@@ -11,13 +11,13 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from langgraph_replay_guard.decisions.keys import canonical_json
 from langgraph_replay_guard.errors import (
     ReplayConflictError,
     ReplayInFlightError,
     ReplayUnsafeError,
 )
-from langgraph_replay_guard.keys import canonical_json
-from langgraph_replay_guard.result_codec import decode_result, decode_update, encode_result
+from langgraph_replay_guard.replay.result_codec import decode_result, decode_update, encode_result
 
 __all__ = [
     "INTERRUPT_KIND",

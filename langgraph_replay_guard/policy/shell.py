@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langgraph_replay_guard.call_class import CallClass
+from langgraph_replay_guard.decisions.call_class import CallClass
 
 __all__ = ["MAX_SCRIPT_CHARS", "Command", "Script", "ShellPreset", "Unparsable", "parse_script"]
 

@@ -1,0 +1,1 @@
+"""The guard's decisions: the engine, the channel state and its format, call keys (pure Python)."""

@@ -1,0 +1,1 @@
+"""Tool policies: the configuration, per-call classification, presets, toolkits and MCP hints."""

@@ -1,0 +1,1 @@
+"""The replay ledger: its rows and state machine, recorded results, claim holders (pure Python)."""

@@ -1,0 +1,1 @@
+"""Store I/O: plans, their sync and async drivers, and atomic compare-and-set per store."""
