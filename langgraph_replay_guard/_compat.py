@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ __all__ = [
 # >=1.3,<2. tests/unit/test_compat.py checks every accessor against the installed versions.
 
 _Hook = TypeVar("_Hook", bound=Callable[..., Any])
+
+logger = logging.getLogger("langgraph_replay_guard")
 
 
 def signature_once(hook: _Hook) -> _Hook:
@@ -243,6 +246,37 @@ def runs_the_tool_itself(handler: Any) -> bool:
         getattr(handler, "__module__", None) == "langgraph.prebuilt.tool_node"
         and getattr(handler, "__qualname__", None) in _TOOL_NODE_EXECUTE
     )
+
+
+def injected_arg_names(tool: Any) -> frozenset[str]:
+    """The names of a tool's arguments that `ToolNode` injects (state, store, runtime).
+
+    `ToolNode` adds them to the call's arguments after every wrapper ran, so the input a
+    tool receives holds them beside the model's own arguments. Read with `ToolNode`'s own
+    analysis (`_get_all_injected_args`), which also knows a `runtime` parameter of a tool
+    whose schema is plain JSON (an MCP tool). Without it (another LangGraph): the tool's
+    arguments that its model-facing schema lacks.
+    """
+    try:
+        from langgraph.prebuilt.tool_node import _get_all_injected_args
+    except ImportError:  # pragma: no cover - checked by tests/unit/test_compat.py
+        return _not_in_the_model_schema(tool)
+    try:
+        found = _get_all_injected_args(tool)
+    except Exception:  # an unusual tool: LangGraph's analysis does not apply
+        logger.debug("no injected-argument analysis for %r", tool, exc_info=True)
+        return _not_in_the_model_schema(tool)
+    names = {*found.state, *found.all_injected_keys}
+    names.update(name for name in (found.store, found.runtime) if name)
+    return frozenset(names)
+
+
+def _not_in_the_model_schema(tool: Any) -> frozenset[str]:
+    schema = getattr(tool, "tool_call_schema", None)
+    fields = getattr(schema, "model_fields", None)
+    model = set(fields) if isinstance(fields, Mapping) else set()
+    every = getattr(getattr(tool, "args_schema", None), "model_fields", None)
+    return frozenset(set(every) - model) if isinstance(every, Mapping) and model else frozenset()
 
 
 class TaskScope(Protocol):

@@ -2,16 +2,44 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from langgraph.errors import GraphBubbleUp
 
-from langgraph_replay_guard._compat import channel_writer, with_channel_writer
+from langgraph_replay_guard._compat import (
+    channel_writer,
+    injected_arg_names,
+    with_channel_writer,
+)
+from langgraph_replay_guard.decisions.memo import IdentityMemo
 from langgraph_replay_guard.integrations.signals import RetryRefused
 
-__all__ = ["ToolRuns", "ledgered_tool"]
+__all__ = ["ToolRuns", "ledgered_tool", "model_args", "with_invoke"]
+
+_INJECTED: IdentityMemo[frozenset[str]] = IdentityMemo(256)
+
+
+def model_args(tool: Any, input: Any) -> dict[str, Any] | None:
+    """The model's own arguments in a tool's input, without the ones `ToolNode` injected.
+
+    Args:
+        tool: The tool the input is for.
+        input: What `ToolNode` passes to `tool.invoke` (the tool call, with injected state,
+            store and runtime added to its arguments).
+
+    Returns:
+        The arguments, or None when the input is not a tool call.
+    """
+    args = input.get("args") if isinstance(input, dict) else None
+    if not isinstance(args, dict):
+        return None
+    injected = _INJECTED.recall(tool)
+    if injected is None:
+        injected = injected_arg_names(tool)
+        _INJECTED.remember(tool, injected)
+    return {k: v for k, v in args.items() if k not in injected} if injected else dict(args)
 
 
 class ToolRuns:
@@ -75,23 +103,17 @@ def ledgered_tool(
         A shallow copy whose `invoke`/`ainvoke` are wrapped, or the tool itself when it
         cannot be copied.
     """
-    copy = getattr(tool, "model_copy", None)
-    if copy is None:
+    if getattr(tool, "model_copy", None) is None:
         return tool
     attempts = runs
     invoke, ainvoke = tool.invoke, tool.ainvoke
-    schema = getattr(tool, "tool_call_schema", None)
-    fields = getattr(schema, "model_fields", None)
 
     def start(input: Any) -> bool:
         """Note a run's start; False when it must not run (a second run of a `once` call)."""
         if once and attempts.started:
             return False
         attempts.started = True
-        args = input.get("args") if isinstance(input, dict) else None
-        if isinstance(args, dict):
-            # Injected arguments (state, store, runtime) are not the model's: leave them out.
-            attempts.args = {k: v for k, v in args.items() if fields is None or k in fields}
+        attempts.args = model_args(tool, input)
         return True
 
     def recording(config: Any) -> Any:
@@ -121,8 +143,25 @@ def ledgered_tool(
             attempts.result = await ainvoke(input, recording(config), **kwargs)
         return attempts.result
 
-    guarded = copy()
+    return with_invoke(tool, guarded_invoke, guarded_ainvoke)
+
+
+def with_invoke(tool: Any, invoke: Callable[..., Any], ainvoke: Callable[..., Any]) -> Any:
+    """A shallow copy of a tool whose `invoke` and `ainvoke` are the given functions.
+
+    Args:
+        tool: A `BaseTool` (anything with `model_copy`).
+        invoke: The copy's `invoke(input, config=None, **kwargs)`.
+        ainvoke: The copy's `ainvoke`.
+
+    Returns:
+        The copy, or the tool itself when it cannot be copied.
+    """
+    copy = getattr(tool, "model_copy", None)
+    if copy is None:
+        return tool
+    replaced = copy()
     # Instance attributes shadow the class's methods; `ToolNode` calls `tool.invoke`.
-    object.__setattr__(guarded, "invoke", guarded_invoke)
-    object.__setattr__(guarded, "ainvoke", guarded_ainvoke)
-    return guarded
+    object.__setattr__(replaced, "invoke", invoke)
+    object.__setattr__(replaced, "ainvoke", ainvoke)
+    return replaced

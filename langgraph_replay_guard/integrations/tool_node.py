@@ -64,7 +64,12 @@ from langgraph_replay_guard.integrations.ledger_gate import (
     RunTicket,
     replayed_result,
 )
-from langgraph_replay_guard.integrations.ledgered_tool import ToolRuns, ledgered_tool
+from langgraph_replay_guard.integrations.ledgered_tool import (
+    ToolRuns,
+    ledgered_tool,
+    model_args,
+    with_invoke,
+)
 from langgraph_replay_guard.integrations.signals import RetryRefused, as_signal
 from langgraph_replay_guard.integrations.task_writes import TaskWrites, write_events
 from langgraph_replay_guard.integrations.tool_errors import watch_tool_errors
@@ -79,6 +84,8 @@ from langgraph_replay_guard.replay.ledger import LedgerEntry
 from langgraph_replay_guard.storage.plans import adrive, drive
 
 if TYPE_CHECKING:
+    from langchain_core.messages import ToolCall
+    from langchain_core.tools import BaseTool
     from langgraph.prebuilt.tool_node import ToolCallRequest
 
     from langgraph_replay_guard.guard import ReplayGuard
@@ -146,6 +153,9 @@ class _Blocked:
     """The decision to report on the custom stream when the answer is given."""
     first: bool = False
     """The guard channel held nothing when the call was decided (see `state.seed_write`)."""
+    repeat: _Allowed | None = None
+    """For a repeat the guard would answer (not a stop): the call, to record as `answered`
+    when a middleware inside the guard answers it first (see `_decided_where_it_runs`)."""
 
 
 @dataclass(slots=True)
@@ -272,31 +282,49 @@ class ToolCallWrapper:
 
     def wrap(self, request: ToolCallRequest, execute: Execute) -> ToolResult:
         """`wrap_tool_call` for a ToolNode."""
+        return self._drive(
+            self._call_plan(request, self._direct(execute)),
+            lambda op: self._execute_op(op, execute),
+        )
 
-        def run(op: _Op) -> Any:
+    async def awrap(self, request: ToolCallRequest, execute: AsyncExecute) -> ToolResult:
+        """`awrap_tool_call` for a ToolNode."""
+        return await self._adrive(
+            self._call_plan(request, self._direct(execute)),
+            lambda op: self._aexecute_op(op, execute),
+        )
+
+    def _drive(
+        self, plan: Generator[_Op, Any, ToolResult], run: Callable[[_Execute], Any]
+    ) -> ToolResult:
+        """Run a call plan: `run` executes the tool, the rest is the ledger and traces."""
+
+        def op_result(op: _Op) -> Any:
             if isinstance(op, _Execute):
-                return self._execute_op(op, execute)
+                return run(op)
             if isinstance(op, _Check):
                 return self.gate.check(op.request, op.facts, op.batch_id)
             if isinstance(op, _Finish):
                 return self.gate.finish(op.ticket, op.result, op.error)
             return blocked_run(*op.args())
 
-        return drive(self._call_plan(request, self._direct(execute)), run)
+        return drive(plan, op_result)
 
-    async def awrap(self, request: ToolCallRequest, execute: AsyncExecute) -> ToolResult:
-        """`awrap_tool_call` for a ToolNode."""
+    async def _adrive(
+        self, plan: Generator[_Op, Any, ToolResult], run: Callable[[_Execute], Awaitable[Any]]
+    ) -> ToolResult:
+        """`_drive`, async."""
 
-        async def run(op: _Op) -> Any:
+        async def op_result(op: _Op) -> Any:
             if isinstance(op, _Execute):
-                return await self._aexecute_op(op, execute)
+                return await run(op)
             if isinstance(op, _Check):
                 return await self.gate.acheck(op.request, op.facts, op.batch_id)
             if isinstance(op, _Finish):
                 return await self.gate.afinish(op.ticket, op.result, op.error)
             return await ablocked_run(*op.args())
 
-        return await adrive(self._call_plan(request, self._direct(execute)), run)
+        return await adrive(plan, op_result)
 
     def _execute_op(self, op: _Execute, execute: Execute) -> Any:
         if not op.watch:
@@ -330,6 +358,10 @@ class ToolCallWrapper:
             # A name the node lacks: its own wrapper may serve it, or the node answers.
             result: ToolResult = yield _Execute(request)
             return result
+        if not direct and request.tool is not None:
+            where = prepared if isinstance(prepared, _Allowed) else prepared.repeat
+            if where is not None:
+                return (yield from self._decided_where_it_runs(request, where))
         if isinstance(prepared, _Blocked):
             if prepared.probe:
                 # LangGraph defers its unknown-name check past the wrappers so that an inner
@@ -385,6 +417,76 @@ class ToolCallWrapper:
         yield _Finish(ticket, result, tool_error)
         ran = ticket.runs.started or traced.tool is None
         return self._finish(request, prepared, result, ran=ran)
+
+    def _decided_where_it_runs(
+        self, request: ToolCallRequest, decided: _Allowed
+    ) -> Generator[_Op, Any, ToolResult]:
+        """Hand a call to the middlewares inside the guard; decide it where the tool runs.
+
+        A middleware between the guard and the tool may change the call (a HITL edit, PII
+        redaction) or answer it itself (a HITL reject, a cache, an emulator). So the guard
+        decides, claims and records the call as it arrives at the tool: the copy of the
+        tool handed down runs this same plan there, on that call, with nothing in between
+        (`direct`). A call that never arrives was answered by another piece: it counts as
+        an attempt (`answered`), never as the tool's result. Stops were decided already,
+        before anything ran.
+        """
+        arrived: list[bool] = []
+        assert request.tool is not None
+        tool = self._deciding_tool(request, request.tool, arrived)
+        result: ToolResult = yield _Execute(request.override(tool=tool))
+        if not arrived:
+            self._record(
+                request, [answered_event(decided.planned, decided.batch)], first=decided.first
+            )
+        return result
+
+    def _deciding_tool(
+        self, request: ToolCallRequest, tool: BaseTool, arrived: list[bool]
+    ) -> BaseTool:
+        """A copy of the call's tool whose run is the guard's whole plan for the call."""
+
+        def here(input: Any) -> ToolCallRequest:
+            arrived.append(True)
+            call = dict(request.tool_call)
+            args = model_args(tool, input)
+            if args is not None:
+                call["args"] = args
+            return request.override(tool=tool, tool_call=cast("ToolCall", call))
+
+        def as_sent(input: Any, op: _Execute) -> Any:
+            """The tool's input for `op`: the ledger may have added an idempotency key.
+
+            The key goes in an argument (`idempotency_key_arg`) and in the runtime's config,
+            which a tool reads from its injected `runtime`.
+            """
+            if not isinstance(input, dict) or not isinstance(input.get("args"), dict):
+                return input
+            args = {**input["args"], **op.request.tool_call["args"]}
+            arrived, runtime = request.runtime, op.request.runtime
+            if runtime is not arrived:
+                args = {k: runtime if v is arrived else v for k, v in args.items()}
+            return {**input, "args": args}
+
+        def invoke(input: Any, config: Any = None, **kwargs: Any) -> Any:
+            def run(op: _Execute) -> Any:
+                result = cast("BaseTool", op.request.tool).invoke(
+                    as_sent(input, op), config, **kwargs
+                )
+                return (result, None) if op.watch else result
+
+            return self._drive(self._call_plan(here(input), direct=True), run)
+
+        async def ainvoke(input: Any, config: Any = None, **kwargs: Any) -> Any:
+            async def run(op: _Execute) -> Any:
+                result = await cast("BaseTool", op.request.tool).ainvoke(
+                    as_sent(input, op), config, **kwargs
+                )
+                return (result, None) if op.watch else result
+
+            return await self._adrive(self._call_plan(here(input), direct=True), run)
+
+        return cast("BaseTool", with_invoke(tool, invoke, ainvoke))
 
     # -- deciding -----------------------------------------------------------------------------
 
@@ -560,7 +662,8 @@ class ToolCallWrapper:
             and planned.facts.unknown
             and decision.verdict is Verdict.DENY
         )
-        return _Blocked(messages, events, None, trace, probe, notice=decision)
+        repeat = None if decision.verdict is Verdict.ABORT else _Allowed(planned, batch)
+        return _Blocked(messages, events, None, trace, probe, notice=decision, repeat=repeat)
 
     def _known_tools(self, request: ToolCallRequest) -> tuple[str, ...] | None:
         """The node's tool names, counting a name the node answers (`request.tool` set)."""

@@ -43,19 +43,30 @@ def step(messages: list[BaseMessage]) -> Any:
 
 
 class CountExecutions(AgentMiddleware):
-    """Inside the guard: every time the tool body is really asked to run, append a line."""
+    """Outside the guard: hands down a tool whose body appends a line each time it runs.
+
+    The guard decides where the tool runs, past every middleware; a call it replays from
+    the ledger never starts the body, so only real executions are counted.
+    """
 
     def __init__(self, path: Path) -> None:
         super().__init__()
         self.path = path
 
     def wrap_tool_call(self, request: Any, handler: Any) -> Any:
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, f"{request.tool_call['name']}\n".encode())
-        finally:
-            os.close(fd)
-        return handler(request)
+        real, path = request.tool.invoke, self.path
+
+        def invoke(input: Any, config: Any = None, **kwargs: Any) -> Any:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, f"{request.tool_call['name']}\n".encode())
+            finally:
+                os.close(fd)
+            return real(input, config, **kwargs)
+
+        counted = request.tool.model_copy()
+        object.__setattr__(counted, "invoke", invoke)
+        return handler(request.override(tool=counted))
 
 
 class CrashAfterWrite(AgentMiddleware):
@@ -84,7 +95,7 @@ def main() -> None:
     agent = create_deep_agent(
         ScriptedChatModel(script=[step] * 5),
         [],
-        middleware=[CrashAfterWrite(phase == "run"), guard, CountExecutions(root / "executions")],
+        middleware=[CrashAfterWrite(phase == "run"), CountExecutions(root / "executions"), guard],
         checkpointer=saver,
         store=store,
     )

@@ -370,19 +370,8 @@ def _edit_every_review(agent: Any, cfg: dict[str, Any], args: dict[str, Any]) ->
     return out
 
 
-GUARD_BEFORE_HITL_EDIT = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "open (issue 24): HITL applies an edit in its own wrap_tool_call, inside the guard's; "
-        "the guard, deciding first, answers the model's duplicate before the edit exists"
-    ),
-)
-
-
 @pytest.mark.parametrize("interrupt_mode", ["batched", "per_call"])
-@pytest.mark.parametrize(
-    "order", [pytest.param("guard-first", marks=GUARD_BEFORE_HITL_EDIT), "guard-last"]
-)
+@pytest.mark.parametrize("order", ["guard-first", "guard-last"])
 def test_an_edited_read_runs_with_the_edited_arguments(order, interrupt_mode):
     # The model reads P1, then asks for P1 again; the reviewer edits the second call to P2.
     # The guard decides on what runs (a new read), not on the model's duplicate.

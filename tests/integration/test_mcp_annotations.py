@@ -15,7 +15,6 @@ pytest.importorskip("mcp", reason="the stacks extra: pip install -e '.[stacks]'"
 pytest.importorskip("langchain_mcp_adapters", reason="the stacks extra: pip install -e '.[stacks]'")
 
 from langchain.agents import create_agent
-from langchain.agents.middleware import AgentMiddleware
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import HumanMessage
 from langchain_mcp_adapters.client import MultiServerMCPClient
@@ -66,22 +65,36 @@ def ledger_rows(store: InMemoryStore, thread: str) -> list[dict[str, Any]]:
     return [item.value for item in store.search(("replay_guard", "ledger", thread), limit=100)]
 
 
-class LedgerProbe(AgentMiddleware):
-    """Runs inside the guard: what the ledger holds, and the key, when the tool is called."""
+class LedgerProbe:
+    """What the ledger holds, and the idempotency key, as each call reaches the server.
+
+    It wraps the MCP tools themselves (`probed`): the last step before the request goes to
+    the server, past every middleware, where the guard claims the call.
+    """
 
     def __init__(self, store: InMemoryStore, thread: str) -> None:
-        super().__init__()
         self.store, self.thread = store, thread
         self.seen: list[tuple[str, list[tuple[str, str, str]], str | None]] = []
 
-    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
-        rows = [
-            (row["tool_call_id"], row["status"], row["replay"])
-            for row in ledger_rows(self.store, self.thread)
-        ]
-        key = (request.runtime.config or {}).get("configurable", {}).get(IDEMPOTENCY_KEY_CONFIG)
-        self.seen.append((request.tool_call["id"], rows, key))
-        return await handler(request)
+    def probed(self, tools: list[Any]) -> list[Any]:
+        return [self._probed(tool) for tool in tools]
+
+    def _probed(self, tool: Any) -> Any:
+        real = tool.ainvoke
+
+        async def ainvoke(input: Any, config: Any = None, **kwargs: Any) -> Any:
+            rows = [
+                (row["tool_call_id"], row["status"], row["replay"])
+                for row in ledger_rows(self.store, self.thread)
+            ]
+            runtime = input["args"].get("runtime")
+            configurable = (getattr(runtime, "config", None) or {}).get("configurable", {})
+            self.seen.append((input["id"], rows, configurable.get(IDEMPOTENCY_KEY_CONFIG)))
+            return await real(input, config, **kwargs)
+
+        copy = tool.model_copy()
+        object.__setattr__(copy, "ainvoke", ainvoke)
+        return copy
 
 
 class GuardTraces(BaseCallbackHandler):
@@ -139,10 +152,9 @@ def test_a_destructive_tool_without_a_policy_is_ledgered_as_unsafe(tmp_path):
     store, thread = InMemoryStore(), "destroy"
     probe = LedgerProbe(store, thread)
     out = run_agent(
-        mcp_tools(runs_file),
+        probe.probed(mcp_tools(runs_file)),
         looping("delete_ticket", ticket_id="T-7"),
         ReplayGuardMiddleware(),
-        probe,
         store=store,
         thread=thread,
     )
@@ -178,7 +190,11 @@ def test_an_idempotent_tool_gets_an_idempotency_key(tmp_path):
     probe = LedgerProbe(store, thread)
     model = ScriptedChatModel(script=[[("tag_ticket", {"ticket_id": "T-7", "tag": "urgent"})]])
     run_agent(
-        mcp_tools(runs_file), model, ReplayGuardMiddleware(), probe, store=store, thread=thread
+        probe.probed(mcp_tools(runs_file)),
+        model,
+        ReplayGuardMiddleware(),
+        store=store,
+        thread=thread,
     )
     assert server_runs(runs_file) == ["tag_ticket T-7 urgent"]
     [(call_id, rows, key)] = probe.seen

@@ -9,6 +9,7 @@ from typing import Annotated
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
+from langchain.tools import InjectedState, InjectedStore, ToolRuntime
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -16,6 +17,8 @@ from langgraph.config import get_config
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolInvocationError
+from langgraph.store.base import BaseStore
+from langgraph.store.memory import InMemoryStore
 from langgraph.types import Send
 from typing_extensions import TypedDict
 
@@ -261,3 +264,35 @@ def test_runs_the_tool_itself_recognises_tool_nodes_own_execute():
         True,
     ]  # the outer one's handler is the inner one; the inner's is the node's
     assert not _compat.runs_the_tool_itself(lambda request: None)
+
+
+@tool
+def note(
+    text: str,
+    messages: Annotated[list, InjectedState("messages")],
+    store: Annotated[BaseStore, InjectedStore()],
+    runtime: ToolRuntime,
+) -> str:
+    """Take a note."""
+    return text
+
+
+def test_injected_arg_names_are_the_arguments_tool_node_adds():
+    assert _compat.injected_arg_names(note) == {"messages", "store", "runtime"}
+    assert _compat.injected_arg_names(lookup) == frozenset()
+    # What ToolNode really adds to the input of the tool it invokes.
+    seen: list[set[str]] = []
+    real = note.invoke
+
+    def spy(input, config=None, **kwargs):
+        seen.append(set(input["args"]))
+        return real(input, config, **kwargs)
+
+    watched = note.model_copy()
+    object.__setattr__(watched, "invoke", spy)
+    call = AIMessage(content="", tool_calls=[{"name": "note", "args": {"text": "a"}, "id": "c1"}])
+    builder = StateGraph(MessagesState)
+    builder.add_node("tools", ToolNode([watched]))
+    builder.add_edge(START, "tools")
+    builder.compile(store=InMemoryStore()).invoke({"messages": [call]})
+    assert seen == [{"text"} | _compat.injected_arg_names(note)]
