@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
-from langchain_core.decisions import BaseDecisionModel, ClassifierResponse, NoulAnswer
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
-from pydantic import Field
 
 from langgraph_replay_guard.testing import ScriptedChatModel
 
@@ -52,26 +49,6 @@ def last_ai(messages: list[BaseMessage]) -> AIMessage:
 def stop_of(message: BaseMessage) -> str | None:
     """The guard's stop reason stamped on its final message, or None."""
     return message.response_metadata.get("replay_guard_stop")
-
-
-class ScriptedClassifier(BaseDecisionModel):
-    """A decision model for `AutoModeMiddleware`: a call to a tool in `risky` is risky (0.9),
-    any other call is not (0.1). Every call it classified is kept in `seen`."""
-
-    model: str = "scripted-classifier"
-    risky: frozenset[str] = frozenset()
-    seen: list[dict[str, Any]] = Field(default_factory=list)
-
-    @property
-    def _provider(self) -> str:
-        return "scripted"
-
-    def _classify(self, state: Any, questions: Any) -> ClassifierResponse:
-        call = state["tool_call"]
-        self.seen.append(call)
-        noul = 0.9 if call["name"] in self.risky else 0.1
-        answers = {key: NoulAnswer(type="noul", noul=noul) for key in questions}
-        return ClassifierResponse(model=self.model, answers=answers)
 
 
 def selector_model(*tools: str, times: int = 40) -> ScriptedChatModel:

@@ -24,7 +24,8 @@ from langgraph.types import Command
 
 from langgraph_replay_guard import ReplayGuardMiddleware
 from langgraph_replay_guard.testing import ScriptedChatModel
-from tests.integration.stacks import ScriptedClassifier, counted_tools, selector_model
+from tests.integration.decision_models import ScriptedClassifier
+from tests.integration.stacks import counted_tools, selector_model
 
 os.environ["LANGSMITH_TRACING"] = "false"
 

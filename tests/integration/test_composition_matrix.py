@@ -41,7 +41,8 @@ from pydantic import BaseModel
 
 from langgraph_replay_guard import GUARD_CHANNEL, ReplayGuardMiddleware
 from langgraph_replay_guard.testing import ScriptedChatModel
-from tests.integration.stacks import ScriptedClassifier, selector_model
+from tests.integration.decision_models import ScriptedClassifier
+from tests.integration.stacks import selector_model
 
 os.environ["LANGSMITH_TRACING"] = "false"
 
