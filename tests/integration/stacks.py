@@ -7,6 +7,8 @@ from collections import Counter
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
 
+from langgraph_replay_guard.testing import ScriptedChatModel
+
 
 def counted_tools(runs: Counter[str]) -> dict[str, BaseTool]:
     """A read (`lookup`), a quote and a side effect (`send_email`); each run is counted."""
@@ -47,3 +49,14 @@ def last_ai(messages: list[BaseMessage]) -> AIMessage:
 def stop_of(message: BaseMessage) -> str | None:
     """The guard's stop reason stamped on its final message, or None."""
     return message.response_metadata.get("replay_guard_stop")
+
+
+def selector_model(*tools: str, times: int = 40) -> ScriptedChatModel:
+    """A selection model for `LLMToolSelectorMiddleware` that selects `tools` every time.
+
+    The selector asks for its answer with `with_structured_output(<json schema>)`, which a
+    chat model answers with a call to a tool named after the schema's title.
+    """
+    return ScriptedChatModel(
+        script=[[("ToolSelectionResponse", {"tools": list(tools)})] for _ in range(times)]
+    )

@@ -1,8 +1,9 @@
 """Each LangChain middleware that touches tools or history, with the guard first and last.
 
-Two promises per middleware, both orders, sync and async: a healthy run is exactly the
-unguarded run (the messages a user sees), and a model repeating one read is stopped with the
-read run once.
+Two promises per middleware, both orders, sync (`invoke`) and async (`ainvoke`, `astream`): a
+healthy run is exactly the unguarded run (the messages a user sees), and a model repeating one
+read is stopped with the read run once. The same two promises hold with a provider-native
+structured answer (`ProviderStrategy`), `structured_response` included.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import (
+    AutoModeMiddleware,
     ClearToolUsesEdit,
     ContextEditingMiddleware,
     HumanInTheLoopMiddleware,
     LLMToolEmulator,
+    LLMToolSelectorMiddleware,
     ModelCallLimitMiddleware,
     ModelFallbackMiddleware,
     ModelRetryMiddleware,
@@ -30,14 +33,19 @@ from langchain.agents.middleware import (
     ToolErrorMiddleware,
     ToolRetryMiddleware,
 )
+from langchain.agents.structured_output import ProviderStrategy
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
+from pydantic import BaseModel
 
-from langgraph_replay_guard import ReplayGuardMiddleware
+from langgraph_replay_guard import GUARD_CHANNEL, ReplayGuardMiddleware
 from langgraph_replay_guard.testing import ScriptedChatModel
+from tests.integration.decision_models import ScriptedClassifier
+from tests.integration.stacks import selector_model
 
 os.environ["LANGSMITH_TRACING"] = "false"
+
 
 MIDDLEWARES: dict[str, Callable[[], Any]] = {
     "context_editing": lambda: ContextEditingMiddleware(
@@ -64,10 +72,16 @@ MIDDLEWARES: dict[str, Callable[[], Any]] = {
     "tool_emulator": lambda: LLMToolEmulator(
         tools=["quote"], model=ScriptedChatModel(script=["emulated: 3 EUR"] * 20)
     ),
+    # A selection model narrows the tools offered to the main model at every model call.
+    "tool_selector": lambda: LLMToolSelectorMiddleware(model=selector_model("lookup", "quote")),
+    # Every call to `lookup` and `quote` is classified first; none is risky here.
+    "auto_mode": lambda: AutoModeMiddleware(
+        tools=["lookup", "quote"], classifier=ScriptedClassifier()
+    ),
 }
 
 ORDERS = ["guard-first", "guard-last"]
-MODES = ["sync", "async"]
+MODES = ["sync", "async", "astream"]
 
 
 def _tools(runs: Counter[str]) -> list[Any]:
@@ -91,19 +105,59 @@ def _tools(runs: Counter[str]) -> list[Any]:
     return [lookup, quote, never_called]
 
 
-def _run(name: str, order: str | None, mode: str, script: list[Any]) -> tuple[Any, Any, Counter]:
+def _invoke(agent: Any, inputs: dict[str, Any], cfg: dict[str, Any], mode: str) -> Any:
+    """Run the agent with `invoke`, `ainvoke`, or `astream` (the last streamed state)."""
+    if mode == "sync":
+        return agent.invoke(inputs, cfg)
+    if mode == "async":
+        return asyncio.run(agent.ainvoke(inputs, cfg))
+
+    async def stream() -> Any:
+        last = None
+        async for state in agent.astream(inputs, cfg, stream_mode="values"):
+            last = state
+        return last
+
+    return asyncio.run(stream())
+
+
+def _run(
+    name: str,
+    order: str | None,
+    mode: str,
+    script: list[Any],
+    built: list[Any] | None = None,
+    **agent_options: Any,
+) -> tuple[Any, Any, Counter]:
+    """Run an agent with the named middleware (and the guard in `order`, or none).
+
+    `built`, when given, receives the middleware instance the run used.
+    """
     runs: Counter[str] = Counter()
     model = ScriptedChatModel(script=script)
     middleware = [MIDDLEWARES[name]()]
+    if built is not None:
+        built.append(middleware[0])
     if order == "guard-first":
         middleware.insert(0, ReplayGuardMiddleware())
     elif order == "guard-last":
         middleware.append(ReplayGuardMiddleware())
-    agent = create_agent(model, _tools(runs), middleware=middleware, checkpointer=InMemorySaver())
+    agent = create_agent(
+        model, _tools(runs), middleware=middleware, checkpointer=InMemorySaver(), **agent_options
+    )
     cfg = {"configurable": {"thread_id": f"{name}-{order}-{mode}"}}
     inputs = {"messages": [HumanMessage("help with P1")]}
-    out = agent.invoke(inputs, cfg) if mode == "sync" else asyncio.run(agent.ainvoke(inputs, cfg))
-    return model, out, runs
+    return model, _invoke(agent, inputs, cfg, mode), runs
+
+
+def _keys(out: dict[str, Any], mode: str) -> set[str]:
+    """The state keys a user gets back. `astream(stream_mode="values")` streams every channel
+    that has a value, private ones included (LangChain's own call counters too), so there the
+    guard's channel is left out; `invoke` and `ainvoke` return the output schema only."""
+    keys = set(out)
+    if mode == "astream":
+        keys.discard(GUARD_CHANNEL)
+    return keys
 
 
 def _shape(messages: list[Any]) -> list[tuple[Any, ...]]:
@@ -135,7 +189,23 @@ def test_a_healthy_run_is_the_unguarded_run(name, order, mode):
     _, guarded, guarded_runs = _run(name, order, mode, HEALTHY)
     assert _shape(guarded["messages"]) == _shape(plain["messages"])
     assert guarded_runs == plain_runs
-    assert set(guarded) == set(plain)
+    assert _keys(guarded, mode) == _keys(plain, mode)
+
+
+@pytest.mark.parametrize("name", list(MIDDLEWARES))
+def test_without_the_guard_a_repeated_read_runs_to_the_end_of_the_script(name):
+    loop = [[("lookup", {"id": "P1"})] for _ in range(20)]
+    built: list[Any] = []
+    model, out, runs = _run(name, None, "sync", loop, built)
+    assert runs["lookup"] == 20
+    assert model.calls == 21
+    assert out["messages"][-1].text == "Done."
+    # The middlewares that call a model of their own did (they are part of the run).
+    (middleware,) = built
+    if isinstance(middleware, LLMToolSelectorMiddleware):
+        assert middleware.model.calls == 21  # one selection per model call
+    if isinstance(middleware, AutoModeMiddleware):
+        assert len(middleware.classifier.seen) == 20  # every lookup was classified
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -159,3 +229,51 @@ def test_an_emulated_tool_repeated_is_stopped_and_never_ran(order, mode):
     assert runs["quote"] == 0  # emulated: the body never runs
     assert model.calls <= 5
     assert out["messages"][-1].response_metadata.get("replay_guard_stop") == "repeat_limit"
+
+
+class Plan(BaseModel):
+    """The structured answer of the provider-strategy runs."""
+
+    customer: str
+    plan: str
+
+
+PLAN_JSON = '{"customer": "P1", "plan": "premium"}'  # the provider's native JSON answer
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("name", list(MIDDLEWARES))
+def test_a_healthy_provider_strategy_run_is_the_unguarded_run(name, order, mode):
+    script = [*HEALTHY[:-1], PLAN_JSON]
+    strategy = {"response_format": ProviderStrategy(Plan)}
+    _, plain, plain_runs = _run(name, None, mode, script, **strategy)
+    _, guarded, guarded_runs = _run(name, order, mode, script, **strategy)
+    assert plain["structured_response"] == Plan(customer="P1", plan="premium")
+    assert guarded["structured_response"] == plain["structured_response"]
+    assert _shape(guarded["messages"]) == _shape(plain["messages"])
+    assert guarded_runs == plain_runs
+    assert _keys(guarded, mode) == _keys(plain, mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("name", list(MIDDLEWARES))
+def test_a_repeated_read_under_provider_strategy_is_stopped(name, order, mode):
+    loop = [[("lookup", {"id": "P1"})] for _ in range(20)]
+    strategy = {"response_format": ProviderStrategy(Plan)}
+    model, out, runs = _run(name, order, mode, [*loop, PLAN_JSON], **strategy)
+    assert runs["lookup"] == 1
+    assert model.calls <= 5
+    last = out["messages"][-1]
+    assert last.response_metadata.get("replay_guard_stop") == "repeat_limit"
+    assert out.get("structured_response") is None  # stopped before the model gave its answer
+
+
+def test_without_the_guard_a_provider_strategy_loop_runs_to_the_end_of_the_script():
+    loop = [[("lookup", {"id": "P1"})] for _ in range(20)]
+    strategy = {"response_format": ProviderStrategy(Plan)}
+    model, out, runs = _run("tool_retry", None, "sync", [*loop, PLAN_JSON], **strategy)
+    assert runs["lookup"] == 20
+    assert model.calls == 21
+    assert out["structured_response"] == Plan(customer="P1", plan="premium")

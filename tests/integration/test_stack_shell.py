@@ -80,3 +80,93 @@ def test_file_search_middleware_a_repeated_search_runs_once(tmp_path, mode):
     assert all(a.startswith("Not executed") for a in answers[1:3])
     assert model.calls == 4
     assert stop_of(last_ai(out["messages"])) == "repeat_limit"
+
+
+ORDERS = ["guard-first", "guard-last"]
+MODES = ["sync", "async", "astream"]
+
+
+def run_shell(workspace, script, order: str | None, mode: str):
+    """Run a shell agent over a fresh `workspace` (notes.txt inside); the guard in `order`.
+
+    Returns the final state and the model.
+    """
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("the printer is on fire\n")
+    model = ScriptedChatModel(script=script)
+    shell = ShellToolMiddleware(workspace_root=workspace)
+    middleware = [shell]
+    if order == "guard-first":
+        middleware.insert(0, ReplayGuard(SHELL_POLICY).middleware())
+    elif order == "guard-last":
+        middleware.append(ReplayGuard(SHELL_POLICY).middleware())
+    agent = create_agent(model, [], middleware=middleware)
+    payload = {"messages": [HumanMessage("what do my notes say?")]}
+    if mode == "sync":
+        return agent.invoke(payload), model
+    if mode == "async":
+        return asyncio.run(agent.ainvoke(payload)), model
+
+    async def stream():
+        last = None
+        async for state in agent.astream(payload, stream_mode="values"):
+            last = state
+        return last
+
+    return asyncio.run(stream()), model
+
+
+def shape(messages):
+    """What a user reads of a run: each message's type, text and tool calls."""
+    return [
+        (type(m).__name__, m.text, [(c["name"], c["args"]) for c in getattr(m, "tool_calls", [])])
+        for m in messages
+    ]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("order", ORDERS)
+def test_shell_a_repeated_read_only_command_runs_once_guard_first_and_last(tmp_path, order, mode):
+    loop = [[("shell", {"command": "cat notes.txt"})] for _ in range(20)]
+    out, model = run_shell(tmp_path / "ws", loop, order, mode)
+    answers = tool_texts(out["messages"], "shell")
+    assert answers[0].strip() == "the printer is on fire"
+    assert all(a.startswith("Not executed") for a in answers[1:3])
+    assert len(answers) == 4
+    assert model.calls == 4
+    assert stop_of(last_ai(out["messages"])) == "repeat_limit"
+
+
+def test_shell_without_the_guard_a_repeated_read_runs_every_time(tmp_path):
+    loop = [[("shell", {"command": "cat notes.txt"})] for _ in range(20)]
+    out, model = run_shell(tmp_path / "ws", loop, None, "sync")
+    answers = tool_texts(out["messages"], "shell")
+    assert [a.strip() for a in answers] == ["the printer is on fire"] * 20
+    assert model.calls == 21
+
+
+# No checkpointer: the guard warns that the unsafe shell write is not durable.
+@pytest.mark.filterwarnings("ignore::langgraph_replay_guard.ReplayGuardWarning")
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("order", ORDERS)
+def test_shell_a_healthy_run_is_the_unguarded_run(tmp_path, order, mode):
+    # A read, a write, the same read again (it sees the write: not a duplicate), a listing.
+    script = [
+        [("shell", {"command": "cat notes.txt"})],
+        [("shell", {"command": "echo call the fire brigade >> notes.txt"})],
+        [("shell", {"command": "cat notes.txt"})],
+        [("shell", {"command": "ls"})],
+        "The printer is on fire; I noted to call the fire brigade.",
+    ]
+    plain, plain_model = run_shell(tmp_path / "plain", script, None, mode)
+    guarded, model = run_shell(tmp_path / "guarded", script, order, mode)
+    assert shape(guarded["messages"]) == shape(plain["messages"])
+    assert tool_texts(guarded["messages"])[2].splitlines() == [
+        "the printer is on fire",
+        "call the fire brigade",
+    ]
+    assert (tmp_path / "guarded" / "notes.txt").read_text() == (
+        tmp_path / "plain" / "notes.txt"
+    ).read_text()
+    assert model.calls == plain_model.calls == 5
+    assert stop_of(last_ai(guarded["messages"])) is None
