@@ -57,15 +57,9 @@ def signature_once(hook: _Hook) -> _Hook:
 _MAX_FRAMES_UP = 4
 
 
-def create_agent_middleware() -> list[Any] | None:
-    """The middleware list of the `langchain.agents.create_agent` call running now, if any.
-
-    Used to name the problem when two guard middlewares would collide, before LangChain's
-    generic "Please remove duplicate middleware instances." Reads a local variable of
-    `langchain.agents.factory.create_agent`; when LangChain renames it, this returns None and
-    LangChain's own check still applies.
-    """
-    frame = sys._getframe(1)
+def _create_agent_locals() -> Mapping[str, Any] | None:
+    """The local variables of the `langchain.agents.create_agent` call running now, if any."""
+    frame = sys._getframe(2)
     for _ in range(_MAX_FRAMES_UP + 1):
         frame_back = frame.f_back
         if frame_back is None:
@@ -75,9 +69,34 @@ def create_agent_middleware() -> list[Any] | None:
         if code.co_name == "create_agent" and frame.f_globals.get("__name__") == (
             "langchain.agents.factory"
         ):
-            middleware = frame.f_locals.get("middleware")
-            return list(middleware) if isinstance(middleware, (list, tuple)) else None
+            return frame.f_locals
     return None
+
+
+def create_agent_middleware() -> list[Any] | None:
+    """The middleware list of the `langchain.agents.create_agent` call running now, if any.
+
+    Used to name the problem when two guard middlewares would collide, before LangChain's
+    generic "Please remove duplicate middleware instances." Reads a local variable of
+    `langchain.agents.factory.create_agent`; when LangChain renames it, this returns None and
+    LangChain's own check still applies.
+    """
+    found = _create_agent_locals()
+    middleware = found.get("middleware") if found is not None else None
+    return list(middleware) if isinstance(middleware, (list, tuple)) else None
+
+
+def create_agent_tools() -> list[Any] | None:
+    """Every tool of the `create_agent` call running now, once it has built its tools node.
+
+    `default_tools`: the tools node's tools (the user's and the middlewares') and the
+    provider's built-in ones, what a model request offers before any middleware narrows it
+    (`LLMToolSelectorMiddleware` offers the model a selection; the other tools still exist).
+    None before the tools node is built, or when LangChain renames the variable.
+    """
+    found = _create_agent_locals()
+    tools = found.get("default_tools") if found is not None else None
+    return list(tools) if isinstance(tools, (list, tuple)) else None
 
 
 @dataclass(frozen=True)

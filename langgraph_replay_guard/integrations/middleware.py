@@ -19,7 +19,11 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.types import Command
 from typing_extensions import TypedDict
 
-from langgraph_replay_guard._compat import create_agent_middleware, signature_once
+from langgraph_replay_guard._compat import (
+    create_agent_middleware,
+    create_agent_tools,
+    signature_once,
+)
 from langgraph_replay_guard.decisions.engine import fold_settings, loop_error, raises_on_abort
 from langgraph_replay_guard.decisions.state import (
     Event,
@@ -141,6 +145,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.tools = []
         self._calls = ToolCallWrapper(self.guard, channel=self.channel, end_batches=False)
         self._tools_checked = False
+        self._agent_tools_learned = False
         self._offered: tuple[Any, ...] | None = None  # the tools the last model call offered
 
     @property
@@ -153,7 +158,24 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 the `replay_guard` channel).
         """
         _check_unique_name(self)
+        self._learn_agent_tools()
         return self._name
+
+    def _learn_agent_tools(self) -> None:
+        """Learn every tool of the agent `create_agent` is building, if it is building one.
+
+        A model request offers the tools a middleware outside the guard left it (a tool
+        selector offers a selection); the agent's tools node still runs the others, so they
+        exist. Read once the node is built; the model calls then add what they offer.
+        """
+        if self._agent_tools_learned:
+            return
+        tools = create_agent_tools()
+        if tools is None:
+            return
+        self._agent_tools_learned = True
+        self._calls.learn_tools([n for n in map(_tool_name, tools) if n])
+        self._calls.learned.learn_tools(tools)
 
     def _answered_elsewhere(self, request: ModelRequest[Any]) -> tuple[Any, list[Event]]:
         """The previous batch's calls that another piece answered, and the value with them.
@@ -314,7 +336,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if self._tools_checked:
             return
         self._tools_checked = True
-        self.guard._tool_names.check(names, where="the agent")
+        self.guard._tool_names.check(self._calls.tools or names, where="the agent")
 
     def _with_reminder(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         if not self.guard.config.reminder:

@@ -579,23 +579,11 @@ def test_without_the_guard_a_call_outside_the_selection_runs_every_time():
     assert model.calls == 21
 
 
-GUARD_INSIDE_A_SELECTOR = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "guard bug: the guard learns which tools exist from its model request "
-        "(middleware.py _check_tools, request.tools); inside LLMToolSelectorMiddleware that "
-        "is the selection, not the agent's tools, so a tool the selector left out is taken "
-        "for one that does not exist"
-    ),
-)
-
-
-@pytest.mark.parametrize(
-    "order", ["guard-first", pytest.param("guard-last", marks=GUARD_INSIDE_A_SELECTOR)]
-)
+@pytest.mark.parametrize("order", ORDERS)
 def test_calls_to_tools_outside_the_selection_are_not_taken_for_missing_tools(order):
     # Five different quotes in one batch: the tools node runs them all (the unguarded run
-    # does). Inside the selector the guard stops the batch as "tools that do not exist".
+    # does). Inside the selector the guard took them for "tools that do not exist" when it
+    # knew the agent's tools only from its model request, the selection.
     runs: Counter[str] = Counter()
     model = ScriptedChatModel(script=[[("quote", {"item": i}) for i in "abcde"], "ok"])
     agent, _, _ = _selector_agent(order, model, runs)
@@ -605,9 +593,7 @@ def test_calls_to_tools_outside_the_selection_are_not_taken_for_missing_tools(or
     assert out["messages"][-1].text == "ok"
 
 
-@pytest.mark.parametrize(
-    "order", ["guard-first", pytest.param("guard-last", marks=GUARD_INSIDE_A_SELECTOR)]
-)
+@pytest.mark.parametrize("order", ORDERS)
 def test_a_policy_for_a_tool_outside_the_selection_is_not_reported_as_a_typo(order):
     # `send_email` is one of the agent's tools; the selector just did not offer it this turn.
     import warnings

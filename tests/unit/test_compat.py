@@ -296,3 +296,26 @@ def test_injected_arg_names_are_the_arguments_tool_node_adds():
     builder.add_edge(START, "tools")
     builder.compile(store=InMemoryStore()).invoke({"messages": [call]})
     assert seen == [{"text"} | _compat.injected_arg_names(note)]
+
+
+def test_create_agent_tools_sees_every_tool_once_the_tools_node_is_built():
+    seen = []
+
+    class Probe(AgentMiddleware):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tools = [note]
+
+        @property
+        def name(self) -> str:
+            seen.append(_compat.create_agent_tools())
+            return "Probe"
+
+        def wrap_tool_call(self, request, handler):
+            return handler(request)
+
+    create_agent(ScriptedChatModel(script=[AIMessage("done")]), [lookup], middleware=[Probe()])
+    built = [found for found in seen if found is not None]
+    assert built
+    assert all({t.name for t in found} == {"lookup", "note"} for found in built)
+    assert _compat.create_agent_tools() is None
