@@ -552,10 +552,24 @@ def _with_preview(preview: str | None, label: str) -> str:
 
 
 def _duplicate_message(tool: str, preview: str | None) -> str:
+    return duplicate_message(tool, preview, label="Earlier result (preview)")
+
+
+def duplicate_message(tool: str, result: str | None, *, label: str = "Earlier result") -> str:
+    """What a duplicate of an earlier successful read is answered.
+
+    Args:
+        tool: The tool's name.
+        result: The earlier result, or a preview of it (None: not known).
+        label: What the result is called in the answer.
+
+    Returns:
+        The answer's text.
+    """
     return (
         f"Not executed: '{tool}' already succeeded with exactly these arguments and nothing "
         "has changed since, so it would return the same result. Use the earlier result "
-        "instead of calling it again." + _with_preview(preview, "Earlier result (preview)")
+        "instead of calling it again." + _with_preview(result, label)
     )
 
 

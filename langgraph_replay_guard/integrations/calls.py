@@ -19,6 +19,7 @@ from langgraph_replay_guard.decisions.engine import (
     PlannedCall,
     Verdict,
     call_facts,
+    duplicate_message,
     fold_settings,
     make_event,
     plan_calls,
@@ -353,43 +354,65 @@ _RESULT_LOOKBACK = 400
 """Most messages a duplicate's earlier answer is looked for in (it is a recent call)."""
 
 
-def earlier_result_in_history(
+def earlier_answer(
     config: GuardConfig, decision: Decision, state: Any, messages_key: str = "messages"
-) -> bool:
-    """Whether a duplicate's earlier call is still answered in the thread's messages.
+) -> ToolMessage | None:
+    """The thread's answer to a duplicate's earlier call, or None when it is gone.
 
-    The duplicate answer tells the model to use the earlier result; after Summarization
-    (or a user) removed that exchange there is nothing to use. The earlier call is found by
-    its call key among the AIMessages' calls, and its answer by tool_call_id (its content
-    may have been rewritten since, by `PIIMiddleware` for one). Only a `duplicate` of an
-    earlier batch is looked up; any other decision is left as it is.
+    After Summarization (or a user) removed that exchange there is nothing to use, and the
+    call runs. The earlier call is found by its call key among the AIMessages' calls, and
+    its answer by tool_call_id (its content may have been rewritten since, by
+    `PIIMiddleware` for one: that is what the model saw).
 
     Args:
         config: Guard configuration (the call keys).
-        decision: The call's decision.
+        decision: A `duplicate` decision of an earlier batch (`previous_result` set).
         state: The graph state.
         messages_key: Key of the message list.
 
     Returns:
-        False when the decision is a duplicate whose earlier exchange is gone.
+        The earlier call's ToolMessage, or None.
     """
-    if decision.reason != "duplicate" or decision.previous_result is None:
-        return True
-    answered: set[str] = set()
+    answers: dict[str, ToolMessage] = {}
     for message in reversed(state_messages(state, messages_key)[-_RESULT_LOOKBACK:]):
         if isinstance(message, ToolMessage):
-            answered.add(message.tool_call_id)
+            # Only a successful run is the result: an error answer is a failed run or the
+            # guard's own answer to an earlier repeat.
+            if message.status != "error":
+                answers[message.tool_call_id] = message
         elif isinstance(message, AIMessage):
             for call in message.tool_calls:
-                if call["name"] != decision.tool or call.get("id") not in answered:
+                answer = answers.get(call.get("id") or "")
+                if call["name"] != decision.tool or answer is None:
                     continue
                 try:
                     key = call_facts(config, call["name"], call["args"]).key
                 except Exception:
                     continue
                 if key == decision.call_key:
-                    return True
-    return False
+                    return answer
+    return None
+
+
+def whole_duplicate_answer(
+    answer: ToolMessage, decision: Decision, earlier: ToolMessage
+) -> ToolMessage:
+    """A duplicate's answer that carries the earlier result whole, as the thread holds it.
+
+    A middleware may show the model less than the thread holds (`ContextEditingMiddleware`
+    clears old tool outputs in the model's request only), so "use the earlier result" must
+    not point at something the model may no longer see: the answer carries it.
+
+    Args:
+        answer: The duplicate's answer (with a preview of the result).
+        decision: Its decision.
+        earlier: The earlier call's ToolMessage (`earlier_answer`).
+
+    Returns:
+        The answer with the earlier result in full.
+    """
+    text = duplicate_message(decision.tool or answer.name or "", earlier.text)
+    return answer.model_copy(update={"content": text})
 
 
 def denied_event(planned: PlannedCall, batch: Batch, reason: str, *, abort: bool) -> Event:

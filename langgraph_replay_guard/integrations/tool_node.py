@@ -45,7 +45,7 @@ from langgraph_replay_guard.integrations.calls import (
     answered_event,
     blocked_answer,
     current_turn,
-    earlier_result_in_history,
+    earlier_answer,
     emit,
     executed_event,
     final_ai_message,
@@ -58,6 +58,7 @@ from langgraph_replay_guard.integrations.calls import (
     stopped_here,
     tool_message,
     turn_anchors,
+    whole_duplicate_answer,
 )
 from langgraph_replay_guard.integrations.ledger_gate import (
     LedgerGate,
@@ -641,13 +642,20 @@ class ToolCallWrapper:
             if request.tool is None:
                 return None  # a name the node lacks though the guard knew it: the node answers
             return _Allowed(planned, batch)
-        if decision is not None and not earlier_result_in_history(
-            config, decision, state, self.messages_key
+        earlier = None
+        if (
+            decision is not None
+            and decision.reason == "duplicate"
+            and decision.previous_result is not None
         ):
-            # A duplicate of a result the history no longer holds (summarized or removed):
-            # "use the earlier result" would point at nothing, so the call runs.
-            return _Allowed(planned, batch)
+            earlier = earlier_answer(config, decision, state, self.messages_key)
+            if earlier is None:
+                # A duplicate of a result the history no longer holds (summarized or
+                # removed): "use the earlier result" would point at nothing, so it runs.
+                return _Allowed(planned, batch)
         answer, events = blocked_answer(planned, batch)
+        if earlier is not None and decision is not None:
+            answer = whole_duplicate_answer(answer, decision, earlier)
         if decision is None:  # `planned.error`: arguments that could not be keyed
             trace = trace_info(None, replay=None, verdict="deny", reason="invalid_arguments")
             return _Blocked([answer], events, None, trace)

@@ -359,6 +359,69 @@ def test_a_re_read_is_a_duplicate_only_while_its_earlier_result_is_in_the_thread
     assert last_read.text.startswith("document D1") is summarized
 
 
+DOCUMENT = "document D1: the refund policy allows 30 days. " + "Details follow. " * 40
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_a_duplicate_of_a_read_context_editing_cleared_carries_the_whole_result(order):
+    # ContextEditing clears old tool outputs in the model's request only; the thread keeps
+    # them. The model asks for D1 again after its result was cleared from what it sees: the
+    # guard answers the duplicate with the whole earlier result, not "use the result above".
+    from langchain.agents.middleware import ClearToolUsesEdit, ContextEditingMiddleware
+
+    reads: list[str] = []
+
+    @tool
+    def read_doc(id: str) -> str:
+        """Read a document."""
+        reads.append(id)
+        return DOCUMENT
+
+    @tool
+    def note(text: str) -> str:
+        """Take a note."""
+        return "noted"
+
+    model = ScriptedChatModel(
+        script=[
+            [("read_doc", {"id": "D1"})],
+            [("note", {"text": "a"})],
+            [("read_doc", {"id": "D1"})],
+            "done",
+        ]
+    )
+    editing = ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger=50, keep=1)])
+    agent = create_agent(model, [read_doc, note], middleware=_stack(order, editing))
+    out = agent.invoke({"messages": [HumanMessage("what is the refund policy?")]})
+    assert reads == ["D1"]
+    # What the model saw of the first read when it asked again: cleared.
+    seen_first = next(m for m in model.seen[2] if isinstance(m, ToolMessage))
+    assert DOCUMENT not in seen_first.text
+    duplicate = [m for m in out["messages"] if isinstance(m, ToolMessage)][-1]
+    assert duplicate.text.startswith("Not executed")
+    assert DOCUMENT in duplicate.text
+
+
+def test_each_repeat_of_a_read_carries_the_read_result_not_an_earlier_refusal():
+    reads: list[str] = []
+
+    @tool
+    def read_doc(id: str) -> str:
+        """Read a document."""
+        reads.append(id)
+        return DOCUMENT
+
+    model = ScriptedChatModel.looping("read_doc", {"id": "D1"}, times=3)
+    agent = create_agent(model, [read_doc], middleware=[ReplayGuardMiddleware()])
+    out = agent.invoke({"messages": [HumanMessage("what is the refund policy?")]})
+    assert reads == ["D1"]
+    repeats = [m.text for m in out["messages"] if isinstance(m, ToolMessage)][1:3]
+    assert len(repeats) == 2
+    for text in repeats:
+        assert text.count("Not executed") == 1
+        assert DOCUMENT in text
+
+
 def _edit_every_review(agent: Any, cfg: dict[str, Any], args: dict[str, Any]) -> Any:
     """Answer every HITL review (batched or per call) with an edit to `args`."""
     out = None
