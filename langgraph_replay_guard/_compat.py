@@ -183,6 +183,13 @@ def delegate_store(store: Any) -> Any:
 ChannelWriter = Callable[[Sequence[tuple[str, Any]]], None]
 
 
+def _task_function(config: Mapping[str, Any] | None, key: str) -> Callable[..., Any] | None:
+    """A function LangGraph puts in a running task's config (`__pregel_send`...); else None."""
+    configurable = config.get("configurable") if config else None
+    found = configurable.get(key) if isinstance(configurable, Mapping) else None
+    return found if callable(found) else None
+
+
 def channel_writer(config: Mapping[str, Any] | None) -> ChannelWriter | None:
     """The running task's channel writer, from a node's config; None outside a graph.
 
@@ -190,13 +197,7 @@ def channel_writer(config: Mapping[str, Any] | None) -> ChannelWriter | None:
     write, and never appear in what the node returns (LangGraph's public `push_message`
     writes a message this way).
     """
-    if not config:
-        return None
-    configurable = config.get("configurable")
-    if not isinstance(configurable, Mapping):
-        return None
-    send = configurable.get("__pregel_send")
-    return send if callable(send) else None
+    return _task_function(config, "__pregel_send")
 
 
 def graph_has_channel(config: Mapping[str, Any] | None, channel: str) -> bool | None:
@@ -205,9 +206,8 @@ def graph_has_channel(config: Mapping[str, Any] | None, channel: str) -> bool | 
     A node reads its graph's channels through the read function LangGraph puts in its
     config; a key the graph lacks raises `KeyError` there.
     """
-    configurable = config.get("configurable") if config else None
-    read = configurable.get("__pregel_read") if isinstance(configurable, Mapping) else None
-    if not callable(read):
+    read = _task_function(config, "__pregel_read")
+    if read is None:
         return None
     try:
         read([channel])
@@ -227,13 +227,8 @@ def graph_state(config: Mapping[str, Any] | None) -> Any:
     get from an edge (`ToolNode` itself reads it for a bare list); a task started by an edge
     has no reader there, its input is that state.
     """
-    if not config:
-        return None
-    configurable = config.get("configurable")
-    if not isinstance(configurable, Mapping):
-        return None
-    read = configurable.get("__pregel_read_state")
-    if not callable(read):
+    read = _task_function(config, "__pregel_read_state")
+    if read is None:
         return None
     state = read()
     # A node whose input channels are all empty reads as LangGraph's MISSING sentinel.

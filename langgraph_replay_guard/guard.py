@@ -264,11 +264,10 @@ class ReplayGuard:
             ValueError: No unknown outcome is recorded for that call, or `outcome` is not
                 one of the three words.
         """
-        from langgraph_replay_guard.integrations.resolve import resolve
+        from langgraph_replay_guard.integrations.resolve import Resolution, resolve
 
-        return resolve(
-            self, graph, config, tool_call_id, outcome, result, resume=resume, **invoke_kwargs
-        )
+        asked = Resolution(config, tool_call_id, outcome, result, resume, invoke_kwargs)
+        return resolve(self, graph, asked)
 
     async def aresolve(
         self,
@@ -282,11 +281,10 @@ class ReplayGuard:
         **invoke_kwargs: Any,
     ) -> Any:
         """Async twin of `resolve` (for graphs run with `ainvoke` and async stores)."""
-        from langgraph_replay_guard.integrations.resolve import aresolve
+        from langgraph_replay_guard.integrations.resolve import Resolution, aresolve
 
-        return await aresolve(
-            self, graph, config, tool_call_id, outcome, result, resume=resume, **invoke_kwargs
-        )
+        asked = Resolution(config, tool_call_id, outcome, result, resume, invoke_kwargs)
+        return await aresolve(self, graph, asked)
 
     def callback_handler(self, **options: Any) -> ReplayGuardCallbackHandler:
         """The guard as a callback handler, for agents whose graph you cannot change.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import islice
 from operator import itemgetter
@@ -317,9 +317,14 @@ def _natural(value: Any, path: str) -> int:
     _fail(path, "a whole number >= 0", value)
 
 
-def _object(value: Any, keys: frozenset[str], path: str) -> dict[str, Any]:
+def _object(
+    value: Any, keys: frozenset[str], path: str, texts: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """An object with exactly `keys`, of which `texts` are strings or null."""
     if type(value) is not dict or value.keys() != keys:
         _fail(path, f"an object with exactly the keys {', '.join(sorted(keys))}", value)
+    for key in texts:
+        _optional_text(value[key], f"{path}.{key}")
     return value
 
 
@@ -466,95 +471,90 @@ def _event_problem(event: Any, path: str) -> NoReturn:
     _fail(f"{path}.m", "the batch size (a whole number >= 0)", event.get("m"))
 
 
-# The entry checks below are a fast loop that stops at the first bad entry, then a slow
-# pass over that entry that says what is wrong with it (every value is checked on each
-# load, so the common, valid case must stay cheap).
+# The entry checks below are a fast loop that stops at the first bad entry, then says what
+# is wrong with it (every value is checked on each load, so the common, valid case must stay
+# cheap: one call of the entry's test per entry).
 
 
-def _recent_calls(value: Any, cap: int) -> list[Any]:
-    recent = _tail_list(value, cap, "recent_calls")
-    for index, entry in enumerate(recent):
-        if type(entry) in _SEQUENCES and len(entry) == 4:
-            key, tool, outcome, epoch = entry
-            if (
-                isinstance(key, str)
-                and isinstance(tool, str)
-                and isinstance(outcome, str)
-                and type(epoch) is int
-            ):
-                continue
-        _fail(f"recent_calls[{index}]", "[key, tool, outcome, epoch]", entry)
-    return recent
+@dataclass(frozen=True, slots=True)
+class _Entries:
+    """A list or map field whose entries are fixed-length lists of typed fields."""
+
+    name: str
+    shape: str  # what an entry is, for the error message
+    arity: int
+    ok: Callable[..., bool]  # (the entry's key or position, *its fields) -> well formed
 
 
-def _counters(value: Any, cap: int) -> dict[str, Any]:
+def _check_entries(entries: _Entries, items: Iterable[tuple[Any, Any]]) -> None:
+    name, shape, arity, ok = entries.name, entries.shape, entries.arity, entries.ok
+    for where, entry in items:
+        if not (type(entry) in _SEQUENCES and len(entry) == arity and ok(where, *entry)):
+            # `!r` of a list position is the number itself: `tail[3]`, `counters['k']`.
+            _fail(f"{name}[{where!r}]", shape, entry)
+
+
+def _entry_list(value: Any, cap: int, entries: _Entries) -> list[Any]:
+    """A list field: its last `cap` entries, checked."""
+    kept = _tail_list(value, cap, entries.name)
+    _check_entries(entries, enumerate(kept))
+    return kept
+
+
+def _entry_map(value: Any, cap: int, entries: _Entries) -> dict[str, Any]:
+    """A map field: its `cap` most recent entries, checked."""
     if type(value) is not dict:
-        _fail("counters", "an object", value)
-    counters = trim_map(value, cap)
-    for key, entry in counters.items():
-        if type(entry) in _SEQUENCES and len(entry) == 2:
-            count, tool = entry
-            if type(count) is int and isinstance(tool, str) and isinstance(key, str):
-                continue
-        _fail(f"counters[{key!r}]", "[count, tool]", entry)
-    return counters
+        _fail(entries.name, "an object", value)
+    kept = trim_map(value, cap)
+    _check_entries(entries, kept.items())
+    return kept
 
 
-def _results(value: Any, cap: int) -> dict[str, Any]:
-    if type(value) is not dict:
-        _fail("results", "an object", value)
-    results = trim_map(value, cap)
-    for key, entry in results.items():
-        if type(entry) in _SEQUENCES and len(entry) == 4:
-            digest, epoch, in_a_row, preview = entry
-            if (
-                type(epoch) is int
-                and type(in_a_row) is int
-                and (digest is None or isinstance(digest, str))
-                and (preview is None or isinstance(preview, str))
-                and isinstance(key, str)
-            ):
-                continue
-        _fail(f"results[{key!r}]", "[result hash, epoch, same in a row, preview]", entry)
-    return results
+# Each entry test takes the entry's key (a map's) or position (a list's), then its fields.
 
 
-def _tail(value: Any, cap: int) -> list[Any]:
-    tail = _tail_list(value, cap, "tail")
-    for index, entry in enumerate(tail):
-        if type(entry) in _SEQUENCES and len(entry) == 3:
-            key, digest, tool = entry
-            if isinstance(key, str) and isinstance(digest, str) and isinstance(tool, str):
-                continue
-        _fail(f"tail[{index}]", "[key, result hash, tool]", entry)
-    return tail
+def _recent_call_ok(_: int, key: Any, tool: Any, outcome: Any, epoch: Any) -> bool:
+    return (
+        isinstance(key, str)
+        and isinstance(tool, str)
+        and isinstance(outcome, str)
+        and (type(epoch) is int)
+    )
 
 
-def _blocked(value: Any, cap: int) -> list[Any]:
-    blocked = _tail_list(value, cap, "blocked")
-    for index, entry in enumerate(blocked):
-        if type(entry) in _SEQUENCES and len(entry) == 3:
-            tool, reason, count = entry
-            if isinstance(tool, str) and isinstance(reason, str) and type(count) is int:
-                continue
-        _fail(f"blocked[{index}]", "[tool, reason, count]", entry)
-    return blocked
+def _counter_ok(key: Any, count: Any, tool: Any) -> bool:
+    return type(count) is int and isinstance(tool, str) and isinstance(key, str)
 
 
-def _failures(value: Any, cap: int) -> dict[str, Any]:
-    """`failures`: tool -> `[signature, in_a_row]`; absent in values of earlier releases."""
-    if value is None:
-        return {}
-    if type(value) is not dict:
-        _fail("failures", "an object", value)
-    failures = trim_map(value, cap)
-    for tool, entry in failures.items():
-        if type(entry) in _SEQUENCES and len(entry) == 2:
-            signature, in_a_row = entry
-            if isinstance(signature, str) and type(in_a_row) is int and in_a_row >= 1:
-                continue
-        _fail(f"failures[{tool!r}]", "[failure signature, same in a row]", entry)
-    return failures
+def _result_ok(key: Any, digest: Any, epoch: Any, in_a_row: Any, preview: Any) -> bool:
+    return (
+        type(epoch) is int
+        and type(in_a_row) is int
+        and (digest is None or isinstance(digest, str))
+        and (preview is None or isinstance(preview, str))
+        and isinstance(key, str)
+    )
+
+
+def _tail_item_ok(_: int, key: Any, digest: Any, tool: Any) -> bool:
+    return isinstance(key, str) and isinstance(digest, str) and isinstance(tool, str)
+
+
+def _blocked_call_ok(_: int, tool: Any, reason: Any, count: Any) -> bool:
+    return isinstance(tool, str) and isinstance(reason, str) and type(count) is int
+
+
+def _failure_streak_ok(_: Any, signature: Any, in_a_row: Any) -> bool:
+    return isinstance(signature, str) and type(in_a_row) is int and in_a_row >= 1
+
+
+_RECENT_CALLS = _Entries("recent_calls", "[key, tool, outcome, epoch]", 4, _recent_call_ok)
+_COUNTERS = _Entries("counters", "[count, tool]", 2, _counter_ok)
+_RESULTS = _Entries("results", "[result hash, epoch, same in a row, preview]", 4, _result_ok)
+_TAIL = _Entries("tail", "[key, result hash, tool]", 3, _tail_item_ok)
+_BLOCKED = _Entries("blocked", "[tool, reason, count]", 3, _blocked_call_ok)
+# tool -> `[signature, in_a_row]`; absent in values of earlier releases.
+_FAILURES = _Entries("failures", "[failure signature, same in a row]", 2, _failure_streak_ok)
 
 
 def _cycle(value: Any) -> dict[str, Any] | None:
@@ -611,8 +611,7 @@ def _totals(value: Any) -> dict[str, Any]:
 def _pending(value: Any) -> dict[str, Any] | None:
     if value is None:
         return None
-    pending = _object(value, _PENDING_KEYS, "pending")
-    _optional_text(pending["batch"], "pending.batch")
+    pending = _object(value, _PENDING_KEYS, "pending", texts=("batch",))
     events = pending["events"]
     if type(events) is not list or not events:
         _fail("pending.events", "a non-empty list of recorded calls", events)
@@ -623,12 +622,7 @@ def _pending(value: Any) -> dict[str, Any] | None:
 
 
 def _reset_info(value: Any) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    reset = _object(value, _RESET_KEYS, "reset")
-    _optional_text(reset["reason"], "reset.reason")
-    _optional_text(reset["at"], "reset.at")
-    return reset
+    return None if value is None else _object(value, _RESET_KEYS, "reset", ("reason", "at"))
 
 
 _MARK_KEYS = frozenset({"k", "n", "a", "e"})
@@ -723,20 +717,23 @@ def decode_fields(
     cfg = decode_cfg(value.get("cfg"))
     period = cfg.get("cp", DEFAULT_CYCLE_PERIOD)
     get = value.get
+    failures = get("failures")  # absent in values of earlier releases
     return {
         "v": FORMAT_VERSION,
         "turn": _optional_text(get("turn"), "turn"),
         "epoch": _natural(get("epoch"), "epoch"),
         "calls": _natural(get("calls"), "calls"),
-        "recent_calls": _recent_calls(get("recent_calls"), cfg.get("w", DEFAULT_WINDOW)),
-        "counters": _counters(get("counters"), max_keys),
-        "results": _results(get("results"), max_results),
-        "tail": _tail(get("tail"), 2 * period),
+        "recent_calls": _entry_list(
+            get("recent_calls"), cfg.get("w", DEFAULT_WINDOW), _RECENT_CALLS
+        ),
+        "counters": _entry_map(get("counters"), max_keys, _COUNTERS),
+        "results": _entry_map(get("results"), max_results, _RESULTS),
+        "tail": _entry_list(get("tail"), 2 * period, _TAIL),
         "cycle": _cycle(get("cycle")),
-        "failures": _failures(get("failures"), max_failures),
+        "failures": {} if failures is None else _entry_map(failures, max_failures, _FAILURES),
         "reminder": _reminder(get("reminder")),
         "stop": _stop(get("stop")),
-        "blocked": _blocked(get("blocked"), max_blocked),
+        "blocked": _entry_list(get("blocked"), max_blocked, _BLOCKED),
         "totals": _totals(get("totals")),
         "pending": _pending(get("pending")),
         "last_batch": _optional_text(get("last_batch"), "last_batch"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Generator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from langgraph.types import Command
@@ -13,7 +14,7 @@ from langgraph_replay_guard.storage.ledger_io import arun_plan, run_plan
 if TYPE_CHECKING:
     from langgraph_replay_guard.guard import ReplayGuard
 
-__all__ = ["aresolve", "resolve"]
+__all__ = ["Resolution", "aresolve", "resolve"]
 
 
 def _ledger_store(guard: ReplayGuard, graph: Any) -> Any:
@@ -35,11 +36,48 @@ def _thread(config: Mapping[str, Any]) -> str:
     return str(thread_id)
 
 
-def _plan(
-    guard: ReplayGuard, config: Mapping[str, Any], tool_call_id: str, outcome: str, result: Any
-) -> Generator[Any, Any, None]:
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """What `guard.resolve` was asked: the call, what a human says happened, the resume."""
+
+    config: Mapping[str, Any]
+    tool_call_id: str
+    outcome: str
+    result: Any
+    resume: bool
+    invoke_kwargs: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _GetState:
+    """Read the graph's state (for the guard's pending interrupt)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Resume:
+    """Resume the graph with `command` (None: after a `ReplayUnsafeError`)."""
+
+    command: Command[Any] | None
+
+
+def _plan(guard: ReplayGuard, asked: Resolution) -> Generator[Any, Any, Any]:
+    """Record the resolution in the ledger, then resume the graph: one plan for both drivers."""
     prefix = tuple(store_label(part) for part in guard.namespace)
-    return resolve_plan(prefix, _thread(config), tool_call_id, outcome, result)
+    thread_id = _thread(asked.config)
+    return _resolve_then_resume(
+        resolve_plan(prefix, thread_id, asked.tool_call_id, asked.outcome, asked.result), asked
+    )
+
+
+def _resolve_then_resume(
+    record: Generator[Any, Any, None], asked: Resolution
+) -> Generator[Any, Any, Any]:
+    yield from record
+    if not asked.resume:
+        return None
+    snapshot = yield _GetState()
+    command = _resume_command(snapshot, asked.tool_call_id, asked.outcome, asked.result)
+    return (yield _Resume(command))
 
 
 def _resume_command(
@@ -57,40 +95,23 @@ def _resume_command(
     return None
 
 
-def resolve(
-    guard: ReplayGuard,
-    graph: Any,
-    config: Mapping[str, Any],
-    tool_call_id: str,
-    outcome: str,
-    result: Any = None,
-    *,
-    resume: bool = True,
-    **invoke_kwargs: Any,
-) -> Any:
+def resolve(guard: ReplayGuard, graph: Any, asked: Resolution) -> Any:
     """See `ReplayGuard.resolve`."""
-    run_plan(_ledger_store(guard, graph), _plan(guard, config, tool_call_id, outcome, result))
-    if not resume:
-        return None
-    command = _resume_command(graph.get_state(config), tool_call_id, outcome, result)
-    return graph.invoke(command, config, **invoke_kwargs)
+
+    def run(op: _GetState | _Resume) -> Any:
+        if isinstance(op, _GetState):
+            return graph.get_state(asked.config)
+        return graph.invoke(op.command, asked.config, **asked.invoke_kwargs)
+
+    return run_plan(_ledger_store(guard, graph), _plan(guard, asked), run)
 
 
-async def aresolve(
-    guard: ReplayGuard,
-    graph: Any,
-    config: Mapping[str, Any],
-    tool_call_id: str,
-    outcome: str,
-    result: Any = None,
-    *,
-    resume: bool = True,
-    **invoke_kwargs: Any,
-) -> Any:
+async def aresolve(guard: ReplayGuard, graph: Any, asked: Resolution) -> Any:
     """See `ReplayGuard.aresolve`."""
-    plan = _plan(guard, config, tool_call_id, outcome, result)
-    await arun_plan(_ledger_store(guard, graph), plan)
-    if not resume:
-        return None
-    command = _resume_command(await graph.aget_state(config), tool_call_id, outcome, result)
-    return await graph.ainvoke(command, config, **invoke_kwargs)
+
+    async def run(op: _GetState | _Resume) -> Any:
+        if isinstance(op, _GetState):
+            return await graph.aget_state(asked.config)
+        return await graph.ainvoke(op.command, asked.config, **asked.invoke_kwargs)
+
+    return await arun_plan(_ledger_store(guard, graph), _plan(guard, asked), run)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from contextvars import ContextVar, Token
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage, BaseMessage
@@ -23,6 +24,7 @@ logger = logging.getLogger("langgraph_replay_guard")
 _CURRENT: ContextVar[TaskWrites | None] = ContextVar("replay_guard_task_writes", default=None)
 
 
+@dataclass(eq=False, repr=False, slots=True)  # compared, hashed and shown as itself
 class TaskWrites:
     """The events and stop message one run of a guarded `ToolNode` collects from its calls.
 
@@ -41,36 +43,15 @@ class TaskWrites:
         messages_key: The node's messages key.
     """
 
-    __slots__ = (
-        "_token",
-        "channel",
-        "config",
-        "events",
-        "first",
-        "guard_config",
-        "messages_key",
-        "owner",
-        "stop",
-    )
-
-    def __init__(
-        self,
-        owner: object,
-        config: Mapping[str, Any] | None,
-        guard_config: GuardConfig,
-        channel: str,
-        messages_key: str,
-    ) -> None:
-        """Create an empty collector."""
-        self.owner = owner
-        self.config = config
-        self.guard_config = guard_config
-        self.channel = channel
-        self.messages_key = messages_key
-        self.events: list[Event] = []
-        self.stop: AIMessage | None = None
-        self.first = False
-        self._token: Token[TaskWrites | None] | None = None
+    owner: object
+    config: Mapping[str, Any] | None
+    guard_config: GuardConfig
+    channel: str
+    messages_key: str
+    events: list[Event] = field(default_factory=list, init=False)
+    stop: AIMessage | None = field(default=None, init=False)
+    first: bool = field(default=False, init=False)
+    _token: Token[TaskWrites | None] | None = field(default=None, init=False)
 
     def __enter__(self) -> TaskWrites:
         """Make this the collector of the calls that run in this context."""

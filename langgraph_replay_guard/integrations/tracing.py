@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+import functools
+from collections.abc import Awaitable, Callable, Generator, Mapping
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from langchain_core.callbacks import (
     AsyncCallbackManager,
@@ -13,6 +14,7 @@ from langchain_core.callbacks import (
 )
 
 from langgraph_replay_guard.decisions.engine import Decision
+from langgraph_replay_guard.storage.plans import adrive, drive
 
 if TYPE_CHECKING:
     from langchain_core.messages import ToolCall
@@ -29,6 +31,8 @@ __all__ = [
     "traced",
     "traced_request",
 ]
+
+M = TypeVar("M", bound=BaseCallbackManager)
 
 TRACE_KEY = "replay_guard"
 """The run metadata key holding the guard's decision."""
@@ -180,17 +184,12 @@ def blocked_run(
         error: The error the call stops the run with, instead of an output.
         exclude: A handler not to tell (the callback guard reporting its own refusal).
     """
-    if config is None or not traced(config):
+    manager = _manager(CallbackManager.configure, config, info)
+    if manager is None:
         return
-    serialized, input_str, kwargs = _run_args(tool_call, tool)
-    manager = CallbackManager.configure(*_configure_args(config, info))
     if exclude is not None:
         manager.remove_handler(exclude)
-    run = manager.on_tool_start(serialized, input_str, **kwargs)
-    if error is not None:
-        run.on_tool_error(error, tool_call_id=kwargs["tool_call_id"])
-    else:
-        run.on_tool_end(output, name=serialized["name"], tool_call_id=kwargs["tool_call_id"])
+    drive(_report_plan(manager, tool_call, tool, output, error), _call)
 
 
 async def ablocked_run(
@@ -201,22 +200,42 @@ async def ablocked_run(
     output: Any = None,
     error: BaseException | None = None,
 ) -> None:
-    """Async twin of `blocked_run`.
+    """Async twin of `blocked_run` (the same arguments, but `exclude`)."""
+    manager = _manager(AsyncCallbackManager.configure, config, info)
+    if manager is not None:
+        await adrive(_report_plan(manager, tool_call, tool, output, error), _acall)
 
-    Args:
-        config: The runnable config of the call (its callbacks, tags, metadata).
-        tool_call: The call.
-        tool: The tool, for its name and description.
-        info: A `trace_info` object.
-        output: What the model is told instead (a ToolMessage or a Command).
-        error: The error the call stops the run with, instead of an output.
+
+def _manager(
+    configure: Callable[..., M], config: Mapping[str, Any] | None, info: Mapping[str, Any]
+) -> M | None:
+    """The callback manager a blocked run reports to; None when nothing traces the call."""
+    return (
+        None if config is None or not traced(config) else configure(*_configure_args(config, info))
+    )
+
+
+def _report_plan(
+    manager: Any, tool_call: ToolCall, tool: BaseTool | None, output: Any, error: Any
+) -> Generator[Callable[[], Any], Any, None]:
+    """Start the tool run, then end it with the output or the error: one plan, each op a call.
+
+    The sync driver calls each op; the async one awaits what it returns (the async
+    manager's callbacks are coroutines).
     """
-    if config is None or not traced(config):
-        return
     serialized, input_str, kwargs = _run_args(tool_call, tool)
-    manager = AsyncCallbackManager.configure(*_configure_args(config, info))
-    run = await manager.on_tool_start(serialized, input_str, **kwargs)
+    run = yield functools.partial(manager.on_tool_start, serialized, input_str, **kwargs)
+    tool_call_id = kwargs["tool_call_id"]
     if error is not None:
-        await run.on_tool_error(error, tool_call_id=kwargs["tool_call_id"])
+        yield functools.partial(run.on_tool_error, error, tool_call_id=tool_call_id)
     else:
-        await run.on_tool_end(output, name=serialized["name"], tool_call_id=kwargs["tool_call_id"])
+        name = serialized["name"]
+        yield functools.partial(run.on_tool_end, output, name=name, tool_call_id=tool_call_id)
+
+
+def _call(op: Callable[[], Any]) -> Any:
+    return op()
+
+
+async def _acall(op: Callable[[], Awaitable[Any]]) -> Any:
+    return await op()

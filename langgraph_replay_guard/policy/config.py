@@ -61,6 +61,20 @@ _PRESETS: dict[str, str] = {
 }
 
 
+def _regex_or_none(value: str | None, field: str) -> str | None:
+    """A field holding a regular expression: `value` when it compiles (or is None)."""
+    if value is not None:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            msg = (
+                f"{field} {value!r} is not a valid regular expression ({exc}). Fix the "
+                "pattern; in JSON, write a backslash as '\\\\'."
+            )
+            raise ValueError(msg) from None
+    return value
+
+
 class ClassRule(BaseModel):
     """One per-call classification rule: match an argument, give the call a class.
 
@@ -91,16 +105,7 @@ class ClassRule(BaseModel):
     @field_validator("pattern")
     @classmethod
     def _check_pattern(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                re.compile(value)
-            except re.error as exc:
-                msg = (
-                    f"pattern {value!r} is not a valid regular expression ({exc}). Fix the "
-                    "pattern; in JSON, write a backslash as '\\\\'."
-                )
-                raise ValueError(msg) from None
-        return value
+        return _regex_or_none(value, "pattern")
 
     @field_validator("prefixes")
     @classmethod
@@ -466,16 +471,7 @@ class GuardConfig(BaseModel):
     @field_validator("failure_pattern")
     @classmethod
     def _check_failure_pattern(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                re.compile(value)
-            except re.error as exc:
-                msg = (
-                    f"failure_pattern {value!r} is not a valid regular expression ({exc}). "
-                    "Fix the pattern; in JSON, write a backslash as '\\\\'."
-                )
-                raise ValueError(msg) from None
-        return value
+        return _regex_or_none(value, "failure_pattern")
 
     @property
     def failure_regex(self) -> re.Pattern[str] | None:

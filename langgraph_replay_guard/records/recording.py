@@ -292,25 +292,31 @@ class RecordingHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """Record a chat model call."""
-        self._guarded(
-            "model_start",
-            lambda: {
-                "runId": str(run_id),
-                "model": _model_name(serialized, kwargs),
-                "messages": len(messages[0]) if messages else 0,
-            },
+        self._model_start(
+            serialized, run_id, kwargs, "messages", lambda: len(messages[0]) if messages else 0
         )
 
     def on_llm_start(
         self, serialized: dict[str, Any], prompts: list[str], *, run_id: UUID, **kwargs: Any
     ) -> None:
         """Record a (non-chat) LLM call."""
+        self._model_start(serialized, run_id, kwargs, "prompts", lambda: len(prompts))
+
+    def _model_start(
+        self,
+        serialized: dict[str, Any],
+        run_id: UUID,
+        kwargs: Mapping[str, Any],
+        inputs: str,
+        count: Callable[[], int],
+    ) -> None:
+        """Record a model call: its run, its model and how many `inputs` it was given."""
         self._guarded(
             "model_start",
             lambda: {
                 "runId": str(run_id),
                 "model": _model_name(serialized, kwargs),
-                "prompts": len(prompts),
+                inputs: count(),
             },
         )
 

@@ -423,32 +423,42 @@ def _put_status(value: dict[str, Any], status: Any) -> None:
 
 
 def _put_content(value: dict[str, Any], content: Any) -> None:
-    try:
-        _put_field(value, "content", content)
-    except _UnencodableError as exc:
-        logger.warning(
-            "langgraph-replay-guard: the tool's content (%s) cannot be stored as it is (%s); "
-            "the ledger keeps its text, so a replay returns that text",
-            type(content).__name__,
-            exc,
-        )
+    kept = "the ledger keeps its text, so a replay returns that text"
+    if _put_or_warn(value, "content", content, " as it is", kept) is not None:
         value["content_lossy"] = type(content).__name__
         _put_field(value, "content", _as_text(content))
 
 
 def _put_artifact(value: dict[str, Any], artifact: Any) -> None:
+    kept = "the ledger keeps its content only, so a replay returns no artifact"
+    error = _put_or_warn(value, "artifact", artifact, "", kept)
+    if error is not None:
+        value["artifact_dropped"] = type(artifact).__name__
+        value["artifact_error"] = _preview(str(error))
+        value["artifact_preview"] = _preview(artifact)
+
+
+def _put_or_warn(
+    value: dict[str, Any], name: str, field: Any, how: str, kept: str
+) -> _UnencodableError | None:
+    """`_put_field`; a field it cannot store is logged with what the ledger `kept` instead.
+
+    Returns:
+        Why the field could not be stored (the caller stores what it keeps), or None.
+    """
     try:
-        _put_field(value, "artifact", artifact)
+        _put_field(value, name, field)
     except _UnencodableError as exc:
         logger.warning(
-            "langgraph-replay-guard: the tool's artifact (%s) cannot be stored (%s); the ledger "
-            "keeps its content only, so a replay returns no artifact",
-            type(artifact).__name__,
+            "langgraph-replay-guard: the tool's %s (%s) cannot be stored%s (%s); %s",
+            name,
+            type(field).__name__,
+            how,
             exc,
+            kept,
         )
-        value["artifact_dropped"] = type(artifact).__name__
-        value["artifact_error"] = _preview(str(exc))
-        value["artifact_preview"] = _preview(artifact)
+        return exc
+    return None
 
 
 def decode_result(value: Mapping[str, Any]) -> tuple[Any, Any, str]:

@@ -371,65 +371,40 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             raise _refuse(refusal)
 
     @_fail_open
-    def on_chain_error(
-        self,
-        error: BaseException,
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         """Forget the run."""
         self._runs.end(run_id)
+
+    on_llm_error = on_chain_error  # a model run that failed is forgotten the same way
 
     # -- model calls ----------------------------------------------------------------------------
 
     @_fail_open
     def on_chat_model_start(
-        self,
-        serialized: dict[str, Any],
-        messages: list[list[BaseMessage]],
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        **kwargs: Any,
+        self, serialized: dict[str, Any], messages: list[list[BaseMessage]], **kwargs: Any
     ) -> None:
-        """Note the turn of the model call.
-
-        Raises:
-            LoopAbortedError: With `exit_behavior="error"`, when the turn was stopped.
-        """
-        self._model_start(run_id, parent_run_id, metadata, messages[0] if messages else [])
+        """Note the turn of the model call (see `_model_start`)."""
+        self._model_start(messages[0] if messages else [], **kwargs)
 
     @_fail_open
-    def on_llm_start(
-        self,
-        serialized: dict[str, Any],
-        prompts: list[str],
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        """A text model's call: the root run is the turn.
-
-        Raises:
-            LoopAbortedError: With `exit_behavior="error"`, when the turn was stopped.
-        """
-        self._model_start(run_id, parent_run_id, metadata, [])
+    def on_llm_start(self, serialized: dict[str, Any], prompts: list[str], **kwargs: Any) -> None:
+        """A text model's call: the root run is the turn (see `_model_start`)."""
+        self._model_start([], **kwargs)
 
     def _model_start(
         self,
-        run_id: UUID,
-        parent_run_id: UUID | None,
-        metadata: dict[str, Any] | None,
         messages: Sequence[BaseMessage],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
     ) -> None:
-        """Note the turn of a model call outside any tool (`_turn_of` its messages)."""
+        """Note the turn of a model call outside any tool (`_turn_of` its messages).
+
+        Raises:
+            LoopAbortedError: With `exit_behavior="error"`, when the turn was stopped.
+        """
         info, _ = self._runs.start(run_id, parent_run_id, metadata)
         if not info.inside_tool:
             self._guard.model_start(info.scope, _turn_of(messages, info.root))
@@ -466,19 +441,6 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             writer = _stream_writer()
             for decision, tool_call in recorded:
                 emit(writer, decision, tool_call)
-
-    @_fail_open
-    def on_llm_error(
-        self,
-        error: BaseException,
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        tags: list[str] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        """Forget the run."""
-        self._runs.end(run_id)
 
     # -- tool calls -----------------------------------------------------------------------------
 
