@@ -365,7 +365,6 @@ def _evaluate_one(
                 facts,
                 "success" if succeeded else "failure",
                 result=text,
-                preview_chars=config.result_preview_chars,
                 turn=str(turn),
             )
         else:

@@ -168,7 +168,6 @@ class GuardControl:
             facts,
             outcome,
             result=result,
-            preview_chars=self._config.result_preview_chars,
             reason=reason,
             abort=abort,
         )

@@ -146,6 +146,8 @@ class CallFacts(NamedTuple):
     """`GuardConfig.failure_pattern`, compiled: a result matching it is a failure too."""
     source: PolicySource | None = None
     """Where the tool's policy comes from (`GuardConfig.policy_source`); None: unknown tool."""
+    preview_chars: int = 200
+    """`GuardConfig.result_preview_chars`: how much of a result its event keeps."""
 
     @property
     def args_summary(self) -> str:
@@ -194,6 +196,7 @@ def call_facts(
             args=args,
             unknown=True,
             tools=tuple(tools),
+            preview_chars=config.result_preview_chars,
         )
     rules = _tool_rules(config, tool)
     classifier = rules.policy.classifier_fn
@@ -219,6 +222,7 @@ def call_facts(
         rules.max_same_failures,
         rules.failure_pattern,
         rules.source,
+        config.result_preview_chars,
     )
 
 
@@ -611,7 +615,6 @@ def make_event(
     outcome: Outcome,
     *,
     result: str | None = None,
-    preview_chars: int = 200,
     reason: str | None = None,
     abort: bool = False,
     batch: str | None = None,
@@ -625,7 +628,6 @@ def make_event(
         facts: The call's facts.
         outcome: `"success"`, `"failure"`, `"timeout"` or `"denied"` (not executed).
         result: Result text of a success, or the error text of a failure.
-        preview_chars: Length of the stored result preview.
         reason: For a denied call, the decision's reason.
         abort: Whether the denial was an abort that stops the run.
         batch: Id of the AIMessage holding the call (parallel calls share it).
@@ -655,7 +657,9 @@ def make_event(
         short_circuits=facts.short_circuit,
         outcome=outcome,
         result_hash=content_hash(result) if executed_with_text and result is not None else None,
-        preview=result[:preview_chars] if outcome == "success" and result is not None else None,
+        preview=(
+            result[: facts.preview_chars] if outcome == "success" and result is not None else None
+        ),
         reason=reason,
         abort=abort,
         batch_size=batch_size,

@@ -488,7 +488,6 @@ def executed_event(
         facts,
         "success" if outcome == "success" else "failure",
         result=text,
-        preview_chars=config.result_preview_chars,
         batch=batch.batch_id,
         index=planned.index,
         turn=batch.turn,

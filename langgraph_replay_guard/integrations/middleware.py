@@ -50,7 +50,7 @@ from langgraph_replay_guard.integrations.prompt import (
 from langgraph_replay_guard.integrations.signals import as_signal
 from langgraph_replay_guard.integrations.task_writes import write_events
 from langgraph_replay_guard.integrations.tool_node import ToolCallWrapper, abort_trace
-from langgraph_replay_guard.integrations.tracing import blocked_run
+from langgraph_replay_guard.integrations.tracing import BlockedRun, blocked_run
 from langgraph_replay_guard.policy.config import GuardConfig
 
 if TYPE_CHECKING:
@@ -249,7 +249,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             error = as_signal(loop_error(aborting.decision))
             for planned in plan.calls:
                 trace = abort_trace(planned, aborting)
-                blocked_run(run_config, planned.tool_call, None, trace, error=error)
+                blocked_run(BlockedRun(run_config, planned.tool_call, None, trace, error=error))
             raise error
         answers: list[ToolMessage | AIMessage] = []
         events: list[Event] = []
@@ -263,7 +263,11 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 answers.append(answer)
             events.extend(recorded)
             # The tools node never sees these calls: report each as a tool run of its own.
-            blocked_run(run_config, planned.tool_call, None, abort_trace(planned, aborting), answer)
+            blocked_run(
+                BlockedRun(
+                    run_config, planned.tool_call, None, abort_trace(planned, aborting), answer
+                )
+            )
         # The final message comes last, so create_agent's routing ends the run.
         answers.append(final_ai_message(aborting.decision, batch))
         emit(getattr(request.runtime, "stream_writer", None), aborting.decision, aborting.tool_call)

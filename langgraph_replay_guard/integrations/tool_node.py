@@ -75,6 +75,7 @@ from langgraph_replay_guard.integrations.signals import RetryRefused, as_signal
 from langgraph_replay_guard.integrations.task_writes import TaskWrites, write_events
 from langgraph_replay_guard.integrations.tool_errors import watch_tool_errors
 from langgraph_replay_guard.integrations.tracing import (
+    BlockedRun,
     LedgerStatus,
     ablocked_run,
     blocked_run,
@@ -185,29 +186,14 @@ class _Finish:
     error: BaseException | None
 
 
-@dataclass(slots=True)
-class _Trace:
+def _trace(
+    request: ToolCallRequest, info: Mapping[str, Any], output: Any, error: Any
+) -> BlockedRun:
     """Report a call the guard answered itself as a tool run (`blocked_run`)."""
-
-    request: ToolCallRequest
-    info: Mapping[str, Any]
-    output: Any
-    error: BaseException | None
-
-    def args(self) -> tuple[Any, ...]:
-        """`blocked_run`'s positional arguments."""
-        request = self.request
-        return (
-            _config(request),
-            request.tool_call,
-            request.tool,
-            self.info,
-            self.output,
-            self.error,
-        )
+    return BlockedRun(_config(request), request.tool_call, request.tool, info, output, error)
 
 
-_Op = _Execute | _Check | _Finish | _Trace
+_Op = _Execute | _Check | _Finish | BlockedRun
 
 
 class ToolCallWrapper:
@@ -307,7 +293,7 @@ class ToolCallWrapper:
                 return self.gate.check(op.request, op.facts, op.batch_id)
             if isinstance(op, _Finish):
                 return self.gate.finish(op.ticket, op.result, op.error)
-            return blocked_run(*op.args())
+            return blocked_run(op)
 
         return drive(plan, op_result)
 
@@ -323,7 +309,7 @@ class ToolCallWrapper:
                 return await self.gate.acheck(op.request, op.facts, op.batch_id)
             if isinstance(op, _Finish):
                 return await self.gate.afinish(op.ticket, op.result, op.error)
-            return await ablocked_run(*op.args())
+            return await ablocked_run(op)
 
         return await adrive(plan, op_result)
 
@@ -373,17 +359,17 @@ class ToolCallWrapper:
                     self.learn_tools([request.tool_call["name"]])
                     return served
             if prepared.error is not None:
-                yield _Trace(request, prepared.trace, None, prepared.error)
+                yield _trace(request, prepared.trace, None, prepared.error)
                 raise prepared.error
             answer = self._answer(request, prepared)
-            yield _Trace(request, prepared.trace, _answer_of(answer), None)
+            yield _trace(request, prepared.trace, _answer_of(answer), None)
             return answer
         ticket = None
         if self.gate.involved(request, prepared.facts):
             ticket = yield _Check(request, prepared.facts, prepared.batch.batch_id)
         if isinstance(ticket, LedgerEntry):
             replayed = self._replayed(request, prepared, ticket)
-            yield _Trace(request, prepared.trace("replayed"), _answer_of(replayed), None)
+            yield _trace(request, prepared.trace("replayed"), _answer_of(replayed), None)
             return replayed
         if ticket is None:
             traced = traced_request(request, lambda: prepared.trace("none"))

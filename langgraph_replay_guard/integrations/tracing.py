@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Generator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from langchain_core.callbacks import (
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TRACE_KEY",
+    "BlockedRun",
     "LedgerStatus",
     "ablocked_run",
     "blocked_run",
@@ -160,77 +162,73 @@ def _configure_args(config: Mapping[str, Any], info: Mapping[str, Any]) -> tuple
     )
 
 
-def blocked_run(
-    config: Mapping[str, Any] | None,
-    tool_call: ToolCall,
-    tool: BaseTool | None,
-    info: Mapping[str, Any],
-    output: Any = None,
-    error: BaseException | None = None,
-    *,
-    exclude: BaseCallbackHandler | None = None,
-) -> None:
-    """Report a call the guard answered without running the tool, as a tool run of its own.
+@dataclass(frozen=True, slots=True)
+class BlockedRun:
+    """A call the guard answered without running the tool, to report as a tool run.
 
     Tracers then show the call, with the guard's answer as its output (or the stop as its
     error) and the decision in its metadata, where a plain run of the tool would be.
+    """
+
+    config: Mapping[str, Any] | None
+    """The runnable config of the call (its callbacks, tags, metadata)."""
+    tool_call: ToolCall
+    tool: BaseTool | None
+    """The tool, for its name and description."""
+    info: Mapping[str, Any]
+    """A `trace_info` object."""
+    output: Any = None
+    """What the model is told instead (a ToolMessage or a Command)."""
+    error: BaseException | None = None
+    """The error the call stops the run with, instead of an output."""
+
+
+def blocked_run(run: BlockedRun, *, exclude: BaseCallbackHandler | None = None) -> None:
+    """Report a call the guard answered without running the tool, as a tool run of its own.
 
     Args:
-        config: The runnable config of the call (its callbacks, tags, metadata).
-        tool_call: The call.
-        tool: The tool, for its name and description.
-        info: A `trace_info` object.
-        output: What the model is told instead (a ToolMessage or a Command).
-        error: The error the call stops the run with, instead of an output.
+        run: The call and the guard's answer.
         exclude: A handler not to tell (the callback guard reporting its own refusal).
     """
-    manager = _manager(CallbackManager.configure, config, info)
+    manager = _manager(CallbackManager.configure, run)
     if manager is None:
         return
     if exclude is not None:
         manager.remove_handler(exclude)
-    drive(_report_plan(manager, tool_call, tool, output, error), _call)
+    drive(_report_plan(manager, run), _call)
 
 
-async def ablocked_run(
-    config: Mapping[str, Any] | None,
-    tool_call: ToolCall,
-    tool: BaseTool | None,
-    info: Mapping[str, Any],
-    output: Any = None,
-    error: BaseException | None = None,
-) -> None:
-    """Async twin of `blocked_run` (the same arguments, but `exclude`)."""
-    manager = _manager(AsyncCallbackManager.configure, config, info)
+async def ablocked_run(run: BlockedRun) -> None:
+    """Async `blocked_run`."""
+    manager = _manager(AsyncCallbackManager.configure, run)
     if manager is not None:
-        await adrive(_report_plan(manager, tool_call, tool, output, error), _acall)
+        await adrive(_report_plan(manager, run), _acall)
 
 
-def _manager(
-    configure: Callable[..., M], config: Mapping[str, Any] | None, info: Mapping[str, Any]
-) -> M | None:
+def _manager(configure: Callable[..., M], run: BlockedRun) -> M | None:
     """The callback manager a blocked run reports to; None when nothing traces the call."""
-    return (
-        None if config is None or not traced(config) else configure(*_configure_args(config, info))
-    )
+    config = run.config
+    if config is None or not traced(config):
+        return None
+    return configure(*_configure_args(config, run.info))
 
 
-def _report_plan(
-    manager: Any, tool_call: ToolCall, tool: BaseTool | None, output: Any, error: Any
-) -> Generator[Callable[[], Any], Any, None]:
+def _report_plan(manager: Any, blocked: BlockedRun) -> Generator[Callable[[], Any], Any, None]:
     """Start the tool run, then end it with the output or the error: one plan, each op a call.
 
     The sync driver calls each op; the async one awaits what it returns (the async
     manager's callbacks are coroutines).
     """
-    serialized, input_str, kwargs = _run_args(tool_call, tool)
+    serialized, input_str, kwargs = _run_args(blocked.tool_call, blocked.tool)
     run = yield functools.partial(manager.on_tool_start, serialized, input_str, **kwargs)
     tool_call_id = kwargs["tool_call_id"]
-    if error is not None:
-        yield functools.partial(run.on_tool_error, error, tool_call_id=tool_call_id)
+    if blocked.error is not None:
+        yield functools.partial(run.on_tool_error, blocked.error, tool_call_id=tool_call_id)
     else:
         name = serialized["name"]
-        yield functools.partial(run.on_tool_end, output, name=name, tool_call_id=tool_call_id)
+        yield functools.partial(
+            run.on_tool_end, blocked.output, name=name, tool_call_id=tool_call_id
+        )
 
 
 def _call(op: Callable[[], Any]) -> Any:

@@ -198,7 +198,6 @@ def random_event(rng, config, recent_args):
         call_facts(config, tool, args),
         outcome,
         result=result,
-        preview_chars=config.result_preview_chars,
         reason=rng.choice(["duplicate", "repeat_limit", "cycle"]) if outcome == "denied" else None,
         abort=outcome == "denied" and rng.random() < 0.1,
         batch=None,

@@ -387,7 +387,6 @@ class CallbackDecider:
                     facts,
                     executed,
                     result=text,
-                    preview_chars=self.config.result_preview_chars,
                     turn=turn,
                 )
                 self._write(scope, [event])

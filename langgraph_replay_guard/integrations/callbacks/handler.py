@@ -37,7 +37,12 @@ from langgraph_replay_guard.integrations.callbacks.scopes import (
     scopes_namespace,
 )
 from langgraph_replay_guard.integrations.calls import emit, result_outcome
-from langgraph_replay_guard.integrations.tracing import TRACE_KEY, blocked_run, trace_info
+from langgraph_replay_guard.integrations.tracing import (
+    TRACE_KEY,
+    BlockedRun,
+    blocked_run,
+    trace_info,
+)
 from langgraph_replay_guard.policy.config import GuardConfig
 from langgraph_replay_guard.policy.options import (
     ToolNameCheck,
@@ -521,7 +526,7 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         config = var_child_runnable_config.get()
         if config is None:
             return  # not inside a runnable (an AgentExecutor step): nothing to attach to
-        blocked_run(config, as_tool_call(call), None, trace, error=error, exclude=self)
+        blocked_run(BlockedRun(config, as_tool_call(call), None, trace, error=error), exclude=self)
 
     @_fail_open
     def on_tool_end(
