@@ -312,6 +312,24 @@ def test_with_on_unsafe_interrupt_a_retry_becomes_an_interrupt_for_a_human(order
     assert out["messages"][-1].text == "done"
 
 
+def _doc_tools(reads: list[str], document: str | None = None) -> list[Any]:
+    """`read_doc` (each read noted in `reads`; it returns `document`, or a short text) and
+    `note`."""
+
+    @tool
+    def read_doc(id: str) -> str:
+        """Read a document."""
+        reads.append(id)
+        return document or f"document {id}: the refund policy allows 30 days"
+
+    @tool
+    def note(text: str) -> str:
+        """Take a note."""
+        return "noted"
+
+    return [read_doc, note]
+
+
 @pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize(
     ("summarized", "expected"),
@@ -326,18 +344,6 @@ def test_a_re_read_is_a_duplicate_only_while_its_earlier_result_is_in_the_thread
     from langchain.agents.middleware import SummarizationMiddleware
 
     reads: list[str] = []
-
-    @tool
-    def read_doc(id: str) -> str:
-        """Read a document."""
-        reads.append(id)
-        return f"document {id}: the refund policy allows 30 days"
-
-    @tool
-    def note(text: str) -> str:
-        """Take a note."""
-        return "noted"
-
     model = ScriptedChatModel(
         script=[
             [("read_doc", {"id": "D1"})],
@@ -352,7 +358,7 @@ def test_a_re_read_is_a_duplicate_only_while_its_earlier_result_is_in_the_thread
         trigger=("messages", 6 if summarized else 50),
         keep=("messages", 2),
     )
-    agent = create_agent(model, [read_doc, note], middleware=_stack(order, summarize))
+    agent = create_agent(model, _doc_tools(reads), middleware=_stack(order, summarize))
     out = agent.invoke({"messages": [HumanMessage("what is the refund policy?")]})
     assert reads == expected
     last_read = [m for m in out["messages"] if isinstance(m, ToolMessage)][-1]
@@ -370,18 +376,6 @@ def test_a_duplicate_of_a_read_context_editing_cleared_carries_the_whole_result(
     from langchain.agents.middleware import ClearToolUsesEdit, ContextEditingMiddleware
 
     reads: list[str] = []
-
-    @tool
-    def read_doc(id: str) -> str:
-        """Read a document."""
-        reads.append(id)
-        return DOCUMENT
-
-    @tool
-    def note(text: str) -> str:
-        """Take a note."""
-        return "noted"
-
     model = ScriptedChatModel(
         script=[
             [("read_doc", {"id": "D1"})],
@@ -391,7 +385,7 @@ def test_a_duplicate_of_a_read_context_editing_cleared_carries_the_whole_result(
         ]
     )
     editing = ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger=50, keep=1)])
-    agent = create_agent(model, [read_doc, note], middleware=_stack(order, editing))
+    agent = create_agent(model, _doc_tools(reads, DOCUMENT), middleware=_stack(order, editing))
     out = agent.invoke({"messages": [HumanMessage("what is the refund policy?")]})
     assert reads == ["D1"]
     # What the model saw of the first read when it asked again: cleared.
@@ -404,15 +398,9 @@ def test_a_duplicate_of_a_read_context_editing_cleared_carries_the_whole_result(
 
 def test_each_repeat_of_a_read_carries_the_read_result_not_an_earlier_refusal():
     reads: list[str] = []
-
-    @tool
-    def read_doc(id: str) -> str:
-        """Read a document."""
-        reads.append(id)
-        return DOCUMENT
-
     model = ScriptedChatModel.looping("read_doc", {"id": "D1"}, times=3)
-    agent = create_agent(model, [read_doc], middleware=[ReplayGuardMiddleware()])
+    tools = _doc_tools(reads, DOCUMENT)
+    agent = create_agent(model, tools, middleware=[ReplayGuardMiddleware()])
     out = agent.invoke({"messages": [HumanMessage("what is the refund policy?")]})
     assert reads == ["D1"]
     repeats = [m.text for m in out["messages"] if isinstance(m, ToolMessage)][1:3]

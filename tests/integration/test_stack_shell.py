@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+from typing import Any
 
 import pytest
 from langchain.agents import create_agent
@@ -43,16 +44,21 @@ def invoke(agent, mode):
     return asyncio.run(agent.ainvoke(payload))
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
-def test_a_repeated_read_only_command_runs_once(tmp_path, mode):
-    agent, model = shell_agent(tmp_path, "cat notes.txt")
-    out = invoke(agent, mode)
+def assert_the_read_ran_once(out: Any, model: Any) -> None:
+    """`cat notes.txt` asked again and again: run once, answered twice, then stopped."""
     answers = tool_texts(out["messages"], "shell")
     assert answers[0].strip() == "the printer is on fire"
     assert all(a.startswith("Not executed") for a in answers[1:3])
     assert len(answers) == 4
     assert model.calls == 4
     assert stop_of(last_ai(out["messages"])) == "repeat_limit"
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_repeated_read_only_command_runs_once(tmp_path, mode):
+    agent, model = shell_agent(tmp_path, "cat notes.txt")
+    out = invoke(agent, mode)
+    assert_the_read_ran_once(out, model)
 
 
 # No checkpointer: the guard warns that the unsafe shell call is not durable.
@@ -129,12 +135,7 @@ def shape(messages):
 def test_shell_a_repeated_read_only_command_runs_once_guard_first_and_last(tmp_path, order, mode):
     loop = [[("shell", {"command": "cat notes.txt"})] for _ in range(20)]
     out, model = run_shell(tmp_path / "ws", loop, order, mode)
-    answers = tool_texts(out["messages"], "shell")
-    assert answers[0].strip() == "the printer is on fire"
-    assert all(a.startswith("Not executed") for a in answers[1:3])
-    assert len(answers) == 4
-    assert model.calls == 4
-    assert stop_of(last_ai(out["messages"])) == "repeat_limit"
+    assert_the_read_ran_once(out, model)
 
 
 def test_shell_without_the_guard_a_repeated_read_runs_every_time(tmp_path):
