@@ -337,7 +337,7 @@ def _evaluate_one(
         kind = _repeat_kind(previous, text, turn, world_epoch, facts, config)
         last[stats_key] = (text, turn, world_epoch)
         # A tool that does not exist never runs, so it has no failure of its own to repeat.
-        failure = not succeeded or _matches(config.failure_regex, text)
+        failure = not succeeded or _matches(facts.failure_pattern, text)
         error = text if failure and not facts.unknown else None
         failed_again = _failed_again(last_failure, name, error, call)
         if kind is None and failed_again:

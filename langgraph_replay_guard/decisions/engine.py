@@ -266,7 +266,7 @@ def _tool_rules(config: GuardConfig, tool: str) -> _ToolRules:
             max_repeats=policy.max_repeats or config.max_repeats,
             ignore_args=tuple(policy.key_ignore_args),
             max_same_failures=config.same_failure_limit(tool),
-            failure_pattern=config.failure_regex,
+            failure_pattern=config.failure_regex_for(tool),
             source=config.policy_source(tool),
         )
         if len(table) < _MAX_RULES_PER_TABLE:

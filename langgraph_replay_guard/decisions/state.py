@@ -427,9 +427,15 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
             # Progress: the agent changed the world, so other calls' repeats start over.
             state["counters"] = {key: state["counters"][key]}
 
+    new_result = False
     if outcome == "success":
         stored = state["results"].get(key)
         previous = ResultMemo(*stored) if stored is not None else None
+        # Something the agent had not seen (among the results the state remembers): progress
+        # for the same-failure layer. An empty note or the same listing again is not.
+        new_result = bool(ev.preview and not ev.preview.isspace()) and all(
+            ResultMemo(*memo).result_hash != ev.result_hash for memo in state["results"].values()
+        )
         same = (
             previous is not None
             and ev.result_hash is not None
@@ -447,7 +453,7 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
             _arm(state, ev, cfg, "same_result", count)
 
     _track_cycle(state, ev, cfg, executed)
-    streak = _track_failures(state, ev, cfg, world_changed)
+    streak = _track_failures(state, ev, cfg, world_changed or new_result)
 
     if outcome == "denied":
         reason = ev.reason or "denied"
@@ -485,14 +491,16 @@ def _arm(
 
 
 def _track_failures(
-    state: dict[str, Any], ev: CallEvent, cfg: FoldSettings, world_changed: bool
+    state: dict[str, Any], ev: CallEvent, cfg: FoldSettings, progress: bool
 ) -> int | None:
     """The same-failure layer's bookkeeping; returns the streak a same-failure denial extends.
 
     "In a row" is per tool: each executed call of the tool extends its streak (the same
     failure signature), starts a new one (another failure) or ends it (a success). Calls
-    of other tools do not break it, except progress: a successful world-changing call
-    (an edit before re-running the tests) ends every streak. Timeouts leave it as it is.
+    of other tools do not break it, except progress: a successful world-changing call (an
+    edit before re-running the tests), or a successful call that returns something new (an
+    `ls` of a directory not listed before, between two failed `open`s of directories),
+    ends every streak. Timeouts leave it as it is.
     """
     failures = state["failures"]
     tool = ev.tool
@@ -507,7 +515,7 @@ def _track_failures(
             _arm(state, ev, cfg, SAME_FAILURE, in_a_row)
         return None
     if ev.outcome == "success":
-        if world_changed:
+        if progress:
             state["failures"] = {}
         else:
             failures.pop(tool, None)

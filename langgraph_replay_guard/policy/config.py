@@ -156,6 +156,13 @@ class ToolPolicy(BaseModel):
         max_repeats: Overrides `GuardConfig.max_repeats` for this tool.
         max_same_failures: Overrides `GuardConfig.max_same_failures` for this tool; 0 turns
             the same-failure layer off for it.
+        failure_pattern: A regular expression (`re.search`, case-insensitive, `^` at each
+            line start): a result of this tool that matches it counts as a failure for the
+            same-failure layer, like an error (a shell prints `command not found` in a
+            normal result). Added to
+            `GuardConfig.failure_pattern`. Default: the preset's own (`preset="shell"`:
+            missing programs and files, denied permissions, compiler and interpreter
+            errors, non-zero exit codes; `"editor"`: the editors' error lines).
         ignore_args: Argument names (or dotted paths into nested dicts) left out of the
             call key, for volatile fields such as request ids and timestamps.
         idempotency_key_arg: For `"idempotent"` tools, the argument the guard overwrites
@@ -192,6 +199,7 @@ class ToolPolicy(BaseModel):
     replay: ReplayClass = "pure"
     max_repeats: int | None = Field(default=None, ge=1)
     max_same_failures: int | None = Field(default=None, ge=0)
+    failure_pattern: str | None = None
     ignore_args: tuple[str, ...] = ()
     idempotency_key_arg: str | None = None
     volatile: bool = False
@@ -203,6 +211,11 @@ class ToolPolicy(BaseModel):
     classifier: SkipJsonSchema[Callable[[Any], CallClass | None] | None] = Field(
         default=None, exclude=True, repr=False
     )
+
+    @field_validator("failure_pattern")
+    @classmethod
+    def _check_failure_pattern(cls, value: str | None) -> str | None:
+        return _regex_or_none(value, "failure_pattern")
 
     @field_validator("preset", mode="before")
     @classmethod
@@ -378,12 +391,14 @@ class GuardConfig(BaseModel):
             row that fail with the same error (normalized: numbers, ids, paths, quoted text
             and echoed arguments ignored), whatever their arguments, the next model call is
             reminded; if the tool fails the same way once more, its next call stops the run.
-            A success of that tool, or any successful world-changing call, starts the count
-            again. 0 turns the layer off.
-        failure_pattern: A regular expression (`re.search`, case-insensitive): a result that
-            matches it counts as a failure for the same-failure layer (a shell's
-            `command not found` comes back as a normal result). None: only error
-            ToolMessages and exceptions are failures. Other layers are not affected.
+            A success of that tool, any successful world-changing call, or a successful call
+            that returns something new (progress) starts the count again. 0 turns the layer
+            off.
+        failure_pattern: A regular expression (`re.search`, case-insensitive, `^` at each
+            line start): a result that matches it counts as a failure for the same-failure
+            layer, for every tool, beside the tools' own (`ToolPolicy.failure_pattern`, the
+            presets' patterns). None: only error ToolMessages, exceptions and the tools'
+            own patterns make failures. Other layers are not affected.
         repeat_reset: `"progress"`: a successful world-changing call resets the other calls'
             counts; `"turn"`: plain per-turn counting.
         exit_behavior: `"end"` stops the run gracefully, `"error"` raises `LoopAbortedError`,
@@ -479,6 +494,26 @@ class GuardConfig(BaseModel):
         if self.failure_pattern is None:
             return None
         return _compile_failure_pattern(self.failure_pattern)
+
+    def failure_regex_for(self, tool: str) -> re.Pattern[str] | None:
+        """What makes a result of `tool` a failure: its own pattern and the configuration's.
+
+        The tool's own is its policy's `failure_pattern`, else its preset's.
+
+        Args:
+            tool: Tool name.
+
+        Returns:
+            The compiled patterns, either matching (case-insensitive), or None.
+        """
+        policy = self.policy_for(tool)
+        own = policy.failure_pattern or _preset_failure_pattern(policy.preset)
+        patterns = [p for p in (own, self.failure_pattern) if p]
+        if not patterns:
+            return None
+        if len(patterns) == 1:
+            return _compile_failure_pattern(patterns[0])
+        return _compile_failure_pattern("|".join(f"(?:{p})" for p in patterns))
 
     def same_failure_limit(self, tool: str) -> int:
         """The same-failure threshold of a tool (0: the layer is off for it).
@@ -712,10 +747,21 @@ def _summary(policy: ToolPolicy) -> str:
     return f"replay={policy.replay!r}" + (", volatile" if policy.volatile else "")
 
 
+@functools.cache
+def _preset_failure_pattern(preset: str | None) -> str | None:
+    if preset is None:
+        return None
+    from langgraph_replay_guard.policy.classify import load_preset
+
+    pattern = load_preset(preset).get("failure_pattern")
+    return pattern if isinstance(pattern, str) else None
+
+
 @functools.lru_cache(maxsize=32)
 def _compile_failure_pattern(pattern: str) -> re.Pattern[str]:
     # Not cached on the config: `model_copy(update=...)` would keep a stale one.
-    return re.compile(pattern, re.IGNORECASE)
+    # Multiline: a tool's output has many lines, and `^` means "a line that starts with".
+    return re.compile(pattern, re.IGNORECASE | re.MULTILINE)
 
 
 def _read_mapping(path: Path) -> dict[str, Any]:

@@ -349,3 +349,111 @@ def test_lookalikes_run_untouched(lookalike, integration):
     view = guard.inspect(graph.get_state(cfg))
     assert view.stop_reason is None
     assert view.blocked == ()
+
+
+# -- defaults: the shell preset's own failure pattern, per-tool patterns, progress ---------------
+
+SHELL_ONLY = GuardConfig(tools={"bash": ToolPolicy(preset="shell")})
+
+
+@pytest.mark.parametrize("integration", ["middleware", "wrap", "callbacks"])
+def test_the_shell_preset_alone_stops_the_javac_loop(integration):
+    # No failure_pattern configured: "command not found" comes back as a normal result,
+    # and the shell preset's own pattern recognizes it.
+    model, runs, *_ = run(integration, JAVAC, SHELL_ONLY)
+    assert runs["bash"] == EXECUTED, f"{runs['bash']} of {len(JAVAC)} calls ran"
+    assert model.calls < len(JAVAC)
+
+
+def test_without_the_preset_the_javac_loop_runs_to_the_end():
+    _, runs, *_ = run("middleware", JAVAC, GuardConfig(tools={"bash": "unsafe"}))
+    assert runs["bash"] == len(JAVAC)
+
+
+def test_a_tool_s_own_failure_pattern():
+    # A tool that answers "quota exceeded" in a normal result, whatever the day asked.
+    config = GuardConfig(
+        tools={"search_flights": ToolPolicy(replay="pure", failure_pattern="quota exceeded")}
+    )
+    script = [[("search_flights", {"date": f"2026-12-{n:02d}"})] for n in range(1, 20)]
+    model = ScriptedChatModel(script=script)
+    guard = ReplayGuard(config)
+    ran: list[str] = []
+
+    @tool
+    def search_flights(date: str) -> str:
+        """Search flights on a date."""
+        ran.append(date)
+        return "error: daily quota exceeded, try again tomorrow"
+
+    agent = create_agent(model, [search_flights], middleware=[guard.middleware()])
+    agent.invoke({"messages": [HumanMessage("find a flight")]})
+    assert len(ran) == EXECUTED
+
+
+def test_a_directory_walk_between_failed_opens_is_not_stopped():
+    # SWE-agent's `open` on a directory fails ("is a directory"); the model then lists a NEW
+    # directory with success, one level deeper each time, until it reaches the file. Each
+    # new listing is progress: the failures of `open` never count as a loop.
+    depth = 12
+    script: list[Any] = []
+    for level in range(depth):
+        here = "/".join(f"d{n}" for n in range(level + 1))
+        script.append([("open", {"path": here})])
+        script.append([("bash", {"command": f"ls {here}"})])
+    script.append([("open", {"path": "/".join(f"d{n}" for n in range(depth)) + "/Main.java"})])
+    opened: list[str] = []
+
+    @tool
+    def open(path: str) -> str:
+        """Open a file in the viewer."""
+        opened.append(path)
+        if path.endswith(".java"):
+            return "[File: Main.java (3 lines total)]\n1:class Main {}"
+        msg = f"Error: {path} is a directory. You can only open files. Use cd or ls."
+        raise ToolException(msg)
+
+    @tool
+    def bash(command: str) -> str:
+        """Run a shell command."""
+        return f"{command.split()[-1]}/d_next  README.md"
+
+    open.handle_tool_error = True
+    guard = ReplayGuard(GuardConfig(toolkits=["swe-agent"]))
+    model = ScriptedChatModel(script=script)
+    agent = create_agent(model, [open, bash], middleware=[guard.middleware()])
+    out = agent.invoke({"messages": [HumanMessage("find Main.java")]})
+    assert opened[-1].endswith("Main.java")
+    assert len(opened) == depth + 1
+    assert "replay_guard_stop" not in out["messages"][-1].response_metadata
+
+
+def test_the_same_listing_between_failed_opens_does_not_reset_the_count():
+    # A listing that shows the same as before is nothing new, whatever its flags: the
+    # failing opens are a loop and are stopped.
+    script: list[Any] = []
+    for n in range(15):
+        script.append([("open", {"path": f"src{n}"})])
+        script.append([("bash", {"command": f"ls -w{80 + n} ."})])
+    opened: list[str] = []
+
+    @tool
+    def open(path: str) -> str:
+        """Open a file in the viewer."""
+        opened.append(path)
+        msg = f"Error: {path} is a directory. You can only open files. Use cd or ls."
+        raise ToolException(msg)
+
+    @tool
+    def bash(command: str) -> str:
+        """Run a shell command."""
+        return "src0  src1  README.md"
+
+    open.handle_tool_error = True
+    guard = ReplayGuard(GuardConfig(toolkits=["swe-agent"]))
+    agent = create_agent(
+        ScriptedChatModel(script=script), [open, bash], middleware=[guard.middleware()]
+    )
+    out = agent.invoke({"messages": [HumanMessage("find Main.java")]})
+    assert len(opened) < 15
+    assert out["messages"][-1].response_metadata.get("replay_guard_stop") == "same_failure"
