@@ -421,8 +421,8 @@ class GuardConfig(BaseModel):
         toolkits: Named tool policies for well-known agent stacks, shipped as data
             (`langgraph_replay_guard/policy/toolkits/<name>.json`, one reason per tool):
             `"deepagents"`, `"langchain"`, `"mcp-reference"`, `"swe-agent"`,
-            `"mini-swe-agent"`. An entry is a name, or a `ToolkitRef` (a name and a tool
-            name prefix). Your own `tools` entry for a tool always wins over a toolkit's,
+            `"mini-swe-agent"`, `"openhands"`. An entry is a name, or a `ToolkitRef` (a name
+            and a tool name prefix). Your own `tools` entry for a tool always wins over a toolkit's,
             as a whole (it replaces the toolkit's policy, it is not merged with it). Two
             toolkits that give one tool different policies are an error unless `tools`
             decides it. Serialized as given: the expanded policies are never written.

@@ -1,4 +1,4 @@
-"""A `create_agent` SWE-agent-style agent guarded with `toolkits=["swe-agent"]` only."""
+"""`create_agent` coding agents guarded with one toolkit only: SWE-agent-style, OpenHands-style."""
 
 from __future__ import annotations
 
@@ -88,3 +88,94 @@ def test_the_same_async():
     cfg = {"configurable": {"thread_id": "swe-async"}}
     out = asyncio.run(agent.ainvoke({"messages": [HumanMessage("fix the cache expiry")]}, cfg))
     check(out, ran)
+
+
+# -- OpenHands: the CodeAct agent's editor and terminal, guarded with toolkits=["openhands"] --
+
+CACHE = "/workspace/cache.py"
+OPENHANDS_SCRIPT = [
+    [("str_replace_editor", {"command": "view", "path": CACHE})],
+    [("str_replace_editor", {"command": "view", "path": CACHE})],  # nothing written: redundant
+    [
+        (
+            "str_replace_editor",
+            {"command": "str_replace", "path": CACHE, "old_str": "60", "new_str": "600"},
+        )
+    ],
+    [("str_replace_editor", {"command": "view", "path": CACHE})],  # after the edit: must run
+    [("execute_bash", {"command": f"cat {CACHE}"})],
+    [("execute_bash", {"command": f"cat {CACHE}"})],  # redundant
+    [("finish", {"message": "ttl raised to 600"})],
+]
+
+
+def openhands_tools(ran: Counter[str]) -> list[BaseTool]:
+    """OpenHands' str_replace_editor, execute_bash and finish over one in-memory file."""
+    files = {CACHE: "ttl = 60"}
+
+    @tool
+    def str_replace_editor(
+        command: str, path: str, old_str: str | None = None, new_str: str | None = None
+    ) -> str:
+        """View, create and edit files."""
+        ran[f"editor {command}"] += 1
+        if command == "view":
+            return f"1\t{files[path]}"
+        assert command == "str_replace"
+        assert old_str is not None
+        assert new_str is not None
+        files[path] = files[path].replace(old_str, new_str)
+        return f"The file {path} has been edited."
+
+    @tool
+    def execute_bash(command: str) -> str:
+        """Execute a bash command in the terminal."""
+        ran["execute_bash"] += 1
+        return files[command.removeprefix("cat ")]
+
+    @tool
+    def finish(message: str) -> str:
+        """Signal the completion of the task."""
+        ran["finish"] += 1
+        return message
+
+    return [str_replace_editor, execute_bash, finish]
+
+
+def build_openhands(ran: Counter[str]):
+    model = ScriptedChatModel(script=list(OPENHANDS_SCRIPT))
+    guard = ReplayGuardMiddleware(toolkits=["openhands"])
+    return create_agent(
+        model, openhands_tools(ran), middleware=[guard], checkpointer=InMemorySaver()
+    )
+
+
+def check_openhands(out: dict, ran: Counter[str]) -> None:
+    assert ran == Counter(
+        {"editor view": 2, "editor str_replace": 1, "execute_bash": 1, "finish": 1}
+    )
+    answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    views = [m.text for m in answers if m.name == "str_replace_editor"]
+    assert views[0] == "1\tttl = 60"
+    assert views[1].startswith("Not executed: 'str_replace_editor' already succeeded")
+    assert views[1].endswith(views[0])
+    assert views[3] == "1\tttl = 600"  # the view after the edit ran and shows the new text
+    cats = [m.text for m in answers if m.name == "execute_bash"]
+    assert cats[0] == "ttl = 600"
+    assert cats[1].startswith("Not executed: 'execute_bash' already succeeded")
+
+
+def test_openhands_view_is_deduplicated_and_runs_again_after_str_replace():
+    ran: Counter[str] = Counter()
+    agent = build_openhands(ran)
+    cfg = {"configurable": {"thread_id": "openhands"}}
+    out = agent.invoke({"messages": [HumanMessage("raise the cache ttl")]}, cfg)
+    check_openhands(out, ran)
+
+
+def test_openhands_the_same_async():
+    ran: Counter[str] = Counter()
+    agent = build_openhands(ran)
+    cfg = {"configurable": {"thread_id": "openhands-async"}}
+    out = asyncio.run(agent.ainvoke({"messages": [HumanMessage("raise the cache ttl")]}, cfg))
+    check_openhands(out, ran)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
@@ -15,7 +16,14 @@ from langgraph_replay_guard.policy.config import ToolkitRef
 from langgraph_replay_guard.policy.toolkit_data import known_toolkits, load_toolkit
 
 DOCS = Path(__file__).parent.parent.parent / "docs"
-SHIPPED = {"deepagents", "langchain", "mcp-reference", "swe-agent", "mini-swe-agent"}
+SHIPPED = {
+    "deepagents",
+    "langchain",
+    "mcp-reference",
+    "swe-agent",
+    "mini-swe-agent",
+    "openhands",
+}
 
 
 def call_class(config: GuardConfig, tool: str, args: dict | None = None) -> CallClass:
@@ -83,6 +91,82 @@ def test_deepagents_and_langchain_tools_get_the_classes_their_code_implies():
     assert call_class(mcp, "git_commit") == UNSAFE
     assert call_class(mcp, "git_add") == IDEMPOTENT
     assert call_class(mcp, "fetch") == VOLATILE
+
+
+def test_openhands_tools_get_the_classes_their_definitions_document():
+    config = GuardConfig(toolkits=["openhands"])
+    bash = "execute_bash"
+    assert call_class(config, bash, {"command": "cat x"}) == PURE
+    assert call_class(config, bash, {"command": "grep -rn ttl /workspace/src"}) == PURE
+    assert call_class(config, bash, {"command": "rm x"}) == UNSAFE
+    assert call_class(config, bash, {"command": "python -m pytest -q"}) == IDEMPOTENT
+    assert call_class(config, bash, {"command": "C-c"}) == UNSAFE
+    # An empty command reads the running process's new output: it changes on its own.
+    assert call_class(config, bash, {"command": ""}) == VOLATILE
+    assert call_class(config, bash, {"command": "", "is_input": "true"}) == VOLATILE
+    # With is_input, the command is text typed into the running process, not a command.
+    assert call_class(config, bash, {"command": "cat x", "is_input": "true"}) == UNSAFE
+    assert call_class(config, bash, {"command": "cat x", "is_input": "false"}) == PURE
+    editor = "str_replace_editor"
+    assert call_class(config, editor, {"command": "view", "path": "/w/a.py"}) == PURE
+    for command in ("create", "str_replace", "insert", "undo_edit"):
+        assert call_class(config, editor, {"command": command, "path": "/w/a.py"}) == UNSAFE
+    assert call_class(config, editor, {"path": "/w/a.py"}) == UNSAFE  # no command: unknown
+    assert call_class(config, "execute_ipython_cell", {"code": "print(1)"}) == UNSAFE
+    assert call_class(config, "think", {"thought": "the bug is in ttl"}) == PURE
+    assert call_class(config, "finish", {"message": "done"}) == UNSAFE
+    assert call_class(config, "web_read", {"url": "https://example.com"}) == VOLATILE
+    assert call_class(config, "browser", {"code": "noop()"}) == VOLATILE
+    assert call_class(config, "browser", {"code": "noop(wait_ms=500)"}) == VOLATILE
+    for code in ("goto('https://example.com')", "click('a51')", "noop()\nclick('a51')"):
+        assert call_class(config, "browser", {"code": code}) == UNSAFE
+
+
+def _run(guard: ReplayGuard) -> Callable[[str, dict, str], str]:
+    """Run calls through the guard's engine: each returns its verdict."""
+    ctl = guard.control()
+
+    def run(tool: str, args: dict, result: str) -> str:
+        decision = ctl.evaluate(tool, args)
+        if decision.executes:
+            ctl.record_success(tool, args, result=result)
+        else:
+            ctl.record_denied(tool, args)
+        return decision.verdict.value
+
+    return run
+
+
+def test_openhands_view_is_deduplicated_until_an_edit_of_the_file():
+    run = _run(ReplayGuard(toolkits=["openhands"]))
+    view = {"command": "view", "path": "/workspace/cache.py", "security_risk": "LOW"}
+    assert run("str_replace_editor", view, "1\tttl = 60") == "allow"
+    # The model's own risk label is not part of the call: the same view again.
+    assert run("str_replace_editor", {**view, "security_risk": "MEDIUM"}, "") == "deny"
+    # Another window of the file is another read.
+    assert run("str_replace_editor", {**view, "view_range": [1, 5]}, "1\tttl = 60") == "allow"
+    edit = {"command": "str_replace", "path": "/workspace/cache.py", "old_str": "60"}
+    assert run("str_replace_editor", {**edit, "new_str": "600"}, "edited") == "allow"
+    assert run("str_replace_editor", view, "1\tttl = 600") == "allow"  # the file changed
+    assert run("execute_bash", {"command": "cat x"}, "x") == "allow"
+    assert run("execute_bash", {"command": "cat x"}, "x") == "deny"
+    assert run("execute_bash", {"command": "rm x"}, "") == "allow"
+    assert run("execute_bash", {"command": "cat x"}, "No such file") == "allow"  # after rm
+
+
+def test_openhands_finish_and_new_logs_always_run_and_a_repeated_thought_is_a_loop():
+    run = _run(ReplayGuard(toolkits=["openhands"]))
+    assert run("finish", {"message": "done"}, "done") == "allow"
+    assert run("finish", {"message": "done"}, "done") == "allow"  # counted, never deduplicated
+    run = _run(ReplayGuard(toolkits=["openhands"]))
+    assert run("execute_bash", {"command": "python -m pytest"}, "exit code -1") == "allow"
+    assert run("execute_bash", {"command": ""}, "collected 12 items") == "allow"
+    assert run("execute_bash", {"command": ""}, "12 passed") == "allow"
+    run = _run(ReplayGuard(toolkits=["openhands"]))
+    thought = {"thought": "maybe the ttl is wrong"}
+    verdicts = [run("think", thought, "Your thought has been logged.") for _ in range(4)]
+    assert verdicts[:3] == ["allow", "deny", "deny"]
+    assert verdicts[3] == "abort"  # the same thought again and again: a loop, stopped
 
 
 def test_the_users_own_tools_entry_wins_over_the_toolkit_as_a_whole(tmp_path: Path):
@@ -216,6 +300,8 @@ def class_label(entry: dict) -> str:
     """How the docs table names a data file entry's class."""
     if "preset" in entry:
         return f"per call (`{entry['preset']}` preset)"
+    if "classify" in entry:
+        return f"per call (`classify` rules; otherwise {entry['replay']})"
     return entry["replay"] + (", volatile" if entry.get("volatile") else "")
 
 
