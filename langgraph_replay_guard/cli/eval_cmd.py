@@ -306,16 +306,16 @@ def _print_layers(report: EvalReport, line: Callable[[str], None]) -> None:
         f"  dedup: {', '.join(sorted(DEDUP_REASONS))}: answered with an earlier result "
         "(a wrong one hid a new result)"
     )
-    line("  stops: every other reason (repeat_limit, cycle, same_failure, unknown_tool, ...)")
+    line(
+        "  stops: every other reason (repeat_limit, cycle, same_failure, unknown_tool, stopped, "
+        "stop_ignored): the loop layers"
+    )
     blocked = [(name, t) for name, t in sorted(report.by_tool.items()) if t.blocked]
     if not blocked:
         line()
         return
     width = _name_width((name for name, _ in blocked), "tool", _TOOL_WIDTH)
-    line(
-        f"  {'tool':<{width}} {'dedup':>6} {'wrong':>6} {'stops':>6} {'wrong':>6}   "
-        "stop reasons"
-    )
+    line(f"  {'tool':<{width}} {'dedup':>6} {'wrong':>6} {'stops':>6} {'wrong':>6}   stop reasons")
     for name, t in blocked:
         label = _label(name, width, lambda text: line(f"  {text}"))
         stops = ", ".join(
