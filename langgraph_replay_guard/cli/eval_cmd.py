@@ -312,7 +312,7 @@ def _print_layers(report: EvalReport, line: Callable[[str], None]) -> None:
     )
     blocked = [(name, t) for name, t in sorted(report.by_tool.items()) if t.blocked]
     if not blocked:
-        line()
+        line("")
         return
     width = _name_width((name for name, _ in blocked), "tool", _TOOL_WIDTH)
     line(f"  {'tool':<{width}} {'dedup':>6} {'wrong':>6} {'stops':>6} {'wrong':>6}   stop reasons")
@@ -325,7 +325,7 @@ def _print_layers(report: EvalReport, line: Callable[[str], None]) -> None:
             f"  {label:<{width}} {t.dedup_blocked:>6} {t.dedup_wrong:>6} {t.stop_blocked:>6} "
             f"{t.stop_wrong:>6}   {stops}".rstrip()
         )
-    line()
+    line("")
 
 
 def _print_wrong(wrong: list[WrongBlock], show: int, line: Callable[[str], None]) -> None:
