@@ -303,13 +303,10 @@ def _print_layers(report: EvalReport, line: Callable[[str], None]) -> None:
         f"loop stops {total.stop_blocked} ({total.stop_wrong} wrong)"
     )
     line(
-        f"  dedup: {', '.join(sorted(DEDUP_REASONS))}: answered with an earlier result "
-        "(a wrong one hid a new result)"
+        f"  dedup: {', '.join(sorted(DEDUP_REASONS))} (answered with an earlier result: a wrong "
+        "one hid a new result)"
     )
-    line(
-        "  stops: every other reason (repeat_limit, cycle, same_failure, unknown_tool, stopped, "
-        "stop_ignored): the loop layers"
-    )
+    line("  stops: any other reason (repeat_limit, cycle, same_failure, unknown_tool, stopped)")
     blocked = [(name, t) for name, t in sorted(report.by_tool.items()) if t.blocked]
     if not blocked:
         line("")
