@@ -25,11 +25,14 @@ from langgraph_replay_guard.errors import InvalidArgumentsError
 from langgraph_replay_guard.policy.config import GuardConfig
 
 __all__ = [
+    "DEDUP_REASONS",
     "DEFAULT_ERROR_PATTERN",
     "UNKNOWN_TOOL_PATTERN",
+    "WRONG_PREVIEW_CHARS",
     "Abort",
     "EvalReport",
     "Tally",
+    "WrongBlock",
     "evaluate_file",
     "evaluate_trajectories",
     "iter_trajectories",
@@ -43,6 +46,15 @@ UNKNOWN_TOOL_PATTERN = r"\bis not a valid tool\b"
 """A recorded result matching this is a call to a tool that does not exist, when the run
 lists no tools: LangGraph's `ToolNode` and LangChain's `AgentExecutor` answer such a call with
 "<name> is not a valid tool, try one of [...]"."""
+
+DEDUP_REASONS = frozenset({"duplicate", "same_result"})
+"""The reasons of dedup blocks: the call is answered with an earlier result instead of running
+(`duplicate`: an identical pure read; `same_result`: the short-circuit after the same result
+twice in a row). Every other block is a loop stop (`repeat_limit`, `cycle`, `same_failure`,
+`unknown_tool`, `stopped`, `stop_ignored`): the call is refused, and the model is told why."""
+
+WRONG_PREVIEW_CHARS = 200
+"""How much of each result (and of the arguments) a `WrongBlock` keeps."""
 
 
 @dataclass
@@ -76,6 +88,16 @@ class Tally:
             answers every one of them; such a block is neither redundant nor wrong unless it
             repeats an identical call (nothing could have run).
         by_reason: Blocked calls by decision reason.
+        dedup_blocked: Blocked calls that were dedup blocks (a reason in `DEDUP_REASONS`: the
+            call answered with an earlier result).
+        dedup_redundant: Dedup blocks that were redundant.
+        dedup_wrong: Dedup blocks that were wrong: what dedup would have hidden.
+        stop_blocked: Blocked calls that were loop stops (every other reason: `repeat_limit`,
+            `cycle`, `same_failure`, `unknown_tool`, `stopped`...). `dedup_blocked +
+            stop_blocked == blocked`, and the same for `redundant` and `wrong`.
+        stop_redundant: Loop stops that were redundant.
+        stop_wrong: Loop stops that were wrong.
+        wrong_by_reason: Wrong blocks by decision reason.
     """
 
     trajectories: int = 0
@@ -92,6 +114,13 @@ class Tally:
     unknown_tools: int = 0
     by_reason: dict[str, int] = field(default_factory=dict)
     repeat_kinds: dict[str, list[int]] = field(default_factory=dict)
+    dedup_blocked: int = 0
+    dedup_redundant: int = 0
+    dedup_wrong: int = 0
+    stop_blocked: int = 0
+    stop_redundant: int = 0
+    stop_wrong: int = 0
+    wrong_by_reason: dict[str, int] = field(default_factory=dict)
 
     @property
     def caught(self) -> int:
@@ -111,6 +140,10 @@ class Tally:
         """Share of blocked calls that were wrong blocks, or None when nothing was blocked."""
         return self.wrong / self.blocked if self.blocked else None
 
+    def dedup_wrong_rate(self) -> float | None:
+        """Share of dedup blocks that were wrong, or None when dedup blocked nothing."""
+        return self.dedup_wrong / self.dedup_blocked if self.dedup_blocked else None
+
 
 @dataclass(frozen=True)
 class Abort:
@@ -121,6 +154,37 @@ class Abort:
     call_index: int
     tool: str
     reason: str
+
+
+@dataclass(frozen=True)
+class WrongBlock:
+    """A wrong block: a call the guard would have blocked although its real result was new.
+
+    Attributes:
+        trajectory: The run's id.
+        model: The run's model.
+        call_index: The call's position in the run (0 for the first).
+        tool: Tool name.
+        reason: The decision's reason (`duplicate`, `repeat_limit`...).
+        layer: `"dedup"` (a reason in `DEDUP_REASONS`) or `"stop"`.
+        args: The call's arguments as JSON, cut to `WRONG_PREVIEW_CHARS`.
+        earlier_index: The position of the earlier call whose result the block is judged
+            against: the previous identical call, else the tool's previous call (a
+            same-failure stop), else None.
+        earlier_result: That call's recorded result (after `normalize`), cut.
+        result: The blocked call's real recorded result (after `normalize`), cut.
+    """
+
+    trajectory: str
+    model: str
+    call_index: int
+    tool: str
+    reason: str
+    layer: str
+    args: str
+    earlier_index: int | None
+    earlier_result: str | None
+    result: str
 
 
 @dataclass
@@ -139,6 +203,8 @@ class EvalReport:
     by_tool_class: dict[str, dict[str, Tally]] = field(default_factory=dict)
     aborts: list[Abort] = field(default_factory=list)
     malformed: list[tuple[int, str]] = field(default_factory=list)
+    wrong_blocks: list[WrongBlock] = field(default_factory=list)
+    """Every wrong block, in the order met (`--show-wrong N` prints the first N)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Return the report as JSON data (`--json`)."""
@@ -149,6 +215,7 @@ class EvalReport:
             data["catch_rate"] = t.catch_rate()
             data["redundant_read_catch_rate"] = t.kind_rate("redundant_read")
             data["wrong_rate"] = t.wrong_rate()
+            data["dedup_wrong_rate"] = t.dedup_wrong_rate()
             return data
 
         return {
@@ -162,6 +229,8 @@ class EvalReport:
             },
             "aborts": [asdict(a) for a in self.aborts],
             "malformed": [{"line": n, "error": e} for n, e in self.malformed],
+            "dedup_reasons": sorted(DEDUP_REASONS),
+            "wrong_blocks": [asdict(w) for w in self.wrong_blocks],
         }
 
 
@@ -300,8 +369,10 @@ def _evaluate_one(
     report.total.trajectories += 1
     state = new_state()
     settings = fold_settings(config)
-    # Per call key: recorded result, turn and recorded world epoch of the last identical call.
-    last: dict[str, tuple[str, Any, int]] = {}
+    # Per call key: recorded result, turn, recorded world epoch and index of the last identical
+    # call; per tool: the index and recorded result of its last call.
+    last: dict[str, tuple[str, Any, int, int]] = {}
+    last_of_tool: dict[str, tuple[int, str]] = {}
     world_epoch = 0  # successful non-pure calls in the recording so far
     # Per tool: the failure signature of its last recorded call, when that call failed.
     last_failure: dict[str, str] = {}
@@ -335,7 +406,10 @@ def _evaluate_one(
         succeeded = not failed.search(text)
         previous = last.get(stats_key)
         kind = _repeat_kind(previous, text, turn, world_epoch, facts, config)
-        last[stats_key] = (text, turn, world_epoch)
+        last[stats_key] = (text, turn, world_epoch, index)
+        # The call a block is judged against: the previous identical one, else the tool's last.
+        earlier = (previous[3], previous[0]) if previous is not None else last_of_tool.get(name)
+        last_of_tool[name] = (index, text)
         # A tool that does not exist never runs, so it has no failure of its own to repeat.
         failure = not succeeded or _matches(facts.failure_pattern, text)
         error = text if failure and not facts.unknown else None
@@ -370,14 +444,30 @@ def _evaluate_one(
         else:
             aborts = decision.verdict is Verdict.ABORT
             reason = decision.reason or "denied"
+            dedup = reason in DEDUP_REASONS
+            # A tool that does not exist hid nothing: neither redundant nor wrong.
+            wrong = kind is None and not facts.unknown
             for t in tallies:
                 t.blocked += 1
                 if kind is not None:
                     t.redundant += 1
                     t.repeat_kinds[kind][1] += 1
-                elif not facts.unknown:  # a tool that does not exist hid nothing
+                elif wrong:
                     t.wrong += 1
+                    t.wrong_by_reason[reason] = t.wrong_by_reason.get(reason, 0) + 1
                 t.by_reason[reason] = t.by_reason.get(reason, 0) + 1
+                if dedup:
+                    t.dedup_blocked += 1
+                    t.dedup_redundant += kind is not None
+                    t.dedup_wrong += wrong
+                else:
+                    t.stop_blocked += 1
+                    t.stop_redundant += kind is not None
+                    t.stop_wrong += wrong
+            if wrong:
+                report.wrong_blocks.append(
+                    _wrong_block(ident, model, index, call, reason, dedup, earlier, text)
+                )
             event = make_event(facts, "denied", reason=reason, abort=aborts, turn=str(turn))
             if aborts and stops_on_abort(config):
                 cutting, cut_turn = True, turn
@@ -389,6 +479,40 @@ def _evaluate_one(
         if state["cycle"] is not None and not had_cycle:
             for t in tallies:
                 t.cycles += 1
+
+
+def _wrong_block(
+    ident: str,
+    model: str,
+    index: int,
+    call: Mapping[str, Any],
+    reason: str,
+    dedup: bool,
+    earlier: tuple[int, str] | None,
+    text: str,
+) -> WrongBlock:
+    """A wrong block's entry, with short previews of its arguments and results."""
+    try:
+        args = json.dumps(call.get("args", {}), ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError):
+        args = repr(call.get("args", {}))
+    return WrongBlock(
+        trajectory=ident,
+        model=model,
+        call_index=index,
+        tool=call["name"],
+        reason=reason,
+        layer="dedup" if dedup else "stop",
+        args=_cut(args),
+        earlier_index=earlier[0] if earlier is not None else None,
+        earlier_result=_cut(earlier[1]) if earlier is not None else None,
+        result=_cut(text),
+    )
+
+
+def _cut(text: str, most: int = WRONG_PREVIEW_CHARS) -> str:
+    """`text` up to `most` characters, ending with "..." when it was cut."""
+    return text if len(text) <= most else text[: most - 3] + "..."
 
 
 def _matches(pattern: re.Pattern[str] | None, text: str) -> bool:
@@ -412,7 +536,7 @@ def _failed_again(
 
 
 def _repeat_kind(
-    previous: tuple[str, Any, int] | None,
+    previous: tuple[str, Any, int, int] | None,
     text: str,
     turn: Any,
     world_epoch: int,

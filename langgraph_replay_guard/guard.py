@@ -82,14 +82,27 @@ class ReplayGuard:
         # Classes from the MCP annotations of the tools this guard sees; this guard's alone.
         self._learned = LearnedPolicies(self.config)
 
-    def control(self) -> GuardControl:
+    def control(self, *, tools: Sequence[str] | None = None) -> GuardControl:
         """Return a framework-free control for one turn (the seed's vocabulary).
+
+        Args:
+            tools: The names of the tools that exist (your loop's whole tool set). A call to
+                any other name is a tool that does not exist, decided as the adapters do
+                (reason `"unknown_tool"`: never run, one loop per turn whatever the name),
+                and a `ReplayGuardWarning` names each tool of `config.tools` missing from
+                them. None (the default): every name is taken as a tool.
 
         Returns:
             A new `GuardControl` with an empty state (deciding with the classes the guard
             learned from the MCP annotations of the tools it guards, if any).
+
+        Raises:
+            TypeError: If `tools` is a string or holds something that is not a string.
         """
-        return GuardControl(self._learned.config)
+        control = GuardControl(self._learned.config, tools=tools)
+        if tools is not None:
+            self._tool_names.check(tools, where="control(tools=...)")
+        return control
 
     # -- LangGraph: custom StateGraph ------------------------------------------------------
 

@@ -12,9 +12,11 @@ from typing import NoReturn, TextIO
 from pydantic import ValidationError
 
 from langgraph_replay_guard.evaluation import (
+    DEDUP_REASONS,
     DEFAULT_ERROR_PATTERN,
     EvalReport,
     Tally,
+    WrongBlock,
     evaluate_file,
     parse_line,
 )
@@ -106,6 +108,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     parser.add_argument(
         "--show-aborts", type=int, default=10, metavar="N", help="list the first N aborts"
+    )
+    parser.add_argument(
+        "--show-wrong",
+        type=int,
+        default=10,
+        metavar="N",
+        help="list the first N wrong blocks (run id, call index, tool, arguments, the earlier "
+        "and the real result); 0 lists none",
     )
     parser.set_defaults(func=run)
 
@@ -229,7 +239,9 @@ def run(args: argparse.Namespace) -> int:
         json.dump(report.to_dict(), sys.stdout, indent=2)
         print()
     else:
-        print_report(report, source=path.name, show_aborts=args.show_aborts)
+        print_report(
+            report, source=path.name, show_aborts=args.show_aborts, show_wrong=args.show_wrong
+        )
     return 0
 
 
@@ -272,10 +284,76 @@ def _label(name: str, width: int, line: Callable[[str], None]) -> str:
     return ""
 
 
+_PREVIEW = 100  # characters of arguments and results in the wrong-block listing
+
+
+def _short(text: str | None) -> str:
+    """One line of at most `_PREVIEW` characters (newlines shown as spaces)."""
+    if text is None:
+        return "-"
+    flat = " ".join(text.split())
+    return flat if len(flat) <= _PREVIEW else flat[: _PREVIEW - 3] + "..."
+
+
+def _print_layers(report: EvalReport, line: Callable[[str], None]) -> None:
+    """Dedup blocks apart from loop stops, in total and per tool that had a block."""
+    total = report.total
+    line(
+        f"Blocks by layer: dedup {total.dedup_blocked} ({total.dedup_wrong} wrong), "
+        f"loop stops {total.stop_blocked} ({total.stop_wrong} wrong)"
+    )
+    line(
+        f"  dedup: {', '.join(sorted(DEDUP_REASONS))} (answered with an earlier result: a wrong "
+        "one hid a new result)"
+    )
+    line("  stops: any other reason (repeat_limit, cycle, same_failure, unknown_tool, stopped)")
+    blocked = [(name, t) for name, t in sorted(report.by_tool.items()) if t.blocked]
+    if not blocked:
+        line("")
+        return
+    width = _name_width((name for name, _ in blocked), "tool", _TOOL_WIDTH)
+    line(f"  {'tool':<{width}} {'dedup':>6} {'wrong':>6} {'stops':>6} {'wrong':>6}   stop reasons")
+    for name, t in blocked:
+        label = _label(name, width, lambda text: line(f"  {text}"))
+        stops = ", ".join(
+            f"{r} {n}" for r, n in sorted(t.by_reason.items()) if r not in DEDUP_REASONS
+        )
+        line(
+            f"  {label:<{width}} {t.dedup_blocked:>6} {t.dedup_wrong:>6} {t.stop_blocked:>6} "
+            f"{t.stop_wrong:>6}   {stops}".rstrip()
+        )
+    line("")
+
+
+def _print_wrong(wrong: list[WrongBlock], show: int, line: Callable[[str], None]) -> None:
+    """The first `show` wrong blocks: where, what was called, what it would have hidden."""
+    shown = min(show, len(wrong))
+    line(f"Wrong blocks ({len(wrong)}; first {shown}), each with its run's id below:")
+    for block in wrong[:show]:
+        line(f"  call {block.call_index:>3} {block.tool} ({block.reason}) {_short(block.args)}")
+        where = "-" if block.earlier_index is None else f"call {block.earlier_index}"
+        line(f"      earlier ({where}): {_short(block.earlier_result)}")
+        line(f"      real (call {block.call_index}): {_short(block.result)}")
+        line(f"      {block.trajectory}")
+
+
 def print_report(
-    report: EvalReport, *, source: str, show_aborts: int = 10, out: TextIO | None = None
+    report: EvalReport,
+    *,
+    source: str,
+    show_aborts: int = 10,
+    show_wrong: int = 10,
+    out: TextIO | None = None,
 ) -> None:
-    """Print a report as tables a person can read."""
+    """Print a report as tables a person can read.
+
+    Args:
+        report: The report.
+        source: The input's name, for the heading.
+        show_aborts: How many aborts to list.
+        show_wrong: How many wrong blocks to list.
+        out: Where to print (stdout by default).
+    """
     out = out or sys.stdout
     total = report.total
 
@@ -329,6 +407,10 @@ def print_report(
             f"Calls to tools that do not exist: {total.unknown_tools} (reason unknown_tool: "
             "answered by the guard, counted as one loop per turn whatever the name)"
         )
+    line()
+    _print_layers(report, line)
+    if report.wrong_blocks and show_wrong > 0:
+        _print_wrong(report.wrong_blocks, show_wrong, line)
     if report.aborts and show_aborts:
         shown = min(show_aborts, len(report.aborts))
         line(f"Aborts ({len(report.aborts)}; first {shown}), each with its run's id below:")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from langgraph_replay_guard.decisions.engine import (
@@ -35,6 +36,21 @@ def result_text(result: Any) -> str | None:
         return repr(result)
 
 
+def _tool_names(tools: Sequence[str] | None) -> tuple[str, ...] | None:
+    """The tool names, checked, in order and without repeats; None when not given."""
+    if tools is None:
+        return None
+    if isinstance(tools, str):
+        msg = f"tools must be a sequence of tool names, not a string ({tools!r})"
+        raise TypeError(msg)
+    names = tuple(dict.fromkeys(tools))
+    bad = [name for name in names if not isinstance(name, str)]
+    if bad:
+        msg = f"tools must hold tool names (strings), got {bad[0]!r}"
+        raise TypeError(msg)
+    return names
+
+
 class GuardControl:
     """The guard for one turn, without any framework.
 
@@ -51,13 +67,20 @@ class GuardControl:
         ```
     """
 
-    def __init__(self, config: GuardConfig) -> None:
+    def __init__(self, config: GuardConfig, *, tools: Sequence[str] | None = None) -> None:
         """Create a control with an empty state.
 
         Args:
             config: Guard configuration.
+            tools: The names of the tools that exist. A call to any other name is a tool
+                that does not exist (reason `"unknown_tool"`: never to be run, one loop per
+                turn whatever the name). None (the default): every name is taken as a tool.
+
+        Raises:
+            TypeError: If `tools` is a string or holds something that is not a string.
         """
         self._config = config
+        self._tools = _tool_names(tools)
         self._settings = fold_settings(config)
         self._state = new_state()
         self._seen: set[str] = set()
@@ -76,7 +99,7 @@ class GuardControl:
         Raises:
             InvalidArgumentsError: If the arguments cannot be hashed.
         """
-        facts = call_facts(self._config, name, args)
+        facts = self._facts(name, args)
         with self._lock:
             return decide(self._state, facts, self._config)
 
@@ -90,7 +113,8 @@ class GuardControl:
         Returns:
             `(skip, reason)`: `(False, None)` to run the tool; otherwise `True` and the
             reason (`"duplicate"`, `"repeat_limit"`, `"same_result"`, `"cycle"`,
-            `"same_failure"`, `"stopped"`). Record a skipped call with `record_denied`.
+            `"same_failure"`, `"unknown_tool"` (with `tools=`), `"stopped"`). Record a
+            skipped call with `record_denied`.
 
         Raises:
             LoopAbortedError: When the decision is an abort and `exit_behavior="error"`.
@@ -141,7 +165,7 @@ class GuardControl:
             args: Tool arguments.
             reason: The decision, or its reason; when omitted the current decision is used.
         """
-        facts = call_facts(self._config, name, args)
+        facts = self._facts(name, args)
         with self._lock:
             if isinstance(reason, Decision):
                 decision = reason
@@ -152,7 +176,10 @@ class GuardControl:
             self._fold(facts, "denied", reason=why or "denied", abort=aborts)
 
     def _record(self, name: str, args: Any, outcome: Outcome, *, result: str | None = None) -> None:
-        self._fold(call_facts(self._config, name, args), outcome, result=result)
+        self._fold(self._facts(name, args), outcome, result=result)
+
+    def _facts(self, name: str, args: Any) -> CallFacts:
+        return call_facts(self._config, name, args, tools=self._tools)
 
     def _fold(
         self,

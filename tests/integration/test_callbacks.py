@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -12,11 +13,12 @@ from pathlib import Path
 
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware import dynamic_prompt
+from langchain.agents.middleware import AgentMiddleware, ShellToolMiddleware, dynamic_prompt
 from langchain_classic.agents import AgentExecutor, create_tool_calling_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.tools import ToolException, tool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
@@ -583,3 +585,95 @@ def test_guard_callback_handler_shortcut():
     assert handler.raise_error is True
     assert handler.run_inline is False, "store I/O must not block the event loop"
     assert ReplayGuard().callback_handler().run_inline is True
+
+
+# -- the agent's whole tool set: the tools its middleware serve are tools too -----------------
+
+
+@tool
+def search_notes(query: str) -> str:
+    """Search the notes (a tool a middleware brings)."""
+    return f"notes about {query}"
+
+
+class NotesMiddleware(AgentMiddleware):
+    """A middleware with a tool of its own (as ShellToolMiddleware, deepagents' file tools)."""
+
+    tools = [search_notes]  # noqa: RUF012 - AgentMiddleware declares it a class attribute
+
+
+class OfferedNotesMiddleware(AgentMiddleware):
+    """A middleware that offers the model a tool the tools node lacks, and serves it itself."""
+
+    def wrap_model_call(self, request, handler):
+        return handler(request.override(tools=[*request.tools, search_notes]))
+
+    def wrap_tool_call(self, request, handler):
+        if request.tool_call["name"] == "search_notes":
+            return handler(request.override(tool=search_notes))
+        return handler(request)
+
+
+class OfferingModel(ScriptedChatModel):
+    """A scripted model that, like a real one, is given its tools in its invocation params."""
+
+    def bind_tools(self, tools, **kwargs):
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+
+
+NOTES = ("search_notes", {"query": "refunds"})
+HALLUCINATED = ("search-notes", {"query": "refunds"})
+
+
+def _run_with(middleware, model):
+    runs = ToolRuns()
+    handler = ReplayGuardCallbackHandler(POLICY)
+    agent = agent_for(model, runs, middleware=[middleware], checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": "t1"}, "callbacks": [handler.check(agent)]}
+    out = agent.invoke({"messages": [HumanMessage("help me")]}, cfg)
+    return [m.text for m in out["messages"] if isinstance(m, ToolMessage)], handler
+
+
+@pytest.mark.parametrize("model_class", [ScriptedChatModel, OfferingModel])
+def test_check_learns_the_tools_a_middleware_serves(model_class):
+    model = model_class(script=[[NOTES], [HALLUCINATED], "Done."])
+    texts, handler = _run_with(NotesMiddleware(), model)
+    assert texts[0] == "notes about refunds", "a middleware's tool is a tool, not unknown"
+    assert "is not a valid tool" in texts[1], "a name nobody has is still unknown"
+    assert handler.inspect("t1").blocked == (("search-notes", "unknown_tool", 1),)
+
+
+def test_a_tool_a_middleware_offers_the_model_is_learned_from_the_model_call():
+    model = OfferingModel(script=[[NOTES], [NOTES], [HALLUCINATED], "Done."])
+    texts, handler = _run_with(OfferedNotesMiddleware(), model)
+    assert texts[0] == "notes about refunds"
+    assert "already" in texts[1].lower(), "the identical read is deduplicated, not unknown"
+    assert "is not a valid tool" in texts[2]
+    reasons = [reason for _tool, reason, _count in handler.inspect("t1").blocked]
+    assert reasons == ["duplicate", "unknown_tool"]
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.skipif(shutil.which("bash") is None, reason="ShellToolMiddleware runs bash")
+def test_check_learns_the_shell_tool_of_shell_tool_middleware(tmp_path):
+    model = ScriptedChatModel(script=[[("shell", {"command": "echo hi"})], "Done."])
+    texts, handler = _run_with(ShellToolMiddleware(workspace_root=tmp_path), model)
+    assert "hi" in texts[0]
+    assert handler.inspect("t1").blocked == ()
+
+
+def test_offered_tool_names_in_each_provider_format():
+    from langgraph_replay_guard.integrations.callbacks.handler import _offered_tools
+
+    params = {
+        "tools": [
+            {"type": "function", "function": {"name": "a"}},  # OpenAI
+            {"name": "b", "input_schema": {}},  # Anthropic
+            {"function_declarations": [{"name": "c"}, {"name": "d"}]},  # Google
+            search_notes,  # the tool itself
+            {"type": "web_search_preview"},  # a provider's built-in tool: no name
+        ]
+    }
+    assert _offered_tools(params) == ["a", "b", "c", "d", "search_notes"]
+    assert _offered_tools({}) == _offered_tools(None) == []

@@ -9,7 +9,7 @@ import pytest
 
 from langgraph_replay_guard import GuardConfig
 from langgraph_replay_guard.cli.main import main
-from langgraph_replay_guard.evaluation import evaluate_file
+from langgraph_replay_guard.evaluation import WRONG_PREVIEW_CHARS, evaluate_file
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 SMALL = FIXTURES / "eval_small.jsonl"
@@ -208,3 +208,173 @@ def test_defaults_on_the_tuning_set():
     # Every runaway loop of the set (the same call tens of times) ends in an abort.
     assert total.aborts >= 5
     assert total.cut >= 350
+
+
+# -- dedup blocks apart from loop stops, and the wrong ones listed ---------------------------
+
+LAYERED_POLICY = {"tools": {"read": "pure", "transfer": "unsafe"}}  # status: in the config
+
+
+def _call(name, args, result, turn=0):
+    return {"name": name, "args": args, "result": result, "turn": turn}
+
+
+LAYERED = [
+    {
+        "id": "dedup-run",
+        "model": "m",
+        "calls": [
+            _call("read", {"id": 1}, "v1"),
+            _call("read", {"id": 1}, "v2"),  # 1: duplicate, and the real result was new: wrong
+            _call("read", {"id": 2}, "same"),
+            _call("read", {"id": 2}, "same"),  # 3: duplicate, nothing lost: redundant
+        ],
+    },
+    {
+        "id": "poll-run",
+        "model": "m",
+        "calls": [
+            _call("status", {}, "busy"),
+            _call("status", {}, "busy"),
+            _call("status", {}, "done"),  # 2: same_result after "busy" twice: a wrong dedup block
+        ],
+    },
+    {
+        "id": "loop-run",
+        "model": "m",
+        "calls": [_call("transfer", {"to": "bob"}, "sent")] * 5,  # 3: repeat_limit, abort
+    },
+]
+
+
+@pytest.fixture
+def layered(tmp_path):
+    trajectories = tmp_path / "layered.jsonl"
+    trajectories.write_text("".join(json.dumps(t) + "\n" for t in LAYERED))
+    policy = tmp_path / "tools.json"
+    policy.write_text(json.dumps(LAYERED_POLICY))
+    config = GuardConfig(tools={"status": {"replay": "pure", "volatile": True}})
+    return trajectories, policy, config.with_policies(policy)
+
+
+def test_dedup_blocks_are_counted_apart_from_loop_stops(layered):
+    trajectories, _, config = layered
+    report = evaluate_file(trajectories, config)
+    total = report.total
+    assert total.by_reason == {"duplicate": 2, "same_result": 1, "repeat_limit": 1}
+    assert (total.blocked, total.redundant, total.wrong) == (4, 2, 2)
+    assert (total.dedup_blocked, total.dedup_redundant, total.dedup_wrong) == (3, 1, 2)
+    assert (total.stop_blocked, total.stop_redundant, total.stop_wrong) == (1, 1, 0)
+    assert total.wrong_by_reason == {"duplicate": 1, "same_result": 1}
+    assert total.dedup_wrong_rate() == pytest.approx(2 / 3)
+    read, status, transfer = (report.by_tool[n] for n in ("read", "status", "transfer"))
+    assert (read.dedup_blocked, read.dedup_wrong, read.stop_blocked) == (2, 1, 0)
+    assert (status.dedup_blocked, status.dedup_wrong) == (1, 1)
+    assert (transfer.dedup_blocked, transfer.stop_blocked, transfer.stop_wrong) == (0, 1, 0)
+
+
+def test_every_wrong_block_is_listed_with_both_results(layered):
+    trajectories, _, config = layered
+    wrong = evaluate_file(trajectories, config).wrong_blocks
+    assert [(w.trajectory, w.call_index, w.tool, w.reason, w.layer) for w in wrong] == [
+        ("dedup-run", 1, "read", "duplicate", "dedup"),
+        ("poll-run", 2, "status", "same_result", "dedup"),
+    ]
+    first, second = wrong
+    assert (first.args, first.earlier_index, first.earlier_result, first.result) == (
+        '{"id": 1}',
+        0,
+        "v1",
+        "v2",
+    )
+    assert (second.earlier_index, second.earlier_result, second.result) == (1, "busy", "done")
+
+
+def test_wrong_block_previews_are_short(tmp_path):
+    long_args = {"query": "x" * 500}
+    calls = [_call("read", long_args, "a" * 1000), _call("read", long_args, "b" * 1000)]
+    path = tmp_path / "long.jsonl"
+    path.write_text(json.dumps({"id": "r", "model": "m", "calls": calls}) + "\n")
+    [block] = evaluate_file(path, GuardConfig()).wrong_blocks
+    for text in (block.args, block.earlier_result, block.result):
+        assert text is not None
+        assert len(text) == WRONG_PREVIEW_CHARS
+        assert text.endswith("...")
+
+
+def test_cli_json_has_the_layers_and_the_wrong_blocks(layered, capsys):
+    trajectories, policy, _ = layered
+    config = policy.parent / "guard.json"
+    config.write_text(json.dumps({"tools": {"status": {"replay": "pure", "volatile": True}}}))
+    argv = ["eval", str(trajectories), "--policy", str(policy), "--config", str(config)]
+    assert main([*argv, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    total = data["total"]
+    assert (total["blocked"], total["redundant"], total["wrong"]) == (4, 2, 2)  # unchanged
+    assert (total["dedup_blocked"], total["dedup_redundant"], total["dedup_wrong"]) == (3, 1, 2)
+    assert (total["stop_blocked"], total["stop_redundant"], total["stop_wrong"]) == (1, 1, 0)
+    assert total["wrong_by_reason"] == {"duplicate": 1, "same_result": 1}
+    assert total["dedup_wrong_rate"] == pytest.approx(2 / 3)
+    assert data["by_tool"]["read"]["dedup_wrong"] == 1
+    assert data["dedup_reasons"] == ["duplicate", "same_result"]
+    assert data["wrong_blocks"][0] == {
+        "trajectory": "dedup-run",
+        "model": "m",
+        "call_index": 1,
+        "tool": "read",
+        "reason": "duplicate",
+        "layer": "dedup",
+        "args": '{"id": 1}',
+        "earlier_index": 0,
+        "earlier_result": "v1",
+        "result": "v2",
+    }
+
+
+def test_cli_table_shows_the_layers_per_tool_and_the_wrong_blocks(layered, capsys):
+    trajectories, policy, _ = layered
+    config = policy.parent / "guard.json"
+    config.write_text(json.dumps({"tools": {"status": {"replay": "pure", "volatile": True}}}))
+    argv = ["eval", str(trajectories), "--policy", str(policy), "--config", str(config)]
+    assert main([*argv, "--show-wrong", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "Blocks by layer: dedup 3 (2 wrong), loop stops 1 (0 wrong)" in out
+    lines = out.splitlines()
+    assert lines[lines.index("  tool      dedup  wrong  stops  wrong   stop reasons") + 1 :][
+        :3
+    ] == [
+        "  read          2      1      0      0",
+        "  status        1      1      0      0",
+        "  transfer      0      0      1      0   repeat_limit 1",
+    ]
+    assert (
+        "Wrong blocks (2; first 1), each with its run's id below:\n"
+        '  call   1 read (duplicate) {"id": 1}\n'
+        "      earlier (call 0): v1\n"
+        "      real (call 1): v2\n"
+        "      dedup-run\n"
+    ) in out
+    assert "poll-run" not in out
+
+    assert main([*argv, "--show-wrong", "0"]) == 0
+    assert "Wrong blocks (" not in capsys.readouterr().out
+
+
+def test_shipped_sample_layers_add_up(capsys):
+    """On the shipped sample, dedup blocks and loop stops make up every block, per tool too."""
+    root = Path(__file__).resolve().parents[2]
+    data = root / "langgraph_replay_guard" / "data"
+    argv = ["eval", str(data / "tau_sample.jsonl"), "--policy", str(data / "tau_tools.json")]
+    assert main([*argv, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    tallies = [report["total"], *report["by_tool"].values(), *report["by_model"].values()]
+    for t in tallies:
+        assert t["dedup_blocked"] + t["stop_blocked"] == t["blocked"]
+        assert t["dedup_redundant"] + t["stop_redundant"] == t["redundant"]
+        assert t["dedup_wrong"] + t["stop_wrong"] == t["wrong"]
+        dedup = sum(n for r, n in t["by_reason"].items() if r in report["dedup_reasons"])
+        assert dedup == t["dedup_blocked"]
+    total = report["total"]
+    assert (total["dedup_blocked"], total["stop_blocked"]) == (14, 6)
+    assert total["dedup_wrong"] == total["stop_wrong"] == 0
+    assert report["wrong_blocks"] == []

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from langgraph_replay_guard import GuardConfig
+import pytest
+
+from langgraph_replay_guard import GuardConfig, ReplayGuard, ReplayGuardWarning
 from langgraph_replay_guard.decisions.engine import (
     UNKNOWN_TOOL_KEY,
     Verdict,
@@ -93,3 +95,75 @@ def test_a_long_tool_list_is_bounded():
     assert len(text) < 450
     assert text.endswith("more)")
     assert tool_list(["a\nb", "c"]) == "a b, c"
+
+
+# -- guard.control(tools=...): the framework-free control knows the tool set ------------------
+
+
+def _run(ctl, names):
+    """Ask and record calls one after another, as a loop of your own would; the reasons."""
+    reasons = []
+    for index, name in enumerate(names):
+        args = {"n": index}
+        skip, reason = ctl.should_skip(name, args)
+        reasons.append(reason)
+        if skip:
+            ctl.record_denied(name, args)
+        else:
+            ctl.record_success(name, args, result="ok")
+    return reasons
+
+
+def test_control_with_tools_stops_names_that_do_not_exist():
+    ctl = ReplayGuard().control(tools=TOOLS)
+    names = ["browser-type", "browser_type", "browser_typ", "mcp__browser_type", "brwser"]
+    assert _run(ctl, names) == [
+        "unknown_tool",
+        None,  # the real tool runs
+        "unknown_tool",
+        "unknown_tool",
+        "unknown_tool",  # the 4th call to a missing tool: the stop
+    ]
+    view = ctl.inspect()
+    assert view.stop_reason == "unknown_tool"
+    assert [b[1:] for b in view.blocked] == [("unknown_tool", n) for n in (1, 2, 3, 4)]
+    first = ReplayGuard().control(tools=TOOLS).evaluate("browser-type", {})
+    assert first.message == (
+        "Error: browser-type is not a valid tool, try one of "
+        "[browser_type, browser_click, write_file]."
+    )
+
+
+def test_control_without_tools_takes_every_name_as_a_tool():
+    ctl = ReplayGuard().control()
+    assert _run(ctl, ["browser-type", "anything", "else"]) == [None, None, None]
+
+
+def test_control_tools_decide_like_the_engine_with_the_same_names():
+    config = GuardConfig()
+    names = ["browser-type", "write_file", "nope", "nope2", "nope3", "nope4"]
+    engine, _ = attempts(config, names)
+    ctl = ReplayGuard(config).control(tools=list(TOOLS))
+    decisions = []
+    for index, name in enumerate(names):
+        decision = ctl.evaluate(name, {"n": index})
+        decisions.append(decision)
+        if decision.executes:
+            ctl.record_success(name, {"n": index}, result="ok")
+        else:
+            ctl.record_denied(name, {"n": index}, decision)
+    assert [(d.verdict, d.reason, d.count) for d in decisions] == [
+        (d.verdict, d.reason, d.count) for d in engine
+    ]
+
+
+def test_control_warns_about_a_policy_for_a_tool_it_lacks():
+    guard = ReplayGuard(tools={"browser_tpye": "unsafe"})
+    with pytest.warns(ReplayGuardWarning, match="did you mean 'browser_type'"):
+        guard.control(tools=TOOLS)
+
+
+@pytest.mark.parametrize("tools", ["browser_type", ["browser_type", 3]])
+def test_control_refuses_tools_that_are_not_names(tools):
+    with pytest.raises(TypeError, match="tool names"):
+        ReplayGuard().control(tools=tools)

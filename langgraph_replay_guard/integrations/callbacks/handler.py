@@ -113,6 +113,32 @@ def _turn_of(messages: Sequence[BaseMessage], root: UUID) -> str:
     return f"run:{root}"
 
 
+def _offered_tools(invocation_params: Any) -> list[str]:
+    """The names of the tools a model call is offered, from its `invocation_params`.
+
+    Chat models put their bound tools there in their provider's format: OpenAI's
+    `{"type": "function", "function": {"name": ...}}`, Anthropic's `{"name": ...}`, Google's
+    `{"function_declarations": [{"name": ...}]}`, or the tools themselves. A tool with no
+    name (a provider's built-in tool) is left out.
+    """
+    tools = invocation_params.get("tools") if isinstance(invocation_params, dict) else None
+    if not isinstance(tools, list | tuple):
+        return []
+    names: list[str] = []
+    for item in tools:
+        if isinstance(item, dict):
+            function = item.get("function")
+            found = function.get("name") if isinstance(function, dict) else item.get("name")
+            declarations = item.get("function_declarations")
+            if isinstance(declarations, list):
+                names.extend(_offered_tools({"tools": declarations}))
+        else:
+            found = getattr(item, "name", None)
+        if isinstance(found, str) and found:
+            names.append(found)
+    return names
+
+
 def _actions(outputs: Any) -> list[AgentAction] | None:
     """The tool calls an agent step decided on, from a chain's outputs, or None."""
     if isinstance(outputs, AgentAction):
@@ -155,8 +181,10 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
 
     Tools that do not exist: a call to a name the agent lacks is answered (an executor's step
     is refused) and counted as one loop per turn whatever the name, reason `unknown_tool`.
-    The handler learns the names from `check(agent)`, or from an `AgentExecutor`'s own answer
-    to the first such call.
+    The handler learns the names from `check(agent)` (the tools node's whole tool set: the
+    agent's tools and the tools its middleware serve), or from an `AgentExecutor`'s own answer
+    to the first such call; once it knows them, the tools each model call is offered are
+    added (a tool a middleware adds to the model call and serves itself).
 
     Unknown outcomes: when an `unsafe` call raises (an exception its policy does not name
     in `no_effect_errors`), its side effect may have happened. Every later identical call
@@ -411,8 +439,13 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             LoopAbortedError: With `exit_behavior="error"`, when the turn was stopped.
         """
         info, _ = self._runs.start(run_id, parent_run_id, metadata)
-        if not info.inside_tool:
-            self._guard.model_start(info.scope, _turn_of(messages, info.root))
+        if info.inside_tool:
+            return
+        if self._guard.tools is not None:
+            # The names are known (`check`): a tool a middleware offers the model and serves
+            # itself, which the tools node lacks, is one too.
+            self._guard.learn_tools(_offered_tools(kwargs.get("invocation_params")))
+        self._guard.model_start(info.scope, _turn_of(messages, info.root))
 
     @_fail_open
     def on_llm_end(
