@@ -98,6 +98,10 @@ class Classifier:
     def _classify(self, tool: str, args: Any) -> CallClass:
         for rule, path, regex in self.rules:
             value = _lookup(args, path)
+            if rule.missing:
+                if value is None or (isinstance(value, str) and not value.strip()):
+                    return rule.call_class
+                continue
             if not isinstance(value, str):
                 continue
             if regex is not None:
@@ -183,7 +187,7 @@ class Classifier:
     def _part_rule(self, name: str | None) -> PartRule | None:
         """The prefix rules on the preset's argument, applied to each command of a chain."""
         rules = [
-            rule for rule, path, regex in self.rules if regex is None and path == (name or "",)
+            rule for rule, path, regex in self.rules if rule.prefixes and path == (name or "",)
         ]
         if not rules:
             return None

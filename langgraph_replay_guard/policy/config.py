@@ -80,8 +80,11 @@ class ClassRule(BaseModel):
 
     A rule matches when the argument at `arg` is a string and either `pattern` matches
     it (`re.search`: anchor with `^` and `$`) or it starts with one of `prefixes`, word
-    by word (`"git status"` matches `git status -s`, not `git status-x`). A prefix only
-    matches a simple command: a value with shell operators (`;`, `&`, `|`, `<`, `>`,
+    by word; or, with `missing`, when the call does not give the argument (absent, None
+    or blank): SWE-agent's `search_file` without a `file` searches the file open in its
+    viewer, so that call depends on the viewer's state and is marked volatile. Prefixes
+    match word by word (`"git status"` matches `git status -s`, not `git status-x`), and
+    only a simple command: a value with shell operators (`;`, `&`, `|`, `<`, `>`,
     backticks, `$(`, a newline) never does, so `cat a; rm b` cannot pass as `cat`. With
     `preset="shell"`, prefix rules are also applied to each command of a chain, ahead of
     the preset's own tables.
@@ -90,6 +93,7 @@ class ClassRule(BaseModel):
         arg: The argument to look at: a name or a dotted path into nested dicts.
         pattern: A regular expression.
         prefixes: Command prefixes.
+        missing: Match a call that does not give the argument.
         replay: The class of a matching call. Defaults to `"pure"` when `volatile` is set.
         volatile: The matching call is a read whose result changes on its own.
     """
@@ -99,6 +103,7 @@ class ClassRule(BaseModel):
     arg: str = Field(min_length=1)
     pattern: str | None = None
     prefixes: tuple[str, ...] = ()
+    missing: bool = False
     replay: ReplayClass | None = None
     volatile: bool = False
 
@@ -117,10 +122,11 @@ class ClassRule(BaseModel):
 
     @model_validator(mode="after")
     def _check_rule(self) -> ClassRule:
-        if (self.pattern is None) == (not self.prefixes):
+        if [self.pattern is not None, bool(self.prefixes), self.missing].count(True) != 1:
             msg = (
                 f"rule on arg {self.arg!r} needs exactly one of 'pattern' (a regular "
-                "expression) and 'prefixes' (a list of command prefixes)."
+                "expression), 'prefixes' (a list of command prefixes) and 'missing': true "
+                "(the call does not give the argument)."
             )
             raise ValueError(msg)
         if self.replay is None and not self.volatile:
@@ -243,7 +249,7 @@ class ToolPolicy(BaseModel):
                     "call. Give 'volatile': true in the classify rules that match its reads."
                 )
                 raise ValueError(msg)
-            if self.replay == "pure":
+            if self.replay == "pure" and not self.only_marks_reads_volatile:
                 msg = (
                     "replay='pure' with per-call classification would make every call the "
                     "rules do not recognise pure (deduplicated). Use 'unsafe' (the default "
@@ -274,6 +280,19 @@ class ToolPolicy(BaseModel):
     def per_call(self) -> bool:
         """Whether calls of this tool are classified one by one."""
         return bool(self.classify) or self.preset is not None or self.classifier is not None
+
+    @property
+    def only_marks_reads_volatile(self) -> bool:
+        """Whether the classification only marks some reads of a read-only tool volatile.
+
+        Such a tool may keep `replay="pure"`: every call is a read either way (SWE-agent's
+        `search_file`, volatile when it searches the file open in the viewer).
+        """
+        return (
+            self.preset is None
+            and self.classifier is None
+            and all(rule.replay in (None, "pure") for rule in self.classify)
+        )
 
     @functools.cached_property
     def classifier_fn(self) -> Classifier | None:

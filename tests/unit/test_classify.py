@@ -348,3 +348,29 @@ def test_paging_with_scroll_down_is_progress_until_the_end_of_the_file():
     ctl.record_success("scroll_down", {}, result="[File: a.py] end")
     ctl.record_success("scroll_down", {}, result="[File: a.py] end")
     assert ctl.should_skip("scroll_down", {}) == (True, "same_result")
+
+
+def test_a_missing_rule_matches_a_call_without_the_argument():
+    policy = ToolPolicy(
+        replay="pure", classify=[ClassRule(arg="file", missing=True, volatile=True)]
+    )
+    classify = policy.classifier_fn
+    assert classify is not None
+    assert classify("search_file", {"search_term": "x"})[0] == CallClass("pure", volatile=True)
+    assert classify("search_file", {"search_term": "x", "file": None})[0].volatile
+    assert classify("search_file", {"search_term": "x", "file": "a.py"})[0] == CallClass("pure")
+
+
+def test_a_rule_needs_exactly_one_way_to_match():
+    with pytest.raises(ValidationError, match="exactly one of 'pattern'"):
+        ClassRule(arg="file", missing=True, pattern="x", volatile=True)
+    with pytest.raises(ValidationError, match="exactly one of 'pattern'"):
+        ClassRule(arg="file", volatile=True)
+
+
+def test_pure_with_rules_only_when_they_only_mark_reads_volatile():
+    rule = ClassRule(arg="file", missing=True, volatile=True)
+    assert ToolPolicy(replay="pure", classify=[rule]).replay == "pure"
+    writes = ClassRule(arg="command", prefixes=("rm",), replay="unsafe")
+    with pytest.raises(ValidationError, match="replay='pure' with per-call"):
+        ToolPolicy(replay="pure", classify=[rule, writes])

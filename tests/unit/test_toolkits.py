@@ -60,13 +60,32 @@ def test_swe_agent_viewers_are_volatile_searches_pure_edits_unsafe():
     config = GuardConfig(toolkits=["swe-agent"])
     for tool in ("open", "goto", "scroll_up", "scroll_down"):
         assert call_class(config, tool) == VOLATILE
-    for tool in ("search_dir", "search_file", "find_file"):
-        assert call_class(config, tool) == PURE
+    for tool in ("search_dir", "find_file"):
+        # Without a dir: the current directory, which only `cd` changes (a new epoch).
+        assert call_class(config, tool, {"search_term": "ttl"}) == PURE
+    # Told which file, a search is a pure read; not told, it searches the file open in the
+    # viewer, which `open` changes without writing anything.
+    assert call_class(config, "search_file", {"search_term": "ttl", "file": "a.py"}) == PURE
+    assert call_class(config, "search_file", {"search_term": "ttl"}) == VOLATILE
+    assert call_class(config, "search_file", {"search_term": "ttl", "file": " "}) == VOLATILE
     for tool in ("edit", "create", "submit"):
         assert call_class(config, tool) == UNSAFE
     assert call_class(config, "bash", {"command": "grep -rn ttl src"}) == PURE
     assert call_class(config, "bash", {"command": "python -m pytest -q"}) == IDEMPOTENT
     assert call_class(config, "bash", {"command": "rm -rf src"}) == UNSAFE
+
+
+def test_swe_agent_search_in_the_open_file_runs_again_after_another_open():
+    # SWE-agent: `search_file x` without a file searches the file open in the viewer.
+    run = _run(ReplayGuard(toolkits=["swe-agent"]))
+    assert run("open", {"path": "A.java"}, "[File: A.java]") == "allow"
+    assert run("search_file", {"search_term": "ttl"}, "12: int ttl = 60;") == "allow"
+    assert run("open", {"path": "B.java"}, "[File: B.java]") == "allow"
+    assert run("search_file", {"search_term": "ttl"}, "40: long ttl;") == "allow"
+    # Told which file, the same search is a duplicate until the next write.
+    there = {"search_term": "ttl", "file": "A.java"}
+    assert run("search_file", there, "12: int ttl = 60;") == "allow"
+    assert run("search_file", there, "12: int ttl = 60;") == "deny"
 
 
 def test_deepagents_and_langchain_tools_get_the_classes_their_code_implies():
