@@ -1,6 +1,12 @@
-"""What the `swe-agent` toolkit changes on SWE-agent-style runs, against the usual policies.
+"""What the coding toolkits change on coding-agent runs, against the usual policies.
 
 Run: python benchmarks/eval_toolkits.py
+First table: the `swe-agent` toolkit against three usual policies on SWE-agent-style runs.
+Second: the agent's toolkit alone on each recorded set the project has (all SYNTHETIC, all
+in SWE-agent's tool names; no set here uses mini-swe-agent's or OpenHands' names):
+dedup blocks and the wrong ones, the redundant-read catch rate, loop stops and the wrong
+ones, the loop runs stopped, and the runs stopped that have no loop. Which runs loop is
+written in their ids by the generators (`LOOP_RUNS`).
 Data: benchmarks/data/swe-synthetic.jsonl (SYNTHETIC trajectories; see
 benchmarks/data/make_swe_synthetic.py). Its `synthetic-swe-redundant` runs ask again for what
 they already have (every identical repeat there is a redundant read); its
@@ -10,6 +16,7 @@ numbers come from `replay-guard eval DATA --toolkit swe-agent --normalize 'in [0
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from langgraph_replay_guard import GuardConfig
@@ -37,6 +44,45 @@ def evaluate(config: GuardConfig, path: Path = TRAJECTORIES) -> EvalReport:
     return evaluate_file(path, config, normalize=NORMALIZE)
 
 
+TOOLKITS = ("swe-agent",)
+# The runs the generators (benchmarks/data/make_*.py) made as loops: a weak agent repeating
+# a failing call, paging forever, opening a missing file again and again.
+LOOP_RUNS = ("loop-", "weak-", "swe-scroll-loop-", "swe-open-missing-")
+SETS = ("swe-synthetic.jsonl", "coding-synthetic.jsonl", "coding-same-failure.jsonl")
+
+
+def toolkit_rows() -> list[tuple[str, str, EvalReport]]:
+    """The agent's toolkit, alone, on each recorded set."""
+    return [
+        (toolkit, name, evaluate(GuardConfig(toolkits=[toolkit]), DATA / name))
+        for name in SETS
+        for toolkit in TOOLKITS
+    ]
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def print_toolkit_rows() -> None:
+    """The second table (see the module docstring)."""
+    print(
+        f"{'set':<26} {'toolkit':<15} {'dedup':>5} {'wrong':>5} {'reads caught':>12} "
+        f"{'stops':>5} {'wrong':>5} {'loops stopped':>13} {'stopped, no loop':>16}"
+    )
+    for toolkit, name, report in toolkit_rows():
+        total = report.total
+        ids = [json.loads(line)["id"] for line in (DATA / name).read_text().splitlines()]
+        loops = {i for i in ids if i.startswith(LOOP_RUNS)}
+        stopped = {a.trajectory for a in report.aborts}
+        print(
+            f"{name:<26} {toolkit:<15} {total.dedup_blocked:>5} {total.dedup_wrong:>5} "
+            f"{_rate(total.kind_rate('redundant_read')):>12} {total.stop_blocked:>5} "
+            f"{total.stop_wrong:>5} {f'{len(stopped & loops)}/{len(loops)}':>13} "
+            f"{len(stopped - loops):>16}"
+        )
+
+
 def main() -> None:
     print(f"{TRAJECTORIES.name} (SYNTHETIC), normalize {NORMALIZE}")
     print(
@@ -55,6 +101,8 @@ def main() -> None:
     print("redundant reads caught: identical repeats of the redundant runs blocked or cut")
     print("look-alikes blocked: calls of the look-alike runs blocked (each one wrong to block)")
     print("wrong: blocked calls whose recorded result was new")
+    print()
+    print_toolkit_rows()
 
 
 if __name__ == "__main__":

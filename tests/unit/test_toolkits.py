@@ -88,6 +88,20 @@ def test_swe_agent_search_in_the_open_file_runs_again_after_another_open():
     assert run("search_file", there, "12: int ttl = 60;") == "deny"
 
 
+def test_swe_agent_tests_re_run_after_each_str_replace_edit_all_run():
+    # SWE-agent 1.x edits with str_replace_editor: each edit is a write, so the tests run
+    # again after it (they were stopped as a repeat when the edit counted as a read).
+    run = _run(ReplayGuard(toolkits=["swe-agent"]))
+    tests = {"command": "python -m pytest -q"}
+    for n in range(6):
+        assert run("bash", tests, "F.\n1 failed") == "allow"
+        edit = {"command": "str_replace", "path": "/repo/a.py", "old_str": f"v{n}"}
+        assert run("str_replace_editor", {**edit, "new_str": f"v{n + 1}"}, "edited") == "allow"
+    view = {"command": "view", "path": "/repo/a.py"}
+    assert run("str_replace_editor", view, "1\tv6") == "allow"
+    assert run("str_replace_editor", view, "1\tv6") == "deny"
+
+
 def test_deepagents_and_langchain_tools_get_the_classes_their_code_implies():
     deep = GuardConfig(toolkits=["deepagents"])
     assert [call_class(deep, t) for t in ("ls", "read_file", "glob", "grep")] == [PURE] * 4
