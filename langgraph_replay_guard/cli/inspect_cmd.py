@@ -157,6 +157,10 @@ def _print_view(name: str, view: GuardView, out: TextIO) -> None:
         print("  failures (same failure in a row):", file=out)
     for tool, count in view.failures:
         print(f"    {tool:<28} count {count}", file=out)
+    if view.shadow:
+        print("  shadow (what enforcing would have changed, whole thread):", file=out)
+    for reason, blocked, stopped in view.shadow:
+        print(f"    {reason:<28} calls blocked {blocked}, runs stopped {stopped}", file=out)
     if view.cycle:
         print(f"  cycle: {' -> '.join(view.cycle)}", file=out)
     if view.reminder:

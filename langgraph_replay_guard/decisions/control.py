@@ -176,7 +176,16 @@ class GuardControl:
             self._fold(facts, "denied", reason=why or "denied", abort=aborts)
 
     def _record(self, name: str, args: Any, outcome: Outcome, *, result: str | None = None) -> None:
-        self._fold(self._facts(name, args), outcome, result=result)
+        facts = self._facts(name, args)
+        if self._config.mode != "shadow":
+            self._fold(facts, outcome, result=result)
+            return
+        with self._lock:
+            # Shadow mode: the call ran; count what enforcing would have done with it.
+            shadowed = decide(self._state, facts, self._config).shadowed
+            reason = shadowed.reason if shadowed is not None else None
+            aborts = shadowed is not None and shadowed.verdict is Verdict.ABORT
+            self._fold(facts, outcome, result=result, reason=reason, abort=aborts)
 
     def _facts(self, name: str, args: Any) -> CallFacts:
         return call_facts(self._config, name, args, tools=self._tools)

@@ -107,6 +107,8 @@ class Decision:
         previous_result: Preview of the earlier result the model is pointed to, or None.
         tool: Tool name.
         count: Which identical attempt this call is in the turn (1 for the first).
+        shadowed: In shadow mode (`GuardConfig.mode="shadow"`), the decision enforcing
+            would have made; this one then lets the call run.
     """
 
     verdict: Verdict
@@ -116,6 +118,7 @@ class Decision:
     previous_result: str | None = None
     tool: str = ""
     count: int = 1
+    shadowed: Decision | None = None
 
     @property
     def executes(self) -> bool:
@@ -297,7 +300,8 @@ def fold_settings(config: GuardConfig) -> dict[str, Any]:
         repeat_reset=config.repeat_reset,
         result_diff=config.result_diff,
         cycles=config.cycle_detection,
-        reminders=config.reminder,
+        # Shadow mode never reminds: the agent behaves as it would without the guard.
+        reminders=config.reminder and config.mode == "enforce",
     ).encode()
     _LAST_SETTINGS[0] = (config, settings)
     return settings
@@ -319,8 +323,10 @@ def decide(
 ) -> Decision:
     """Decide what to do with a call. Pure: reads the state, never changes it.
 
-    Layers, strongest first: a stopped run, the repeat limit, cycles, the same failure
-    whatever the arguments, dedup, and the identical-result short-circuit.
+    In shadow mode (`GuardConfig.mode="shadow"`) every call runs: a decision that would
+    deny, short-circuit or stop comes back as an allow that carries it (`shadowed`), for
+    the integrations to report and the channel to count. The one place shadow mode is
+    decided: every integration decides through here.
 
     Args:
         state: A settled guard state (see `settled`).
@@ -336,6 +342,35 @@ def decide(
 
     Returns:
         The decision.
+    """
+    decision = _decide(
+        state, facts, config, turn=turn, earlier_in_batch=earlier_in_batch, batch=batch
+    )
+    if config.mode == "shadow" and decision.verdict is not Verdict.ALLOW:
+        return Decision(
+            Verdict.ALLOW,
+            None,
+            decision.call_key,
+            tool=decision.tool,
+            count=decision.count,
+            shadowed=decision,
+        )
+    return decision
+
+
+def _decide(
+    state: Mapping[str, Any],
+    facts: CallFacts,
+    config: GuardConfig,
+    *,
+    turn: str | None = None,
+    earlier_in_batch: Sequence[str] = (),
+    batch: str | None = None,
+) -> Decision:
+    """`decide`, enforcing.
+
+    Layers, strongest first: a stopped run, the repeat limit, cycles, the same failure
+    whatever the arguments, dedup, and the identical-result short-circuit.
     """
     view = state_for_turn(state, turn, config.scope)
     key, tool = facts.key, facts.tool
@@ -628,8 +663,10 @@ def make_event(
         facts: The call's facts.
         outcome: `"success"`, `"failure"`, `"timeout"` or `"denied"` (not executed).
         result: Result text of a success, or the error text of a failure.
-        reason: For a denied call, the decision's reason.
-        abort: Whether the denial was an abort that stops the run.
+        reason: For a denied call, the decision's reason; for a call that ran in shadow
+            mode, the reason enforcing would have blocked it for (counted in `shadow`).
+        abort: Whether the denial was an abort that stops the run (in shadow mode: would
+            have stopped it).
         batch: Id of the AIMessage holding the call (parallel calls share it).
         index: Position of the call in its AIMessage.
         turn: Id of the current turn.

@@ -13,6 +13,7 @@ from langgraph_replay_guard.decisions.failures import SAME_FAILURE
 from langgraph_replay_guard.decisions.memo import IdentityMemo
 from langgraph_replay_guard.decisions.state_format import (
     FORMAT_VERSION,
+    MAX_SHADOW_REASONS,
     READABLE_VERSIONS,
     BlockedCall,
     CallCounter,
@@ -119,6 +120,9 @@ def new_state() -> dict[str, Any]:
         # what the ledger asks instead of the message history, which a user or a
         # middleware may rewrite (Summarization, ContextEditing). Never reset.
         "delivered": [],
+        # Shadow mode: reason -> [calls enforcing would have blocked, runs it would have
+        # stopped], over the whole thread. Never reset.
+        "shadow": {},
     }
 
 
@@ -414,6 +418,13 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
     if executed:
         state["recent_calls"].append([*ExecutedCall(key, tool, outcome, epoch_before)])
         del state["recent_calls"][: -cfg.window]
+
+    if executed and ev.reason is not None:
+        # A call that ran in shadow mode although enforcing would have blocked it.
+        shadow = state["shadow"]
+        blocked, stopped = shadow.get(ev.reason, (0, 0))
+        if ev.reason in shadow or len(shadow) < MAX_SHADOW_REASONS:
+            shadow[ev.reason] = [blocked + 1, stopped + ev.abort]
 
     if executed and ev.replay != "pure" and ev.batch is not None:
         delivered = state["delivered"]
@@ -918,6 +929,8 @@ class GuardView:
         counters: Repeat counts of recently seen distinct calls, most recent last.
         cycle: Tool names of an active A-B-A-B cycle, or None.
         failures: Same-failure streaks as (tool, failures in a row), most recent last.
+        shadow: In shadow mode, what enforcing would have changed, over the whole thread:
+            (reason, calls it would have blocked, runs it would have stopped).
         reminder: The reminder text the next model call will get, or None.
         stop: Details of the stop (`reason`, `tool`, `count`, `args`), or None.
         stop_reason: Why the guard stopped the run (`"repeat_limit"`, `"cycle"`...), or None.
@@ -943,6 +956,7 @@ class GuardView:
     notice: str | None
     reset: Mapping[str, Any] | None = None
     failures: tuple[tuple[str, int], ...] = ()
+    shadow: tuple[tuple[str, int, int], ...] = ()
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], reminder_text: str | None) -> GuardView:
@@ -982,5 +996,9 @@ class GuardView:
             reset=dict(state["reset"]) if state.get("reset") else None,
             failures=tuple(
                 (tool, FailureStreak(*entry).in_a_row) for tool, entry in state["failures"].items()
+            ),
+            shadow=tuple(
+                (reason, blocked, stopped)
+                for reason, (blocked, stopped) in state.get("shadow", {}).items()
             ),
         )

@@ -658,6 +658,29 @@ def _delivered(value: Any, cap: int) -> list[str]:
     return list(kept)
 
 
+MAX_SHADOW_REASONS = 16
+"""Most reasons `shadow` counts (the engine has fewer; a hostile value cannot grow it)."""
+
+
+def _shadow(value: Any) -> dict[str, list[int]]:
+    """`shadow`: reason -> [calls enforcing would have blocked, runs it would have stopped].
+
+    Absent in values of earlier releases and of guards that never ran in shadow mode.
+    """
+    if value is None:
+        return {}
+    if type(value) is not dict:
+        _fail("shadow", "an object of reason -> [blocked, stopped]", value)
+    for reason, counts in list(value.items())[:MAX_SHADOW_REASONS]:
+        if (
+            type(counts) is not list
+            or len(counts) != 2
+            or any(type(n) is not int or n < 0 for n in counts)
+        ):
+            _fail(f"shadow.{reason}", "[blocked, stopped], whole numbers >= 0", counts)
+    return {reason: list(counts) for reason, counts in list(value.items())[:MAX_SHADOW_REASONS]}
+
+
 def migrate(value: Mapping[str, Any]) -> Mapping[str, Any]:
     """A stored value in the current format: an older value is migrated, nothing lost.
 
@@ -742,4 +765,5 @@ def decode_fields(
         "reset": _reset_info(get("reset")),
         "unknown": _unknown_marks(get("unknown")),
         "delivered": _delivered(get("delivered"), max_delivered),
+        "shadow": _shadow(get("shadow")),
     }

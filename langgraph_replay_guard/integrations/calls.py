@@ -484,10 +484,13 @@ def executed_event(
         and config.policy_for(facts.tool) is config.default_policy
     ):
         facts = facts._replace(replay="idempotent")
+    shadowed = planned.decision.shadowed if planned.decision is not None else None
     return make_event(
         facts,
         "success" if outcome == "success" else "failure",
         result=text,
+        reason=shadowed.reason if shadowed is not None else None,
+        abort=shadowed is not None and shadowed.verdict is Verdict.ABORT,
         batch=batch.batch_id,
         index=planned.index,
         turn=batch.turn,
@@ -657,16 +660,23 @@ def result_outcome(result: Any) -> tuple[str, str | None]:
 def emit(writer: Callable[[Any], None] | None, decision: Decision, tool_call: ToolCall) -> None:
     """Report a non-allow decision: on LangGraph's custom stream and as a LangChain event.
 
+    A decision that shadows one (shadow mode) reports the shadowed one, with
+    `"mode": "shadow"`: the call ran.
+
     The custom event (`DECISION_EVENT`) reaches callback handlers: tracers, and the
     recorder of execution records.
     """
+    # In shadow mode the call ran: report what enforcing would have done, marked as such.
+    shown = decision.shadowed or decision
     payload = {
-        "tool": decision.tool,
+        "tool": shown.tool,
         "tool_call_id": tool_call.get("id"),
-        "verdict": decision.verdict.value,
-        "reason": decision.reason,
-        "count": decision.count,
+        "verdict": shown.verdict.value,
+        "reason": shown.reason,
+        "count": shown.count,
     }
+    if decision.shadowed is not None:
+        payload["mode"] = "shadow"
     if writer is not None:
         try:
             writer({GUARD_CHANNEL: payload})

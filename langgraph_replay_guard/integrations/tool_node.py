@@ -729,6 +729,10 @@ class ToolCallWrapper:
         an emulator, a HITL reject) counts as an attempt; its answer is not the tool's result
         and is not remembered as one.
         """
+        decision = run.planned.decision
+        if decision is not None and decision.shadowed is not None:
+            # Shadow mode: the call runs; what enforcing would have done is reported.
+            emit(getattr(request.runtime, "stream_writer", None), decision, request.tool_call)
         if not ran:
             self._record(request, [answered_event(run.planned, run.batch)], first=run.first)
             return result

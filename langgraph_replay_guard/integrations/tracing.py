@@ -66,9 +66,11 @@ def trace_info(
         reason: Overrides the decision's reason.
 
     Returns:
-        `{"verdict", "reason", "count", "replay", "source", "ledger"}`.
+        `{"verdict", "reason", "count", "replay", "source", "ledger"}`, and `"shadow"`
+        (`{"verdict", "reason"}`) for a call that ran in shadow mode although enforcing
+        would have blocked it.
     """
-    return {
+    info: dict[str, Any] = {
         "verdict": verdict or (decision.verdict.value if decision is not None else "deny"),
         "reason": reason or (decision.reason if decision is not None else None),
         "count": decision.count if decision is not None else 1,
@@ -76,6 +78,11 @@ def trace_info(
         "source": source,
         "ledger": ledger,
     }
+    shadowed = decision.shadowed if decision is not None else None
+    if shadowed is not None:
+        # Shadow mode: the call ran; enforcing would have done this.
+        info["shadow"] = {"verdict": shadowed.verdict.value, "reason": shadowed.reason}
+    return info
 
 
 def trace_tags(info: Mapping[str, Any]) -> list[str]:

@@ -420,6 +420,12 @@ class GuardConfig(BaseModel):
             own patterns make failures. Other layers are not affected.
         repeat_reset: `"progress"`: a successful world-changing call resets the other calls'
             counts; `"turn"`: plain per-turn counting.
+        mode: `"enforce"` acts on the decisions; `"shadow"` makes and reports every decision
+            (trace metadata, the custom stream, `guard.inspect`, the channel's `shadow`
+            counts per reason) but denies, short-circuits, stops and reminds nothing: the
+            agent behaves as without the guard. The replay ledger keeps recording and
+            keeps refusing a call whose outcome is unknown, in both modes: shadow mode
+            never weakens replay safety (give the guard no store to run without it).
         exit_behavior: `"end"` stops the run gracefully, `"error"` raises `LoopAbortedError`,
             `"continue"` blocks only the offending call; a call insisted on `max_repeats`
             more times after it was blocked then stops the run as with `"end"`, so model
@@ -466,6 +472,7 @@ class GuardConfig(BaseModel):
     failure_pattern: str | None = None
     repeat_reset: Literal["progress", "turn"] = "progress"
     exit_behavior: Literal["end", "error", "continue"] = "end"
+    mode: Literal["enforce", "shadow"] = "enforce"
     scope: Literal["turn", "thread"] = "turn"
     on_unsafe: Literal["raise", "interrupt"] = "raise"
     in_flight_wait: float = Field(default=10.0, ge=0, le=3600)

@@ -139,3 +139,31 @@ def test_inspect_a_postgres_thread_without_printing_the_password(pg_uri):
     refused = _cli("--db", "postgresql://postgres:s3cret-pw@127.0.0.1:1/postgres", "--thread", "x")
     assert refused.returncode == 2
     assert "s3cret-pw" not in refused.stdout + refused.stderr
+
+
+def test_inspect_shows_what_enforcing_would_have_changed_in_shadow_mode(tmp_path):
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from langgraph_replay_guard.testing import agent_graph
+
+    @tool
+    def lookup(id: str) -> str:
+        """Read a record."""
+        return f"record {id}"
+
+    db = tmp_path / "shadow.db"
+    conn = sqlite3.connect(db, check_same_thread=False)
+    model = ScriptedChatModel.looping("lookup", {"id": "P1"}, times=6)
+    graph = agent_graph(
+        model, [lookup], guard=ReplayGuard(mode="shadow"), checkpointer=SqliteSaver(conn)
+    )
+    graph.invoke({"messages": [HumanMessage("who?")]}, {"configurable": {"thread_id": "s"}})
+    conn.close()
+    done = _cli("--db", str(db), "--thread", "s")
+    assert done.returncode == 0, done.stderr
+    assert "shadow (what enforcing would have changed, whole thread):" in done.stdout
+    assert "duplicate" in done.stdout
+    assert "repeat_limit" in done.stdout
+    as_json = json.loads(_cli("--db", str(db), "--thread", "s", "--json").stdout)
+    shadow = next(iter(as_json["guard"].values()))["shadow"]
+    assert {row[0] for row in shadow} >= {"duplicate", "repeat_limit"}

@@ -531,6 +531,10 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             trace = trace_info(decision, replay=replay, source=source)
             self._report_refused(call, trace, error)
             raise error
+        shadowed = admitted.planned.decision
+        if shadowed is not None and shadowed.shadowed is not None:
+            # Shadow mode: the call runs; what enforcing would have done is reported.
+            emit(_stream_writer(), shadowed, admitted.planned.tool_call)
         info.call = admitted
 
     def _invalid_tool(self, scope: ScopeKey, inputs: dict[str, Any]) -> None:
