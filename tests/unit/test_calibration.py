@@ -1,4 +1,4 @@
-"""`replay-guard eval --calibrate`: thresholds searched on recorded runs with a loop and a look-alike."""
+"""`replay-guard eval --calibrate`: thresholds searched on runs with a loop and a look-alike."""
 
 from __future__ import annotations
 
@@ -160,7 +160,8 @@ def test_cli_calibrate_end_to_end(tmp_path, capsys):
     text = captured.out
     assert "Runs with a loop in the recording: 1 of 3" in text
     assert "tools.get_job.volatile" in text
-    assert "defaults" in text and "calibrated" in text
+    assert "defaults" in text
+    assert "calibrated" in text
     assert "Unknown to the policy (1): treated as pure" in text
     assert "notes" in text
     assert f"Wrote {out}: no wrong block" in text
