@@ -6,24 +6,36 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import Any, NoReturn, TextIO
 
 from pydantic import ValidationError
 
+from langgraph_replay_guard.calibration import (
+    DEFAULT_BUDGET_SECONDS,
+    DEFAULT_LOOP_CALLS,
+    GLOBAL_CANDIDATES,
+    Calibration,
+    ToolEvidence,
+    calibrate,
+    config_data,
+)
 from langgraph_replay_guard.evaluation import (
     DEDUP_REASONS,
     DEFAULT_ERROR_PATTERN,
     EvalReport,
     Tally,
+    Trajectory,
     WrongBlock,
-    evaluate_file,
+    evaluate_trajectories,
+    iter_trajectories,
     parse_line,
 )
 from langgraph_replay_guard.policy.config import GuardConfig
 from langgraph_replay_guard.policy.toolkit_data import known_toolkits
 
-__all__ = ["add_parser", "load_config", "print_report", "run"]
+__all__ = ["add_parser", "load_config", "print_calibration", "print_report", "run"]
 
 _PROGRESS_BYTES = 1_000_000  # show progress for inputs larger than this, on a terminal
 
@@ -72,7 +84,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             "where it would have aborted. Use it to tune a configuration before deploying."
         ),
     )
-    parser.add_argument("trajectories", type=Path, help="JSONL file, one trajectory a line")
+    parser.add_argument(
+        "trajectories", type=Path, nargs="+", help="JSONL file(s), one trajectory a line"
+    )
     parser.add_argument("--policy", type=Path, help="tool policy file ({'tools': {...}})")
     parser.add_argument("--config", type=Path, help="guard configuration file (JSON or YAML)")
     parser.add_argument(
@@ -116,6 +130,32 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="N",
         help="list the first N wrong blocks (run id, call index, tool, arguments, the earlier "
         "and the real result); 0 lists none",
+    )
+    parser.add_argument(
+        "--calibrate",
+        type=Path,
+        metavar="OUT.json",
+        help="search max_repeats, history_window, max_same_failures, max_cycle_period and per "
+        "tool volatile and max_repeats for the configuration that stops the most loops and "
+        "saves the most calls with no wrong block and no stop in a run without a loop; write "
+        "it to OUT.json (a --config file) and print its report next to the starting one's",
+    )
+    parser.add_argument(
+        "--loop-calls",
+        type=int,
+        default=DEFAULT_LOOP_CALLS,
+        metavar="N",
+        help="with --calibrate: a run loops when it makes the same call with the same result, "
+        "or one tool fails the same way, N times in a turn (default: %(default)s; see "
+        "docs/tuning-with-eval.md)",
+    )
+    parser.add_argument(
+        "--calibrate-budget",
+        type=float,
+        default=DEFAULT_BUDGET_SECONDS,
+        metavar="SECONDS",
+        help="with --calibrate: stop the search after this long, keeping the best found "
+        "(default: %(default)s)",
     )
     parser.set_defaults(func=run)
 
@@ -184,7 +224,29 @@ def _checked_lines(lines: Iterable[bytes], path: Path) -> Iterator[bytes]:
         yield line
 
 
-def _evaluate(args: argparse.Namespace, config: GuardConfig, path: Path) -> EvalReport:
+def _evaluate(args: argparse.Namespace, config: GuardConfig, paths: list[Path]) -> EvalReport:
+    report = EvalReport()
+    for path in paths:
+        start, runs = len(report.malformed), report.total.trajectories
+        _evaluate_one(args, config, path, report)
+        if report.total.trajectories == runs and len(report.malformed) > start:
+            _no_trajectory(path, report.malformed[start:])
+        if len(paths) > 1:  # say which file each malformed line is in
+            report.malformed[start:] = [
+                (number, f"{path.name}: {problem}") for number, problem in report.malformed[start:]
+            ]
+    return report
+
+
+def _no_trajectory(path: Path, malformed: list[tuple[int, str]]) -> NoReturn:
+    number, problem = malformed[0]
+    skipped = len(malformed)
+    _fail(f"{path} holds no trajectory (line {number}: {problem}; {skipped} skipped): {_HINT}")
+
+
+def _evaluate_one(
+    args: argparse.Namespace, config: GuardConfig, path: Path, report: EvalReport
+) -> None:
     progress = None
     if sys.stderr.isatty() and path.stat().st_size > _PROGRESS_BYTES:
 
@@ -194,11 +256,12 @@ def _evaluate(args: argparse.Namespace, config: GuardConfig, path: Path) -> Eval
 
     try:
         with open(path, "rb") as handle:
-            report = evaluate_file(
-                _checked_lines(handle, path),
+            evaluate_trajectories(
+                iter_trajectories(_checked_lines(handle, path), report.malformed),
                 config,
                 error_pattern=args.error_pattern,
                 normalize=args.normalize,
+                report=report,
                 on_progress=progress,
                 tools=_tool_names(args.tools),
             )
@@ -209,7 +272,25 @@ def _evaluate(args: argparse.Namespace, config: GuardConfig, path: Path) -> Eval
     finally:
         if progress is not None:
             print("\r", end="", file=sys.stderr)
-    return report
+
+
+def _read_all(paths: list[Path]) -> tuple[list[Trajectory], list[tuple[int, str]]]:
+    """Every trajectory of the files, in order, and the malformed lines skipped."""
+    trajectories: list[Trajectory] = []
+    malformed: list[tuple[int, str]] = []
+    for path in paths:
+        start, runs = len(malformed), len(trajectories)
+        try:
+            with open(path, "rb") as handle:
+                trajectories.extend(iter_trajectories(_checked_lines(handle, path), malformed))
+        except _NotJSONLinesError as exc:
+            _fail(str(exc))
+        except OSError as exc:
+            _fail(f"cannot read {path} ({exc.strerror or exc})")
+        if len(trajectories) == runs and len(malformed) > start:
+            _no_trajectory(path, malformed[start:])
+        malformed[start:] = [(n, f"{path.name}: {p}") for n, p in malformed[start:]]
+    return trajectories, malformed
 
 
 def _tool_names(values: list[str] | None) -> list[str] | None:
@@ -225,24 +306,238 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(args.config, args.policy, args.toolkit)
     except ValueError as exc:  # two toolkits disagree on a tool
         _fail(f"--toolkit: {exc}")
-    path: Path = args.trajectories
-    if path.is_dir():
-        _fail(f"{path} is a directory: {_HINT}")
-    if not path.exists():
-        _fail(f"no such file: {path}")
-    report = _evaluate(args, config, path)
-    if report.total.trajectories == 0 and report.malformed:
-        number, problem = report.malformed[0]
-        skipped = len(report.malformed)
-        _fail(f"{path} holds no trajectory (line {number}: {problem}; {skipped} skipped): {_HINT}")
+    paths: list[Path] = args.trajectories
+    for path in paths:
+        if path.is_dir():
+            _fail(f"{path} is a directory: {_HINT}")
+        if not path.exists():
+            _fail(f"no such file: {path}")
+    source = ", ".join(path.name for path in paths)
+    if args.calibrate is not None:
+        return _calibrate(args, config, paths, source)
+    report = _evaluate(args, config, paths)
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=2)
         print()
     else:
         print_report(
-            report, source=path.name, show_aborts=args.show_aborts, show_wrong=args.show_wrong
+            report, source=source, show_aborts=args.show_aborts, show_wrong=args.show_wrong
         )
     return 0
+
+
+def _calibrate(
+    args: argparse.Namespace, config: GuardConfig, paths: list[Path], source: str
+) -> int:
+    """`--calibrate OUT.json`: search, write the configuration, print it against the start."""
+    if args.loop_calls < 2:
+        _fail(f"--loop-calls {args.loop_calls}: a loop needs at least 2 calls")
+    trajectories, malformed = _read_all(paths)
+
+    def progress(text: str) -> None:
+        print(f"calibrate: {text}", file=sys.stderr, flush=True)
+
+    result = calibrate(
+        trajectories,
+        config,
+        loop_calls=args.loop_calls,
+        error_pattern=args.error_pattern,
+        normalize=args.normalize,
+        tools=_tool_names(args.tools),
+        budget_seconds=args.calibrate_budget,
+        on_progress=progress,
+    )
+    data = config_data(result.config)
+    try:
+        args.calibrate.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        _fail(f"--calibrate {args.calibrate}: cannot write it ({exc.strerror or exc})")
+    start = "--config" if args.config is not None else "defaults"
+    if args.json:
+        json.dump(_calibration_json(result, data, malformed), sys.stdout, indent=2)
+        print()
+    else:
+        print_calibration(
+            result,
+            source=source,
+            out_path=str(args.calibrate),
+            start=start,
+            loop_calls=args.loop_calls,
+            malformed=malformed,
+            show_wrong=args.show_wrong,
+        )
+    return 0 if result.score.safe else 1
+
+
+def _calibration_json(
+    result: Calibration, data: dict[str, Any], malformed: list[tuple[int, str]]
+) -> dict[str, Any]:
+    return {
+        "config": data,
+        "start": asdict(result.base_score),
+        "calibrated": asdict(result.score),
+        "safe": result.score.safe,
+        "changes": [{"setting": s, "start": a, "calibrated": b} for s, a, b in result.changes],
+        "loop_runs": result.loop_runs,
+        "tools": [asdict(e) for e in result.evidence.values()],
+        "unknown_tools": [e.tool for e in result.unknown_tools],
+        "volatile_candidates": [e.tool for e in result.volatile_candidates],
+        "evaluations": result.evaluations,
+        "seconds": round(result.seconds, 3),
+        "complete": result.complete,
+        "malformed": [{"line": n, "error": e} for n, e in malformed],
+    }
+
+
+def _describe_default(config: GuardConfig) -> str:
+    """What a tool without a policy gets: `default_policy`, in words."""
+    policy = config.default_policy
+    if policy.replay == "pure" and policy.volatile:
+        return "pure volatile (never deduplicated, still counted and stopped when it loops)"
+    if policy.replay == "pure":
+        return (
+            "pure (an identical call is answered with the earlier result instead of running; "
+            "repeats counted and stopped)"
+        )
+    if policy.replay == "idempotent":
+        return "idempotent (runs again with the same idempotency key; never deduplicated)"
+    return "unsafe (never deduplicated; an unknown outcome on replay is refused)"
+
+
+def print_calibration(
+    result: Calibration,
+    *,
+    source: str,
+    out_path: str,
+    start: str = "defaults",
+    loop_calls: int = DEFAULT_LOOP_CALLS,
+    malformed: Sequence[tuple[int, str]] = (),
+    show_wrong: int = 10,
+    out: TextIO | None = None,
+) -> None:
+    """Print a calibration: the settings and the report of each configuration side by side.
+
+    Args:
+        result: The calibration.
+        source: The inputs' names, for the heading.
+        out_path: Where the configuration was written.
+        start: The heading of the starting configuration's column.
+        loop_calls: What made a loop, for the explanation.
+        malformed: Malformed lines skipped.
+        show_wrong: How many wrong blocks of the chosen configuration to list.
+        out: Where to print (stdout by default).
+    """
+    out = out or sys.stdout
+
+    def line(text: str = "") -> None:
+        print(text, file=out)
+
+    base, best = result.base_score, result.score
+    total = result.report.total
+    line(
+        f"replay-guard eval --calibrate: {base.runs} trajectories, {total.calls:,} calls ({source})"
+    )
+    line(
+        f"Runs with a loop in the recording: {base.loops} of {base.runs} (the same call with the "
+        f"same result {loop_calls} times in a turn, nothing written between; or one tool "
+        f"failing the same way {loop_calls} times in a row, never succeeding after)"
+    )
+    searched = "" if result.complete else " (time budget reached: best found so far)"
+    line(f"Searched {result.evaluations} configurations in {result.seconds:.1f} s{searched}.")
+    line()
+    rows: list[tuple[str, Any, Any]] = [
+        (name, getattr(result.base, name), getattr(result.config, name))
+        for name in GLOBAL_CANDIDATES
+    ]
+    rows += [change for change in result.changes if change[0] not in GLOBAL_CANDIDATES]
+    width = max(28, *(len(name) for name, _, _ in rows))
+    line(f"{'setting':<{width}} {start:>12} {'calibrated':>12}")
+    for name, before, after in rows:
+        mark = "" if before == after else "   changed"
+        line(f"{name:<{width}} {_setting(before):>12} {_setting(after):>12}{mark}")
+    line()
+    base_total = result.base_report.total
+    figures: list[tuple[str, str, str]] = [
+        (
+            "loops stopped",
+            f"{base.loops_stopped}/{base.loops}",
+            f"{best.loops_stopped}/{best.loops}",
+        ),
+        ("calls saved (blocked + cut)", f"{base.saved}", f"{best.saved}"),
+        ("blocked", f"{base.blocked}", f"{best.blocked}"),
+        ("  dedup", f"{base_total.dedup_blocked}", f"{total.dedup_blocked}"),
+        ("  loop stops", f"{base_total.stop_blocked}", f"{total.stop_blocked}"),
+        ("cut", f"{base.cut}", f"{best.cut}"),
+        ("aborts", f"{base.aborts}", f"{best.aborts}"),
+        ("wrong blocks", f"{base.wrong}", f"{best.wrong}"),
+        ("runs without a loop stopped", f"{base.healthy_stopped}", f"{best.healthy_stopped}"),
+        (
+            "identical repeats caught",
+            f"{base_total.caught}/{base_total.identical_repeats}",
+            f"{total.caught}/{total.identical_repeats}",
+        ),
+    ]
+    line(f"{'report':<{width}} {start:>12} {'calibrated':>12}")
+    for name, before, after in figures:
+        line(f"{name:<{width}} {before:>12} {after:>12}")
+    line()
+    if best.safe:
+        line(f"Wrote {out_path}: no wrong block, no run without a loop stopped.")
+    else:
+        line(
+            f"Wrote {out_path}, but no configuration tried has 0 wrong blocks and no run "
+            f"without a loop stopped: the best has {best.wrong} wrong block(s) and stops "
+            f"{best.healthy_stopped} run(s) without a loop. Declare the tools below, or "
+            "mark the polled ones volatile, and calibrate again."
+        )
+    line(f"Use it: replay-guard eval ... --config {out_path}, or GuardConfig.from_file.")
+    unknown = result.unknown_tools
+    if unknown:
+        line()
+        line(
+            f"Unknown to the policy ({len(unknown)}): treated as "
+            f"{_describe_default(result.base)}. Declare them; calibration never changes a "
+            "tool's class:"
+        )
+        _print_evidence(unknown, line)
+    candidates = [e for e in result.volatile_candidates if e.source != "default"]
+    if candidates:
+        line()
+        line("Declared tools whose identical calls returned different results (volatile?):")
+        _print_evidence(candidates, line)
+    if result.report.wrong_blocks and show_wrong > 0:
+        line()
+        _print_wrong(result.report.wrong_blocks, show_wrong, line)
+    if malformed:
+        line(f"Skipped {len(malformed)} malformed input(s):")
+        for number, problem in malformed[:20]:
+            line(f"  line {number}: {problem}")
+
+
+def _setting(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def _print_evidence(entries: Sequence[ToolEvidence], line: Callable[[str], None]) -> None:
+    """Per tool: calls, identical calls with the same and with a changed result, an example."""
+    width = _name_width((e.tool for e in entries), "tool", _TOOL_WIDTH)
+    line(f"  {'tool':<{width}} {'class':<9} {'calls':>6} {'same result':>12} {'changed':>8}")
+    for entry in entries:
+        label = _label(entry.tool, width, lambda text: line(f"  {text}"))
+        kind = entry.replay + (" volatile" if entry.volatile else "")
+        note = "   volatile candidate" if entry.volatile_candidate and not entry.volatile else ""
+        line(
+            f"  {label:<{width}} {kind:<9} {entry.calls:>6} {entry.same_results:>12} "
+            f"{entry.changed_results:>8}{note}"
+        )
+        if entry.example is not None and note:
+            ident, index, earlier, later = entry.example
+            line(f"      call {index}: {_short(earlier)} -> {_short(later)}")
+            line(f"      {ident}")
+    line(
+        "  same result / changed: identical calls (same arguments, same turn, nothing written "
+        "since) that returned the earlier result again / something else"
+    )
 
 
 def _pct(value: float | None) -> str:
