@@ -200,3 +200,23 @@ def test_export_a_langsmith_file_and_evaluate_it(tmp_path):
     refused = _cli("export", "--from-langsmith", bad)
     assert refused.returncode == 2
     assert "not a LangSmith run" in refused.stderr
+
+
+def test_a_lost_answer_is_taken_from_the_replay_ledger_under_the_namespace(tmp_path):
+    from langgraph.store.sqlite import SqliteStore
+
+    from langgraph_replay_guard.cli.export_cmd import _ledger_outcomes
+    from langgraph_replay_guard.replay.ledger import LedgerEntry
+    from langgraph_replay_guard.storage.ledger_io import ReplayLedger
+
+    db = tmp_path / "agent.sqlite"
+    with SqliteStore.from_conn_string(str(db)) as store:
+        store.setup()
+        ledger = ReplayLedger(store, namespace=("replay_guard", "acme"))
+        done = {"content": "sent", "status": "success"}
+        ledger.put("t", LedgerEntry(key="k1", status="completed", tool_call_id="c1", result=done))
+        ledger.put("t", LedgerEntry(key="k2", status="started", tool_call_id="c2"))
+    assert _ledger_outcomes(str(db), ("replay_guard", "acme"), ["t"]) == {
+        "t": {"c1": ("sent", False)}
+    }
+    assert _ledger_outcomes(str(db), ("replay_guard",), ["t"]) == {}
