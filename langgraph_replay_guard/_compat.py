@@ -16,6 +16,7 @@ __all__ = [
     "TaskScope",
     "ToolNodeSettings",
     "channel_writer",
+    "checkpoint_thread_ids",
     "create_agent_middleware",
     "delegate_store",
     "graph_has_channel",
@@ -354,3 +355,33 @@ def scoped_tool_node(
     node = _SCOPED_TOOL_NODE(tools, **kwargs)
     node._task_scope = task_scope
     return cast("ToolNode", node)
+
+
+_THREADS_QUERY = (
+    "SELECT thread_id FROM checkpoints WHERE checkpoint_ns = '' "
+    "GROUP BY thread_id ORDER BY MIN(checkpoint_id)"
+)
+
+
+def checkpoint_thread_ids(saver: Any) -> list[str]:
+    """Every thread with a checkpoint in a saver's database, oldest first.
+
+    A checkpointer has no public way to list its threads. `SqliteSaver` and
+    `PostgresSaver` keep them in their `checkpoints` table (checkpoint ids are time-ordered
+    UUIDs), read here through the saver's own connection without loading any checkpoint; any
+    other saver is listed with `list(None)`, which loads every checkpoint.
+    """
+    conn = getattr(saver, "conn", None)
+    lock = getattr(saver, "lock", None)
+    execute = getattr(conn, "execute", None)
+    if callable(execute) and type(saver).__name__ in ("SqliteSaver", "PostgresSaver"):
+        if lock is not None:
+            with lock:
+                rows = list(execute(_THREADS_QUERY).fetchall())
+        else:
+            rows = list(execute(_THREADS_QUERY).fetchall())
+        return [str(row["thread_id"] if isinstance(row, Mapping) else row[0]) for row in rows]
+    found: dict[str, None] = {}
+    for item in saver.list(None):
+        found.setdefault(str(item.config["configurable"]["thread_id"]), None)
+    return list(reversed(found))

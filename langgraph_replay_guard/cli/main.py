@@ -7,7 +7,13 @@ import os
 import sys
 from collections.abc import Sequence
 
-from langgraph_replay_guard.cli import demo_cmd, eval_cmd, inspect_cmd, records_cmd
+from langgraph_replay_guard.cli import (
+    demo_cmd,
+    eval_cmd,
+    export_cmd,
+    inspect_cmd,
+    records_cmd,
+)
 
 __all__ = ["main"]
 
@@ -21,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo_cmd.add_parser(sub)
     eval_cmd.add_parser(sub)
+    export_cmd.add_parser(sub)
     inspect_cmd.add_parser(sub)
     records_cmd.add_parser(sub)
     return parser
