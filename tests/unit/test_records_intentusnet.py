@@ -35,6 +35,7 @@ from langgraph_replay_guard.records import (
     RecordFiles,
     envelope_hash_digest,
     envelope_hash_matches,
+    invalidate_record,
     read_record_file,
 )
 from tests.unit.test_records_contract_shape import contract_record
@@ -94,6 +95,12 @@ def test_intentusnet_files_load_verify_and_replay_as_they_are(path: Path) -> Non
     assert result.originalExecutionId == path.stem
     # The request that was recorded matches, as IntentusNet's own replay checks it.
     assert engine.replay(copy.deepcopy(data["envelope"])).payload == result.payload
+
+
+def test_an_invalidated_intentusnet_record_writes_its_reason() -> None:
+    header = invalidate_record(read_record_file(COORDINATOR)).to_json_data()["header"]
+    assert header["replayable"] is False
+    assert header["replayableReason"] == "manually_invalidated"
 
 
 def test_a_changed_envelope_still_fails_verification_and_replay() -> None:
