@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -12,8 +13,9 @@ from langgraph_replay_guard.cli.common import add_namespace_option
 from langgraph_replay_guard.cli.store_uri import StoreURIError, mask_uri, open_store
 from langgraph_replay_guard.errors import NotReplayableError, ReplayHashMismatchError
 from langgraph_replay_guard.records.engine import ReplayedRunError, ReplayEngine, load_record
+from langgraph_replay_guard.records.files import RecordFileError, RecordFiles
 from langgraph_replay_guard.records.integrity import verify_record_integrity
-from langgraph_replay_guard.records.model import RecordNotFoundError
+from langgraph_replay_guard.records.model import ExecutionRecord, RecordNotFoundError
 from langgraph_replay_guard.records.store import RecordStore, StoredRecordInfo
 
 __all__ = ["add_parser", "run"]
@@ -21,6 +23,8 @@ __all__ = ["add_parser", "run"]
 EXIT_OK = 0
 EXIT_NOT_REPLAYABLE = 1  # also: a replayed error response, a failed verification
 EXIT_USAGE = 2  # a bad --db, an unknown id, an unreadable file
+
+_Records = RecordStore | RecordFiles
 
 _PREVIEW_CHARS = 2000
 
@@ -32,22 +36,34 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="list, show, replay, verify and invalidate execution records",
         description=(
             "Execution records of guarded graph runs (ReplayGuard(..., record=True)), read "
-            "from a SQLite file or a PostgreSQL database. Exit status: 0 success; 1 a record "
-            "is not replayable, replays an error, or fails verification; 2 bad arguments, "
-            "database or id."
+            "from a SQLite file or a PostgreSQL database; show, replay and verify also read "
+            "record files (--file: this package's records saved as JSON, or IntentusNet's "
+            "records/ folder). Exit status: 0 success; 1 a record is not replayable, replays "
+            "an error, or fails verification; 2 bad arguments, database, file or id."
         ),
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
 
-    def action(name: str, help_text: str) -> argparse.ArgumentParser:
+    def action(name: str, help_text: str, *, files: bool = False) -> argparse.ArgumentParser:
         p = actions.add_parser(name, help=help_text, description=help_text)
-        p.add_argument(
-            "--db",
-            required=True,
-            metavar="URI",
-            help="SQLite file (path or sqlite:///path), postgresql:// URI or libpq "
-            "'host=... dbname=...' string",
+        db_help = (
+            "SQLite file (path or sqlite:///path), postgresql:// URI or libpq "
+            "'host=... dbname=...' string"
         )
+        if files:
+            source = p.add_mutually_exclusive_group(required=True)
+            source.add_argument("--db", metavar="URI", help=db_help)
+            source.add_argument(
+                "--file",
+                dest="files",
+                action="append",
+                type=Path,
+                metavar="PATH",
+                help="an execution record JSON file, or a directory of them (IntentusNet's "
+                "records/ folder); repeatable, instead of --db",
+            )
+        else:
+            p.add_argument("--db", required=True, metavar="URI", help=db_help)
         add_namespace_option(p, "its records are under PARTS/records")
         p.add_argument("--json", action="store_true", help="print JSON")
         return p
@@ -55,11 +71,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = action("list", "list records, newest first")
     p.add_argument("--limit", type=int, default=50, help="show at most N records (default 50)")
 
-    p = action("show", "show one record: header, events and response")
-    p.add_argument("execution_id", metavar="ID")
+    id_help = "the record's id (optional with a single --file)"
+    p = action("show", "show one record: header, events and response", files=True)
+    p.add_argument("execution_id", nargs="?", metavar="ID", help=id_help)
 
-    p = action("replay", "print a record's recorded response, without running anything")
-    p.add_argument("execution_id", metavar="ID")
+    p = action("replay", "print a record's recorded response, without running anything", files=True)
+    p.add_argument("execution_id", nargs="?", metavar="ID", help=id_help)
     p.add_argument(
         "--force", action="store_true", help="print it even if the record is not replayable"
     )
@@ -70,7 +87,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="JSON envelope of the request; refuse if it does not match the record",
     )
 
-    p = action("verify", "check records' integrity (envelope hash, event order, storage)")
+    p = action(
+        "verify", "check records' integrity (envelope hash, event order, storage)", files=True
+    )
     p.add_argument("execution_ids", nargs="*", metavar="ID", help="records to check (all)")
 
     p = action("invalidate", "mark a record manually_invalidated: never replayed unless forced")
@@ -92,23 +111,41 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     """
     out = out or sys.stdout
     err = err or sys.stderr
-    handlers = {
+    handlers: dict[str, Callable[[Any, argparse.Namespace, TextIO, TextIO], int]] = {
         "list": _list,
         "show": _show,
         "replay": _replay,
         "verify": _verify,
         "invalidate": _invalidate,
     }
+    files = getattr(args, "files", None)
+    if not files and args.action in {"show", "replay"} and args.execution_id is None:
+        print(f"replay-guard records {args.action}: give the record's ID", file=err)
+        return EXIT_USAGE
     try:
+        if files:  # only show, replay and verify take --file
+            return handlers[args.action](RecordFiles(files), args, out, err)
         with open_store(args.db) as store:
             namespace = (*args.namespace, "records")
             return handlers[args.action](RecordStore(store, namespace=namespace), args, out, err)
     except StoreURIError as exc:
         print(f"replay-guard records: {exc}", file=err)
         return EXIT_USAGE
-    except RecordNotFoundError as exc:
-        print(f"replay-guard records: {exc} (database {mask_uri(args.db)})", file=err)
+    except RecordFileError as exc:
+        print(f"replay-guard records: {exc}", file=err)
         return EXIT_USAGE
+    except RecordNotFoundError as exc:
+        where = f"files {', '.join(map(str, files))}" if files else f"database {mask_uri(args.db)}"
+        print(f"replay-guard records: {exc} ({where})", file=err)
+        return EXIT_USAGE
+
+
+def _load(records: _Records, execution_id: str | None) -> ExecutionRecord:
+    """The record an action names: by id, or a single --file's record."""
+    if isinstance(records, RecordFiles):
+        return records.pick(execution_id)
+    assert execution_id is not None  # `run` refuses a --db action without an id
+    return load_record(records, execution_id)
 
 
 def _dump(value: Any, out: TextIO) -> None:
@@ -184,8 +221,8 @@ def _preview(value: Any) -> str:
     return f"{text[:_PREVIEW_CHARS]}\n... ({len(text) - _PREVIEW_CHARS} more characters; --json)"
 
 
-def _show(records: RecordStore, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    record = load_record(records, args.execution_id)
+def _show(records: _Records, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    record = _load(records, args.execution_id)
     if args.json:
         data = record.to_json_data()
         data["problems"] = list(record.problems)
@@ -236,8 +273,8 @@ def _event_line(event: dict[str, Any]) -> str:
     return str(kind)
 
 
-def _replay(records: RecordStore, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    record = load_record(records, args.execution_id)
+def _replay(records: _Records, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    record = _load(records, args.execution_id)
     env = None
     if args.envelope is not None:
         try:
@@ -266,38 +303,53 @@ def _replay(records: RecordStore, args: argparse.Namespace, out: TextIO, err: Te
     return EXIT_OK
 
 
-def _verify(records: RecordStore, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    ids = list(args.execution_ids) or [i.execution_id for i in records.list_records()]
-    failed = 0
+def _verify_entry(
+    execution_id: str, record: ExecutionRecord | RecordFileError, file: Path | None
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {"executionId": execution_id}
+    if file is not None:
+        entry["file"] = str(file)
+    if isinstance(record, RecordFileError):  # a file that is not a record: corrupted
+        entry.update(ok=False, replayable=False, reason="record_corrupted")
+        entry.update(problems=[str(record)], warnings=[])
+        return entry
+    integrity = verify_record_integrity(record)
+    reason = ReplayEngine(record).not_replayable_reason()
+    entry.update(ok=integrity.ok, replayable=reason is None, reason=reason)
+    entry.update(problems=list(integrity.problems), warnings=list(integrity.warnings))
+    return entry
+
+
+def _verify(records: _Records, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    wanted = list(args.execution_ids)
     report: list[dict[str, Any]] = []
-    for execution_id in ids:
-        record = load_record(records, execution_id)
-        integrity = verify_record_integrity(record)
-        reason = ReplayEngine(record).not_replayable_reason()
-        report.append(
-            {
-                "executionId": execution_id,
-                "ok": integrity.ok,
-                "replayable": reason is None,
-                "reason": reason,
-                "problems": list(integrity.problems),
-                "warnings": list(integrity.warnings),
-            }
-        )
-        if not integrity.ok:
-            failed += 1
+    if isinstance(records, RecordFiles):
+        for path, loaded in records.entries():
+            execution_id = path.stem if isinstance(loaded, RecordFileError) else loaded.execution_id
+            if not wanted or execution_id in wanted:
+                report.append(_verify_entry(execution_id, loaded, path))
+        missing = [i for i in wanted if i not in {e["executionId"] for e in report}]
+        if missing:
+            msg = f"No execution record {missing[0]!r} in the {len(records.paths)} file(s) given."
+            raise RecordNotFoundError(msg, execution_id=missing[0])
+    else:
+        ids = wanted or [i.execution_id for i in records.list_records()]
+        for execution_id in ids:
+            report.append(_verify_entry(execution_id, load_record(records, execution_id), None))
+    failed = sum(1 for entry in report if not entry["ok"])
     if args.json:
         _dump(report, out)
     else:
         for entry in report:
+            name = entry["executionId"] + (f" ({entry['file']})" if "file" in entry else "")
             if entry["ok"]:
                 note = "" if entry["replayable"] else f" (not replayable: {entry['reason']})"
-                print(f"ok        {entry['executionId']}{note}", file=out)
+                print(f"ok        {name}{note}", file=out)
                 for warning in entry["warnings"]:
                     print(f"  warning: {warning}", file=out)
             else:
-                print(f"CORRUPTED {entry['executionId']}: {'; '.join(entry['problems'])}", file=out)
-        print(f"{len(ids) - failed} ok, {failed} corrupted", file=out)
+                print(f"CORRUPTED {name}: {'; '.join(entry['problems'])}", file=out)
+        print(f"{len(report) - failed} ok, {failed} corrupted", file=out)
     return EXIT_NOT_REPLAYABLE if failed else EXIT_OK
 
 

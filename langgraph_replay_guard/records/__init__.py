@@ -12,7 +12,20 @@ from langgraph_replay_guard.records.engine import (
     batch_replay,
     load_record,
 )
-from langgraph_replay_guard.records.envelope import ENVELOPE_ROUTING_FIELDS, compute_envelope_hash
+from langgraph_replay_guard.records.envelope import (
+    ENVELOPE_HASH_ALGORITHMS,
+    ENVELOPE_ROUTING_FIELDS,
+    EnvelopeHashFormatError,
+    compute_envelope_hash,
+    envelope_hash_digest,
+    envelope_hash_matches,
+)
+from langgraph_replay_guard.records.files import (
+    RecordFileError,
+    RecordFiles,
+    read_record_file,
+    record_file_paths,
+)
 from langgraph_replay_guard.records.integrity import (
     IntegrityReport,
     verify_event_sequence,
@@ -20,6 +33,7 @@ from langgraph_replay_guard.records.integrity import (
 )
 from langgraph_replay_guard.records.model import (
     NOT_REPLAYABLE_REASONS,
+    RESPONSE_STATUSES,
     ErrorInfo,
     ExecutionRecord,
     FinalResponse,
@@ -36,14 +50,19 @@ from langgraph_replay_guard.records.recording import RecordedGraph
 from langgraph_replay_guard.records.store import RecordStore, StoredRecordInfo
 
 __all__ = [
+    "ENVELOPE_HASH_ALGORITHMS",
     "ENVELOPE_ROUTING_FIELDS",
     "NOT_REPLAYABLE_REASONS",
+    "RESPONSE_STATUSES",
     "CachingReplayEngine",
+    "EnvelopeHashFormatError",
     "ErrorInfo",
     "ExecutionRecord",
     "FinalResponse",
     "IntegrityReport",
     "RecordEvent",
+    "RecordFileError",
+    "RecordFiles",
     "RecordHeader",
     "RecordNotFoundError",
     "RecordSource",
@@ -58,9 +77,13 @@ __all__ = [
     "StoredRecordInfo",
     "batch_replay",
     "compute_envelope_hash",
+    "envelope_hash_digest",
+    "envelope_hash_matches",
     "first_validation_error",
     "invalidate_record",
     "load_record",
+    "read_record_file",
+    "record_file_paths",
     "utc_now_iso",
     "verify_event_sequence",
     "verify_record_integrity",

@@ -16,7 +16,11 @@ from langgraph_replay_guard.errors import (
     ReplayGuardError,
     ReplayHashMismatchError,
 )
-from langgraph_replay_guard.records.envelope import compute_envelope_hash
+from langgraph_replay_guard.records.envelope import (
+    EnvelopeHashFormatError,
+    envelope_hash_matches,
+    envelope_hash_of,
+)
 from langgraph_replay_guard.records.integrity import IntegrityReport, verify_record_integrity
 from langgraph_replay_guard.records.model import (
     ErrorInfo,
@@ -157,8 +161,9 @@ class ReplayEngine:
         """Return the recorded final response.
 
         Args:
-            env: The envelope of the request being answered. When given, its hash must be
-                the recorded `envelopeHash` (`force` does not skip this check).
+            env: The envelope of the request being answered. When given, it must hash to
+                the recorded `envelopeHash` (`envelope_hash_matches`: with or without the
+                `sha256:` prefix; `force` does not skip this check).
             force: Serve a non-replayable record anyway (when it has a response); the
                 result's `warnings` say why it was not replayable.
 
@@ -168,7 +173,8 @@ class ReplayEngine:
         Raises:
             NotReplayableError: The record is not replayable (`reason` says why) and
                 `force` is False, or it has no response to serve at all.
-            ReplayHashMismatchError: `env` does not hash to the recorded envelope hash.
+            ReplayHashMismatchError: `env` does not hash to the recorded envelope hash, or
+                the recorded hash names an unknown algorithm.
             ReplayedRunError: The recorded run ended with an error: the replay raises it
                 again (the error and the result are attributes of the exception).
         """
@@ -192,14 +198,7 @@ class ReplayEngine:
                 raise NotReplayableError(msg, reason=reason)
             warnings.append(f"forced replay of a non-replayable record ({reason}): {why}")
         if env is not None:
-            actual = compute_envelope_hash(env)
-            if actual != header.envelopeHash:
-                msg = (
-                    f"The request does not match execution record {header.executionId!r}: "
-                    f"expected envelope hash {header.envelopeHash}, got {actual}. Replay only "
-                    "answers the request that was recorded; run the graph instead."
-                )
-                raise ReplayHashMismatchError(msg, expected=header.envelopeHash, actual=actual)
+            self._check_request(env)
         final = record.finalResponse
         assert final is not None  # a replayable record has a response (integrity check)
         result = ReplayResult(
@@ -219,6 +218,26 @@ class ReplayEngine:
             )
             raise ReplayedRunError(msg, error=error, result=result)
         return result
+
+    def _check_request(self, env: Mapping[str, Any]) -> None:
+        header = self.record.header
+        try:
+            matches = envelope_hash_matches(env, header.envelopeHash)
+        except EnvelopeHashFormatError as exc:
+            actual = envelope_hash_of(env, "sha256:")
+            msg = (
+                f"The request cannot be checked against execution record "
+                f"{header.executionId!r}: {exc}"
+            )
+            raise ReplayHashMismatchError(msg, expected=header.envelopeHash, actual=actual) from exc
+        if not matches:
+            actual = envelope_hash_of(env, header.envelopeHash)
+            msg = (
+                f"The request does not match execution record {header.executionId!r}: "
+                f"expected envelope hash {header.envelopeHash}, got {actual}. Replay only "
+                "answers the request that was recorded; run the graph instead."
+            )
+            raise ReplayHashMismatchError(msg, expected=header.envelopeHash, actual=actual)
 
     def _why(self, reason: str) -> str:
         explanations = {

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -10,7 +9,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from langgraph_replay_guard.errors import ReplayGuardError
-from langgraph_replay_guard.records.envelope import compute_envelope_hash
+from langgraph_replay_guard.records.envelope import (
+    EnvelopeHashFormatError,
+    envelope_hash_matches,
+    envelope_hash_of,
+)
 from langgraph_replay_guard.records.model import (
     ExecutionRecord,
     FinalResponse,
@@ -19,8 +22,6 @@ from langgraph_replay_guard.records.model import (
 )
 
 __all__ = ["IntegrityReport", "verify_event_sequence", "verify_record_integrity"]
-
-_HASH_PATTERN = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -136,24 +137,26 @@ def verify_record_integrity(record: ExecutionRecord | Mapping[str, Any]) -> Inte
 
 def _hash_problems(record: ExecutionRecord) -> list[str]:
     recorded = record.header.envelopeHash
-    if not _HASH_PATTERN.match(recorded):
-        return [f"envelopeHash {recorded!r} is not 'sha256:' + 64 hex digits"]
     try:
-        actual = compute_envelope_hash(record.envelope)
+        if envelope_hash_matches(record.envelope, recorded):
+            return []
+        actual = envelope_hash_of(record.envelope, recorded)
+    except EnvelopeHashFormatError as exc:
+        return [str(exc)]
     except ReplayGuardError as exc:
         return [f"the envelope cannot be hashed: {exc}"]
-    if actual != recorded:
-        return [
-            f"the envelope hashes to {actual}, not to the recorded {recorded} "
-            "(the envelope was changed)"
-        ]
-    return []
+    return [
+        f"the envelope hashes to {actual}, not to the recorded {recorded} "
+        "(the envelope was changed)"
+    ]
 
 
 def _status_problems(final: FinalResponse) -> list[str]:
     # A contract-shaped response says its outcome twice (status and error): they must agree.
-    if final.status == "error" and final.error is None:
-        return ["finalResponse.status is 'error' but there is no finalResponse.error"]
-    if final.status == "success" and final.error is not None:
-        return [f"finalResponse.status is 'success' but it has an error ({final.error.label})"]
+    if final.outcome == "error" and final.error is None:
+        return [f"finalResponse.status is {final.status!r} but there is no finalResponse.error"]
+    if final.outcome == "success" and final.error is not None:
+        return [
+            f"finalResponse.status is {final.status!r} but it has an error ({final.error.label})"
+        ]
     return []

@@ -13,6 +13,7 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     StrictInt,
     ValidationError,
+    field_validator,
     model_serializer,
 )
 
@@ -21,6 +22,7 @@ from langgraph_replay_guard.records.envelope import compute_envelope_hash
 
 __all__ = [
     "NOT_REPLAYABLE_REASONS",
+    "RESPONSE_STATUSES",
     "ErrorInfo",
     "ExecutionRecord",
     "FinalResponse",
@@ -54,6 +56,23 @@ NOT_REPLAYABLE_REASONS: tuple[str, ...] = (
 )
 
 
+ResponseStatus = Literal["success", "ok", "error"]
+
+RESPONSE_STATUSES: Mapping[str, Literal["success", "error"]] = {
+    "success": "success",
+    "ok": "success",
+    "error": "error",
+}
+"""The `finalResponse.status` values a record may carry, and the outcome each one means.
+
+`"success"` and `"error"` are the record contract's (and IntentusNet's `AgentResponse`
+contract's). `"ok"` is what IntentusNet's example agents answer with, so its record files carry
+it; IntentusNet's router counts a response as a success when it has no error, and writes
+`"ok"` itself in its `AGENT_ATTEMPT_END` events. Any other status is refused when a record is
+loaded, naming the value and these.
+"""
+
+
 def utc_now_iso() -> str:
     """The current UTC time in ISO 8601 with a `Z` suffix (microseconds)."""
     now = dt.datetime.now(dt.UTC)
@@ -61,18 +80,6 @@ def utc_now_iso() -> str:
 
 
 # -- the record ----------------------------------------------------------------------------
-
-
-class RecordHeader(BaseModel):
-    """What identifies a record and says whether it can be replayed."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    executionId: str = Field(min_length=1)
-    createdUtcIso: str
-    envelopeHash: str
-    replayable: bool
-    replayableReason: ReplayableReason | None = None
 
 
 class _KeepsGivenFields(BaseModel):
@@ -94,6 +101,24 @@ class _KeepsGivenFields(BaseModel):
 
     def _omitted_fields(self) -> frozenset[str]:
         return self._given_only - self.model_fields_set
+
+
+class RecordHeader(_KeepsGivenFields):
+    """What identifies a record and says whether it can be replayed.
+
+    `envelopeHash` is `"sha256:" + hex digest` in this package's records and the bare hex
+    digest in IntentusNet's (see `envelope_hash_matches`). `replayableReason` is written back
+    only when it was given (IntentusNet's older records have none).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    _given_only: ClassVar[frozenset[str]] = frozenset({"replayableReason"})
+
+    executionId: str = Field(min_length=1)
+    createdUtcIso: str
+    envelopeHash: str
+    replayable: bool
+    replayableReason: ReplayableReason | None = None
 
 
 class RecordEvent(_KeepsGivenFields):
@@ -168,17 +193,27 @@ class FinalResponse(_KeepsGivenFields):
     """What the run returned (`payload`), or the error it raised (`error`).
 
     Two shapes load. The recorder's: `payload`, `metadata` and `error` (a `RecordedError`).
-    The contract's: `status` (`"success"` or `"error"`), `payload`, an `error` as
-    `{"code", "message"}` (an `ErrorInfo`), and any other fields (`version`...). A response
-    with a `status` is written back with exactly the fields it was given.
+    The contract's: `status` (`"success"`, `"error"`, or IntentusNet's `"ok"`: see
+    `RESPONSE_STATUSES`), `payload`, an `error` as `{"code", "message"}` (an `ErrorInfo`),
+    and any other fields (`version`...). A response with a `status` is written back with
+    exactly the fields it was given, its `status` as recorded (`outcome` says what it means).
     """
 
     model_config = ConfigDict(extra="allow")
 
-    status: Literal["success", "error"] | None = None
+    status: ResponseStatus | None = None
     payload: Any = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     error: RecordedError | ErrorInfo | None = None
+
+    @field_validator("status", mode="before")
+    @classmethod
+    def _known_status(cls, value: Any) -> Any:
+        if value is None or (isinstance(value, str) and value in RESPONSE_STATUSES):
+            return value
+        accepted = ", ".join(f"{name!r} ({outcome})" for name, outcome in RESPONSE_STATUSES.items())
+        msg = f"unknown finalResponse.status {value!r}; accepted: {accepted}"
+        raise ValueError(msg)
 
     def _omitted_fields(self) -> frozenset[str]:
         if self.status is None:  # the recorder's shape: written as before
@@ -186,9 +221,14 @@ class FinalResponse(_KeepsGivenFields):
         return frozenset(type(self).model_fields) - self.model_fields_set
 
     @property
+    def outcome(self) -> Literal["success", "error"] | None:
+        """What the `status` means (`"ok"` is a success); None when there is no status."""
+        return None if self.status is None else RESPONSE_STATUSES[self.status]
+
+    @property
     def failed(self) -> bool:
         """Whether the recorded run ended with an error."""
-        return self.error is not None or self.status == "error"
+        return self.error is not None or self.outcome == "error"
 
 
 class ExecutionRecord(_KeepsGivenFields):

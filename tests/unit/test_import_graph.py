@@ -30,6 +30,7 @@ CORE = [
     "records.model",
     "records.integrity",
     "records.engine",
+    "records.files",
 ]
 
 
