@@ -7,7 +7,13 @@ import os
 import sys
 from collections.abc import Sequence
 
-from langgraph_replay_guard.cli import demo_cmd, eval_cmd, inspect_cmd, records_cmd
+from langgraph_replay_guard.cli import (
+    crashtest_cmd,
+    demo_cmd,
+    eval_cmd,
+    inspect_cmd,
+    records_cmd,
+)
 
 __all__ = ["main"]
 
@@ -19,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Loop, duplicate and replay protection for LangGraph tool calls.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    crashtest_cmd.add_parser(sub)
     demo_cmd.add_parser(sub)
     eval_cmd.add_parser(sub)
     inspect_cmd.add_parser(sub)

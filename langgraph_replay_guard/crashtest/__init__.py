@@ -6,4 +6,12 @@ from langgraph_replay_guard.crashtest.harness import DEFAULT_INPUT, crashtest
 from langgraph_replay_guard.crashtest.report import POINTS, CallSeen, CrashReport, Trial
 from langgraph_replay_guard.crashtest.target import CrashTestError
 
-__all__ = ["DEFAULT_INPUT", "POINTS", "CallSeen", "CrashReport", "CrashTestError", "Trial", "crashtest"]
+__all__ = [
+    "DEFAULT_INPUT",
+    "POINTS",
+    "CallSeen",
+    "CrashReport",
+    "CrashTestError",
+    "Trial",
+    "crashtest",
+]

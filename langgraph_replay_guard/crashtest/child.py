@@ -1,22 +1,15 @@
-"""The crash test's child process: builds the user's graph on SQLite, runs one phase, reports.
+"""One phase of a crash test in a forked process: build the user's graph on SQLite and run it.
 
-Usage: python -m langgraph_replay_guard.crashtest '<json options>'
-
-Options: target (`FILE_OR_MODULE:FUNCTION`), dir (holds the trial's databases and its
-`starts` file), phase (`learn`: run the input to its end; `crash`: the same, dying at `kill`;
-`resume`: `invoke(None, config)` on the thread), input, kill (`[tool, ordinal, point]`). The
-last line of stdout is `RESULT_MARK` and one JSON object.
+Phases: `learn` (run the input to its end), `crash` (the same, dying at `kill`: `[tool,
+ordinal, point]`), `resume` (`invoke(None, config)` on the thread). The options also name the
+target (`FILE_OR_MODULE:FUNCTION`), the input and the directory of the trial's databases and
+its `starts` file.
 """
 
 from __future__ import annotations
 
-import os
-
-os.environ["LANGSMITH_TRACING"] = "false"
-
 import json
 import sqlite3
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +17,8 @@ from langgraph_replay_guard.crashtest.hooks import Hooks, ordered_calls
 from langgraph_replay_guard.crashtest.target import CrashTestError, build_graph
 from langgraph_replay_guard.errors import ReplayGuardError
 
-__all__ = ["RESULT_MARK", "THREAD_ID", "main"]
+__all__ = ["THREAD_ID", "run"]
 
-RESULT_MARK = "replay-guard-crashtest-result: "
 THREAD_ID = "crashtest"
 
 
@@ -62,8 +54,9 @@ def run(opts: dict[str, Any]) -> dict[str, Any]:
     """
     directory = Path(opts["dir"])
     phase = opts["phase"]
-    kill = tuple(opts["kill"]) if opts.get("kill") else None
-    hooks = Hooks(phase, str(directory / "starts"), kill)  # type: ignore[arg-type]
+    given = opts.get("kill")
+    kill = (str(given[0]), int(given[1]), str(given[2])) if given else None
+    hooks = Hooks(phase, str(directory / "starts"), kill)
     saver, store = _persistence(directory)
     try:
         graph = build_graph(opts["target"], checkpointer=saver, store=store)
@@ -82,7 +75,8 @@ def run(opts: dict[str, Any]) -> dict[str, Any]:
         return _learned(opts["target"], graph, config, hooks, raised)
     if phase == "crash":
         return {"killed": False, "raised": repr(raised) if raised else None}
-    return _resumed(graph, config, hooks, tuple(opts["call"]), raised)
+    call = (str(opts["call"][0]), int(opts["call"][1]))
+    return _resumed(graph, config, hooks, call, raised)
 
 
 def _learned(
@@ -152,11 +146,3 @@ def _started_before(starts_file: str, call: tuple[str, int]) -> bool:
             if start["phase"] == "crash" and (start["tool"], start["ordinal"]) == call:
                 return True
     return False
-
-
-def main(argv: list[str]) -> None:
-    """Run the phase given as JSON in `argv[0]`; print the result after `RESULT_MARK`."""
-    result = run(json.loads(argv[0]))
-    print(RESULT_MARK + json.dumps(result, default=str), flush=True)
-
-

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
+import queue
 import subprocess
 import sys
 import tempfile
@@ -13,9 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from langgraph_replay_guard.crashtest.child import RESULT_MARK
 from langgraph_replay_guard.crashtest.report import POINTS, CallSeen, CrashReport, Trial
-from langgraph_replay_guard.crashtest.target import CrashTestError
+from langgraph_replay_guard.crashtest.target import CrashTestError, split_target
 
 __all__ = ["DEFAULT_INPUT", "crashtest"]
 
@@ -68,25 +67,29 @@ def crashtest(
             assert report.ok, report.render()
         ```
     """
+    split_target(target)  # a malformed target fails here, before any process starts
     given = DEFAULT_INPUT if input is None else input
     allowed = frozenset(allow_rerun)
     with tempfile.TemporaryDirectory(prefix="replay-guard-crashtest-") as root:
-        learned = _child(
-            {"target": target, "dir": _fresh(root, "learn"), "phase": "learn", "input": given},
-            timeout,
-        )
-        if "error" in learned:
-            raise CrashTestError(str(learned["error"]))
-        calls = tuple(CallSeen(**call) for call in learned["calls"])
-        plan = [(call, point) for call in calls for point in POINTS]
+        servers = _Servers(target, timeout, max(1, jobs), root)
+        try:
+            learned = servers.ask(
+                {"target": target, "dir": _fresh(root, "learn"), "phase": "learn", "input": given}
+            )
+            if "error" in learned:
+                raise CrashTestError(str(learned["error"]))
+            calls = tuple(CallSeen(**call) for call in learned["calls"])
+            plan = [(call, point) for call in calls for point in POINTS]
 
-        def one(index: int) -> Trial:
-            call, point = plan[index]
-            opts = {"target": target, "dir": _fresh(root, f"trial-{index}"), "input": given}
-            return _trial(opts, call, point, timeout, call.tool in allowed)
+            def one(index: int) -> Trial:
+                call, point = plan[index]
+                opts = {"target": target, "dir": _fresh(root, f"trial-{index}"), "input": given}
+                return _trial(servers, opts, call, point, call.tool in allowed)
 
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            trials = tuple(pool.map(one, range(len(plan))))
+            with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+                trials = tuple(pool.map(one, range(len(plan))))
+        finally:
+            servers.close()
     return CrashReport(calls=calls, trials=trials)
 
 
@@ -97,15 +100,15 @@ def _fresh(root: str, name: str) -> str:
 
 
 def _trial(
-    opts: dict[str, Any], call: CallSeen, point: str, timeout: float, allowed: bool
+    servers: _Servers, opts: dict[str, Any], call: CallSeen, point: str, allowed: bool
 ) -> Trial:
     where = [call.tool, call.ordinal]
-    crash = _child({**opts, "phase": "crash", "kill": [*where, point]}, timeout)
+    crash = servers.ask({**opts, "phase": "crash", "kill": [*where, point]})
     error = crash.get("error")
     killed = bool(crash.get("killed"))
     resume = "-"
     if error is None:
-        resumed = _child({**opts, "phase": "resume", "call": where}, timeout)
+        resumed = servers.ask({**opts, "phase": "resume", "call": where})
         error = resumed.get("error")
         resume = str(resumed.get("resume", "-"))
     starts = _starts(Path(opts["dir"]) / "starts", call)
@@ -133,27 +136,68 @@ def _starts(path: Path, call: CallSeen) -> list[str | None]:
     return keys
 
 
-def _child(opts: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """Run one child process; its result, `{"killed": True}`, or `{"error": ...}`."""
-    path = os.environ.get("PYTHONPATH")
-    env = {
-        **os.environ,
-        "LANGSMITH_TRACING": "false",
-        "PYTHONPATH": os.pathsep.join([_PACKAGE_ROOT, *([path] if path else [])]),
-    }
-    command = [sys.executable, "-m", "langgraph_replay_guard.crashtest", json.dumps(opts)]
-    try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=timeout, env=env, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return {"error": f"the {opts['phase']} process timed out after {timeout:g} s"}
-    if done.returncode == -signal.SIGKILL:
-        return {"killed": True}
-    for line in reversed(done.stdout.splitlines()):
-        if line.startswith(RESULT_MARK):
-            result: dict[str, Any] = json.loads(line[len(RESULT_MARK) :])
-            return result
-    tail = done.stderr.strip().splitlines()[-5:]
-    msg = f"the {opts['phase']} process exited with {done.returncode}: " + " | ".join(tail)
-    return {"error": msg}
+class _Server:
+    """One phase server (`server.serve` in a new interpreter): forks a process per phase."""
+
+    def __init__(self, target: str, timeout: float, log: Path) -> None:
+        path = os.environ.get("PYTHONPATH")
+        env = {
+            **os.environ,
+            "LANGSMITH_TRACING": "false",
+            "PYTHONPATH": os.pathsep.join([_PACKAGE_ROOT, *([path] if path else [])]),
+        }
+        command = [sys.executable, "-m", "langgraph_replay_guard.crashtest", target, f"{timeout}"]
+        with log.open("ab") as errors:
+            self.process = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, env=env
+            )
+        self.ready = False
+
+    def ask(self, opts: dict[str, Any]) -> dict[str, Any]:
+        """Run one phase; its result, `{"killed": True}` or `{"error": ...}`."""
+        stdin, stdout = self.process.stdin, self.process.stdout
+        assert stdin is not None
+        assert stdout is not None
+        if not self.ready:
+            self.ready = stdout.readline() == b"ready\n"
+        try:
+            stdin.write(json.dumps(opts).encode() + b"\n")
+            stdin.flush()
+            line = stdout.readline()
+        except OSError:
+            line = b""
+        if not self.ready or not line:
+            return {"error": "the crash test's process server died (see --timeout)"}
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def close(self) -> None:
+        """End the server (it exits when its input ends)."""
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+class _Servers:
+    """A pool of phase servers, one per job; each trial borrows one."""
+
+    def __init__(self, target: str, timeout: float, jobs: int, root: str) -> None:
+        self.idle: queue.Queue[_Server] = queue.Queue()
+        self.all = [_Server(target, timeout, Path(root) / "servers.log") for _ in range(jobs)]
+        for server in self.all:
+            self.idle.put(server)
+
+    def ask(self, opts: dict[str, Any]) -> dict[str, Any]:
+        server = self.idle.get()
+        try:
+            return server.ask(opts)
+        finally:
+            self.idle.put(server)
+
+    def close(self) -> None:
+        for server in self.all:
+            server.close()

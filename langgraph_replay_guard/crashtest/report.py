@@ -144,12 +144,17 @@ class CrashReport:
             lines.append(f"\nok: {len(self.trials)} crashes, no tool call ran twice unsafely")
         else:
             lines.append(f"\n{len(self.problems)} of {len(self.trials)} crashes failed:")
-            lines.extend(f"- {t.call.label}, killed {POINTS[t.point]}: {t.problem}" for t in self.problems)
+            lines.extend(
+                f"- {t.call.label}, killed {POINTS[t.point]}: {t.problem}" for t in self.problems
+            )
         return "\n".join(lines)
 
 
 def _table(rows: Sequence[Sequence[str]]) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    out = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
     out.insert(1, "  ".join("-" * w for w in widths))
     return out

@@ -12,11 +12,24 @@ from typing import Any
 
 from langgraph_replay_guard.errors import ReplayGuardError
 
-__all__ = ["CrashTestError", "build_graph", "load_function"]
+__all__ = ["CrashTestError", "build_graph", "load_function", "split_target"]
 
 
 class CrashTestError(ReplayGuardError):
     """The crash test cannot run: a bad target, a graph it cannot test, a child that failed."""
+
+
+def split_target(target: str) -> tuple[str, str]:
+    """Split `FILE_OR_MODULE:FUNCTION` into its two parts.
+
+    Raises:
+        CrashTestError: The target is not of that form.
+    """
+    where, sep, name = target.rpartition(":")
+    if not sep or not where or not name.isidentifier():
+        msg = f"{target!r} is not FILE_OR_MODULE:FUNCTION (e.g. my_agent.py:build_graph)"
+        raise CrashTestError(msg)
+    return where, name
 
 
 def load_function(target: str) -> Callable[..., Any]:
@@ -31,12 +44,9 @@ def load_function(target: str) -> Callable[..., Any]:
     Raises:
         CrashTestError: The target is malformed, or its module or function is missing.
     """
-    where, sep, name = target.rpartition(":")
-    if not sep or not where or not name.isidentifier():
-        msg = f"{target!r} is not FILE_OR_MODULE:FUNCTION (e.g. my_agent.py:build_graph)"
-        raise CrashTestError(msg)
+    where, name = split_target(target)
     module = _load_module(where)
-    function = getattr(module, name, None)
+    function: Callable[..., Any] | None = getattr(module, name, None)
     if not callable(function):
         msg = f"{where!r} has no function {name!r}"
         raise CrashTestError(msg)
