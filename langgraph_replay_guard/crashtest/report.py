@@ -76,7 +76,7 @@ class Trial:
     def note(self) -> str:
         """The trial's line in the report's last column."""
         if self.problem is not None:
-            return f"FAIL: {self.problem}"
+            return "FAIL (see below)"
         if not self.killed:
             return "point not reached"
         if self.starts >= 2 and self.call.replay == "idempotent":
