@@ -90,7 +90,7 @@ def _learned(
     calls = ordered_calls(_messages(graph, config))
     if not calls:
         return {"error": f"the input made no tool call in {target}: give one that does (--input)"}
-    if hooks.checked == 0:
+    if hooks.ledgered == 0:
         msg = (
             f"the tool calls of {target} never reached a replay guard's ledger: guard the graph "
             "(guard.middleware() or guard.wrap(ToolNode)) and give the guard the store "

@@ -8,6 +8,7 @@ import queue
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -152,20 +153,26 @@ class _Server:
                 command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, env=env
             )
         self.ready = False
+        self.timeout = timeout
 
     def ask(self, opts: dict[str, Any]) -> dict[str, Any]:
         """Run one phase; its result, `{"killed": True}` or `{"error": ...}`."""
         stdin, stdout = self.process.stdin, self.process.stdout
         assert stdin is not None
         assert stdout is not None
-        if not self.ready:
-            self.ready = stdout.readline() == b"ready\n"
+        # The server bounds each phase; this bounds the server (an import that hangs).
+        watchdog = threading.Timer(2 * self.timeout + 60, self.process.kill)
+        watchdog.start()
         try:
+            if not self.ready:
+                self.ready = stdout.readline() == b"ready\n"
             stdin.write(json.dumps(opts).encode() + b"\n")
             stdin.flush()
             line = stdout.readline()
         except OSError:
             line = b""
+        finally:
+            watchdog.cancel()
         if not self.ready or not line:
             return {"error": "the crash test's process server died (see --timeout)"}
         answer: dict[str, Any] = json.loads(line)

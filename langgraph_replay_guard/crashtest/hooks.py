@@ -70,6 +70,8 @@ class Hooks:
         self.starts_file = starts_file
         self.kill = kill
         self.checked = 0
+        self.ledgered = 0
+        """How many calls the ledger admitted or answered (no store: none)."""
         self.classes: dict[Where, str] = {}
         self.starts: Counter[Where] = Counter()
         self._where: dict[str, Where] = {}
@@ -144,6 +146,9 @@ class Hooks:
         return with_invoke(tool, counted, acounted)
 
     def _admitted(self, where: Where, facts: Any, result: Any) -> None:
+        if result is not None:
+            with self._lock:
+                self.ledgered += 1
         if not isinstance(result, RunTicket):
             return
         runtime_config = getattr(result.request.runtime, "config", None) or {}

@@ -39,6 +39,11 @@ def email_declared_pure(*, checkpointer: Any, store: Any) -> Any:
     return _agent(guard, checkpointer)
 
 
+def guard_without_store(*, checkpointer: Any, store: Any) -> Any:
+    """Guarded, but neither the guard nor the graph has the store: no ledger."""
+    return _agent(ReplayGuard(tools={"send_email": "unsafe"}), checkpointer)
+
+
 def unguarded(*, checkpointer: Any, store: Any) -> Any:
     """The same agent without the guard."""
     return _agent(None, checkpointer)

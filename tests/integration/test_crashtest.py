@@ -76,6 +76,7 @@ def test_the_function_reports_the_same_for_pytest():
         ("does/not/exist.py:build", "no file"),
         (f"{GRAPHS}:not_a_graph", "returned dict, not a compiled graph"),
         (f"{GRAPHS}:unguarded", "never reached a replay guard's ledger"),
+        (f"{GRAPHS}:guard_without_store", "never reached a replay guard's ledger"),
     ],
 )
 def test_clear_errors_for_a_target_it_cannot_test(target, says, capsys):
