@@ -30,7 +30,9 @@ __all__ = [
     "signature_once",
     "tool_error_content",
     "tool_node_settings",
+    "tool_nodes",
     "with_channel_writer",
+    "wrap_node_tools",
 ]
 
 # Supported ranges (pyproject.toml): langgraph >=1.0,<2 (prebuilt ToolNode 1.x), langchain
@@ -385,3 +387,41 @@ def checkpoint_thread_ids(saver: Any) -> list[str]:
     for item in saver.list(None):
         found.setdefault(str(item.config["configurable"]["thread_id"]), None)
     return list(reversed(found))
+
+
+def tool_nodes(graph: Any) -> list[ToolNode]:
+    """Every `ToolNode` of a compiled graph and of its subgraphs (a node's `bound` runnable).
+
+    Used by the crash test to count a tool's body starts without the user's cooperation.
+
+    Args:
+        graph: A compiled graph (`Pregel`).
+
+    Returns:
+        The graph's tools nodes, its own first.
+    """
+    from langgraph.prebuilt import ToolNode as BaseToolNode
+
+    graphs = [graph, *(sub for _, sub in graph.get_subgraphs(recurse=True))]
+    found: list[ToolNode] = []
+    for each in graphs:
+        for node in getattr(each, "nodes", {}).values():
+            bound = getattr(node, "bound", None)
+            if isinstance(bound, BaseToolNode) and not any(bound is f for f in found):
+                found.append(bound)
+    return found
+
+
+def wrap_node_tools(node: ToolNode, wrap: Callable[[Any], Any]) -> None:
+    """Replace each tool of a `ToolNode` by `wrap(tool)`, in place.
+
+    `ToolNode` looks its tools up in a private dict (its public `tools_by_name` returns it)
+    at every call, so a tool replaced there is the one a call runs.
+
+    Args:
+        node: The tools node.
+        wrap: Gets a tool, returns the tool to run instead (same name).
+    """
+    tools: dict[str, Any] = node._tools_by_name
+    for name, tool in list(tools.items()):
+        tools[name] = wrap(tool)

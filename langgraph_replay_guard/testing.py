@@ -1,4 +1,4 @@
-"""A scripted tool-calling chat model for tests, the demo and notebooks (no network, no key)."""
+"""Test helpers: a scripted chat model (no network, no key) and the crash test of a graph."""
 
 from __future__ import annotations
 
@@ -13,12 +13,21 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict, Field, PrivateAttr
 
+from langgraph_replay_guard.crashtest import CrashReport, CrashTestError, crashtest
+
 if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
 
     from langgraph_replay_guard.guard import ReplayGuard
 
-__all__ = ["ScriptedChatModel", "agent_graph", "tool_call"]
+__all__ = [
+    "CrashReport",
+    "CrashTestError",
+    "ScriptedChatModel",
+    "agent_graph",
+    "crashtest",
+    "tool_call",
+]
 
 Step = (
     str

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from langgraph_replay_guard.cli import (
+    crashtest_cmd,
     demo_cmd,
     eval_cmd,
     export_cmd,
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Loop, duplicate and replay protection for LangGraph tool calls.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    crashtest_cmd.add_parser(sub)
     demo_cmd.add_parser(sub)
     eval_cmd.add_parser(sub)
     export_cmd.add_parser(sub)

@@ -319,3 +319,31 @@ def test_create_agent_tools_sees_every_tool_once_the_tools_node_is_built():
     assert built
     assert all({t.name for t in found} == {"lookup", "note"} for found in built)
     assert _compat.create_agent_tools() is None
+
+
+def test_tool_nodes_are_found_and_their_tools_replaced_in_place():
+    from langgraph_replay_guard import ReplayGuard
+
+    guard = ReplayGuard(tools={"lookup": "pure"})
+    model = ScriptedChatModel(script=[[("lookup", {"id": "P1"})], "Done."])
+    agent = create_agent(model, [lookup], middleware=[guard.middleware()])
+    inner = StateGraph(MessagesState).add_node("tools", ToolNode([lookup]))
+    inner = inner.add_edge(START, "tools").compile()
+    outer = StateGraph(MessagesState).add_node("sub", inner).add_edge(START, "sub").compile()
+    [node] = _compat.tool_nodes(agent)
+    assert isinstance(node, ToolNode)
+    assert len(_compat.tool_nodes(outer)) == 1  # in a subgraph too
+    seen = []
+
+    def wrap(original):
+        @tool("lookup")
+        def counted(id: str) -> str:
+            """Read a record."""
+            seen.append(id)
+            return original.invoke({"id": id})
+
+        return counted
+
+    _compat.wrap_node_tools(node, wrap)
+    agent.invoke({"messages": [("user", "go")]})
+    assert seen == ["P1"]

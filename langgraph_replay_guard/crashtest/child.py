@@ -1,0 +1,148 @@
+"""One phase of a crash test in a forked process: build the user's graph on SQLite and run it.
+
+Phases: `learn` (run the input to its end), `crash` (the same, dying at `kill`: `[tool,
+ordinal, point]`), `resume` (`invoke(None, config)` on the thread). The options also name the
+target (`FILE_OR_MODULE:FUNCTION`), the input and the directory of the trial's databases and
+its `starts` file.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from langgraph_replay_guard.crashtest.hooks import Hooks, ordered_calls
+from langgraph_replay_guard.crashtest.target import CrashTestError, build_graph
+from langgraph_replay_guard.errors import ReplayGuardError
+
+__all__ = ["THREAD_ID", "run"]
+
+THREAD_ID = "crashtest"
+
+
+def _persistence(directory: Path) -> tuple[Any, Any]:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.store.sqlite import SqliteStore
+
+    def connect(name: str) -> sqlite3.Connection:
+        conn = sqlite3.connect(directory / name, check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA busy_timeout = 10000")
+        return conn
+
+    saver, store = SqliteSaver(connect("checkpoints.db")), SqliteStore(connect("store.db"))
+    saver.setup()
+    store.setup()
+    return saver, store
+
+
+def _messages(graph: Any, config: dict[str, Any]) -> list[Any]:
+    values = graph.get_state(config).values
+    found = values.get("messages") if isinstance(values, dict) else None
+    return list(found or [])
+
+
+def run(opts: dict[str, Any]) -> dict[str, Any]:
+    """Run one phase and say what happened.
+
+    Args:
+        opts: The options (see the module's usage).
+
+    Returns:
+        The phase's result (JSON).
+    """
+    directory = Path(opts["dir"])
+    phase = opts["phase"]
+    given = opts.get("kill")
+    kill = (str(given[0]), int(given[1]), str(given[2])) if given else None
+    hooks = Hooks(phase, str(directory / "starts"), kill)
+    saver, store = _persistence(directory)
+    try:
+        graph = build_graph(opts["target"], checkpointer=saver, store=store)
+    except CrashTestError as exc:
+        return {"error": str(exc)}
+    if hooks.install(graph) == 0:
+        msg = f"{opts['target']} built a graph without a ToolNode: nothing to crash-test"
+        return {"error": msg}
+    config: dict[str, Any] = {"configurable": {"thread_id": THREAD_ID}}
+    raised: BaseException | None = None
+    try:
+        graph.invoke(None if phase == "resume" else opts["input"], config, durability="sync")
+    except Exception as exc:  # reported: what the run did
+        raised = exc
+    if phase == "learn":
+        return _learned(opts["target"], graph, config, hooks, raised)
+    if phase == "crash":
+        return {"killed": False, "raised": repr(raised) if raised else None}
+    call = (str(opts["call"][0]), int(opts["call"][1]))
+    return _resumed(graph, config, hooks, call, raised)
+
+
+def _learned(
+    target: str, graph: Any, config: dict[str, Any], hooks: Hooks, raised: BaseException | None
+) -> dict[str, Any]:
+    if raised is not None:
+        return {"error": f"the learning run of {target} failed: {type(raised).__name__}: {raised}"}
+    if graph.get_state(config).interrupts:
+        msg = f"the learning run of {target} stopped at an interrupt: give an input that finishes"
+        return {"error": msg}
+    calls = ordered_calls(_messages(graph, config))
+    if not calls:
+        return {"error": f"the input made no tool call in {target}: give one that does (--input)"}
+    if hooks.ledgered == 0:
+        msg = (
+            f"the tool calls of {target} never reached a replay guard's ledger: guard the graph "
+            "(guard.middleware() or guard.wrap(ToolNode)) and give the guard the store "
+            "(ReplayGuard(store=store) or compile(store=store))"
+        )
+        return {"error": msg}
+    return {
+        "calls": [
+            {
+                "tool": tool,
+                "ordinal": ordinal,
+                "replay": hooks.classes.get((tool, ordinal)),
+                "args": args,
+            }
+            for tool, ordinal, _, args in calls
+        ]
+    }
+
+
+def _resumed(
+    graph: Any,
+    config: dict[str, Any],
+    hooks: Hooks,
+    call: tuple[str, int],
+    raised: BaseException | None,
+) -> dict[str, Any]:
+    did: list[str] = []
+    if hooks.starts[call]:
+        did.append("ran again" if _started_before(hooks.starts_file, call) else "ran")
+    messages = _messages(graph, config)
+    ids = [i for tool, ordinal, i, _ in ordered_calls(messages) if (tool, ordinal) == call]
+    for message in messages:
+        if getattr(message, "tool_call_id", None) in ids:
+            metadata = getattr(message, "response_metadata", {}) or {}
+            if metadata.get("replay_guard") == "replayed":
+                did.append("replayed")
+    if isinstance(raised, ReplayGuardError):
+        facts = getattr(raised, "facts", None) or {}
+        tool = facts.get("tool")
+        did.append(f"{type(raised).__name__} ({tool})" if tool else type(raised).__name__)
+    elif raised is not None:
+        did.append(f"raised {type(raised).__name__}: {raised}")
+    elif graph.get_state(config).interrupts:
+        did.append("interrupt")
+    return {"resume": ", ".join(did) or "went on"}
+
+
+def _started_before(starts_file: str, call: tuple[str, int]) -> bool:
+    """Whether the crashed process started the call's body."""
+    with open(starts_file, encoding="utf-8") as lines:
+        for line in lines:
+            start = json.loads(line)
+            if start["phase"] == "crash" and (start["tool"], start["ordinal"]) == call:
+                return True
+    return False

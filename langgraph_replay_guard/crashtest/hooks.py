@@ -1,0 +1,206 @@
+"""The crash test's hooks inside a child process: count body starts, kill at a crash point."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langgraph_replay_guard._compat import tool_nodes, wrap_node_tools
+from langgraph_replay_guard.integrations.ledger_gate import (
+    IDEMPOTENCY_KEY_CONFIG,
+    LedgerGate,
+    RunTicket,
+)
+from langgraph_replay_guard.integrations.ledgered_tool import with_invoke
+
+__all__ = ["Hooks", "call_where", "ordered_calls"]
+
+Where = tuple[str, int]
+"""A call as the crash test names it: its tool and its ordinal among that tool's calls."""
+
+
+def ordered_calls(messages: Sequence[Any]) -> list[tuple[str, int, str, dict[str, Any]]]:
+    """Every tool call the AIMessages of a thread asked for, in order.
+
+    Returns:
+        (tool, ordinal among the calls of that tool (1-based), tool_call_id, args) tuples.
+    """
+    counts: Counter[str] = Counter()
+    found = []
+    for message in messages:
+        for call in getattr(message, "tool_calls", None) or []:
+            counts[call["name"]] += 1
+            found.append((call["name"], counts[call["name"]], call.get("id") or "", call["args"]))
+    return found
+
+
+def call_where(messages: Sequence[Any], tool_call_id: str) -> Where | None:
+    """The tool and ordinal of the call with this id, or None when no message asked for it."""
+    for tool, ordinal, call_id, _ in ordered_calls(messages):
+        if call_id == tool_call_id:
+            return tool, ordinal
+    return None
+
+
+def _die() -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Hooks:
+    """What one child process installs: the ledger gate's hooks and the counting tools.
+
+    Args:
+        phase: `learn`, `crash` or `resume`; written beside each body start.
+        starts_file: The file each body start appends a line to (O_APPEND: a SIGKILL right
+            after cannot lose it).
+        kill: The call and point to die at (`crash` phase), else None.
+    """
+
+    def __init__(self, phase: str, starts_file: str, kill: tuple[str, int, str] | None) -> None:
+        """Create the hooks; `install` puts them in place."""
+        self.phase = phase
+        self.starts_file = starts_file
+        self.kill = kill
+        self.checked = 0
+        self.ledgered = 0
+        """How many calls the ledger admitted or answered (no store: none)."""
+        self.classes: dict[Where, str] = {}
+        self.starts: Counter[Where] = Counter()
+        self._where: dict[str, Where] = {}
+        self._keys: dict[str, str | None] = {}
+        self._arrivals: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    # -- what the hooks see ------------------------------------------------------------------
+
+    def _locate(self, request: Any) -> Where:
+        call = request.tool_call
+        call_id = str(call.get("id") or "")
+        with self._lock:
+            where = self._where.get(call_id)
+            if where is None:
+                state = request.state
+                messages = state.get("messages") if isinstance(state, dict) else None
+                messages = messages or getattr(state, "messages", None) or []
+                where = call_where(messages, call_id)
+                if where is None:  # no message in the state asked for it: order of arrival
+                    self._arrivals[call["name"]] += 1
+                    where = (call["name"], self._arrivals[call["name"]])
+                self._where[call_id] = where
+            return where
+
+    def _point(self, point: str, where: Where) -> None:
+        if self.kill is not None and (where[0], where[1], point) == self.kill:
+            _die()
+
+    def _started(self, tool: str, input: Any) -> None:
+        call_id = str(input.get("id") or "") if isinstance(input, dict) else ""
+        with self._lock:
+            where = self._where.get(call_id)
+            if where is None:
+                self._arrivals[tool] += 1
+                where = (tool, self._arrivals[tool])
+            self.starts[where] += 1
+            key = self._keys.get(call_id)
+        line = {"phase": self.phase, "tool": where[0], "ordinal": where[1], "key": key}
+        fd = os.open(self.starts_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (json.dumps(line) + "\n").encode())
+        finally:
+            os.close(fd)
+
+    # -- installing --------------------------------------------------------------------------
+
+    def install(self, graph: Any) -> int:
+        """Hook the ledger gate (class-wide) and wrap the tools of every tools node of `graph`.
+
+        Returns:
+            How many tools nodes were found.
+        """
+        nodes = tool_nodes(graph)
+        for node in nodes:
+            wrap_node_tools(node, self._counting)
+        self._hook_gate()
+        return len(nodes)
+
+    def _counting(self, tool: Any) -> Any:
+        invoke, ainvoke = tool.invoke, tool.ainvoke
+        name = str(getattr(tool, "name", ""))
+
+        def counted(input: Any, config: Any = None, **kwargs: Any) -> Any:
+            self._started(name, input)
+            return invoke(input, config, **kwargs)
+
+        async def acounted(input: Any, config: Any = None, **kwargs: Any) -> Any:
+            self._started(name, input)
+            return await ainvoke(input, config, **kwargs)
+
+        return with_invoke(tool, counted, acounted)
+
+    def _admitted(self, where: Where, facts: Any, result: Any) -> None:
+        if result is not None:
+            with self._lock:
+                self.ledgered += 1
+        if not isinstance(result, RunTicket):
+            return
+        runtime_config = getattr(result.request.runtime, "config", None) or {}
+        key = runtime_config.get("configurable", {}).get(IDEMPOTENCY_KEY_CONFIG)
+        with self._lock:
+            self._keys[str(result.request.tool_call.get("id") or "")] = key
+        self._point("after_claim", where)
+
+    def _seen(self, request: Any, facts: Any) -> Where:
+        where = self._locate(request)
+        with self._lock:
+            self.checked += 1
+            self.classes[where] = str(facts.replay)
+        self._point("before_claim", where)
+        return where
+
+    def _hook_gate(self) -> None:
+        check, acheck = LedgerGate.check, LedgerGate.acheck
+        finish, afinish = LedgerGate.finish, LedgerGate.afinish
+        hooks = self
+
+        def hooked_check(gate: LedgerGate, request: Any, facts: Any, ai_id: Any) -> Any:
+            where = hooks._seen(request, facts)
+            result = check(gate, request, facts, ai_id)
+            hooks._admitted(where, facts, result)
+            return result
+
+        async def hooked_acheck(gate: LedgerGate, request: Any, facts: Any, ai_id: Any) -> Any:
+            where = hooks._seen(request, facts)
+            result = await acheck(gate, request, facts, ai_id)
+            hooks._admitted(where, facts, result)
+            return result
+
+        def hooked_finish(gate: LedgerGate, ticket: RunTicket, *args: Any, **kw: Any) -> None:
+            where = hooks._locate(ticket.request)
+            hooks._point("after_tool", where)
+            finish(gate, ticket, *args, **kw)
+            hooks._point("after_outcome", where)
+
+        async def hooked_afinish(
+            gate: LedgerGate, ticket: RunTicket, *args: Any, **kw: Any
+        ) -> None:
+            where = hooks._locate(ticket.request)
+            hooks._point("after_tool", where)
+            await afinish(gate, ticket, *args, **kw)
+            hooks._point("after_outcome", where)
+
+        replacements: dict[str, Callable[..., Any]] = {
+            "check": hooked_check,
+            "acheck": hooked_acheck,
+            "finish": hooked_finish,
+            "afinish": hooked_afinish,
+        }
+        for name, function in replacements.items():
+            setattr(LedgerGate, name, function)

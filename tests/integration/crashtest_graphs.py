@@ -1,0 +1,54 @@
+"""Graphs for the crash-test tests: built by functions taking checkpointer= and store=."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain.agents import create_agent
+from langchain_core.messages import BaseMessage, ToolMessage
+from langchain_core.tools import tool
+
+from langgraph_replay_guard import ReplayGuard
+from langgraph_replay_guard.testing import ScriptedChatModel
+
+
+@tool
+def send_email(to: str) -> str:
+    """Send an email."""
+    return f"sent to {to}"
+
+
+def _email_once(messages: list[BaseMessage]) -> Any:
+    if any(isinstance(m, ToolMessage) for m in messages):
+        return "Sent."
+    return [("send_email", {"to": "ann@example.com"})]
+
+
+def _agent(guard: ReplayGuard | None, checkpointer: Any) -> Any:
+    return create_agent(
+        ScriptedChatModel(script=[_email_once] * 3),
+        [send_email],
+        middleware=[guard.middleware()] if guard is not None else [],
+        checkpointer=checkpointer,
+    )
+
+
+def email_declared_pure(*, checkpointer: Any, store: Any) -> Any:
+    """An email tool wrongly declared pure: a crash before its outcome is recorded resends."""
+    guard = ReplayGuard(tools={"send_email": "pure"}, store=store)
+    return _agent(guard, checkpointer)
+
+
+def guard_without_store(*, checkpointer: Any, store: Any) -> Any:
+    """Guarded, but neither the guard nor the graph has the store: no ledger."""
+    return _agent(ReplayGuard(tools={"send_email": "unsafe"}), checkpointer)
+
+
+def unguarded(*, checkpointer: Any, store: Any) -> Any:
+    """The same agent without the guard."""
+    return _agent(None, checkpointer)
+
+
+def not_a_graph(*, checkpointer: Any, store: Any) -> Any:
+    """Forgot to compile."""
+    return {"checkpointer": checkpointer}
