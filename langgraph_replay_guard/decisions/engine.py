@@ -343,9 +343,8 @@ def decide(
     Returns:
         The decision.
     """
-    decision = _decide(
-        state, facts, config, turn=turn, earlier_in_batch=earlier_in_batch, batch=batch
-    )
+    view = state_for_turn(state, turn, config.scope)
+    decision = _decide(view, facts, config, earlier_in_batch, batch)
     if config.mode == "shadow" and decision.verdict is not Verdict.ALLOW:
         return Decision(
             Verdict.ALLOW,
@@ -359,20 +358,17 @@ def decide(
 
 
 def _decide(
-    state: Mapping[str, Any],
+    view: Mapping[str, Any],
     facts: CallFacts,
     config: GuardConfig,
-    *,
-    turn: str | None = None,
-    earlier_in_batch: Sequence[str] = (),
-    batch: str | None = None,
+    earlier_in_batch: Sequence[str],
+    batch: str | None,
 ) -> Decision:
-    """`decide`, enforcing.
+    """`decide`, enforcing, on the state as the call's turn sees it.
 
     Layers, strongest first: a stopped run, the repeat limit, cycles, the same failure
     whatever the arguments, dedup, and the identical-result short-circuit.
     """
-    view = state_for_turn(state, turn, config.scope)
     key, tool = facts.key, facts.tool
     counted = view["counters"].get(key)
     in_batch = earlier_in_batch.count(key) if earlier_in_batch else 0

@@ -95,7 +95,7 @@ def test_inspect_a_sqlite_thread(tmp_path):
     guard = report["guard"]["replay_guard"]
     assert set(guard) == {
         *("turn", "epoch", "calls", "recent_calls", "counters", "cycle", "reminder"),
-        *("stop", "stop_reason", "blocked", "totals", "notice", "reset", "failures"),
+        *("stop", "stop_reason", "blocked", "totals", "notice", "reset", "failures", "shadow"),
     }
     assert set(guard["totals"]) == {"calls", "blocked", "aborts"}
     assert guard["totals"]["blocked"] >= 1  # the repeated lookups of the first turn
