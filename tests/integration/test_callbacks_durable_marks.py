@@ -67,7 +67,8 @@ def test_an_unknown_outcome_survives_a_thousand_other_threads():
     out = agent.invoke(user("please try to send it again"), cfg(handler))
     assert len(mailbox.sent) == 1, "the email must not be sent again after eviction"
     texts = tool_texts(out)
-    assert "outcome is unknown" in texts[-1] and "outcome is unknown" in texts[-2]
+    assert "outcome is unknown" in texts[-1]
+    assert "outcome is unknown" in texts[-2]
 
     # resolve still finds the mark, and lets the call run again.
     handler.resolve("t1", "send_email", EMAIL, "retry")
@@ -162,7 +163,8 @@ def test_an_unsafe_call_is_refused_while_the_store_is_down():
     assert len(mailbox.sent) == 1, "with the store down, the email must not be sent again"
     refusal = tool_texts(out)[-1]
     assert "send_email" in refusal
-    assert "store" in refusal and "connection refused" in refusal
+    assert "store" in refusal
+    assert "connection refused" in refusal
 
 
 def test_a_new_unsafe_or_idempotent_call_is_refused_and_a_pure_read_runs(caplog):
@@ -200,8 +202,10 @@ def test_a_new_unsafe_or_idempotent_call_is_refused_and_a_pure_read_runs(caplog)
         out = agent.invoke(user(), cfg(handler))
     assert runs == ["lookup"], "only the pure read ran"
     email, card, read = tool_texts(out)
-    assert "send_email" in email and "connection refused" in email
-    assert "charge" in card and "connection refused" in card
+    assert "'send_email' (unsafe)" in email
+    assert "connection refused" in email
+    assert "'charge' (idempotent)" in card
+    assert "connection refused" in card
     assert read == "P1: Premium"
     assert any("lookup" in r.getMessage() and "store" in r.getMessage() for r in caplog.records)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -112,6 +113,11 @@ class CallbackDecider:
         self.scopes = scopes
         self.tools: tuple[str, ...] | None = None
         """Names of the agent's tools, once known (`check(agent)`, an executor's report)."""
+        self._held: dict[ScopeKey, list[dict[str, Any]]] = {}
+        """Unknown-outcome marks kept outside the evictable scope table, never evicted: all
+        of a scope's marks without a store, those the store could not take with one."""
+        self._held_lock = threading.Lock()
+        self._warn_held_at = scopes.max_threads
 
     @property
     def config(self) -> GuardConfig:
@@ -326,17 +332,49 @@ class CallbackDecider:
         `pure` read, an `idempotent` call, a no-effect error) stay plain failures that may
         be retried.
         """
+        facts = admitted.planned.facts
+        if (
+            facts is not None
+            and facts.replay == "unsafe"
+            and not self.config.policy_for(facts.tool).raised_before_effect(error)
+        ):
+            # The mark first: it protects a side effect, the event only counts the call.
+            self._mark(admitted.scope, facts, error)
         outcome = "timeout" if isinstance(error, TimeoutError) else "failure"
         self.record(admitted, outcome, str(error))
-        facts = admitted.planned.facts
-        if facts is None or facts.replay != "unsafe":
-            return
-        if self.config.policy_for(facts.tool).raised_before_effect(error):
-            return
-        scope = admitted.scope
+
+    def _mark(self, scope: Scope, facts: CallFacts, error: BaseException) -> None:
+        """Mark a call's outcome unknown, where no eviction nor store outage can lose it.
+
+        Without a store the marks are held by the decider (never evicted; the scope, which
+        may be evicted, even while the call ran, has a copy). With one they are written to
+        it; a mark the store cannot take is held here and written on the thread's next
+        access, and refuses identical calls meanwhile.
+        """
+        mark = new_mark(facts, error)
         with scope.lock:
-            marks = with_mark(marks_of(self.scopes.read(scope)), new_mark(facts, error))
-            self.scopes.write_field(scope, UNKNOWN_FIELD, marks)
+            try:
+                marks = with_mark(self._marks(scope), mark)
+                self.scopes.write_field(scope, UNKNOWN_FIELD, marks)
+            except Exception as exc:
+                if not self.scopes.stored(scope.key):
+                    raise
+                self._hold(scope.key, with_mark(self._held_marks(scope.key), mark))
+                logger.error(
+                    "langgraph-replay-guard: could not store the unknown outcome of unsafe tool "
+                    "'%s' (%s) in the handler's store (%s: %s); this process keeps it and "
+                    "refuses identical calls, and writes it to the store once the store answers. "
+                    "Fix the store: other processes do not know of it until then.",
+                    facts.tool,
+                    facts.args_summary,
+                    type(exc).__name__,
+                    exc,
+                )
+            else:
+                if self.scopes.stored(scope.key):
+                    self._unhold(scope.key)
+                else:
+                    self._hold(scope.key, marks)
         logger.warning(
             "langgraph-replay-guard: unsafe tool '%s' (%s) raised %s: its outcome is unknown "
             "and identical calls are refused until handler.resolve",
@@ -367,8 +405,8 @@ class CallbackDecider:
         facts = call_facts(self.config, tool, args)
         scope = self.scopes.get(key)
         with scope.lock:
-            state = self.scopes.read(scope)
-            marks = marks_of(state)
+            marks = self._marks(scope)
+            state = scope.value
             if find_mark(marks, facts.key) is None:
                 known = ", ".join(f"{m['n']}({m['a']})" for m in marks) or "none"
                 msg = (
@@ -377,7 +415,12 @@ class CallbackDecider:
                     f"Unknown outcomes there: {known}. Pass the args exactly as the tool got them."
                 )
                 raise ValueError(msg)
-            self.scopes.write_field(scope, UNKNOWN_FIELD, without_mark(marks, facts.key))
+            rest = without_mark(marks, facts.key)
+            self.scopes.write_field(scope, UNKNOWN_FIELD, rest)
+            if self.scopes.stored(key) or not rest:
+                self._unhold(key)
+            else:
+                self._hold(key, rest)
             if outcome != "retry" and result is not None:
                 # Recorded as the call's latest outcome, for inspect() and result-diff.
                 turn = settled(state).get("turn")
@@ -495,12 +538,64 @@ class CallbackDecider:
         facts = planned.facts
         if facts is None or facts.replay != "unsafe":
             return None, []  # only unsafe calls pay the store read
-        mark = find_mark(marks_of(self.scopes.read(scope)), facts.key)
+        mark = find_mark(self._marks(scope), facts.key)
         if mark is None:
             return None, []
         message = unknown_message(mark, scope.key)
         logger.warning("langgraph-replay-guard: %s", message)
         return message, [denied_event(planned, plan.batch, UNKNOWN_REASON, abort=False)]
+
+    # -- unknown-outcome marks (scope lock held) ----------------------------------------------
+
+    def _marks(self, scope: Scope) -> list[dict[str, Any]]:
+        """The scope's unknown-outcome marks: those in its state and those held here.
+
+        With a store, held marks (the store could not take them) are written to it now;
+        if it still cannot, they stay held. Raises what reading the store raises.
+        """
+        marks = marks_of(self.scopes.read(scope))
+        held = self._held_marks(scope.key)
+        missing = [m for m in held if find_mark(marks, m["k"]) is None]
+        for mark in missing:
+            marks = with_mark(marks, mark)
+        if held and self.scopes.stored(scope.key):
+            try:
+                if missing:
+                    self.scopes.write_field(scope, UNKNOWN_FIELD, marks)
+            except Exception:
+                logger.warning(
+                    "langgraph-replay-guard: the store still cannot take %d unknown outcome(s) "
+                    "of %s %r; kept in this process",
+                    len(missing),
+                    *scope.key,
+                    exc_info=True,
+                )
+            else:
+                self._unhold(scope.key)
+        return marks
+
+    def _held_marks(self, key: ScopeKey) -> list[dict[str, Any]]:
+        with self._held_lock:
+            return list(self._held.get(key, ()))
+
+    def _hold(self, key: ScopeKey, marks: list[dict[str, Any]]) -> None:
+        with self._held_lock:
+            self._held[key] = marks
+            count = len(self._held)
+            if count <= self._warn_held_at:
+                return
+            self._warn_held_at *= 2
+        logger.warning(
+            "langgraph-replay-guard: %d threads hold unknown outcomes, more than max_threads=%d: "
+            "they stay in memory until handler.resolve settles them (forgetting one could "
+            "repeat a side effect). Resolve them, or pass store= to keep them in a store.",
+            count,
+            self.scopes.max_threads,
+        )
+
+    def _unhold(self, key: ScopeKey) -> None:
+        with self._held_lock:
+            self._held.pop(key, None)
 
 
 def _refusal_decision(planned: PlannedCall, events: list[Event]) -> Decision | None:

@@ -69,25 +69,71 @@ _SIGNALS = (ToolCallBlockedError, LoopAbortedError)
 
 
 def _fail_open(method: F) -> F:
-    """Let the guard's own signals through; log anything else instead of failing the run.
+    """Let the guard's signals and LangGraph's through; log any other error of its own.
 
     The handler runs with `raise_error=True` so that its refusals stop tool calls; without
-    this, an unexpected error in the guard (a store that is down) would fail the user's run.
+    this, an unexpected error in the guard (a store that is down) would fail the user's run
+    where no call is at stake (a model call, a record after a tool ran). Where a call is
+    about to run, `on_tool_start` and `on_chain_end` decide themselves: an `unsafe` or
+    `idempotent` call is refused (`_store_refusal`), a `pure` read runs with a warning.
     """
 
     @functools.wraps(method)
     def wrapper(self: ReplayGuardCallbackHandler, *args: Any, **kwargs: Any) -> Any:
         try:
             return method(self, *args, **kwargs)
-        except _SIGNALS:
+        except (*_SIGNALS, GraphBubbleUp):
             raise
         except Exception:
             logger.exception(
-                "langgraph-replay-guard: %s failed; the call is not guarded", method.__name__
+                "langgraph-replay-guard: %s failed (its store is down?); this event is not "
+                "recorded in the guard state",
+                method.__name__,
             )
             return None
 
     return cast("F", wrapper)
+
+
+_MAX_STORE_ERROR_CHARS = 300
+
+STORE_REASON = "store_unavailable"
+"""Reason, in trace metadata, of a call refused because the guard's store failed."""
+
+
+def _store_problem(error: Exception) -> str:
+    """The guard's own error, as one bounded line for the model and the log."""
+    text = f"{type(error).__name__}: {error}"
+    if len(text) > _MAX_STORE_ERROR_CHARS:
+        text = text[: _MAX_STORE_ERROR_CHARS - 3] + "..."
+    return text
+
+
+def _store_refusal(tools: Sequence[tuple[str, str]], error: Exception) -> ToolCallBlockedError:
+    """The refusal of calls with side effects the guard could not check (its store failed).
+
+    Args:
+        tools: `(name, class)` of each `unsafe` or `idempotent` call refused.
+        error: What the guard's store (or the guard) raised.
+
+    Returns:
+        The error to raise; its text is what the model reads.
+    """
+    named = ", ".join(f"'{name}' ({replay})" for name, replay in tools)
+    problem = _store_problem(error)
+    msg = (
+        f"Not executed: the loop guard could not check the call of tool {named} because its "
+        f"store failed ({problem}). Without that check it cannot tell whether an identical "
+        "call already took effect, so calls with side effects are refused until the store "
+        "answers again. Do not retry it now; tell the user the action could not be done yet."
+    )
+    logger.error(
+        "langgraph-replay-guard: refused %s: the handler's store failed (%s). Fix the store "
+        "(connection, credentials, disk); unsafe and idempotent calls are refused until then.",
+        named,
+        problem,
+    )
+    return ToolCallBlockedError(msg, tool_name=tools[0][0] if len(tools) == 1 else "")
 
 
 def _stream_writer() -> Callable[[Any], None] | None:
@@ -399,7 +445,13 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             for a in actions
             if a.tool not in _EXECUTOR_TOOLS
         ]
-        refusal = self._guard.step(info.scope, actions[0], _step_id(actions), calls)
+        try:
+            refusal = self._guard.step(info.scope, actions[0], _step_id(actions), calls)
+        except (*_SIGNALS, GraphBubbleUp):
+            raise
+        except Exception as error:
+            self._unchecked([name for name, _, _ in calls], error)
+            return
         if refusal is not None:
             raise _refuse(refusal)
 
@@ -516,6 +568,8 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             admitted = self._guard.tool_start(
                 info.scope, call, fallback_id=f"run:{run_id}", fallback_turn=f"run:{info.root}"
             )
+        except (ToolCallBlockedError, GraphBubbleUp):
+            raise
         except LoopAbortedError as stop:
             self._runs.end(run_id)
             replay, source = self._class_of(name)
@@ -523,6 +577,18 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             trace.update(reason=stop.reason, count=stop.count)
             self._report_refused(call, trace, stop)
             raise
+        except Exception as problem:
+            try:
+                self._unchecked([name], problem)
+            except ToolCallBlockedError as refused:
+                self._runs.end(run_id)  # the body will not run, so no end event comes
+                replay, source = self._class_of(name)
+                trace = trace_info(
+                    None, replay=replay, source=source, verdict="deny", reason=STORE_REASON
+                )
+                self._report_refused(call, trace, refused)
+                raise
+            return
         if isinstance(admitted, Refusal):
             self._runs.end(run_id)  # the body will not run, so no end event comes
             error = _refuse(admitted, name)
@@ -536,6 +602,32 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             # Shadow mode: the call runs; what enforcing would have done is reported.
             emit(_stream_writer(), shadowed, admitted.planned.tool_call)
         info.call = admitted
+
+    def _unchecked(self, names: Sequence[str], error: Exception) -> None:
+        """Calls about to run that the guard could not check: its store (or itself) failed.
+
+        Fails closed for side effects: an `unsafe` or `idempotent` call might repeat an
+        effect (an unknown outcome, a retry) that only the store knows of. A `pure` read
+        runs, with a warning.
+
+        Args:
+            names: The tools of the call (or of the executor step).
+            error: What the guard raised.
+
+        Raises:
+            ToolCallBlockedError: When any call is `unsafe` or `idempotent`.
+        """
+        classes = [(name, self._class_of(name)[0]) for name in names]
+        effects = [(name, replay) for name, replay in classes if replay != "pure"]
+        if effects:
+            logger.debug("langgraph-replay-guard: the guard failed", exc_info=error)
+            raise _store_refusal(effects, error)
+        logger.warning(
+            "langgraph-replay-guard: the handler's store failed (%s); pure tool(s) %s run "
+            "unguarded (no loop or duplicate check) until it answers again.",
+            _store_problem(error),
+            ", ".join(repr(n) for n in names),
+        )
 
     def _invalid_tool(self, scope: ScopeKey, inputs: dict[str, Any]) -> None:
         """An `AgentExecutor` answers a name it lacks with its `InvalidTool`: record it."""

@@ -152,6 +152,8 @@ class ScopeTable:
     With a store, a thread's guard state is read from it before every decision and written
     after every record, so processes sharing the store share the state; the table then
     only caches. Runs without a thread id are never stored (nothing else can see them).
+    The table is a cache: what protects a side effect (the unknown outcomes) is kept by
+    `CallbackDecider` outside it too, never only here.
 
     Args:
         max_threads: Most scopes kept in memory.
@@ -189,6 +191,15 @@ class ScopeTable:
         """The scope of a key if it is in memory, without creating it."""
         with self._lock:
             return self._scopes.get(key)
+
+    @property
+    def max_threads(self) -> int:
+        """Most scopes kept in memory."""
+        return self._max
+
+    def stored(self, key: ScopeKey) -> bool:
+        """Whether the scope's state is kept in the store (a thread, with a store)."""
+        return self.store is not None and key[0] == "thread"
 
     def __len__(self) -> int:
         """Number of scopes in memory."""
