@@ -236,6 +236,12 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
     in `no_effect_errors`), its side effect may have happened. Every later identical call
     in the thread is refused until a human settles it with `resolve`. `idempotent` tools
     are retried as before: a callback cannot add an idempotency key to a tool's input.
+    The marks are never evicted with their thread: they stay in memory until `resolve`, or
+    in the store when there is one.
+
+    Store failures: an `unsafe` or `idempotent` call the handler cannot check because its
+    store failed is refused (`ToolCallBlockedError` naming the tool and the error); a
+    `pure` read runs unguarded, with a warning.
 
     Tracing: a callback cannot change the run it is told about, and a refusal stops that
     run before the handlers after this one hear of it. Each refused call is therefore
@@ -256,7 +262,8 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         store: Optional LangGraph `BaseStore` holding each thread's guard state, so that
             several processes share it. In memory otherwise.
         max_threads: Most threads kept in memory; the least recently used are evicted
-            (their state is lost unless a store keeps it).
+            (their loop state is lost unless a store keeps it; their unknown outcomes are
+            kept until resolved).
         namespace: Namespace prefix, as `ReplayGuard`'s (one per tenant): the state is
             kept under `(*namespace, "callbacks")`, the item key is the thread id.
         **options: `GuardConfig` fields as flat keywords, instead of `config`.
