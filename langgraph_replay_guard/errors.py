@@ -57,7 +57,12 @@ class ReplayUnsafeError(ReplayGuardError):
 
 
 class ReplayConflictError(ReplayGuardError):
-    """The same call identity was seen with different arguments."""
+    """The same call identity was seen with different arguments.
+
+    Also raised by `guard.resolve` when the call's ledger row changed between its read and
+    its compare-and-set write (its worker finished, another operator resolved it): nothing
+    was recorded.
+    """
 
 
 class ReplayInFlightError(ReplayGuardError):

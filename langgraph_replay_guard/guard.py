@@ -276,6 +276,11 @@ class ReplayGuard:
         Raises:
             ValueError: No unknown outcome is recorded for that call, or `outcome` is not
                 one of the three words.
+            ReplayInFlightError: The worker holding the call's claim is still alive (a
+                process on this machine, or a lease that has not run out); it names the
+                host and pid. Nothing is recorded: wait for it, or stop that worker.
+            ReplayConflictError: The call's row changed between its read and the write
+                (compare-and-set); nothing is recorded.
         """
         from langgraph_replay_guard.integrations.resolve import Resolution, resolve
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from langgraph.types import Command
 
+from langgraph_replay_guard.replay import owners
 from langgraph_replay_guard.replay.ledger import INTERRUPT_KIND, resolve_plan, store_label
 from langgraph_replay_guard.storage.ledger_io import arun_plan, run_plan
 
@@ -64,9 +66,20 @@ def _plan(guard: ReplayGuard, asked: Resolution) -> Generator[Any, Any, Any]:
     """Record the resolution in the ledger, then resume the graph: one plan for both drivers."""
     prefix = tuple(store_label(part) for part in guard.namespace)
     thread_id = _thread(asked.config)
-    return _resolve_then_resume(
-        resolve_plan(prefix, thread_id, asked.tool_call_id, asked.outcome, asked.result), asked
+    record = resolve_plan(
+        prefix,
+        thread_id,
+        asked.tool_call_id,
+        asked.outcome,
+        asked.result,
+        is_alive=_is_alive,
     )
+    return _resolve_then_resume(record, asked)
+
+
+def _is_alive(owner: Mapping[str, Any]) -> bool:
+    """Whether a claim's holder may still run the call (its process here, its lease elsewhere)."""
+    return owners.is_alive(owner, dt.datetime.now(dt.UTC))
 
 
 def _resolve_then_resume(

@@ -438,7 +438,8 @@ class GuardConfig(BaseModel):
         in_flight_wait: Seconds a worker waits for the outcome of a call another live
             worker is running (then replays it) before raising `ReplayInFlightError`.
         in_flight_lease: Seconds a claim on a call counts as alive when its worker runs on
-            another machine (one on this machine is checked by its process). After that the
+            another machine (one on this machine is checked by its process only, however
+            long it runs). After that the
             outcome counts as unknown: an `unsafe` call then needs `guard.resolve`; elapsed
             time never lets it run again by itself.
         tools: Per-tool policies by tool name. A plain string is shorthand for the replay

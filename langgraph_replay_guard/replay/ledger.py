@@ -17,6 +17,7 @@ from langgraph_replay_guard.errors import (
     ReplayInFlightError,
     ReplayUnsafeError,
 )
+from langgraph_replay_guard.replay.owners import describe
 from langgraph_replay_guard.replay.result_codec import decode_result, decode_update, encode_result
 
 __all__ = [
@@ -803,11 +804,48 @@ def settle(
         fallback: The row to resolve when the identity has none (it was never written).
     """
     (value,) = yield Read(((ctx.rows_ns, ctx.identity.key),))
-    current = _entry(ctx.identity.key, value) or fallback
+    own = _entry(ctx.identity.key, value)
+    current = own or fallback
     if current.outcome_unknown:
+        _refuse_live_holder(current, ctx.identity.thread_id, ctx.is_alive)
         resolved = apply_resolution(current, str(resolution["outcome"]), resolution.get("result"))
-        yield Write(((ctx.rows_ns, ctx.identity.key, resolved.to_value()),))
+        # Against the row read: a row another worker changed meanwhile is read again by
+        # `admit`, which decides with it (the resolution is not written over it).
+        yield Update(
+            ctx.rows_ns,
+            ctx.identity.key,
+            resolved.to_value(),
+            expect_exists=own is not None,
+            expect_rev=own.rev if own is not None else None,
+        )
     return (yield from admit(ctx))
+
+
+def _refuse_live_holder(
+    row: LedgerEntry, thread_id: str, is_alive: Callable[[Mapping[str, Any]], bool]
+) -> None:
+    """Raise `ReplayInFlightError` while the worker holding a row's claim may still run it.
+
+    Resolving a call that is still running would let it have its effect after a `retry`
+    (two effects) or contradict a `succeeded`/`failed` the operator could not have checked.
+    """
+    owner = row.owner
+    if row.status != "started" or owner is None or not is_alive(owner):
+        return
+    msg = (
+        f"Tool call {row.tool_call_id!r} of '{row.tool}' in thread {thread_id!r} is still "
+        f"held by a live worker ({describe(owner)}, started at {row.started_at}): its outcome "
+        "is not unknown yet, so it cannot be resolved. Wait for that worker to finish (a "
+        "resume then replays its outcome), or stop that process and resolve after it exited."
+    )
+    raise ReplayInFlightError(
+        msg,
+        thread_id=thread_id,
+        tool=row.tool,
+        tool_call_id=row.tool_call_id,
+        started_at=row.started_at,
+        owner=dict(owner),
+    )
 
 
 def _in_flight(ctx: CallContext, row: LedgerEntry) -> ReplayInFlightError:
@@ -883,16 +921,55 @@ def resolvable(rows: list[LedgerEntry], thread_id: str, tool_call_id: str) -> li
 
 
 def resolve_plan(
-    prefix: Sequence[str], thread_id: str, tool_call_id: str, outcome: str, result: Any
+    prefix: Sequence[str],
+    thread_id: str,
+    tool_call_id: str,
+    outcome: str,
+    result: Any,
+    is_alive: Callable[[Mapping[str, Any]], bool],
 ) -> Generator[Op, Any, None]:
     """The plan that records a human's resolution of a call whose outcome is unknown.
 
+    Each row is written with a compare-and-set against the row read: a row that changed in
+    between (its worker finished, another operator resolved it) is never written over.
+
+    Args:
+        prefix: The ledger's namespace prefix.
+        thread_id: The thread.
+        tool_call_id: The call to resolve.
+        outcome: `"succeeded"`, `"failed"` or `"retry"`.
+        result: The confirmed result or error text.
+        is_alive: Whether a claim holder may still be running (see `owners.is_alive`).
+
     Raises:
         ValueError: Nothing to resolve (see `resolvable`), or an invalid `outcome`.
+        ReplayInFlightError: The worker holding the call's claim is alive (nothing written).
+        ReplayConflictError: The row changed after it was read (nothing written to it).
     """
     rows = yield from find_by_tool_call_id(prefix, thread_id, tool_call_id)
     rows_ns = row_namespace(prefix, thread_id)
-    settled_rows = [
-        apply_resolution(row, outcome, result) for row in resolvable(rows, thread_id, tool_call_id)
-    ]
-    yield Write(tuple((rows_ns, row.key, row.to_value()) for row in settled_rows))
+    unknown = resolvable(rows, thread_id, tool_call_id)
+    for row in unknown:
+        _refuse_live_holder(row, thread_id, is_alive)
+    settled_rows = [(row, apply_resolution(row, outcome, result)) for row in unknown]
+    for read, settled in settled_rows:
+        written, current = yield Update(
+            rows_ns, read.key, settled.to_value(), expect_exists=True, expect_rev=read.rev
+        )
+        if not written:
+            raise _resolve_conflict(read, _entry(read.key, current), thread_id, outcome)
+
+
+def _resolve_conflict(
+    read: LedgerEntry, now: LedgerEntry | None, thread_id: str, outcome: str
+) -> ReplayConflictError:
+    state = "gone" if now is None else f"now '{now.status}'"
+    if now is not None and now.owner is not None:
+        state += f", held by {describe(now.owner)}"
+    msg = (
+        f"Tool call {read.tool_call_id!r} of '{read.tool}' in thread {thread_id!r} changed "
+        f"while it was being resolved (it was '{read.status}', {state}): the resolution "
+        f"{outcome!r} was not recorded. Look at the call again (replay-guard inspect) and "
+        "resolve it again if its outcome is still unknown."
+    )
+    return ReplayConflictError(msg)

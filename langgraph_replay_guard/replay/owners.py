@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["Owner", "OwnerRegistry", "is_alive", "machine_id"]
+__all__ = ["Owner", "OwnerRegistry", "describe", "is_alive", "machine_id"]
 
 Owner = dict[str, Any]
 """A claim holder as stored in a ledger row: `id`, `machine`, `pid`, `pst`, `until`."""
@@ -58,8 +58,11 @@ class OwnerRegistry:
     """The claims this process holds right now.
 
     A claim names its owner's machine, pid and process start time, and carries a lease
-    (`until`). Another process on the same machine checks the pid; a process elsewhere
-    trusts the lease. A claim of this very process is alive while its attempt runs.
+    (`until`). Another process on the same machine checks the pid and start time: the
+    holder is alive exactly while that process runs, however old its lease (the lease never
+    declares a live local process dead). A process elsewhere, or a holder whose start time
+    is unknown, trusts the lease. A claim of this very process is alive while its attempt
+    runs.
     """
 
     def __init__(self) -> None:
@@ -111,10 +114,12 @@ class OwnerRegistry:
         other = owner.get("pid")
         if not isinstance(other, int) or other <= 0:
             return _lease_live(owner, now)
-        ticks = _start_ticks(other)
-        if ticks is None:
-            return False  # no such process on this machine: the holder died
-        return owner.get("pst") in (None, ticks) and _lease_live(owner, now)
+        started = owner.get("pst")
+        if started is None:  # the holder could not read its own start time: no process check
+            return _lease_live(owner, now)
+        # A local holder is checked by its process, never by the lease: a worker inside a
+        # slow tool is alive however long it takes (issue 27), and a dead one is seen at once.
+        return bool(_start_ticks(other) == started)
 
 
 def _lease_live(owner: Mapping[str, Any], now: dt.datetime) -> bool:
@@ -137,3 +142,10 @@ REGISTRY = OwnerRegistry()
 def is_alive(owner: Mapping[str, Any] | None, now: dt.datetime) -> bool:
     """Whether a claim's holder may still be running (False for no holder)."""
     return owner is not None and REGISTRY.is_alive(owner, now)
+
+
+def describe(owner: Mapping[str, Any]) -> str:
+    """A claim holder for people: `host 'web-1', pid 4242`."""
+    machine = owner.get("machine")
+    host = machine.split("|", 1)[0] if isinstance(machine, str) and machine else "unknown"
+    return f"host {host!r}, pid {owner.get('pid')}"
