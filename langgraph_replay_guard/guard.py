@@ -112,7 +112,9 @@ class ReplayGuard:
         The graph state needs the guard channel: use `ReplayGuardState`, or add
         `replay_guard: NotRequired[Annotated[dict | None, merge_guard_state]]` to your state.
         A `ReplayGuardWarning` names each tool of `config.tools` that the node does not
-        have (a typo there would leave the real tool with the default policy). A tool with
+        have (a typo there would leave the real tool with the default policy); a name near
+        one of the node's tools that has no policy is a `ValueError` here, unless
+        `GuardConfig(strict_tool_names=False)`. A tool with
         MCP annotations (langchain-mcp-adapters puts them in its `metadata`) that neither
         `tools` nor a toolkit names gets the class they give (see `GuardConfig.policy_for`).
 
@@ -122,6 +124,10 @@ class ReplayGuard:
 
         Returns:
             The guarded node.
+
+        Raises:
+            ValueError: A policy name is a near miss of a tool of the node without a policy
+                (`GuardConfig.strict_tool_names`).
         """
         from langgraph_replay_guard.integrations.tool_node import guarded_tool_node
 

@@ -26,7 +26,7 @@ class CallClass:
     Attributes:
         replay: `"pure"`, `"idempotent"` or `"unsafe"` (see `ReplayClass`).
         volatile: A read whose result changes on its own: never deduplicated, still
-            counted and result-diffed. Only with `replay="pure"`.
+            counted (never short-circuited: see `ToolPolicy.volatile`). Only with `replay="pure"`.
 
     Raises:
         ValueError: On an unknown replay class, or `volatile=True` with side effects.

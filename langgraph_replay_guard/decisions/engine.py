@@ -211,7 +211,7 @@ def call_facts(
         call_class, key_args = classifier(tool, args)
         key = call_key(tool, key_args, ignore_args=rules.ignore_args)
         replay, volatile = call_class.replay, call_class.volatile
-        short_circuit = rules.policy.short_circuits(replay)
+        short_circuit = rules.policy.short_circuits(replay, volatile)
     return CallFacts(
         tool,
         key,
@@ -394,13 +394,17 @@ def _decide(
     if facts.unknown:
         return _unknown_tool_decision(facts, attempt, final=final, limit=config.repeat_limit)
 
-    if config.repeat_limit and attempt > facts.max_repeats:
-        ends = _stops_past_limit(attempt, facts.max_repeats, final=final)
+    # A volatile read (a poll) starts its count over when its result changes, and its first
+    # answer of a result is not a repeat of it: it may get that result `max_repeats` times
+    # again before it is stopped.
+    limit = facts.max_repeats + 1 if facts.volatile else facts.max_repeats
+    if config.repeat_limit and attempt > limit:
+        ends = _stops_past_limit(attempt, limit, final=final)
         return Decision(
             Verdict.ABORT if ends else Verdict.DENY,
             "repeat_limit",
             key,
-            _repeat_message(tool, attempt, facts.max_repeats, final=ends),
+            _repeat_message(tool, attempt, limit, final=ends),
             None,
             tool,
             attempt,

@@ -459,8 +459,9 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
         in_a_row = previous.in_a_row + 1 if same and previous is not None else 1
         memo = ResultMemo(ev.result_hash, state["epoch"], in_a_row, ev.preview)
         _bump(state["results"], key, [*memo], MAX_RESULTS)
-        if same and not ev.short_circuits and cfg.result_diff:
+        if same and not ev.short_circuits and not ev.volatile and cfg.result_diff:
             # Side effects are never suppressed by result-diff: count and remind instead.
+            # A poll that keeps its result is waiting, not looping, until its own limit.
             _arm(state, ev, cfg, "same_result", count)
 
     _track_cycle(state, ev, cfg, executed)

@@ -482,7 +482,11 @@ class LedgerGate:
                 # The tool called interrupt(): LangGraph re-runs it from the start on resume,
                 # so the tool must interrupt before its side effect (LangGraph's own rule).
                 return interrupted_entry(ticket.entry)
-            no_effect = self.config.policy_for(ctx.tool).raised_before_effect(error)
+            # The framework refused the call before the tool's function started (an
+            # async-only tool run through `invoke`): nothing can have happened.
+            no_effect = ticket.runs.body is False or self.config.policy_for(
+                ctx.tool
+            ).raised_before_effect(error)
             return escaped_entry(ticket.entry, error, no_effect=no_effect)
         message = tool_message(result)
         entry = ticket.entry

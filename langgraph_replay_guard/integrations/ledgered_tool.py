@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from langchain_core.tools import StructuredTool, Tool
 from langgraph.errors import GraphBubbleUp
 
 from langgraph_replay_guard._compat import (
@@ -45,10 +47,16 @@ def model_args(tool: Any, input: Any) -> dict[str, Any] | None:
 class ToolRuns:
     """Whether, and how, the tool body of one call ran (see `ledgered_tool`)."""
 
-    __slots__ = ("args", "error", "result", "started")
+    __slots__ = ("args", "body", "error", "result", "started")
 
     def __init__(self) -> None:
         self.started = False
+        """Whether the tool was invoked (its framework code may still fail before its body)."""
+        self.body: bool | None = None
+        """Whether the tool's own function started; None when the guard cannot see it (a
+        `BaseTool` subclass with its own `_run`). False after an error means the framework
+        refused the call before the body could start (an async-only tool run through
+        `invoke`): a known no-effect failure."""
         self.result: Any = None
         self.error: BaseException | None = None
         self.args: Any = None
@@ -106,7 +114,8 @@ def ledgered_tool(
     if getattr(tool, "model_copy", None) is None:
         return tool
     attempts = runs
-    invoke, ainvoke = tool.invoke, tool.ainvoke
+    body = _body_watching(tool, runs)
+    invoke, ainvoke = body.invoke, body.ainvoke
 
     def start(input: Any) -> bool:
         """Note a run's start; False when it must not run (a second run of a `once` call)."""
@@ -144,6 +153,37 @@ def ledgered_tool(
         return attempts.result
 
     return with_invoke(tool, guarded_invoke, guarded_ainvoke)
+
+
+def _body_watching(tool: Any, runs: ToolRuns) -> Any:
+    """A copy of a function tool whose functions report their start to `runs.body`.
+
+    A `StructuredTool` or `Tool` runs its `func` (sync) or `coroutine` (async); LangChain
+    validates the input and refuses a sync run of an async-only tool before calling either.
+    Any other tool is returned as it is, and `runs.body` stays None (not known).
+    """
+    if not isinstance(tool, StructuredTool | Tool):
+        return tool
+    runs.body = False
+    update: dict[str, Any] = {}
+    func, coroutine = tool.func, tool.coroutine
+    if func is not None:
+
+        @functools.wraps(func)
+        def started(*args: Any, **kwargs: Any) -> Any:
+            runs.body = True
+            return func(*args, **kwargs)
+
+        update["func"] = started
+    if coroutine is not None:
+
+        @functools.wraps(coroutine)
+        async def astarted(*args: Any, **kwargs: Any) -> Any:
+            runs.body = True
+            return await coroutine(*args, **kwargs)
+
+        update["coroutine"] = astarted
+    return tool.model_copy(update=update)
 
 
 def with_invoke(tool: Any, invoke: Callable[..., Any], ainvoke: Callable[..., Any]) -> Any:

@@ -174,8 +174,11 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if tools is None:
             return
         self._agent_tools_learned = True
-        self._calls.learn_tools([n for n in map(_tool_name, tools) if n])
+        names = [n for n in map(_tool_name, tools) if n]
+        self._calls.learn_tools(names)
         self._calls.learned.learn_tools(tools)
+        # A misspelt policy name fails `create_agent` itself (`strict_tool_names`).
+        self.guard._tool_names.check(names, where="the agent", warn=False)
 
     def _answered_elsewhere(self, request: ModelRequest[Any]) -> tuple[Any, list[Event]]:
         """The previous batch's calls that another piece answered, and the value with them.
@@ -319,7 +322,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return result
 
     def _check_tools(self, request: ModelRequest[Any]) -> None:
-        """Learn the agent's tools; warn once about configured names it does not have.
+        """Learn the agent's tools; check the configured names it does not have, once.
 
         `create_agent` tells a middleware nothing about the agent's tools at build time;
         the model calls' requests are the first place they are seen. A tool call to any
@@ -333,14 +336,15 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         seen = self._offered
         if seen is not None and len(offered) == len(seen) and all(map(operator.is_, offered, seen)):
             return  # the same tools as at the last model call (create_agent passes one list)
-        self._offered = tuple(offered)
         names = [n for n in map(_tool_name, offered) if n]
         self._calls.learn_tools(names)
         self._calls.learned.learn_tools(offered)
-        if self._tools_checked:
-            return
-        self._tools_checked = True
-        self.guard._tool_names.check(self._calls.tools or names, where="the agent")
+        if not self._tools_checked:
+            # Raises for a misspelt policy name (`strict_tool_names`): before any tool runs,
+            # and again at every invoke until the name is fixed.
+            self.guard._tool_names.check(self._calls.tools or names, where="the agent")
+            self._tools_checked = True
+        self._offered = tuple(offered)
 
     def _with_reminder(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         if not self.guard.config.reminder:

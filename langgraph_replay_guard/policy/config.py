@@ -174,12 +174,15 @@ class ToolPolicy(BaseModel):
         idempotency_key_arg: For `"idempotent"` tools, the argument the guard overwrites
             with the stable idempotency key (left out of the call key, like `ignore_args`).
         volatile: A read whose result changes on its own (a clock, a status poll): never
-            deduplicated, still counted and result-diffed; a changed result counts as
-            progress.
+            deduplicated nor short-circuited; a changed result counts as progress and
+            starts its own count over. The poll is stopped only once it returned the same
+            result `max_repeats` times again in a row (with the default 3: the 5th poll
+            after 4 identical answers); raise this tool's `max_repeats` for long jobs.
         short_circuit: Whether a call that returned the identical result twice in a row is
             answered from that result instead of running again. `None` (default) means yes
-            for `"pure"` calls and no for calls with side effects, which are only counted
-            and reminded: side effects are never silently suppressed unless you set `True`.
+            for `"pure"` calls that are not volatile, and no for volatile reads and calls
+            with side effects, which are only counted (side effects also reminded): they
+            are never silently suppressed unless you set `True`.
         classify: Per-call rules for a tool that sometimes reads and sometimes writes
             (see `ClassRule`); the first matching rule gives the call's class.
         preset: A built-in classification: `"shell"` or `"editor"` (see `PresetName`).
@@ -337,17 +340,21 @@ class ToolPolicy(BaseModel):
             for cls in type(error).__mro__
         )
 
-    def short_circuits(self, replay: str | None = None) -> bool:
+    def short_circuits(self, replay: str | None = None, volatile: bool | None = None) -> bool:
         """Whether the result-diff layer may answer this tool's calls without running them.
 
         Args:
             replay: The class of one call, when the tool is classified per call.
+            volatile: Whether that call is a volatile read, when classified per call.
 
         Returns:
-            `short_circuit` when set, otherwise `True` only for `"pure"` calls.
+            `short_circuit` when set, otherwise `True` only for `"pure"` calls that are not
+            volatile (a poll is run again until its result changes).
         """
         if self.short_circuit is not None:
             return self.short_circuit
+        if volatile if volatile is not None else self.volatile:
+            return False
         return (replay or self.replay) == "pure"
 
 
@@ -456,6 +463,12 @@ class GuardConfig(BaseModel):
             without MCP annotations (a tool's `readOnlyHint`, `idempotentHint` and
             `destructiveHint` give its class when neither `tools` nor a toolkit names it:
             see `policy_for`).
+        strict_tool_names: A name in `tools` that matches no tool of the agent, while one
+            of its tools without a policy is a near match (`send_email` for `send_mail`),
+            is an error that stops the first invoke before any tool runs (at build or wrap
+            time where the tools are known then): the real tool would silently get
+            `default_policy`. False makes it a `ReplayGuardWarning` (a name meant for
+            another tools node guarded by the same guard, for example).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -481,6 +494,7 @@ class GuardConfig(BaseModel):
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
     toolkits: tuple[str | ToolkitRef, ...] = ()
     default_policy: ToolPolicy = Field(default_factory=ToolPolicy)
+    strict_tool_names: bool = True
 
     # The toolkits' policies, expanded once (the user's `tools` are looked up first).
     _toolkit_tools: dict[str, ToolPolicy] = PrivateAttr(default_factory=dict)

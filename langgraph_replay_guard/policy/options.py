@@ -201,12 +201,16 @@ def check_max_threads(max_threads: Any) -> int:
 
 
 class ToolNameCheck:
-    """Warns about policies for tool names that the guarded tools do not have, once per name.
+    """Checks the tool names a configuration gives policies against the guarded tools.
 
     A typo in `GuardConfig(tools={...})` leaves the real tool with the default policy
-    (`pure`, so deduplicated) without any error: a `ReplayGuardWarning` names the closest
-    real tool. The tool names seen by every check are remembered, so that a guard shared by
-    several tool nodes does not warn about a tool that an earlier node has.
+    (`pure`, so deduplicated). A policy name that matches no tool, while a tool without a
+    policy of its own is a near match (`send_email` for `send_mail`), is an error that names
+    that tool, raised each time until the name is fixed, unless
+    `GuardConfig(strict_tool_names=False)`, which makes it a warning. Any other name
+    missing from the tools is a `ReplayGuardWarning`, once per name. The tool names seen by
+    every check are remembered, so that a guard shared by several tool nodes does not warn
+    about a tool that an earlier node has.
 
     Args:
         config: The guard's configuration.
@@ -219,39 +223,77 @@ class ToolNameCheck:
         self._warned: set[str] = set()
         self._lock = threading.Lock()
 
-    def check(self, tools: Iterable[str], *, where: str) -> list[str]:
-        """Warn about configured names missing from `tools` (and from earlier checks).
+    def check(self, tools: Iterable[str], *, where: str, warn: bool = True) -> list[str]:
+        """Check the configured names missing from `tools` (and from earlier checks).
 
         Args:
             tools: The names of the tools that are guarded here.
             where: What holds them, for the message (e.g. "ToolNode 'tools'").
+            warn: Whether to warn; False raises only (a check before every tool is known,
+                such as `create_agent` building the agent, whose middlewares may still
+                serve tools of their own).
 
         Returns:
             The names warned about by this call.
+
+        Raises:
+            ValueError: A configured name matches no tool while a tool without a policy is
+                a near match (`strict_tool_names`, the default).
         """
         names = sorted(set(tools))
         with self._lock:
             self._known.update(names)
-            missing = [
-                name
-                for name in self.config.tools
-                if name not in self._known and name not in self._warned
+            missing = [name for name in self.config.tools if name not in self._known]
+            unpolicied = [t for t in sorted(self._known) if not self._has_policy(t)]
+        typos = {name: self._near(name, unpolicied) for name in missing}
+        if self.config.strict_tool_names and any(typos.values()):
+            lines = [
+                self._typo(name, close, where, strict=True)
+                for name, close in typos.items()
+                if close is not None
             ]
-            self._warned.update(missing)
-        for name in missing:
-            warnings.warn(self._message(name, names, where), ReplayGuardWarning, stacklevel=4)
-        return missing
+            msg = "\n".join(lines)
+            raise ValueError(msg)
+        if not warn:
+            return []
+        with self._lock:
+            new = [name for name in missing if name not in self._warned]
+            self._warned.update(new)
+        for name in new:
+            close = typos[name]
+            text = (
+                self._typo(name, close, where, strict=False)
+                if close is not None
+                else self._message(name, names, where)
+            )
+            warnings.warn(text, ReplayGuardWarning, stacklevel=4)
+        return new
+
+    def _has_policy(self, tool: str) -> bool:
+        return self.config.policy_source(tool) in ("tools", "toolkit")
+
+    @staticmethod
+    def _near(name: str, tools: list[str]) -> str | None:
+        close = difflib.get_close_matches(name, tools, n=1)
+        return close[0] if close else None
+
+    def _typo(self, name: str, close: str, where: str, *, strict: bool) -> str:
+        default = self.config.default_policy.replay
+        head = f"GuardConfig(tools=...) has a policy for {name!r}, but {where} has no such tool"
+        text = (
+            f"{head}; did you mean {close!r}? The policy applies to no call, and {close!r} "
+            f"gets default_policy (replay={default!r}). Fix the name in tools={{...}}."
+        )
+        if not strict:
+            return text
+        return (
+            f"{text} (The guard stops here, before any tool runs. If {name!r} is a tool of "
+            "another tools node guarded by the same guard, pass "
+            "GuardConfig(strict_tool_names=False) to only be warned.)"
+        )
 
     def _message(self, name: str, tools: list[str], where: str) -> str:
-        default = self.config.default_policy.replay
-        close = difflib.get_close_matches(name, tools, n=1)
         head = f"GuardConfig(tools=...) has a policy for {name!r}, but {where} has no such tool"
-        if close:
-            return (
-                f"{head}; did you mean {close[0]!r}? The policy applies to no call, and "
-                f"{close[0]!r} gets default_policy (replay={default!r}). Fix the name in "
-                "tools={...}."
-            )
         shown = ", ".join(repr(t) for t in tools[:10]) + (", ..." if len(tools) > 10 else "")
         return (
             f"{head} (its tools: {shown or 'none'}). The policy applies to no call: fix the "

@@ -24,7 +24,11 @@ from langgraph_replay_guard.testing import ScriptedChatModel
 from tests.integration.graphs import SYSTEM, ToolRuns, build_custom_graph, make_tools
 
 # The typo: "transfer_to_human_agent" for the real, unsafe "transfer_to_human_agents".
-TYPO = GuardConfig(tools={"transfer_to_human_agent": "unsafe", "book_reservation": "unsafe"})
+# Warned, not refused (strict_tool_names=False; test_issue27_policy.py has the error).
+TYPO = GuardConfig(
+    tools={"transfer_to_human_agent": "unsafe", "book_reservation": "unsafe"},
+    strict_tool_names=False,
+)
 # Correct names, and classes that need no store or durable checkpointer (no other warning).
 CORRECT = GuardConfig(
     tools={

@@ -312,13 +312,14 @@ def test_repeated_test_runs_without_an_edit_are_a_loop():
     assert ctl.should_skip("bash", command) == (True, "repeat_limit")
 
 
-def test_a_volatile_command_is_never_deduplicated_but_identical_results_short_circuit():
+def test_a_volatile_command_polls_until_its_result_changes_within_the_repeat_limit():
+    # Issue 27 item 12: a poll is never short-circuited; the same answer 3 more times stops it.
     ctl = ReplayGuard(GuardConfig(tools={"bash": SHELL})).control()
     command = bash("curl -s http://localhost:8000/health")
-    ctl.record_success("bash", command, result="starting")
-    assert ctl.should_skip("bash", command) == (False, None)
-    ctl.record_success("bash", command, result="starting")
-    assert ctl.should_skip("bash", command) == (True, "same_result")
+    for _ in range(4):
+        assert ctl.should_skip("bash", command) == (False, None)
+        ctl.record_success("bash", command, result="starting")
+    assert ctl.should_skip("bash", command) == (True, "repeat_limit")
 
 
 def test_unrecognised_command_is_counted_not_deduplicated_and_not_short_circuited():
@@ -345,9 +346,9 @@ def test_paging_with_scroll_down_is_progress_until_the_end_of_the_file():
     for page in range(6):
         assert ctl.should_skip("scroll_down", {}) == (False, None), page
         ctl.record_success("scroll_down", {}, result=f"[File: a.py] lines {page * 100}-")
-    ctl.record_success("scroll_down", {}, result="[File: a.py] end")
-    ctl.record_success("scroll_down", {}, result="[File: a.py] end")
-    assert ctl.should_skip("scroll_down", {}) == (True, "same_result")
+    for _ in range(4):  # the same last page: the first answer and max_repeats more
+        ctl.record_success("scroll_down", {}, result="[File: a.py] end")
+    assert ctl.should_skip("scroll_down", {}) == (True, "repeat_limit")
 
 
 def test_a_missing_rule_matches_a_call_without_the_argument():

@@ -236,7 +236,9 @@ LAYERED = [
         "calls": [
             _call("status", {}, "busy"),
             _call("status", {}, "busy"),
-            _call("status", {}, "done"),  # 2: same_result after "busy" twice: a wrong dedup block
+            # 2: same_result after "busy" twice (short_circuit=True on a volatile poll, opted
+            # into): a wrong dedup block
+            _call("status", {}, "done"),
         ],
     },
     {
@@ -253,7 +255,9 @@ def layered(tmp_path):
     trajectories.write_text("".join(json.dumps(t) + "\n" for t in LAYERED))
     policy = tmp_path / "tools.json"
     policy.write_text(json.dumps(LAYERED_POLICY))
-    config = GuardConfig(tools={"status": {"replay": "pure", "volatile": True}})
+    config = GuardConfig(
+        tools={"status": {"replay": "pure", "volatile": True, "short_circuit": True}}
+    )
     return trajectories, policy, config.with_policies(policy)
 
 
@@ -305,7 +309,11 @@ def test_wrong_block_previews_are_short(tmp_path):
 def test_cli_json_has_the_layers_and_the_wrong_blocks(layered, capsys):
     trajectories, policy, _ = layered
     config = policy.parent / "guard.json"
-    config.write_text(json.dumps({"tools": {"status": {"replay": "pure", "volatile": True}}}))
+    config.write_text(
+        json.dumps(
+            {"tools": {"status": {"replay": "pure", "volatile": True, "short_circuit": True}}}
+        )
+    )
     argv = ["eval", str(trajectories), "--policy", str(policy), "--config", str(config)]
     assert main([*argv, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -334,7 +342,11 @@ def test_cli_json_has_the_layers_and_the_wrong_blocks(layered, capsys):
 def test_cli_table_shows_the_layers_per_tool_and_the_wrong_blocks(layered, capsys):
     trajectories, policy, _ = layered
     config = policy.parent / "guard.json"
-    config.write_text(json.dumps({"tools": {"status": {"replay": "pure", "volatile": True}}}))
+    config.write_text(
+        json.dumps(
+            {"tools": {"status": {"replay": "pure", "volatile": True, "short_circuit": True}}}
+        )
+    )
     argv = ["eval", str(trajectories), "--policy", str(policy), "--config", str(config)]
     assert main([*argv, "--show-wrong", "1"]) == 0
     out = capsys.readouterr().out

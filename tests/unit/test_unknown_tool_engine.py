@@ -158,7 +158,7 @@ def test_control_tools_decide_like_the_engine_with_the_same_names():
 
 
 def test_control_warns_about_a_policy_for_a_tool_it_lacks():
-    guard = ReplayGuard(tools={"browser_tpye": "unsafe"})
+    guard = ReplayGuard(tools={"browser_tpye": "unsafe"}, strict_tool_names=False)
     with pytest.warns(ReplayGuardWarning, match="did you mean 'browser_type'"):
         guard.control(tools=TOOLS)
 

@@ -380,8 +380,10 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
     def check(self, agent: Any) -> ReplayGuardCallbackHandler:
         """Fail now if `agent` would not hand the handler's refusals to the model.
 
-        Also warns (`ReplayGuardWarning`) about each tool of `config.tools` that the agent
-        does not have: a typo there would leave the real tool with the default policy. And
+        Also checks each tool of `config.tools` that the agent does not have: a typo there
+        would leave the real tool with the default policy. A name near a tool of the agent
+        that has no policy is a `ValueError` (unless `strict_tool_names=False`); any other,
+        a `ReplayGuardWarning`. And
         learns the agent's tool names: a call to any other name is a tool that does not
         exist (reason `unknown_tool`).
 
@@ -394,7 +396,8 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
 
         Raises:
             ValueError: If the agent's error handling would fail the run on a refusal, or
-                would replace the refusal's text.
+                would replace the refusal's text; or a policy name is a near miss of a tool
+                without a policy (`GuardConfig.strict_tool_names`).
             TypeError: If `agent` is neither kind.
         """
         problems = enforcement_problems(agent)
