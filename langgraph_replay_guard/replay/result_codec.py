@@ -509,7 +509,7 @@ def decode_field(value: Mapping[str, Any], name: str) -> Any:
             return _untree(encoded)
         except GraphBubbleUp:
             raise
-        except Exception:  # noqa: BLE001 - a damaged informational field is shown as its preview
+        except Exception:  # a damaged informational field: its preview stands in
             logger.warning("langgraph-replay-guard: a ledger row's %r could not be read", name)
     return value.get(f"{name}_preview")
 
