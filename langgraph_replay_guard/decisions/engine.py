@@ -29,6 +29,7 @@ from langgraph_replay_guard.decisions.state_format import (
 )
 from langgraph_replay_guard.errors import InvalidArgumentsError, LoopAbortedError
 from langgraph_replay_guard.policy.config import GuardConfig, PolicySource, ToolPolicy
+from langgraph_replay_guard.policy.patterns import SafePattern
 
 __all__ = [
     "ANSWERED_FIX",
@@ -145,7 +146,7 @@ class CallFacts(NamedTuple):
     tools: tuple[str, ...] = ()
     max_same_failures: int = 0
     """The tool's same-failure threshold (0: the layer is off for it)."""
-    failure_pattern: re.Pattern[str] | None = None
+    failure_pattern: SafePattern | None = None
     """`GuardConfig.failure_pattern`, compiled: a result matching it is a failure too."""
     source: PolicySource | None = None
     """Where the tool's policy comes from (`GuardConfig.policy_source`); None: unknown tool."""
@@ -239,7 +240,7 @@ class _ToolRules(NamedTuple):
     max_repeats: int
     ignore_args: tuple[str, ...]
     max_same_failures: int
-    failure_pattern: re.Pattern[str] | None
+    failure_pattern: SafePattern | None
     source: PolicySource
 
 
