@@ -23,6 +23,7 @@ from langgraph_replay_guard.decisions.keys import call_key
 from langgraph_replay_guard.decisions.state import fold_events, new_state
 from langgraph_replay_guard.errors import InvalidArgumentsError
 from langgraph_replay_guard.policy.config import GuardConfig
+from langgraph_replay_guard.policy.patterns import SafePattern
 
 __all__ = [
     "DEDUP_REASONS",
@@ -515,7 +516,7 @@ def _cut(text: str, most: int = WRONG_PREVIEW_CHARS) -> str:
     return text if len(text) <= most else text[: most - 3] + "..."
 
 
-def _matches(pattern: re.Pattern[str] | None, text: str) -> bool:
+def _matches(pattern: SafePattern | None, text: str) -> bool:
     return pattern is not None and pattern.search(text) is not None
 
 

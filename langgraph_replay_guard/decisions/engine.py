@@ -29,6 +29,7 @@ from langgraph_replay_guard.decisions.state_format import (
 )
 from langgraph_replay_guard.errors import InvalidArgumentsError, LoopAbortedError
 from langgraph_replay_guard.policy.config import GuardConfig, PolicySource, ToolPolicy
+from langgraph_replay_guard.policy.patterns import SafePattern
 
 __all__ = [
     "ANSWERED_FIX",
@@ -145,7 +146,7 @@ class CallFacts(NamedTuple):
     tools: tuple[str, ...] = ()
     max_same_failures: int = 0
     """The tool's same-failure threshold (0: the layer is off for it)."""
-    failure_pattern: re.Pattern[str] | None = None
+    failure_pattern: SafePattern | None = None
     """`GuardConfig.failure_pattern`, compiled: a result matching it is a failure too."""
     source: PolicySource | None = None
     """Where the tool's policy comes from (`GuardConfig.policy_source`); None: unknown tool."""
@@ -239,7 +240,7 @@ class _ToolRules(NamedTuple):
     max_repeats: int
     ignore_args: tuple[str, ...]
     max_same_failures: int
-    failure_pattern: re.Pattern[str] | None
+    failure_pattern: SafePattern | None
     source: PolicySource
 
 
@@ -380,14 +381,14 @@ def _decide(
         # The answer of a graph that went back to the model (see `stop_was_ignored`).
         msg = (
             f"Not executed: the loop guard had stopped this run ({stop['reason']} on "
-            f"'{stop['tool']}') and the model asked for more tool calls in the same turn. "
+            f"'{_q(stop['tool'])}') and the model asked for more tool calls in the same turn. "
             "Do not make more tool calls; answer the user."
         )
         return Decision(Verdict.ABORT, STOP_IGNORED, key, msg, None, tool, attempt)
     if stop is not None:
         msg = (
             f"Not executed: the loop guard stopped this run ({stop['reason']} on "
-            f"'{stop['tool']}'). Do not make more tool calls; answer the user."
+            f"'{_q(stop['tool'])}'). Do not make more tool calls; answer the user."
         )
         return Decision(Verdict.ABORT, "stopped", key, msg, None, tool, attempt)
 
@@ -430,7 +431,7 @@ def _decide(
     if config.dedup and facts.replay == "pure" and not facts.volatile:
         if in_batch:
             msg = (
-                f"Not executed: an earlier call in this same batch already calls '{tool}' "
+                f"Not executed: an earlier call in this same batch already calls '{_q(tool)}' "
                 "with exactly these arguments. Use that call's result."
             )
             return Decision(Verdict.DENY, "duplicate", key, msg, None, tool, attempt)
@@ -492,17 +493,18 @@ def _unknown_tool_decision(facts: CallFacts, attempt: int, *, final: bool, limit
     over = limit and attempt > most
     ends = over and _stops_past_limit(attempt, most, final=final)
     names = tool_list(facts.tools)
+    name = prompt_name(facts.tool)
     if attempt == 1:
-        message = f"Error: {facts.tool} is not a valid tool, try one of [{names}]."
+        message = f"Error: {name} is not a valid tool, try one of [{names}]."
     elif ends:
         message = (
-            f"Stopped: {attempt} calls to tools that do not exist in this turn ('{facts.tool}' "
+            f"Stopped: {attempt} calls to tools that do not exist in this turn ('{name}' "
             f"is not a valid tool; limit {most}). The available tools are: {names}. The loop "
             "guard is ending the run."
         )
     else:
         message = (
-            f"Not executed: '{facts.tool}' is not a valid tool. This is call {attempt} to a "
+            f"Not executed: '{name}' is not a valid tool. This is call {attempt} to a "
             f"tool that does not exist in this turn. The available tools are: {names}. Call "
             "one of them by its exact name, or answer the user."
         )
@@ -561,7 +563,7 @@ _FAILURE_ADVICE = (
 
 def _same_failure_message(tool: str, attempts: int, *, final: bool) -> str:
     what = (
-        f"'{tool}' keeps failing with the same error whatever the arguments ({attempts} "
+        f"'{_q(tool)}' keeps failing with the same error whatever the arguments ({attempts} "
         "attempts in a row)"
     )
     if final:
@@ -606,7 +608,7 @@ def duplicate_message(tool: str, result: str | None, *, label: str = "Earlier re
         The answer's text.
     """
     return (
-        f"Not executed: '{tool}' already succeeded with exactly these arguments and nothing "
+        f"Not executed: '{_q(tool)}' already succeeded with exactly these arguments and nothing "
         "has changed since, so it would return the same result. Use the earlier result "
         "instead of calling it again." + _with_preview(result, label)
     )
@@ -614,7 +616,7 @@ def duplicate_message(tool: str, result: str | None, *, label: str = "Earlier re
 
 def _same_result_message(tool: str, times: int, preview: str | None) -> str:
     return (
-        f"Not executed: identical result again. '{tool}' returned the identical result the "
+        f"Not executed: identical result again. '{_q(tool)}' returned the identical result the "
         f"last {times} times with these arguments, so calling it again will not help. Change "
         "the arguments or try something else." + _with_preview(preview, "Last result (preview)")
     )
@@ -623,17 +625,17 @@ def _same_result_message(tool: str, times: int, preview: str | None) -> str:
 def _repeat_message(tool: str, attempt: int, limit: int, *, final: bool) -> str:
     if final:
         return (
-            f"Stopped: '{tool}' was called {attempt} times with the same arguments in this "
+            f"Stopped: '{_q(tool)}' was called {attempt} times with the same arguments in this "
             f"turn without progress (limit {limit}). The loop guard is ending the run."
         )
     return (
-        f"Not executed: '{tool}' was called {attempt} times with the same arguments in this "
+        f"Not executed: '{_q(tool)}' was called {attempt} times with the same arguments in this "
         f"turn without progress (limit {limit}). Do not call it again with these arguments."
     )
 
 
 def _cycle_message(tools: Sequence[str], *, final: bool) -> str:
-    pattern = " -> ".join(tools)
+    pattern = " -> ".join(prompt_name(tool) for tool in tools)
     if final:
         return (
             f"Stopped: your calls kept going round the cycle {pattern} with identical results "
@@ -748,6 +750,49 @@ def _short(value: Any) -> str:
     return text
 
 
+_NAME_CHARS = 64
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.:/-]{1,64}")
+_NAME_ESCAPES = re.compile(r"[\x00-\x1f\x7f-\x9f<>\\'\"`\u2028\u2029]")
+_TEXT_ESCAPES = re.compile(r"[<>\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def prompt_name(name: str) -> str:
+    r"""A tool name the model chose, as messages and reminders quote it: bounded and escaped.
+
+    The name of an unknown tool is model-chosen text that the reminder lifts into the system
+    prompt: it is cut to 64 characters (the full length said after it) and every character
+    that could end a quote or a markup tag (`'`, `"`, backtick, backslash, `<`, `>`) or break
+    a line is written as a `\uXXXX` escape. Ordinary names (letters, digits and `_ . : / -`,
+    at most 64) come back as they are.
+
+    Args:
+        name: The tool name.
+
+    Returns:
+        The text to quote.
+    """
+    if _PLAIN_NAME.fullmatch(name):
+        return name
+    text = _NAME_ESCAPES.sub(_escape_char, name[:_NAME_CHARS])
+    if len(name) > _NAME_CHARS:
+        text += f"... ({len(name):,} characters)"
+    return text
+
+
+_q = prompt_name  # the short form the message templates use
+
+
+def _prompt_text(text: str, limit: int) -> str:
+    """Model-chosen text other than a name (an argument summary): bounded, markup escaped."""
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return _TEXT_ESCAPES.sub(_escape_char, text)
+
+
 _ADVICE = (
     "Do not repeat it. Use the results you already have, change the arguments or the "
     "approach, or tell the user what is blocking you."
@@ -767,18 +812,17 @@ def render_reminder(reminder: Mapping[str, Any]) -> str:
         The reminder text.
     """
     reason = reminder["reason"]
-    call = f"{reminder['tool']}({reminder['args']})"
+    tool = prompt_name(str(reminder["tool"]))
+    args = _prompt_text(str(reminder["args"]), _MAX_TOOL_LIST + 40)
+    call = f"{tool}({args})"
     count = reminder["count"]
     if reason == UNKNOWN_TOOL:
         what = (
             f"you called tools that do not exist {count} times in this turn (the last one "
-            f"'{reminder['tool']}'); the available tools are: {reminder['args']}. Call one of "
-            "them by its exact name"
+            f"'{tool}'); the available tools are: {args}. Call one of them by its exact name"
         )
     elif reason == "cycle":
-        what = (
-            f"your recent tool calls repeat in a cycle ({reminder['args']}) with identical results"
-        )
+        what = f"your recent tool calls repeat in a cycle ({args}) with identical results"
     elif reason == "duplicate":
         what = (
             f"you called {call} again although it already succeeded and nothing changed; "
@@ -786,7 +830,7 @@ def render_reminder(reminder: Mapping[str, Any]) -> str:
         )
     elif reason == SAME_FAILURE:
         return (
-            f"LOOP WARNING from the tool-call guard: '{reminder['tool']}' keeps failing with "
+            f"LOOP WARNING from the tool-call guard: '{tool}' keeps failing with "
             f"the same error whatever the arguments (attempt {count} in a row). Another "
             f"variation of the call will fail the same way. {_FAILURE_ADVICE}"
         )
@@ -853,7 +897,7 @@ def loop_error(decision: Decision, *, fix: str = GRAPH_FIX) -> LoopAbortedError:
     if decision.reason == STOP_IGNORED:
         return _ignored_error(decision.tool, decision.count, fix)
     return LoopAbortedError(
-        decision.message or f"Loop aborted on '{decision.tool}'.",
+        decision.message or f"Loop aborted on '{_q(decision.tool)}'.",
         tool=decision.tool,
         reason=decision.reason or "abort",
         count=decision.count,
@@ -870,7 +914,7 @@ def stop_error(stop: Mapping[str, Any], *, hint: str = "") -> LoopAbortedError:
     Returns:
         The error, to raise.
     """
-    msg = f"Loop aborted: '{stop['tool']}' ({stop['reason']}, attempt {stop['count']})."
+    msg = f"Loop aborted: '{_q(stop['tool'])}' ({stop['reason']}, attempt {stop['count']})."
     return LoopAbortedError(
         f"{msg} {hint}" if hint else msg,
         tool=stop["tool"],
@@ -882,7 +926,7 @@ def stop_error(stop: Mapping[str, Any], *, hint: str = "") -> LoopAbortedError:
 def _ignored_error(tool: str, count: int, fix: str) -> LoopAbortedError:
     msg = (
         "Loop aborted: the model asked for more tool calls after the loop guard stopped "
-        f"the run (on '{tool}'). {fix}"
+        f"the run (on '{_q(tool)}'). {fix}"
     )
     return LoopAbortedError(msg, tool=tool, reason=STOP_IGNORED, count=count)
 

@@ -58,9 +58,12 @@ def canonicalize(value: Any, *, root: str = "args") -> _JSON:
     equal hash equal:
 
     - `bool`, `None`, `str` as they are; integers as integers; a float with an integral value
-      as that integer (`1.0` -> `1`, `-0.0` -> `0`); NaN and infinities as the strings
-      `"NaN"`, `"Infinity"`, `"-Infinity"`.
-    - `Decimal`: integral values as integers, others as their normalized string.
+      as that integer (`1.0` -> `1`, `-0.0` -> `0`); NaN and infinities stay floats, which
+      the canonical text writes as the bare tokens `NaN`, `Infinity`, `-Infinity` (never
+      quoted: a float NaN and the string `"NaN"` are different arguments, with different
+      keys).
+    - `Decimal`: integral values as integers, NaN and infinities as the floats above,
+      others as their normalized string.
     - `datetime`: ISO 8601; timezone-aware values converted to UTC first. `date` and `time`:
       ISO 8601. `timedelta`: total seconds as a number.
     - `UUID`, `os.PathLike`: their string form. `Enum`: its value.
@@ -118,14 +121,24 @@ def _canon(value: Any, path: str, depth: int, walk: _Walk) -> _JSON:
     return _canon_other(value, path, depth, walk)
 
 
-def _canon_float(value: float) -> int | float | str:
+def _canon_float(value: float) -> int | float:
+    if math.isnan(value):
+        return math.nan  # one NaN: its sign and payload are not part of the value
+    if math.isinf(value) or not value.is_integer():
+        return value
+    return int(value)
+
+
+def _float_key(value: float) -> int | float | str:
+    """A float mapping key: JSON keys are strings, so `{nan: 1}` keys like `{"NaN": 1}`.
+
+    Kept as it always was (non-string keys are documented to hash like their JSON text).
+    """
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):
         return "Infinity" if value > 0 else "-Infinity"
-    if value.is_integer():
-        return int(value)
-    return value
+    return _canon_float(value)
 
 
 def _enter(value: Any, path: str, walk: _Walk) -> int:
@@ -146,9 +159,7 @@ def _canon_mapping(value: Mapping[Any, Any], path: str, depth: int, walk: _Walk)
         elif isinstance(raw_key, bool) or raw_key is None:
             key = json.dumps(raw_key)
         elif isinstance(raw_key, int | float):
-            key = json.dumps(
-                _canon_float(float(raw_key)) if isinstance(raw_key, float) else raw_key
-            )
+            key = json.dumps(_float_key(raw_key) if isinstance(raw_key, float) else raw_key)
         else:
             msg = (
                 f"Argument '{path}' has a key of type {type(raw_key).__name__!r}; "
@@ -217,9 +228,9 @@ def _canon_other(value: Any, path: str, depth: int, walk: _Walk) -> _JSON:
     raise InvalidArgumentsError(msg, path=path)
 
 
-def _canon_decimal(value: Decimal) -> int | str:
+def _canon_decimal(value: Decimal) -> int | float | str:
     if not value.is_finite():
-        return "NaN" if value.is_nan() else ("Infinity" if value > 0 else "-Infinity")
+        return math.nan if value.is_nan() else (math.inf if value > 0 else -math.inf)
     # Only modest exponents become ints: int(Decimal("1E+10000000")) would take forever.
     if value.adjusted() < _DECIMAL_INT_DIGITS and value == value.to_integral_value(context=_WIDE):
         return int(value)
@@ -231,9 +242,11 @@ _DECIMAL_INT_DIGITS = 300  # integral Decimals up to this many digits hash like 
 _BIG_INT = 10**4000  # Python refuses to turn ints of 4,300+ digits into text
 
 
-# One shared encoder: json.dumps() with options builds a new encoder on every call.
+# One shared encoder: json.dumps() with options builds a new encoder on every call. It writes
+# non-finite floats as the bare tokens NaN, Infinity and -Infinity, which no string can
+# produce (a string is always quoted): a float NaN and the string "NaN" never share a key.
 _ENCODER = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True
 )
 
 
@@ -281,7 +294,9 @@ def canonical_json(value: Any, *, root: str = "args") -> str:
     """Serialize a value as canonical JSON text.
 
     Sorted keys, no insignificant whitespace, UTF-8 text (non-ASCII characters are not escaped),
-    and the canonical forms documented in `canonicalize`.
+    and the canonical forms documented in `canonicalize`. NaN and infinities are written as
+    the bare tokens `NaN`, `Infinity` and `-Infinity` (as Python's `json` module writes and
+    reads them), so the text is strict JSON only for finite numbers.
 
     Args:
         value: The value to serialize.

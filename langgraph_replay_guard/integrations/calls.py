@@ -23,6 +23,7 @@ from langgraph_replay_guard.decisions.engine import (
     fold_settings,
     make_event,
     plan_calls,
+    prompt_name,
     stop_was_ignored,
 )
 from langgraph_replay_guard.decisions.failures import SAME_FAILURE
@@ -535,24 +536,24 @@ def final_ai_message(decision: Decision, batch: Batch) -> AIMessage:
     if decision.reason == STOP_IGNORED:
         why = (
             "I kept asking for tools after the loop guard had stopped this run "
-            f"(the last one '{decision.tool}')"
+            f"(the last one '{prompt_name(decision.tool)}')"
         )
     elif decision.reason == "cycle":
         why = "my tool calls kept repeating in a cycle with identical results"
     elif decision.reason == UNKNOWN_TOOL:
         why = (
             f"I called tools that do not exist {decision.count} times "
-            f"(the last one '{decision.tool}')"
+            f"(the last one '{prompt_name(decision.tool)}')"
         )
     elif decision.reason == SAME_FAILURE:
         why = (
-            f"'{decision.tool}' kept failing with the same error whatever arguments I tried "
-            f"({decision.count - 1} attempts in a row)"
+            f"'{prompt_name(decision.tool)}' kept failing with the same error whatever "
+            f"arguments I tried ({decision.count - 1} attempts in a row)"
         )
     else:
         why = (
-            f"I called '{decision.tool}' {decision.count} times with the same arguments "
-            "without making progress"
+            f"I called '{prompt_name(decision.tool)}' {decision.count} times with the same "
+            "arguments without making progress"
         )
     return AIMessage(
         content=(
@@ -597,8 +598,8 @@ def abort_answer(
         events = [denied_event(planned, batch, reason, abort=True)]
     else:
         content = (
-            f"Not executed: the loop guard stopped the run because of '{decision.tool}' "
-            f"({decision.reason}). No further tool calls are made."
+            "Not executed: the loop guard stopped the run because of "
+            f"'{prompt_name(decision.tool)}' ({decision.reason}). No further tool calls are made."
         )
         events = (
             [] if planned.facts is None else [denied_event(planned, batch, "stopped", abort=False)]

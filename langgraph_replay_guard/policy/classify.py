@@ -11,6 +11,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from langgraph_replay_guard.decisions.call_class import CallClass
+from langgraph_replay_guard.policy.patterns import SafePattern, compile_pattern
 
 if TYPE_CHECKING:
     from langgraph_replay_guard.policy.config import ClassRule, ToolPolicy
@@ -62,8 +63,12 @@ class Classifier:
     def __init__(self, policy: ToolPolicy) -> None:
         """Compile the policy's rules and load its preset."""
         self.fallback = CallClass(policy.replay)
-        self.rules: list[tuple[ClassRule, tuple[str, ...], re.Pattern[str] | None]] = [
-            (rule, tuple(rule.arg.split(".")), re.compile(rule.pattern) if rule.pattern else None)
+        self.rules: list[tuple[ClassRule, tuple[str, ...], SafePattern | None]] = [
+            (
+                rule,
+                tuple(rule.arg.split(".")),
+                compile_pattern(rule.pattern, "ClassRule.pattern") if rule.pattern else None,
+            )
             for rule in policy.classify
         ]
         self.function = policy.classifier

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -22,6 +21,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from langgraph_replay_guard.decisions.call_class import CallClass, ReplayClass
 from langgraph_replay_guard.decisions.failures import DEFAULT_MAX_SAME_FAILURES
+from langgraph_replay_guard.policy.patterns import SafePattern, compile_pattern
 from langgraph_replay_guard.policy.toolkit_data import known_toolkits, toolkit_policies
 
 if TYPE_CHECKING:
@@ -61,17 +61,14 @@ _PRESETS: dict[str, str] = {
 }
 
 
-def _regex_or_none(value: str | None, field: str) -> str | None:
-    """A field holding a regular expression: `value` when it compiles (or is None)."""
+def _regex_or_none(value: str | None, field: str, *, ignore_case: bool = False) -> str | None:
+    """A field holding a regular expression: `value` when RE2 runs it (or it is None).
+
+    User patterns are matched with RE2, in time linear in the text (`policy/patterns.py`);
+    one RE2 cannot run (a backreference, look-around) is refused here, naming the field.
+    """
     if value is not None:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            msg = (
-                f"{field} {value!r} is not a valid regular expression ({exc}). Fix the "
-                "pattern; in JSON, write a backslash as '\\\\'."
-            )
-            raise ValueError(msg) from None
+        compile_pattern(value, field, ignore_case=ignore_case)
     return value
 
 
@@ -79,7 +76,7 @@ class ClassRule(BaseModel):
     """One per-call classification rule: match an argument, give the call a class.
 
     A rule matches when the argument at `arg` is a string and either `pattern` matches
-    it (`re.search`: anchor with `^` and `$`) or it starts with one of `prefixes`, word
+    it (RE2, searched anywhere: anchor with `^` and `$`) or it starts with one of `prefixes`, word
     by word; or, with `missing`, when the call does not give the argument (absent, None
     or blank): SWE-agent's `search_file` without a `file` searches the file open in its
     viewer, so that call depends on the viewer's state and is marked volatile. Prefixes
@@ -110,7 +107,7 @@ class ClassRule(BaseModel):
     @field_validator("pattern")
     @classmethod
     def _check_pattern(cls, value: str | None) -> str | None:
-        return _regex_or_none(value, "pattern")
+        return _regex_or_none(value, "ClassRule.pattern")
 
     @field_validator("prefixes")
     @classmethod
@@ -162,7 +159,7 @@ class ToolPolicy(BaseModel):
         max_repeats: Overrides `GuardConfig.max_repeats` for this tool.
         max_same_failures: Overrides `GuardConfig.max_same_failures` for this tool; 0 turns
             the same-failure layer off for it.
-        failure_pattern: A regular expression (`re.search`, case-insensitive, `^` at each
+        failure_pattern: A regular expression (RE2, searched anywhere, case-insensitive, `^` at each
             line start): a result of this tool that matches it counts as a failure for the
             same-failure layer, like an error (a shell prints `command not found` in a
             normal result). Added to
@@ -224,7 +221,7 @@ class ToolPolicy(BaseModel):
     @field_validator("failure_pattern")
     @classmethod
     def _check_failure_pattern(cls, value: str | None) -> str | None:
-        return _regex_or_none(value, "failure_pattern")
+        return _regex_or_none(value, "ToolPolicy.failure_pattern", ignore_case=True)
 
     @field_validator("preset", mode="before")
     @classmethod
@@ -420,7 +417,7 @@ class GuardConfig(BaseModel):
             A success of that tool, any successful world-changing call, or a successful call
             that returns something new (progress) starts the count again. 0 turns the layer
             off.
-        failure_pattern: A regular expression (`re.search`, case-insensitive, `^` at each
+        failure_pattern: A regular expression (RE2, searched anywhere, case-insensitive, `^` at each
             line start): a result that matches it counts as a failure for the same-failure
             layer, for every tool, beside the tools' own (`ToolPolicy.failure_pattern`, the
             presets' patterns). None: only error ToolMessages, exceptions and the tools'
@@ -527,16 +524,16 @@ class GuardConfig(BaseModel):
     @field_validator("failure_pattern")
     @classmethod
     def _check_failure_pattern(cls, value: str | None) -> str | None:
-        return _regex_or_none(value, "failure_pattern")
+        return _regex_or_none(value, "GuardConfig.failure_pattern", ignore_case=True)
 
     @property
-    def failure_regex(self) -> re.Pattern[str] | None:
+    def failure_regex(self) -> SafePattern | None:
         """`failure_pattern`, compiled (case-insensitive; cached by pattern)."""
         if self.failure_pattern is None:
             return None
         return _compile_failure_pattern(self.failure_pattern)
 
-    def failure_regex_for(self, tool: str) -> re.Pattern[str] | None:
+    def failure_regex_for(self, tool: str) -> SafePattern | None:
         """What makes a result of `tool` a failure: its own pattern and the configuration's.
 
         The tool's own is its policy's `failure_pattern`, else its preset's.
@@ -798,11 +795,11 @@ def _preset_failure_pattern(preset: str | None) -> str | None:
     return pattern if isinstance(pattern, str) else None
 
 
-@functools.lru_cache(maxsize=32)
-def _compile_failure_pattern(pattern: str) -> re.Pattern[str]:
-    # Not cached on the config: `model_copy(update=...)` would keep a stale one.
-    # Multiline: a tool's output has many lines, and `^` means "a line that starts with".
-    return re.compile(pattern, re.IGNORECASE | re.MULTILINE)
+def _compile_failure_pattern(pattern: str) -> SafePattern:
+    # Not cached on the config: `model_copy(update=...)` would keep a stale one (the
+    # compiled patterns are cached by `compile_pattern`). Multiline: a tool's output has
+    # many lines, and `^` means "a line that starts with". RE2: linear in the result.
+    return compile_pattern(pattern, "failure_pattern", ignore_case=True)
 
 
 def _read_mapping(path: Path) -> dict[str, Any]:

@@ -18,7 +18,13 @@ from langgraph_replay_guard.errors import (
     ReplayUnsafeError,
 )
 from langgraph_replay_guard.replay.owners import describe
-from langgraph_replay_guard.replay.result_codec import decode_result, decode_update, encode_result
+from langgraph_replay_guard.replay.result_codec import (
+    decode_field,
+    decode_result,
+    decode_update,
+    encode_field,
+    encode_result,
+)
 
 __all__ = [
     "INTERRUPT_KIND",
@@ -216,11 +222,11 @@ class LedgerEntry:
                 finished_at=_opt_str(value.get("finished_at")),
                 attempts=int(value.get("attempts", 0)),
                 result=_opt_mapping(value.get("result")),
-                args=value.get("args"),
+                args=decode_field(value, "args"),
                 last_error=_opt_str(value.get("last_error")),
                 resolved_by=_opt_str(value.get("resolved_by")),
                 owner=owner if isinstance(owner, Mapping) else None,
-                ran_args=value.get("ran_args"),
+                ran_args=decode_field(value, "ran_args"),
                 blocked_on=_opt_str(value.get("blocked_on")),
                 rev=_opt_str(value.get("rev")),
             )
@@ -238,8 +244,13 @@ class LedgerEntry:
         )
 
     def to_value(self) -> dict[str, Any]:
-        """The JSON value stored for this row (with a new revision token)."""
-        return {
+        """The JSON value stored for this row (with a new revision token).
+
+        The arguments go through the result codec (`encode_field`): whatever the tool
+        accepts (sets, tuples, bytes, datetimes, models, NaN...) is stored in a form every
+        shipped store accepts and read back as it was.
+        """
+        value = {
             "v": LEDGER_VERSION,
             "status": self.status,
             "tool": self.tool,
@@ -252,14 +263,15 @@ class LedgerEntry:
             "finished_at": self.finished_at,
             "attempts": self.attempts,
             "result": dict(self.result) if self.result is not None else None,
-            "args": self.args,
             "last_error": self.last_error,
             "resolved_by": self.resolved_by,
             "owner": dict(self.owner) if self.owner is not None else None,
             "blocked_on": self.blocked_on,
-            "ran_args": self.ran_args,
             "rev": self.rev,
         }
+        encode_field(value, "args", self.args)
+        encode_field(value, "ran_args", self.ran_args)
+        return value
 
     def with_status(self, status: str, **changes: Any) -> LedgerEntry:
         """A copy with a new status, other changed fields and a new revision token."""

@@ -18,7 +18,15 @@ from langgraph.errors import GraphBubbleUp
 if TYPE_CHECKING:
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-__all__ = ["CODEC_VERSION", "PREVIEW_CHARS", "decode_result", "decode_update", "encode_result"]
+__all__ = [
+    "CODEC_VERSION",
+    "PREVIEW_CHARS",
+    "decode_field",
+    "decode_result",
+    "decode_update",
+    "encode_field",
+    "encode_result",
+]
 
 logger = logging.getLogger("langgraph_replay_guard")
 
@@ -459,6 +467,51 @@ def _put_or_warn(
         )
         return exc
     return None
+
+
+def encode_field(value: dict[str, Any], name: str, field: Any) -> None:
+    """Put any value into a ledger row under `name`, in a form every shipped store accepts.
+
+    Plain JSON stays as it is (`name`); anything else (a set, a tuple, bytes, a datetime, a
+    pydantic model, NaN, a lone surrogate...) is kept losslessly in the tagged form
+    (`<name>_enc`) next to a readable `<name>_preview`, as results are. A value nothing can
+    hold keeps its preview and its type (`<name>_dropped`): a row is never refused for it.
+
+    Args:
+        value: The row being built; changed in place.
+        name: The field's name (`"args"`).
+        field: The value to store.
+    """
+    try:
+        _put_field(value, name, field)
+    except _UnencodableError:
+        value[f"{name}_dropped"] = type(field).__name__
+        value[f"{name}_preview"] = _preview(field)
+
+
+def decode_field(value: Mapping[str, Any], name: str) -> Any:
+    """The value `encode_field` stored under `name`; None when there is none.
+
+    Never raises for a damaged field: it is informational, so its preview stands in.
+
+    Args:
+        value: A stored row.
+        name: The field's name.
+
+    Returns:
+        The value, its preview text when it could not be kept or read back, or None.
+    """
+    if name in value:
+        return value[name]
+    encoded = value.get(f"{name}_enc")
+    if encoded is not None:
+        try:
+            return _untree(encoded)
+        except GraphBubbleUp:
+            raise
+        except Exception:  # a damaged informational field: its preview stands in
+            logger.warning("langgraph-replay-guard: a ledger row's %r could not be read", name)
+    return value.get(f"{name}_preview")
 
 
 def decode_result(value: Mapping[str, Any]) -> tuple[Any, Any, str]:

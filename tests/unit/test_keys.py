@@ -229,13 +229,33 @@ def test_sets_are_order_independent():
 
 
 @pytest.mark.parametrize(
-    ("value", "expected"),
+    ("value", "token"),
     [(float("nan"), "NaN"), (float("inf"), "Infinity"), (float("-inf"), "-Infinity")],
 )
-def test_non_finite_floats_become_strings(value, expected):
-    assert canonicalize(value) == expected
-    assert canonical_json({"x": value}) == f'{{"x":"{expected}"}}'
-    assert same_key({"x": value}, {"x": expected})
+def test_non_finite_floats_are_bare_tokens_not_strings(value, token):
+    # Issue 27 item 4: probe(q=nan) and probe(q="NaN") are different calls: the second must
+    # not be answered with the first's result.
+    assert canonical_json({"x": value}) == f'{{"x":{token}}}'
+    assert not same_key({"x": value}, {"x": token})
+    assert not same_key({"x": [value]}, {"x": [token]})
+    assert not same_key({"x": {value, 1}}, {"x": {token, 1}})
+    assert same_key({"x": value}, {"x": value})
+
+
+def test_non_finite_decimals_key_like_the_floats():
+    assert same_key({"x": Decimal("NaN")}, {"x": float("nan")})
+    assert same_key({"x": Decimal("-Infinity")}, {"x": float("-inf")})
+    assert not same_key({"x": Decimal("Infinity")}, {"x": "Infinity"})
+    assert same_key({"x": -float("nan")}, {"x": float("nan")})  # one NaN, whatever its sign
+
+
+def test_keys_of_ordinary_calls_are_unchanged():
+    # The channel stores keys: a changed key would reset dedup for running threads.
+    assert call_key("search", {"q": "x", "limit": 5}) == "1600c4e437bfa97b61c53329c16318ca"
+    assert call_key("t", {"a": "x", "b": [1, 2, {"c": 1.5}]}) == "aed1e7610e67a550c8d93c1c986f60a1"
+    assert call_key("t", {"a": 1.5, "n": None}) == "e980d1385a13c9ee6cba54771b747e18"
+    assert same_key({"x": 1.0}, {"x": 1})
+    assert same_key({"x": -0.0}, {"x": 0})
 
 
 # --- canonical_json text ----------------------------------------------------------------

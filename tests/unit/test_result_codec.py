@@ -233,3 +233,55 @@ def test_backslashes_next_to_escapes_come_back(text: str) -> None:
     encoded = encode_result(text, {"k": text}, "success")
     assert_store_safe(encoded)
     assert decode_result(through_sqlite_json(encoded)) == (text, {"k": text}, "success")
+
+
+# -- ledger rows' arguments (issue 27 item 7) -----------------------------------------------------
+
+
+@PROPERTY
+@given(args=any_value)
+def test_a_ledger_row_keeps_any_arguments_in_a_store_safe_form(args: Any) -> None:
+    from langgraph_replay_guard.replay.ledger import LedgerEntry
+
+    row = LedgerEntry(key="n/m/c", status="started", tool="t", args=args, ran_args=args)
+    value = row.to_value()
+    assert_store_safe(value)
+    for stored in (value, through_sqlite_json(value), through_strict_json(value)):
+        back = LedgerEntry.from_value("n/m/c", stored)
+        assert back.status == "started"
+        assert same(back.args, args)
+        assert same(back.ran_args, args)
+
+
+def test_a_ledger_row_with_a_set_argument_goes_through_orjson() -> None:
+    from langgraph_replay_guard.replay.ledger import LedgerEntry
+
+    args = {"tags": {"a", "b"}, "when": dt.datetime(2026, 1, 2, tzinfo=dt.UTC), "raw": b"\x00"}
+    value = LedgerEntry(key="k", status="started", args=args).to_value()
+    back = LedgerEntry.from_value("k", orjson.loads(orjson.dumps(value)))
+    assert back.args == args
+    assert "'tags': {'a', 'b'}" in value["args_preview"]
+
+
+def test_plain_arguments_stay_readable_in_the_row() -> None:
+    from langgraph_replay_guard.replay.ledger import LedgerEntry
+
+    value = LedgerEntry(key="k", status="started", args={"to": "ann@example.com"}).to_value()
+    assert value["args"] == {"to": "ann@example.com"}
+    assert "args_enc" not in value
+
+
+def test_arguments_nothing_can_hold_keep_their_preview() -> None:
+    from langgraph_replay_guard.replay.ledger import LedgerEntry
+
+    class Opaque:
+        def __reduce__(self) -> Any:
+            raise TypeError("no")
+
+        def __repr__(self) -> str:
+            return "<Opaque>"
+
+    value = LedgerEntry(key="k", status="started", args={"x": Opaque()}).to_value()
+    assert_store_safe(value)
+    assert value["args_dropped"] == "dict"
+    assert LedgerEntry.from_value("k", orjson.loads(orjson.dumps(value))).args == "{'x': <Opaque>}"
