@@ -125,7 +125,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     try:
         if files:  # only show, replay and verify take --file
             return handlers[args.action](RecordFiles(files), args, out, err)
-        with open_store(args.db) as store:
+        # Only `invalidate` writes; every other action opens the database read-only.
+        with open_store(args.db, read_only=args.action != "invalidate") as store:
             namespace = (*args.namespace, "records")
             return handlers[args.action](RecordStore(store, namespace=namespace), args, out, err)
     except StoreURIError as exc:
