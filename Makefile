@@ -1,5 +1,9 @@
 # Two entry points a newcomer needs: `make demo` and `make test`. Both create .venv when missing.
-PYTHON ?= python3.11
+# Any Python 3.11 or later (as the README says): the first of these that is >= 3.11, unless
+# PYTHON=... is given.
+PYTHON ?= $(firstword $(foreach p,python3.13 python3.12 python3.11 python3,$(shell \
+	command -v $(p) >/dev/null 2>&1 && \
+	$(p) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && echo $(p))))
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -7,6 +11,8 @@ STAMP := $(VENV)/.installed
 .PHONY: demo test lint typecheck bench notebooks clean
 
 $(STAMP): pyproject.toml
+	@test -x $(BIN)/python || test -n "$(PYTHON)" || \
+		{ echo "no Python 3.11 or later found: install one, or run make PYTHON=/path/to/python"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]"

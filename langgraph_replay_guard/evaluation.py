@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from langgraph_replay_guard import json_depth
 from langgraph_replay_guard.decisions.engine import (
     CallFacts,
     Verdict,
@@ -283,9 +284,11 @@ def parse_line(line: str | bytes) -> tuple[Any, str | None]:
         except UnicodeDecodeError as exc:
             return None, f"not UTF-8 text (byte 0x{line[exc.start]:02x} at column {exc.start + 1})"
     try:
-        return json.loads(line), None
+        return json_depth.loads(line), None
     except json.JSONDecodeError as exc:
         return None, f"not JSON ({exc.msg} at column {exc.colno})"
+    except json_depth.JSONNestingError as exc:
+        return None, f"not a trajectory ({exc})"
 
 
 def _trajectory_problem(data: Any) -> str | None:

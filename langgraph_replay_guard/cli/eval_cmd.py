@@ -194,6 +194,8 @@ def _read_option(option: str, path: Path, load: Callable[[Path], GuardConfig]) -
         _fail(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})")
     except ValidationError as exc:
         _fail(f"{where}: invalid configuration:\n{exc}")
+    except RecursionError:  # JSON or YAML nested deeper than the parser can go
+        _fail(f"{where}: nested too deeply to be a configuration")
     except (ValueError, ImportError) as exc:
         _fail(f"{where}: {exc}")
     except Exception as exc:

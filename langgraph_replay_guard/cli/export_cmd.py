@@ -152,7 +152,7 @@ def _from_db(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     written = calls = unanswered = 0
     skipped: list[str] = []
     try:
-        with open_checkpointer(args.db) as saver:
+        with open_checkpointer(args.db, read_only=True) as saver:
             threads = list(args.thread) if args.thread else checkpoint_thread_ids(saver)
             outcomes = _ledger_outcomes(args.db, args.namespace, threads)
             for done, thread in enumerate(threads, start=1):
@@ -213,7 +213,7 @@ def _ledger_outcomes(
     """
     found: dict[str, dict[str, tuple[Any, bool]]] = {}
     try:
-        with open_store(db) as store:
+        with open_store(db, read_only=True) as store:
             ledger = ReplayLedger(store, namespace=namespace)
             for thread in threads:
                 try:

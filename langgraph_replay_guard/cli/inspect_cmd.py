@@ -12,6 +12,8 @@ from typing import Any, TextIO
 from langgraph_replay_guard.cli.common import add_namespace_option
 from langgraph_replay_guard.cli.store_uri import (
     StoreURIError,
+    mask_uri,
+    missing_tables,
     open_checkpointer,
     open_store,
 )
@@ -33,13 +35,21 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         description=(
             "Read the latest checkpoint of a thread (every guard channel in it), the callback "
             "handler's state and the replay ledger rows, from a SQLite file or a PostgreSQL "
-            "URI: what LangGraph Studio shows, for a terminal."
+            "URI: what LangGraph Studio shows, for a terminal. Opens the databases read-only: "
+            "nothing is written to them."
         ),
     )
     parser.add_argument(
         "--db",
         required=True,
-        help="SQLite file, sqlite:///path, postgresql:// URI or libpq 'host=... dbname=...'",
+        help="the checkpointer's database: SQLite file, sqlite:///path, postgresql:// URI or "
+        "libpq 'host=... dbname=...'",
+    )
+    parser.add_argument(
+        "--store",
+        metavar="URI",
+        help="the guard's store (its replay ledger and callback-handler state), when it is "
+        "not the --db database: a SQLite file or a PostgreSQL URI (default: --db)",
     )
     parser.add_argument("--thread", required=True, help="thread id")
     add_namespace_option(parser, "its ledger and callback-handler state")
@@ -50,18 +60,26 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Print the guard state and ledger of one thread.
 
+    Both databases are opened read-only. When the store holds no replay ledger at all (no
+    store table, or nothing under the namespace), the report says so rather than showing an
+    empty ledger: the guard's store may be another database (`--store`).
+
     Returns:
-        0 when anything was found, 1 when the thread has neither, 2 for a bad `--db`.
+        0 when anything was found, 1 when the thread has neither, 2 for a bad `--db` or
+        `--store`.
     """
     out = out or sys.stdout
     err = err or sys.stderr
     namespace: tuple[str, ...] = args.namespace
+    store_uri: str = args.store or args.db
     try:
-        with open_checkpointer(args.db) as saver:
+        with open_checkpointer(args.db, read_only=True) as saver:
             checkpoint = saver.get_tuple({"configurable": {"thread_id": args.thread}})
-        with open_store(args.db) as store:
-            rows = ReplayLedger(store, namespace=namespace).rows(args.thread)
+        with open_store(store_uri, read_only=True) as store:
+            ledger = ReplayLedger(store, namespace=namespace)
+            rows = ledger.rows(args.thread)
             handler_item = store.get(scopes_namespace(namespace), args.thread)
+            missing = _ledger_missing(store, ledger, namespace, mask_uri(store_uri), args)
     except StoreURIError as exc:
         print(f"replay-guard inspect: {exc}", file=err)
         return 2
@@ -81,12 +99,31 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             "checkpoint_id": checkpoint_id,
             "guard": {name: _view_json(view) for name, view in views.items()},
             "ledger": [{"key": row.key, **row.to_value()} for row in rows],
+            "ledger_found": missing is None,
+            "ledger_missing": missing,
         }
         json.dump(report, out, indent=2, default=str)
         out.write("\n")
         return 0 if found else 1
-    _print_text(args.thread, checkpoint_id, views, rows, out)
+    _print_text(args.thread, checkpoint_id, views, rows, missing, out)
     return 0 if found else 1
+
+
+def _ledger_missing(
+    store: Any,
+    ledger: ReplayLedger,
+    namespace: tuple[str, ...],
+    shown: str,
+    args: argparse.Namespace,
+) -> str | None:
+    """Why no replay ledger at all was found in the store (None when there is one)."""
+    hint = "" if args.store else "; if the guard's store is another database, give --store"
+    if missing_tables(store):
+        return f"{shown} has no LangGraph store table{hint}"
+    if store.list_namespaces(prefix=(*ledger.prefix, "ledger"), limit=1):
+        return None
+    name = "/".join(namespace)
+    return f"{shown} holds no replay ledger under the namespace {name!r} (--namespace){hint}"
 
 
 def _view_json(view: GuardView) -> dict[str, Any]:
@@ -100,6 +137,7 @@ def _print_text(
     checkpoint_id: str | None,
     views: Mapping[str, GuardView],
     rows: list[LedgerEntry],
+    missing: str | None,
     out: TextIO,
 ) -> None:
     where = f"latest checkpoint {checkpoint_id}" if checkpoint_id else "no checkpoint"
@@ -108,6 +146,10 @@ def _print_text(
         print("\nno guard state in this thread", file=out)
     for name, view in views.items():
         _print_view(name, view, out)
+    if missing is not None and not rows:
+        print(f"\nreplay ledger: NOT FOUND: {missing}", file=out)
+        print("  (an unknown outcome there would not show here)", file=out)
+        return
     print(f"\nreplay ledger: {len(rows)} row(s)", file=out)
     for row in rows:
         when = row.finished_at or row.started_at or "-"

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from langgraph_replay_guard import json_depth
 from langgraph_replay_guard.cli.common import add_namespace_option
 from langgraph_replay_guard.cli.store_uri import StoreURIError, mask_uri, open_store
 from langgraph_replay_guard.errors import NotReplayableError, ReplayHashMismatchError
@@ -125,7 +126,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     try:
         if files:  # only show, replay and verify take --file
             return handlers[args.action](RecordFiles(files), args, out, err)
-        with open_store(args.db) as store:
+        # Only `invalidate` writes; every other action opens the database read-only.
+        with open_store(args.db, read_only=args.action != "invalidate") as store:
             namespace = (*args.namespace, "records")
             return handlers[args.action](RecordStore(store, namespace=namespace), args, out, err)
     except StoreURIError as exc:
@@ -278,9 +280,13 @@ def _replay(records: _Records, args: argparse.Namespace, out: TextIO, err: TextI
     env = None
     if args.envelope is not None:
         try:
-            env = json.loads(args.envelope.read_text(encoding="utf-8"))
+            env = json_depth.loads(args.envelope.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            print(f"replay-guard records: cannot read the envelope file: {exc}", file=err)
+            print(
+                f"replay-guard records: cannot read the envelope file {str(args.envelope)!r}: "
+                f"{exc}",
+                file=err,
+            )
             return EXIT_USAGE
         if not isinstance(env, dict):
             print("replay-guard records: the envelope file must hold a JSON object", file=err)

@@ -9,7 +9,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
+
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.store.memory import InMemoryStore
 
 from langgraph_replay_guard.records.store import load_store_value
 
@@ -21,6 +24,7 @@ __all__ = [
     "StoreURIError",
     "is_postgres",
     "mask_uri",
+    "missing_tables",
     "open_checkpointer",
     "open_store",
     "scrub",
@@ -122,39 +126,66 @@ def _sqlite_path(uri: str) -> Path:
 
 
 @contextmanager
-def open_store(uri: str, *, must_exist: bool = True) -> Iterator[BaseStore]:
+def open_store(
+    uri: str, *, must_exist: bool = True, read_only: bool = False
+) -> Iterator[BaseStore]:
     """Open the LangGraph store behind a `--db` value.
 
     Args:
         uri: A SQLite file path, `sqlite:///path`, a `postgresql://` URI or a libpq
             key/value string.
         must_exist: Refuse a SQLite path that does not exist (instead of creating it).
+        read_only: Open without creating or changing anything: a SQLite file in read-only
+            mode (`file:...?mode=ro`); no `setup()`, so no table is created. (PostgreSQL:
+            `PostgresStore` reads with a statement that may refresh TTLs, which a read-only
+            transaction refuses, so the store's session is not server-enforced read-only;
+            it writes nothing to rows without a TTL, as the guard's are.) A database without
+            the store's table yields an empty stand-in (`missing_tables`).
 
     Yields:
-        The store, set up (its tables created when missing). A stored value that is not a
-        JSON object reads as `load_store_value`'s stand-in, so one damaged row cannot fail
-        a whole listing.
+        The store, set up (its tables created when missing) unless read-only. A stored value
+        that is not a JSON object reads as `load_store_value`'s stand-in, so one damaged row
+        cannot fail a whole listing.
 
     Raises:
         StoreURIError: The value cannot be opened; the message names the problem with the
             password masked.
     """
-    with _open(uri, "store", must_exist=must_exist) as store:
+    with _open(uri, "store", must_exist=must_exist, read_only=read_only) as store:
         yield store
 
 
 @contextmanager
-def open_checkpointer(uri: str) -> Iterator[BaseCheckpointSaver[Any]]:
+def open_checkpointer(uri: str, *, read_only: bool = False) -> Iterator[BaseCheckpointSaver[Any]]:
     """Open the LangGraph checkpointer behind a `--db` value (same forms as `open_store`).
 
+    Args:
+        uri: The `--db` value.
+        read_only: Open without writing anything, as `open_store` does (PostgreSQL: a
+            session whose transactions are read-only); a database without the checkpoint
+            tables yields an empty stand-in (`missing_tables`).
+
     Yields:
-        A `SqliteSaver` or `PostgresSaver`, set up.
+        A `SqliteSaver` or `PostgresSaver`, set up unless read-only.
 
     Raises:
         StoreURIError: The value cannot be opened (password masked).
     """
-    with _open(uri, "checkpointer", must_exist=True) as saver:
+    with _open(uri, "checkpointer", must_exist=True, read_only=read_only) as saver:
         yield saver
+
+
+def missing_tables(opened: object) -> bool:
+    """Whether a read-only `open_store`/`open_checkpointer` found no table to read.
+
+    Args:
+        opened: What the opener yielded.
+
+    Returns:
+        True for the empty stand-in of a database without the store's (or the
+        checkpointer's) tables.
+    """
+    return isinstance(opened, _MissingStore | _MissingCheckpointer)
 
 
 _BACKENDS = {
@@ -163,6 +194,9 @@ _BACKENDS = {
     ("sqlite", "store"): ("langgraph.store.sqlite", "SqliteStore", "sqlite"),
     ("sqlite", "checkpointer"): ("langgraph.checkpoint.sqlite", "SqliteSaver", "sqlite"),
 }
+
+# The table each kind needs to be read (LangGraph's own names, the same in both backends).
+_TABLES = {"store": "store", "checkpointer": "checkpoints"}
 
 
 def _backend(kind: str, what: str) -> Any:
@@ -175,13 +209,44 @@ def _backend(kind: str, what: str) -> Any:
         raise StoreURIError(msg) from exc
 
 
+class _MissingStore(InMemoryStore):
+    """The empty store a read-only open yields for a database without a store table."""
+
+
+class _MissingCheckpointer(InMemorySaver):
+    """The empty saver a read-only open yields for a database without checkpoint tables."""
+
+
+def _missing(what: str) -> Any:
+    """An empty in-memory stand-in for a read-only database without the tables of `what`."""
+    return _MissingStore() if what == "store" else _MissingCheckpointer()
+
+
+def _make(kind: str, what: str, conn: Any, *, read_only: bool) -> Any:
+    """The store (reading values tolerantly) or the checkpointer on an open connection."""
+    cls = _backend(kind, what)
+    opened = cls(conn, deserializer=load_store_value) if what == "store" else cls(conn)
+    if read_only:
+        opened.is_setup = True  # SQLite's classes would otherwise run setup() on first use
+    else:
+        opened.setup()
+    return opened
+
+
 @contextmanager
-def _open(uri: str, what: str, *, must_exist: bool) -> Iterator[Any]:
+def _open(uri: str, what: str, *, must_exist: bool, read_only: bool) -> Iterator[Any]:
     if is_postgres(uri):
+        _backend("postgres", what)  # first: a clear error without psycopg
         try:
-            with _opener("postgres", what)(uri) as opened:
-                opened.setup()
-                yield opened
+            # PostgresStore reads with one statement that also refreshes TTLs (an UPDATE in
+            # a CTE), which a read-only transaction refuses: a read-only store is a session
+            # that creates nothing (no setup()); the checkpointer's session is read-only.
+            server_read_only = read_only and what == "checkpointer"
+            with _postgres_connection(uri, read_only=server_read_only) as conn:
+                if read_only and not _postgres_has_table(conn, _TABLES[what]):
+                    yield _missing(what)
+                else:
+                    yield _make("postgres", what, conn, read_only=read_only)
         except StoreURIError:
             raise
         except Exception as exc:
@@ -192,45 +257,61 @@ def _open(uri: str, what: str, *, must_exist: bool) -> Iterator[Any]:
             raise
         return
     path = _sqlite_path(uri)
-    if must_exist and not path.is_file():
+    if (must_exist or read_only) and not path.is_file():
         shown = mask_uri(str(path))
         msg = f"no SQLite database at {shown!r} (give --db a file path or a postgresql:// URI)"
         raise StoreURIError(msg)
+    _backend("sqlite", what)
     try:
-        with _opener("sqlite", what)(str(path)) as opened:
-            opened.setup()
-            yield opened
+        conn = _sqlite_connection(path, what, read_only=read_only)
+    except sqlite3.Error as exc:
+        msg = f"cannot open the SQLite database {mask_uri(str(path))!r}: {exc}"
+        raise StoreURIError(msg) from None
+    try:
+        if read_only and not _sqlite_has_table(conn, _TABLES[what]):
+            yield _missing(what)
+        else:
+            yield _make("sqlite", what, conn, read_only=read_only)
     except sqlite3.DatabaseError as exc:
         msg = f"cannot use the SQLite database {mask_uri(str(path))!r}: {exc}"
         raise StoreURIError(msg) from None
+    finally:
+        conn.close()
 
 
-def _opener(kind: str, what: str) -> Any:
-    """`from_conn_string` of the backend, or for a store, its tolerant twin below."""
-    if what == "store":
-        return _postgres_store if kind == "postgres" else _sqlite_store
-    return _backend(kind, what).from_conn_string
+def _sqlite_connection(path: Path, what: str, *, read_only: bool) -> sqlite3.Connection:
+    """A connection as the backend's `from_conn_string` makes it; read-only: `mode=ro`."""
+    # The store runs its own BEGIN/COMMIT (autocommit mode); the saver uses sqlite3's default.
+    isolation: Any = None if what == "store" else ""
+    if not read_only:
+        return sqlite3.connect(str(path), check_same_thread=False, isolation_level=isolation)
+    target = f"file:{quote(str(path.resolve()))}?mode=ro"
+    return sqlite3.connect(target, uri=True, check_same_thread=False, isolation_level=isolation)
+
+
+def _sqlite_has_table(conn: sqlite3.Connection, table: str) -> bool:
+    query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+    return conn.execute(query, (table,)).fetchone() is not None
 
 
 @contextmanager
-def _postgres_store(target: str) -> Iterator[BaseStore]:
-    """A `PostgresStore` connected as its `from_conn_string` does, reading values tolerantly."""
-    store_class = _backend("postgres", "store")  # first: a clear error without psycopg
+def _postgres_connection(target: str, *, read_only: bool) -> Iterator[Any]:
+    """A connection as `PostgresStore`/`PostgresSaver.from_conn_string` make it.
+
+    Read-only: every transaction of the session is read-only, so the server itself refuses
+    any write.
+    """
     from psycopg import Connection
     from psycopg.rows import dict_row
 
     with Connection.connect(
         target, autocommit=True, prepare_threshold=0, row_factory=dict_row
     ) as conn:
-        yield store_class(conn, deserializer=load_store_value)
+        if read_only:
+            conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+        yield conn
 
 
-@contextmanager
-def _sqlite_store(target: str) -> Iterator[BaseStore]:
-    """A `SqliteStore` connected as its `from_conn_string` does, reading values tolerantly."""
-    store_class = _backend("sqlite", "store")
-    conn = sqlite3.connect(target, check_same_thread=False, isolation_level=None)
-    try:
-        yield store_class(conn, deserializer=load_store_value)
-    finally:
-        conn.close()
+def _postgres_has_table(conn: Any, table: str) -> bool:
+    row = conn.execute("SELECT to_regclass(%s) IS NOT NULL AS found", (table,)).fetchone()
+    return bool(row and row["found"])

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from langgraph_replay_guard import json_depth
 from langgraph_replay_guard.errors import ReplayGuardError
 from langgraph_replay_guard.records.model import (
     ExecutionRecord,
@@ -56,7 +56,10 @@ def read_record_file(path: str | os.PathLike[str]) -> ExecutionRecord:
         msg = f"cannot read the record file {str(file)!r}: {exc}"
         raise RecordFileError(msg, path=file) from exc
     try:
-        data = json.loads(text)
+        data = json_depth.loads(text)
+    except json_depth.JSONNestingError as exc:
+        msg = f"the record file {str(file)!r} is not a record: {exc}"
+        raise RecordFileError(msg, path=file) from None
     except ValueError as exc:
         msg = f"the record file {str(file)!r} is not JSON: {exc}"
         raise RecordFileError(msg, path=file) from exc

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from langgraph.store.base import GetOp, Item, PutOp, SearchOp
 from pydantic import ValidationError
 
+from langgraph_replay_guard import json_depth
 from langgraph_replay_guard.records.model import (
     ExecutionRecord,
     RecordHeader,
@@ -217,11 +218,19 @@ class RecordStore:
         header, count, problems = _read_header(execution_id, stored)
         if header is None or count is None:
             return _corrupted(execution_id, header, problems)
+        # A page of chunks at a time, stopping at the first missing one: a header that claims
+        # more chunks than are stored (10**12, say) costs one page, not a hang.
+        chunks: list[Item | None] = []
         try:
-            chunks = yield Batch(tuple(self._chunk_gets(execution_id, count)))
+            for start in range(0, count, _PAGE):
+                stop = min(count, start + _PAGE)
+                page = yield Batch(tuple(self._chunk_gets(execution_id, start, stop)))
+                chunks.extend(page)
+                if any(chunk is None for chunk in page):
+                    break
         except Exception as exc:
             return _corrupted(execution_id, header, [f"the stored body cannot be read: {exc}"])
-        return _decode(execution_id, header, stored, chunks)
+        return _decode(execution_id, header, stored, chunks, count)
 
     def _list_plan(self, limit: int | None) -> Plan[list[StoredRecordInfo]]:
         items: list[Item] = []
@@ -258,8 +267,9 @@ class RecordStore:
     def _chunk_key(self, execution_id: str, index: int) -> str:
         return f"{execution_id}/{index}"
 
-    def _chunk_gets(self, execution_id: str, count: int) -> list[GetOp]:
-        return [GetOp(self.body_namespace, self._chunk_key(execution_id, i)) for i in range(count)]
+    def _chunk_gets(self, execution_id: str, start: int, stop: int) -> list[GetOp]:
+        keys = (self._chunk_key(execution_id, i) for i in range(start, stop))
+        return [GetOp(self.body_namespace, key) for key in keys]
 
     def _encode(self, record: ExecutionRecord) -> tuple[dict[str, Any], list[str]]:
         data = record.to_json_data()
@@ -332,7 +342,9 @@ def load_store_value(content: Any) -> dict[str, Any]:
     value = content
     if isinstance(content, bytes | bytearray | str):
         try:
-            value = json.loads(content)
+            value = json_depth.loads(content)
+        except json_depth.JSONNestingError as exc:
+            return {UNREADABLE_VALUE: str(exc)}
         except ValueError as exc:  # UnicodeDecodeError included
             return {UNREADABLE_VALUE: f"not JSON ({exc})"}
     if isinstance(value, dict):
@@ -371,7 +383,10 @@ def _as_dict(item: Item | None) -> dict[str, Any]:
 def _chunk_count(item: Item | None) -> int:
     body = _as_dict(item).get("body")
     count = body.get("chunks") if isinstance(body, dict) else None
-    return count if isinstance(count, int) and count >= 0 else 0
+    chars = body.get("chars") if isinstance(body, dict) else None
+    if not isinstance(count, int) or not isinstance(chars, int) or not 0 <= count <= max(chars, 1):
+        return 0
+    return count
 
 
 def _read_header(
@@ -393,14 +408,18 @@ def _read_header(
         problems.append(f"unknown record format {value.get('format')!r} (expected 1)")
     body = value.get("body")
     count = body.get("chunks") if isinstance(body, dict) else None
+    chars = body.get("chars") if isinstance(body, dict) else None
     if type(count) is not int or count < 0:
         problems.append("the stored header does not say how the body is stored")
+        count = None
+    elif type(chars) is not int or count > max(chars, 1):
+        problems.append(f"the stored header claims {count} body chunks for {chars!r} characters")
         count = None
     return (None, None, problems) if problems else (header, count, problems)
 
 
 def _decode(
-    execution_id: str, header: RecordHeader, stored: Item, chunks: list[Item | None]
+    execution_id: str, header: RecordHeader, stored: Item, chunks: list[Item | None], count: int
 ) -> ExecutionRecord:
     problems: list[str] = []
     parts: list[str] = []
@@ -408,10 +427,10 @@ def _decode(
         value = _as_dict(chunk)
         text = value.get("text")
         if UNREADABLE_VALUE in value:
-            problems.append(f"body chunk {index + 1} of {len(chunks)} is {value[UNREADABLE_VALUE]}")
+            problems.append(f"body chunk {index + 1} of {count} is {value[UNREADABLE_VALUE]}")
             continue
         if not isinstance(text, str):
-            problems.append(f"body chunk {index + 1} of {len(chunks)} is missing")
+            problems.append(f"body chunk {index + 1} of {count} is missing")
             continue
         parts.append(text)
     text = "".join(parts)
@@ -424,7 +443,7 @@ def _decode(
         elif _digest(text) != body.get("sha256"):
             problems.append("the body does not match its recorded digest (it was changed)")
     try:
-        data = json.loads(text)
+        data = json_depth.loads(text)
         if not isinstance(data, dict):
             msg = "the body is not a JSON object"
             raise TypeError(msg)

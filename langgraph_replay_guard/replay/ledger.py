@@ -619,12 +619,15 @@ def _after_identical(ctx: CallContext, latest: LedgerEntry, tool_call_id: str) -
         if ctx.replay == "idempotent" and latest.outcome_unknown:
             return _MayRun(key=latest.idempotency_key)  # its outcome is unknown: same key
         return _MayRun()  # a deliberate repeat after an answered call
-    # Its answer never reached the thread: the AIMessage was lost in a crash (or LangGraph
-    # lost the writes that would have answered it) and the model asked again with new ids.
+    # Its answer is not in this thread's history: the run forked from a checkpoint before
+    # it (time travel), or its AIMessage was lost in a crash (or LangGraph lost the writes
+    # that would have answered it), and the model asked again with new ids. The ledger
+    # cannot tell the two apart, so the message names both, the deliberate one first.
     if ctx.replay == "unsafe":
         why = (
-            "an identical earlier call was never answered in this thread (its message was "
-            "lost in a crash) and may have had its effect"
+            "an identical earlier call already ran for this thread but is not in the history "
+            "this run continues (a fork or time travel from a checkpoint before it, or its "
+            "message was lost in a crash) and may have had its effect"
         )
         return Admission("unknown", latest, why=why)
     return _MayRun(key=latest.idempotency_key)  # idempotent: the lost call's key
