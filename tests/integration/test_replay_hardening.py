@@ -260,3 +260,33 @@ def test_a_runtime_idempotency_key_reaches_a_tool_without_a_key_argument():
     graph.invoke({"messages": [HumanMessage("refund")]}, _config(), durability="sync")
     assert len(seen) == 1
     assert seen[0].startswith("rg-")
+
+
+def test_a_fork_from_before_the_model_call_is_told_it_is_a_fork_or_time_travel():
+    # The thread sent the email; the user goes back to the checkpoint before the model
+    # call (time travel) and runs from there: the model asks for the same send with new
+    # ids. The ledger cannot tell this fork from a lost message; the error names the fork.
+    sent: list[str] = []
+
+    @tool
+    def send_email(to: str) -> str:
+        """Send an email."""
+        sent.append(to)
+        return f"sent to {to}"
+
+    model = ScriptedChatModel(
+        script=[[("send_email", {"to": "bob"})], "ok", [("send_email", {"to": "bob"})], "ok"]
+    )
+    graph = replay_graph(
+        ReplayGuard(GuardConfig(tools={"send_email": "unsafe"}), store=InMemoryStore()),
+        model,
+        [send_email],
+        checkpointer=InMemorySaver(),
+    )
+    config = _config()
+    graph.invoke({"messages": [HumanMessage("email bob")]}, config, durability="sync")
+    assert sent == ["bob"]
+    before_model = [s for s in graph.get_state_history(config) if s.next == ("agent",)][-1]
+    with pytest.raises(ReplayUnsafeError, match="a fork or time travel from a checkpoint"):
+        graph.invoke(None, before_model.config, durability="sync")
+    assert sent == ["bob"]
