@@ -538,9 +538,16 @@ class CallbackDecider:
         facts = planned.facts
         if facts is None or facts.replay != "unsafe":
             return None, []  # only unsafe calls pay the store read
-        mark = find_mark(self._marks(scope), facts.key)
+        marks = self._marks(scope)
+        mark = find_mark(marks, facts.key)
         if mark is None:
-            return None, []
+            if len(marks) < MAX_UNKNOWN_MARKS:
+                return None, []
+            # The thread cannot keep one more unknown outcome without forgetting one, and
+            # a forgotten one could be sent twice: refuse new unsafe calls until resolved.
+            message = full_marks_message(facts.tool, len(marks), scope.key)
+            logger.warning("langgraph-replay-guard: %s", message)
+            return message, [denied_event(planned, plan.batch, UNKNOWN_REASON, abort=False)]
         message = unknown_message(mark, scope.key)
         logger.warning("langgraph-replay-guard: %s", message)
         return message, [denied_event(planned, plan.batch, UNKNOWN_REASON, abort=False)]
@@ -698,6 +705,27 @@ def with_mark(marks: list[dict[str, Any]], mark: dict[str, Any]) -> list[dict[st
 def without_mark(marks: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
     """The marks without the call key's."""
     return [m for m in marks if m["k"] != key]
+
+
+def full_marks_message(tool: str, count: int, scope: ScopeKey) -> str:
+    """What a new unsafe call is told when its thread already holds every mark it can keep.
+
+    Args:
+        tool: The refused call's tool.
+        count: How many unknown outcomes the thread holds.
+        scope: The handler's scope key.
+
+    Returns:
+        The refusal text.
+    """
+    where = repr(scope[1]) if scope[0] == "thread" else f"None, run_id={scope[1]!r}"
+    return (
+        f"Not executed: '{tool}' is an unsafe tool and this thread already has {count} "
+        "unsafe calls whose outcome is unknown, as many as it can keep track of. No new "
+        "unsafe call runs until an operator settles them with "
+        f"handler.resolve({where}, tool, args, 'succeeded' | 'failed' | 'retry') "
+        "(the refusals of those calls name them)."
+    )
 
 
 def unknown_message(mark: Mapping[str, Any], scope: ScopeKey) -> str:
