@@ -183,26 +183,21 @@ def _print_view(name: str, view: GuardView, out: TextIO) -> None:
             f"(count {view.stop.get('count')})",
             file=out,
         )
-    if view.counters:
-        print("  counters:", file=out)
-    for counter in view.counters:
-        print(f"    {counter.tool:<28} count {counter.count}", file=out)
-    if view.recent_calls:
-        print("  recent_calls:", file=out)
-    for call in view.recent_calls:
-        print(f"    {call.tool:<28} {call.outcome:<8} epoch {call.epoch}", file=out)
-    if view.blocked:
-        print("  blocked:", file=out)
-    for tool, reason, count in view.blocked:
-        print(f"    {tool:<28} {reason} (count {count})", file=out)
-    if view.failures:
-        print("  failures (same failure in a row):", file=out)
-    for tool, count in view.failures:
-        print(f"    {tool:<28} count {count}", file=out)
-    if view.shadow:
-        print("  shadow (what enforcing would have changed, whole thread):", file=out)
-    for reason, blocked, stopped in view.shadow:
-        print(f"    {reason:<28} calls blocked {blocked}, runs stopped {stopped}", file=out)
+    sections = {
+        "counters": [f"{c.tool:<28} count {c.count}" for c in view.counters],
+        "recent_calls": [f"{c.tool:<28} {c.outcome:<8} epoch {c.epoch}" for c in view.recent_calls],
+        "blocked": [f"{tool:<28} {reason} (count {n})" for tool, reason, n in view.blocked],
+        "failures (same failure in a row)": [f"{tool:<28} count {n}" for tool, n in view.failures],
+        "shadow (what enforcing would have changed, whole thread)": [
+            f"{reason:<28} calls blocked {blocked}, runs stopped {stopped}"
+            for reason, blocked, stopped in view.shadow
+        ],
+    }
+    for title, rows in sections.items():
+        if rows:
+            print(f"  {title}:", file=out)
+        for row in rows:
+            print(f"    {row}", file=out)
     if view.cycle:
         print(f"  cycle: {' -> '.join(view.cycle)}", file=out)
     if view.reminder:
