@@ -61,20 +61,23 @@ def main(argv: list[str]) -> None:
         graph = claim_graph(mode, guard, effect_tools(Path(effects)), saver, store)
         config = {"configurable": {"thread_id": thread_id}}
         _barrier(Path(barrier), int(workers))
-        answers: list[ToolMessage] = []
         try:
-            for update in graph.stream(None, config, durability="sync", stream_mode="updates"):
-                answers.extend(_tool_messages(update.get("tools")))
+            outcome = resume_outcome(graph, config)
         except Exception as exc:  # reported to the parent, which asserts on it
-            print(json.dumps({"outcome": type(exc).__name__}))
-            return
-    if not answers:  # another worker had finished the thread before this one loaded it
-        outcome = "idle"
-    elif answers[-1].response_metadata.get("replay_guard") == "replayed":
-        outcome = "replayed"
-    else:
-        outcome = "ran"
+            outcome = type(exc).__name__
     print(json.dumps({"outcome": outcome}))
+
+
+def resume_outcome(graph: Any, config: Any) -> str:
+    """Resume a thread; `ran` or `replayed` by its last tool answer, `idle` without one."""
+    answers: list[ToolMessage] = []
+    for update in graph.stream(None, config, durability="sync", stream_mode="updates"):
+        answers.extend(_tool_messages(update.get("tools")))
+    if not answers:  # another worker had finished the thread before this one loaded it
+        return "idle"
+    if answers[-1].response_metadata.get("replay_guard") == "replayed":
+        return "replayed"
+    return "ran"
 
 
 def _barrier(folder: Path, workers: int) -> None:

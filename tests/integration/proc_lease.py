@@ -24,11 +24,9 @@ from pathlib import Path
 os.environ["LANGSMITH_TRACING"] = "false"
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
-from langchain_core.messages import ToolMessage
-
 from langgraph_replay_guard import ReplayGuard
 from tests.integration.claim_graphs import POLICY, claim_graph, effect_tools
-from tests.integration.proc_claim import _tool_messages, open_backend
+from tests.integration.proc_claim import open_backend, resume_outcome
 
 
 def _options(argv: list[str]) -> argparse.Namespace:
@@ -62,18 +60,10 @@ def main(argv: list[str]) -> None:
                 return
             if opts.go is not None:
                 _wait_for(Path(opts.go))
-            answers: list[ToolMessage] = []
-            for update in graph.stream(None, config, durability="sync", stream_mode="updates"):
-                answers.extend(_tool_messages(update.get("tools")))
+            outcome = resume_outcome(graph, config)
         except Exception as exc:  # reported to the parent, which asserts on it
             print(json.dumps({"outcome": type(exc).__name__, "message": str(exc)}))
             return
-    if not answers:
-        outcome = "idle"
-    elif answers[-1].response_metadata.get("replay_guard") == "replayed":
-        outcome = "replayed"
-    else:
-        outcome = "ran"
     print(json.dumps({"outcome": outcome}))
 
 

@@ -213,6 +213,8 @@ def test_defaults_on_the_tuning_set():
 # -- dedup blocks apart from loop stops, and the wrong ones listed ---------------------------
 
 LAYERED_POLICY = {"tools": {"read": "pure", "transfer": "unsafe"}}  # status: in the config
+# A volatile poll answered from its earlier result only because it opts into short-circuits.
+STATUS_POLICY = {"status": {"replay": "pure", "volatile": True, "short_circuit": True}}
 
 
 def _call(name, args, result, turn=0):
@@ -255,10 +257,15 @@ def layered(tmp_path):
     trajectories.write_text("".join(json.dumps(t) + "\n" for t in LAYERED))
     policy = tmp_path / "tools.json"
     policy.write_text(json.dumps(LAYERED_POLICY))
-    config = GuardConfig(
-        tools={"status": {"replay": "pure", "volatile": True, "short_circuit": True}}
-    )
+    config = GuardConfig(tools=STATUS_POLICY)
     return trajectories, policy, config.with_policies(policy)
+
+
+def _layered_argv(trajectories: Path, policy: Path, _: GuardConfig) -> list[str]:
+    """`replay-guard eval` on the layered runs, the status poll's policy in a config file."""
+    config = policy.parent / "guard.json"
+    config.write_text(json.dumps({"tools": STATUS_POLICY}))
+    return ["eval", str(trajectories), "--policy", str(policy), "--config", str(config)]
 
 
 def test_dedup_blocks_are_counted_apart_from_loop_stops(layered):
@@ -307,14 +314,7 @@ def test_wrong_block_previews_are_short(tmp_path):
 
 
 def test_cli_json_has_the_layers_and_the_wrong_blocks(layered, capsys):
-    trajectories, policy, _ = layered
-    config = policy.parent / "guard.json"
-    config.write_text(
-        json.dumps(
-            {"tools": {"status": {"replay": "pure", "volatile": True, "short_circuit": True}}}
-        )
-    )
-    argv = ["eval", str(trajectories), "--policy", str(policy), "--config", str(config)]
+    argv = _layered_argv(*layered)
     assert main([*argv, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     total = data["total"]
@@ -340,14 +340,7 @@ def test_cli_json_has_the_layers_and_the_wrong_blocks(layered, capsys):
 
 
 def test_cli_table_shows_the_layers_per_tool_and_the_wrong_blocks(layered, capsys):
-    trajectories, policy, _ = layered
-    config = policy.parent / "guard.json"
-    config.write_text(
-        json.dumps(
-            {"tools": {"status": {"replay": "pure", "volatile": True, "short_circuit": True}}}
-        )
-    )
-    argv = ["eval", str(trajectories), "--policy", str(policy), "--config", str(config)]
+    argv = _layered_argv(*layered)
     assert main([*argv, "--show-wrong", "1"]) == 0
     out = capsys.readouterr().out
     assert "Blocks by layer: dedup 3 (2 wrong), loop stops 1 (0 wrong)" in out
