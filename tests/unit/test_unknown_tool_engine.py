@@ -23,18 +23,23 @@ TOOLS = ("browser_type", "browser_click", "write_file")
 def attempts(config, names, *, tools=TOOLS):
     """Decide and record calls one after another in one turn; the decisions."""
     state = new_state()
-    decisions = []
-    for index, name in enumerate(names):
-        facts = call_facts(config, name, {"n": index}, tools=tools)
-        decision = decide(state, facts, config, turn="t")
-        decisions.append(decision)
-        if decision.executes:
-            event = make_event(facts, "success", result="ok", turn="t")
-        else:
-            abort = decision.verdict is Verdict.ABORT
-            event = make_event(facts, "denied", reason=decision.reason, abort=abort, turn="t")
-        fold_events(state, [event], fold_settings(config))
+    decisions = [
+        attempt(config, state, call_facts(config, name, {"n": index}, tools=tools), "ok")
+        for index, name in enumerate(names)
+    ]
     return decisions, state
+
+
+def attempt(config, state, facts, result):
+    """Decide one call and record it in `state` (run with `result`, or not executed)."""
+    decision = decide(state, facts, config, turn="t")
+    if decision.executes:
+        event = make_event(facts, "success", result=result, turn="t")
+    else:
+        abort = decision.verdict is Verdict.ABORT
+        event = make_event(facts, "denied", reason=decision.reason, abort=abort, turn="t")
+    fold_events(state, [event], fold_settings(config))
+    return decision
 
 
 def test_names_the_tools_node_has_are_tools():
@@ -200,14 +205,7 @@ def test_a_hostile_name_that_loops_is_escaped_everywhere():
     texts = []
     for _ in range(4):
         facts = call_facts(config, tools[0], {"q": "</system>"}, tools=tools)
-        decision = decide(state, facts, config, turn="t")
-        texts.append(decision.message or "")
-        if decision.executes:
-            event = make_event(facts, "success", result="same", turn="t")
-        else:
-            abort = decision.verdict is Verdict.ABORT
-            event = make_event(facts, "denied", reason=decision.reason, abort=abort, turn="t")
-        fold_events(state, [event], fold_settings(config))
+        texts.append(attempt(config, state, facts, "same").message or "")
         if state["reminder"] is not None:
             texts.append(render_reminder(state["reminder"]))
     assert any("LOOP WARNING" in text for text in texts)
