@@ -16,7 +16,6 @@ from langgraph_replay_guard._compat import (
     with_channel_writer,
 )
 from langgraph_replay_guard.decisions.memo import IdentityMemo
-from langgraph_replay_guard.integrations.signals import RetryRefused
 
 __all__ = ["ToolRuns", "ledgered_tool", "model_args", "with_invoke"]
 
@@ -57,14 +56,12 @@ class ToolRuns:
         `BaseTool` subclass with its own `_run`). False after an error means the framework
         refused the call before the body could start (an async-only tool run through
         `invoke`): a known no-effect failure."""
-        self.result: Any = None
-        self.error: BaseException | None = None
         self.args: Any = None
         """The arguments the body was started with (the model's own, without injected ones)."""
 
     @contextmanager
     def watch(self) -> Iterator[None]:
-        """Around one run of the body: remember what it raised.
+        """Around one run of the body.
 
         An interrupt (`GraphBubbleUp`) is not an outcome: LangGraph runs the tool again
         from its start on resume, so the run does not count as started.
@@ -74,20 +71,9 @@ class ToolRuns:
         except GraphBubbleUp:
             self.started = False
             raise
-        except BaseException as exc:
-            self.error = exc
-            raise
-
-    def again(self) -> Any:
-        """What a second run gets: the first run's result, or a refusal."""
-        if self.error is not None:
-            raise RetryRefused(self.error)
-        return self.result
 
 
-def ledgered_tool(
-    tool: Any, *, runs: ToolRuns, sends: list[tuple[str, Any]] | None = None, once: bool = False
-) -> Any:
+def ledgered_tool(tool: Any, *, runs: ToolRuns, sends: list[tuple[str, Any]] | None = None) -> Any:
     """A copy of a tool whose runs the ledger sees whole.
 
     - `runs.started` says whether the body ran at all: a middleware inside the guard may
@@ -96,16 +82,15 @@ def ledgered_tool(
     - Its state writes beside its answer (a write through the task's channel writer, as
       deepagents' `StateBackend` writes `files`) are also appended to `sends`, so the ledger
       records them with the outcome and a replay writes them again.
-    - With `once` (an `unsafe` call, claimed once where the guard sits in the middleware
-      list), its body runs at most once: a second invocation (a retry middleware inside the
-      guard) returns the first result, or, when the first run raised (the effect may have
-      happened), raises `RetryRefused`.
+
+    The copy is run once per plan: the guard plans each call where the tool runs (see
+    `ToolCallWrapper._decided_where_it_runs`), so a retry inside the guard is a new plan,
+    which asks the ledger again.
 
     Args:
         tool: The `BaseTool` the call would run.
         runs: What the copy reports its runs to.
         sends: Where to record the tool's channel writes (None: not recorded).
-        once: Whether to refuse a second run.
 
     Returns:
         A shallow copy whose `invoke`/`ainvoke` are wrapped, or the tool itself when it
@@ -117,13 +102,9 @@ def ledgered_tool(
     body = _body_watching(tool, runs)
     invoke, ainvoke = body.invoke, body.ainvoke
 
-    def start(input: Any) -> bool:
-        """Note a run's start; False when it must not run (a second run of a `once` call)."""
-        if once and attempts.started:
-            return False
+    def start(input: Any) -> None:
         attempts.started = True
         attempts.args = model_args(tool, input)
-        return True
 
     def recording(config: Any) -> Any:
         send = channel_writer(config) if sends is not None else None
@@ -139,18 +120,14 @@ def ledgered_tool(
     # The sync and async runs share `start`, `recording` and `attempts.watch`; only the call
     # of the original method differs.
     def guarded_invoke(input: Any, config: Any = None, **kwargs: Any) -> Any:
-        if not start(input):
-            return attempts.again()
+        start(input)
         with attempts.watch():
-            attempts.result = invoke(input, recording(config), **kwargs)
-        return attempts.result
+            return invoke(input, recording(config), **kwargs)
 
     async def guarded_ainvoke(input: Any, config: Any = None, **kwargs: Any) -> Any:
-        if not start(input):
-            return attempts.again()
+        start(input)
         with attempts.watch():
-            attempts.result = await ainvoke(input, recording(config), **kwargs)
-        return attempts.result
+            return await ainvoke(input, recording(config), **kwargs)
 
     return with_invoke(tool, guarded_invoke, guarded_ainvoke)
 

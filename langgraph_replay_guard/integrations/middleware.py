@@ -174,9 +174,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if tools is None:
             return
         self._agent_tools_learned = True
-        names = [n for n in map(_tool_name, tools) if n]
-        self._calls.learn_tools(names)
-        self._calls.learned.learn_tools(tools)
+        names = self._learn(tools)
         # A misspelt policy name fails `create_agent` itself (`strict_tool_names`).
         self.guard._tool_names.check(names, where="the agent", warn=False)
 
@@ -336,15 +334,20 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         seen = self._offered
         if seen is not None and len(offered) == len(seen) and all(map(operator.is_, offered, seen)):
             return  # the same tools as at the last model call (create_agent passes one list)
-        names = [n for n in map(_tool_name, offered) if n]
-        self._calls.learn_tools(names)
-        self._calls.learned.learn_tools(offered)
+        names = self._learn(offered)
         if not self._tools_checked:
             # Raises for a misspelt policy name (`strict_tool_names`): before any tool runs,
             # and again at every invoke until the name is fixed.
             self.guard._tool_names.check(self._calls.tools or names, where="the agent")
             self._tools_checked = True
         self._offered = tuple(offered)
+
+    def _learn(self, tools: Sequence[Any]) -> list[str]:
+        """Learn tools that exist: their names, and the classes their MCP annotations give."""
+        names = [n for n in map(_tool_name, tools) if n]
+        self._calls.learn_tools(names)
+        self._calls.learned.learn_tools(tools)
+        return names
 
     def _with_reminder(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         if not self.guard.config.reminder:

@@ -16,7 +16,6 @@ from langgraph_replay_guard.errors import (
 
 __all__ = [
     "ReplayUnsafeSignal",
-    "RetryRefused",
     "as_signal",
 ]
 
@@ -88,20 +87,3 @@ def as_signal(error: _Error) -> _Error:
             signal.__cause__ = error.__cause__
             return cast("_Error", signal)  # a subclass of the error's own class
     return error
-
-
-class RetryRefused(GraphBubbleUp):
-    """A second run of an unsafe call inside the guard, refused (see `ledgered_tool`).
-
-    Raised from inside the tool's invocation, so that a retry middleware between the guard
-    and the tool passes it on; the guard then records the first attempt's error and stops
-    the call as an unknown outcome.
-
-    Args:
-        first_error: What the first attempt raised (after which the effect may have happened).
-    """
-
-    def __init__(self, first_error: BaseException | None) -> None:
-        """Create the signal."""
-        super().__init__(f"refused to run an unsafe call again after {first_error!r}")
-        self.first_error = first_error

@@ -66,12 +66,11 @@ from langgraph_replay_guard.integrations.ledger_gate import (
     replayed_result,
 )
 from langgraph_replay_guard.integrations.ledgered_tool import (
-    ToolRuns,
     ledgered_tool,
     model_args,
     with_invoke,
 )
-from langgraph_replay_guard.integrations.signals import RetryRefused, as_signal
+from langgraph_replay_guard.integrations.signals import as_signal
 from langgraph_replay_guard.integrations.task_writes import TaskWrites, write_events
 from langgraph_replay_guard.integrations.tool_errors import watch_tool_errors
 from langgraph_replay_guard.integrations.tracing import (
@@ -372,32 +371,17 @@ class ToolCallWrapper:
             yield _trace(request, prepared.trace("replayed"), _answer_of(replayed), None)
             return replayed
         if ticket is None:
-            traced = traced_request(request, lambda: prepared.trace("none"))
-            if direct or traced.tool is None:
-                result = yield _Execute(traced)
-                return self._finish(request, prepared, result)
-            # A middleware inside the guard may answer the call itself: learn whether it ran.
-            runs = ToolRuns()
-            traced = traced.override(tool=ledgered_tool(traced.tool, runs=runs))
-            result = yield _Execute(traced)
-            return self._finish(request, prepared, result, ran=runs.started)
+            # Nothing sits between here and the tool (a call with middlewares inside the
+            # guard was handed down above, to be planned where it runs).
+            result = yield _Execute(traced_request(request, lambda: prepared.trace("none")))
+            return self._finish(request, prepared, result)
         traced = traced_request(ticket.request, lambda: prepared.trace("claimed"))
         if traced.tool is not None:
-            # The ledger sees the tool's runs whole: its state writes beside its answer, and
-            # for an unsafe call claimed once here, a single run (a retry middleware inside
-            # the guard must not run it again).
-            once = ticket.entry is not None and prepared.facts.replay == "unsafe"
-            tool = ledgered_tool(traced.tool, runs=ticket.runs, sends=ticket.sends, once=once)
+            # The ledger sees the tool's runs whole: its state writes beside its answer.
+            tool = ledgered_tool(traced.tool, runs=ticket.runs, sends=ticket.sends)
             traced = traced.override(tool=tool)
         try:
             result, tool_error = yield _Execute(traced, watch=True)
-        except RetryRefused as refused:
-            # The first attempt raised, then a retry inside the guard asked to run it again:
-            # record the first error (the outcome is unknown) and stop the call as the
-            # ledger stops any unknown outcome (ReplayUnsafeError, or an interrupt).
-            yield _Finish(ticket, None, refused.first_error)
-            yield _Check(request, prepared.facts, prepared.batch.batch_id)
-            raise
         except BaseException as exc:
             yield _Finish(ticket, None, exc)
             raise
