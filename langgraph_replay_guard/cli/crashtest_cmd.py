@@ -9,7 +9,7 @@ from typing import Any, TextIO
 
 from langgraph_replay_guard.crashtest import POINTS, CrashTestError, crashtest
 
-__all__ = ["add_parser", "run"]
+__all__ = ["DESCRIPTION", "add_arguments", "run"]
 
 
 def _json_input(text: str) -> Any:
@@ -20,20 +20,19 @@ def _json_input(text: str) -> Any:
         raise argparse.ArgumentTypeError(msg) from exc
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register the `crashtest` sub-command."""
-    points = "; ".join(POINTS.values())
-    parser = sub.add_parser(
-        "crashtest",
-        help="kill a guarded graph at every tool-call boundary and resume it",
-        description=(
-            "Run the input once to learn the tool calls, then for each call and each crash "
-            f"point ({points}) run the graph in a fresh process on fresh SQLite databases, "
-            "kill it with SIGKILL there, resume the thread in a new process and count how "
-            "many times the tool's body started. Exit 1 when an unsafe or idempotent call "
-            "started twice without its idempotency key, or a pure call ran twice."
-        ),
-    )
+DESCRIPTION = (
+    "Run the input once to learn the tool calls, then for each call and each crash "
+    f"point ({'; '.join(POINTS.values())}) run the graph in a fresh process on fresh SQLite "
+    "databases, "
+    "kill it with SIGKILL there, resume the thread in a new process and count how "
+    "many times the tool's body started. Exit 1 when an unsafe or idempotent call "
+    "started twice without its idempotency key, or a pure call ran twice."
+)
+"""What `replay-guard crashtest --help` says of the command."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the `crashtest` sub-command's arguments."""
     parser.add_argument(
         "target",
         metavar="FILE_OR_MODULE:FUNCTION",
@@ -60,7 +59,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--timeout", type=float, default=120.0, help="seconds per process (default: 120)"
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:

@@ -23,19 +23,23 @@ from langgraph_replay_guard.guard import ReplayGuard
 from langgraph_replay_guard.policy.config import GuardConfig, ToolPolicy
 from langgraph_replay_guard.testing import ScriptedChatModel, agent_graph
 
-__all__ = ["add_parser", "run"]
+__all__ = ["DESCRIPTION", "add_arguments", "run"]
 
 SYSTEM = "You are a telecom customer-service agent."
 CONFIG = GuardConfig(tools={"transfer_to_human_agents": ToolPolicy(replay="unsafe")})
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register the `demo` sub-command."""
-    parser = sub.add_parser(
-        "demo",
-        help="run a looping agent without and with the guard (offline, no API key)",
-    )
-    parser.set_defaults(func=run)
+DESCRIPTION = (
+    "Run a scripted agent that loops like a real recorded run, once without the guard and "
+    "once with it, offline and without an API key, and compare their model calls, tool "
+    "runs and side effects."
+)
+"""What `replay-guard demo --help` says of the command."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The demo takes no arguments."""
+    del parser
 
 
 @dataclass

@@ -35,7 +35,14 @@ from langgraph_replay_guard.evaluation import (
 from langgraph_replay_guard.policy.config import GuardConfig
 from langgraph_replay_guard.policy.toolkit_data import known_toolkits
 
-__all__ = ["add_parser", "load_config", "print_calibration", "print_report", "run"]
+__all__ = [
+    "DESCRIPTION",
+    "add_arguments",
+    "load_config",
+    "print_calibration",
+    "print_report",
+    "run",
+]
 
 _PROGRESS_BYTES = 1_000_000  # show progress for inputs larger than this, on a terminal
 
@@ -72,18 +79,17 @@ _KIND_HELP = {
 }
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register the `eval` sub-command."""
-    parser = sub.add_parser(
-        "eval",
-        help="replay recorded trajectories through the guard and report what it would block",
-        description=(
-            "Replay recorded agent trajectories (JSON lines) through the guard, offline, and "
-            "report what it would have blocked, whether each block was redundant (the "
-            "recorded result was identical to the earlier identical call) or wrong, and "
-            "where it would have aborted. Use it to tune a configuration before deploying."
-        ),
-    )
+DESCRIPTION = (
+    "Replay recorded agent trajectories (JSON lines) through the guard, offline, and "
+    "report what it would have blocked, whether each block was redundant (the "
+    "recorded result was identical to the earlier identical call) or wrong, and "
+    "where it would have aborted. Use it to tune a configuration before deploying."
+)
+"""What `replay-guard eval --help` says of the command."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the `eval` sub-command's arguments."""
     parser.add_argument(
         "trajectories", type=Path, nargs="+", help="JSONL file(s), one trajectory a line"
     )
@@ -157,7 +163,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="with --calibrate: stop the search after this long, keeping the best found "
         "(default: %(default)s)",
     )
-    parser.set_defaults(func=run)
 
 
 def load_config(

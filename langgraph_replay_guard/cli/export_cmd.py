@@ -31,25 +31,24 @@ from langgraph_replay_guard.storage.ledger_io import ReplayLedger
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
 
-__all__ = ["add_parser", "run"]
+__all__ = ["DESCRIPTION", "add_arguments", "run"]
 
 _PROGRESS_FROM = 10  # show a counter on a terminal from this many threads or traces
 _NAME = "replay-guard export"
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register the `export` sub-command."""
-    parser = sub.add_parser(
-        "export",
-        help="write a database's threads (or a LangSmith export) as trajectories for `eval`",
-        description=(
-            "Write one JSONL trajectory per thread of a checkpointer database (every tool "
-            "call with its arguments, result, error status and user turn, collected from the "
-            "thread's whole checkpoint history), or per trace of a LangSmith runs export, "
-            "for `replay-guard eval`. Exit status: 0 when a trajectory was written, 1 when "
-            "none was (no thread, or none readable), 2 when the input cannot be opened."
-        ),
-    )
+DESCRIPTION = (
+    "Write one JSONL trajectory per thread of a checkpointer database (every tool "
+    "call with its arguments, result, error status and user turn, collected from the "
+    "thread's whole checkpoint history), or per trace of a LangSmith runs export, "
+    "for `replay-guard eval`. Exit status: 0 when a trajectory was written, 1 when "
+    "none was (no thread, or none readable), 2 when the input cannot be opened."
+)
+"""What `replay-guard export --help` says of the command."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the `export` sub-command's arguments."""
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument(
         "--db",
@@ -72,7 +71,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser.add_argument(
         "-o", "--output", metavar="FILE", help="write here instead of standard output"
     )
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:

@@ -24,21 +24,20 @@ from langgraph_replay_guard.integrations.prompt import guard_view
 from langgraph_replay_guard.replay.ledger import LedgerEntry
 from langgraph_replay_guard.storage.ledger_io import ReplayLedger
 
-__all__ = ["add_parser", "run"]
+__all__ = ["DESCRIPTION", "add_arguments", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register the `inspect` sub-command."""
-    parser = sub.add_parser(
-        "inspect",
-        help="show a thread's guard state and replay ledger from a database",
-        description=(
-            "Read the latest checkpoint of a thread (every guard channel in it), the callback "
-            "handler's state and the replay ledger rows, from a SQLite file or a PostgreSQL "
-            "URI: what LangGraph Studio shows, for a terminal. Opens the databases read-only: "
-            "nothing is written to them."
-        ),
-    )
+DESCRIPTION = (
+    "Read the latest checkpoint of a thread (every guard channel in it), the callback "
+    "handler's state and the replay ledger rows, from a SQLite file or a PostgreSQL "
+    "URI: what LangGraph Studio shows, for a terminal. Opens the databases read-only: "
+    "nothing is written to them."
+)
+"""What `replay-guard inspect --help` says of the command."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the `inspect` sub-command's arguments."""
     parser.add_argument(
         "--db",
         required=True,
@@ -54,7 +53,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser.add_argument("--thread", required=True, help="thread id")
     add_namespace_option(parser, "its ledger and callback-handler state")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:

@@ -21,7 +21,8 @@ COMMANDS: dict[str, str] = {
 """Each sub-command and its one-line help; its module is `cli/<name>_cmd.py`.
 
 `replay-guard --help` lists them from here without importing any of them (they import
-LangChain and LangGraph); a unit test checks that each module's own help says the same.
+LangChain and LangGraph). Each module holds its `DESCRIPTION`, `add_arguments(parser)` and
+`run(args)`.
 """
 
 
@@ -43,7 +44,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for name, help_text in COMMANDS.items():
         if command is None or name == command:
             module = importlib.import_module(f"langgraph_replay_guard.cli.{name}_cmd")
-            module.add_parser(sub)
+            own = sub.add_parser(name, help=help_text, description=module.DESCRIPTION)
+            module.add_arguments(own)
+            own.set_defaults(func=module.run)
         else:
             sub.add_parser(name, help=help_text)
     return parser

@@ -19,7 +19,7 @@ from langgraph_replay_guard.records.integrity import verify_record_integrity
 from langgraph_replay_guard.records.model import ExecutionRecord, RecordNotFoundError
 from langgraph_replay_guard.records.store import RecordStore, StoredRecordInfo
 
-__all__ = ["add_parser", "run"]
+__all__ = ["DESCRIPTION", "add_arguments", "run"]
 
 EXIT_OK = 0
 EXIT_NOT_REPLAYABLE = 1  # also: a replayed error response, a failed verification
@@ -30,19 +30,18 @@ _Records = RecordStore | RecordFiles
 _PREVIEW_CHARS = 2000
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register the `records` sub-command and its actions."""
-    parser = sub.add_parser(
-        "records",
-        help="list, show, replay, verify and invalidate execution records",
-        description=(
-            "Execution records of guarded graph runs (ReplayGuard(..., record=True)), read "
-            "from a SQLite file or a PostgreSQL database; show, replay and verify also read "
-            "record files (--file: this package's records saved as JSON, or IntentusNet's "
-            "records/ folder). Exit status: 0 success; 1 a record is not replayable, replays "
-            "an error, or fails verification; 2 bad arguments, database, file or id."
-        ),
-    )
+DESCRIPTION = (
+    "Execution records of guarded graph runs (ReplayGuard(..., record=True)), read "
+    "from a SQLite file or a PostgreSQL database; show, replay and verify also read "
+    "record files (--file: this package's records saved as JSON, or IntentusNet's "
+    "records/ folder). Exit status: 0 success; 1 a record is not replayable, replays "
+    "an error, or fails verification; 2 bad arguments, database, file or id."
+)
+"""What `replay-guard records --help` says of the command."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the `records` sub-command's arguments and its actions."""
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     def action(name: str, help_text: str, *, files: bool = False) -> argparse.ArgumentParser:
@@ -95,8 +94,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
     p = action("invalidate", "mark a record manually_invalidated: never replayed unless forced")
     p.add_argument("execution_id", metavar="ID")
-
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:

@@ -3,6 +3,7 @@ Python 3.11 or later."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import subprocess
@@ -56,13 +57,16 @@ def test_importing_the_package_is_lazy_and_every_public_name_still_resolves():
         _ = package.no_such_name
 
 
-def test_the_listed_help_is_each_commands_own():
-    full = build_parser()
+def test_each_command_built_in_full_has_its_modules_description_and_runner():
     lazy = build_parser("")
-    (full_sub,) = [a for a in full._actions if a.dest == "command"]
     (lazy_sub,) = [a for a in lazy._actions if a.dest == "command"]
-    own = {a.dest: a.help for a in full_sub._choices_actions}
-    assert own == {a.dest: a.help for a in lazy_sub._choices_actions} == COMMANDS
+    assert {a.dest: a.help for a in lazy_sub._choices_actions} == COMMANDS
+    for name in COMMANDS:
+        module = importlib.import_module(f"langgraph_replay_guard.cli.{name}_cmd")
+        (sub,) = [a for a in build_parser(name)._actions if a.dest == "command"]
+        own = sub.choices[name]
+        assert module.DESCRIPTION and own.description == module.DESCRIPTION, name
+        assert own.get_default("func") is module.run, name
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")
