@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langgraph_replay_guard.decisions.engine import call_facts
+from langgraph_replay_guard.decisions.engine import CallFacts, call_facts
 from langgraph_replay_guard.decisions.failures import failure_signature
 from langgraph_replay_guard.errors import InvalidArgumentsError
 from langgraph_replay_guard.evaluation import (
@@ -25,6 +25,7 @@ __all__ = [
     "GLOBAL_CANDIDATES",
     "TOOL_MAX_REPEATS_CANDIDATES",
     "Calibration",
+    "RecordingReading",
     "Score",
     "ToolEvidence",
     "calibrate",
@@ -173,34 +174,63 @@ class Calibration:
         return [e for e in self.evidence.values() if e.volatile_candidate and not e.volatile]
 
 
-class _Cleaner:
-    """The eval's result text: `str(result)` with the `normalize` patterns removed."""
+@dataclass(frozen=True)
+class RecordingReading:
+    """How recorded runs are read: what a failure is, what a loop is, what results ignore.
 
-    def __init__(self, normalize: Iterable[str]) -> None:
-        self.patterns = [re.compile(p) for p in normalize]
+    Attributes:
+        reading: What a failure and a loop are, what results ignore, which tools existed.
+    """
 
-    def __call__(self, call: Mapping[str, Any]) -> str:
+    loop_calls: int = DEFAULT_LOOP_CALLS
+    error_pattern: str = DEFAULT_ERROR_PATTERN
+    normalize: tuple[str, ...] = ()
+    tools: frozenset[str] | None = None
+    _patterns: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
+    _failed: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Compiled once per reading, not once per pass over the runs.
+        object.__setattr__(self, "_patterns", tuple(re.compile(p) for p in self.normalize))
+        object.__setattr__(self, "_failed", re.compile(self.error_pattern, re.IGNORECASE))
+
+    def result(self, call: Mapping[str, Any]) -> str:
+        """The call's result text, `str(result)` with the `normalize` patterns removed."""
         text = str(call.get("result", ""))
-        for pattern in self.patterns:
+        for pattern in self._patterns:
             text = pattern.sub("", text)
         return text
 
+    def failed(self, text: str) -> bool:
+        """Whether a result text marks a failure (`error_pattern`)."""
+        return self._failed.search(text) is not None
 
-def _tools_of(trajectory: Trajectory, tools: Collection[str] | None) -> frozenset[str] | None:
-    listed = trajectory.get("tools")
-    if isinstance(listed, list):
-        return frozenset(listed)
-    return frozenset(tools) if tools is not None else None
+    def calls(
+        self, trajectory: Trajectory, config: GuardConfig
+    ) -> Iterator[tuple[int, Mapping[str, Any], str, CallFacts]]:
+        """The run's calls to existing tools with valid arguments, as the guard sees them.
+
+        Calls to tools that do not exist are left out: the guard answers those itself,
+        whatever the thresholds.
+
+        Yields:
+            Each call's index in the run, the call, its result text and its facts.
+        """
+        listed = trajectory.get("tools")
+        names = frozenset(listed) if isinstance(listed, list) else self.tools
+        for index, call in enumerate(trajectory["calls"]):
+            try:
+                facts = call_facts(config, call["name"], call.get("args", {}), tools=names)
+            except InvalidArgumentsError:
+                continue
+            if not facts.unknown:
+                yield index, call, self.result(call), facts
 
 
 def find_loops(
     trajectories: Sequence[Trajectory],
     config: GuardConfig,
-    *,
-    loop_calls: int = DEFAULT_LOOP_CALLS,
-    error_pattern: str = DEFAULT_ERROR_PATTERN,
-    normalize: Iterable[str] = (),
-    tools: Collection[str] | None = None,
+    reading: RecordingReading = RecordingReading(),
 ) -> list[frozenset[Any]]:
     """Which user turns of each recorded run loop, read from the recording alone.
 
@@ -224,40 +254,28 @@ def find_loops(
     Args:
         trajectories: Parsed trajectories.
         config: The configuration whose tool policies give the keys and classes.
-        loop_calls: How many times makes a loop.
-        error_pattern: Regular expression (case-insensitive) marking failed results.
-        normalize: Regular expressions removed from results before comparing them.
-        tools: The tool names the agents had, for runs that do not list theirs.
+        reading: What a failure and a loop are, what results ignore, which tools existed.
 
     Returns:
         For each trajectory, in order, the set of its looping turns (empty: no loop).
     """
-    failed = re.compile(error_pattern, re.IGNORECASE)
-    clean = _Cleaner(normalize)
     found: list[frozenset[Any]] = []
     for trajectory in trajectories:
-        names = _tools_of(trajectory, tools)
         # Per turn, what loops in it: ("same", key) or ("failure", tool).
         looping: dict[Any, set[tuple[str, Any]]] = {}
         same: dict[tuple[Any, str], tuple[str, int, int]] = {}  # key: result, epoch, streak
         failing: dict[tuple[Any, str], tuple[str, int, int]] = {}  # tool: signature, epoch, n
         epoch = 0
-        for call in trajectory["calls"]:
-            name, turn, text = call["name"], call.get("turn", 0), clean(call)
-            try:
-                facts = call_facts(config, name, call.get("args", {}), tools=names)
-            except InvalidArgumentsError:
-                continue
-            if facts.unknown:
-                continue  # the guard answers those itself, whatever the thresholds
-            ok = not failed.search(text)
+        for _, call, text, facts in reading.calls(trajectory, config):
+            name, turn = call["name"], call.get("turn", 0)
+            ok = not reading.failed(text)
             key = (turn, facts.key)
             previous = same.get(key)
             streak = 1
             if previous is not None and previous[0] == text and previous[1] == epoch:
                 streak = previous[2] + 1
             same[key] = (text, epoch, streak)
-            if streak >= loop_calls:
+            if streak >= reading.loop_calls:
                 looping.setdefault(turn, set()).add(("same", facts.key))
             if ok:
                 failing.pop((turn, name), None)
@@ -270,7 +288,7 @@ def find_loops(
                 if earlier is not None and earlier[0] == signature and earlier[1] == epoch:
                     row = earlier[2] + 1
                 failing[(turn, name)] = (signature, epoch, row)
-                if row >= loop_calls:
+                if row >= reading.loop_calls:
                     looping.setdefault(turn, set()).add(("failure", name))
             if ok and facts.replay != "pure":
                 epoch += 1
@@ -281,38 +299,24 @@ def find_loops(
 def tool_evidence(
     trajectories: Sequence[Trajectory],
     config: GuardConfig,
-    *,
-    normalize: Iterable[str] = (),
-    error_pattern: str = DEFAULT_ERROR_PATTERN,
-    tools: Collection[str] | None = None,
+    reading: RecordingReading = RecordingReading(),
 ) -> dict[str, ToolEvidence]:
     """What the recordings say about each tool called (see `ToolEvidence`).
 
     Args:
         trajectories: Parsed trajectories.
         config: The configuration whose policies give the classes and keys.
-        normalize: Regular expressions removed from results before comparing them.
-        error_pattern: Regular expression (case-insensitive) marking failed results.
-        tools: The tool names the agents had, for runs that do not list theirs.
+        reading: What a failure is, what results ignore, which tools existed.
 
     Returns:
         Evidence by tool name, sorted by name; calls to tools that do not exist are left out.
     """
-    failed = re.compile(error_pattern, re.IGNORECASE)
-    clean = _Cleaner(normalize)
     evidence: dict[str, ToolEvidence] = {}
     for trajectory in trajectories:
-        names = _tools_of(trajectory, tools)
         last: dict[tuple[Any, str], tuple[str, int, int]] = {}
         epoch = 0
-        for index, call in enumerate(trajectory["calls"]):
-            name, turn, text = call["name"], call.get("turn", 0), clean(call)
-            try:
-                facts = call_facts(config, name, call.get("args", {}), tools=names)
-            except InvalidArgumentsError:
-                continue
-            if facts.unknown:
-                continue
+        for index, call, text, facts in reading.calls(trajectory, config):
+            name, turn = call["name"], call.get("turn", 0)
             entry = evidence.get(name)
             if entry is None:
                 policy = config.policy_for(name)
@@ -335,7 +339,7 @@ def tool_evidence(
                         ident = str(trajectory.get("id", "?"))
                         entry.example = (ident, index, previous[0], text)
             last[key] = (text, epoch, index)
-            if facts.replay != "pure" and not failed.search(text):
+            if facts.replay != "pure" and not reading.failed(text):
                 epoch += 1
     return dict(sorted(evidence.items()))
 
@@ -344,10 +348,7 @@ def score(
     trajectories: Sequence[Trajectory],
     loops: Sequence[frozenset[Any]],
     config: GuardConfig,
-    *,
-    error_pattern: str = DEFAULT_ERROR_PATTERN,
-    normalize: Iterable[str] = (),
-    tools: Collection[str] | None = None,
+    reading: RecordingReading = RecordingReading(),
 ) -> tuple[Score, EvalReport]:
     """Evaluate a configuration and score it against the recorded loops.
 
@@ -355,9 +356,7 @@ def score(
         trajectories: Parsed trajectories.
         loops: `find_loops` of the same trajectories.
         config: The configuration to evaluate.
-        error_pattern: Regular expression (case-insensitive) marking failed results.
-        normalize: Regular expressions removed from results before comparing them.
-        tools: The tool names the agents had, for runs that do not list theirs.
+        reading: What a failure is, what results ignore, which tools existed.
 
     Returns:
         The score and the eval report.
@@ -385,11 +384,11 @@ def score(
     evaluate_trajectories(
         trajectories,
         config,
-        error_pattern=error_pattern,
-        normalize=normalize,
+        error_pattern=reading.error_pattern,
+        normalize=reading.normalize,
         report=report,
         on_progress=after_run,
-        tools=tools,
+        tools=reading.tools,
     )
     result = Score(
         runs=total.trajectories,
@@ -465,11 +464,8 @@ def _settings(
 def calibrate(
     trajectories: Sequence[Trajectory],
     base: GuardConfig,
+    reading: RecordingReading = RecordingReading(),
     *,
-    loop_calls: int = DEFAULT_LOOP_CALLS,
-    error_pattern: str = DEFAULT_ERROR_PATTERN,
-    normalize: Sequence[str] = (),
-    tools: Collection[str] | None = None,
     budget_seconds: float = DEFAULT_BUDGET_SECONDS,
     on_progress: Callable[[str], None] | None = None,
 ) -> Calibration:
@@ -486,10 +482,7 @@ def calibrate(
     Args:
         trajectories: Parsed trajectories.
         base: The configuration to start from (its policies are kept).
-        loop_calls: How many times makes a loop (see `find_loops`).
-        error_pattern: Regular expression (case-insensitive) marking failed results.
-        normalize: Regular expressions removed from results before comparing them.
-        tools: The tool names the agents had, for runs that do not list theirs.
+        reading: What a failure and a loop are, what results ignore, which tools existed.
         budget_seconds: Stop searching after this long (keeping the best found so far).
         on_progress: Called with a line of progress after each setting.
 
@@ -497,14 +490,9 @@ def calibrate(
         The calibration.
     """
     started = time.perf_counter()
-    options: dict[str, Any] = {
-        "error_pattern": error_pattern,
-        "normalize": normalize,
-        "tools": tools,
-    }
-    loops = find_loops(trajectories, base, loop_calls=loop_calls, **options)
-    evidence = tool_evidence(trajectories, base, **options)
-    base_score, base_report = score(trajectories, loops, base, **options)
+    loops = find_loops(trajectories, base, reading)
+    evidence = tool_evidence(trajectories, base, reading)
+    base_score, base_report = score(trajectories, loops, base, reading)
     best, best_score, best_report = base, base_score, base_report
     evaluations = 1
     complete = True
@@ -521,7 +509,7 @@ def calibrate(
                     complete = False
                     break
                 candidate = _with(best, setting, value)
-                result, report = score(trajectories, loops, candidate, **options)
+                result, report = score(trajectories, loops, candidate, reading)
                 evaluations += 1
                 tried.append(f"{value}")
                 if result.rank() > best_score.rank():

@@ -17,6 +17,7 @@ from langgraph_replay_guard.calibration import (
     DEFAULT_LOOP_CALLS,
     GLOBAL_CANDIDATES,
     Calibration,
+    RecordingReading,
     ToolEvidence,
     calibrate,
     config_data,
@@ -300,11 +301,11 @@ def _read_all(paths: list[Path]) -> tuple[list[Trajectory], list[tuple[int, str]
     return trajectories, malformed
 
 
-def _tool_names(values: list[str] | None) -> list[str] | None:
+def _tool_names(values: list[str] | None) -> frozenset[str] | None:
     """The `--tools` names (each value comma-separated), or None when not given."""
     if values is None:
         return None
-    return [name.strip() for value in values for name in value.split(",") if name.strip()]
+    return frozenset(name.strip() for value in values for name in value.split(",") if name.strip())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -344,13 +345,16 @@ def _calibrate(
     def progress(text: str) -> None:
         print(f"calibrate: {text}", file=sys.stderr, flush=True)
 
+    reading = RecordingReading(
+        loop_calls=args.loop_calls,
+        error_pattern=args.error_pattern,
+        normalize=tuple(args.normalize),
+        tools=_tool_names(args.tools),
+    )
     result = calibrate(
         trajectories,
         config,
-        loop_calls=args.loop_calls,
-        error_pattern=args.error_pattern,
-        normalize=args.normalize,
-        tools=_tool_names(args.tools),
+        reading,
         budget_seconds=args.calibrate_budget,
         on_progress=progress,
     )
