@@ -76,9 +76,9 @@ def print_toolkit_rows() -> None:
         loops = {i for i in ids if i.startswith(LOOP_RUNS)}
         stopped = {a.trajectory for a in report.aborts}
         print(
-            f"{name:<26} {toolkit:<15} {total.dedup_blocked:>5} {total.dedup_wrong:>5} "
-            f"{_rate(total.kind_rate('redundant_read')):>12} {total.stop_blocked:>5} "
-            f"{total.stop_wrong:>5} {f'{len(stopped & loops)}/{len(loops)}':>13} "
+            f"{name:<26} {toolkit:<15} {total.dedup.blocked:>5} {total.dedup.wrong:>5} "
+            f"{_rate(total.kind_rate('redundant_read')):>12} {total.stops.blocked:>5} "
+            f"{total.stops.wrong:>5} {f'{len(stopped & loops)}/{len(loops)}':>13} "
             f"{len(stopped - loops):>16}"
         )
 

@@ -371,8 +371,8 @@ def score(
         index = done - 1
         new_aborts = report.aborts[seen["aborts"] :]
         answered = total.by_reason.get("unknown_tool", 0)
-        stops = total.stop_blocked - seen["stops"] - (answered - seen["answered"])
-        seen.update(aborts=len(report.aborts), stops=total.stop_blocked, answered=answered)
+        stops = total.stops.blocked - seen["stops"] - (answered - seen["answered"])
+        seen.update(aborts=len(report.aborts), stops=total.stops.blocked, answered=answered)
         looping = loops[index]
         if not looping:
             stopped["healthy"] += bool(new_aborts) or stops > 0

@@ -33,6 +33,7 @@ __all__ = [
     "WRONG_PREVIEW_CHARS",
     "Abort",
     "EvalReport",
+    "LayerTally",
     "Tally",
     "WrongBlock",
     "evaluate_file",
@@ -57,6 +58,27 @@ twice in a row). Every other block is a loop stop (`repeat_limit`, `cycle`, `sam
 
 WRONG_PREVIEW_CHARS = 200
 """How much of each result (and of the arguments) a `WrongBlock` keeps."""
+
+
+@dataclass
+class LayerTally:
+    """The blocks of one layer of the guard (dedup, or loop stops).
+
+    Attributes:
+        blocked: Blocked calls.
+        redundant: Those whose block lost nothing (see `Tally.redundant`).
+        wrong: Those whose block would have hidden new information (see `Tally.wrong`).
+    """
+
+    blocked: int = 0
+    redundant: int = 0
+    wrong: int = 0
+
+    def count(self, *, redundant: bool, wrong: bool) -> None:
+        """Count one block."""
+        self.blocked += 1
+        self.redundant += redundant
+        self.wrong += wrong
 
 
 @dataclass
@@ -90,15 +112,11 @@ class Tally:
             answers every one of them; such a block is neither redundant nor wrong unless it
             repeats an identical call (nothing could have run).
         by_reason: Blocked calls by decision reason.
-        dedup_blocked: Blocked calls that were dedup blocks (a reason in `DEDUP_REASONS`: the
-            call answered with an earlier result).
-        dedup_redundant: Dedup blocks that were redundant.
-        dedup_wrong: Dedup blocks that were wrong: what dedup would have hidden.
-        stop_blocked: Blocked calls that were loop stops (every other reason: `repeat_limit`,
-            `cycle`, `same_failure`, `unknown_tool`, `stopped`...). `dedup_blocked +
-            stop_blocked == blocked`, and the same for `redundant` and `wrong`.
-        stop_redundant: Loop stops that were redundant.
-        stop_wrong: Loop stops that were wrong.
+        dedup: The dedup blocks (a reason in `DEDUP_REASONS`: the call answered with an
+            earlier result); its `wrong` is what dedup would have hidden.
+        stops: The loop stops (every other reason: `repeat_limit`, `cycle`,
+            `same_failure`, `unknown_tool`, `stopped`...). `dedup.blocked + stops.blocked ==
+            blocked`, and the same for `redundant` and `wrong`.
         wrong_by_reason: Wrong blocks by decision reason.
     """
 
@@ -116,12 +134,8 @@ class Tally:
     unknown_tools: int = 0
     by_reason: dict[str, int] = field(default_factory=dict)
     repeat_kinds: dict[str, list[int]] = field(default_factory=dict)
-    dedup_blocked: int = 0
-    dedup_redundant: int = 0
-    dedup_wrong: int = 0
-    stop_blocked: int = 0
-    stop_redundant: int = 0
-    stop_wrong: int = 0
+    dedup: LayerTally = field(default_factory=LayerTally)
+    stops: LayerTally = field(default_factory=LayerTally)
     wrong_by_reason: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -144,7 +158,7 @@ class Tally:
 
     def dedup_wrong_rate(self) -> float | None:
         """Share of dedup blocks that were wrong, or None when dedup blocked nothing."""
-        return self.dedup_wrong / self.dedup_blocked if self.dedup_blocked else None
+        return self.dedup.wrong / self.dedup.blocked if self.dedup.blocked else None
 
 
 @dataclass(frozen=True)
@@ -460,14 +474,7 @@ def _evaluate_one(
                     t.wrong += 1
                     t.wrong_by_reason[reason] = t.wrong_by_reason.get(reason, 0) + 1
                 t.by_reason[reason] = t.by_reason.get(reason, 0) + 1
-                if dedup:
-                    t.dedup_blocked += 1
-                    t.dedup_redundant += kind is not None
-                    t.dedup_wrong += wrong
-                else:
-                    t.stop_blocked += 1
-                    t.stop_redundant += kind is not None
-                    t.stop_wrong += wrong
+                (t.dedup if dedup else t.stops).count(redundant=kind is not None, wrong=wrong)
             if wrong:
                 report.wrong_blocks.append(
                     _wrong_block(ident, model, index, call, reason, dedup, earlier, text)

@@ -476,8 +476,8 @@ def print_calibration(
         ),
         ("calls saved (blocked + cut)", f"{base.saved}", f"{best.saved}"),
         ("blocked", f"{base.blocked}", f"{best.blocked}"),
-        ("  dedup", f"{base_total.dedup_blocked}", f"{total.dedup_blocked}"),
-        ("  loop stops", f"{base_total.stop_blocked}", f"{total.stop_blocked}"),
+        ("  dedup", f"{base_total.dedup.blocked}", f"{total.dedup.blocked}"),
+        ("  loop stops", f"{base_total.stops.blocked}", f"{total.stops.blocked}"),
         ("cut", f"{base.cut}", f"{best.cut}"),
         ("aborts", f"{base.aborts}", f"{best.aborts}"),
         ("wrong blocks", f"{base.wrong}", f"{best.wrong}"),
@@ -605,8 +605,8 @@ def _print_layers(report: EvalReport, line: Callable[[str], None]) -> None:
     """Dedup blocks apart from loop stops, in total and per tool that had a block."""
     total = report.total
     line(
-        f"Blocks by layer: dedup {total.dedup_blocked} ({total.dedup_wrong} wrong), "
-        f"loop stops {total.stop_blocked} ({total.stop_wrong} wrong)"
+        f"Blocks by layer: dedup {total.dedup.blocked} ({total.dedup.wrong} wrong), "
+        f"loop stops {total.stops.blocked} ({total.stops.wrong} wrong)"
     )
     line(
         f"  dedup: {', '.join(sorted(DEDUP_REASONS))} (answered with an earlier result: a wrong "
@@ -625,8 +625,8 @@ def _print_layers(report: EvalReport, line: Callable[[str], None]) -> None:
             f"{r} {n}" for r, n in sorted(t.by_reason.items()) if r not in DEDUP_REASONS
         )
         line(
-            f"  {label:<{width}} {t.dedup_blocked:>6} {t.dedup_wrong:>6} {t.stop_blocked:>6} "
-            f"{t.stop_wrong:>6}   {stops}".rstrip()
+            f"  {label:<{width}} {t.dedup.blocked:>6} {t.dedup.wrong:>6} {t.stops.blocked:>6} "
+            f"{t.stops.wrong:>6}   {stops}".rstrip()
         )
     line("")
 

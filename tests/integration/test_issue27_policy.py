@@ -221,6 +221,6 @@ def test_the_eval_counts_polls_as_the_guard_decides_them():
     assert report.total.blocked == 0
     report = evaluate_trajectories([trajectory(["running"] * 6)], config)
     total = report.total
-    assert (total.blocked, total.stop_redundant, total.wrong) == (1, 1, 0)
+    assert (total.blocked, total.stops.redundant, total.wrong) == (1, 1, 0)
     assert total.by_reason == {"repeat_limit": 1}
     assert total.repeat_kinds["volatile_read"] == [5, 2]  # the block and the cut call

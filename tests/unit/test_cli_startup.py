@@ -65,7 +65,8 @@ def test_each_command_built_in_full_has_its_modules_description_and_runner():
         module = importlib.import_module(f"langgraph_replay_guard.cli.{name}_cmd")
         (sub,) = [a for a in build_parser(name)._actions if a.dest == "command"]
         own = sub.choices[name]
-        assert module.DESCRIPTION and own.description == module.DESCRIPTION, name
+        assert module.DESCRIPTION, name
+        assert own.description == module.DESCRIPTION, name
         assert own.get_default("func") is module.run, name
 
 

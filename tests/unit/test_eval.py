@@ -274,14 +274,14 @@ def test_dedup_blocks_are_counted_apart_from_loop_stops(layered):
     total = report.total
     assert total.by_reason == {"duplicate": 2, "same_result": 1, "repeat_limit": 1}
     assert (total.blocked, total.redundant, total.wrong) == (4, 2, 2)
-    assert (total.dedup_blocked, total.dedup_redundant, total.dedup_wrong) == (3, 1, 2)
-    assert (total.stop_blocked, total.stop_redundant, total.stop_wrong) == (1, 1, 0)
+    assert (total.dedup.blocked, total.dedup.redundant, total.dedup.wrong) == (3, 1, 2)
+    assert (total.stops.blocked, total.stops.redundant, total.stops.wrong) == (1, 1, 0)
     assert total.wrong_by_reason == {"duplicate": 1, "same_result": 1}
     assert total.dedup_wrong_rate() == pytest.approx(2 / 3)
     read, status, transfer = (report.by_tool[n] for n in ("read", "status", "transfer"))
-    assert (read.dedup_blocked, read.dedup_wrong, read.stop_blocked) == (2, 1, 0)
-    assert (status.dedup_blocked, status.dedup_wrong) == (1, 1)
-    assert (transfer.dedup_blocked, transfer.stop_blocked, transfer.stop_wrong) == (0, 1, 0)
+    assert (read.dedup.blocked, read.dedup.wrong, read.stops.blocked) == (2, 1, 0)
+    assert (status.dedup.blocked, status.dedup.wrong) == (1, 1)
+    assert (transfer.dedup.blocked, transfer.stops.blocked, transfer.stops.wrong) == (0, 1, 0)
 
 
 def test_every_wrong_block_is_listed_with_both_results(layered):
@@ -319,11 +319,19 @@ def test_cli_json_has_the_layers_and_the_wrong_blocks(layered, capsys):
     data = json.loads(capsys.readouterr().out)
     total = data["total"]
     assert (total["blocked"], total["redundant"], total["wrong"]) == (4, 2, 2)  # unchanged
-    assert (total["dedup_blocked"], total["dedup_redundant"], total["dedup_wrong"]) == (3, 1, 2)
-    assert (total["stop_blocked"], total["stop_redundant"], total["stop_wrong"]) == (1, 1, 0)
+    assert (total["dedup"]["blocked"], total["dedup"]["redundant"], total["dedup"]["wrong"]) == (
+        3,
+        1,
+        2,
+    )
+    assert (total["stops"]["blocked"], total["stops"]["redundant"], total["stops"]["wrong"]) == (
+        1,
+        1,
+        0,
+    )
     assert total["wrong_by_reason"] == {"duplicate": 1, "same_result": 1}
     assert total["dedup_wrong_rate"] == pytest.approx(2 / 3)
-    assert data["by_tool"]["read"]["dedup_wrong"] == 1
+    assert data["by_tool"]["read"]["dedup"]["wrong"] == 1
     assert data["dedup_reasons"] == ["duplicate", "same_result"]
     assert data["wrong_blocks"][0] == {
         "trajectory": "dedup-run",
@@ -374,12 +382,12 @@ def test_shipped_sample_layers_add_up(capsys):
     report = json.loads(capsys.readouterr().out)
     tallies = [report["total"], *report["by_tool"].values(), *report["by_model"].values()]
     for t in tallies:
-        assert t["dedup_blocked"] + t["stop_blocked"] == t["blocked"]
-        assert t["dedup_redundant"] + t["stop_redundant"] == t["redundant"]
-        assert t["dedup_wrong"] + t["stop_wrong"] == t["wrong"]
+        assert t["dedup"]["blocked"] + t["stops"]["blocked"] == t["blocked"]
+        assert t["dedup"]["redundant"] + t["stops"]["redundant"] == t["redundant"]
+        assert t["dedup"]["wrong"] + t["stops"]["wrong"] == t["wrong"]
         dedup = sum(n for r, n in t["by_reason"].items() if r in report["dedup_reasons"])
-        assert dedup == t["dedup_blocked"]
+        assert dedup == t["dedup"]["blocked"]
     total = report["total"]
-    assert (total["dedup_blocked"], total["stop_blocked"]) == (14, 6)
-    assert total["dedup_wrong"] == total["stop_wrong"] == 0
+    assert (total["dedup"]["blocked"], total["stops"]["blocked"]) == (14, 6)
+    assert total["dedup"]["wrong"] == total["stops"]["wrong"] == 0
     assert report["wrong_blocks"] == []
