@@ -491,14 +491,7 @@ class LedgerGate:
         message = tool_message(result)
         entry = ticket.entry
         if entry is None:  # a pure call: one row, written once it finished, no arguments
-            entry = started_entry(
-                ctx.identity,
-                tool=ctx.tool,
-                replay=ctx.replay,
-                args_hash=ctx.args_hash,
-                args=None,
-                idempotency_key=None,
-            )
+            entry = started_entry(ctx, args=None, idempotency_key=None)
         update = _command_update(result)
         if ticket.sends:
             # Writes beside the answer are part of the outcome: a replay writes them again.

@@ -335,11 +335,8 @@ def new_rev() -> str:
 
 
 def started_entry(
-    identity: CallIdentity,
+    ctx: CallContext,
     *,
-    tool: str,
-    replay: str,
-    args_hash: str,
     args: Any,
     idempotency_key: str | None,
     previous: LedgerEntry | None = None,
@@ -347,20 +344,30 @@ def started_entry(
     now: dt.datetime | None = None,
 ) -> LedgerEntry:
     """The row written right before a tool body starts (the claim)."""
-    return LedgerEntry(
-        key=identity.key,
-        status="started",
-        tool=tool,
-        replay=replay,
-        args_hash=args_hash,
-        tool_call_id=identity.tool_call_id,
-        ai_message_id=identity.ai_message_id,
+    return _new_row(
+        ctx,
+        "started",
         idempotency_key=idempotency_key,
         started_at=now_iso(now),
         attempts=(previous.attempts if previous is not None else 0) + 1,
         args=args,
         owner=owner,
+    )
+
+
+def _new_row(ctx: CallContext, status: str, **fields: Any) -> LedgerEntry:
+    """A new row of the call: its identity and tool, the given fields, a fresh revision."""
+    ident = ctx.identity
+    return LedgerEntry(
+        key=ident.key,
+        status=status,
+        tool=ctx.tool,
+        replay=ctx.replay,
+        args_hash=ctx.args_hash,
+        tool_call_id=ident.tool_call_id,
+        ai_message_id=ident.ai_message_id,
         rev=new_rev(),
+        **fields,
     )
 
 
@@ -688,10 +695,7 @@ def admit(ctx: CallContext) -> Generator[Op, Any, Admission]:
         if ctx.replay == "idempotent":
             key = step.key or ident.idempotency_key
         claim = started_entry(
-            ident,
-            tool=ctx.tool,
-            replay=ctx.replay,
-            args_hash=ctx.args_hash,
+            ctx,
             args=ctx.args,
             idempotency_key=key,
             previous=step.previous,
@@ -741,20 +745,13 @@ def _lookups(
 
 def blocked_entry(ctx: CallContext, row: LedgerEntry, why: str) -> LedgerEntry:
     """The row of a new call that did not run because an identical call's outcome is unknown."""
-    ident = ctx.identity
-    return LedgerEntry(
-        key=ident.key,
-        status="blocked",
-        tool=ctx.tool,
-        replay=ctx.replay,
-        args_hash=ctx.args_hash,
-        tool_call_id=ident.tool_call_id,
-        ai_message_id=ident.ai_message_id,
+    return _new_row(
+        ctx,
+        "blocked",
         started_at=row.started_at,
         args=ctx.args,
         last_error=f"blocked: {why} (tool_call_id {row.tool_call_id})",
         blocked_on=row.key,
-        rev=new_rev(),
     )
 
 
