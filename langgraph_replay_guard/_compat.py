@@ -17,8 +17,11 @@ __all__ = [
     "ToolNodeSettings",
     "channel_writer",
     "checkpoint_thread_ids",
+    "create_agent_given_tools",
     "create_agent_middleware",
+    "create_agent_tools",
     "delegate_store",
+    "dynamic_tool_error",
     "graph_has_channel",
     "graph_state",
     "handled_error_types",
@@ -87,6 +90,34 @@ def create_agent_middleware() -> list[Any] | None:
     found = _create_agent_locals()
     middleware = found.get("middleware") if found is not None else None
     return list(middleware) if isinstance(middleware, (list, tuple)) else None
+
+
+def create_agent_given_tools() -> list[Any] | None:
+    """The `tools` given to the `create_agent` call running now (None: none is building).
+
+    Read while `create_agent` collects its middlewares' own tools, before it decides whether
+    the agent gets a tools node.
+    """
+    found = _create_agent_locals()
+    tools = found.get("tools") if found is not None else None
+    return list(tools) if isinstance(tools, (list, tuple)) else None
+
+
+def dynamic_tool_error(unknown: Sequence[str], registered: Sequence[str]) -> str:
+    """`create_agent`'s own message for tools a model request offers that no node runs.
+
+    Args:
+        unknown: The offered tools the agent does not have.
+        registered: The tools it has.
+
+    Returns:
+        The message LangChain raises its `ValueError` with.
+    """
+    from langchain.agents.factory import DYNAMIC_TOOL_ERROR_TEMPLATE
+
+    return DYNAMIC_TOOL_ERROR_TEMPLATE.format(
+        unknown_tool_names=list(unknown), available_tool_names=sorted(registered)
+    )
 
 
 def create_agent_tools() -> list[Any] | None:

@@ -16,12 +16,15 @@ from langchain.agents.middleware.types import (
     PrivateStateAttr,
 )
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.tools import BaseTool
 from langgraph.types import Command
 from typing_extensions import TypedDict
 
 from langgraph_replay_guard._compat import (
+    create_agent_given_tools,
     create_agent_middleware,
     create_agent_tools,
+    dynamic_tool_error,
     signature_once,
 )
 from langgraph_replay_guard.decisions.engine import fold_settings, loop_error, raises_on_abort
@@ -142,11 +145,35 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self._name = name or _DEFAULT_NAME
         self.channel = GUARD_CHANNEL if name is None else f"{GUARD_CHANNEL}__{name}"
         self.state_schema = _state_schema(self.channel)
-        self.tools = []
         self._calls = ToolCallWrapper(self.guard, channel=self.channel, end_batches=False)
         self._tools_checked = False
         self._agent_tools_learned = False
         self._offered: tuple[Any, ...] | None = None  # the tools the last model call offered
+        # The tools the agent's tools node runs (of every agent built with this instance),
+        # when no other middleware has a tool hook: create_agent then checks each model
+        # request for tools nothing runs (see `_check_dynamic_tools`). None: no check, as
+        # another middleware may run such tools, or no agent was built.
+        self._node_tools: frozenset[str] | None = None
+        self._others_run_tools = False
+
+    @property
+    def tools(self) -> Sequence[BaseTool]:
+        """The guard adds no tools of its own.
+
+        `create_agent` reads this first while it builds an agent, before it looks for tool
+        hooks: an agent without tools whose other middlewares have no tools and no tool
+        hook gets no tools node, and the guard then takes its own tool hooks away so that
+        it does not add one (see `_ToolFreeReplayGuardMiddleware`).
+        """
+        if _fit_tool_hooks(self):
+            self._agent_tools_learned = False  # a new agent: learn its tools too
+        return []
+
+    @tools.setter
+    def tools(self, tools: Sequence[BaseTool]) -> None:
+        if tools:
+            msg = "ReplayGuardMiddleware has no tools of its own; give tools to create_agent"
+            raise TypeError(msg)
 
     @property
     def name(self) -> str:
@@ -174,6 +201,13 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if tools is None:
             return
         self._agent_tools_learned = True
+        others = create_agent_middleware() or []
+        if any(_has_tool_hook(m) for m in others if not isinstance(m, ReplayGuardMiddleware)):
+            self._others_run_tools = True
+        node_tools = frozenset(t.name for t in tools if isinstance(t, BaseTool))
+        self._node_tools = (
+            None if self._others_run_tools else node_tools | (self._node_tools or frozenset())
+        )
         names = self._learn(tools)
         # A misspelt policy name fails `create_agent` itself (`strict_tool_names`).
         self.guard._tool_names.check(names, where="the agent", warn=False)
@@ -329,6 +363,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         the class they give, from this model call's batch on.
         """
         offered: Sequence[Any] = request.tools
+        self._check_dynamic_tools(offered)
         if request.response_format is not None:
             offered = [*offered, *_structured_output_tools(request.response_format)]
         seen = self._offered
@@ -341,6 +376,24 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             self.guard._tool_names.check(self._calls.tools or names, where="the agent")
             self._tools_checked = True
         self._offered = tuple(offered)
+
+    def _check_dynamic_tools(self, offered: Sequence[Any]) -> None:
+        """Raise `create_agent`'s own error for offered tools that nothing would run.
+
+        `create_agent` skips that check when any middleware has a tool hook, since such a
+        middleware may run tools added at model-call time. The guard runs none, so when its
+        hooks are the only ones it makes the check itself, on the request it sees: the
+        final one when it is last in the middleware list.
+
+        Raises:
+            ValueError: A tool the request offers is not in the agent's tools node.
+        """
+        registered = self._node_tools
+        if registered is None:
+            return
+        unknown = [t.name for t in offered if isinstance(t, BaseTool) and t.name not in registered]
+        if unknown:
+            raise ValueError(dynamic_tool_error(unknown, sorted(registered)))
 
     def _learn(self, tools: Sequence[Any]) -> list[str]:
         """Learn tools that exist: their names, and the classes their MCP annotations give."""
@@ -357,6 +410,48 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return request
         message = system_prompt_with_reminder(request.system_message, reminder)
         return request.override(system_message=message)
+
+
+class _ToolFreeReplayGuardMiddleware(ReplayGuardMiddleware):
+    """The guard in an agent that gets no tools node: without its tool hooks.
+
+    `create_agent` adds a tools node whenever a middleware has a tool hook, even to an agent
+    without tools, which changes its graph and its routing. `_fit_tool_hooks` switches an
+    instance to this class while such an agent is built, and back for the next build.
+    """
+
+    wrap_tool_call = AgentMiddleware.wrap_tool_call
+    awrap_tool_call = AgentMiddleware.awrap_tool_call
+
+
+def _has_tool_hook(middleware: Any) -> bool:
+    """Whether `create_agent` sees a tool hook on a middleware (its own test)."""
+    cls = type(middleware)
+    return (
+        getattr(cls, "wrap_tool_call", None) is not AgentMiddleware.wrap_tool_call
+        or getattr(cls, "awrap_tool_call", None) is not AgentMiddleware.awrap_tool_call
+    )
+
+
+def _fit_tool_hooks(middleware: ReplayGuardMiddleware) -> bool:
+    """Give the guard its tool hooks exactly when the agent being built has a tools node.
+
+    Returns:
+        Whether a `create_agent` build is reading the middleware.
+    """
+    given = create_agent_given_tools()
+    others = create_agent_middleware()
+    if given is None or others is None:
+        return False
+    if type(middleware) not in (ReplayGuardMiddleware, _ToolFreeReplayGuardMiddleware):
+        return True  # a subclass keeps what it defines
+    tool_free = not any(not isinstance(t, dict) for t in given) and not any(
+        _has_tool_hook(m) or getattr(m, "tools", None)
+        for m in others
+        if not isinstance(m, ReplayGuardMiddleware)
+    )
+    middleware.__class__ = _ToolFreeReplayGuardMiddleware if tool_free else ReplayGuardMiddleware
+    return True
 
 
 def _check_unique_name(middleware: ReplayGuardMiddleware) -> None:

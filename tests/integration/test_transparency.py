@@ -485,3 +485,100 @@ def test_a_stop_with_exit_behavior_error_passes_a_catch_all_error_middleware():
     with pytest.raises(LoopAbortedError):
         agent.invoke({"messages": [HumanMessage("who is P1?")]})
     assert model.calls <= 5
+
+
+# -- What create_agent builds around the guard ---------------------------------------------------
+
+
+class Noop(AgentMiddleware):
+    """A middleware with a model hook only (as in LangChain's own graph snapshots)."""
+
+    def before_model(self, state, runtime):
+        return None
+
+
+def _nodes(agent) -> list[str]:
+    return sorted(agent.get_graph().nodes)
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_an_agent_without_tools_gets_the_graph_it_gets_without_the_guard(first):
+    guard = ReplayGuardMiddleware()
+    stack = [guard, Noop()] if first else [Noop(), guard]
+    unguarded = create_agent(ScriptedChatModel(final="hi"), tools=[], middleware=[Noop()])
+    guarded = create_agent(ScriptedChatModel(final="hi"), tools=[], middleware=stack)
+    assert "tools" not in _nodes(unguarded)
+    assert _nodes(guarded) == _nodes(unguarded)
+    result = guarded.invoke({"messages": [HumanMessage("hello")]})
+    assert result["messages"][-1].content == "hi"
+
+    # The same instance in an agent with tools guards them again.
+    script = ScriptedChatModel(script=[[("lookup", {"id": "P1"})]] * 3, final="done")
+    agent = create_agent(script, tools=[lookup], middleware=[guard], checkpointer=InMemorySaver())
+    assert "tools" in _nodes(agent)
+    result = agent.invoke({"messages": [HumanMessage("who")]}, {"configurable": {"thread_id": "t"}})
+    runs = [m for m in result["messages"] if isinstance(m, ToolMessage) and m.status != "error"]
+    assert len(runs) == 1  # the two identical repeats were answered by the guard
+
+
+@tool
+def dynamic(value: str) -> str:
+    """A tool added at model-call time."""
+    return f"dynamic {value}"
+
+
+class AddsDynamic(AgentMiddleware):
+    """Offers a tool that create_agent was not given (LangChain's dynamic-tools pattern)."""
+
+    def wrap_model_call(self, request, handler):
+        return handler(request.override(tools=[*request.tools, dynamic]))
+
+    async def awrap_model_call(self, request, handler):
+        return await handler(request.override(tools=[*request.tools, dynamic]))
+
+
+class RunsDynamic(AddsDynamic):
+    def wrap_tool_call(self, request, handler):
+        if request.tool_call["name"] == "dynamic":
+            return handler(request.override(tool=dynamic))
+        return handler(request)
+
+    async def awrap_tool_call(self, request, handler):
+        if request.tool_call["name"] == "dynamic":
+            return await handler(request.override(tool=dynamic))
+        return await handler(request)
+
+
+def test_a_dynamic_tool_nothing_runs_raises_langchains_error_with_the_guard_last():
+    for middleware in ([AddsDynamic()], [AddsDynamic(), ReplayGuardMiddleware()]):
+        script = ScriptedChatModel(script=[[("dynamic", {"value": "x"})]], final="done")
+        agent = create_agent(script, tools=[lookup], middleware=middleware)
+        with pytest.raises(
+            ValueError, match=r"(?s)Middleware added tools.*Unknown tools:.*dynamic"
+        ):
+            agent.invoke({"messages": [HumanMessage("go")]})
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_a_dynamic_tool_another_middleware_runs_is_run_and_guarded(first):
+    guard = ReplayGuardMiddleware()
+    stack = [guard, RunsDynamic()] if first else [RunsDynamic(), guard]
+    script = ScriptedChatModel(script=[[("dynamic", {"value": "x"})]] * 8, final="done")
+    agent = create_agent(script, tools=[lookup], middleware=stack)
+    result = agent.invoke({"messages": [HumanMessage("go")]})
+    answers = [m for m in result["messages"] if isinstance(m, ToolMessage)]
+    assert answers[0].content == "dynamic x"  # no "unknown tool", no ValueError
+    if first:  # served inside the guard by a middleware it sits outside of: counted, not cached
+        assert [m.status for m in answers] == ["success", "success", "success", "error"]
+    else:  # the guard sees the tool the middleware gave the call: repeats answered
+        assert [m.status for m in answers] == ["success", "error", "error", "error"]
+    assert answers[-1].content.startswith("Stopped: 'dynamic' was called 4 times")
+    assert script.calls == 4
+
+
+def test_one_guard_in_two_agents_checks_each_against_the_tools_it_runs():
+    guard = ReplayGuardMiddleware()
+    create_agent(ScriptedChatModel(final="a"), tools=[lookup], middleware=[guard])
+    second = create_agent(ScriptedChatModel(final="b"), tools=[quote], middleware=[guard])
+    # The second agent's own tool is not "added by a middleware".
+    assert second.invoke({"messages": [HumanMessage("go")]})["messages"][-1].content == "b"
