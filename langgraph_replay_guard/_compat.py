@@ -339,6 +339,9 @@ class TaskScope(Protocol):
     def finish(self, output: Any) -> Any:
         """The node's output, completed (called once the task's tool calls returned)."""
 
+    def passed(self, signal: BaseException) -> BaseException:
+        """What to raise for a control-flow signal that left the task's tool calls."""
+
 
 _SCOPED_TOOL_NODE: type[Any] | None = None
 
@@ -364,6 +367,7 @@ def scoped_tool_node(
     global _SCOPED_TOOL_NODE
     if _SCOPED_TOOL_NODE is None:
         from langchain_core.runnables import RunnableConfig
+        from langgraph.errors import GraphBubbleUp
         from langgraph.prebuilt import ToolNode as BaseToolNode
         from langgraph.runtime import Runtime
 
@@ -375,14 +379,31 @@ def scoped_tool_node(
             def _func(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
                 scope = self._task_scope(config)
                 with scope:
-                    return scope.finish(super()._func(input, config, runtime))
+                    try:
+                        output = super()._func(input, config, runtime)
+                    except GraphBubbleUp as signal:
+                        error = scope.passed(signal)
+                        if error is signal:
+                            raise
+                    else:
+                        return scope.finish(output)
+                # Raised outside the `except`, so the error keeps its own context.
+                raise error
 
             async def _afunc(
                 self, input: Any, config: RunnableConfig, runtime: Runtime[Any]
             ) -> Any:
                 scope = self._task_scope(config)
                 with scope:
-                    return scope.finish(await super()._afunc(input, config, runtime))
+                    try:
+                        output = await super()._afunc(input, config, runtime)
+                    except GraphBubbleUp as signal:
+                        error = scope.passed(signal)
+                        if error is signal:
+                            raise
+                    else:
+                        return scope.finish(output)
+                raise error
 
         _SCOPED_TOOL_NODE = ScopedToolNode
     node = _SCOPED_TOOL_NODE(tools, **kwargs)

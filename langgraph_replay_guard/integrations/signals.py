@@ -15,6 +15,7 @@ from langgraph_replay_guard.errors import (
 )
 
 __all__ = [
+    "NodeErrorPassage",
     "ReplayUnsafeSignal",
     "as_signal",
 ]
@@ -45,6 +46,28 @@ class LoopAbortedSignal(LoopAbortedError, GraphBubbleUp):
     A `ToolNode(handle_tool_errors=True)` or `ToolErrorMiddleware` would hand it to the model
     as a tool error, and the loop would go on.
     """
+
+
+class NodeErrorPassage(GraphBubbleUp):
+    """An error a `ToolNode`'s own execution let out, carried past the node's wrapper handling.
+
+    Without a wrapper, what a ToolNode's execution lets out (an error its
+    `handle_tool_errors` leaves, LangGraph's own argument injection failing: a tool that
+    needs a store the graph lacks) leaves the node. With any wrapper, the node turns
+    whatever the wrapper lets out into an error `ToolMessage`. When the guard is the node's
+    only wrapper it sends such an error on inside this signal, which the node lets through,
+    and the guarded node raises the error itself once the node's run is over
+    (`TaskWrites.passed`): LangGraph, its retry policies and error handlers see the error
+    they see without the guard.
+
+    Args:
+        error: The error.
+    """
+
+    def __init__(self, error: Exception) -> None:
+        """Carry `error`."""
+        super().__init__(error)
+        self.error = error
 
 
 for _signal_kind in (

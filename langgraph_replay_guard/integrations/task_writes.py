@@ -13,6 +13,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langgraph_replay_guard._compat import channel_writer
 from langgraph_replay_guard.decisions.engine import fold_settings
 from langgraph_replay_guard.decisions.state import Event, own_update, seed_write
+from langgraph_replay_guard.integrations.signals import NodeErrorPassage
 
 if TYPE_CHECKING:
     from langgraph_replay_guard.policy.config import GuardConfig
@@ -63,6 +64,17 @@ class TaskWrites:
         if self._token is not None:
             _CURRENT.reset(self._token)
             self._token = None
+
+    def passed(self, signal: BaseException) -> BaseException:
+        """The error to raise for a signal that left the node's calls (see `NodeErrorPassage`).
+
+        Args:
+            signal: A `GraphBubbleUp` one of the node's calls raised.
+
+        Returns:
+            The error a `NodeErrorPassage` carries, else the signal itself.
+        """
+        return signal.error if isinstance(signal, NodeErrorPassage) else signal
 
     def finish(self, output: Any) -> Any:
         """Send the collected events as one write; add the stop message to the output.

@@ -70,7 +70,7 @@ from langgraph_replay_guard.integrations.ledgered_tool import (
     model_args,
     with_invoke,
 )
-from langgraph_replay_guard.integrations.signals import as_signal
+from langgraph_replay_guard.integrations.signals import NodeErrorPassage, as_signal
 from langgraph_replay_guard.integrations.task_writes import TaskWrites, write_events
 from langgraph_replay_guard.integrations.tool_errors import watch_tool_errors
 from langgraph_replay_guard.integrations.tracing import (
@@ -220,6 +220,10 @@ class ToolCallWrapper:
         reads_graph_state: Decide a call of a task started by `Send` against the graph's
             state instead of the task's payload (see `_decision_state`). `create_agent`'s
             tools node already hands the graph's state to the middleware's calls.
+        passes_node_errors: The guard is the node's only wrapper: an error the node's own
+            execution lets out leaves the node as it does without a wrapper, instead of
+            being turned into a message by the node's `handle_tool_errors` (see
+            `NodeErrorPassage`).
     """
 
     def __init__(
@@ -234,8 +238,10 @@ class ToolCallWrapper:
         raise_on_abort: bool = True,
         tools: tuple[str, ...] | None = None,
         reads_graph_state: bool = False,
+        passes_node_errors: bool = False,
     ) -> None:
         """Create the wrapper."""
+        self.passes_node_errors = passes_node_errors and inner is None
         self.raise_on_abort = raise_on_abort
         self.reads_graph_state = reads_graph_state
         self.tools = tools
@@ -268,17 +274,31 @@ class ToolCallWrapper:
 
     def wrap(self, request: ToolCallRequest, execute: Execute) -> ToolResult:
         """`wrap_tool_call` for a ToolNode."""
-        return self._drive(
-            self._call_plan(request, self._direct(execute)),
-            lambda op: self._execute_op(op, execute),
-        )
+        escaped: list[BaseException] = []
+        run = _noting_errors(execute, escaped) if self.passes_node_errors else execute
+        try:
+            return self._drive(
+                self._call_plan(request, self._direct(execute)),
+                lambda op: self._execute_op(op, run),
+            )
+        except Exception as exc:
+            if not any(exc is e for e in escaped):
+                raise
+            raise NodeErrorPassage(exc) from None
 
     async def awrap(self, request: ToolCallRequest, execute: AsyncExecute) -> ToolResult:
         """`awrap_tool_call` for a ToolNode."""
-        return await self._adrive(
-            self._call_plan(request, self._direct(execute)),
-            lambda op: self._aexecute_op(op, execute),
-        )
+        escaped: list[BaseException] = []
+        run = _anoting_errors(execute, escaped) if self.passes_node_errors else execute
+        try:
+            return await self._adrive(
+                self._call_plan(request, self._direct(execute)),
+                lambda op: self._aexecute_op(op, run),
+            )
+        except Exception as exc:
+            if not any(exc is e for e in escaped):
+                raise
+            raise NodeErrorPassage(exc) from None
 
     def _drive(
         self, plan: Generator[_Op, Any, ToolResult], run: Callable[[_Execute], Any]
@@ -729,6 +749,32 @@ class ToolCallWrapper:
         return result
 
 
+def _noting_errors(execute: Execute, escaped: list[BaseException]) -> Execute:
+    """`execute`, noting each error it lets out (the node's own, not the guard's)."""
+
+    def run(request: ToolCallRequest) -> ToolResult:
+        try:
+            return execute(request)
+        except Exception as exc:
+            escaped.append(exc)
+            raise
+
+    return run
+
+
+def _anoting_errors(execute: AsyncExecute, escaped: list[BaseException]) -> AsyncExecute:
+    """`_noting_errors`, async."""
+
+    async def run(request: ToolCallRequest) -> ToolResult:
+        try:
+            return await execute(request)
+        except Exception as exc:
+            escaped.append(exc)
+            raise
+
+    return run
+
+
 def _refused_as_unknown(result: ToolResult, name: str) -> bool:
     """Whether a result is the node's answer to a name it does not have."""
     message = tool_message(result)
@@ -807,6 +853,7 @@ def guarded_tool_node(guard: ReplayGuard, node: ToolNode) -> ToolNode:
         raise_on_abort=not _converts_errors(settings.handle_tool_errors),
         tools=tuple(node.tools_by_name),
         reads_graph_state=True,
+        passes_node_errors=True,
     )
     # A sync-only inner wrapper cannot be given an async `execute`: let the node run the
     # sync guard in async mode too, as it does for sync-only wrappers.

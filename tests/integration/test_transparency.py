@@ -13,7 +13,8 @@ from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMes
 from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph.message import add_messages
-from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt import InjectedStore, ToolNode
+from langgraph.store.base import BaseStore
 from langgraph.types import Command
 from pydantic import BaseModel
 
@@ -582,3 +583,41 @@ def test_one_guard_in_two_agents_checks_each_against_the_tools_it_runs():
     second = create_agent(ScriptedChatModel(final="b"), tools=[quote], middleware=[guard])
     # The second agent's own tool is not "added by a middleware".
     assert second.invoke({"messages": [HumanMessage("go")]})["messages"][-1].content == "b"
+
+
+@tool
+def needs_store(key: str, store: Annotated[BaseStore, InjectedStore()]) -> str:
+    """Read a key from the graph's store."""
+    item = store.get(("kv",), key)
+    return str(item.value if item else None)
+
+
+def _run(graph: Any, inputs: Any, cfg: Any, run: str) -> Any:
+    if run == "invoke":
+        return graph.invoke(inputs, cfg)
+    return asyncio.run(graph.ainvoke(inputs, cfg))
+
+
+@pytest.mark.parametrize("run", ["invoke", "ainvoke"])
+def test_an_error_the_node_itself_raises_leaves_a_guarded_node_as_it_leaves_a_plain_one(run):
+    """LangGraph raises for a tool that needs a store the graph lacks, whatever
+    `handle_tool_errors` says; behind any wrapper the node would answer it as a tool error."""
+    from langgraph.graph import START, StateGraph
+
+    call = {"name": "needs_store", "args": {"key": "k"}, "id": "c1", "type": "tool_call"}
+    calls = {"messages": [AIMessage("", id="a1", tool_calls=[call])]}
+    raised = []
+    for node in (
+        ToolNode([needs_store], handle_tool_errors=True),
+        ReplayGuard().tool_node([needs_store], handle_tool_errors=True),
+    ):
+        builder = StateGraph(ReplayGuardState).add_node("tools", node)
+        graph = builder.add_edge(START, "tools").compile(checkpointer=InMemorySaver())
+        cfg = {"configurable": {"thread_id": "t"}}
+        with pytest.raises(ValueError, match="Cannot inject store") as caught:
+            _run(graph, calls, cfg, run)
+        raised.append(type(caught.value))
+        # LangGraph saved it as the task's error, as for any node error.
+        (task,) = graph.get_state(cfg).tasks
+        assert "Cannot inject store" in str(task.error)
+    assert raised == [ValueError, ValueError]
