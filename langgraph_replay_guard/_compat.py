@@ -333,14 +333,14 @@ class TaskScope(Protocol):
     def __enter__(self) -> Any:
         """Open the scope."""
 
-    def __exit__(self, *exc_info: object) -> None:
-        """Close the scope."""
+    def __exit__(self, kind: Any, error: BaseException | None, trace: Any) -> bool:
+        """Close the scope; True keeps the exception, for the node to raise `error()`."""
 
     def finish(self, output: Any) -> Any:
         """The node's output, completed (called once the task's tool calls returned)."""
 
-    def passed(self, signal: BaseException) -> BaseException:
-        """What to raise for a control-flow signal that left the task's tool calls."""
+    def error(self) -> BaseException:
+        """The exception the scope kept when it closed."""
 
 
 _SCOPED_TOOL_NODE: type[Any] | None = None
@@ -367,7 +367,6 @@ def scoped_tool_node(
     global _SCOPED_TOOL_NODE
     if _SCOPED_TOOL_NODE is None:
         from langchain_core.runnables import RunnableConfig
-        from langgraph.errors import GraphBubbleUp
         from langgraph.prebuilt import ToolNode as BaseToolNode
         from langgraph.runtime import Runtime
 
@@ -379,31 +378,18 @@ def scoped_tool_node(
             def _func(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
                 scope = self._task_scope(config)
                 with scope:
-                    try:
-                        output = super()._func(input, config, runtime)
-                    except GraphBubbleUp as signal:
-                        error = scope.passed(signal)
-                        if error is signal:
-                            raise
-                    else:
-                        return scope.finish(output)
-                # Raised outside the `except`, so the error keeps its own context.
-                raise error
+                    return scope.finish(super()._func(input, config, runtime))
+                # The scope kept an exception: raised here, outside any handler, so that it
+                # keeps its own context.
+                raise scope.error()
 
             async def _afunc(
                 self, input: Any, config: RunnableConfig, runtime: Runtime[Any]
             ) -> Any:
                 scope = self._task_scope(config)
                 with scope:
-                    try:
-                        output = await super()._afunc(input, config, runtime)
-                    except GraphBubbleUp as signal:
-                        error = scope.passed(signal)
-                        if error is signal:
-                            raise
-                    else:
-                        return scope.finish(output)
-                raise error
+                    return scope.finish(await super()._afunc(input, config, runtime))
+                raise scope.error()
 
         _SCOPED_TOOL_NODE = ScopedToolNode
     node = _SCOPED_TOOL_NODE(tools, **kwargs)

@@ -53,28 +53,34 @@ class TaskWrites:
     stop: AIMessage | None = field(default=None, init=False)
     first: bool = field(default=False, init=False)
     _token: Token[TaskWrites | None] | None = field(default=None, init=False)
+    _kept: Exception | None = field(default=None, init=False)
 
     def __enter__(self) -> TaskWrites:
         """Make this the collector of the calls that run in this context."""
         self._token = _CURRENT.set(self)
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        """Stop collecting (an exception drops the task's writes, as LangGraph does)."""
+    def __exit__(self, kind: object, error: BaseException | None, trace: object) -> bool:
+        """Stop collecting (an exception drops the task's writes, as LangGraph does).
+
+        Returns:
+            True for a `NodeErrorPassage`: the error it carries is kept for `error()`, and
+            the node raises it once the scope is closed.
+        """
         if self._token is not None:
             _CURRENT.reset(self._token)
             self._token = None
+        if isinstance(error, NodeErrorPassage):
+            self._kept = error.error
+            return True
+        return False
 
-    def passed(self, signal: BaseException) -> BaseException:
-        """The error to raise for a signal that left the node's calls (see `NodeErrorPassage`).
-
-        Args:
-            signal: A `GraphBubbleUp` one of the node's calls raised.
-
-        Returns:
-            The error a `NodeErrorPassage` carries, else the signal itself.
-        """
-        return signal.error if isinstance(signal, NodeErrorPassage) else signal
+    def error(self) -> Exception:
+        """The error a `NodeErrorPassage` carried out of the node's calls (see `__exit__`)."""
+        if self._kept is None:
+            msg = "no error was kept: the node's calls raised no NodeErrorPassage"
+            raise RuntimeError(msg)
+        return self._kept
 
     def finish(self, output: Any) -> Any:
         """Send the collected events as one write; add the stop message to the output.

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.graph import END
@@ -274,31 +275,19 @@ class ToolCallWrapper:
 
     def wrap(self, request: ToolCallRequest, execute: Execute) -> ToolResult:
         """`wrap_tool_call` for a ToolNode."""
-        escaped: list[BaseException] = []
-        run = _noting_errors(execute, escaped) if self.passes_node_errors else execute
-        try:
-            return self._drive(
-                self._call_plan(request, self._direct(execute)),
-                lambda op: self._execute_op(op, run),
-            )
-        except Exception as exc:
-            if not any(exc is e for e in escaped):
-                raise
-            raise NodeErrorPassage(exc) from None
+        run = _passing_node_errors(execute) if self.passes_node_errors else execute
+        return self._drive(
+            self._call_plan(request, self._direct(execute)),
+            lambda op: self._execute_op(op, run),
+        )
 
     async def awrap(self, request: ToolCallRequest, execute: AsyncExecute) -> ToolResult:
         """`awrap_tool_call` for a ToolNode."""
-        escaped: list[BaseException] = []
-        run = _anoting_errors(execute, escaped) if self.passes_node_errors else execute
-        try:
-            return await self._adrive(
-                self._call_plan(request, self._direct(execute)),
-                lambda op: self._aexecute_op(op, run),
-            )
-        except Exception as exc:
-            if not any(exc is e for e in escaped):
-                raise
-            raise NodeErrorPassage(exc) from None
+        run = _passing_node_errors(execute) if self.passes_node_errors else execute
+        return await self._adrive(
+            self._call_plan(request, self._direct(execute)),
+            lambda op: self._aexecute_op(op, run),
+        )
 
     def _drive(
         self, plan: Generator[_Op, Any, ToolResult], run: Callable[[_Execute], Any]
@@ -403,7 +392,7 @@ class ToolCallWrapper:
         try:
             result, tool_error = yield _Execute(traced, watch=True)
         except BaseException as exc:
-            yield _Finish(ticket, None, exc)
+            yield _Finish(ticket, None, exc.error if isinstance(exc, NodeErrorPassage) else exc)
             raise
         yield _Finish(ticket, result, tool_error)
         ran = ticket.runs.started or traced.tool is None
@@ -749,30 +738,33 @@ class ToolCallWrapper:
         return result
 
 
-def _noting_errors(execute: Execute, escaped: list[BaseException]) -> Execute:
-    """`execute`, noting each error it lets out (the node's own, not the guard's)."""
+_Run = TypeVar("_Run", Execute, AsyncExecute)
 
-    def run(request: ToolCallRequest) -> ToolResult:
+
+def _passing_node_errors(execute: _Run) -> _Run:
+    """`execute`, its errors carried in a `NodeErrorPassage` past the node's error handling.
+
+    What the node's own execution lets out leaves a node without a wrapper; the guarded
+    node raises it again once its run is over (`TaskWrites.error`). The guard's plan
+    records the call with the error the passage carries.
+    """
+
+    def run(request: ToolCallRequest) -> Any:
         try:
-            return execute(request)
+            result = execute(request)
         except Exception as exc:
-            escaped.append(exc)
-            raise
+            raise NodeErrorPassage(exc) from None
+        return _passing_awaited(result) if inspect.isawaitable(result) else result
 
-    return run
+    return cast("_Run", run)
 
 
-def _anoting_errors(execute: AsyncExecute, escaped: list[BaseException]) -> AsyncExecute:
-    """`_noting_errors`, async."""
-
-    async def run(request: ToolCallRequest) -> ToolResult:
-        try:
-            return await execute(request)
-        except Exception as exc:
-            escaped.append(exc)
-            raise
-
-    return run
+async def _passing_awaited(result: Awaitable[ToolResult]) -> ToolResult:
+    """`_passing_node_errors` for an async execution."""
+    try:
+        return await result
+    except Exception as exc:
+        raise NodeErrorPassage(exc) from None
 
 
 def _refused_as_unknown(result: ToolResult, name: str) -> bool:

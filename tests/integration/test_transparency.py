@@ -621,3 +621,34 @@ def test_an_error_the_node_itself_raises_leaves_a_guarded_node_as_it_leaves_a_pl
         (task,) = graph.get_state(cfg).tasks
         assert "Cannot inject store" in str(task.error)
     assert raised == [ValueError, ValueError]
+
+
+@pytest.mark.parametrize("run", ["invoke", "ainvoke"])
+def test_an_unsafe_tool_error_the_node_lets_out_still_leaves_an_unknown_outcome(run):
+    """The node lets the error out as it does unguarded; the ledger still saw the send."""
+    from langgraph.graph import START, StateGraph
+    from langgraph.store.memory import InMemoryStore
+
+    from langgraph_replay_guard import ReplayUnsafeError
+
+    sent: list[str] = []
+
+    @tool
+    def send_email(to: str) -> str:
+        """Send an email."""
+        sent.append(to)
+        raise ConnectionError("connection reset by peer")  # after the effect
+
+    guard = ReplayGuard(tools={"send_email": "unsafe"}, store=InMemoryStore())
+    node = guard.tool_node([send_email], handle_tool_errors=(ValueError,))  # not this error
+    builder = StateGraph(ReplayGuardState).add_node("tools", node)
+    graph = builder.add_edge(START, "tools").compile(checkpointer=InMemorySaver())
+    call = {"name": "send_email", "args": {"to": "ann"}, "id": "c1", "type": "tool_call"}
+    cfg = {"configurable": {"thread_id": "t"}}
+    with pytest.raises(ConnectionError) as caught:
+        _run(graph, {"messages": [AIMessage("", id="a1", tool_calls=[call])]}, cfg, run)
+    assert type(caught.value) is ConnectionError  # the tool's own error, as unguarded
+    # Resuming must not send again: the outcome is unknown, not an interrupted call.
+    with pytest.raises(ReplayUnsafeError, match="outcome is unknown"):
+        _run(graph, None, cfg, run)
+    assert sent == ["ann"]
