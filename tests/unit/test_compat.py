@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 from importlib.metadata import version
 from typing import Annotated
 
@@ -347,3 +348,65 @@ def test_tool_nodes_are_found_and_their_tools_replaced_in_place():
     _compat.wrap_node_tools(node, wrap)
     agent.invoke({"messages": [("user", "go")]})
     assert seen == ["P1"]
+
+
+def test_create_agent_given_tools_is_read_while_middleware_tools_are_collected():
+    seen = []
+
+    class Probe(AgentMiddleware):
+        @property
+        def tools(self):
+            seen.append(_compat.create_agent_given_tools())
+            return []
+
+    create_agent(ScriptedChatModel(script=[AIMessage("done")]), [lookup], middleware=[Probe()])
+    assert seen
+    assert seen[0] == [lookup]  # read before create_agent decides on a tools node
+    assert _compat.create_agent_given_tools() is None
+
+
+def test_dynamic_tool_error_is_create_agents_own_message():
+    text = _compat.dynamic_tool_error(["dynamic"], ["lookup"])
+    assert re.search(r"(?s)Middleware added tools.*Unknown tools:.*dynamic", text)
+    assert "Registered tools: ['lookup']" in text
+
+
+def test_a_scoped_tool_node_raises_what_its_scope_kept_sync_and_async():
+    import asyncio
+
+    from langgraph.errors import GraphBubbleUp
+
+    class Carried(GraphBubbleUp):
+        pass
+
+    @tool
+    def broken(id: str) -> str:
+        """Raise a control-flow signal carrying an error."""
+        raise Carried(id)
+
+    class Scope:
+        def __init__(self, config):
+            self.kept = None
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, kind, error, trace):
+            if isinstance(error, Carried):
+                self.kept = KeyError(error.args[0])
+                return True
+            return False
+
+        def finish(self, output):
+            return output
+
+        def error(self):
+            return self.kept
+
+    node = _compat.scoped_tool_node([broken], task_scope=Scope)
+    ai = AIMessage("", id="a1", tool_calls=[{"name": "broken", "args": {"id": "k"}, "id": "c1"}])
+    graph = StateGraph(MessagesState).add_node("tools", node).add_edge(START, "tools").compile()
+    with pytest.raises(KeyError, match="k"):
+        graph.invoke({"messages": [ai]})
+    with pytest.raises(KeyError, match="k"):
+        asyncio.run(graph.ainvoke({"messages": [ai]}))
