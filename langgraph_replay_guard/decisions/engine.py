@@ -869,7 +869,9 @@ GRAPH_FIX = (
     f'`{ROUTE_FIX}` instead of `builder.add_edge("tools", "agent")`. In a prebuilt graph '
     "whose edges you cannot change (`create_react_agent`), build the model's prompt with "
     f"`{PROMPT_FIX}` (prompt=...): the run then ends before the next model call, with every "
-    "tool call answered."
+    "tool call answered. This run ends with the model's last tool calls unanswered in the "
+    "thread: before its next user turn, add a ToolMessage for each (`graph.update_state`), "
+    "or OpenAI and Anthropic reject the history."
 )
 """What to do when a hand-written graph ignores the stop."""
 

@@ -291,10 +291,13 @@ def test_static_edge_come_back_raises_and_names_route_after_tools():
     builder.add_edge(START, "agent")
     builder.add_conditional_edges("agent", tools_condition)
     builder.add_edge("tools", "agent")
-    with pytest.raises(LoopAbortedError, match=r"guard\.route_after_tools\(\"agent\"\)"):
+    with pytest.raises(LoopAbortedError, match=r"guard\.route_after_tools\(\"agent\"\)") as caught:
         builder.compile().invoke({"messages": [HumanMessage("x")]})
     # Two model calls ignored the stop: the guard answered the first come-back (the history
-    # stays valid) and raised at the second (this model node has no guard.system_prompt).
+    # stays valid) and raised at the second (this model node has no guard.system_prompt),
+    # which leaves that message's calls unanswered: the error says so, and what to do.
+    assert "last tool calls unanswered" in str(caught.value)
+    assert "graph.update_state" in str(caught.value)
     assert model.calls == 6
     assert runs["get_details_by_id"] == 1, "the guard never re-runs the tool"
 
