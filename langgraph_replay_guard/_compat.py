@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import logging
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
@@ -103,7 +103,7 @@ def create_agent_given_tools() -> list[Any] | None:
     return list(tools) if isinstance(tools, (list, tuple)) else None
 
 
-def dynamic_tool_error(unknown: Sequence[str], registered: Sequence[str]) -> str:
+def dynamic_tool_error(unknown: Sequence[str], registered: Collection[str]) -> str:
     """`create_agent`'s own message for tools a model request offers that no node runs.
 
     Args:

@@ -179,7 +179,10 @@ class RecordingReading:
     """How recorded runs are read: what a failure is, what a loop is, what results ignore.
 
     Attributes:
-        reading: What a failure and a loop are, what results ignore, which tools existed.
+        loop_calls: How many times makes a loop (see `find_loops`).
+        error_pattern: Regular expression (case-insensitive) marking failed results.
+        normalize: Regular expressions removed from results before comparing them.
+        tools: The tool names the agents had, for runs that do not list theirs.
     """
 
     loop_calls: int = DEFAULT_LOOP_CALLS

@@ -363,12 +363,13 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         the class they give, from this model call's batch on.
         """
         offered: Sequence[Any] = request.tools
-        self._check_dynamic_tools(offered)
         if request.response_format is not None:
             offered = [*offered, *_structured_output_tools(request.response_format)]
         seen = self._offered
         if seen is not None and len(offered) == len(seen) and all(map(operator.is_, offered, seen)):
             return  # the same tools as at the last model call (create_agent passes one list)
+        # Checked once per new list: tools that passed stay known (a later build only adds).
+        self._check_dynamic_tools(request.tools)
         names = self._learn(offered)
         if not self._tools_checked:
             # Raises for a misspelt policy name (`strict_tool_names`): before any tool runs,
@@ -393,7 +394,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return
         unknown = [t.name for t in offered if isinstance(t, BaseTool) and t.name not in registered]
         if unknown:
-            raise ValueError(dynamic_tool_error(unknown, sorted(registered)))
+            raise ValueError(dynamic_tool_error(unknown, registered))
 
     def _learn(self, tools: Sequence[Any]) -> list[str]:
         """Learn tools that exist: their names, and the classes their MCP annotations give."""

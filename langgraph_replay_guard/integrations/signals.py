@@ -57,7 +57,7 @@ class NodeErrorPassage(GraphBubbleUp):
     whatever the wrapper lets out into an error `ToolMessage`. When the guard is the node's
     only wrapper it sends such an error on inside this signal, which the node lets through,
     and the guarded node raises the error itself once the node's run is over
-    (`TaskWrites.passed`): LangGraph, its retry policies and error handlers see the error
+    (`TaskWrites.error`): LangGraph, its retry policies and error handlers see the error
     they see without the guard.
 
     Args:
