@@ -1,9 +1,11 @@
 """One phase of a crash test in a forked process: build the user's graph on SQLite and run it.
 
-Phases: `learn` (run the input to its end), `crash` (the same, dying at `kill`: `[tool,
-ordinal, point]`), `resume` (`invoke(None, config)` on the thread). The options also name the
-target (`FILE_OR_MODULE:FUNCTION`), the input and the directory of the trial's databases and
-its `starts` file.
+Phases: `learn` (run the input to its end), `plain` (the same on the graph the target builds
+with `guarded=False`), `crash` (the same as `learn`, dying at `kill`: `[tool, ordinal,
+point]`), `resume` (`invoke(None, config)` on the thread). The options also name the target
+(`FILE_OR_MODULE:FUNCTION`), the input and the directory of the trial's databases and its
+`starts` file. Every phase that ends says which tool calls the thread holds (`calls`), so the
+parent can tell a run that went another way than the learning run.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from langgraph_replay_guard.crashtest.hooks import Hooks, ordered_calls
+from langgraph_replay_guard.crashtest.hooks import Hooks, json_args, ordered_calls
 from langgraph_replay_guard.crashtest.target import CrashTestError, build_graph
 from langgraph_replay_guard.errors import ReplayGuardError
 
@@ -58,11 +60,12 @@ def run(opts: dict[str, Any]) -> dict[str, Any]:
     kill = (str(given[0]), int(given[1]), str(given[2])) if given else None
     hooks = Hooks(phase, str(directory / "starts"), kill)
     saver, store = _persistence(directory)
+    plain = phase == "plain"
     try:
-        graph = build_graph(opts["target"], checkpointer=saver, store=store)
+        graph = build_graph(opts["target"], checkpointer=saver, store=store, guarded=not plain)
     except CrashTestError as exc:
         return {"error": str(exc)}
-    if hooks.install(graph) == 0:
+    if hooks.install(graph) == 0 and not plain:
         msg = f"{opts['target']} built a graph without a ToolNode: nothing to crash-test"
         return {"error": msg}
     config: dict[str, Any] = {"configurable": {"thread_id": THREAD_ID}}
@@ -73,10 +76,29 @@ def run(opts: dict[str, Any]) -> dict[str, Any]:
         raised = exc
     if phase == "learn":
         return _learned(opts["target"], graph, config, hooks, raised)
+    if plain:
+        if raised is not None:
+            return {"error": f"the run without the guard failed: {type(raised).__name__}: {raised}"}
+        return {"calls": _thread_calls(graph, config), "final": _final(graph, config)}
     if phase == "crash":
-        return {"killed": False, "raised": repr(raised) if raised else None}
+        calls = _thread_calls(graph, config)
+        return {"killed": False, "raised": repr(raised) if raised else None, "calls": calls}
     call = (str(opts["call"][0]), int(opts["call"][1]))
     return _resumed(graph, config, hooks, call, raised)
+
+
+def _thread_calls(graph: Any, config: dict[str, Any]) -> list[list[str]]:
+    """The thread's tool calls in order, as `[tool, canonical JSON arguments]` pairs."""
+    return [[tool, json_args(args)] for tool, _, _, args in ordered_calls(_messages(graph, config))]
+
+
+def _final(graph: Any, config: dict[str, Any]) -> str | None:
+    """The text of the thread's last AIMessage (the final answer), or None."""
+    for message in reversed(_messages(graph, config)):
+        if getattr(message, "type", None) == "ai":
+            text = getattr(message, "text", None)
+            return str(text() if callable(text) else text)
+    return None
 
 
 def _learned(
@@ -106,7 +128,8 @@ def _learned(
                 "args": args,
             }
             for tool, ordinal, _, args in calls
-        ]
+        ],
+        "final": _final(graph, config),
     }
 
 
@@ -118,6 +141,7 @@ def _resumed(
     raised: BaseException | None,
 ) -> dict[str, Any]:
     did: list[str] = []
+    surfaced = raised is not None
     if hooks.starts[call]:
         did.append("ran again" if _started_before(hooks.starts_file, call) else "ran")
     messages = _messages(graph, config)
@@ -135,7 +159,12 @@ def _resumed(
         did.append(f"raised {type(raised).__name__}: {raised}")
     elif graph.get_state(config).interrupts:
         did.append("interrupt")
-    return {"resume": ", ".join(did) or "went on"}
+        surfaced = True
+    return {
+        "resume": ", ".join(did) or "went on",
+        "surfaced": surfaced,
+        "calls": _thread_calls(graph, config),
+    }
 
 
 def _started_before(starts_file: str, call: tuple[str, int]) -> bool:

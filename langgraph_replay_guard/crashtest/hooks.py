@@ -19,7 +19,7 @@ from langgraph_replay_guard.integrations.ledger_gate import (
 )
 from langgraph_replay_guard.integrations.ledgered_tool import with_invoke
 
-__all__ = ["Hooks", "call_where", "ordered_calls"]
+__all__ = ["Hooks", "call_where", "effect", "json_args", "ordered_calls"]
 
 Where = tuple[str, int]
 """A call as the crash test names it: its tool and its ordinal among that tool's calls."""
@@ -46,6 +46,55 @@ def call_where(messages: Sequence[Any], tool_call_id: str) -> Where | None:
         if call_id == tool_call_id:
             return tool, ordinal
     return None
+
+
+def json_args(args: Any) -> str:
+    """A call's arguments as one canonical JSON text (sorted keys), to count calls by them.
+
+    Values JSON cannot hold (a `ToolRuntime`, injected state) are left out: they are not the
+    model's arguments and differ from process to process.
+    """
+    return json.dumps(_plain(args), sort_keys=True)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items() if _is_plain(v)}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value if _is_plain(v)]
+    return value
+
+
+def _is_plain(value: Any) -> bool:
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return True
+    if isinstance(value, dict):
+        return all(isinstance(k, str) for k in value)
+    return isinstance(value, (list, tuple))
+
+
+_installed: Hooks | None = None
+"""The hooks of this process (a crash-test phase), or None outside a crash test."""
+
+
+def effect(tool: str, args: dict[str, Any], key: str | None = None) -> None:
+    """Count one side effect of a tool body in the running crash test (no-op outside one).
+
+    The crash test counts body starts of the tools it finds in `ToolNode`s. A tool that runs
+    elsewhere (one a middleware swaps in or serves, a sub-agent's tool built inside another
+    tool) is seen when its body calls this: the verdict then counts the effects per tool and
+    arguments, whatever tool call id they ran under.
+
+    Args:
+        tool: The tool's name.
+        args: The arguments the effect was made with (the model's arguments).
+        key: The idempotency key the effect carried, if any.
+    """
+    hooks = _installed
+    if hooks is not None:
+        hooks.write(
+            {"kind": "effect", "tool": tool, "ordinal": 0, "args": json_args(args), "key": key}
+        )
 
 
 def _die() -> None:
@@ -75,6 +124,7 @@ class Hooks:
         self.classes: dict[Where, str] = {}
         self.starts: Counter[Where] = Counter()
         self._where: dict[str, Where] = {}
+        self._args: dict[str, str] = {}
         self._keys: dict[str, str | None] = {}
         self._arrivals: Counter[str] = Counter()
         self._lock = threading.Lock()
@@ -95,6 +145,7 @@ class Hooks:
                     self._arrivals[call["name"]] += 1
                     where = (call["name"], self._arrivals[call["name"]])
                 self._where[call_id] = where
+                self._args[call_id] = json_args(call.get("args") or {})
             return where
 
     def _point(self, point: str, where: Where) -> None:
@@ -103,6 +154,7 @@ class Hooks:
 
     def _started(self, tool: str, input: Any) -> None:
         call_id = str(input.get("id") or "") if isinstance(input, dict) else ""
+        given = input.get("args") if isinstance(input, dict) else None
         with self._lock:
             where = self._where.get(call_id)
             if where is None:
@@ -110,10 +162,18 @@ class Hooks:
                 where = (tool, self._arrivals[tool])
             self.starts[where] += 1
             key = self._keys.get(call_id)
-        line = {"phase": self.phase, "tool": where[0], "ordinal": where[1], "key": key}
+            # The model's arguments when a message asked for the call; else the body's input
+            # without what ToolNode injected.
+            args = self._args.get(call_id) or json_args(given if given is not None else input)
+            replay = self.classes.get(where)
+        line = {"kind": "body", "tool": where[0], "ordinal": where[1], "args": args, "key": key}
+        self.write({**line, "replay": replay})
+
+    def write(self, line: dict[str, Any]) -> None:
+        """Append one start or effect to the starts file (one `write`: a SIGKILL keeps it)."""
         fd = os.open(self.starts_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, (json.dumps(line) + "\n").encode())
+            os.write(fd, (json.dumps({"phase": self.phase, **line}) + "\n").encode())
         finally:
             os.close(fd)
 
@@ -125,10 +185,12 @@ class Hooks:
         Returns:
             How many tools nodes were found.
         """
+        global _installed
         nodes = tool_nodes(graph)
         for node in nodes:
             wrap_node_tools(node, self._counting)
         self._hook_gate()
+        _installed = self
         return len(nodes)
 
     def _counting(self, tool: Any) -> Any:

@@ -52,3 +52,37 @@ def unguarded(*, checkpointer: Any, store: Any) -> Any:
 def not_a_graph(*, checkpointer: Any, store: Any) -> Any:
     """Forgot to compile."""
     return {"checkpointer": checkpointer}
+
+
+@tool
+def get_details_by_id(id: str) -> str:
+    """Look up a line or plan by id."""
+    return f'{{"plan_id": "{id}", "name": "Premium Plan"}}'
+
+
+@tool
+def transfer_to_human_agents(summary: str) -> str:
+    """Hand the customer over to a human (a ticket in a queue)."""
+    return "Transfer successful"
+
+
+def restarting_script(*, checkpointer: Any, store: Any) -> Any:
+    """docs/adopting.md's demo agent: its scripted model restarts its script in each process.
+
+    A resume after a crash asks the model again from the script's first step, so the resumed
+    run makes calls the learning run never made (the lookup again, then the transfer under a
+    new tool call id).
+    """
+    from langgraph_replay_guard.testing import agent_graph
+
+    guard = ReplayGuard(tools={"transfer_to_human_agents": "unsafe"}, store=store)
+    model = ScriptedChatModel(
+        script=[
+            [("get_details_by_id", {"id": "P1002"})],
+            [("transfer_to_human_agents", {"summary": "roaming issue"})],
+        ],
+        final="Your plan is Premium.",
+    )
+    return agent_graph(
+        model, [get_details_by_id, transfer_to_human_agents], guard=guard, checkpointer=checkpointer
+    )
