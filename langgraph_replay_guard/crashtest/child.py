@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from langgraph_replay_guard.crashtest.hooks import Hooks, json_args, ordered_calls
-from langgraph_replay_guard.crashtest.target import CrashTestError, build_graph
+from langgraph_replay_guard.crashtest.target import CrashTestError, build_graph, load_function
 from langgraph_replay_guard.errors import ReplayGuardError
 
 __all__ = ["THREAD_ID", "run"]
@@ -34,6 +34,38 @@ def _persistence(directory: Path) -> tuple[Any, Any]:
         return conn
 
     saver, store = SqliteSaver(connect("checkpoints.db")), SqliteStore(connect("store.db"))
+    saver.setup()
+    store.setup()
+    return saver, store
+
+
+def _postgres(uri: str, directory: Path) -> tuple[Any, Any]:
+    """A `PostgresSaver` and a `PostgresStore` in a schema of their own for the trial.
+
+    The schema is named after the trial's directory, so its crash and resume phases share it
+    and no two trials (or two crash tests) see each other's rows.
+    """
+    import hashlib
+
+    import psycopg
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.store.postgres import PostgresStore
+    from psycopg.rows import dict_row
+
+    schema = "replay_guard_crashtest_" + hashlib.sha256(str(directory).encode()).hexdigest()[:16]
+    with psycopg.connect(uri, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+
+    def connect() -> Any:
+        return psycopg.connect(
+            uri,
+            autocommit=True,
+            prepare_threshold=0,
+            row_factory=dict_row,
+            options=f"-c search_path={schema}",
+        )
+
+    saver, store = PostgresSaver(connect()), PostgresStore(connect())
     saver.setup()
     store.setup()
     return saver, store
@@ -59,7 +91,8 @@ def run(opts: dict[str, Any]) -> dict[str, Any]:
     given = opts.get("kill")
     kill = (str(given[0]), int(given[1]), str(given[2])) if given else None
     hooks = Hooks(phase, str(directory / "starts"), kill)
-    saver, store = _persistence(directory)
+    postgres = opts.get("postgres")
+    saver, store = _postgres(postgres, directory) if postgres else _persistence(directory)
     plain = phase == "plain"
     try:
         graph = build_graph(opts["target"], checkpointer=saver, store=store, guarded=not plain)
@@ -70,8 +103,13 @@ def run(opts: dict[str, Any]) -> dict[str, Any]:
         return {"error": msg}
     config: dict[str, Any] = {"configurable": {"thread_id": THREAD_ID}}
     raised: BaseException | None = None
+    answered: list[Any] = []
     try:
+        answer = load_function(opts["answer"]) if opts.get("answer") else None
         graph.invoke(None if phase == "resume" else opts["input"], config, durability="sync")
+        _answer_interrupts(graph, config, answer, answered)
+    except CrashTestError as exc:
+        return {"error": str(exc)}
     except Exception as exc:  # reported: what the run did
         raised = exc
     if phase == "learn":
@@ -84,7 +122,34 @@ def run(opts: dict[str, Any]) -> dict[str, Any]:
         calls = _thread_calls(graph, config)
         return {"killed": False, "raised": repr(raised) if raised else None, "calls": calls}
     call = (str(opts["call"][0]), int(opts["call"][1]))
-    return _resumed(graph, config, hooks, call, raised)
+    return _resumed(graph, config, hooks, call, raised, answered)
+
+
+_MAX_ANSWERS = 20
+"""How many interrupts one phase answers at most (an answer that never ends the run)."""
+
+
+def _answer_interrupts(
+    graph: Any, config: dict[str, Any], answer: Any, answered: list[Any]
+) -> None:
+    """Answer the graph's interrupts with `answer(value)` until it ends or `answer` says None.
+
+    A human-in-the-loop review or a tool's own `interrupt()` is part of the run the crash
+    test replays; a value `answer` returns None for is left pending (the guard's own
+    interrupt for an unknown outcome: what the resume surfaced).
+    """
+    from langgraph.types import Command
+
+    if answer is None:
+        return
+    for _ in range(_MAX_ANSWERS):
+        pending = graph.get_state(config).interrupts
+        replies = {i.id: answer(i.value) for i in pending}
+        if not pending or any(reply is None for reply in replies.values()):
+            return
+        answered.extend(i.value for i in pending)
+        resume: Any = next(iter(replies.values())) if len(replies) == 1 else replies
+        graph.invoke(Command(resume=resume), config, durability="sync")
 
 
 def _thread_calls(graph: Any, config: dict[str, Any]) -> list[list[str]]:
@@ -96,8 +161,7 @@ def _final(graph: Any, config: dict[str, Any]) -> str | None:
     """The text of the thread's last AIMessage (the final answer), or None."""
     for message in reversed(_messages(graph, config)):
         if getattr(message, "type", None) == "ai":
-            text = getattr(message, "text", None)
-            return str(text() if callable(text) else text)
+            return str(message.text)
     return None
 
 
@@ -119,18 +183,24 @@ def _learned(
             "(ReplayGuard(store=store) or compile(store=store))"
         )
         return {"error": msg}
-    return {
-        "calls": [
-            {
-                "tool": tool,
-                "ordinal": ordinal,
-                "replay": hooks.classes.get((tool, ordinal)),
-                "args": args,
-            }
-            for tool, ordinal, _, args in calls
-        ],
-        "final": _final(graph, config),
-    }
+    found = [
+        {
+            "tool": tool,
+            "ordinal": ordinal,
+            "replay": hooks.classes.get((tool, ordinal)),
+            "args": args,
+        }
+        for tool, ordinal, _, args in calls
+    ]
+    # Calls the ledger saw that the thread's messages do not hold (a sub-agent's, a worker's
+    # inside a tool): crashed at too.
+    known = {(tool, ordinal) for tool, ordinal, _, _ in calls}
+    found.extend(
+        {"tool": tool, "ordinal": ordinal, "replay": replay, "args": hooks.seen_args[tool, ordinal]}
+        for (tool, ordinal), replay in hooks.classes.items()
+        if (tool, ordinal) not in known
+    )
+    return {"calls": found, "thread": _thread_calls(graph, config), "final": _final(graph, config)}
 
 
 def _resumed(
@@ -139,6 +209,7 @@ def _resumed(
     hooks: Hooks,
     call: tuple[str, int],
     raised: BaseException | None,
+    answered: list[Any],
 ) -> dict[str, Any]:
     did: list[str] = []
     surfaced = raised is not None
@@ -160,6 +231,8 @@ def _resumed(
     elif graph.get_state(config).interrupts:
         did.append("interrupt")
         surfaced = True
+    if answered:
+        did.append(f"{len(answered)} interrupt(s) answered")
     return {
         "resume": ", ".join(did) or "went on",
         "surfaced": surfaced,

@@ -9,14 +9,12 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from langgraph_replay_guard.crashtest.hooks import json_args
 from langgraph_replay_guard.crashtest.report import (
     POINTS,
     PURE_HINT,
@@ -43,6 +41,8 @@ def crashtest(
     timeout: float = 120.0,
     compare_unguarded: bool = False,
     points: Sequence[str] | None = None,
+    answer: str | Callable[[Any], Any] | None = None,
+    postgres: str | None = None,
 ) -> CrashReport:
     """Crash-test a guarded graph: SIGKILL each tool call at each crash point, then resume.
 
@@ -76,6 +76,13 @@ def crashtest(
             `guarded=False` and compare its tool calls and final answer with the guarded
             learning run (the guard must not change a clean run).
         points: The crash points to use (default: all of `POINTS`).
+        answer: A function (or `FILE_OR_MODULE:FUNCTION`) that answers the graph's
+            interrupts: it gets an interrupt's value and returns the resume value (a
+            human-in-the-loop decision), or None to leave it pending. Every phase answers
+            the interrupts it meets with it, so a graph that pauses for a person runs to its
+            end.
+        postgres: A PostgreSQL URI: run every phase on `PostgresSaver` and `PostgresStore`
+            (a schema per trial, left on the server) instead of fresh SQLite files.
 
     Returns:
         The report; `report.ok` is False when an `unsafe` or `idempotent` call's body started
@@ -99,6 +106,7 @@ def crashtest(
     target = target_name(target)
     split_target(target)  # a malformed target fails here, before any process starts
     given = DEFAULT_INPUT if input is None else input
+    answering = None if answer is None else target_name(answer)
     allowed = frozenset(allow_rerun)
     chosen = tuple(POINTS) if points is None else tuple(points)
     unknown = [p for p in chosen if p not in POINTS]
@@ -109,14 +117,13 @@ def crashtest(
         servers = _Servers(target, timeout, max(1, jobs), root)
         try:
             learn_dir = _fresh(root, "learn")
-            learned = servers.ask(
-                {"target": target, "dir": learn_dir, "phase": "learn", "input": given}
-            )
+            base = {"target": target, "input": given, "answer": answering, "postgres": postgres}
+            learned = servers.ask({**base, "dir": learn_dir, "phase": "learn"})
             if "error" in learned:
                 raise CrashTestError(str(learned["error"]))
             calls = tuple(CallSeen(**call) for call in learned["calls"])
             path = _Path(
-                calls=[[c.tool, json_args(c.args)] for c in calls],
+                calls=learned["thread"],
                 starts=_read_starts(Path(learn_dir) / "starts"),
                 allowed=allowed,
                 classes=_classes(calls, _read_starts(Path(learn_dir) / "starts")),
@@ -125,21 +132,14 @@ def crashtest(
 
             def one(index: int) -> Trial:
                 call, point = plan[index]
-                opts = {"target": target, "dir": _fresh(root, f"trial-{index}"), "input": given}
+                opts = {**base, "dir": _fresh(root, f"trial-{index}")}
                 return _trial(servers, opts, call, point, path)
 
             with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
                 trials = tuple(pool.map(one, range(len(plan))))
             unguarded = None
             if compare_unguarded:
-                plain = servers.ask(
-                    {
-                        "target": target,
-                        "dir": _fresh(root, "plain"),
-                        "phase": "plain",
-                        "input": given,
-                    }
-                )
+                plain = servers.ask({**base, "dir": _fresh(root, "plain"), "phase": "plain"})
                 unguarded = _compare_unguarded(learned, plain)
         finally:
             servers.close()
@@ -170,7 +170,7 @@ def _compare_unguarded(learned: dict[str, Any], plain: dict[str, Any]) -> str | 
     """How the clean run without the guard differs from the guarded learning run, or None."""
     if "error" in plain:
         return str(plain["error"])
-    guarded = [[c["tool"], json_args(c["args"])] for c in learned["calls"]]
+    guarded = learned["thread"]
     if plain["calls"] != guarded:
         return f"its tool calls were {plain['calls']}, guarded {guarded}"
     if plain.get("final") != learned.get("final"):
@@ -214,11 +214,7 @@ def _trial(
         surfaced = resumed.get("surfaced")
         thread = resumed.get("calls", thread)
     starts = _read_starts(Path(opts["dir"]) / "starts")
-    keys = [
-        s["key"]
-        for s in starts
-        if s["kind"] == "body" and (s["tool"], s["ordinal"]) == (call.tool, call.ordinal)
-    ]
+    keys = _per_call(path.starts, starts).get((call.tool, call.ordinal), [])
     diverged = None
     if error is None:
         diverged = _diverged(path, thread or [], starts)
@@ -268,8 +264,13 @@ def _diverged(path: _Path, thread: list[list[str]], starts: list[dict[str, Any]]
                 f"the thread's call {index + 1} was {tool}({args}) where the learning run "
                 f"made {learned_tool}({learned_args})"
             )
+    # A tool that counts its effects is judged by them: its body's input may carry what a
+    # middleware added per process (a trace id).
+    effect_tools = _effect_tools([*path.starts, *starts])
     known = {(s["kind"], s["tool"], s["args"]) for s in path.starts}
     for start in starts:
+        if start["kind"] == "body" and start["tool"] in effect_tools:
+            continue
         if (start["kind"], start["tool"], start["args"]) not in known:
             what = "effect" if start["kind"] == "effect" else "body"
             return (
@@ -277,6 +278,17 @@ def _diverged(path: _Path, thread: list[list[str]], starts: list[dict[str, Any]]
                 "which the learning run never ran"
             )
     return None
+
+
+def _effect_tools(lines: list[dict[str, Any]]) -> set[str]:
+    """The tools judged by the effects they count.
+
+    Those named by an effect, and those whose calls counted one (a tool that asks a person,
+    then sends, counts a `send`).
+    """
+    found = {s["tool"] for s in lines if s["kind"] == "effect"}
+    found.update(str(s["call"][0]) for s in lines if s["kind"] == "effect" and s.get("call"))
+    return found
 
 
 def _reruns(path: _Path, starts: list[dict[str, Any]], call: CallSeen) -> list[str]:
@@ -287,7 +299,7 @@ def _reruns(path: _Path, starts: list[dict[str, Any]], call: CallSeen) -> list[s
     effects (`crashtest.effect`), they are what counts for that tool. The trial's own call
     per ordinal is `Trial.starts`' job.
     """
-    effect_tools = {s["tool"] for s in [*path.starts, *starts] if s["kind"] == "effect"}
+    effect_tools = _effect_tools([*path.starts, *starts])
 
     def counts(lines: list[dict[str, Any]]) -> dict[tuple[str, str], list[str | None]]:
         keys: dict[tuple[str, str], list[str | None]] = {}
@@ -308,17 +320,37 @@ def _reruns(path: _Path, starts: list[dict[str, Any]], call: CallSeen) -> list[s
                 f"{tool}({args}) started {len(keys)} times in the crash and the resume, "
                 f"{learned} in the learning run: {problem}"
             )
-    per_call = Counter(
-        (s["tool"], s["ordinal"]) for s in starts if s["kind"] == "body" and s["ordinal"]
-    )
-    for (tool, ordinal), times in per_call.items():
-        if times < 2 or (tool, ordinal) == (call.tool, call.ordinal):
+    for (tool, ordinal), keys in _per_call(path.starts, starts).items():
+        if len(keys) < 2 or (tool, ordinal) == (call.tool, call.ordinal):
             continue
-        keys = [s["key"] for s in starts if (s["tool"], s["ordinal"]) == (tool, ordinal)]
         problem = _rerun_problem(path, tool, keys)
         if problem is not None:
-            found.append(f"{tool} #{ordinal} started {times} times: {problem}")
+            found.append(f"{tool} #{ordinal} started {len(keys)} times: {problem}")
     return found
+
+
+def _per_call(
+    learned: list[dict[str, Any]], starts: list[dict[str, Any]]
+) -> dict[tuple[str, int], list[str | None]]:
+    """The key of each start of each call, by the call's tool and ordinal.
+
+    A call whose body counts its effects (`crashtest.effect`) is counted by them: a body
+    that LangGraph reruns by design (after an `interrupt()`) starts again without acting
+    again. Other calls are counted by their body starts.
+    """
+    counted = {
+        tuple(s["call"]) for s in [*learned, *starts] if s["kind"] == "effect" and s.get("call")
+    }
+    keys: dict[tuple[str, int], list[str | None]] = {}
+    for s in starts:
+        if s["kind"] == "effect" and s.get("call"):
+            where = (str(s["call"][0]), int(s["call"][1]))
+        elif s["kind"] == "body" and s["ordinal"] and (s["tool"], s["ordinal"]) not in counted:
+            where = (s["tool"], int(s["ordinal"]))
+        else:
+            continue
+        keys.setdefault(where, []).append(s["key"])
+    return keys
 
 
 def _rerun_problem(path: _Path, tool: str, keys: list[str | None]) -> str | None:

@@ -9,6 +9,7 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 from langgraph_replay_guard._compat import tool_nodes, wrap_node_tools
@@ -76,6 +77,10 @@ def _is_plain(value: Any) -> bool:
 _installed: Hooks | None = None
 """The hooks of this process (a crash-test phase), or None outside a crash test."""
 
+_running: ContextVar[Where | None] = ContextVar("replay_guard_crashtest_call", default=None)
+"""The call whose tool body runs in this context (set where the ledger gate checks it and
+where a counted tool starts): an effect is counted for it."""
+
 
 def effect(tool: str, args: dict[str, Any], key: str | None = None) -> None:
     """Count one side effect of a tool body in the running crash test (no-op outside one).
@@ -92,9 +97,9 @@ def effect(tool: str, args: dict[str, Any], key: str | None = None) -> None:
     """
     hooks = _installed
     if hooks is not None:
-        hooks.write(
-            {"kind": "effect", "tool": tool, "ordinal": 0, "args": json_args(args), "key": key}
-        )
+        where = _running.get()
+        line = {"kind": "effect", "tool": tool, "ordinal": 0, "args": json_args(args), "key": key}
+        hooks.write({**line, "call": list(where) if where is not None else None})
 
 
 def _die() -> None:
@@ -122,6 +127,8 @@ class Hooks:
         self.ledgered = 0
         """How many calls the ledger admitted or answered (no store: none)."""
         self.classes: dict[Where, str] = {}
+        self.seen_args: dict[Where, dict[str, Any]] = {}
+        """The arguments of each call the ledger gate saw (a sub-agent's too)."""
         self.starts: Counter[Where] = Counter()
         self._where: dict[str, Where] = {}
         self._args: dict[str, str] = {}
@@ -140,12 +147,14 @@ class Hooks:
                 state = request.state
                 messages = state.get("messages") if isinstance(state, dict) else None
                 messages = messages or getattr(state, "messages", None) or []
-                where = call_where(messages, call_id)
-                if where is None:  # no message in the state asked for it: order of arrival
+                asked = [c for c in ordered_calls(messages) if c[2] == call_id]
+                if asked:  # the model's arguments: a middleware may have decorated the call's
+                    where, args = (asked[0][0], asked[0][1]), asked[0][3]
+                else:  # no message in the state asked for it: order of arrival
                     self._arrivals[call["name"]] += 1
-                    where = (call["name"], self._arrivals[call["name"]])
+                    where, args = (call["name"], self._arrivals[call["name"]]), call.get("args")
                 self._where[call_id] = where
-                self._args[call_id] = json_args(call.get("args") or {})
+                self._args[call_id] = json_args(args or {})
             return where
 
     def _point(self, point: str, where: Where) -> None:
@@ -166,6 +175,7 @@ class Hooks:
             # without what ToolNode injected.
             args = self._args.get(call_id) or json_args(given if given is not None else input)
             replay = self.classes.get(where)
+        _running.set(where)
         line = {"kind": "body", "tool": where[0], "ordinal": where[1], "args": args, "key": key}
         self.write({**line, "replay": replay})
 
@@ -221,9 +231,11 @@ class Hooks:
 
     def _seen(self, request: Any, facts: Any) -> Where:
         where = self._locate(request)
+        _running.set(where)  # the body runs below the gate, in this context
         with self._lock:
             self.checked += 1
             self.classes[where] = str(facts.replay)
+            self.seen_args[where] = json.loads(self._args[str(request.tool_call.get("id") or "")])
         self._point("before_claim", where)
         return where
 

@@ -1,0 +1,473 @@
+"""The compositions of the crash matrix: one small builder per way the guard sits in a stack.
+
+Each builder takes `checkpointer=`, `store=` and `guarded=` (False: the same composition
+without the guard, to compare clean runs) and returns the compiled graph, as
+`replay-guard crashtest` wants. The scripted models decide from the messages alone (the
+same calls in every process), and every tool body with a side effect counts it with
+`crashtest.effect` (the matrix counts effects by tool and arguments, whatever tool call id or
+node they ran under). `COMPOSITIONS` lists them with their input and interrupt answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from langchain.agents import create_agent
+from langchain.agents.middleware import (
+    AgentMiddleware,
+    HumanInTheLoopMiddleware,
+    ToolRetryMiddleware,
+)
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.tools import StructuredTool, tool
+from langgraph.graph import END, START, StateGraph
+from langgraph.prebuilt import ToolNode, ToolRuntime
+from langgraph.types import Command, Send, interrupt
+from pydantic import BaseModel
+
+from langgraph_replay_guard import ReplayGuard, ReplayGuardState
+from langgraph_replay_guard.crashtest import effect
+from langgraph_replay_guard.integrations.ledger_gate import IDEMPOTENCY_KEY_CONFIG
+from langgraph_replay_guard.testing import ScriptedChatModel
+
+POLICY = {
+    "send": "unsafe",
+    "notify": "unsafe",
+    "approve_send": "unsafe",
+    "hand_off": "unsafe",
+    "ask_worker": "unsafe",
+    "charge": "idempotent",
+    "lookup": "pure",
+    "draft": "pure",
+}
+"""The replay classes every composition's guard is given."""
+
+SEND = ("send", {"to": "ann@example.com"})
+CHARGE = ("charge", {"amount": 30})
+
+
+# -- tools whose bodies count their effects ----------------------------------------------------
+
+
+def _key(runtime: ToolRuntime) -> str | None:
+    found = (runtime.config.get("configurable") or {}).get(IDEMPOTENCY_KEY_CONFIG)
+    return None if found is None else str(found)
+
+
+@tool
+def send(to: str) -> str:
+    """Send an email (unsafe: a second send is a second email)."""
+    effect("send", {"to": to})
+    return f"sent to {to}"
+
+
+@tool
+def charge(amount: int, runtime: ToolRuntime) -> str:
+    """Charge the card (idempotent: the payment API deduplicates by the key)."""
+    effect("charge", {"amount": amount}, _key(runtime))
+    return f"charged {amount}"
+
+
+@tool
+def lookup(id: str) -> str:
+    """Read a customer's record (pure)."""
+    return f"{id}: ann@example.com"
+
+
+@tool
+def draft(to: str) -> str:
+    """Draft an email without sending it (pure)."""
+    return f"draft for {to}"
+
+
+@tool("send")
+def send_v2(to: str) -> str:
+    """Send an email through the new mail API (what a swapping middleware runs)."""
+    effect("send", {"to": to})
+    return f"sent to {to} (v2)"
+
+
+@tool
+def notify(to: str) -> str:
+    """Notify someone (a middleware serves this tool itself)."""
+    return "not served"
+
+
+@tool
+def approve_send(to: str) -> str:
+    """Ask a person, then send (the tool calls interrupt())."""
+    if not interrupt({"question": f"send to {to}?"}):
+        return "not approved"
+    effect("send", {"to": to})
+    return f"sent to {to}"
+
+
+@tool
+def hand_off(team: str, runtime: ToolRuntime) -> Command:  # type: ignore[type-arg]
+    """Hand the conversation to a team (unsafe: opens a ticket), as a Command."""
+    effect("hand_off", {"team": team})
+    answer = ToolMessage(f"ticket for {team}", tool_call_id=runtime.tool_call_id, name="hand_off")
+    return Command(update={"ticket": team, "messages": [answer]})
+
+
+class _SendArgs(BaseModel):
+    to: str
+
+
+class SendTool(StructuredTool):
+    """A tool class that does its work in its own `_run` (no `func`)."""
+
+    def _run(self, to: str, **kwargs: Any) -> str:
+        effect("send", {"to": to})
+        return f"sent to {to}"
+
+
+own_run_send = SendTool(
+    name="send", description="Send an email.", args_schema=_SendArgs, func=None
+)
+
+
+# -- scripted models that decide from the messages -----------------------------------------
+
+
+def turns(*steps: list[tuple[str, dict[str, Any]]], final: str = "Done.") -> ScriptedChatModel:
+    """A model making `steps[i]` after its i-th AIMessage, then answering `final`."""
+
+    def step(messages: list[BaseMessage]) -> Any:
+        made = sum(isinstance(m, AIMessage) for m in messages)
+        return list(steps[made]) if made < len(steps) else final
+
+    return ScriptedChatModel(script=[step] * 20, final=final)
+
+
+def _guard(store: Any, **extra: Any) -> ReplayGuard:
+    return ReplayGuard(tools=POLICY, store=store, **extra)
+
+
+def _agent(
+    model: ScriptedChatModel,
+    tools: list[Any],
+    checkpointer: Any,
+    store: Any,
+    guarded: bool,
+    before: list[Any] = (),  # type: ignore[assignment]
+    after: list[Any] = (),  # type: ignore[assignment]
+    **kwargs: Any,
+) -> Any:
+    """create_agent with the guard between `before` and `after` (left out when unguarded)."""
+    guard = [_guard(store).middleware()] if guarded else []
+    return create_agent(
+        model,
+        tools,
+        middleware=[*before, *guard, *after],
+        checkpointer=checkpointer,
+        store=store,
+        **kwargs,
+    )
+
+
+class PassThrough(AgentMiddleware):  # type: ignore[type-arg]
+    """A tool middleware that only hands the call on (what logging or metrics do)."""
+
+    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+        return handler(request)
+
+
+class SwapTool(AgentMiddleware):  # type: ignore[type-arg]
+    """Runs the new mail API's `send` instead of the tool the agent was given."""
+
+    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+        if request.tool_call["name"] == "send":
+            return handler(request.override(tool=send_v2))
+        return handler(request)
+
+
+class ServeNotify(AgentMiddleware):  # type: ignore[type-arg]
+    """Offers `notify` and answers its calls itself (the effect happens here)."""
+
+    tools = [notify]
+
+    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+        call = request.tool_call
+        if call["name"] != "notify":
+            return handler(request)
+        effect("notify", dict(call["args"]))
+        return ToolMessage(content="notified", tool_call_id=call["id"], name="notify")
+
+
+class TraceArgs(AgentMiddleware):  # type: ignore[type-arg]
+    """Adds a trace id to every call's arguments before it runs."""
+
+    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+        call = request.tool_call
+        traced = {**call, "args": {**call["args"], "trace_id": f"trace-{call['id']}"}}
+        return handler(request.override(tool_call=traced))
+
+
+@tool("send")
+def traced_send(to: str, trace_id: str = "") -> str:
+    """Send an email (takes the trace id a middleware adds)."""
+    effect("send", {"to": to})
+    return f"sent to {to}"
+
+
+class CorrectAndRetry(AgentMiddleware):  # type: ignore[type-arg]
+    """Retries a call that failed for a bad address with the corrected address, same id."""
+
+    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+        call = request.tool_call
+        try:
+            return handler(request)
+        except ValueError:
+            fixed = {**call, "args": {**call["args"], "to": f"{call['args']['to']}@example.com"}}
+            return handler(request.override(tool_call=fixed))
+
+
+@tool("send")
+def strict_send(to: str) -> str:
+    """Send an email; refuses an address without a domain (before sending)."""
+    if "@" not in to:
+        msg = f"send: 'to' must be an email address, got {to!r}"
+        raise ValueError(msg)
+    effect("send", {"to": to})
+    return f"sent to {to}"
+
+
+# -- the compositions -------------------------------------------------------------------------
+
+
+def guard_first(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
+    """create_agent, the guard first (outermost) and a pass-through tool middleware inside."""
+    model = turns([CHARGE, SEND])
+    return _agent(model, [charge, send], checkpointer, store, guarded, after=[PassThrough()])
+
+
+def guard_last(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
+    """create_agent, a pass-through tool middleware outside and the guard last (innermost)."""
+    model = turns([CHARGE, SEND])
+    return _agent(model, [charge, send], checkpointer, store, guarded, before=[PassThrough()])
+
+
+def _hitl(on: str) -> HumanInTheLoopMiddleware:
+    return HumanInTheLoopMiddleware(interrupt_on={on: True})
+
+
+def hitl_edit(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
+    """A person edits the send's address before it runs."""
+    model = turns([("send", {"to": "ann@example.org"})])
+    return _agent(model, [send], checkpointer, store, guarded, after=[_hitl("send")])
+
+
+def hitl_redirect(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
+    """A person edits a `draft` call into the unsafe `send`."""
+    model = turns([("draft", {"to": "ann@example.com"})])
+    return _agent(model, [draft, send], checkpointer, store, guarded, after=[_hitl("draft")])
+
+
+def hitl_reject(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
+    """A person rejects the send; the charge beside it runs."""
+    model = turns([CHARGE, SEND])
+    return _agent(model, [charge, send], checkpointer, store, guarded, after=[_hitl("send")])
+
+
+def answer_review(value: Any) -> Any:
+    """The person's decisions: edit a send to .org into .com, redirect a draft, reject a send."""
+    if not isinstance(value, dict) or "action_requests" not in value:
+        return True if isinstance(value, dict) and "question" in value else None
+    decisions = []
+    for action in value["action_requests"]:
+        if action["name"] == "draft":
+            edited = {"name": "send", "args": dict(action["args"])}
+            decisions.append({"type": "edit", "edited_action": edited})
+        elif action["args"].get("to", "").endswith(".org"):
+            edited = {"name": "send", "args": {"to": "ann@example.com"}}
+            decisions.append({"type": "edit", "edited_action": edited})
+        else:
+            decisions.append({"type": "reject", "message": "Do not send it."})
+    return {"decisions": decisions}
+
+
+def tool_retry(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
+    """ToolRetryMiddleware inside the guard."""
+    retry = ToolRetryMiddleware(max_retries=2, initial_delay=0, jitter=False)
+    model = turns([CHARGE, SEND])
+    return _agent(model, [charge, send], checkpointer, store, guarded, after=[retry])
+
+
+def swap_tool(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
+    """A middleware inside the guard swaps `send` for the new mail API's tool."""
+    model = turns([SEND])
+    return _agent(model, [send], checkpointer, store, guarded, after=[SwapTool()])
+
+
+def serve_tool(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
+    """A middleware inside the guard offers `notify` and answers it itself."""
+    model = turns([("notify", {"to": "ann@example.com"})])
+    return _agent(model, [lookup], checkpointer, store, guarded, after=[ServeNotify()])
+
+
+def decorate_args(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
+    """A middleware inside the guard adds a trace id to the arguments."""
+    model = turns([SEND])
+    return _agent(model, [traced_send], checkpointer, store, guarded, after=[TraceArgs()])
+
+
+def corrected_retry(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
+    """A middleware retries a failed send with the corrected address under the same id."""
+    model = turns([("send", {"to": "ann"})])
+    return _agent(model, [strict_send], checkpointer, store, guarded, after=[CorrectAndRetry()])
+
+
+def two_guards(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
+    """An app's guard around a library's guard (distinct names), one store."""
+    model = turns([CHARGE, SEND])
+    guards = (
+        # in_flight_wait: the deadlock shows in 1 s instead of 10 (seam 2)
+        [
+            _guard(store, in_flight_wait=1.0).middleware(name="app"),
+            _guard(store, in_flight_wait=1.0).middleware(name="library"),
+        ]
+        if guarded
+        else []
+    )
+    return create_agent(
+        model, [charge, send], middleware=guards, checkpointer=checkpointer, store=store
+    )
+
+
+def deep_subagent(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
+    """A deep agent whose sub-agent has the same guard; each sends once to ann."""
+    from deepagents import create_deep_agent
+
+    guard = _guard(store, toolkits=["deepagents"])
+    worker = {
+        "name": "mailer",
+        "description": "Sends the customer's email.",
+        "system_prompt": "Send the email.",
+        "tools": [send],
+        "model": turns([SEND], final="Mailed."),
+        "middleware": [guard.middleware(name="mailer")] if guarded else [],
+    }
+    task = ("task", {"description": "Email ann.", "subagent_type": "mailer"})
+    return create_deep_agent(
+        turns([SEND], [task]),
+        [send],
+        subagents=[worker],
+        middleware=[guard.middleware(name="main")] if guarded else [],
+        checkpointer=checkpointer,
+        store=store,
+    )
+
+
+def supervisor_worker(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
+    """A supervisor agent whose tool runs a worker agent; both guarded by one guard."""
+    guard = _guard(store)
+    worker = create_agent(
+        turns([SEND], final="Mailed."),
+        [send],
+        name="worker",
+        middleware=[guard.middleware(name="worker")] if guarded else [],
+        store=store,
+    )
+
+    @tool
+    def ask_worker(task: str) -> str:
+        """Hand a task to the mail worker."""
+        result = worker.invoke({"messages": [("user", task)]})
+        return str(result["messages"][-1].text)
+
+    model = turns([CHARGE], [("ask_worker", {"task": "Email ann."})])
+    middleware = [guard.middleware(name="supervisor")] if guarded else []
+    return create_agent(
+        model, [charge, ask_worker], middleware=middleware, checkpointer=checkpointer, store=store
+    )
+
+
+def send_fan_out(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
+    """A hand-written graph sending each tool call to `guard.wrap(ToolNode)` on its own."""
+    guard = _guard(store)
+    model = turns([CHARGE, SEND])
+
+    def agent(state: ReplayGuardState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    def fan_out(state: ReplayGuardState) -> Any:
+        last = state["messages"][-1]
+        if not isinstance(last, AIMessage) or not last.tool_calls:
+            return END
+        return [Send("tools", [call]) for call in last.tool_calls]
+
+    node = ToolNode([charge, send])
+    builder = StateGraph(ReplayGuardState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", guard.wrap(node) if guarded else node)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", fan_out, ["tools", END])
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=checkpointer, store=store)
+
+
+def command_tool(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
+    """An unsafe tool returning a `Command` (it opens a ticket), beside a send."""
+    from langchain.agents import AgentState
+
+    class TicketState(AgentState):  # type: ignore[type-arg]
+        ticket: str
+
+    model = turns([SEND, ("hand_off", {"team": "billing"})])
+    return _agent(
+        model, [send, hand_off], checkpointer, store, guarded, state_schema=TicketState
+    )
+
+
+def interrupt_tool(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
+    """An unsafe tool that asks a person (`interrupt()`) before it sends."""
+    model = turns([("approve_send", {"to": "ann@example.com"})])
+    return _agent(model, [approve_send], checkpointer, store, guarded)
+
+
+def own_run_tool(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
+    """A `StructuredTool` subclass with its own `_run` (no `func`)."""
+    model = turns([SEND])
+    return _agent(model, [own_run_send], checkpointer, store, guarded)
+
+
+@dataclass(frozen=True)
+class Composition:
+    """A composition of the matrix: its builder and how the crash test drives it."""
+
+    build: Callable[..., Any]
+    answer: Callable[[Any], Any] | None = None
+    allow_rerun: tuple[str, ...] = ("lookup", "draft")
+
+    @property
+    def name(self) -> str:
+        """The builder's name."""
+        return self.build.__name__
+
+
+COMPOSITIONS: dict[str, Composition] = {
+    c.name: c
+    for c in [
+        Composition(guard_first),
+        Composition(guard_last),
+        Composition(hitl_edit, answer_review),
+        Composition(hitl_redirect, answer_review),
+        Composition(hitl_reject, answer_review),
+        Composition(tool_retry),
+        Composition(swap_tool),
+        Composition(serve_tool),
+        Composition(decorate_args),
+        Composition(corrected_retry),
+        Composition(two_guards),
+        Composition(deep_subagent),
+        Composition(supervisor_worker),
+        Composition(send_fan_out),
+        Composition(command_tool),
+        Composition(interrupt_tool, answer_review),
+        Composition(own_run_tool),
+    ]
+}
+"""Every composition of the matrix, by name."""
