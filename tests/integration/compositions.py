@@ -124,9 +124,7 @@ class SendTool(StructuredTool):
         return f"sent to {to}"
 
 
-own_run_send = SendTool(
-    name="send", description="Send an email.", args_schema=_SendArgs, func=None
-)
+own_run_send = SendTool(name="send", description="Send an email.", args_schema=_SendArgs, func=None)
 
 
 # -- scripted models that decide from the messages -----------------------------------------
@@ -417,9 +415,7 @@ def command_tool(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
         ticket: str
 
     model = turns([SEND, ("hand_off", {"team": "billing"})])
-    return _agent(
-        model, [send, hand_off], checkpointer, store, guarded, state_schema=TicketState
-    )
+    return _agent(model, [send, hand_off], checkpointer, store, guarded, state_schema=TicketState)
 
 
 def interrupt_tool(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
