@@ -102,6 +102,7 @@ def run(opts: dict[str, Any]) -> dict[str, Any]:
         msg = f"{opts['target']} built a graph without a ToolNode: nothing to crash-test"
         return {"error": msg}
     config: dict[str, Any] = {"configurable": {"thread_id": THREAD_ID}}
+    hooks.watch(graph, config)
     raised: BaseException | None = None
     answered: list[Any] = []
     try:
@@ -174,15 +175,6 @@ def _learned(
         msg = f"the learning run of {target} stopped at an interrupt: give an input that finishes"
         return {"error": msg}
     calls = ordered_calls(_messages(graph, config))
-    if not calls:
-        return {"error": f"the input made no tool call in {target}: give one that does (--input)"}
-    if hooks.ledgered == 0:
-        msg = (
-            f"the tool calls of {target} never reached a replay guard's ledger: guard the graph "
-            "(guard.middleware() or guard.wrap(ToolNode)) and give the guard the store "
-            "(ReplayGuard(store=store) or compile(store=store))"
-        )
-        return {"error": msg}
     found = [
         {
             "tool": tool,
@@ -193,13 +185,22 @@ def _learned(
         for tool, ordinal, _, args in calls
     ]
     # Calls the ledger saw that the thread's messages do not hold (a sub-agent's, a worker's
-    # inside a tool): crashed at too.
+    # inside a tool, a subgraph's that handed off with a Command): crashed at too.
     known = {(tool, ordinal) for tool, ordinal, _, _ in calls}
     found.extend(
         {"tool": tool, "ordinal": ordinal, "replay": replay, "args": hooks.seen_args[tool, ordinal]}
         for (tool, ordinal), replay in hooks.classes.items()
         if (tool, ordinal) not in known
     )
+    if not found:
+        return {"error": f"the input made no tool call in {target}: give one that does (--input)"}
+    if hooks.ledgered == 0:
+        msg = (
+            f"the tool calls of {target} never reached a replay guard's ledger: guard the graph "
+            "(guard.middleware() or guard.wrap(ToolNode)) and give the guard the store "
+            "(ReplayGuard(store=store) or compile(store=store))"
+        )
+        return {"error": msg}
     return {"calls": found, "thread": _thread_calls(graph, config), "final": _final(graph, config)}
 
 
@@ -237,6 +238,7 @@ def _resumed(
         "resume": ", ".join(did) or "went on",
         "surfaced": surfaced,
         "calls": _thread_calls(graph, config),
+        "final": _final(graph, config),
     }
 
 

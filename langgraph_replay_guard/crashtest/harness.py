@@ -127,6 +127,7 @@ def crashtest(
                 starts=_read_starts(Path(learn_dir) / "starts"),
                 allowed=allowed,
                 classes=_classes(calls, _read_starts(Path(learn_dir) / "starts")),
+                final=learned.get("final"),
             )
             plan = [(call, point) for call in calls for point in chosen]
 
@@ -189,6 +190,8 @@ class _Path:
     allowed: frozenset[str]
     classes: dict[str, str]
     """The replay class of each tool the ledger saw."""
+    final: str | None
+    """The text of the last AIMessage (the final answer)."""
 
 
 def _fresh(root: str, name: str) -> str:
@@ -206,6 +209,7 @@ def _trial(
     killed = bool(crash.get("killed"))
     resume = "-"
     surfaced = None
+    resumed: dict[str, Any] = {}
     thread = crash.get("calls")
     if error is None:
         resumed = servers.ask({**opts, "phase": "resume", "call": where})
@@ -218,6 +222,12 @@ def _trial(
     diverged = None
     if error is None:
         diverged = _diverged(path, thread or [], starts)
+    if error is None and diverged is None and surfaced is False:
+        # A resume that went on to the end must end where the learning run ended: a
+        # replayed hand-off that lost its `goto` ends elsewhere with the same tool calls.
+        final = resumed.get("final")
+        if final != path.final:
+            diverged = f"the resumed run ended with {final!r}, the learning run with {path.final!r}"
     return Trial(
         call=call,
         point=point,

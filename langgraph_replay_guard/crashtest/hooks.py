@@ -135,6 +135,7 @@ class Hooks:
         self._keys: dict[str, str | None] = {}
         self._arrivals: Counter[str] = Counter()
         self._lock = threading.Lock()
+        self._thread: tuple[Any, dict[str, Any]] | None = None
 
     # -- what the hooks see ------------------------------------------------------------------
 
@@ -200,8 +201,94 @@ class Hooks:
         for node in nodes:
             wrap_node_tools(node, self._counting)
         self._hook_gate()
+        self._hook_callbacks()
         _installed = self
         return len(nodes)
+
+    def watch(self, graph: Any, config: dict[str, Any]) -> None:
+        """Name the running thread: the callback handler's calls are located in its messages."""
+        self._thread = (graph, config)
+
+    def _locate_call(self, name: str, args: Any, call_id: str | None) -> Where:
+        """Where a call the callback handler sees is (no request: the thread's messages)."""
+        key = str(call_id or "")
+        with self._lock:
+            where = self._where.get(key) if key else None
+        if where is not None:
+            return where
+        messages: list[Any] = []
+        if key and self._thread is not None:
+            graph, config = self._thread
+            values = graph.get_state(config).values  # the model's turn is checkpointed
+            messages = list((values.get("messages") if isinstance(values, dict) else None) or [])
+        asked = [c for c in ordered_calls(messages) if c[2] == key] if key else []
+        with self._lock:
+            if asked:
+                where, given = (asked[0][0], asked[0][1]), asked[0][3]
+            else:
+                self._arrivals[name] += 1
+                where, given = (name, self._arrivals[name]), args
+            if key:
+                self._where[key] = where
+                self._args[key] = json_args(given if isinstance(given, dict) else {})
+            return where
+
+    def _hook_callbacks(self) -> None:
+        """The crash points of `ReplayGuardCallbackHandler`: its admission and its record."""
+        from langgraph_replay_guard.integrations.callbacks.decisions import (
+            Admitted,
+            CallbackDecider,
+        )
+
+        tool_start, record, failed = (
+            CallbackDecider.tool_start,
+            CallbackDecider.record,
+            CallbackDecider.failed,
+        )
+        hooks = self
+        recording: ContextVar[bool] = ContextVar("replay_guard_crashtest_failed", default=False)
+
+        def hooked_tool_start(decider: CallbackDecider, key: Any, call: Any, **kw: Any) -> Any:
+            where = hooks._locate_call(call[0], call[1], call[2])
+            hooks._point("before_claim", where)
+            result = tool_start(decider, key, call, **kw)
+            if isinstance(result, Admitted):
+                facts = result.planned.facts
+                with hooks._lock:
+                    hooks.ledgered += 1
+                    if facts is not None:
+                        hooks.classes[where] = str(facts.replay)
+                        hooks.seen_args[where] = json.loads(hooks._args.get(str(call[2]), "{}"))
+                _running.set(where)
+                hooks._point("after_claim", where)
+            return result
+
+        def admitted_where(admitted: Any) -> Where:
+            call = admitted.planned.tool_call
+            return hooks._locate_call(call["name"], call["args"], call.get("id"))
+
+        def hooked_record(decider: CallbackDecider, admitted: Any, *args: Any) -> None:
+            if recording.get():  # inside `failed`, which has its own points
+                record(decider, admitted, *args)
+                return
+            where = admitted_where(admitted)
+            hooks._point("after_tool", where)
+            record(decider, admitted, *args)
+            hooks._point("after_outcome", where)
+
+        def hooked_failed(decider: CallbackDecider, admitted: Any, error: BaseException) -> None:
+            where = admitted_where(admitted)
+            hooks._point("after_tool", where)
+            token = recording.set(True)
+            try:
+                failed(decider, admitted, error)
+            finally:
+                recording.reset(token)
+            hooks._point("after_outcome", where)
+
+        CallbackDecider.tool_start = hooked_tool_start  # type: ignore[method-assign]
+        CallbackDecider.record = hooked_record  # type: ignore[method-assign]
+        CallbackDecider.failed = hooked_failed  # type: ignore[method-assign]
 
     def _counting(self, tool: Any) -> Any:
         invoke, ainvoke = tool.invoke, tool.ainvoke

@@ -18,12 +18,14 @@ from langchain.agents import create_agent
 from langchain.agents.middleware import (
     AgentMiddleware,
     HumanInTheLoopMiddleware,
+    ToolErrorMiddleware,
     ToolRetryMiddleware,
 )
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import StructuredTool, tool
 from langgraph.graph import END, START, StateGraph
 from langgraph.prebuilt import ToolNode, ToolRuntime
+from langgraph.store.base import BaseStore
 from langgraph.types import Command, Send, interrupt
 from pydantic import BaseModel
 
@@ -38,6 +40,7 @@ POLICY = {
     "approve_send": "unsafe",
     "hand_off": "unsafe",
     "ask_worker": "unsafe",
+    "transfer": "unsafe",
     "charge": "idempotent",
     "lookup": "pure",
     "draft": "pure",
@@ -124,6 +127,20 @@ class SendTool(StructuredTool):
         return f"sent to {to}"
 
 
+class FailingSendTool(StructuredTool):
+    """A tool class with its own `_run` that sends, then fails (the reply timed out)."""
+
+    def _run(self, to: str, **kwargs: Any) -> str:
+        effect("send", {"to": to})
+        msg = f"send: the mail server accepted the email to {to} but the reply timed out"
+        raise TimeoutError(msg)
+
+
+failing_own_run_send = FailingSendTool(
+    name="send", description="Send an email.", args_schema=_SendArgs, func=None
+)
+
+
 own_run_send = SendTool(name="send", description="Send an email.", args_schema=_SendArgs, func=None)
 
 
@@ -185,7 +202,7 @@ class SwapTool(AgentMiddleware):  # type: ignore[type-arg]
 class ServeNotify(AgentMiddleware):  # type: ignore[type-arg]
     """Offers `notify` and answers its calls itself (the effect happens here)."""
 
-    tools = [notify]
+    tools = [notify]  # noqa: RUF012  (what AgentMiddleware subclasses declare)
 
     def wrap_tool_call(self, request: Any, handler: Any) -> Any:
         call = request.tool_call
@@ -430,6 +447,86 @@ def own_run_tool(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
     return _agent(model, [own_run_send], checkpointer, store, guarded)
 
 
+def own_run_raises(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
+    """A tool class with its own `_run` that sends, then raises; errors become ToolMessages."""
+    errors = ToolErrorMiddleware(lambda error, request: f"failed: {error}")
+    model = turns([SEND])
+    return _agent(model, [failing_own_run_send], checkpointer, store, guarded, before=[errors])
+
+
+def hand_off_to_billing(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
+    """An agent (a subgraph) whose unsafe tool hands off to a parent's node with a Command."""
+    from langgraph.graph import MessagesState
+
+    @tool
+    def transfer(team: str, runtime: ToolRuntime) -> Command:  # type: ignore[type-arg]
+        """Transfer the customer to a team (unsafe: opens a ticket)."""
+        effect("transfer", {"team": team})
+        answer = ToolMessage("Transferred", tool_call_id=runtime.tool_call_id, name="transfer")
+        return Command(graph=Command.PARENT, goto=team, update={"messages": [answer]})
+
+    model = turns([("transfer", {"team": "billing"})], final="Done (no hand-off).")
+    agent = _agent(model, [transfer], None, store, guarded)
+
+    def billing(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [AIMessage("Billing here: your refund is on its way.")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent, destinations=("billing",))
+    builder.add_node("billing", billing)
+    builder.add_edge(START, "agent")
+    builder.add_edge("billing", END)
+    return builder.compile(checkpointer=checkpointer, store=store)
+
+
+_OUTAGE = {"down": False}
+"""Set by `send_then_time_out`: the store's next operation fails (an outage during the call)."""
+
+
+class OutageStore(BaseStore):
+    """The crash test's store, whose next operation fails once `_OUTAGE` says it is down."""
+
+    def __init__(self, store: BaseStore) -> None:
+        self.store = store
+
+    def batch(self, ops: Any) -> Any:
+        if _OUTAGE["down"]:
+            _OUTAGE["down"] = False
+            msg = "store unreachable: connection refused (db:5432)"
+            raise ConnectionError(msg)
+        return self.store.batch(ops)
+
+    async def abatch(self, ops: Any) -> Any:
+        return self.batch(ops)
+
+
+@tool("send")
+def send_then_time_out(to: str) -> str:
+    """Send an email; the reply times out while the store is down."""
+    effect("send", {"to": to})
+    _OUTAGE["down"] = True
+    msg = f"send: no reply from the mail server for the email to {to}"
+    raise TimeoutError(msg)
+
+
+def callback_store_down(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
+    """`ReplayGuardCallbackHandler` on a plain agent; its store is down when the send fails."""
+    from langgraph_replay_guard import ReplayGuardCallbackHandler
+
+    errors = ToolErrorMiddleware(lambda error, request: f"failed: {error}")
+    graph = create_agent(
+        turns([SEND], final="I could not confirm the email."),
+        [send_then_time_out],
+        middleware=[errors],
+        checkpointer=checkpointer,
+        store=store,
+    )
+    if not guarded:
+        return graph
+    handler = ReplayGuardCallbackHandler(tools=POLICY, store=OutageStore(store))
+    return graph.with_config(callbacks=[handler])
+
+
 @dataclass(frozen=True)
 class Composition:
     """A composition of the matrix: its builder and how the crash test drives it."""
@@ -464,6 +561,9 @@ COMPOSITIONS: dict[str, Composition] = {
         Composition(command_tool),
         Composition(interrupt_tool, answer_review),
         Composition(own_run_tool),
+        Composition(own_run_raises),
+        Composition(hand_off_to_billing),
+        Composition(callback_store_down),
     ]
 }
 """Every composition of the matrix, by name."""

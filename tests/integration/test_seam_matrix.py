@@ -58,8 +58,31 @@ SEAMS: dict[tuple[str, str | None], str] = {
         "seam 1: the sub-agent's send(to=ann) shares the parent's row: ReplayUnsafeError in "
         "the learning run"
     ),
+    ("own_run_raises", "after_outcome"): (
+        "seam 5: the StructuredTool subclass sent, then raised; the guard read 'never "
+        "started' and recorded retry, so the resume sends again (2 sends)"
+    ),
+    ("hand_off_to_billing", "after_outcome"): (
+        "seam 7: the hand-off replayed from the ledger is a plain ToolMessage without its "
+        "goto: the resumed run never reaches billing (not verified: it left the learning run)"
+    ),
+    ("callback_store_down", "after_outcome"): (
+        "seam 6: the unknown-outcome mark the store could not take stays in the killed "
+        "process's memory; the resume sends again (2 sends)"
+    ),
+    ("callback_store_down", "after_claim"): (
+        "limit, not a seam: the callback handler makes no durable claim before a tool runs "
+        "(docs/callbacks.md), so a crash before the outcome reruns the call on resume"
+    ),
+    ("callback_store_down", "after_tool"): (
+        "limit, not a seam: the callback handler makes no durable claim before a tool runs "
+        "(docs/callbacks.md), so a crash before the outcome reruns the call on resume"
+    ),
 }
-"""The cells that fail on this branch, by (composition, crash point or ALL), with why."""
+"""The cells that fail on this branch, by (composition, crash point or ALL), with why.
+
+Seams 1-8 are fixed on other branches (flip their rows after merging); a `limit` row is a
+documented limit of an integration, kept failing on purpose so that a change shows."""
 
 POSTGRES_SAMPLE = [("guard_first", "after_tool"), ("send_fan_out", "after_claim")]
 """The cells the PostgreSQL sample runs (SQLite runs them all)."""
@@ -157,7 +180,7 @@ def test_matrix_size_and_time(capsys: pytest.CaptureFixture[str]) -> None:
         print(
             f"\ncrash matrix: {len(COMPOSITIONS)} compositions x {len(POINTS)} crash points = "
             f"{len(CELLS)} cells, {trials} trials (two processes each), "
-            f"{len(SEAMS)} compositions marked for open seams; {total:.0f} s"
+            f"{len(SEAMS)} rows of open seams and limits; {total:.0f} s"
         )
         for name, seconds in sorted(_timings.items()):
             print(f"  {name}: {seconds:.1f} s")
