@@ -286,9 +286,13 @@ class Hooks:
                 recording.reset(token)
             hooks._point("after_outcome", where)
 
-        CallbackDecider.tool_start = hooked_tool_start  # type: ignore[method-assign]
-        CallbackDecider.record = hooked_record  # type: ignore[method-assign]
-        CallbackDecider.failed = hooked_failed  # type: ignore[method-assign]
+        replacements: dict[str, Callable[..., Any]] = {
+            "tool_start": hooked_tool_start,
+            "record": hooked_record,
+            "failed": hooked_failed,
+        }
+        for name, function in replacements.items():
+            setattr(CallbackDecider, name, function)
 
     def _counting(self, tool: Any) -> Any:
         invoke, ainvoke = tool.invoke, tool.ainvoke
