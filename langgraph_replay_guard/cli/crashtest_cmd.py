@@ -83,6 +83,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="run on PostgresSaver and PostgresStore (a schema per trial) instead of SQLite",
     )
+    parser.add_argument(
+        "--async",
+        dest="asynchronous",
+        action="store_true",
+        help="run every phase with ainvoke (the async path) instead of invoke",
+    )
+    parser.add_argument(
+        "--crashes",
+        type=int,
+        default=1,
+        help="processes killed at each trial's point before the last resume (2: the first "
+        "resume dies there too; default: 1)",
+    )
     parser.add_argument("--jobs", type=int, default=2, help="trials run at once (default: 2)")
     parser.add_argument(
         "--timeout", type=float, default=120.0, help="seconds per process (default: 120)"
@@ -110,6 +123,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             points=args.point,
             answer=args.answer,
             postgres=args.postgres,
+            asynchronous=args.asynchronous,
+            crashes=args.crashes,
         )
     except CrashTestError as exc:
         print(f"replay-guard crashtest: error: {exc}", file=err)

@@ -2,7 +2,8 @@
 
 Phases: `learn` (run the input to its end), `plain` (the same on the graph the target builds
 with `guarded=False`), `crash` (the same as `learn`, dying at `kill`: `[tool, ordinal,
-point]`), `resume` (`invoke(None, config)` on the thread). The options also name the target
+point]`), `resume` (`invoke(None, config)` on the thread); with `asynchronous`, every run is
+`ainvoke`. The options also name the target
 (`FILE_OR_MODULE:FUNCTION`), the input and the directory of the trial's databases and its
 `starts` file. Every phase that ends says which tool calls the thread holds (`calls`), so the
 parent can tell a run that went another way than the learning run.
@@ -92,7 +93,13 @@ def run(opts: dict[str, Any]) -> dict[str, Any]:
     kill = (str(given[0]), int(given[1]), str(given[2])) if given else None
     hooks = Hooks(phase, str(directory / "starts"), kill)
     postgres = opts.get("postgres")
-    saver, store = _postgres(postgres, directory) if postgres else _persistence(directory)
+    loop = _new_loop() if opts.get("asynchronous") else None
+    if loop is not None:
+        if postgres:
+            return {"error": "the async crash test runs on SQLite only (leave out postgres)"}
+        saver, store = _apersistence(directory, loop)
+    else:
+        saver, store = _postgres(postgres, directory) if postgres else _persistence(directory)
     plain = phase == "plain"
     try:
         graph = build_graph(opts["target"], checkpointer=saver, store=store, guarded=not plain)
@@ -107,6 +114,8 @@ def run(opts: dict[str, Any]) -> dict[str, Any]:
     answered: list[Any] = []
     try:
         answer = load_function(opts["answer"]) if opts.get("answer") else None
+        if loop is not None:
+            graph = _AsyncRuns(graph, loop)
         graph.invoke(None if phase == "resume" else opts["input"], config, durability="sync")
         _answer_interrupts(graph, config, answer, answered)
     except CrashTestError as exc:
@@ -128,6 +137,47 @@ def run(opts: dict[str, Any]) -> dict[str, Any]:
 
 _MAX_ANSWERS = 20
 """How many interrupts one phase answers at most (an answer that never ends the run)."""
+
+
+def _new_loop() -> Any:
+    import asyncio
+
+    return asyncio.new_event_loop()
+
+
+def _apersistence(directory: Path, loop: Any) -> tuple[Any, Any]:
+    """`AsyncSqliteSaver` and `AsyncSqliteStore` on the phase's event loop."""
+    import aiosqlite
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+    from langgraph.store.sqlite.aio import AsyncSqliteStore
+
+    async def open_both() -> tuple[Any, Any]:
+        saver = AsyncSqliteSaver(await aiosqlite.connect(directory / "checkpoints.db"))
+        store = AsyncSqliteStore(await aiosqlite.connect(directory / "store.db"))
+        await saver.setup()
+        await store.setup()
+        return saver, store
+
+    result: tuple[Any, Any] = loop.run_until_complete(open_both())
+    return result
+
+
+class _AsyncRuns:
+    """The graph as the phase drives it, every run and state read on one event loop.
+
+    The async checkpointer and store are bound to that loop, so `invoke` is `ainvoke` (the
+    async path of every hook and tool) and `get_state` is `aget_state`, run to their end.
+    """
+
+    def __init__(self, graph: Any, loop: Any) -> None:
+        self.graph = graph
+        self.loop = loop
+
+    def invoke(self, input: Any, config: dict[str, Any], **kwargs: Any) -> Any:
+        return self.loop.run_until_complete(self.graph.ainvoke(input, config, **kwargs))
+
+    def get_state(self, config: dict[str, Any]) -> Any:
+        return self.loop.run_until_complete(self.graph.aget_state(config))
 
 
 def _answer_interrupts(

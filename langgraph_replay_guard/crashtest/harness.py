@@ -43,6 +43,8 @@ def crashtest(
     points: Sequence[str] | None = None,
     answer: str | Callable[[Any], Any] | None = None,
     postgres: str | None = None,
+    asynchronous: bool = False,
+    crashes: int = 1,
 ) -> CrashReport:
     """Crash-test a guarded graph: SIGKILL each tool call at each crash point, then resume.
 
@@ -83,6 +85,10 @@ def crashtest(
             end.
         postgres: A PostgreSQL URI: run every phase on `PostgresSaver` and `PostgresStore`
             (a schema per trial, left on the server) instead of fresh SQLite files.
+        asynchronous: Run every phase with `ainvoke` (the async hooks and tools) instead of
+            `invoke`.
+        crashes: How many processes die at each trial's point: 2 kills the first resume at
+            the same point again (when it gets there) before the last resume.
 
     Returns:
         The report; `report.ok` is False when an `unsafe` or `idempotent` call's body started
@@ -105,6 +111,9 @@ def crashtest(
     """
     target = target_name(target)
     split_target(target)  # a malformed target fails here, before any process starts
+    if crashes < 1:
+        msg = f"crashes={crashes}: at least one process must die per trial"
+        raise CrashTestError(msg)
     given = DEFAULT_INPUT if input is None else input
     answering = None if answer is None else target_name(answer)
     allowed = frozenset(allow_rerun)
@@ -117,7 +126,13 @@ def crashtest(
         servers = _Servers(target, timeout, max(1, jobs), root)
         try:
             learn_dir = _fresh(root, "learn")
-            base = {"target": target, "input": given, "answer": answering, "postgres": postgres}
+            base = {
+                "target": target,
+                "input": given,
+                "answer": answering,
+                "postgres": postgres,
+                "asynchronous": asynchronous,
+            }
             learned = servers.ask({**base, "dir": learn_dir, "phase": "learn"})
             if "error" in learned:
                 raise CrashTestError(str(learned["error"]))
@@ -128,6 +143,7 @@ def crashtest(
                 allowed=allowed,
                 classes=_classes(calls, _read_starts(Path(learn_dir) / "starts")),
                 final=learned.get("final"),
+                crashes=crashes,
             )
             plan = [(call, point) for call in calls for point in chosen]
 
@@ -192,6 +208,8 @@ class _Path:
     """The replay class of each tool the ledger saw."""
     final: str | None
     """The text of the last AIMessage (the final answer)."""
+    crashes: int = 1
+    """How many processes die at the trial's point before the last resume."""
 
 
 def _fresh(root: str, name: str) -> str:
@@ -212,9 +230,19 @@ def _trial(
     resumed: dict[str, Any] = {}
     thread = crash.get("calls")
     if error is None:
-        resumed = servers.ask({**opts, "phase": "resume", "call": where})
+        again = 0
+        for attempt in range(path.crashes):
+            ask = {**opts, "phase": "resume", "call": where}
+            if attempt < path.crashes - 1:  # the resume dies at the same point too
+                ask["kill"] = [*where, point]
+            resumed = servers.ask(ask)
+            if not resumed.get("killed"):
+                break
+            again += 1
         error = resumed.get("error")
         resume = str(resumed.get("resume", "-"))
+        if again:
+            resume = f"killed again {again}x, {resume}"
         surfaced = resumed.get("surfaced")
         thread = resumed.get("calls", thread)
     starts = _read_starts(Path(opts["dir"]) / "starts")

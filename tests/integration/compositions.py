@@ -189,6 +189,9 @@ class PassThrough(AgentMiddleware):  # type: ignore[type-arg]
     def wrap_tool_call(self, request: Any, handler: Any) -> Any:
         return handler(request)
 
+    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+        return await handler(request)
+
 
 class SwapTool(AgentMiddleware):  # type: ignore[type-arg]
     """Runs the new mail API's `send` instead of the tool the agent was given."""
@@ -197,6 +200,11 @@ class SwapTool(AgentMiddleware):  # type: ignore[type-arg]
         if request.tool_call["name"] == "send":
             return handler(request.override(tool=send_v2))
         return handler(request)
+
+    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+        if request.tool_call["name"] == "send":
+            return await handler(request.override(tool=send_v2))
+        return await handler(request)
 
 
 class ServeNotify(AgentMiddleware):  # type: ignore[type-arg]
@@ -211,6 +219,11 @@ class ServeNotify(AgentMiddleware):  # type: ignore[type-arg]
         effect("notify", dict(call["args"]))
         return ToolMessage(content="notified", tool_call_id=call["id"], name="notify")
 
+    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+        if request.tool_call["name"] != "notify":
+            return await handler(request)
+        return self.wrap_tool_call(request, handler)
+
 
 class TraceArgs(AgentMiddleware):  # type: ignore[type-arg]
     """Adds a trace id to every call's arguments before it runs."""
@@ -219,6 +232,11 @@ class TraceArgs(AgentMiddleware):  # type: ignore[type-arg]
         call = request.tool_call
         traced = {**call, "args": {**call["args"], "trace_id": f"trace-{call['id']}"}}
         return handler(request.override(tool_call=traced))
+
+    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+        call = request.tool_call
+        traced = {**call, "args": {**call["args"], "trace_id": f"trace-{call['id']}"}}
+        return await handler(request.override(tool_call=traced))
 
 
 @tool("send")
@@ -238,6 +256,14 @@ class CorrectAndRetry(AgentMiddleware):  # type: ignore[type-arg]
         except ValueError:
             fixed = {**call, "args": {**call["args"], "to": f"{call['args']['to']}@example.com"}}
             return handler(request.override(tool_call=fixed))
+
+    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+        call = request.tool_call
+        try:
+            return await handler(request)
+        except ValueError:
+            fixed = {**call, "args": {**call["args"], "to": f"{call['args']['to']}@example.com"}}
+            return await handler(request.override(tool_call=fixed))
 
 
 @tool("send")
