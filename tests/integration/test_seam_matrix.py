@@ -12,8 +12,9 @@ and resumed runs kept to the learning run's path) and
 - every unknown outcome (an unsafe call killed after its claim) surfaced as an error or an
   interrupt instead of a rerun.
 A composition's clean run without the guard must make the same tool calls and give the same
-final answer as its guarded clean run. A PostgreSQL sample runs a few cells on
-`PostgresSaver` and `PostgresStore`.
+final answer as its guarded clean run. Samples run a few compositions with `ainvoke` (the
+async hooks), with two crashes per trial (the first resume dies at the same point), and a
+few cells on `PostgresSaver` and `PostgresStore`.
 
 The cells that fail today because of a seam fixed on another branch are marked in `SEAMS`,
 the one table the lead flips after merging.
@@ -87,12 +88,24 @@ documented limit of an integration, kept failing on purpose so that a change sho
 POSTGRES_SAMPLE = [("guard_first", "after_tool"), ("send_fan_out", "after_claim")]
 """The cells the PostgreSQL sample runs (SQLite runs them all)."""
 
+ASYNC_SAMPLE = ["guard_last", "interrupt_tool", "own_run_raises"]
+"""Compositions also run with `ainvoke` (the async hooks), at every crash point."""
+
+TWICE_SAMPLE = ["guard_first", "interrupt_tool"]
+"""Compositions also run with two crashes per trial (the first resume dies at the point too)."""
+
 _timings: dict[str, float] = {}
 
 
 @cache
-def _report(name: str, postgres: str | None = None) -> CrashReport | CrashTestError:
-    """The composition's crash test, run once per session and backend."""
+def _report(
+    name: str, postgres: str | None = None, mode: str = "sync"
+) -> CrashReport | CrashTestError:
+    """The composition's crash test, run once per session, backend and mode.
+
+    `mode`: `sync` (`invoke`, one crash per trial), `async` (`ainvoke`) or `twice` (two
+    crashes at the trial's point before the last resume).
+    """
     composition = COMPOSITIONS[name]
     points = None if postgres is None else [p for n, p in POSTGRES_SAMPLE if n == name]
     started = time.monotonic()
@@ -101,16 +114,19 @@ def _report(name: str, postgres: str | None = None) -> CrashReport | CrashTestEr
             composition.build,
             answer=composition.answer,
             allow_rerun=composition.allow_rerun,
-            compare_unguarded=postgres is None,
+            compare_unguarded=postgres is None and mode == "sync",
             points=points,
             postgres=postgres,
+            asynchronous=mode == "async",
+            crashes=2 if mode == "twice" else 1,
             jobs=2,
             timeout=60,
         )
     except CrashTestError as exc:
         return exc
     finally:
-        _timings[f"{name}{'' if postgres is None else ' (postgres)'}"] = time.monotonic() - started
+        label = name + ("" if postgres is None else " (postgres)")
+        _timings[label + ("" if mode == "sync" else f" ({mode})")] = time.monotonic() - started
 
 
 def _seam(name: str, point: str | None) -> list[Any]:
@@ -121,6 +137,18 @@ def _seam(name: str, point: str | None) -> list[Any]:
 CELLS = [
     pytest.param(name, point, id=f"{name}-{point}", marks=_seam(name, point))
     for name in COMPOSITIONS
+    for point in POINTS
+]
+
+
+ASYNC_CELLS = [
+    pytest.param(name, point, id=f"{name}-{point}", marks=_seam(name, point))
+    for name in ASYNC_SAMPLE
+    for point in POINTS
+]
+TWICE_CELLS = [
+    pytest.param(name, point, id=f"{name}-{point}", marks=_seam(name, point))
+    for name in TWICE_SAMPLE
     for point in POINTS
 ]
 
@@ -137,6 +165,16 @@ def _check(report: CrashReport | CrashTestError, point: str) -> None:
 @pytest.mark.parametrize(("name", "point"), CELLS)
 def test_cell(name: str, point: str) -> None:
     _check(_report(name), point)
+
+
+@pytest.mark.parametrize(("name", "point"), ASYNC_CELLS)
+def test_async_cell(name: str, point: str) -> None:
+    _check(_report(name, mode="async"), point)
+
+
+@pytest.mark.parametrize(("name", "point"), TWICE_CELLS)
+def test_cell_crashed_twice(name: str, point: str) -> None:
+    _check(_report(name, mode="twice"), point)
 
 
 @pytest.mark.parametrize(
@@ -176,10 +214,12 @@ def test_matrix_size_and_time(capsys: pytest.CaptureFixture[str]) -> None:
         len(r.trials) for n in COMPOSITIONS if not isinstance(r := _report(n), CrashTestError)
     )
     total = sum(_timings.values())
+    samples = len(ASYNC_CELLS) + len(TWICE_CELLS) + len(POSTGRES_SAMPLE)
     with capsys.disabled():
         print(
             f"\ncrash matrix: {len(COMPOSITIONS)} compositions x {len(POINTS)} crash points = "
-            f"{len(CELLS)} cells, {trials} trials (two processes each), "
+            f"{len(CELLS)} cells (+{samples} async, crashed-twice and PostgreSQL cells), "
+            f"{trials} trials on SQLite (two processes each), "
             f"{len(SEAMS)} rows of open seams and limits; {total:.0f} s"
         )
         for name, seconds in sorted(_timings.items()):
