@@ -86,3 +86,27 @@ def restarting_script(*, checkpointer: Any, store: Any) -> Any:
     return agent_graph(
         model, [get_details_by_id, transfer_to_human_agents], guard=guard, checkpointer=checkpointer
     )
+
+
+def _send_then_loop(messages: list[BaseMessage]) -> Any:
+    answered = sum(isinstance(m, ToolMessage) for m in messages)
+    if answered == 0:
+        return [("send_email", {"to": "ann@example.com"})]
+    if answered < 7:
+        return [("get_details_by_id", {"id": "P1002"})]  # the same read, again and again
+    return "Looked it up six times."
+
+
+def changed_by_the_guard(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
+    """An agent whose clean run the guard changes: it stops the repeated read.
+
+    The guarded run ends with the guard's stop; the unguarded one reads six times and
+    answers, which `compare_unguarded` reports.
+    """
+    guard = ReplayGuard(tools={"send_email": "unsafe"}, store=store)
+    return create_agent(
+        ScriptedChatModel(script=[_send_then_loop] * 10),
+        [send_email, get_details_by_id],
+        middleware=[guard.middleware()] if guarded else [],
+        checkpointer=checkpointer,
+    )

@@ -139,3 +139,21 @@ def test_the_verdict_of_an_unknown_outcome_that_did_not_surface():
     off_path = Trial(call, "after_tool", True, 1, (None,), "went on", diverged="x", surfaced=True)
     assert not off_path.verified
     assert str(off_path.problem).startswith("not verified: x")
+
+
+def test_compare_unguarded_reports_a_clean_run_the_guard_changed(capsys):
+    status = main(
+        [
+            "crashtest",
+            f"{GRAPHS}:changed_by_the_guard",
+            "--compare-unguarded",
+            "--point",
+            "before_claim",
+            "--allow-rerun",
+            "get_details_by_id",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert status == 1, out
+    assert "- without the guard: its tool calls were" in out
+    assert "ok:" not in out
