@@ -160,7 +160,26 @@ def crashtest(
                 unguarded = _compare_unguarded(learned, plain)
         finally:
             servers.close()
-    return CrashReport(calls=calls, trials=trials, unguarded=unguarded)
+    return CrashReport(
+        calls=calls, trials=trials, unguarded=unguarded, learning=tuple(_learning_reruns(path))
+    )
+
+
+def _learning_reruns(path: _Path) -> list[str]:
+    """The unsafe or idempotent bodies that ran twice for one call in the learning run itself.
+
+    No crash is needed for a middleware inside the guard to run a body again (a retry after
+    the effect): the trials only compare with the learning run, so it is checked here.
+    """
+    found = []
+    for (tool, ordinal), keys in _per_call(path.starts, path.starts).items():
+        replay = path.classes.get(tool)
+        if len(keys) < 2 or replay not in ("unsafe", "idempotent"):
+            continue
+        problem = _rerun_problem(path, tool, keys)
+        if problem is not None:
+            found.append(f"{tool} #{ordinal} started {len(keys)} times in one run: {problem}")
+    return found
 
 
 def target_name(target: str | Callable[..., Any]) -> str:

@@ -153,6 +153,9 @@ class CrashReport:
     unguarded: str | None = None
     """How the same graph without the guard behaved otherwise (its tool calls or its final
     answer in a clean run), or None: the same, or not compared."""
+    learning: tuple[str, ...] = ()
+    """Unsafe or idempotent bodies that ran twice for one call in the learning run itself
+    (no crash needed: a middleware inside the guard ran the body again)."""
 
     @property
     def problems(self) -> list[Trial]:
@@ -167,7 +170,7 @@ class CrashReport:
     @property
     def ok(self) -> bool:
         """Whether every trial was verified, none failed, and the unguarded run agreed."""
-        return not self.problems and self.unguarded is None
+        return not self.problems and self.unguarded is None and not self.learning
 
     @property
     def exit_status(self) -> int:
@@ -182,6 +185,7 @@ class CrashReport:
             "trials": [t.to_json() for t in self.trials],
             "unverified": len(self.unverified),
             "unguarded": self.unguarded,
+            "learning": list(self.learning),
         }
 
     def render(self) -> str:
@@ -216,6 +220,7 @@ class CrashReport:
         )
         if self.unguarded is not None:
             lines.append(f"- without the guard: {self.unguarded}")
+        lines.extend(f"- in the learning run: {problem}" for problem in self.learning)
         if any(t.diverged for t in self.trials):
             lines.append(DIVERGED_HINT)
         return "\n".join(lines)

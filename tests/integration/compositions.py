@@ -553,6 +553,53 @@ def callback_store_down(*, checkpointer: Any, store: Any, guarded: bool = True) 
     return graph.with_config(callbacks=[handler])
 
 
+_ATTEMPTS = {"send": 0}
+
+
+@tool("send")
+def send_then_time_out_once(to: str) -> str:
+    """Send an email; the first reply in a process times out after the email went out."""
+    effect("send", {"to": to})
+    _ATTEMPTS["send"] += 1
+    if _ATTEMPTS["send"] == 1:
+        msg = f"send: no reply from the mail server for the email to {to}"
+        raise TimeoutError(msg)
+    return f"sent to {to}"
+
+
+def retry_after_effect(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
+    """ToolRetryMiddleware inside the guard retries a send that timed out after sending."""
+    retry = ToolRetryMiddleware(
+        max_retries=1, retry_on=(TimeoutError,), initial_delay=0, jitter=False
+    )
+    model = turns([SEND])
+    return _agent(model, [send_then_time_out_once], checkpointer, store, guarded, after=[retry])
+
+
+def same_call_twice(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
+    """The model asks for the same send twice in one turn (two ids), and a charge."""
+    model = turns([SEND, SEND, CHARGE])
+    return _agent(model, [send, charge], checkpointer, store, guarded)
+
+
+def agent_in_subgraph(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
+    """The guarded agent as a node of a parent graph (its checkpoints in a namespace)."""
+    from langgraph.graph import MessagesState
+
+    agent = _agent(turns([CHARGE, SEND]), [charge, send], None, store, guarded)
+
+    def wrap_up(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [AIMessage("Wrapped up.")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("wrap_up", wrap_up)
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", "wrap_up")
+    builder.add_edge("wrap_up", END)
+    return builder.compile(checkpointer=checkpointer, store=store)
+
+
 @dataclass(frozen=True)
 class Composition:
     """A composition of the matrix: its builder and how the crash test drives it."""
@@ -590,6 +637,9 @@ COMPOSITIONS: dict[str, Composition] = {
         Composition(own_run_raises),
         Composition(hand_off_to_billing),
         Composition(callback_store_down),
+        Composition(same_call_twice),
+        Composition(retry_after_effect),
+        Composition(agent_in_subgraph),
     ]
 }
 """Every composition of the matrix, by name."""

@@ -71,6 +71,17 @@ SEAMS: dict[tuple[str, str | None], str] = {
         "seam 6: the unknown-outcome mark the store could not take stays in the killed "
         "process's memory; the resume sends again (2 sends)"
     ),
+    ("retry_after_effect", "learning"): (
+        "new, found by the matrix (seams 3/4): ToolRetryMiddleware inside the guard reruns an "
+        "unsafe send that raised after its effect: 2 sends in one clean run"
+    ),
+    ("retry_after_effect", "before_claim"): (
+        "new, found by the matrix (seams 3/4): the resume's retry sends twice in one process"
+    ),
+    ("retry_after_effect", "after_outcome"): (
+        "new, found by the matrix (seams 3/4): the first attempt's error is recorded as a "
+        "retry, so the resume sends again, twice (3 sends)"
+    ),
     ("callback_store_down", "after_claim"): (
         "limit, not a seam: the callback handler makes no durable claim before a tool runs "
         "(docs/callbacks.md), so a crash before the outcome reruns the call on resume"
@@ -81,6 +92,8 @@ SEAMS: dict[tuple[str, str | None], str] = {
     ),
 }
 """The cells that fail on this branch, by (composition, crash point or ALL), with why.
+
+`learning` names the check of the clean (learning) run itself.
 
 Seams 1-8 are fixed on other branches (flip their rows after merging); a `limit` row is a
 documented limit of an integration, kept failing on purpose so that a change shows."""
@@ -165,6 +178,18 @@ def _check(report: CrashReport | CrashTestError, point: str) -> None:
 @pytest.mark.parametrize(("name", "point"), CELLS)
 def test_cell(name: str, point: str) -> None:
     _check(_report(name), point)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(name, marks=_seam(name, "learning")) for name in COMPOSITIONS],
+)
+def test_the_clean_run_ran_each_unsafe_body_once(name: str) -> None:
+    """No crash needed: a middleware inside the guard must not run a body twice either."""
+    report = _report(name)
+    if isinstance(report, CrashTestError):
+        raise report
+    assert not report.learning, report.learning
 
 
 @pytest.mark.parametrize(("name", "point"), ASYNC_CELLS)
