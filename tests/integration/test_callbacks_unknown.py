@@ -207,8 +207,8 @@ def test_unknown_outcomes_are_never_capped_per_thread(kind):
     # Issue 32 seam 6: a cap that forgets a mark lets its call run twice. Each mark is an
     # item of its own (or an entry in memory), read by key and listed a page at a time.
     from langgraph_replay_guard.decisions.engine import call_facts
-    from langgraph_replay_guard.integrations.callbacks.marks import MarkBook
     from langgraph_replay_guard.integrations.callbacks.decisions import find_mark, new_mark
+    from langgraph_replay_guard.integrations.callbacks.marks import MarkBook
 
     book = MarkBook(InMemoryStore() if kind == "store" else None, ("ns", "callbacks"), 10)
     thread = ("thread", "t1")
@@ -217,5 +217,6 @@ def test_unknown_outcomes_are_never_capped_per_thread(kind):
         book.put(thread, new_mark(f, ConnectionError("reset")))
     assert all(book.find(thread, f.key) is not None for f in facts), "no mark was dropped"
     first, rest = book.page(thread, limit=25), book.page(thread, limit=25, offset=25)
-    assert len(first) == 25 and len(rest) == 15
+    assert len(first) == 25
+    assert len(rest) == 15
     assert all(find_mark(first + rest, f.key) is not None for f in facts)

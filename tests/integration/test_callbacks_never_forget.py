@@ -1,0 +1,218 @@
+"""Issue 32, seam 6: the callback handler never forgets a mark that protects a side effect.
+
+(a) The handler's store goes down while an unsafe tool runs (it sent, then raised): the mark
+    must already be durable, so that a new process with the store back, after this one exits
+    normally or is killed with SIGKILL, refuses the identical call (one email, not two). A
+    process killed inside the tool body leaves the same durable unknown outcome.
+(b) One batch of 40 different unsafe calls that all raise after sending: every one stays
+    protected (no cap forgets 8 of them); after the operator settles 32, the model's retry
+    of the other 8 sends nothing.
+
+Real processes, a real `SqliteStore` whose connection is closed under the handler, effects
+counted by the tool body in a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain.agents.middleware import ToolRetryMiddleware
+from langchain_core.messages import HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.store.base import BaseStore
+from langgraph.store.sqlite import SqliteStore
+
+from langgraph_replay_guard import GuardConfig, ReplayGuardCallbackHandler
+from langgraph_replay_guard.testing import ScriptedChatModel
+
+os.environ["LANGSMITH_TRACING"] = "false"
+
+CHILD = Path(__file__).with_name("proc_callbacks_marks.py")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Files:
+    """The store, checkpoints and outbox of one scenario, shared by its processes."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.store = str(tmp_path / "guard.db")
+        self.checkpoints = str(tmp_path / "checkpoints.db")
+        self.outbox = tmp_path / "outbox.txt"
+
+    def argv(self, mode: str) -> list[str]:
+        return [sys.executable, str(CHILD), self.store, self.checkpoints, str(self.outbox), mode]
+
+    def sent(self) -> int:
+        """How many emails the tool body really sent, in every process."""
+        if not self.outbox.exists():
+            return 0
+        return len(self.outbox.read_text(encoding="utf-8").splitlines())
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "LANGSMITH_TRACING": "false"}
+
+
+def run(files: Files, mode: str) -> dict[str, Any]:
+    """Run the child to its end; its JSON line."""
+    done = subprocess.run(
+        files.argv(mode), capture_output=True, text=True, timeout=120, env=_env(), check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_and_kill(files: Files, mode: str, line: str) -> None:
+    """Run the child until it prints `line`, then kill it with SIGKILL."""
+    child = subprocess.Popen(
+        files.argv(mode), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
+    )
+    try:
+        assert child.stdout is not None
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            got = child.stdout.readline()
+            if got.strip() == line or not got:
+                break
+        assert got.strip() == line, (child.stderr.read() if child.stderr else "")[-3000:]
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.wait(timeout=30)
+        for stream in (child.stdout, child.stderr):
+            if stream is not None:
+                stream.close()
+    assert child.returncode == -signal.SIGKILL
+
+
+# -- (a) the store is down when the unsafe tool raises ---------------------------------------
+
+
+@pytest.mark.parametrize("end", ["exit", "sigkill"])
+def test_a_mark_made_while_the_store_is_down_survives_the_process(tmp_path, end):
+    files = Files(tmp_path)
+    if end == "exit":
+        first = run(files, "down-exit")
+        assert "connection reset by peer" in first["tool_messages"][0]
+    else:
+        run_and_kill(files, "down-kill", "ready")
+    assert files.sent() == 1
+
+    # A new process, the store back: the model sends the same email again.
+    again = run(files, "again")
+    assert files.sent() == 1, "the email must not be sent a second time"
+    refusal = again["tool_messages"][-1]
+    assert "outcome is unknown" in refusal
+    assert "send_email" in refusal
+
+
+def test_a_process_killed_inside_an_unsafe_tool_leaves_a_durable_unknown_outcome(tmp_path):
+    files = Files(tmp_path)
+    run_and_kill(files, "kill-in-body", "sent")
+    assert files.sent() == 1
+
+    resumed = run(files, "resume")  # the pending call runs again on resume
+    assert files.sent() == 1, "the resumed call must not send a second email"
+    refusal = resumed["tool_messages"][-1]
+    assert "outcome is unknown" in refusal
+    assert "its end was never recorded" in refusal
+    again = run(files, "again")
+    assert files.sent() == 1
+    assert "outcome is unknown" in again["tool_messages"][-1]
+
+
+def test_the_store_down_before_an_unsafe_call_refuses_it_loudly(tmp_path):
+    # Down before the body: nothing can be claimed, so nothing runs, and the model (and the
+    # log) are told the store is down and that nothing with side effects can run safely.
+    files = Files(tmp_path)
+    sent: list[str] = []
+
+    @tool
+    def send_email(to: str, body: str) -> str:
+        """Send an email."""
+        sent.append(to)
+        return "sent"
+
+    with SqliteStore.from_conn_string(files.store) as store:
+        store.setup()
+        handler = ReplayGuardCallbackHandler(
+            GuardConfig(tools={"send_email": "unsafe"}), store=store
+        )
+        store.conn.close()
+        model = ScriptedChatModel(script=[[("send_email", {"to": "ann", "body": "hi"})], "Sorry."])
+        agent = create_agent(model, [send_email], checkpointer=InMemorySaver())
+        out = agent.invoke(
+            {"messages": [HumanMessage("send it")]},
+            {"configurable": {"thread_id": "t1"}, "callbacks": [handler]},
+        )
+    assert sent == []
+    refusal = [m.text for m in out["messages"] if isinstance(m, ToolMessage)][-1]
+    assert "'send_email' (unsafe)" in refusal
+    assert "store failed" in refusal
+    assert "nothing with side effects can run safely" in refusal
+
+
+# -- (b) one batch of 40 unsafe calls that all raise after sending ----------------------------
+
+COUNT = 40
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_batch_of_forty_unknown_outcomes_forgets_none(tmp_path, kind):
+    emails = [{"to": f"user{n}@example.com", "body": "hi"} for n in range(COUNT)]
+    sent: list[str] = []
+    all_sent = threading.Barrier(COUNT, timeout=60)
+
+    @tool
+    def send_email(to: str, body: str) -> str:
+        """Send an email."""
+        sent.append(to)
+        if len(sent) <= COUNT:
+            all_sent.wait()  # the first batch runs all at once, as the issue saw it
+        # Then they fail in order: the oldest outcomes are the first a cap would drop.
+        time.sleep(0.02 * int(to[4:].split("@")[0]))
+        raise ConnectionError("connection reset by peer")  # sent, the answer lost
+
+    with ExitStack() as stack:
+        store: BaseStore | None = None
+        if kind == "sqlite":
+            store = stack.enter_context(SqliteStore.from_conn_string(str(tmp_path / "guard.db")))
+            store.setup()
+        config = GuardConfig(tools={"send_email": "unsafe"}, max_same_failures=0)
+        handler = ReplayGuardCallbackHandler(config, store=store)
+        batch = [("send_email", email) for email in emails]
+        model = ScriptedChatModel(script=[batch, "Some emails may not have gone out."])
+        retry = ToolRetryMiddleware(max_retries=0, on_failure="continue", initial_delay=0)
+        agent = create_agent(model, [send_email], middleware=[retry], checkpointer=InMemorySaver())
+        cfg: Any = {
+            "configurable": {"thread_id": "t1"},
+            "callbacks": [handler],
+            "max_concurrency": COUNT,
+        }
+        agent.invoke({"messages": [HumanMessage("send the newsletter")]}, cfg)
+        assert len(sent) == COUNT
+
+        # The operator finds the 32 newest in the mail server's log and settles them.
+        for email in emails[COUNT - 32 :]:
+            handler.resolve("t1", "send_email", email, "succeeded", "delivered")
+
+        # The model retries the other 8: their outcome is still unknown.
+        model.script.extend([[("send_email", e) for e in emails[: COUNT - 32]], "Unsure."])
+        out = agent.invoke({"messages": [HumanMessage("did they all go out?")]}, cfg)
+        assert len(sent) == COUNT, "none of the 8 unsettled emails may be sent twice"
+        texts = [m.text for m in out["messages"] if isinstance(m, ToolMessage)][-8:]
+        assert all("outcome is unknown" in text for text in texts), texts
+        # They are all still listed for the operator, and settle one by one.
+        for email in emails[: COUNT - 32]:
+            handler.resolve("t1", "send_email", email, "failed", "bounced")
