@@ -216,3 +216,72 @@ def test_a_batch_of_forty_unknown_outcomes_forgets_none(tmp_path, kind):
         # They are all still listed for the operator, and settle one by one.
         for email in emails[: COUNT - 32]:
             handler.resolve("t1", "send_email", email, "failed", "bounced")
+
+
+# -- what settles a claim, and marks of earlier releases -------------------------------------
+
+
+def test_an_unsafe_tool_that_asks_a_human_runs_again_on_resume(tmp_path):
+    # `interrupt()` is a pause LangGraph reruns by design: the claim written when the tool
+    # started is settled, so the rerun on resume is not taken for an unknown outcome.
+    from langgraph.types import Command, interrupt
+
+    sent: list[str] = []
+
+    @tool
+    def send_email(to: str, body: str) -> str:
+        """Send an email, once a human approves it."""
+        if interrupt({"send to": to}) != "yes":
+            return "not sent"
+        sent.append(to)
+        return "sent"
+
+    with SqliteStore.from_conn_string(str(tmp_path / "guard.db")) as store:
+        store.setup()
+        handler = ReplayGuardCallbackHandler(
+            GuardConfig(tools={"send_email": "unsafe"}), store=store
+        )
+        model = ScriptedChatModel(script=[[("send_email", {"to": "ann", "body": "hi"})], "Sent."])
+        agent = create_agent(model, [send_email], checkpointer=InMemorySaver())
+        cfg: Any = {"configurable": {"thread_id": "t1"}, "callbacks": [handler]}
+        paused = agent.invoke({"messages": [HumanMessage("send it")]}, cfg)
+        assert "__interrupt__" in paused
+        assert sent == []
+        out = agent.invoke(Command(resume="yes"), cfg)
+    assert sent == ["ann"]
+    assert [m.text for m in out["messages"] if isinstance(m, ToolMessage)] == ["sent"]
+
+
+def test_a_mark_an_earlier_release_kept_in_the_thread_state_still_refuses():
+    # Earlier releases kept the marks in a list inside the thread's guard state.
+    from langgraph.store.memory import InMemoryStore
+
+    from langgraph_replay_guard.decisions.engine import call_facts
+    from langgraph_replay_guard.integrations.callbacks.decisions import UNKNOWN_FIELD
+
+    store = InMemoryStore()
+    config = GuardConfig(tools={"send_email": "unsafe"})
+    email = {"to": "ann", "body": "hi"}
+    facts = call_facts(config, "send_email", email)
+    old = {"k": facts.key, "n": "send_email", "a": facts.args_summary, "e": "ConnectionError: x"}
+    handler = ReplayGuardCallbackHandler(config, store=store)
+    scopes = handler._guard.scopes
+    scope = scopes.get(("thread", "t1"))
+    with scope.lock:
+        scopes.write_field(scope, UNKNOWN_FIELD, [old])
+    sent: list[str] = []
+
+    @tool
+    def send_email(to: str, body: str) -> str:
+        """Send an email."""
+        sent.append(to)
+        return "sent"
+
+    cfg: Any = {"callbacks": [ReplayGuardCallbackHandler(config, store=store)]}
+    cfg["metadata"] = {"thread_id": "t1"}
+    with pytest.raises(Exception, match="outcome is unknown"):
+        send_email.invoke(email, cfg)
+    assert sent == []
+    handler.resolve("t1", "send_email", email, "retry")
+    assert send_email.invoke(email, cfg) == "sent"
+    assert sent == ["ann"]
