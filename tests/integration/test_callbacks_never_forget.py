@@ -285,3 +285,55 @@ def test_a_mark_an_earlier_release_kept_in_the_thread_state_still_refuses():
     handler.resolve("t1", "send_email", email, "retry")
     assert send_email.invoke(email, cfg) == "sent"
     assert sent == ["ann"]
+
+
+@pytest.mark.postgres
+def test_a_mark_made_while_postgres_is_stopped_survives_the_handler():
+    # The same as (a) on a PostgresStore whose server is really stopped while the tool runs
+    # (a private server: the session's is shared). The second handler, on a new connection
+    # once the server is back, stands for a new process: the first one's memory is gone.
+    from langgraph.store.postgres import PostgresStore
+
+    from .conftest import _find_binary, _Server
+
+    initdb, pg_ctl = _find_binary("initdb"), _find_binary("pg_ctl")
+    if initdb is None or pg_ctl is None:
+        pytest.skip("no PostgreSQL server binaries")
+    server = _Server(initdb, pg_ctl)
+    uri = server.start()
+    options = f"-p {server.port} -k {server.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
+    config = GuardConfig(tools={"send_email": "unsafe"})
+    email = {"to": "ann@example.com", "body": "hi"}
+    sent: list[str] = []
+
+    @tool
+    def send_email(to: str, body: str) -> str:
+        """Send an email."""
+        sent.append(to)
+        if len(sent) == 1:
+            server._run(pg_ctl, "-D", str(server.data), "-m", "immediate", "stop")
+            raise ConnectionError("connection reset by peer")
+        return "sent"
+
+    try:
+        with PostgresStore.from_conn_string(uri) as store:
+            store.setup()
+            first: Any = {
+                "callbacks": [ReplayGuardCallbackHandler(config, store=store)],
+                "metadata": {"thread_id": "t1"},
+            }
+            with pytest.raises(ConnectionError):
+                send_email.invoke(email, first)
+        server._run(
+            pg_ctl, "-D", str(server.data), "-o", options, "-l", str(server.log), "-w", "start"
+        )
+        with PostgresStore.from_conn_string(uri) as store:
+            again: Any = {
+                "callbacks": [ReplayGuardCallbackHandler(config, store=store)],
+                "metadata": {"thread_id": "t1"},
+            }
+            with pytest.raises(Exception, match="outcome is unknown"):
+                send_email.invoke(email, again)
+    finally:
+        server.stop()
+    assert sent == ["ann@example.com"], "the email must not be sent a second time"
