@@ -612,11 +612,12 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             trace = trace_info(decision, replay=replay, source=source)
             self._report_refused(call, trace, error)
             raise error
+        # First: an unsafe call is claimed now, and only its end settles the claim.
+        info.call = admitted
         shadowed = admitted.planned.decision
         if shadowed is not None and shadowed.shadowed is not None:
             # Shadow mode: the call runs; what enforcing would have done is reported.
             emit(_stream_writer(), shadowed, admitted.planned.tool_call)
-        info.call = admitted
 
     def _unchecked(self, names: Sequence[str], error: Exception) -> None:
         """Calls about to run that the guard could not check: its store (or itself) failed.
