@@ -213,9 +213,19 @@ def test_a_batch_of_forty_unknown_outcomes_forgets_none(tmp_path, kind):
         assert len(sent) == COUNT, "none of the 8 unsettled emails may be sent twice"
         texts = [m.text for m in out["messages"] if isinstance(m, ToolMessage)][-8:]
         assert all("outcome is unknown" in text for text in texts), texts
-        # They are all still listed for the operator, and settle one by one.
+        # They are all still listed for the operator (a page at a time), and settle one by one.
+        listed = [
+            outcome
+            for offset in range(0, 9, 3)
+            for outcome in handler.unknown_outcomes("t1", limit=3, offset=offset)
+        ]
+        assert sorted(o.args for o in listed) == sorted(
+            f"to='{e['to']}', body='hi'" for e in emails[: COUNT - 32]
+        )
+        assert {o.error for o in listed} == {"ConnectionError: connection reset by peer"}
         for email in emails[: COUNT - 32]:
             handler.resolve("t1", "send_email", email, "failed", "bounced")
+        assert handler.unknown_outcomes("t1") == []
 
 
 # -- what settles a claim, and marks of earlier releases -------------------------------------
@@ -334,6 +344,9 @@ def test_a_mark_made_while_postgres_is_stopped_survives_the_handler():
             }
             with pytest.raises(Exception, match="outcome is unknown"):
                 send_email.invoke(email, again)
+            # Its end was never recorded: the operator sees no error, only that it started.
+            (listed,) = again["callbacks"][0].unknown_outcomes("t1")
+            assert (listed.tool, listed.error) == ("send_email", None)
     finally:
         server.stop()
     assert sent == ["ann@example.com"], "the email must not be sent a second time"

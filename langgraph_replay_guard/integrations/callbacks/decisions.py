@@ -479,6 +479,19 @@ class CallbackDecider:
 
     # -- reading --------------------------------------------------------------------------------
 
+    def unknown(self, key: ScopeKey, limit: int, offset: int) -> list[dict[str, Any]]:
+        """A page of a scope's marks: those an earlier release kept in its state first."""
+        if key[0] == "thread":
+            legacy = marks_of(self.scopes.read_thread(key[1]))
+        else:
+            scope = self.scopes.peek(key)
+            legacy = marks_of(scope.value if scope is not None else None)
+        shown = legacy[offset : offset + limit]
+        if len(shown) == limit:
+            return shown
+        rest = max(0, offset - len(legacy))
+        return [*shown, *self.marks.page(key, limit=limit - len(shown), offset=rest)]
+
     def view(self, key: ScopeKey) -> GuardView:
         """A read-only view of a scope's state (the reminder is not cleared)."""
         if key[0] == "thread":

@@ -30,6 +30,7 @@ from langgraph_replay_guard.integrations.callbacks.executors import (
     agent_tools,
     enforcement_problems,
 )
+from langgraph_replay_guard.integrations.callbacks.marks import UnknownOutcome, outcome_of
 from langgraph_replay_guard.integrations.callbacks.scopes import (
     RunTree,
     ScopeKey,
@@ -340,6 +341,41 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             or it was returned already.
         """
         return self._guard.reminder(_scope_key(thread_id, run_id))
+
+    def unknown_outcomes(
+        self,
+        thread_id: str | None = None,
+        *,
+        run_id: UUID | str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[UnknownOutcome]:
+        """The unsafe calls of a thread whose outcome is unknown, a page at a time.
+
+        Each is refused when called again until `resolve` settles it. A thread keeps every
+        one (there is no cap); read them in pages: `offset=0`, then `offset=limit`, ...
+        until a page is shorter than `limit`.
+
+        Args:
+            thread_id: The thread.
+            run_id: Instead of a thread, the root run id of a run without a thread id.
+            limit: Most outcomes returned.
+            offset: How many to skip.
+
+        Returns:
+            The page (empty past the end).
+
+        Raises:
+            ValueError: If `limit` is below 1 or `offset` below 0.
+        """
+        if limit < 1 or offset < 0:
+            msg = (
+                f"unknown_outcomes(limit={limit!r}, offset={offset!r}): pass limit >= 1 and "
+                "offset >= 0."
+            )
+            raise ValueError(msg)
+        marks = self._guard.unknown(_scope_key(thread_id, run_id), limit, offset)
+        return [outcome_of(mark) for mark in marks]
 
     def resolve(
         self,

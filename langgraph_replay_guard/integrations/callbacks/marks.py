@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from langgraph_replay_guard.replay.ledger import Update, store_label
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
 
     from langgraph_replay_guard.integrations.callbacks.scopes import ScopeKey
 
-__all__ = ["STARTED", "MarkBook", "mark_from"]
+__all__ = ["STARTED", "MarkBook", "UnknownOutcome", "mark_from"]
 
 logger = logging.getLogger("langgraph_replay_guard")
 
@@ -26,6 +27,28 @@ RAISED = "raised"
 
 PAGE = 100
 """Marks read per store request when a thread's marks are listed (never all at once)."""
+
+
+@dataclass(frozen=True)
+class UnknownOutcome:
+    """An unsafe call whose outcome is unknown, as `handler.unknown_outcomes` lists it.
+
+    Attributes:
+        tool: The tool's name.
+        args: A short summary of its arguments (pass the real ones to `resolve`).
+        error: What its body raised (`"ConnectionError: ..."`), or None when its end was
+            never recorded (it may still be running, or its process died while it ran).
+    """
+
+    tool: str
+    args: str
+    error: str | None
+
+
+def outcome_of(mark: Mapping[str, Any]) -> UnknownOutcome:
+    """A mark as the `UnknownOutcome` an operator reads."""
+    error = None if mark.get("s") == STARTED else str(mark.get("e") or "")
+    return UnknownOutcome(str(mark.get("n") or ""), str(mark.get("a") or ""), error)
 
 
 def mark_from(value: Any) -> dict[str, Any] | None:
