@@ -283,15 +283,15 @@ class CallbackDecider:
     ) -> Admitted | Refusal:
         """Admit or refuse a tool run, recording a refusal.
 
+        An `unsafe` call that is let run is claimed first: its mark, `started`, is in the
+        store (or memory) before this returns, so that a crash or a store outage after its
+        side effect leaves an unknown outcome rather than nothing.
+
         Args:
             key: The scope.
             call: The call as the tool run reports it.
             fallback_id: Batch id when the call belongs to no batch the guard saw.
             fallback_turn: Turn when no model call of the scope was seen.
-
-        An `unsafe` call that is let run is claimed first: its mark, `started`, is in the
-        store (or memory) before this returns, so that a crash or a store outage after its
-        side effect leaves an unknown outcome rather than nothing.
 
         Returns:
             `Admitted` to let the tool run, or the `Refusal`.
@@ -603,11 +603,10 @@ class CallbackDecider:
         if facts is None or facts.replay != "unsafe":
             return None, []  # only unsafe calls pay the store read
         mark = find_mark(marks_of(self.scopes.read(scope)), facts.key)
-        if mark is None:
-            book = self.marks
-            mark = book.claim(scope.key, started_mark(facts)) if claim else None
-            if mark is None and not claim:
-                mark = book.find(scope.key, facts.key)
+        if mark is None and claim:
+            mark = self.marks.claim(scope.key, started_mark(facts))
+        elif mark is None:
+            mark = self.marks.find(scope.key, facts.key)
         if mark is None:
             return None, []
         message = unknown_message(mark, scope.key)
