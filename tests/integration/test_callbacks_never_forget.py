@@ -350,3 +350,50 @@ def test_a_mark_made_while_postgres_is_stopped_survives_the_handler():
     finally:
         server.stop()
     assert sent == ["ann@example.com"], "the email must not be sent a second time"
+
+
+def test_two_handlers_on_one_store_never_both_run_an_identical_unsafe_call(tmp_path):
+    # Two processes (two handlers, each on its own connection to one SQLite file) get the
+    # same call at once: the claim is one atomic write, so only one body runs; the other is
+    # refused while the first is still running.
+    path = str(tmp_path / "guard.db")
+    config = GuardConfig(tools={"send_email": "unsafe"})
+    email = {"to": "ann@example.com", "body": "hi"}
+    sent: list[str] = []
+    inside = threading.Event()
+
+    @tool
+    def send_email(to: str, body: str) -> str:
+        """Send an email."""
+        sent.append(to)
+        inside.set()
+        time.sleep(0.5)  # still sending when the other process asks
+        return "sent"
+
+    results: dict[str, str] = {}
+
+    def worker(name: str, started: threading.Event | None) -> None:
+        if started is not None:
+            started.wait(30)
+        with SqliteStore.from_conn_string(path) as store:
+            store.setup()
+            cfg: Any = {
+                "callbacks": [ReplayGuardCallbackHandler(config, store=store)],
+                "metadata": {"thread_id": "t1"},
+            }
+            try:
+                results[name] = send_email.invoke(email, cfg)
+            except Exception as error:
+                results[name] = str(error)
+
+    with SqliteStore.from_conn_string(path) as store:
+        store.setup()
+    first = threading.Thread(target=worker, args=("first", None))
+    second = threading.Thread(target=worker, args=("second", inside))
+    first.start()
+    second.start()
+    first.join(60)
+    second.join(60)
+    assert sent == ["ann@example.com"]
+    assert results["first"] == "sent"
+    assert "it may still be running" in results["second"]
