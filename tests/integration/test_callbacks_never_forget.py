@@ -397,3 +397,46 @@ def test_two_handlers_on_one_store_never_both_run_an_identical_unsafe_call(tmp_p
     assert sent == ["ann@example.com"]
     assert results["first"] == "sent"
     assert "it may still be running" in results["second"]
+
+
+def test_a_claim_the_store_could_not_clear_is_taken_over_only_by_its_own_process(tmp_path):
+    # The store refuses writes (another connection holds SQLite's write lock) just as an
+    # unsafe call returns: its claim stays. Another process cannot know the call ended and
+    # keeps refusing the identical call; this one knows, and runs it again when asked.
+    import sqlite3
+
+    path = str(tmp_path / "guard.db")
+    config = GuardConfig(tools={"send_email": "unsafe"})
+    email = {"to": "ann@example.com", "body": "hi"}
+    blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    sent: list[str] = []
+
+    @tool
+    def send_email(to: str, body: str) -> str:
+        """Send an email."""
+        sent.append(to)
+        if len(sent) == 1:
+            blocker.execute("BEGIN IMMEDIATE")  # the store is locked from now on
+        return "sent"
+
+    with (
+        SqliteStore.from_conn_string(path) as store,
+        SqliteStore.from_conn_string(path) as other_store,
+    ):
+        store.setup()
+        store.conn.execute("PRAGMA busy_timeout = 0")  # fail at once rather than wait
+        cfg: Any = {
+            "callbacks": [ReplayGuardCallbackHandler(config, store=store)],
+            "metadata": {"thread_id": "t1"},
+        }
+        assert send_email.invoke(email, cfg) == "sent"
+        blocker.execute("COMMIT")
+
+        other: Any = {**cfg, "callbacks": [ReplayGuardCallbackHandler(config, store=other_store)]}
+        with pytest.raises(Exception, match="its end was never recorded"):
+            send_email.invoke(email, other)
+        assert send_email.invoke(email, cfg) == "sent"
+        assert sent == ["ann@example.com"] * 2
+        # Ended normally this time: nothing is left to resolve, in any process.
+        assert ReplayGuardCallbackHandler(config, store=other_store).unknown_outcomes("t1") == []
+    blocker.close()

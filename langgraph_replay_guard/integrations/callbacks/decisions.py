@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -75,8 +76,8 @@ class Admitted:
     scope: Scope
     plan: BatchPlan
     planned: PlannedCall
-    claimed: bool = False
-    """An `unsafe` call: its mark was written before the body ran, to settle when it ends."""
+    claim: dict[str, Any] | None = None
+    """An `unsafe` call's mark, written before the body ran, to settle when it ends."""
 
 
 @dataclass(frozen=True)
@@ -303,11 +304,12 @@ class CallbackDecider:
         scope = self.scopes.get(key)
         with scope.lock:
             plan, planned = self._claim(scope, call, fallback_id, fallback_turn)
-            message, events = self._answer(scope, plan, planned, claim=True)
-            if message is None:
-                facts = planned.facts
-                unsafe = facts is not None and facts.replay == "unsafe"
-                return Admitted(scope, plan, planned, claimed=unsafe)
+            facts = planned.facts
+            unsafe = facts is not None and facts.replay == "unsafe"
+            claim = started_mark(facts) if facts is not None and unsafe else None
+            message, events = self._answer(scope, plan, planned, claim=claim)
+            if message is None:  # an unsafe call let run was claimed on the way
+                return Admitted(scope, plan, planned, claim=claim)
             self._write(scope, events)
         decision = _refusal_decision(planned, events)
         return Refusal(message, ((decision, planned.tool_call),) if decision else ())
@@ -317,7 +319,7 @@ class CallbackDecider:
 
         The call's claim is settled first: its outcome is known.
         """
-        if admitted.claimed:
+        if admitted.claim is not None:
             self._settle(admitted)
         self._record(admitted, outcome, text)
 
@@ -355,7 +357,7 @@ class CallbackDecider:
         ):
             # The mark first: it protects a side effect, the event only counts the call.
             self._mark(admitted.scope, facts, error)
-        elif admitted.claimed:
+        elif admitted.claim is not None:
             self._settle(admitted)
         outcome = "timeout" if isinstance(error, TimeoutError) else "failure"
         self._record(admitted, outcome, str(error))
@@ -365,26 +367,29 @@ class CallbackDecider:
 
         Its claim is settled, so that the rerun on resume is not refused.
         """
-        if admitted.claimed:
+        if admitted.claim is not None:
             self._settle(admitted)
 
     def _settle(self, admitted: Admitted) -> None:
         """Clear the claim of a call whose outcome is known.
 
-        If the store cannot take it, the claim stays: identical calls are then refused as
-        an unknown outcome until someone resolves it. That is the safe side of the error.
+        If the store cannot take it, the claim stays: other processes refuse identical calls
+        as an unknown outcome until someone resolves it (the safe side of the error); this
+        one, which knows the call ended, takes the claim over at its next identical call.
         """
-        facts = admitted.planned.facts
-        if facts is None:
+        facts, claim = admitted.planned.facts, admitted.claim
+        if facts is None or claim is None:
             return
         key = admitted.scope.key
         try:
             self.marks.drop(key, facts.key)
         except Exception as exc:
+            self.marks.ended_later(key, claim)
             logger.error(
                 "langgraph-replay-guard: unsafe tool '%s' (%s) ended, but the handler's store "
-                "could not clear the mark written when it started (%s: %s). Identical calls "
-                "are refused as an unknown outcome until handler.resolve(%r, %r, <args>, "
+                "could not clear the mark written when it started (%s: %s). This process "
+                "takes it over at its next identical call; other processes refuse identical "
+                "calls as an unknown outcome until handler.resolve(%r, %r, <args>, "
                 "'succeeded' | 'failed' | 'retry') clears it.",
                 facts.tool,
                 facts.args_summary,
@@ -573,11 +578,17 @@ class CallbackDecider:
         return single, single.calls[0]
 
     def _answer(
-        self, scope: Scope, plan: BatchPlan, planned: PlannedCall, *, claim: bool = False
+        self,
+        scope: Scope,
+        plan: BatchPlan,
+        planned: PlannedCall,
+        *,
+        claim: dict[str, Any] | None = None,
     ) -> tuple[str | None, list[Event]]:
         """What the model is told instead of running a call (None: run it), and its events.
 
-        With `claim`, an `unsafe` call let run is claimed (see `_unknown_answer`).
+        With `claim` (an `unsafe` call's `started` mark), a call let run is claimed (see
+        `_unknown_answer`).
         """
         aborting = plan.abort
         if aborting is not None and aborting.decision is not None:
@@ -591,7 +602,12 @@ class CallbackDecider:
         return answer.text, events
 
     def _unknown_answer(
-        self, scope: Scope, plan: BatchPlan, planned: PlannedCall, *, claim: bool
+        self,
+        scope: Scope,
+        plan: BatchPlan,
+        planned: PlannedCall,
+        *,
+        claim: dict[str, Any] | None,
     ) -> tuple[str | None, list[Event]]:
         """Refuse an unsafe call whose identical earlier call has an unknown outcome.
 
@@ -603,8 +619,8 @@ class CallbackDecider:
         if facts is None or facts.replay != "unsafe":
             return None, []  # only unsafe calls pay the store read
         mark = find_mark(marks_of(self.scopes.read(scope)), facts.key)
-        if mark is None and claim:
-            mark = self.marks.claim(scope.key, started_mark(facts))
+        if mark is None and claim is not None:
+            mark = self.marks.claim(scope.key, claim)
         elif mark is None:
             mark = self.marks.find(scope.key, facts.key)
         if mark is None:
@@ -700,8 +716,18 @@ def new_mark(facts: CallFacts, error: BaseException) -> dict[str, Any]:
 
 
 def started_mark(facts: CallFacts) -> dict[str, Any]:
-    """The JSON mark (the claim) of an unsafe call whose body is about to run."""
-    return {"k": facts.key, "n": facts.tool, "a": facts.args_summary, "e": "", "s": STARTED}
+    """The JSON mark (the claim) of an unsafe call whose body is about to run.
+
+    Its `rev`, unique, tells this claim from a later one of the identical call.
+    """
+    return {
+        "k": facts.key,
+        "n": facts.tool,
+        "a": facts.args_summary,
+        "e": "",
+        "s": STARTED,
+        "rev": uuid.uuid4().hex,
+    }
 
 
 def without_mark(marks: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:

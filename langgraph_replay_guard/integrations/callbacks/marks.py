@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,10 @@ RAISED = "raised"
 
 PAGE = 100
 """Marks read per store request when a thread's marks are listed (never all at once)."""
+
+MAX_ENDED = 1024
+"""Most claims of ended calls this process remembers to clear later (the oldest is let go:
+its identical call is then refused until `resolve`, the safe side)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,10 @@ class MarkBook:
         self._lock = threading.Lock()
         self._warn_at = max_threads
         self._max_threads = max_threads
+        self._ended: OrderedDict[tuple[ScopeKey, str], str] = OrderedDict()
+        """Claims (`rev` by scope and call key) of calls that ended while the store could not
+        clear them: this process knows their outcome, so its next identical call may take
+        the claim over, if it is still that very claim."""
 
     def stored(self, key: ScopeKey) -> bool:
         """Whether a scope's marks are kept in the store (a thread, with a store)."""
@@ -122,13 +131,48 @@ class MarkBook:
             # keeps this process's calls apart (the callbacks are sync, run off the loop).
             with self._lock:
                 item = store.get(namespace, mark["k"])
-                if item is not None:
+                rev = self._ended.get((key, mark["k"]))
+                if item is not None and (rev is None or item.value.get("rev") != rev):
                     return mark_from(item.value) or mark
                 store.put(namespace, mark["k"], mark, index=False)
+                self._ended.pop((key, mark["k"]), None)
                 return None
         op = Update(namespace, mark["k"], mark, expect_exists=False, expect_rev=None)
         written, current = store_cas.compare_and_set(store, op)
-        return None if written else (mark_from(current) or mark)
+        if written:
+            return None
+        rev = self._ended_rev(key, mark["k"])
+        if rev is not None and isinstance(current, Mapping) and current.get("rev") == rev:
+            # The claim of a call this process saw end: take it over, only if it is still
+            # that claim (a resolve and another process's claim since would not match).
+            op = Update(namespace, mark["k"], mark, expect_exists=True, expect_rev=rev)
+            written, current = store_cas.compare_and_set(store, op)
+            if written:
+                self._forget_ended(key, mark["k"])
+                return None
+        return mark_from(current) or mark
+
+    def ended_later(self, key: ScopeKey, claim: Mapping[str, Any]) -> None:
+        """Remember the claim of a call that ended but that the store could not clear.
+
+        Only this process's next identical call benefits (it takes the claim over); any
+        other process still refuses it until `resolve`, which is the safe side.
+        """
+        rev = claim.get("rev")
+        if not isinstance(rev, str):
+            return
+        with self._lock:
+            self._ended[(key, str(claim["k"]))] = rev
+            while len(self._ended) > MAX_ENDED:
+                self._ended.popitem(last=False)
+
+    def _ended_rev(self, key: ScopeKey, call_key: str) -> str | None:
+        with self._lock:
+            return self._ended.get((key, call_key))
+
+    def _forget_ended(self, key: ScopeKey, call_key: str) -> None:
+        with self._lock:
+            self._ended.pop((key, call_key), None)
 
     def put(self, key: ScopeKey, mark: dict[str, Any]) -> None:
         """Write or replace a call's mark (the error its body raised)."""
