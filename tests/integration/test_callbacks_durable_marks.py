@@ -210,7 +210,7 @@ def test_a_new_unsafe_or_idempotent_call_is_refused_and_a_pure_read_runs(caplog)
     assert any("lookup" in r.getMessage() and "store" in r.getMessage() for r in caplog.records)
 
 
-def test_a_mark_the_store_could_not_take_is_kept_and_written_later():
+def test_a_mark_is_in_the_store_before_the_store_goes_down_mid_call():
     store = FlakyStore()
     handler = ReplayGuardCallbackHandler(CONFIG, store=store)
     sent: list[str] = []
@@ -229,7 +229,7 @@ def test_a_mark_the_store_could_not_take_is_kept_and_written_later():
     with pytest.raises(Exception, match="outcome is unknown"):
         send_email.invoke(EMAIL, config)
     assert len(sent) == 1
-    # Written to the store on that access: another process sharing the store knows.
+    # Claimed in the store before the body ran: another process sharing the store knows.
     other = ReplayGuardCallbackHandler(CONFIG, store=store)
     with pytest.raises(Exception, match="outcome is unknown"):
         send_email.invoke(EMAIL, {**config, "callbacks": [other]})
