@@ -409,6 +409,9 @@ class LedgerGate:
         if found is None:
             return None
         store, ctx = found
+        # The claim's owner names this host and process: read those facts off the event loop
+        # (once per process), so the plan's `new_owner`/`is_alive` do no blocking I/O on it.
+        await owners.aready()
         return await arun_plan(store, self._admit_plan(request, store, ctx))
 
     def _resolution(self, ctx: CallContext, value: Any) -> Mapping[str, Any]:

@@ -127,4 +127,5 @@ async def aresolve(guard: ReplayGuard, graph: Any, asked: Resolution) -> Any:
             return await graph.aget_state(asked.config)
         return await graph.ainvoke(op.command, asked.config, **asked.invoke_kwargs)
 
+    await owners.aready()  # `_is_alive` runs on the loop: the host facts are read before
     return await arun_plan(_ledger_store(guard, graph), _plan(guard, asked), run)
