@@ -160,3 +160,78 @@ def test_unknown_outcome_resume_refuses_without_blocking_the_loop() -> None:
     (owner,) = seen
     assert owner["machine"] == owners.machine_id()
     assert owner["pst"] is not None
+
+
+_CRASHING_CHILD = """
+import os, signal, sqlite3, sys
+from langchain.agents import create_agent
+from langchain_core.messages import HumanMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.store.sqlite import SqliteStore
+from langgraph_replay_guard import ReplayGuard
+from langgraph_replay_guard.testing import ScriptedChatModel
+
+folder = sys.argv[1]
+
+@tool
+def send(to: str) -> str:
+    \"\"\"Send an email.\"\"\"
+    with open(os.path.join(folder, "sent.txt"), "a") as file:
+        file.write(to + "\\n")
+    os.kill(os.getpid(), signal.SIGKILL)  # the worker dies after the effect
+    return "sent"
+
+store = SqliteStore(sqlite3.connect(os.path.join(folder, "guard.db"), check_same_thread=False))
+store.setup()
+saver = SqliteSaver(sqlite3.connect(os.path.join(folder, "ckpt.db"), check_same_thread=False))
+guard = ReplayGuard(tools={"send": "unsafe"}, store=store)
+model = ScriptedChatModel(script=[[("send", {"to": "ann"})]])
+agent = create_agent(model, [send], middleware=[guard.middleware()], checkpointer=saver)
+agent.invoke(
+    {"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "t"}}, durability="sync"
+)
+"""
+
+
+def test_a_dead_local_holder_is_checked_without_blocking_the_loop(tmp_path: Path) -> None:
+    # The resume reads the dead holder's process start time (`/proc/<pid>/stat`) on the loop.
+    import subprocess
+    import sys
+
+    aiosqlite = pytest.importorskip("aiosqlite")
+    from langchain.agents import create_agent
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+    from langgraph.store.sqlite.aio import AsyncSqliteStore
+
+    child = subprocess.run(
+        [sys.executable, "-c", _CRASHING_CHILD, str(tmp_path)], check=False, timeout=120
+    )
+    assert child.returncode == -9  # SIGKILL inside the tool, after the effect
+    sent_file = tmp_path / "sent.txt"
+    assert sent_file.read_text().split() == ["ann"]
+
+    @tool
+    async def send(to: str) -> str:
+        """Send an email."""
+        sent_file.write_text(sent_file.read_text() + to + "\n")  # never reached
+        return "sent"
+
+    async def run() -> None:
+        async with (
+            aiosqlite.connect(tmp_path / "guard.db") as guard_db,
+            aiosqlite.connect(tmp_path / "ckpt.db") as saver_db,
+        ):
+            guard = ReplayGuard(tools={"send": "unsafe"}, store=AsyncSqliteStore(guard_db))
+            agent = create_agent(
+                ScriptedChatModel(script=[]),
+                [send],
+                middleware=[guard.middleware()],
+                checkpointer=AsyncSqliteSaver(saver_db),
+            )
+            config = {"configurable": {"thread_id": "t"}}
+            with blockbuster.blockbuster_ctx(), pytest.raises(ReplayUnsafeError):
+                await agent.ainvoke(None, config, durability="sync")
+
+    asyncio.run(run())
+    assert sent_file.read_text().split() == ["ann"]
