@@ -145,13 +145,25 @@ def share_connection(store: BaseStore, checkpointer: Any) -> None:
         _checked[checkpointer] = store
 
 
-def _outer_lock(store: Any) -> Any:
-    """The lock of a checkpointer on this store's connection, else a no-op context."""
+def _shared_lock(store: Any, method: str) -> Any:
+    """The lock of a checkpointer on this store's connection, else a no-op context.
+
+    `method` is `__enter__` (sync) or `__aenter__` (async): a sync call on an async store's
+    connection (no sync lock to take) gets the no-op; that path has no claims to protect.
+    """
     try:
         lock = _shared.get(store)
     except TypeError:
-        return contextlib.nullcontext()
-    return contextlib.nullcontext() if lock is None else lock
+        lock = None
+    return lock if hasattr(lock, method) else contextlib.nullcontext()
+
+
+def _outer_lock(store: Any) -> Any:
+    return _shared_lock(store, "__enter__")
+
+
+def _aouter_lock(store: Any) -> Any:
+    return _shared_lock(store, "__aenter__")
 
 
 def batch_store(store: BaseStore, ops: Iterable[Any]) -> list[Any]:
@@ -162,7 +174,7 @@ def batch_store(store: BaseStore, ops: Iterable[Any]) -> list[Any]:
 
 async def abatch_store(store: BaseStore, ops: Iterable[Any]) -> list[Any]:
     """`store.abatch(ops)`, holding a checkpointer's lock when it shares the connection."""
-    async with _outer_lock(_unwrap(store)):
+    async with _aouter_lock(_unwrap(store)):
         return await store.abatch(ops)
 
 
@@ -254,7 +266,7 @@ async def aprepare(store: BaseStore) -> None:
         await asyncio.to_thread(prepare, store)
         return
     if kind == "async_sqlite":
-        async with _outer_lock(inner):
+        async with _aouter_lock(inner):
             if not inner.is_setup:
                 await inner.setup()
             async with inner.lock:
@@ -430,7 +442,7 @@ async def _async_sqlite_cas(store: Any, op: Update) -> tuple[bool, Any]:
     await aprepare(store)
     conn = store.conn
     prefix = _text(op.namespace)
-    async with _outer_lock(store), store.lock:
+    async with _aouter_lock(store), store.lock:
         await _aend_leftover(conn)
         await conn.execute("BEGIN IMMEDIATE")
         try:
