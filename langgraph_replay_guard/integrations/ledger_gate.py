@@ -53,6 +53,7 @@ from langgraph_replay_guard.replay.ledger import (
     unknown_facts,
 )
 from langgraph_replay_guard.replay.result_codec import decode_result, decode_update
+from langgraph_replay_guard.storage import store_cas
 from langgraph_replay_guard.storage.ledger_io import arun_plan, run_plan
 
 if TYPE_CHECKING:
@@ -279,6 +280,9 @@ class LedgerGate:
             self._warn_setup(facts.tool, store, thread_id, configurable)
         if store is None or thread_id is None:
             return None
+        # One SQLite connection for the checkpointer and the store (docs/adopting.md): the
+        # guard's transactions must not interleave with the checkpointer's commits.
+        store_cas.share_connection(store, run_checkpointer(configurable))
         tool_call = request.tool_call
         key_arg = self.config.policy_for(facts.tool).idempotency_key_arg
         if facts.replay != "pure" and _rejected_before_run(request.tool, tool_call, key_arg):
@@ -405,6 +409,9 @@ class LedgerGate:
         if found is None:
             return None
         store, ctx = found
+        # The claim's owner names this host and process: read those facts off the event loop
+        # (once per process), so the plan's `new_owner`/`is_alive` do no blocking I/O on it.
+        await owners.aready()
         return await arun_plan(store, self._admit_plan(request, store, ctx))
 
     def _resolution(self, ctx: CallContext, value: Any) -> Mapping[str, Any]:

@@ -775,6 +775,13 @@ def unknown_facts(ctx: CallContext, row: LedgerEntry, why: str) -> dict[str, Any
             f"guard.resolve(graph, config, {ident.tool_call_id!r}, "
             "outcome='succeeded' | 'failed' | 'retry', result=...)"
         ),
+        # A served graph (`langgraph dev`, a deployment) hands out no store for
+        # `guard.resolve`: there the guard pauses on the call (`on_unsafe="interrupt"`) and
+        # the operator answers through the server's API.
+        "resume": (
+            f"client.runs.wait({ident.thread_id!r}, assistant_id, command={{'resume': "
+            "{'outcome': 'succeeded' | 'failed' | 'retry', 'result': ...}})"
+        ),
     }
 
 
@@ -785,7 +792,11 @@ def unknown_error(ctx: CallContext, row: LedgerEntry, why: str) -> ReplayUnsafeE
         f"Unsafe tool '{ctx.tool}' (tool_call_id {ctx.identity.tool_call_id!r}, "
         f"thread {ctx.identity.thread_id!r}, args {canonical_json(facts['args'])[:200]}): {why}; "
         f"started at {row.started_at}, status '{row.status}'. Running it again could repeat "
-        f"its side effect. Check upstream whether it happened, then call {facts['resolve']}."
+        f"its side effect. Check upstream whether it happened, then settle it: in the process "
+        f"that holds the guard, call {facts['resolve']}; on a served graph (langgraph dev, "
+        "LangGraph Platform: no store at hand), give the guard "
+        "GuardConfig(on_unsafe='interrupt'), so the run pauses on this call, and resume "
+        f"it with the SDK: {facts['resume']}."
     )
     return ReplayUnsafeError(msg, **facts)
 
