@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 import json
 import logging
 import threading
@@ -13,7 +16,7 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command, interrupt
@@ -40,6 +43,8 @@ from langgraph_replay_guard.replay.ledger import (
     admit,
     args_digest,
     block,
+    call_anchor,
+    call_scope,
     escaped_entry,
     finished_entry,
     index_namespace,
@@ -68,6 +73,8 @@ __all__ = [
     "INTERRUPT_KIND",
     "LedgerGate",
     "RunTicket",
+    "RunningCall",
+    "guarded_body",
     "replayed_message",
     "replayed_result",
 ]
@@ -76,6 +83,54 @@ logger = logging.getLogger("langgraph_replay_guard")
 
 IDEMPOTENCY_KEY_CONFIG = "replay_guard_idempotency_key"
 """Key of `runtime.config["configurable"]` holding an idempotent call's idempotency key."""
+
+
+@dataclass(frozen=True)
+class RunningCall:
+    """A guarded call whose tool body is running (in this context: thread or task).
+
+    Calls made inside its body (a deep agent's sub-agent inside `task`) fold its `anchor`
+    into their identity; a guard with the same label finding its own call here recognises
+    the claim as the one it would make (two guards stacked on one tool).
+    """
+
+    rows_ns: tuple[str, ...]
+    label: str
+    identity: CallIdentity
+    anchor: str
+    """`call_anchor` of this call: what a call made inside its body folds in."""
+    enclosing: str
+    """The anchor this call folded in ("" at the top of the graph)."""
+    keys: tuple[str, ...]
+    """The rows of this one model call claimed in `rows_ns`, outermost first."""
+
+    def same_model_call(self, identity: CallIdentity) -> bool:
+        """Whether `identity` is this model call (another guard's view of it)."""
+        mine = self.identity
+        return (
+            mine.thread_id == identity.thread_id
+            and mine.tool_call_id == identity.tool_call_id
+            and mine.ai_message_id == identity.ai_message_id
+            and mine.node == identity.node
+        )
+
+
+_RUNNING: ContextVar[RunningCall | None] = ContextVar("replay_guard_running_call", default=None)
+"""The innermost guarded call whose body runs here; LangGraph copies contexts into its
+executor threads and tasks, so a sub-agent run inside a tool body sees it."""
+
+
+@contextmanager
+def guarded_body(ticket: RunTicket | None) -> Iterator[None]:
+    """Around the run of a ledgered call's body: calls made inside it know it encloses them."""
+    if ticket is None or ticket.running is None:
+        yield
+        return
+    token = _RUNNING.set(ticket.running)
+    try:
+        yield
+    finally:
+        _RUNNING.reset(token)
 
 
 @dataclass(frozen=True)
@@ -91,6 +146,8 @@ class RunTicket:
     """The state writes the tool made beside its answer (`ledgered_tool`)."""
     runs: ToolRuns = dataclasses.field(default_factory=ToolRuns)
     """Whether and with which arguments the tool body ran (`ledgered_tool`)."""
+    running: RunningCall | None = None
+    """What calls made inside its body see (`guarded_body`)."""
 
 
 def replayed_message(entry: LedgerEntry, tool_call: Mapping[str, Any]) -> ToolMessage:
@@ -196,6 +253,25 @@ def _answered(state: Any, messages_key: str, channel: str) -> Any:
     return is_answered
 
 
+def _asked_hash(state: Any, messages_key: str, identity: CallIdentity) -> Any:
+    """`args_digest` of the call's arguments as its AIMessage asked them, read when needed."""
+
+    def asked() -> str | None:
+        for message in reversed(state_messages(state, messages_key)):
+            if not isinstance(message, AIMessage) or message.id != identity.ai_message_id:
+                continue
+            for call in message.tool_calls:
+                if call.get("id") == identity.tool_call_id:
+                    try:
+                        return args_digest(call.get("args", {}))
+                    except (TypeError, ValueError):
+                        return None
+            return None
+        return None
+
+    return asked
+
+
 def _rejected_before_run(tool: Any, tool_call: Mapping[str, Any], key_arg: str | None) -> bool:
     """Whether the tool's own schema rejects the arguments before its body could start."""
     schema = getattr(tool, "tool_call_schema", None)
@@ -240,6 +316,9 @@ class LedgerGate:
         self.prefix = tuple(store_label(part) for part in namespace)
         self.messages_key = messages_key
         self.channel = channel
+        # Which guard owns a call, in its namespace: the instance name its own channel
+        # carries (`replay_guard__<name>`); "" for the default, whose keys stay as they were.
+        self.label = channel.removeprefix(GUARD_CHANNEL).removeprefix("__")
         self._warned: set[str] = set()
         self._lock = threading.Lock()
 
@@ -269,7 +348,7 @@ class LedgerGate:
 
     def _context(
         self, request: ToolCallRequest, facts: CallFacts, ai_message_id: str | None
-    ) -> tuple[BaseStore, CallContext] | None:
+    ) -> tuple[BaseStore, CallContext, RunningCall] | None:
         runtime = request.runtime
         config = getattr(runtime, "config", None) or {}
         configurable = config.get("configurable", {})
@@ -289,6 +368,19 @@ class LedgerGate:
             ai_message_id=ai_message_id,
             tool_call_id=str(tool_call.get("id") or ""),
         )
+        rows_ns = row_namespace(self.prefix, identity.thread_id)
+        enclosing, also = "", ()
+        outer = _RUNNING.get()
+        if outer is not None and outer.same_model_call(identity):
+            if outer.rows_ns == rows_ns and outer.label == self.label:
+                # A guard with this label already claimed this very call around us (two
+                # guards stacked on one tool): its claim stands, a second would wait on it.
+                return None
+            enclosing = outer.enclosing  # another guard's view of this call: same place
+            also = tuple(key for key in outer.keys if outer.rows_ns == rows_ns)
+        elif outer is not None:
+            enclosing = outer.anchor  # made inside a guarded call's tool body
+        identity = dataclasses.replace(identity, scope=call_scope(self.label, enclosing))
         args = tool_call.get("args", {})
         lease = self.config.in_flight_lease
         ctx = CallContext(
@@ -297,7 +389,7 @@ class LedgerGate:
             replay=facts.replay,
             args=args,
             args_hash=args_digest(args),
-            rows_ns=row_namespace(self.prefix, identity.thread_id),
+            rows_ns=rows_ns,
             index_ns=index_namespace(self.prefix, identity.thread_id),
             wait=self.config.in_flight_wait,
             is_answered=_answered(request.state, self.messages_key, self.channel),
@@ -305,8 +397,14 @@ class LedgerGate:
             new_owner=lambda: owners.REGISTRY.new_owner(lease, dt.datetime.now(dt.UTC)),
             now=lambda: dt.datetime.now(dt.UTC),
             elapsed=time.monotonic,
+            asked_hash=_asked_hash(request.state, self.messages_key, identity),
+            pointer_also=also,
         )
-        return store, ctx
+        anchor = call_anchor(
+            identity.thread_id, enclosing, identity.node, ai_message_id, identity.tool_call_id
+        )
+        running = RunningCall(rows_ns, self.label, identity, anchor, enclosing, also)
+        return store, ctx, running
 
     def _warn_setup(self, tool: str, store: Any, thread_id: Any, configurable: Any) -> None:
         problems = []
@@ -344,7 +442,7 @@ class LedgerGate:
     # -- admitting a call: one plan, run by either driver ----------------------------------------
 
     def _admit_plan(
-        self, request: ToolCallRequest, store: BaseStore, ctx: CallContext
+        self, request: ToolCallRequest, store: BaseStore, ctx: CallContext, running: RunningCall
     ) -> Generator[Any, Any, RunTicket | LedgerEntry]:
         """Admit a call; every replay stop it raises is a LangGraph control-flow signal.
 
@@ -353,14 +451,15 @@ class LedgerGate:
         (`signals.as_signal`).
         """
         try:
-            return (yield from self._admission(request, store, ctx))
+            return (yield from self._admission(request, store, ctx, running))
         except ReplayGuardError as exc:
             raise as_signal(exc) from exc.__cause__
 
     def _admission(
-        self, request: ToolCallRequest, store: BaseStore, ctx: CallContext
+        self, request: ToolCallRequest, store: BaseStore, ctx: CallContext, running: RunningCall
     ) -> Generator[Any, Any, RunTicket | LedgerEntry]:
         admission = yield from admit(ctx)
+        ctx = admission.context or ctx  # an argument variant records under its own row
         if admission.kind == "unknown":
             assert admission.entry is not None
             row = yield from block(ctx, admission.entry, admission.why)
@@ -377,7 +476,8 @@ class LedgerGate:
         run_request = request
         if admission.key is not None:
             run_request = self._deliver_key(request, ctx.tool, admission.key)
-        return RunTicket(run_request, store, ctx, admission.entry)
+        running = dataclasses.replace(running, keys=(*running.keys, ctx.identity.key))
+        return RunTicket(run_request, store, ctx, admission.entry, running=running)
 
     def check(
         self, request: ToolCallRequest, facts: CallFacts, ai_message_id: str | None
@@ -394,8 +494,8 @@ class LedgerGate:
         found = self._context(request, facts, ai_message_id)
         if found is None:
             return None
-        store, ctx = found
-        return run_plan(store, self._admit_plan(request, store, ctx))
+        store, ctx, running = found
+        return run_plan(store, self._admit_plan(request, store, ctx, running))
 
     async def acheck(
         self, request: ToolCallRequest, facts: CallFacts, ai_message_id: str | None
@@ -404,8 +504,8 @@ class LedgerGate:
         found = self._context(request, facts, ai_message_id)
         if found is None:
             return None
-        store, ctx = found
-        return await arun_plan(store, self._admit_plan(request, store, ctx))
+        store, ctx, running = found
+        return await arun_plan(store, self._admit_plan(request, store, ctx, running))
 
     def _resolution(self, ctx: CallContext, value: Any) -> Mapping[str, Any]:
         if (
