@@ -1,0 +1,74 @@
+"""Two named guards stacked on one agent, killed with SIGKILL inside the tool body, then resumed.
+
+Usage: python tests/integration/proc_identity.py PHASE ORDER DIR
+
+PHASE is `run` (the send's body appends a line to DIR/sends, then the process kills itself)
+or `resume` (a new process continues the thread and prints one JSON line: the error's type,
+or "none"). ORDER is `library-first` or `app-first`: which guard comes first in the list.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import sys
+from pathlib import Path
+
+os.environ["LANGSMITH_TRACING"] = "false"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
+
+from langchain.agents import create_agent
+from langchain_core.messages import HumanMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.store.sqlite import SqliteStore
+
+from langgraph_replay_guard import GuardConfig, ReplayGuardMiddleware
+from langgraph_replay_guard.testing import ScriptedChatModel
+
+
+def main() -> None:
+    phase, order, root = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+
+    @tool
+    def send(to: str) -> str:
+        """Send a message."""
+        fd = os.open(root / "sends", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{to}\n".encode())
+        finally:
+            os.close(fd)
+        if phase == "run":
+            os.kill(os.getpid(), signal.SIGKILL)  # after the effect, before any outcome
+        return f"sent to {to}"
+
+    saver = SqliteSaver(sqlite3.connect(root / "checkpoints.db", check_same_thread=False))
+    store = SqliteStore(sqlite3.connect(root / "store.db", check_same_thread=False))
+    store.setup()
+    policy = GuardConfig(tools={"send": "unsafe"})
+    library = ReplayGuardMiddleware(policy, name="library")
+    app = ReplayGuardMiddleware(policy, name="app")
+    agent = create_agent(
+        ScriptedChatModel(script=[[("send", {"to": "ann"})]] * 3, final="Sent."),
+        [send],
+        middleware=[library, app] if order == "library-first" else [app, library],
+        checkpointer=saver,
+        store=store,
+    )
+    config = {"configurable": {"thread_id": "stacked"}}
+    if phase == "run":
+        agent.invoke({"messages": [HumanMessage("send it")]}, config, durability="sync")
+        print(json.dumps({"error": "not killed"}))
+        return
+    try:
+        agent.invoke(None, config, durability="sync")
+    except Exception as exc:  # the report names whatever the resume raised
+        print(json.dumps({"error": type(exc).__name__, "text": str(exc)[:300]}))
+        return
+    print(json.dumps({"error": "none"}))
+
+
+if __name__ == "__main__":
+    main()
