@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 import json
 import logging
 import threading
 import time
 import warnings
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -369,7 +368,8 @@ class LedgerGate:
             tool_call_id=str(tool_call.get("id") or ""),
         )
         rows_ns = row_namespace(self.prefix, identity.thread_id)
-        enclosing, also = "", ()
+        enclosing = ""
+        also: tuple[str, ...] = ()
         outer = _RUNNING.get()
         if outer is not None and outer.same_model_call(identity):
             if outer.rows_ns == rows_ns and outer.label == self.label:

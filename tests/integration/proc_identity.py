@@ -4,7 +4,7 @@ Usage: python tests/integration/proc_identity.py PHASE ORDER DIR
 
 PHASE is `run` (the send's body appends a line to DIR/sends, then the process kills itself)
 or `resume` (a new process continues the thread and prints one JSON line: the error's type,
-or "none"). ORDER is `library-first` or `app-first`: which guard comes first in the list.
+or "none"; after an error, the operator's `guard.resolve` and the answer the resume ends with). ORDER is `library-first` or `app-first`: which guard comes first in the list.
 """
 
 from __future__ import annotations
@@ -15,18 +15,26 @@ import signal
 import sqlite3
 import sys
 from pathlib import Path
+from typing import Any
 
 os.environ["LANGSMITH_TRACING"] = "false"
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
 from langchain.agents import create_agent
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.store.sqlite import SqliteStore
 
 from langgraph_replay_guard import GuardConfig, ReplayGuardMiddleware
 from langgraph_replay_guard.testing import ScriptedChatModel
+
+
+def step(messages: list[BaseMessage]) -> Any:
+    """Send to Ann once; answer when the send came back (the same in both processes)."""
+    if isinstance(messages[-1], ToolMessage):
+        return "Sent."
+    return [("send", {"to": "ann"})]
 
 
 def main() -> None:
@@ -51,7 +59,7 @@ def main() -> None:
     library = ReplayGuardMiddleware(policy, name="library")
     app = ReplayGuardMiddleware(policy, name="app")
     agent = create_agent(
-        ScriptedChatModel(script=[[("send", {"to": "ann"})]] * 3, final="Sent."),
+        ScriptedChatModel(script=[step] * 3),
         [send],
         middleware=[library, app] if order == "library-first" else [app, library],
         checkpointer=saver,
@@ -65,9 +73,15 @@ def main() -> None:
     try:
         agent.invoke(None, config, durability="sync")
     except Exception as exc:  # the report names whatever the resume raised
-        print(json.dumps({"error": type(exc).__name__, "text": str(exc)[:300]}))
+        report = {"error": type(exc).__name__, "text": str(exc)[:300]}
+        facts = getattr(exc, "facts", {})
+    else:
+        print(json.dumps({"error": "none"}))
         return
-    print(json.dumps({"error": "none"}))
+    # The operator checked upstream: it was sent. One resolve settles both guards' rows.
+    out = app.guard.resolve(agent, config, facts["tool_call_id"], "succeeded", "sent to ann")
+    report["after_resolve"] = out["messages"][-1].text
+    print(json.dumps(report))
 
 
 if __name__ == "__main__":

@@ -191,7 +191,8 @@ def test_two_named_idempotent_guards_hand_the_tool_one_stable_key():
     agent = stacked_agent(InMemoryStore(), sent, "library-first", send="idempotent")
     agent.invoke({"messages": [HumanMessage("send it")]}, {"configurable": {"thread_id": "k"}})
     [(_, key)] = sent
-    assert key is not None and key.startswith("rg-")
+    assert key is not None
+    assert key.startswith("rg-")
 
 
 def _guarded_node_graph(tools_node: Any, model: ScriptedChatModel, store: InMemoryStore) -> Any:
@@ -250,6 +251,7 @@ def test_two_stacked_guards_killed_inside_the_body_refuse_to_send_again(order, t
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     report = json.loads(resumed.stdout.strip().splitlines()[-1])
     assert report["error"] == "ReplayUnsafeError", report
+    assert report["after_resolve"] == "Sent."  # both guards' rows settled by one resolve
     assert (tmp_path / "sends").read_text().splitlines() == ["ann"]  # one send, no rerun
 
 
