@@ -357,3 +357,42 @@ def test_a_retry_after_an_unknown_outcome_stays_an_error(order):
             durability="sync",
         )
     assert runs == ["ann"]  # the corrected call did not run while the first one's is unknown
+
+
+class FanOut(AgentMiddleware):
+    """Sends one call to several recipients as one sub-call each, under its tool_call_id."""
+
+    def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        call = request.tool_call
+        answers = []
+        for to in call["args"]["to"].split(","):
+            one = {**call, "args": {**call["args"], "to": to}}
+            answers.append(handler(request.override(tool_call=one)).text)
+        return ToolMessage("; ".join(answers), tool_call_id=call["id"], name=call["name"])
+
+
+@pytest.mark.parametrize("order", ["guard-first", "guard-last"])
+def test_a_fan_out_under_one_tool_call_id_sends_once_per_recipient(order):
+    runs: list[str] = []
+
+    @tool
+    def send(to: str) -> str:
+        """Send a message."""
+        runs.append(to)
+        return f"sent to {to}"
+
+    guard = ReplayGuardMiddleware(GuardConfig(tools={"send": "unsafe"}))
+    middleware = [guard, FanOut()] if order == "guard-first" else [FanOut(), guard]
+    model = ScriptedChatModel(script=[[("send", {"to": "ann,bob"})]], final="Sent.")
+    agent = create_agent(
+        model, [send], middleware=middleware, checkpointer=InMemorySaver(), store=InMemoryStore()
+    )
+    config = {"configurable": {"thread_id": f"fan-out-{order}"}}
+    agent.invoke({"messages": [HumanMessage("tell both")]}, config, durability="sync")
+    assert runs == ["ann", "bob"]
+
+    asked = next(s for s in agent.get_state_history(config) if s.next == ("tools",))
+    again = agent.invoke(None, asked.config, durability="sync")
+    assert runs == ["ann", "bob"]  # each recipient's send replayed from its own row
+    [answer] = [m for m in again["messages"] if isinstance(m, ToolMessage)]
+    assert answer.text == "sent to ann; sent to bob"
