@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import json
 import logging
 import threading
@@ -96,21 +97,30 @@ class RunningCall:
     rows_ns: tuple[str, ...]
     label: str
     identity: CallIdentity
-    anchor: str
-    """`call_anchor` of this call: what a call made inside its body folds in."""
     enclosing: str
     """The anchor this call folded in ("" at the top of the graph)."""
     keys: tuple[str, ...]
     """The rows of this one model call claimed in `rows_ns`, outermost first."""
 
-    def same_model_call(self, identity: CallIdentity) -> bool:
-        """Whether `identity` is this model call (another guard's view of it)."""
+    @functools.cached_property
+    def anchor(self) -> str:
+        """`call_anchor` of this call: what a call made inside its body folds in.
+
+        Computed only when a guarded call is made inside the body (most bodies make none).
+        """
+        ident = self.identity
+        return call_anchor(
+            ident.thread_id, self.enclosing, ident.node, ident.ai_message_id, ident.tool_call_id
+        )
+
+    def same_model_call(self, thread_id: str, node: str, ai_id: str | None, tc_id: str) -> bool:
+        """Whether a call is this model call (another guard's view of it)."""
         mine = self.identity
         return (
-            mine.thread_id == identity.thread_id
-            and mine.tool_call_id == identity.tool_call_id
-            and mine.ai_message_id == identity.ai_message_id
-            and mine.node == identity.node
+            mine.tool_call_id == tc_id
+            and mine.ai_message_id == ai_id
+            and mine.thread_id == thread_id
+            and mine.node == node
         )
 
 
@@ -361,26 +371,28 @@ class LedgerGate:
         key_arg = self.config.policy_for(facts.tool).idempotency_key_arg
         if facts.replay != "pure" and _rejected_before_run(request.tool, tool_call, key_arg):
             return None  # the tool body cannot start: nothing to claim, nothing can happen
-        identity = CallIdentity(
-            thread_id=str(thread_id),
-            node=node_path(configurable.get("checkpoint_ns")),
-            ai_message_id=ai_message_id,
-            tool_call_id=str(tool_call.get("id") or ""),
-        )
-        rows_ns = row_namespace(self.prefix, identity.thread_id)
+        thread, node = str(thread_id), node_path(configurable.get("checkpoint_ns"))
+        tool_call_id = str(tool_call.get("id") or "")
+        rows_ns = row_namespace(self.prefix, thread)
         enclosing = ""
         also: tuple[str, ...] = ()
         outer = _RUNNING.get()
-        if outer is not None and outer.same_model_call(identity):
+        if outer is not None and outer.same_model_call(thread, node, ai_message_id, tool_call_id):
             if outer.rows_ns == rows_ns and outer.label == self.label:
                 # A guard with this label already claimed this very call around us (two
                 # guards stacked on one tool): its claim stands, a second would wait on it.
                 return None
             enclosing = outer.enclosing  # another guard's view of this call: same place
-            also = tuple(key for key in outer.keys if outer.rows_ns == rows_ns)
+            also = outer.keys if outer.rows_ns == rows_ns else ()
         elif outer is not None:
             enclosing = outer.anchor  # made inside a guarded call's tool body
-        identity = dataclasses.replace(identity, scope=call_scope(self.label, enclosing))
+        identity = CallIdentity(
+            thread_id=thread,
+            node=node,
+            ai_message_id=ai_message_id,
+            tool_call_id=tool_call_id,
+            scope=call_scope(self.label, enclosing),
+        )
         args = tool_call.get("args", {})
         lease = self.config.in_flight_lease
         ctx = CallContext(
@@ -400,10 +412,7 @@ class LedgerGate:
             asked_hash=_asked_hash(request.state, self.messages_key, identity),
             pointer_also=also,
         )
-        anchor = call_anchor(
-            identity.thread_id, enclosing, identity.node, ai_message_id, identity.tool_call_id
-        )
-        running = RunningCall(rows_ns, self.label, identity, anchor, enclosing, also)
+        running = RunningCall(rows_ns, self.label, identity, enclosing, also)
         return store, ctx, running
 
     def _warn_setup(self, tool: str, store: Any, thread_id: Any, configurable: Any) -> None:
