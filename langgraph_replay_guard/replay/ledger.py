@@ -808,7 +808,7 @@ def admit(ctx: CallContext) -> Generator[Op, Any, Admission]:
             own = _entry(ident.key, own_value)
             continue
         if ctx.replay == "pure":
-            return Admission("run", None)
+            return Admission("run", None, context=None if ctx is given else ctx)
         key = None
         if ctx.replay == "idempotent":
             key = step.key or ident.idempotency_key

@@ -311,10 +311,8 @@ def test_a_corrected_retry_under_one_tool_call_id_runs_and_replays(replay, order
     assert out["messages"][-1].text == "Sent."
     [answer] = [m for m in out["messages"] if isinstance(m, ToolMessage)]
     assert answer.text == "sent to ann@example.com"
-    if replay == "pure":
-        return
     # Run the tools step again from history (same ids, same arguments): each variant
-    # replays its own outcome; neither body runs again.
+    # replays its own outcome; neither body runs again (a pure one's too: it is recorded).
     asked = next(s for s in agent.get_state_history(config) if s.next == ("tools",))
     again = run(agent, None, asked.config, mode)
     assert runs == ["ann", "ann@example.com"]
