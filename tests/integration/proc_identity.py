@@ -4,7 +4,8 @@ Usage: python tests/integration/proc_identity.py PHASE ORDER DIR
 
 PHASE is `run` (the send's body appends a line to DIR/sends, then the process kills itself)
 or `resume` (a new process continues the thread and prints one JSON line: the error's type,
-or "none"; after an error, the operator's `guard.resolve` and the answer the resume ends with). ORDER is `library-first` or `app-first`: which guard comes first in the list.
+or "none"; after an error, the operator's `guard.resolve` and the answer the resume then
+ends with). ORDER is `library-first` or `app-first`: which guard comes first in the list.
 """
 
 from __future__ import annotations
