@@ -5,7 +5,9 @@ Usage: python tests/integration/proc_identity.py PHASE ORDER DIR
 PHASE is `run` (the send's body appends a line to DIR/sends, then the process kills itself)
 or `resume` (a new process continues the thread and prints one JSON line: the error's type,
 or "none"; after an error, the operator's `guard.resolve` and the answer the resume then
-ends with). ORDER is `library-first` or `app-first`: which guard comes first in the list.
+ends with). ORDER is `library-first` or `app-first`: which guard comes first in the list; or
+`deep`: a deep agent whose sub-agent sends inside the parent's `task` (an idempotent `task`,
+so a resume runs the sub-agent again, with new ids).
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ from typing import Any
 os.environ["LANGSMITH_TRACING"] = "false"
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
+from deepagents import create_deep_agent
 from langchain.agents import create_agent
 from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.store.sqlite import SqliteStore
 
-from langgraph_replay_guard import GuardConfig, ReplayGuardMiddleware
+from langgraph_replay_guard import GuardConfig, ReplayGuard, ReplayGuardMiddleware
 from langgraph_replay_guard.testing import ScriptedChatModel
 
 
@@ -56,6 +59,9 @@ def main() -> None:
     saver = SqliteSaver(sqlite3.connect(root / "checkpoints.db", check_same_thread=False))
     store = SqliteStore(sqlite3.connect(root / "store.db", check_same_thread=False))
     store.setup()
+    if order == "deep":
+        deep(phase, send, saver, store)
+        return
     policy = GuardConfig(tools={"send": "unsafe"})
     library = ReplayGuardMiddleware(policy, name="library")
     app = ReplayGuardMiddleware(policy, name="app")
@@ -83,6 +89,53 @@ def main() -> None:
     out = app.guard.resolve(agent, config, facts["tool_call_id"], "succeeded", "sent to ann")
     report["after_resolve"] = out["messages"][-1].text
     print(json.dumps(report))
+
+
+def deep(phase: str, send: Any, saver: SqliteSaver, store: SqliteStore) -> None:
+    """A deep agent whose sub-agent sends inside the parent's `task` (rerun on resume)."""
+    guard = ReplayGuard(
+        GuardConfig(toolkits=["deepagents"], tools={"send": "unsafe", "task": "idempotent"})
+    )
+    helper = {
+        "name": "helper",
+        "description": "Sends messages.",
+        "system_prompt": "Send what you are asked to.",
+        "tools": [send],
+        "model": ScriptedChatModel(script=[sub_step] * 5),
+        "middleware": [guard.middleware(name="helper")],
+    }
+    agent = create_deep_agent(
+        ScriptedChatModel(script=[parent_step] * 5),
+        [],
+        subagents=[helper],
+        middleware=[guard.middleware(name="main")],
+        checkpointer=saver,
+        store=store,
+    )
+    config = {"configurable": {"thread_id": "deep"}}
+    try:
+        if phase == "run":
+            agent.invoke({"messages": [HumanMessage("send it")]}, config, durability="sync")
+        else:
+            agent.invoke(None, config, durability="sync")
+    except Exception as exc:  # the report names whatever the resume raised
+        print(json.dumps({"error": type(exc).__name__, "text": str(exc)[:300]}))
+        return
+    print(json.dumps({"error": "none"}))
+
+
+def parent_step(messages: list[BaseMessage]) -> Any:
+    """Delegate the send to the helper once; answer when it came back."""
+    if isinstance(messages[-1], ToolMessage):
+        return "Sent."
+    return [("task", {"description": "Send it to Ann.", "subagent_type": "helper"})]
+
+
+def sub_step(messages: list[BaseMessage]) -> Any:
+    """The helper: send to Ann once, then answer."""
+    if isinstance(messages[-1], ToolMessage):
+        return "sub-agent done"
+    return [("send", {"to": "ann"})]
 
 
 if __name__ == "__main__":

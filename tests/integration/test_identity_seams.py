@@ -255,6 +255,20 @@ def test_two_stacked_guards_killed_inside_the_body_refuse_to_send_again(order, t
     assert (tmp_path / "sends").read_text().splitlines() == ["ann"]  # one send, no rerun
 
 
+def test_a_sub_agent_killed_inside_its_send_is_not_rerun_by_a_rerun_of_task(tmp_path):
+    # The parent's `task` is idempotent, so the resume runs it again, and the sub-agent
+    # continues from its own checkpoint. The enclosing `task` call's identity is the same in
+    # the new process, so the sub-agent's send finds its own row: it stops, not sends.
+    first = _child("run", "deep", tmp_path)
+    assert first.returncode == -9, first.stderr[-2000:]
+    resumed = _child("resume", "deep", tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    report = json.loads(resumed.stdout.strip().splitlines()[-1])
+    assert report["error"] == "ReplayUnsafeError", report
+    assert "its outcome is unknown" in report["text"]
+    assert (tmp_path / "sends").read_text().splitlines() == ["ann"]
+
+
 # -- seam 8: a middleware's corrected retry under one tool_call_id ----------------------------
 
 
