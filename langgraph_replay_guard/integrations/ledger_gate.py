@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import json
 import logging
 import threading
 import time
 import warnings
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command, interrupt
@@ -40,6 +43,8 @@ from langgraph_replay_guard.replay.ledger import (
     admit,
     args_digest,
     block,
+    call_anchor,
+    call_scope,
     escaped_entry,
     finished_entry,
     index_namespace,
@@ -69,6 +74,8 @@ __all__ = [
     "INTERRUPT_KIND",
     "LedgerGate",
     "RunTicket",
+    "RunningCall",
+    "guarded_body",
     "replayed_message",
     "replayed_result",
 ]
@@ -77,6 +84,63 @@ logger = logging.getLogger("langgraph_replay_guard")
 
 IDEMPOTENCY_KEY_CONFIG = "replay_guard_idempotency_key"
 """Key of `runtime.config["configurable"]` holding an idempotent call's idempotency key."""
+
+
+@dataclass(frozen=True)
+class RunningCall:
+    """A guarded call whose tool body is running (in this context: thread or task).
+
+    Calls made inside its body (a deep agent's sub-agent inside `task`) fold its `anchor`
+    into their identity; a guard with the same label finding its own call here recognises
+    the claim as the one it would make (two guards stacked on one tool).
+    """
+
+    rows_ns: tuple[str, ...]
+    label: str
+    identity: CallIdentity
+    enclosing: str
+    """The anchor this call folded in ("" at the top of the graph)."""
+    keys: tuple[str, ...]
+    """The rows of this one model call claimed in `rows_ns`, outermost first."""
+
+    @functools.cached_property
+    def anchor(self) -> str:
+        """`call_anchor` of this call: what a call made inside its body folds in.
+
+        Computed only when a guarded call is made inside the body (most bodies make none).
+        """
+        ident = self.identity
+        return call_anchor(
+            ident.thread_id, self.enclosing, ident.node, ident.ai_message_id, ident.tool_call_id
+        )
+
+    def same_model_call(self, thread_id: str, node: str, ai_id: str | None, tc_id: str) -> bool:
+        """Whether a call is this model call (another guard's view of it)."""
+        mine = self.identity
+        return (
+            mine.tool_call_id == tc_id
+            and mine.ai_message_id == ai_id
+            and mine.thread_id == thread_id
+            and mine.node == node
+        )
+
+
+_RUNNING: ContextVar[RunningCall | None] = ContextVar("replay_guard_running_call", default=None)
+"""The innermost guarded call whose body runs here; LangGraph copies contexts into its
+executor threads and tasks, so a sub-agent run inside a tool body sees it."""
+
+
+@contextmanager
+def guarded_body(ticket: RunTicket | None) -> Iterator[None]:
+    """Around the run of a ledgered call's body: calls made inside it know it encloses them."""
+    if ticket is None or ticket.running is None:
+        yield
+        return
+    token = _RUNNING.set(ticket.running)
+    try:
+        yield
+    finally:
+        _RUNNING.reset(token)
 
 
 @dataclass(frozen=True)
@@ -92,6 +156,8 @@ class RunTicket:
     """The state writes the tool made beside its answer (`ledgered_tool`)."""
     runs: ToolRuns = dataclasses.field(default_factory=ToolRuns)
     """Whether and with which arguments the tool body ran (`ledgered_tool`)."""
+    running: RunningCall | None = None
+    """What calls made inside its body see (`guarded_body`)."""
 
 
 def replayed_message(entry: LedgerEntry, tool_call: Mapping[str, Any]) -> ToolMessage:
@@ -197,6 +263,25 @@ def _answered(state: Any, messages_key: str, channel: str) -> Any:
     return is_answered
 
 
+def _asked_hash(state: Any, messages_key: str, identity: CallIdentity) -> Any:
+    """`args_digest` of the call's arguments as its AIMessage asked them, read when needed."""
+
+    def asked() -> str | None:
+        for message in reversed(state_messages(state, messages_key)):
+            if not isinstance(message, AIMessage) or message.id != identity.ai_message_id:
+                continue
+            for call in message.tool_calls:
+                if call.get("id") == identity.tool_call_id:
+                    try:
+                        return args_digest(call.get("args", {}))
+                    except (TypeError, ValueError):
+                        return None
+            return None
+        return None
+
+    return asked
+
+
 def _rejected_before_run(tool: Any, tool_call: Mapping[str, Any], key_arg: str | None) -> bool:
     """Whether the tool's own schema rejects the arguments before its body could start."""
     schema = getattr(tool, "tool_call_schema", None)
@@ -241,6 +326,9 @@ class LedgerGate:
         self.prefix = tuple(store_label(part) for part in namespace)
         self.messages_key = messages_key
         self.channel = channel
+        # Which guard owns a call, in its namespace: the instance name its own channel
+        # carries (`replay_guard__<name>`); "" for the default, whose keys stay as they were.
+        self.label = channel.removeprefix(GUARD_CHANNEL).removeprefix("__")
         self._warned: set[str] = set()
         self._lock = threading.Lock()
 
@@ -270,7 +358,7 @@ class LedgerGate:
 
     def _context(
         self, request: ToolCallRequest, facts: CallFacts, ai_message_id: str | None
-    ) -> tuple[BaseStore, CallContext] | None:
+    ) -> tuple[BaseStore, CallContext, RunningCall] | None:
         runtime = request.runtime
         config = getattr(runtime, "config", None) or {}
         configurable = config.get("configurable", {})
@@ -287,11 +375,27 @@ class LedgerGate:
         key_arg = self.config.policy_for(facts.tool).idempotency_key_arg
         if facts.replay != "pure" and _rejected_before_run(request.tool, tool_call, key_arg):
             return None  # the tool body cannot start: nothing to claim, nothing can happen
+        thread, node = str(thread_id), node_path(configurable.get("checkpoint_ns"))
+        tool_call_id = str(tool_call.get("id") or "")
+        rows_ns = row_namespace(self.prefix, thread)
+        enclosing = ""
+        also: tuple[str, ...] = ()
+        outer = _RUNNING.get()
+        if outer is not None and outer.same_model_call(thread, node, ai_message_id, tool_call_id):
+            if outer.rows_ns == rows_ns and outer.label == self.label:
+                # A guard with this label already claimed this very call around us (two
+                # guards stacked on one tool): its claim stands, a second would wait on it.
+                return None
+            enclosing = outer.enclosing  # another guard's view of this call: same place
+            also = outer.keys if outer.rows_ns == rows_ns else ()
+        elif outer is not None:
+            enclosing = outer.anchor  # made inside a guarded call's tool body
         identity = CallIdentity(
-            thread_id=str(thread_id),
-            node=node_path(configurable.get("checkpoint_ns")),
+            thread_id=thread,
+            node=node,
             ai_message_id=ai_message_id,
-            tool_call_id=str(tool_call.get("id") or ""),
+            tool_call_id=tool_call_id,
+            scope=call_scope(self.label, enclosing),
         )
         args = tool_call.get("args", {})
         lease = self.config.in_flight_lease
@@ -301,7 +405,7 @@ class LedgerGate:
             replay=facts.replay,
             args=args,
             args_hash=args_digest(args),
-            rows_ns=row_namespace(self.prefix, identity.thread_id),
+            rows_ns=rows_ns,
             index_ns=index_namespace(self.prefix, identity.thread_id),
             wait=self.config.in_flight_wait,
             is_answered=_answered(request.state, self.messages_key, self.channel),
@@ -309,8 +413,11 @@ class LedgerGate:
             new_owner=lambda: owners.REGISTRY.new_owner(lease, dt.datetime.now(dt.UTC)),
             now=lambda: dt.datetime.now(dt.UTC),
             elapsed=time.monotonic,
+            asked_hash=_asked_hash(request.state, self.messages_key, identity),
+            pointer_also=also,
         )
-        return store, ctx
+        running = RunningCall(rows_ns, self.label, identity, enclosing, also)
+        return store, ctx, running
 
     def _warn_setup(self, tool: str, store: Any, thread_id: Any, configurable: Any) -> None:
         problems = []
@@ -348,7 +455,7 @@ class LedgerGate:
     # -- admitting a call: one plan, run by either driver ----------------------------------------
 
     def _admit_plan(
-        self, request: ToolCallRequest, store: BaseStore, ctx: CallContext
+        self, request: ToolCallRequest, store: BaseStore, ctx: CallContext, running: RunningCall
     ) -> Generator[Any, Any, RunTicket | LedgerEntry]:
         """Admit a call; every replay stop it raises is a LangGraph control-flow signal.
 
@@ -357,14 +464,15 @@ class LedgerGate:
         (`signals.as_signal`).
         """
         try:
-            return (yield from self._admission(request, store, ctx))
+            return (yield from self._admission(request, store, ctx, running))
         except ReplayGuardError as exc:
             raise as_signal(exc) from exc.__cause__
 
     def _admission(
-        self, request: ToolCallRequest, store: BaseStore, ctx: CallContext
+        self, request: ToolCallRequest, store: BaseStore, ctx: CallContext, running: RunningCall
     ) -> Generator[Any, Any, RunTicket | LedgerEntry]:
         admission = yield from admit(ctx)
+        ctx = admission.context or ctx  # an argument variant records under its own row
         if admission.kind == "unknown":
             assert admission.entry is not None
             row = yield from block(ctx, admission.entry, admission.why)
@@ -381,7 +489,8 @@ class LedgerGate:
         run_request = request
         if admission.key is not None:
             run_request = self._deliver_key(request, ctx.tool, admission.key)
-        return RunTicket(run_request, store, ctx, admission.entry)
+        running = dataclasses.replace(running, keys=(*running.keys, ctx.identity.key))
+        return RunTicket(run_request, store, ctx, admission.entry, running=running)
 
     def check(
         self, request: ToolCallRequest, facts: CallFacts, ai_message_id: str | None
@@ -398,8 +507,8 @@ class LedgerGate:
         found = self._context(request, facts, ai_message_id)
         if found is None:
             return None
-        store, ctx = found
-        return run_plan(store, self._admit_plan(request, store, ctx))
+        store, ctx, running = found
+        return run_plan(store, self._admit_plan(request, store, ctx, running))
 
     async def acheck(
         self, request: ToolCallRequest, facts: CallFacts, ai_message_id: str | None
@@ -408,11 +517,11 @@ class LedgerGate:
         found = self._context(request, facts, ai_message_id)
         if found is None:
             return None
-        store, ctx = found
+        store, ctx, running = found
         # The claim's owner names this host and process: read those facts off the event loop
         # (once per process), so the plan's `new_owner`/`is_alive` do no blocking I/O on it.
         await owners.aready()
-        return await arun_plan(store, self._admit_plan(request, store, ctx))
+        return await arun_plan(store, self._admit_plan(request, store, ctx, running))
 
     def _resolution(self, ctx: CallContext, value: Any) -> Mapping[str, Any]:
         if (

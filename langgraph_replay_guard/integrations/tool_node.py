@@ -64,6 +64,7 @@ from langgraph_replay_guard.integrations.calls import (
 from langgraph_replay_guard.integrations.ledger_gate import (
     LedgerGate,
     RunTicket,
+    guarded_body,
     replayed_result,
 )
 from langgraph_replay_guard.integrations.ledgered_tool import (
@@ -166,6 +167,8 @@ class _Execute:
 
     request: ToolCallRequest
     watch: bool = False
+    ticket: RunTicket | None = None
+    """The ledgered call it runs: calls made inside its body are nested in it."""
 
 
 @dataclass(slots=True)
@@ -296,7 +299,8 @@ class ToolCallWrapper:
 
         def op_result(op: _Op) -> Any:
             if isinstance(op, _Execute):
-                return run(op)
+                with guarded_body(op.ticket):
+                    return run(op)
             if isinstance(op, _Check):
                 return self.gate.check(op.request, op.facts, op.batch_id)
             if isinstance(op, _Finish):
@@ -312,7 +316,8 @@ class ToolCallWrapper:
 
         async def op_result(op: _Op) -> Any:
             if isinstance(op, _Execute):
-                return await run(op)
+                with guarded_body(op.ticket):
+                    return await run(op)
             if isinstance(op, _Check):
                 return await self.gate.acheck(op.request, op.facts, op.batch_id)
             if isinstance(op, _Finish):
@@ -390,7 +395,7 @@ class ToolCallWrapper:
             tool = ledgered_tool(traced.tool, runs=ticket.runs, sends=ticket.sends)
             traced = traced.override(tool=tool)
         try:
-            result, tool_error = yield _Execute(traced, watch=True)
+            result, tool_error = yield _Execute(traced, watch=True, ticket=ticket)
         except BaseException as exc:
             yield _Finish(ticket, None, exc.error if isinstance(exc, NodeErrorPassage) else exc)
             raise
