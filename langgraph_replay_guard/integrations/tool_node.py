@@ -186,9 +186,7 @@ class _HandedRequest(ToolCallRequest):
     claimed and recorded where it runs, by its own policy.
     """
 
-    deciding: Callable[[BaseTool], BaseTool] | None = field(
-        default=None, repr=False, compare=False
-    )
+    deciding: Callable[[BaseTool], BaseTool] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         tool = self.tool
@@ -461,7 +459,8 @@ class ToolCallWrapper:
         call that never arrives counts as an attempt (`answered`), never as the tool's
         result in the channel. Stops were decided already, before anything ran.
         """
-        assert request.tool is not None
+        tool = request.tool
+        assert tool is not None
         hand = _Handed()
         facts = decided.facts
         if claims and facts.replay != "pure" and self.gate.involved(request, facts):
@@ -475,12 +474,12 @@ class ToolCallWrapper:
                 hand.key = ticket.entry.idempotency_key if ticket.entry else None
                 request = ticket.request  # with the idempotency key, if any
 
-        def deciding(tool: BaseTool) -> BaseTool:
-            return self._deciding_tool(request, tool, hand)
+        def deciding(given: BaseTool) -> BaseTool:
+            return self._deciding_tool(request, given, hand)
 
         handed = _HandedRequest(
             tool_call=request.tool_call,
-            tool=deciding(request.tool),
+            tool=deciding(tool),
             state=request.state,
             runtime=request.runtime,
             deciding=deciding,
@@ -553,9 +552,7 @@ class ToolCallWrapper:
                 )
                 return (result, None) if op.watch else result
 
-            return await self._adrive(
-                self._call_plan(here(input), direct=True, hand=hand), run
-            )
+            return await self._adrive(self._call_plan(here(input), direct=True, hand=hand), run)
 
         copy = cast("BaseTool", with_invoke(tool, invoke, ainvoke))
         if copy is not tool:

@@ -167,7 +167,9 @@ def main() -> None:
     out: Any = None
     try:
         if phase.startswith("run"):
-            out = agent.invoke({"messages": [HumanMessage("message ann")]}, config, durability="sync")
+            out = agent.invoke(
+                {"messages": [HumanMessage("message ann")]}, config, durability="sync"
+            )
             if agent.get_state(config).interrupts:  # the review of the redirect
                 edit = {"type": "edit", "edited_action": {"name": "send", "args": {"to": "ann"}}}
                 resume = Command(resume={"decisions": [edit]})

@@ -51,7 +51,9 @@ def _agent(how: str, tools: list[Any], name: str, policy: dict[str, Any]) -> Any
     model = asking_model([(name, {"to": "ann"})])
     store, saver = InMemoryStore(), InMemorySaver()
     if how == "wrap":
-        return replay_graph(ReplayGuard(tools=policy, store=store), model, tools, checkpointer=saver)
+        return replay_graph(
+            ReplayGuard(tools=policy, store=store), model, tools, checkpointer=saver
+        )
     middleware = [ReplayGuardMiddleware(tools=policy)]
     return create_agent(model, tools, middleware=middleware, checkpointer=saver, store=store)
 
@@ -336,7 +338,9 @@ def _hand_off_app(guarded: bool, effects: list[str]) -> Any:
         final="Done (no hand-off)",
     )
     middleware = [ReplayGuardMiddleware(tools={"transfer_to_billing": "unsafe"})] if guarded else []
-    triage = create_agent(model, [transfer_to_billing, lookup], middleware=middleware, name="triage")
+    triage = create_agent(
+        model, [transfer_to_billing, lookup], middleware=middleware, name="triage"
+    )
 
     def billing(state: _Routed) -> dict[str, Any]:
         return {"messages": [AIMessage("Billing here: how can I help?")]}
@@ -371,7 +375,9 @@ def test_a_hand_off_replayed_from_the_ledger_still_reaches_its_target(mode):
     assert texts[-1] == "Billing here: how can I help?"
     assert "Done (no hand-off)" not in texts
     assert out["route"] == "billing"
-    replayed = [m for m in out["messages"] if isinstance(m, ToolMessage) and "Transferred" in m.text]
+    replayed = [
+        m for m in out["messages"] if isinstance(m, ToolMessage) and "Transferred" in m.text
+    ]
     assert replayed[-1].response_metadata.get("replay_guard") == "replayed"
 
 
