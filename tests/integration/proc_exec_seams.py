@@ -1,6 +1,6 @@
 """A `create_agent` agent whose unsafe `send` runs below the guard, killed inside its body.
 
-Usage: python tests/integration/proc_exec_seams.py CASE ORDER PHASE DIR
+Usage: python tests/integration/proc_exec_seams.py CASE ORDER PHASE DIR [MODE]
 
 CASE says how the body is reached from the guard's tool hook (issue 32, seam 3):
 
@@ -14,11 +14,13 @@ ORDER is `guard-first` or `guard-last` in the middleware list. PHASE is `run` (t
 the body appends its effect to DIR/effects with O_APPEND, then the process kills itself with
 SIGKILL, still inside the body), `run-after` (the same, killed once the call came back out of
 every middleware, before LangGraph saved its answer) or `resume` (a new process continues the
-thread). The child prints one JSON line: `{"status": "done" | <error class>, "texts": [...]}`.
+thread). MODE is `sync` (the default) or `async` (`ainvoke`). The child prints one JSON line:
+`{"status": "done" | <error class>, "texts": [...]}`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -93,6 +95,12 @@ class KillAfter(AgentMiddleware):
         os.kill(os.getpid(), signal.SIGKILL)
         return result
 
+    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+        result = await handler(request)
+        sys.stdout.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+        return result
+
 
 class SwapToLive(AgentMiddleware):
     """Runs the live `send` in place of the agent's dry run."""
@@ -105,6 +113,11 @@ class SwapToLive(AgentMiddleware):
         if request.tool_call["name"] == "send":
             return handler(request.override(tool=self.live))
         return handler(request)
+
+    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+        if request.tool_call["name"] == "send":
+            return await handler(request.override(tool=self.live))
+        return await handler(request)
 
 
 class ServeSend(AgentMiddleware):
@@ -120,6 +133,11 @@ class ServeSend(AgentMiddleware):
             return handler(request)
         text = self.body.send(**call["args"])
         return ToolMessage(text, tool_call_id=call["id"], name="send")
+
+    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+        if request.tool_call["name"] != "send":
+            return await handler(request)
+        return self.wrap_tool_call(request, handler)
 
 
 def step(first: str) -> Any:
@@ -155,31 +173,57 @@ def build(case: str, order: str, body: Body, saver: Any, store: Any, *, kill_aft
     )
 
 
+REDIRECT = {"type": "edit", "edited_action": {"name": "send", "args": {"to": "ann"}}}
+
+
 def main() -> None:
     case, order, phase, root = sys.argv[1], sys.argv[2], sys.argv[3], Path(sys.argv[4])
+    mode = sys.argv[5] if len(sys.argv) > 5 else "sync"
     body = Body(root, kill=phase == "run")
-    saver = SqliteSaver(sqlite3.connect(root / "checkpoints.db", check_same_thread=False))
-    store = SqliteStore(sqlite3.connect(root / "store.db", check_same_thread=False))
-    store.setup()
-    agent = build(case, order, body, saver, store, kill_after=phase == "run-after")
     config = {"configurable": {"thread_id": f"{case}-{order}"}}
-    status = "done"
-    out: Any = None
+    first = {"messages": [HumanMessage("message ann")]}
+    status, out = "done", None
     try:
-        if phase.startswith("run"):
-            out = agent.invoke(
-                {"messages": [HumanMessage("message ann")]}, config, durability="sync"
-            )
-            if agent.get_state(config).interrupts:  # the review of the redirect
-                edit = {"type": "edit", "edited_action": {"name": "send", "args": {"to": "ann"}}}
-                resume = Command(resume={"decisions": [edit]})
-                out = agent.invoke(resume, config, durability="sync")
+        if mode == "sync":
+            saver = SqliteSaver(sqlite3.connect(root / "checkpoints.db", check_same_thread=False))
+            store = SqliteStore(sqlite3.connect(root / "store.db", check_same_thread=False))
+            store.setup()
+            agent = build(case, order, body, saver, store, kill_after=phase == "run-after")
+            if not phase.startswith("run"):
+                out = agent.invoke(None, config, durability="sync")
+            else:
+                out = agent.invoke(first, config, durability="sync")
+                if agent.get_state(config).interrupts:  # the review of the redirect
+                    resume = Command(resume={"decisions": [REDIRECT]})
+                    out = agent.invoke(resume, config, durability="sync")
         else:
-            out = agent.invoke(None, config, durability="sync")
+            out = asyncio.run(_arun(case, order, phase, root, body, config, first))
     except Exception as exc:
         status = type(exc).__name__
     texts = [m.text for m in (out or {}).get("messages", [])]
     print(json.dumps({"status": status, "texts": texts}))
+
+
+async def _arun(
+    case: str, order: str, phase: str, root: Path, body: Body, config: Any, first: Any
+) -> Any:
+    """`main`'s turn through `ainvoke`, on the async SQLite checkpointer and store."""
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+    from langgraph.store.sqlite.aio import AsyncSqliteStore
+
+    async with (
+        AsyncSqliteSaver.from_conn_string(str(root / "checkpoints.db")) as saver,
+        AsyncSqliteStore.from_conn_string(str(root / "store.db")) as store,
+    ):
+        await store.setup()
+        agent = build(case, order, body, saver, store, kill_after=phase == "run-after")
+        if not phase.startswith("run"):
+            return await agent.ainvoke(None, config, durability="sync")
+        out = await agent.ainvoke(first, config, durability="sync")
+        if (await agent.aget_state(config)).interrupts:  # the review of the redirect
+            resume = Command(resume={"decisions": [REDIRECT]})
+            out = await agent.ainvoke(resume, config, durability="sync")
+        return out
 
 
 if __name__ == "__main__":
