@@ -140,7 +140,16 @@ def ledgered_tool(tool: Any, *, runs: ToolRuns, sends: list[tuple[str, Any]] | N
     return with_invoke(tool, guarded_invoke, guarded_ainvoke)
 
 
-_BODY_PATH = ("invoke", "ainvoke", "run", "arun", "_run", "_arun", "_to_args_and_kwargs")
+_BODY_PATH = (
+    "invoke",
+    "ainvoke",
+    "run",
+    "arun",
+    "_parse_input",
+    "_to_args_and_kwargs",
+    "_run",
+    "_arun",
+)
 """The methods between `tool.invoke` and a function tool's `func`/`coroutine`."""
 
 

@@ -486,3 +486,42 @@ def test_a_send_a_middleware_supplies_killed_after_it_returned_is_replayed(case,
     assert any("Sent to ann" in text for text in resumed["texts"])
     assert resumed["texts"][-1] == "Done."
     assert _sends(tmp_path) == 1
+
+
+class _PassThrough(AgentMiddleware):
+    """A middleware inside the guard that changes nothing (the call is handed down)."""
+
+    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+        return handler(request)
+
+    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+        return await handler(request)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_idempotent_call_claimed_before_it_is_handed_down_keeps_one_key(mode):
+    # The guard claims the call before the middlewares inside it run: the tool below runs
+    # under that claim with its key, and the resumed retry gets the same key.
+    keys: list[str] = []
+
+    @tool
+    def charge(amount: int, idempotency_key: str) -> str:
+        """Charge a card (the payment API deduplicates by key)."""
+        keys.append(idempotency_key)
+        if len(keys) == 1:
+            msg = "payment API timed out"
+            raise ConnectionError(msg)
+        return f"Charged {amount}"
+
+    policy = {"charge": {"replay": "idempotent", "idempotency_key_arg": "idempotency_key"}}
+    agent = create_agent(
+        asking_model([("charge", {"amount": 20})]),
+        [charge],
+        middleware=[ReplayGuardMiddleware(tools=policy), _PassThrough()],
+        checkpointer=InMemorySaver(),
+        store=InMemoryStore(),
+    )
+    ended = _run_and_resume(agent, mode, f"idempotent-handed-{mode}", resumes=1)
+    assert ended == ["ConnectionError", "done"]
+    assert len(keys) == 2
+    assert keys[0] == keys[1] != ""
