@@ -525,3 +525,48 @@ def test_an_idempotent_call_claimed_before_it_is_handed_down_keeps_one_key(mode)
     assert ended == ["ConnectionError", "done"]
     assert len(keys) == 2
     assert keys[0] == keys[1] != ""
+
+
+def test_a_deep_agents_sub_agent_review_is_a_pause_of_the_task_tool():
+    # deepagents' `task` is unsafe, and its sub-agent's `interrupt_on` review reaches the
+    # task tool as the sub-agent's interrupt, not the tool's own. The deepagents toolkit
+    # names it a pause (`no_effect_errors`): on resume the sub-agent goes on where it stopped.
+    deepagents = pytest.importorskip("deepagents", reason="the stacks extra")
+    sent: list[str] = []
+
+    @tool
+    def send(to: str) -> str:
+        """Send a message."""
+        sent.append(to)
+        return f"Sent to {to}"
+
+    def step(messages: list[Any]) -> Any:
+        last = messages[-1]
+        if isinstance(last, HumanMessage) and last.text == "mail ann":
+            return [("task", {"description": "send the mail", "subagent_type": "mailer"})]
+        if isinstance(last, HumanMessage):  # the sub-agent's input
+            return [("send", {"to": "ann"})]
+        return "Done."
+
+    mailer = {
+        "name": "mailer",
+        "description": "Sends mail.",
+        "system_prompt": "Send mail.",
+        "tools": [send],
+        "interrupt_on": {"send": True},
+    }
+    agent = deepagents.create_deep_agent(
+        ScriptedChatModel(script=[step] * 10),
+        [send],
+        subagents=[mailer],
+        middleware=[ReplayGuardMiddleware(toolkits=["deepagents"])],
+        checkpointer=InMemorySaver(),
+        store=InMemoryStore(),
+    )
+    config = {"configurable": {"thread_id": "sub-agent-review"}}
+    agent.invoke({"messages": [HumanMessage("mail ann")]}, config, durability="sync")
+    assert agent.get_state(config).interrupts
+    approve = Command(resume={"decisions": [{"type": "approve"}]})
+    agent.invoke(approve, config, durability="sync")
+    assert sent == ["ann"]
+    assert not agent.get_state(config).interrupts
