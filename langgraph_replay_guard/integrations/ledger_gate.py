@@ -18,11 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command, interrupt
 from pydantic import BaseModel, ValidationError
 
-from langgraph_replay_guard._compat import run_checkpointer, run_durability
+from langgraph_replay_guard._compat import own_interrupt, run_checkpointer, run_durability
 from langgraph_replay_guard.decisions.state import delivered
 from langgraph_replay_guard.errors import ReplayGuardError, ReplayGuardWarning
 from langgraph_replay_guard.integrations.calls import (
@@ -102,6 +101,9 @@ class RunningCall:
     """The anchor this call folded in ("" at the top of the graph)."""
     keys: tuple[str, ...]
     """The rows of this one model call claimed in `rows_ns`, outermost first."""
+    gate: object = dataclasses.field(default=None, compare=False, repr=False)
+    """The gate that claimed it: its own copies of the tool handed down under its hook's
+    claim are that call where it runs, not a second guard stacked on it."""
 
     @functools.cached_property
     def anchor(self) -> str:
@@ -158,6 +160,9 @@ class RunTicket:
     """Whether and with which arguments the tool body ran (`ledgered_tool`)."""
     running: RunningCall | None = None
     """What calls made inside its body see (`guarded_body`)."""
+    answered_inside: bool = False
+    """The hook's claim ends with the answer of a middleware inside the guard (no copy of
+    the tool ran under it): the row says so, and a replay gives that answer back whole."""
 
 
 def replayed_message(entry: LedgerEntry, tool_call: Mapping[str, Any]) -> ToolMessage:
@@ -178,15 +183,21 @@ def replayed_message(entry: LedgerEntry, tool_call: Mapping[str, Any]) -> ToolMe
 SENDS_KEY = "__replay_guard_sends__"
 """Key, in a recorded update, of the state writes the tool made beside its answer."""
 
+COMMAND_KEY = "__replay_guard_command__"
+"""Key, in a recorded update, of what a tool's `Command` holds besides a mapping update: the
+graph it is for, where it goes, what it resumes (a hand-off's `goto` into the parent graph),
+or an update that is not a mapping."""
+
 
 def replayed_result(
     entry: LedgerEntry, tool_call: Mapping[str, Any]
 ) -> tuple[ToolMessage | Command[Any], list[tuple[str, Any]]]:
     """What a call whose outcome the ledger recorded gives again, without running the tool.
 
-    A tool that returned a `Command` gets its whole state update back (its messages answering
-    the current tool_call_id); any other tool its ToolMessage (`replayed_message`). The state
-    writes the tool made beside its answer come second, to be written again.
+    A tool that returned a `Command` gets it back whole: its state update (its messages
+    answering the current tool_call_id), the graph it is for, its `goto` and `resume`. Any
+    other tool gets its ToolMessage (`replayed_message`). The state writes the tool made
+    beside its answer come second, to be written again.
 
     Args:
         entry: The call's ledger row, with an outcome.
@@ -203,13 +214,38 @@ def replayed_result(
         for write in (writes if isinstance(writes, list) else [])
         if isinstance(write, list | tuple) and len(write) == 2 and isinstance(write[0], str)
     ]
-    if not update:
+    routing = update.pop(COMMAND_KEY, None)
+    if not isinstance(routing, Mapping):
+        routing = {}
+    if not update and not routing:
         return replayed_message(entry, tool_call), sends
     tool_call_id = tool_call.get("id") or entry.tool_call_id
     messages = update.get("messages")
     if isinstance(messages, list):
         update["messages"] = [_answering(m, tool_call_id) for m in messages]
-    return Command(update=update), sends
+    other = routing.get("update")
+    if isinstance(other, list):  # an update given as (key, value) pairs
+        update_value: Any = [_answering_pair(pair, tool_call_id) for pair in other]
+    else:
+        update_value = update or other
+    return Command(
+        graph=routing.get("graph"),
+        update=update_value,
+        resume=routing.get("resume"),
+        goto=routing.get("goto", ()),
+    ), sends
+
+
+def _answering_pair(pair: Any, tool_call_id: str) -> Any:
+    """`_answering` for an update written as a `(key, value)` pair."""
+    if isinstance(pair, list | tuple) and len(pair) == 2 and pair[0] == "messages":
+        value = pair[1]
+        if isinstance(value, list):
+            value = [_answering(m, tool_call_id) for m in value]
+        else:
+            value = _answering(value, tool_call_id)
+        return (pair[0], value)
+    return pair
 
 
 def _answering(message: Any, tool_call_id: str) -> Any:
@@ -237,11 +273,28 @@ def _with_ran_args(entry: LedgerEntry, ticket: RunTicket, ctx: CallContext) -> L
 
 
 def _command_update(result: Any) -> Mapping[str, Any] | None:
-    """The state update of a tool's own `Command` for this graph, or None."""
-    if not isinstance(result, Command) or result.graph is not None:
+    """The whole of a tool's own `Command` as an update to record, or None.
+
+    A mapping update is recorded as it is; the rest of the Command (the graph it is for, its
+    `goto`, `resume`, an update that is not a mapping) goes under `COMMAND_KEY`, so that a
+    replay rebuilds the Command whole (`replayed_result`): a hand-off replayed from the
+    ledger still goes where the tool sent it.
+    """
+    if not isinstance(result, Command):
         return None
     update = result.update
-    return update if isinstance(update, Mapping) else None
+    routing: dict[str, Any] = {}
+    if result.graph is not None:
+        routing["graph"] = result.graph
+    if result.goto:
+        routing["goto"] = result.goto
+    if result.resume is not None:
+        routing["resume"] = result.resume
+    if update is not None and not isinstance(update, Mapping):
+        routing["update"] = list(update) if isinstance(update, tuple) else update
+    if not routing:
+        return update if isinstance(update, Mapping) else None
+    return {**(update if isinstance(update, Mapping) else {}), COMMAND_KEY: routing}
 
 
 def _answered(state: Any, messages_key: str, channel: str) -> Any:
@@ -382,12 +435,13 @@ class LedgerGate:
         also: tuple[str, ...] = ()
         outer = _RUNNING.get()
         if outer is not None and outer.same_model_call(thread, node, ai_message_id, tool_call_id):
-            if outer.rows_ns == rows_ns and outer.label == self.label:
+            stacked = outer.gate is not self  # else: this guard's own copy, handed down
+            if stacked and outer.rows_ns == rows_ns and outer.label == self.label:
                 # A guard with this label already claimed this very call around us (two
                 # guards stacked on one tool): its claim stands, a second would wait on it.
                 return None
             enclosing = outer.enclosing  # another guard's view of this call: same place
-            also = outer.keys if outer.rows_ns == rows_ns else ()
+            also = outer.keys if stacked and outer.rows_ns == rows_ns else ()
         elif outer is not None:
             enclosing = outer.anchor  # made inside a guarded call's tool body
         identity = CallIdentity(
@@ -416,7 +470,7 @@ class LedgerGate:
             asked_hash=_asked_hash(request.state, self.messages_key, identity),
             pointer_also=also,
         )
-        running = RunningCall(rows_ns, self.label, identity, enclosing, also)
+        running = RunningCall(rows_ns, self.label, identity, enclosing, also, gate=self)
         return store, ctx, running
 
     def _warn_setup(self, tool: str, store: Any, thread_id: Any, configurable: Any) -> None:
@@ -523,6 +577,26 @@ class LedgerGate:
         await owners.aready()
         return await arun_plan(store, self._admit_plan(request, store, ctx, running))
 
+    def continued(self, ticket: RunTicket, request: ToolCallRequest) -> RunTicket:
+        """The claim of a call handed down, for the call as it arrived where the tool runs.
+
+        The guard's hook claimed the call as the model asked it; a middleware inside may
+        have edited it on the way. The run goes on under that claim (no second claim of one
+        call), with the idempotency key delivered to the call that runs; the arguments it
+        ran with are recorded beside the claim's (`ran_args`).
+
+        Args:
+            ticket: The hook's claim (`check`), not used to run anything yet.
+            request: The call as it arrived at the tool.
+
+        Returns:
+            A ticket to run `request` under the claim.
+        """
+        key = ticket.entry.idempotency_key if ticket.entry is not None else None
+        if key is not None:
+            request = self._deliver_key(request, ticket.ctx.tool, key)
+        return RunTicket(request, ticket.store, ticket.ctx, ticket.entry)
+
     def _resolution(self, ctx: CallContext, value: Any) -> Mapping[str, Any]:
         if (
             isinstance(value, Mapping)
@@ -594,12 +668,14 @@ class LedgerGate:
         if error is not None:
             if ticket.entry is None:
                 return None  # a pure call that raised: nothing to remember, it may run again
-            if isinstance(error, GraphBubbleUp):
+            if own_interrupt(error, getattr(ticket.request.runtime, "config", None)):
                 # The tool called interrupt(): LangGraph re-runs it from the start on resume,
                 # so the tool must interrupt before its side effect (LangGraph's own rule).
                 return interrupted_entry(ticket.entry)
-            # The framework refused the call before the tool's function started (an
-            # async-only tool run through `invoke`): nothing can have happened.
+            # Any other exception, control-flow signals included (a nested guard's stop, a
+            # `ParentCommand`, a sub-agent's interrupt), may come after the effect: unknown,
+            # unless the framework provably refused the call before the tool's function
+            # started (an async-only tool run through `invoke`) or the policy says so.
             no_effect = ticket.runs.body is False or self.config.policy_for(
                 ctx.tool
             ).raised_before_effect(error)
@@ -613,7 +689,9 @@ class LedgerGate:
             # Writes beside the answer are part of the outcome: a replay writes them again.
             update = {**(update or {}), SENDS_KEY: [list(write) for write in ticket.sends]}
         if message is None:  # a Command without a ToolMessage: its update, no answer of its own
-            return finished_entry(entry, "", None, "success", update=update)
-        return finished_entry(
-            entry, message.content, message.artifact, message.status, update=update
-        )
+            done = finished_entry(entry, "", None, "success", update=update)
+        else:
+            done = finished_entry(
+                entry, message.content, message.artifact, message.status, update=update
+            )
+        return dataclasses.replace(done, answered_inside=True) if ticket.answered_inside else done

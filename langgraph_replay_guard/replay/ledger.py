@@ -218,6 +218,9 @@ class LedgerEntry:
         ran_args: The arguments the tool body ran with, when a middleware between the guard
             and the tool changed them (a HITL edit); None when they are `args`.
         rev: Revision token, new on every write: claims compare it (compare-and-set).
+        answered_inside: The outcome is the answer of a middleware inside the guard that
+            answered the claimed call itself (no tool body the guard could see ran): a
+            replay gives it back without handing the call down again.
     """
 
     key: str
@@ -239,6 +242,7 @@ class LedgerEntry:
     blocked_on: str | None = None
     ran_args: Any = None
     rev: str | None = None
+    answered_inside: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -281,6 +285,7 @@ class LedgerEntry:
                 ran_args=decode_field(value, "ran_args"),
                 blocked_on=_opt_str(value.get("blocked_on")),
                 rev=_opt_str(value.get("rev")),
+                answered_inside=value.get("answered_inside") is True,
             )
         except (TypeError, ValueError):
             return cls._corrupt(key, value)
@@ -321,6 +326,8 @@ class LedgerEntry:
             "blocked_on": self.blocked_on,
             "rev": self.rev,
         }
+        if self.answered_inside:  # only then: rows of every other call keep their shape
+            value["answered_inside"] = True
         encode_field(value, "args", self.args)
         encode_field(value, "ran_args", self.ran_args)
         return value
@@ -690,6 +697,8 @@ def _other_arguments(ctx: CallContext, own: LedgerEntry) -> _Step | None:
         return None
     if not own.args_hash or own.args_hash == ctx.args_hash or ctx.identity.variant:
         return None
+    if _ran_with(own, ctx.args_hash):
+        return None  # the row's body ran with these arguments (edited below the claim)
     if ctx.replay == "pure":
         return _Variant()  # a read has no effect to protect: each variant its own row
     asked = ctx.asked_hash()
@@ -703,12 +712,27 @@ def _other_arguments(ctx: CallContext, own: LedgerEntry) -> _Step | None:
     return Admission("unknown", own, why=why)
 
 
+def _ran_with(own: LedgerEntry, args_hash: str) -> bool:
+    """Whether a row's body ran with these arguments, not the claimed ones (`ran_args`).
+
+    A guard's hook claims a call as the model asked it; a middleware inside may run it
+    with other arguments (a HITL edit, the first sub-call of a fan-out) under that claim.
+    """
+    if own.ran_args is None or own.args_hash == args_hash:
+        return False
+    try:
+        return args_digest(own.ran_args) == args_hash
+    except (TypeError, ValueError):
+        return False
+
+
 def _after_own(ctx: CallContext, own: LedgerEntry) -> _Step:
     """What the identity's own row says."""
     other = _other_arguments(ctx, own)
     if other is not None:
         return other
-    own.check_same_call(ctx.tool, ctx.args_hash, ctx.identity)
+    if not _ran_with(own, ctx.args_hash):
+        own.check_same_call(ctx.tool, ctx.args_hash, ctx.identity)
     if own.has_outcome and not readable_result(own):
         own = LedgerEntry._corrupt(own.key, own.to_value())  # a damaged result: unknown
     if own.has_outcome:
