@@ -26,6 +26,7 @@ __all__ = [
     "graph_state",
     "handled_error_types",
     "is_default_tool_error_handler",
+    "own_interrupt",
     "run_checkpointer",
     "run_durability",
     "runs_the_tool_itself",
@@ -278,6 +279,47 @@ def with_channel_writer(config: Mapping[str, Any] | None, send: ChannelWriter) -
     copy = dict(config or {})
     copy["configurable"] = {**(copy.get("configurable") or {}), "__pregel_send": send}
     return copy
+
+
+_INTERRUPT_SLOTS = 256
+"""How many answered `interrupt()` calls of one task `own_interrupt` recognises."""
+
+
+def own_interrupt(error: BaseException, config: Mapping[str, Any] | None) -> bool:
+    """Whether an exception is the running task's own `interrupt()`, and nothing else.
+
+    `interrupt()` raises a `GraphInterrupt` whose interrupt ids LangGraph derives from the
+    task's checkpoint namespace and the number of answers the task already has
+    (`langgraph.types._interrupt_id`). A subgraph or sub-agent the task invoked raises its
+    own interrupts, with ids of its own namespaces; any other control-flow signal
+    (`ParentCommand`, a nested guard's stop) is no `GraphInterrupt` at all.
+
+    Args:
+        error: The exception that left the tool.
+        config: The config the task runs with (its `checkpoint_ns`).
+
+    Returns:
+        True only when every interrupt it carries is one of this task's.
+    """
+    from langgraph.errors import GraphInterrupt
+
+    if not isinstance(error, GraphInterrupt) or not error.args:
+        return False
+    configurable = config.get("configurable") if config else None
+    ns = configurable.get("checkpoint_ns") if isinstance(configurable, Mapping) else None
+    interrupts = error.args[0]
+    if not isinstance(ns, str) or not isinstance(interrupts, Sequence) or not interrupts:
+        return False
+    try:
+        from langgraph.types import _interrupt_id
+    except ImportError:  # pragma: no cover - checked by tests/unit/test_compat.py
+        return False
+    ids = {getattr(found, "id", None) for found in interrupts}
+    for answered in range(_INTERRUPT_SLOTS):
+        ids.discard(_interrupt_id(ns, answered))
+        if not ids:
+            return True
+    return False
 
 
 _TOOL_NODE_EXECUTE = ("ToolNode._run_one.<locals>.execute", "ToolNode._arun_one.<locals>.execute")

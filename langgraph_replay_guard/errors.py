@@ -44,11 +44,13 @@ class ReplayUnsafeError(ReplayGuardError):
     """An `unsafe` tool call started earlier and its outcome is unknown.
 
     Running it again could repeat a side effect, so a human must resolve it first, with
-    `guard.resolve(graph, config, tool_call_id, outcome, result)`.
+    `guard.resolve(graph, config, tool_call_id, outcome, result)`, or, on a served graph, by
+    resuming the interrupt of `GuardConfig(on_unsafe="interrupt")` through the SDK.
 
     Attributes:
         facts: What a human needs to decide: `thread_id`, `tool`, `args`, `tool_call_id`,
-            `started_at`, `status`, `reason`, `earlier_tool_call_id`, `last_error`.
+            `started_at`, `status`, `reason`, `earlier_tool_call_id`, `last_error`, and how
+            to settle it: `resolve` (in process) and `resume` (the SDK command).
     """
 
     def __init__(self, message: str, **facts: Any) -> None:

@@ -627,7 +627,8 @@ def _reset_info(value: Any) -> dict[str, Any] | None:
 
 _MARK_KEYS = frozenset({"k", "n", "a", "e"})
 MAX_UNKNOWN_MARKS = 32
-"""Most unknown-outcome marks the callback handler keeps per thread (newest kept)."""
+"""Most marks a thread state of an earlier release held (the callback handler now keeps each
+mark in a store item of its own, uncapped, and only reads and clears these)."""
 
 
 def _unknown_marks(value: Any) -> list[dict[str, Any]] | None:

@@ -4,22 +4,24 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import json
 import logging
 import threading
 import time
 import warnings
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command, interrupt
 from pydantic import BaseModel, ValidationError
 
-from langgraph_replay_guard._compat import run_checkpointer, run_durability
+from langgraph_replay_guard._compat import own_interrupt, run_checkpointer, run_durability
 from langgraph_replay_guard.decisions.state import delivered
 from langgraph_replay_guard.errors import ReplayGuardError, ReplayGuardWarning
 from langgraph_replay_guard.integrations.calls import (
@@ -40,6 +42,8 @@ from langgraph_replay_guard.replay.ledger import (
     admit,
     args_digest,
     block,
+    call_anchor,
+    call_scope,
     escaped_entry,
     finished_entry,
     index_namespace,
@@ -53,6 +57,7 @@ from langgraph_replay_guard.replay.ledger import (
     unknown_facts,
 )
 from langgraph_replay_guard.replay.result_codec import decode_result, decode_update
+from langgraph_replay_guard.storage import store_cas
 from langgraph_replay_guard.storage.ledger_io import arun_plan, run_plan
 
 if TYPE_CHECKING:
@@ -68,6 +73,8 @@ __all__ = [
     "INTERRUPT_KIND",
     "LedgerGate",
     "RunTicket",
+    "RunningCall",
+    "guarded_body",
     "replayed_message",
     "replayed_result",
 ]
@@ -76,6 +83,66 @@ logger = logging.getLogger("langgraph_replay_guard")
 
 IDEMPOTENCY_KEY_CONFIG = "replay_guard_idempotency_key"
 """Key of `runtime.config["configurable"]` holding an idempotent call's idempotency key."""
+
+
+@dataclass(frozen=True)
+class RunningCall:
+    """A guarded call whose tool body is running (in this context: thread or task).
+
+    Calls made inside its body (a deep agent's sub-agent inside `task`) fold its `anchor`
+    into their identity; a guard with the same label finding its own call here recognises
+    the claim as the one it would make (two guards stacked on one tool).
+    """
+
+    rows_ns: tuple[str, ...]
+    label: str
+    identity: CallIdentity
+    enclosing: str
+    """The anchor this call folded in ("" at the top of the graph)."""
+    keys: tuple[str, ...]
+    """The rows of this one model call claimed in `rows_ns`, outermost first."""
+    gate: object = dataclasses.field(default=None, compare=False, repr=False)
+    """The gate that claimed it: its own copies of the tool handed down under its hook's
+    claim are that call where it runs, not a second guard stacked on it."""
+
+    @functools.cached_property
+    def anchor(self) -> str:
+        """`call_anchor` of this call: what a call made inside its body folds in.
+
+        Computed only when a guarded call is made inside the body (most bodies make none).
+        """
+        ident = self.identity
+        return call_anchor(
+            ident.thread_id, self.enclosing, ident.node, ident.ai_message_id, ident.tool_call_id
+        )
+
+    def same_model_call(self, thread_id: str, node: str, ai_id: str | None, tc_id: str) -> bool:
+        """Whether a call is this model call (another guard's view of it)."""
+        mine = self.identity
+        return (
+            mine.tool_call_id == tc_id
+            and mine.ai_message_id == ai_id
+            and mine.thread_id == thread_id
+            and mine.node == node
+        )
+
+
+_RUNNING: ContextVar[RunningCall | None] = ContextVar("replay_guard_running_call", default=None)
+"""The innermost guarded call whose body runs here; LangGraph copies contexts into its
+executor threads and tasks, so a sub-agent run inside a tool body sees it."""
+
+
+@contextmanager
+def guarded_body(ticket: RunTicket | None) -> Iterator[None]:
+    """Around the run of a ledgered call's body: calls made inside it know it encloses them."""
+    if ticket is None or ticket.running is None:
+        yield
+        return
+    token = _RUNNING.set(ticket.running)
+    try:
+        yield
+    finally:
+        _RUNNING.reset(token)
 
 
 @dataclass(frozen=True)
@@ -91,6 +158,11 @@ class RunTicket:
     """The state writes the tool made beside its answer (`ledgered_tool`)."""
     runs: ToolRuns = dataclasses.field(default_factory=ToolRuns)
     """Whether and with which arguments the tool body ran (`ledgered_tool`)."""
+    running: RunningCall | None = None
+    """What calls made inside its body see (`guarded_body`)."""
+    answered_inside: bool = False
+    """The hook's claim ends with the answer of a middleware inside the guard (no copy of
+    the tool ran under it): the row says so, and a replay gives that answer back whole."""
 
 
 def replayed_message(entry: LedgerEntry, tool_call: Mapping[str, Any]) -> ToolMessage:
@@ -111,15 +183,21 @@ def replayed_message(entry: LedgerEntry, tool_call: Mapping[str, Any]) -> ToolMe
 SENDS_KEY = "__replay_guard_sends__"
 """Key, in a recorded update, of the state writes the tool made beside its answer."""
 
+COMMAND_KEY = "__replay_guard_command__"
+"""Key, in a recorded update, of what a tool's `Command` holds besides a mapping update: the
+graph it is for, where it goes, what it resumes (a hand-off's `goto` into the parent graph),
+or an update that is not a mapping."""
+
 
 def replayed_result(
     entry: LedgerEntry, tool_call: Mapping[str, Any]
 ) -> tuple[ToolMessage | Command[Any], list[tuple[str, Any]]]:
     """What a call whose outcome the ledger recorded gives again, without running the tool.
 
-    A tool that returned a `Command` gets its whole state update back (its messages answering
-    the current tool_call_id); any other tool its ToolMessage (`replayed_message`). The state
-    writes the tool made beside its answer come second, to be written again.
+    A tool that returned a `Command` gets it back whole: its state update (its messages
+    answering the current tool_call_id), the graph it is for, its `goto` and `resume`. Any
+    other tool gets its ToolMessage (`replayed_message`). The state writes the tool made
+    beside its answer come second, to be written again.
 
     Args:
         entry: The call's ledger row, with an outcome.
@@ -136,13 +214,38 @@ def replayed_result(
         for write in (writes if isinstance(writes, list) else [])
         if isinstance(write, list | tuple) and len(write) == 2 and isinstance(write[0], str)
     ]
-    if not update:
+    routing = update.pop(COMMAND_KEY, None)
+    if not isinstance(routing, Mapping):
+        routing = {}
+    if not update and not routing:
         return replayed_message(entry, tool_call), sends
     tool_call_id = tool_call.get("id") or entry.tool_call_id
     messages = update.get("messages")
     if isinstance(messages, list):
         update["messages"] = [_answering(m, tool_call_id) for m in messages]
-    return Command(update=update), sends
+    other = routing.get("update")
+    if isinstance(other, list):  # an update given as (key, value) pairs
+        update_value: Any = [_answering_pair(pair, tool_call_id) for pair in other]
+    else:
+        update_value = update or other
+    return Command(
+        graph=routing.get("graph"),
+        update=update_value,
+        resume=routing.get("resume"),
+        goto=routing.get("goto", ()),
+    ), sends
+
+
+def _answering_pair(pair: Any, tool_call_id: str) -> Any:
+    """`_answering` for an update written as a `(key, value)` pair."""
+    if isinstance(pair, list | tuple) and len(pair) == 2 and pair[0] == "messages":
+        value = pair[1]
+        if isinstance(value, list):
+            value = [_answering(m, tool_call_id) for m in value]
+        else:
+            value = _answering(value, tool_call_id)
+        return (pair[0], value)
+    return pair
 
 
 def _answering(message: Any, tool_call_id: str) -> Any:
@@ -170,11 +273,28 @@ def _with_ran_args(entry: LedgerEntry, ticket: RunTicket, ctx: CallContext) -> L
 
 
 def _command_update(result: Any) -> Mapping[str, Any] | None:
-    """The state update of a tool's own `Command` for this graph, or None."""
-    if not isinstance(result, Command) or result.graph is not None:
+    """The whole of a tool's own `Command` as an update to record, or None.
+
+    A mapping update is recorded as it is; the rest of the Command (the graph it is for, its
+    `goto`, `resume`, an update that is not a mapping) goes under `COMMAND_KEY`, so that a
+    replay rebuilds the Command whole (`replayed_result`): a hand-off replayed from the
+    ledger still goes where the tool sent it.
+    """
+    if not isinstance(result, Command):
         return None
     update = result.update
-    return update if isinstance(update, Mapping) else None
+    routing: dict[str, Any] = {}
+    if result.graph is not None:
+        routing["graph"] = result.graph
+    if result.goto:
+        routing["goto"] = result.goto
+    if result.resume is not None:
+        routing["resume"] = result.resume
+    if update is not None and not isinstance(update, Mapping):
+        routing["update"] = list(update) if isinstance(update, tuple) else update
+    if not routing:
+        return update if isinstance(update, Mapping) else None
+    return {**(update if isinstance(update, Mapping) else {}), COMMAND_KEY: routing}
 
 
 def _answered(state: Any, messages_key: str, channel: str) -> Any:
@@ -194,6 +314,25 @@ def _answered(state: Any, messages_key: str, channel: str) -> Any:
         return False
 
     return is_answered
+
+
+def _asked_hash(state: Any, messages_key: str, identity: CallIdentity) -> Any:
+    """`args_digest` of the call's arguments as its AIMessage asked them, read when needed."""
+
+    def asked() -> str | None:
+        for message in reversed(state_messages(state, messages_key)):
+            if not isinstance(message, AIMessage) or message.id != identity.ai_message_id:
+                continue
+            for call in message.tool_calls:
+                if call.get("id") == identity.tool_call_id:
+                    try:
+                        return args_digest(call.get("args", {}))
+                    except (TypeError, ValueError):
+                        return None
+            return None
+        return None
+
+    return asked
 
 
 def _rejected_before_run(tool: Any, tool_call: Mapping[str, Any], key_arg: str | None) -> bool:
@@ -240,6 +379,9 @@ class LedgerGate:
         self.prefix = tuple(store_label(part) for part in namespace)
         self.messages_key = messages_key
         self.channel = channel
+        # Which guard owns a call, in its namespace: the instance name its own channel
+        # carries (`replay_guard__<name>`); "" for the default, whose keys stay as they were.
+        self.label = channel.removeprefix(GUARD_CHANNEL).removeprefix("__")
         self._warned: set[str] = set()
         self._lock = threading.Lock()
 
@@ -269,7 +411,7 @@ class LedgerGate:
 
     def _context(
         self, request: ToolCallRequest, facts: CallFacts, ai_message_id: str | None
-    ) -> tuple[BaseStore, CallContext] | None:
+    ) -> tuple[BaseStore, CallContext, RunningCall] | None:
         runtime = request.runtime
         config = getattr(runtime, "config", None) or {}
         configurable = config.get("configurable", {})
@@ -279,15 +421,35 @@ class LedgerGate:
             self._warn_setup(facts.tool, store, thread_id, configurable)
         if store is None or thread_id is None:
             return None
+        # One SQLite connection for the checkpointer and the store (docs/adopting.md): the
+        # guard's transactions must not interleave with the checkpointer's commits.
+        store_cas.share_connection(store, run_checkpointer(configurable))
         tool_call = request.tool_call
         key_arg = self.config.policy_for(facts.tool).idempotency_key_arg
         if facts.replay != "pure" and _rejected_before_run(request.tool, tool_call, key_arg):
             return None  # the tool body cannot start: nothing to claim, nothing can happen
+        thread, node = str(thread_id), node_path(configurable.get("checkpoint_ns"))
+        tool_call_id = str(tool_call.get("id") or "")
+        rows_ns = row_namespace(self.prefix, thread)
+        enclosing = ""
+        also: tuple[str, ...] = ()
+        outer = _RUNNING.get()
+        if outer is not None and outer.same_model_call(thread, node, ai_message_id, tool_call_id):
+            stacked = outer.gate is not self  # else: this guard's own copy, handed down
+            if stacked and outer.rows_ns == rows_ns and outer.label == self.label:
+                # A guard with this label already claimed this very call around us (two
+                # guards stacked on one tool): its claim stands, a second would wait on it.
+                return None
+            enclosing = outer.enclosing  # another guard's view of this call: same place
+            also = outer.keys if stacked and outer.rows_ns == rows_ns else ()
+        elif outer is not None:
+            enclosing = outer.anchor  # made inside a guarded call's tool body
         identity = CallIdentity(
-            thread_id=str(thread_id),
-            node=node_path(configurable.get("checkpoint_ns")),
+            thread_id=thread,
+            node=node,
             ai_message_id=ai_message_id,
-            tool_call_id=str(tool_call.get("id") or ""),
+            tool_call_id=tool_call_id,
+            scope=call_scope(self.label, enclosing),
         )
         args = tool_call.get("args", {})
         lease = self.config.in_flight_lease
@@ -297,7 +459,7 @@ class LedgerGate:
             replay=facts.replay,
             args=args,
             args_hash=args_digest(args),
-            rows_ns=row_namespace(self.prefix, identity.thread_id),
+            rows_ns=rows_ns,
             index_ns=index_namespace(self.prefix, identity.thread_id),
             wait=self.config.in_flight_wait,
             is_answered=_answered(request.state, self.messages_key, self.channel),
@@ -305,8 +467,11 @@ class LedgerGate:
             new_owner=lambda: owners.REGISTRY.new_owner(lease, dt.datetime.now(dt.UTC)),
             now=lambda: dt.datetime.now(dt.UTC),
             elapsed=time.monotonic,
+            asked_hash=_asked_hash(request.state, self.messages_key, identity),
+            pointer_also=also,
         )
-        return store, ctx
+        running = RunningCall(rows_ns, self.label, identity, enclosing, also, gate=self)
+        return store, ctx, running
 
     def _warn_setup(self, tool: str, store: Any, thread_id: Any, configurable: Any) -> None:
         problems = []
@@ -344,7 +509,7 @@ class LedgerGate:
     # -- admitting a call: one plan, run by either driver ----------------------------------------
 
     def _admit_plan(
-        self, request: ToolCallRequest, store: BaseStore, ctx: CallContext
+        self, request: ToolCallRequest, store: BaseStore, ctx: CallContext, running: RunningCall
     ) -> Generator[Any, Any, RunTicket | LedgerEntry]:
         """Admit a call; every replay stop it raises is a LangGraph control-flow signal.
 
@@ -353,14 +518,15 @@ class LedgerGate:
         (`signals.as_signal`).
         """
         try:
-            return (yield from self._admission(request, store, ctx))
+            return (yield from self._admission(request, store, ctx, running))
         except ReplayGuardError as exc:
             raise as_signal(exc) from exc.__cause__
 
     def _admission(
-        self, request: ToolCallRequest, store: BaseStore, ctx: CallContext
+        self, request: ToolCallRequest, store: BaseStore, ctx: CallContext, running: RunningCall
     ) -> Generator[Any, Any, RunTicket | LedgerEntry]:
         admission = yield from admit(ctx)
+        ctx = admission.context or ctx  # an argument variant records under its own row
         if admission.kind == "unknown":
             assert admission.entry is not None
             row = yield from block(ctx, admission.entry, admission.why)
@@ -377,7 +543,8 @@ class LedgerGate:
         run_request = request
         if admission.key is not None:
             run_request = self._deliver_key(request, ctx.tool, admission.key)
-        return RunTicket(run_request, store, ctx, admission.entry)
+        running = dataclasses.replace(running, keys=(*running.keys, ctx.identity.key))
+        return RunTicket(run_request, store, ctx, admission.entry, running=running)
 
     def check(
         self, request: ToolCallRequest, facts: CallFacts, ai_message_id: str | None
@@ -394,8 +561,8 @@ class LedgerGate:
         found = self._context(request, facts, ai_message_id)
         if found is None:
             return None
-        store, ctx = found
-        return run_plan(store, self._admit_plan(request, store, ctx))
+        store, ctx, running = found
+        return run_plan(store, self._admit_plan(request, store, ctx, running))
 
     async def acheck(
         self, request: ToolCallRequest, facts: CallFacts, ai_message_id: str | None
@@ -404,8 +571,31 @@ class LedgerGate:
         found = self._context(request, facts, ai_message_id)
         if found is None:
             return None
-        store, ctx = found
-        return await arun_plan(store, self._admit_plan(request, store, ctx))
+        store, ctx, running = found
+        # The claim's owner names this host and process: read those facts off the event loop
+        # (once per process), so the plan's `new_owner`/`is_alive` do no blocking I/O on it.
+        await owners.aready()
+        return await arun_plan(store, self._admit_plan(request, store, ctx, running))
+
+    def continued(self, ticket: RunTicket, request: ToolCallRequest) -> RunTicket:
+        """The claim of a call handed down, for the call as it arrived where the tool runs.
+
+        The guard's hook claimed the call as the model asked it; a middleware inside may
+        have edited it on the way. The run goes on under that claim (no second claim of one
+        call), with the idempotency key delivered to the call that runs; the arguments it
+        ran with are recorded beside the claim's (`ran_args`).
+
+        Args:
+            ticket: The hook's claim (`check`), not used to run anything yet.
+            request: The call as it arrived at the tool.
+
+        Returns:
+            A ticket to run `request` under the claim.
+        """
+        key = ticket.entry.idempotency_key if ticket.entry is not None else None
+        if key is not None:
+            request = self._deliver_key(request, ticket.ctx.tool, key)
+        return RunTicket(request, ticket.store, ticket.ctx, ticket.entry)
 
     def _resolution(self, ctx: CallContext, value: Any) -> Mapping[str, Any]:
         if (
@@ -478,12 +668,14 @@ class LedgerGate:
         if error is not None:
             if ticket.entry is None:
                 return None  # a pure call that raised: nothing to remember, it may run again
-            if isinstance(error, GraphBubbleUp):
+            if own_interrupt(error, getattr(ticket.request.runtime, "config", None)):
                 # The tool called interrupt(): LangGraph re-runs it from the start on resume,
                 # so the tool must interrupt before its side effect (LangGraph's own rule).
                 return interrupted_entry(ticket.entry)
-            # The framework refused the call before the tool's function started (an
-            # async-only tool run through `invoke`): nothing can have happened.
+            # Any other exception, control-flow signals included (a nested guard's stop, a
+            # `ParentCommand`, a sub-agent's interrupt), may come after the effect: unknown,
+            # unless the framework provably refused the call before the tool's function
+            # started (an async-only tool run through `invoke`) or the policy says so.
             no_effect = ticket.runs.body is False or self.config.policy_for(
                 ctx.tool
             ).raised_before_effect(error)
@@ -497,7 +689,9 @@ class LedgerGate:
             # Writes beside the answer are part of the outcome: a replay writes them again.
             update = {**(update or {}), SENDS_KEY: [list(write) for write in ticket.sends]}
         if message is None:  # a Command without a ToolMessage: its update, no answer of its own
-            return finished_entry(entry, "", None, "success", update=update)
-        return finished_entry(
-            entry, message.content, message.artifact, message.status, update=update
-        )
+            done = finished_entry(entry, "", None, "success", update=update)
+        else:
+            done = finished_entry(
+                entry, message.content, message.artifact, message.status, update=update
+            )
+        return dataclasses.replace(done, answered_inside=True) if ticket.answered_inside else done

@@ -13,6 +13,7 @@ from langgraph.errors import GraphBubbleUp
 from langgraph_replay_guard._compat import (
     channel_writer,
     injected_arg_names,
+    own_interrupt,
     with_channel_writer,
 )
 from langgraph_replay_guard.decisions.memo import IdentityMemo
@@ -53,23 +54,30 @@ class ToolRuns:
         """Whether the tool was invoked (its framework code may still fail before its body)."""
         self.body: bool | None = None
         """Whether the tool's own function started; None when the guard cannot see it (a
-        `BaseTool` subclass with its own `_run`). False after an error means the framework
-        refused the call before the body could start (an async-only tool run through
-        `invoke`): a known no-effect failure."""
+        `BaseTool` subclass with its own `_run`, a tool whose `invoke` was replaced). False
+        after an error is proven: the body LangChain calls is the function the guard
+        wrapped, and the framework refused the call before calling it (an async-only tool
+        run through `invoke`, arguments its schema rejects): a known no-effect failure."""
         self.args: Any = None
         """The arguments the body was started with (the model's own, without injected ones)."""
 
     @contextmanager
-    def watch(self) -> Iterator[None]:
+    def watch(self, config: Any = None) -> Iterator[None]:
         """Around one run of the body.
 
-        An interrupt (`GraphBubbleUp`) is not an outcome: LangGraph runs the tool again
-        from its start on resume, so the run does not count as started.
+        The tool's own `interrupt()` is not an outcome: LangGraph runs the tool again from
+        its start on resume, so the run does not count as started. Any other control-flow
+        signal (a nested guard's stop, a `ParentCommand`, a sub-agent's interrupt) leaves
+        the run started: what the body did before it is not known.
+
+        Args:
+            config: The config the tool runs with (its task's checkpoint namespace).
         """
         try:
             yield
-        except GraphBubbleUp:
-            self.started = False
+        except GraphBubbleUp as exc:
+            if own_interrupt(exc, config):
+                self.started = False
             raise
 
 
@@ -121,15 +129,43 @@ def ledgered_tool(tool: Any, *, runs: ToolRuns, sends: list[tuple[str, Any]] | N
     # of the original method differs.
     def guarded_invoke(input: Any, config: Any = None, **kwargs: Any) -> Any:
         start(input)
-        with attempts.watch():
+        with attempts.watch(config):
             return invoke(input, recording(config), **kwargs)
 
     async def guarded_ainvoke(input: Any, config: Any = None, **kwargs: Any) -> Any:
         start(input)
-        with attempts.watch():
+        with attempts.watch(config):
             return await ainvoke(input, recording(config), **kwargs)
 
     return with_invoke(tool, guarded_invoke, guarded_ainvoke)
+
+
+_BODY_PATH = (
+    "invoke",
+    "ainvoke",
+    "run",
+    "arun",
+    "_parse_input",
+    "_to_args_and_kwargs",
+    "_run",
+    "_arun",
+)
+"""The methods between `tool.invoke` and a function tool's `func`/`coroutine`."""
+
+
+def _calls_its_function(tool: StructuredTool | Tool) -> bool:
+    """Whether LangChain's own code runs this tool's `func`/`coroutine`, with nothing else.
+
+    A subclass that overrides a method on the way (its own `_run`, often with `func=None`)
+    or an instance whose `invoke` was replaced runs code the guard cannot see start.
+    """
+    base: type[Any] = StructuredTool if isinstance(tool, StructuredTool) else Tool
+    kind = type(tool)
+    own = vars(tool)
+    return all(
+        getattr(kind, name, None) is getattr(base, name, None) and name not in own
+        for name in _BODY_PATH
+    )
 
 
 def _body_watching(tool: Any, runs: ToolRuns) -> Any:
@@ -137,9 +173,11 @@ def _body_watching(tool: Any, runs: ToolRuns) -> Any:
 
     A `StructuredTool` or `Tool` runs its `func` (sync) or `coroutine` (async); LangChain
     validates the input and refuses a sync run of an async-only tool before calling either.
-    Any other tool is returned as it is, and `runs.body` stays None (not known).
+    "Not started" is proven only when that is the code that runs: any other tool (a subclass
+    with its own `_run`, a replaced `invoke`) is returned as it is, and `runs.body` stays
+    None (not known).
     """
-    if not isinstance(tool, StructuredTool | Tool):
+    if not isinstance(tool, StructuredTool | Tool) or not _calls_its_function(tool):
         return tool
     runs.body = False
     update: dict[str, Any] = {}

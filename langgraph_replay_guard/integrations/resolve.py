@@ -11,6 +11,7 @@ from langgraph.types import Command
 
 from langgraph_replay_guard.replay import owners
 from langgraph_replay_guard.replay.ledger import INTERRUPT_KIND, resolve_plan, store_label
+from langgraph_replay_guard.storage import store_cas
 from langgraph_replay_guard.storage.ledger_io import arun_plan, run_plan
 
 if TYPE_CHECKING:
@@ -27,6 +28,8 @@ def _ledger_store(guard: ReplayGuard, graph: Any) -> Any:
             "compile the graph with a store."
         )
         raise ValueError(msg)
+    # The graph's checkpointer may share the store's SQLite connection (docs/adopting.md).
+    store_cas.share_connection(store, getattr(graph, "checkpointer", None))
     return store
 
 
@@ -127,4 +130,5 @@ async def aresolve(guard: ReplayGuard, graph: Any, asked: Resolution) -> Any:
             return await graph.aget_state(asked.config)
         return await graph.ainvoke(op.command, asked.config, **asked.invoke_kwargs)
 
+    await owners.aready()  # `_is_alive` runs on the loop: the host facts are read before
     return await arun_plan(_ledger_store(guard, graph), _plan(guard, asked), run)

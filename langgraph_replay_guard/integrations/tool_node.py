@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import BaseTool
 from langgraph.graph import END
 from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from langgraph_replay_guard._compat import (
@@ -64,6 +68,7 @@ from langgraph_replay_guard.integrations.calls import (
 from langgraph_replay_guard.integrations.ledger_gate import (
     LedgerGate,
     RunTicket,
+    guarded_body,
     replayed_result,
 )
 from langgraph_replay_guard.integrations.ledgered_tool import (
@@ -87,8 +92,6 @@ from langgraph_replay_guard.storage.plans import adrive, drive
 
 if TYPE_CHECKING:
     from langchain_core.messages import ToolCall
-    from langchain_core.tools import BaseTool
-    from langgraph.prebuilt.tool_node import ToolCallRequest
 
     from langgraph_replay_guard.guard import ReplayGuard
     from langgraph_replay_guard.policy.config import GuardConfig
@@ -160,12 +163,60 @@ class _Blocked:
     when a middleware inside the guard answers it first (see `_decided_where_it_runs`)."""
 
 
+_DECIDING_MARK = "_replay_guard_deciding"
+"""Set on a tool copy whose `invoke` is the guard's plan (`ToolCallWrapper._deciding_tool`)."""
+
+
+@dataclass(slots=True)
+class _Handed:
+    """A call the guard's hook handed to the middlewares inside it."""
+
+    arrived: bool = False
+    """Whether a deciding copy of a tool ran (the call arrived where a tool runs)."""
+    claim: RunTicket | None = None
+    """The hook's claim, until the first copy that runs takes it over."""
+    key: str | None = None
+    """The idempotency key the claim was given."""
+
+
+@dataclass
+class _HandedRequest(ToolCallRequest):
+    """The request the guard hands down: a tool put in it below becomes a deciding copy.
+
+    A middleware inside the guard that swaps the tool (`request.override(tool=other)`, a
+    HITL edit that redirects the call to another tool) makes a copy of this request
+    (`dataclasses.replace` keeps the class), so the tool that runs is still decided,
+    claimed and recorded where it runs, by its own policy.
+    """
+
+    deciding: Callable[[BaseTool], BaseTool] | None = field(default=None, repr=False, compare=False)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # The dataclass `__init__` sets `deciding` like any field; `ToolCallRequest` warns on
+        # every set of an attribute its class has (a default), so this one field is set plainly.
+        if name == "deciding":
+            object.__setattr__(self, name, value)
+            return
+        super().__setattr__(name, value)
+
+    def __post_init__(self) -> None:
+        tool = self.tool
+        if (
+            self.deciding is not None
+            and isinstance(tool, BaseTool)
+            and not getattr(tool, _DECIDING_MARK, False)
+        ):
+            object.__setattr__(self, "tool", self.deciding(tool))
+
+
 @dataclass(slots=True)
 class _Execute:
     """Run the tool (through the node's own wrapper, if any); `watch` its errors."""
 
     request: ToolCallRequest
     watch: bool = False
+    ticket: RunTicket | None = None
+    """The ledgered call it runs: calls made inside its body are nested in it."""
 
 
 @dataclass(slots=True)
@@ -296,7 +347,8 @@ class ToolCallWrapper:
 
         def op_result(op: _Op) -> Any:
             if isinstance(op, _Execute):
-                return run(op)
+                with guarded_body(op.ticket):
+                    return run(op)
             if isinstance(op, _Check):
                 return self.gate.check(op.request, op.facts, op.batch_id)
             if isinstance(op, _Finish):
@@ -312,7 +364,8 @@ class ToolCallWrapper:
 
         async def op_result(op: _Op) -> Any:
             if isinstance(op, _Execute):
-                return await run(op)
+                with guarded_body(op.ticket):
+                    return await run(op)
             if isinstance(op, _Check):
                 return await self.gate.acheck(op.request, op.facts, op.batch_id)
             if isinstance(op, _Finish):
@@ -341,7 +394,7 @@ class ToolCallWrapper:
         return self.inner is None and runs_the_tool_itself(execute)
 
     def _call_plan(
-        self, request: ToolCallRequest, direct: bool = False
+        self, request: ToolCallRequest, direct: bool = False, hand: _Handed | None = None
     ) -> Generator[_Op, Any, ToolResult]:
         """Decide, run or answer, and record one call; yields what needs I/O.
 
@@ -356,7 +409,8 @@ class ToolCallWrapper:
         if not direct and request.tool is not None:
             where = prepared if isinstance(prepared, _Allowed) else prepared.repeat
             if where is not None:
-                return (yield from self._decided_where_it_runs(request, where))
+                claims = where is prepared
+                return (yield from self._decided_where_it_runs(request, where, claims=claims))
         if isinstance(prepared, _Blocked):
             if prepared.probe:
                 # LangGraph defers its unknown-name check past the wrappers so that an inner
@@ -373,7 +427,12 @@ class ToolCallWrapper:
             yield _trace(request, prepared.trace, _answer_of(answer), None)
             return answer
         ticket = None
-        if self.gate.involved(request, prepared.facts):
+        if hand is not None and hand.claim is not None:
+            # The guard's hook claimed the call before handing it down: the tool runs under
+            # that claim, with the arguments it arrived with (`ran_args` when edited).
+            ticket = self.gate.continued(hand.claim, request)
+            hand.claim = None
+        elif self.gate.involved(request, prepared.facts):
             ticket = yield _Check(request, prepared.facts, prepared.batch.batch_id)
         if isinstance(ticket, LedgerEntry):
             replayed = self._replayed(request, prepared, ticket)
@@ -390,7 +449,7 @@ class ToolCallWrapper:
             tool = ledgered_tool(traced.tool, runs=ticket.runs, sends=ticket.sends)
             traced = traced.override(tool=tool)
         try:
-            result, tool_error = yield _Execute(traced, watch=True)
+            result, tool_error = yield _Execute(traced, watch=True, ticket=ticket)
         except BaseException as exc:
             yield _Finish(ticket, None, exc.error if isinstance(exc, NodeErrorPassage) else exc)
             raise
@@ -399,39 +458,89 @@ class ToolCallWrapper:
         return self._finish(request, prepared, result, ran=ran)
 
     def _decided_where_it_runs(
-        self, request: ToolCallRequest, decided: _Allowed
+        self, request: ToolCallRequest, decided: _Allowed, *, claims: bool = True
     ) -> Generator[_Op, Any, ToolResult]:
         """Hand a call to the middlewares inside the guard; decide it where the tool runs.
 
         A middleware between the guard and the tool may change the call (a HITL edit, PII
-        redaction) or answer it itself (a HITL reject, a cache, an emulator). So the guard
-        decides, claims and records the call as it arrives at the tool: the copy of the
-        tool handed down runs this same plan there, on that call, with nothing in between
-        (`direct`). A call that never arrives was answered by another piece: it counts as
-        an attempt (`answered`), never as the tool's result. Stops were decided already,
-        before anything ran.
+        redaction), swap its tool, or answer it itself (a HITL reject, a cache, an emulator,
+        a tool of its own). So the guard decides and records the call as it arrives at the
+        tool: the copy of the tool handed down runs this same plan there, on that call,
+        with nothing in between (`direct`); a tool swapped in below (`request.override(
+        tool=...)`) becomes such a copy too (`_HandedRequest`). A call that is not pure as
+        the model asked it is claimed here first, so whatever runs below runs claimed: the
+        copy continues under that claim; when no copy runs (a middleware answered), the
+        answer it returned is the call's outcome, and an exception leaves it unknown. A
+        call that never arrives counts as an attempt (`answered`), never as the tool's
+        result in the channel. Stops were decided already, before anything ran.
         """
-        arrived: list[bool] = []
-        assert request.tool is not None
-        tool = self._deciding_tool(request, request.tool, arrived)
-        result: ToolResult = yield _Execute(request.override(tool=tool))
-        if not arrived:
+        tool = request.tool
+        assert tool is not None
+        hand = _Handed()
+        facts = decided.facts
+        if claims and facts.replay != "pure" and self.gate.involved(request, facts):
+            ticket = yield _Check(request, facts, decided.batch.batch_id)
+            if isinstance(ticket, LedgerEntry) and ticket.answered_inside:
+                # A middleware inside answered it last time: its answer, not a second run.
+                replayed = self._replayed(request, decided, ticket)
+                yield _trace(request, decided.trace("replayed"), _answer_of(replayed), None)
+                return replayed
+            # A body's own outcome: hand the call down again, unclaimed, so that the
+            # middlewares inside do what they did (a retry, a redaction) and each copy of
+            # the tool replays the row of the call it sees.
+            if isinstance(ticket, RunTicket):
+                hand.claim = ticket
+                hand.key = ticket.entry.idempotency_key if ticket.entry else None
+                request = ticket.request  # with the idempotency key, if any
+
+        def deciding(given: BaseTool) -> BaseTool:
+            return self._deciding_tool(request, given, hand)
+
+        handed = _HandedRequest(
+            tool_call=request.tool_call,
+            tool=deciding(tool),
+            state=request.state,
+            runtime=request.runtime,
+            deciding=deciding,
+        )
+        claim = hand.claim
+        try:
+            # Under the hook's claim: a guard with the same label stacked inside recognises
+            # the call as this one (no second claim), and calls made below are nested in it.
+            result: ToolResult = yield _Execute(handed, ticket=claim)
+        except BaseException as exc:
+            if claim is not None and hand.claim is claim:
+                # Nothing ran where the guard could see it, yet something may have run
+                # below (a middleware's own body): unknown, unless it is the task's own
+                # interrupt() before anything ran.
+                yield _Finish(claim, None, exc.error if isinstance(exc, NodeErrorPassage) else exc)
+            raise
+        if claim is not None and hand.claim is claim:
+            # A middleware inside answered under the guard's claim: what it returned is the
+            # call's outcome, replayed on a resume.
+            yield _Finish(dataclasses.replace(claim, answered_inside=True), result, None)
+        if not hand.arrived:
             self._record(
                 request, [answered_event(decided.planned, decided.batch)], first=decided.first
             )
         return result
 
-    def _deciding_tool(
-        self, request: ToolCallRequest, tool: BaseTool, arrived: list[bool]
-    ) -> BaseTool:
-        """A copy of the call's tool whose run is the guard's whole plan for the call."""
+    def _deciding_tool(self, request: ToolCallRequest, tool: BaseTool, hand: _Handed) -> BaseTool:
+        """A copy of a tool whose run is the guard's whole plan for the call, where it runs."""
+        key_arg = self.config.policy_for(request.tool_call["name"]).idempotency_key_arg
 
         def here(input: Any) -> ToolCallRequest:
-            arrived.append(True)
+            hand.arrived = True
             call = dict(request.tool_call)
             args = model_args(tool, input)
             if args is not None:
+                if key_arg and hand.key is not None and args.get(key_arg) == hand.key:
+                    # The key the ledger gave the claim is no argument the model asked for.
+                    args = {k: v for k, v in args.items() if k != key_arg}
                 call["args"] = args
+            name = input.get("name") if isinstance(input, dict) else None
+            # The call as it arrives: a tool swapped in below is decided by its own policy.
+            call["name"] = name if isinstance(name, str) and name else tool.name
             return request.override(tool=tool, tool_call=cast("ToolCall", call))
 
         def as_sent(input: Any, op: _Execute) -> Any:
@@ -455,7 +564,7 @@ class ToolCallWrapper:
                 )
                 return (result, None) if op.watch else result
 
-            return self._drive(self._call_plan(here(input), direct=True), run)
+            return self._drive(self._call_plan(here(input), direct=True, hand=hand), run)
 
         async def ainvoke(input: Any, config: Any = None, **kwargs: Any) -> Any:
             async def run(op: _Execute) -> Any:
@@ -464,9 +573,12 @@ class ToolCallWrapper:
                 )
                 return (result, None) if op.watch else result
 
-            return await self._adrive(self._call_plan(here(input), direct=True), run)
+            return await self._adrive(self._call_plan(here(input), direct=True, hand=hand), run)
 
-        return cast("BaseTool", with_invoke(tool, invoke, ainvoke))
+        copy = cast("BaseTool", with_invoke(tool, invoke, ainvoke))
+        if copy is not tool:
+            object.__setattr__(copy, _DECIDING_MARK, True)
+        return copy
 
     # -- deciding -----------------------------------------------------------------------------
 

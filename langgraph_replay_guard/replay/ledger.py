@@ -42,6 +42,8 @@ __all__ = [
     "Write",
     "admit",
     "apply_resolution",
+    "call_anchor",
+    "call_scope",
     "escaped_entry",
     "finished_entry",
     "node_path",
@@ -113,6 +115,35 @@ def args_digest(args: Any) -> str:
     return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def call_scope(label: str, enclosing: str) -> str:
+    """The scope part of a call's identity: which guard owns it, which call encloses it.
+
+    Empty for a guard with the default name at the top of the graph, so its rows and
+    idempotency keys stay what they were before scopes existed.
+
+    Args:
+        label: The guard's label in its namespace (its middleware `name`; "" for the default).
+        enclosing: The anchor of the guarded call whose tool body made this call (a deep
+            agent's `task` running a sub-agent), "" when none (see `call_anchor`).
+    """
+    if not enclosing:
+        return f"~{label}" if label else ""
+    return f"~{label}@{enclosing}" if label else f"@{enclosing}"
+
+
+def call_anchor(
+    thread_id: str, enclosing: str, node: str, ai_message_id: str | None, tool_call_id: str
+) -> str:
+    """Where a call is, whichever guard owns it: what calls made inside its tool body fold in.
+
+    Two sibling runs of one sub-agent have the same node path; the anchor of the call that
+    runs each (its own ids, and its own enclosing anchor) tells them apart, and stays the
+    same across resumes because every part of it does.
+    """
+    raw = "\x1f".join((thread_id, enclosing, node, ai_message_id or "", tool_call_id))
+    return hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
 @dataclass(frozen=True)
 class CallIdentity:
     """Who a tool call is, across retries, resumes, crashes and workers.
@@ -122,23 +153,44 @@ class CallIdentity:
         node: Node path without task ids (see `node_path`).
         ai_message_id: Id of the AIMessage that asked for the call.
         tool_call_id: The model's id for the call.
+        scope: Which guard owns the call and which guarded call encloses it (`call_scope`);
+            "" for a default guard at the top of the graph.
+        variant: For a retry under the same ids with other arguments (a middleware's
+            corrected retry or fan-out), a short hash of those arguments; "" otherwise.
     """
 
     thread_id: str
     node: str
     ai_message_id: str | None
     tool_call_id: str
+    scope: str = ""
+    variant: str = ""
+
+    @property
+    def base_key(self) -> str:
+        """The row key of the call as the model asked it (without the variant)."""
+        key = f"{self.node}/{self.ai_message_id or '-'}/{self.tool_call_id}"
+        # A scope is a prefix in brackets: the key of an unscoped call is unchanged.
+        return f"[{self.scope}]{key}" if self.scope else key
 
     @property
     def key(self) -> str:
         """The row key within the thread's namespace."""
-        return f"{self.node}/{self.ai_message_id or '-'}/{self.tool_call_id}"
+        return f"{self.base_key}#{self.variant}" if self.variant else self.base_key
 
     @property
     def idempotency_key(self) -> str:
         """A stable idempotency key: identical on every re-run of this call."""
-        raw = "\x1f".join((self.thread_id, self.node, self.ai_message_id or "", self.tool_call_id))
+        parts = [self.thread_id, self.node, self.ai_message_id or "", self.tool_call_id]
+        if self.scope or self.variant:  # an unscoped call keeps the key it always had
+            parts += [self.scope, self.variant]
+        raw = "\x1f".join(parts)
         return "rg-" + hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+    @property
+    def top_level(self) -> bool:
+        """Whether the call is a default guard's at the top of the graph (no subgraph path)."""
+        return not self.scope and "|" not in self.node
 
 
 @dataclass(frozen=True)
@@ -166,6 +218,9 @@ class LedgerEntry:
         ran_args: The arguments the tool body ran with, when a middleware between the guard
             and the tool changed them (a HITL edit); None when they are `args`.
         rev: Revision token, new on every write: claims compare it (compare-and-set).
+        answered_inside: The outcome is the answer of a middleware inside the guard that
+            answered the claimed call itself (no tool body the guard could see ran): a
+            replay gives it back without handing the call down again.
     """
 
     key: str
@@ -187,6 +242,7 @@ class LedgerEntry:
     blocked_on: str | None = None
     ran_args: Any = None
     rev: str | None = None
+    answered_inside: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -229,6 +285,7 @@ class LedgerEntry:
                 ran_args=decode_field(value, "ran_args"),
                 blocked_on=_opt_str(value.get("blocked_on")),
                 rev=_opt_str(value.get("rev")),
+                answered_inside=value.get("answered_inside") is True,
             )
         except (TypeError, ValueError):
             return cls._corrupt(key, value)
@@ -269,6 +326,8 @@ class LedgerEntry:
             "blocked_on": self.blocked_on,
             "rev": self.rev,
         }
+        if self.answered_inside:  # only then: rows of every other call keep their shape
+            value["answered_inside"] = True
         encode_field(value, "args", self.args)
         encode_field(value, "ran_args", self.ran_args)
         return value
@@ -533,6 +592,11 @@ class CallContext:
         new_owner: A claim holder for this attempt.
         now: The current UTC time.
         elapsed: Seconds since an arbitrary start (monotonic).
+        asked_hash: `args_digest` of the arguments the model asked this call with (in its
+            AIMessage), None when they cannot be found; read only when the identity's row
+            holds other arguments (to tell a middleware's retry from an edited message).
+        pointer_also: Other rows of this tool_call_id that `guard.resolve` must also find
+            (an outer guard's claim of the same call, earlier argument variants).
     """
 
     identity: CallIdentity
@@ -548,16 +612,34 @@ class CallContext:
     new_owner: Callable[[], dict[str, Any]]
     now: Callable[[], dt.datetime]
     elapsed: Callable[[], float]
+    asked_hash: Callable[[], str | None] = lambda: None
+    pointer_also: tuple[str, ...] = ()
 
     @property
     def call_index_key(self) -> str:
-        """Key of the lookup row of this tool and these arguments."""
-        return f"call/{self.tool}/{self.args_hash}"
+        """Key of the lookup row of this tool and these arguments, in the call's scope.
+
+        Scoped like the identity (guard, enclosing call, node path), so a sub-agent's call
+        never reads its parent's identical call as its own lost one. A default guard's call
+        at the top of the graph keeps the key it always had.
+        """
+        ident = self.identity
+        if ident.top_level:
+            return f"call/{self.tool}/{self.args_hash}"
+        return f"call/[{ident.scope}]{ident.node}/{self.tool}/{self.args_hash}"
 
     def pointer(self) -> dict[str, Any]:
         """The lookup row's value pointing at this call."""
         ident = self.identity
-        return {"v": LEDGER_VERSION, "key": ident.key, "ai": ident.ai_message_id}
+        value: dict[str, Any] = {"v": LEDGER_VERSION, "key": ident.key, "ai": ident.ai_message_id}
+        if self.pointer_also:
+            value["also"] = list(self.pointer_also)
+        return value
+
+    def as_variant(self) -> CallContext:
+        """This call under its argument variant's own identity (see `CallIdentity.variant`)."""
+        variant = self.args_hash.removeprefix("sha256:")[:12]
+        return replace(self, identity=replace(self.identity, variant=variant))
 
 
 @dataclass(frozen=True)
@@ -571,12 +653,15 @@ class Admission:
         entry: See `kind`.
         key: The idempotency key to give an idempotent call.
         why: For `"unknown"`, the reason.
+        context: The call as admitted when it is not the one given (an argument variant's
+            own identity): record, block and settle with it.
     """
 
     kind: Literal["run", "replay", "unknown"]
     entry: LedgerEntry | None = None
     key: str | None = None
     why: str = ""
+    context: CallContext | None = None
 
 
 @dataclass(frozen=True)
@@ -592,12 +677,62 @@ class _Wait:
     row: LedgerEntry
 
 
-_Step = Admission | _MayRun | _Wait
+@dataclass(frozen=True)
+class _Variant:
+    """The call is another argument variant of the identity: admit it under its own row."""
+
+
+_Step = Admission | _MayRun | _Wait | _Variant
+
+
+def _other_arguments(ctx: CallContext, own: LedgerEntry) -> _Step | None:
+    """A call under an identity whose row holds other arguments: a variant, or None (conflict).
+
+    A middleware may run one model call with other arguments under its ids (a corrected
+    retry, a fan-out to one sub-call per recipient): those arguments are not the ones in
+    the model's message. An edited message (time travel, `update_state`) changes the
+    message itself, so the call arrives with the message's arguments: a conflict.
+    """
+    if own.status == "corrupt" or (own.tool and own.tool != ctx.tool):
+        return None
+    if not own.args_hash or own.args_hash == ctx.args_hash or ctx.identity.variant:
+        return None
+    if _ran_with(own, ctx.args_hash):
+        return None  # the row's body ran with these arguments (edited below the claim)
+    if ctx.replay == "pure":
+        return _Variant()  # a read has no effect to protect: each variant its own row
+    asked = ctx.asked_hash()
+    if asked is None or asked == ctx.args_hash:
+        return None  # the model's own call changed under its ids: an edited history
+    if own.status == "started" and own.owner is not None and ctx.is_alive(own.owner):
+        return _Wait(own)  # the first attempt is still running (a parallel fan-out)
+    if own.has_outcome or own.status in ("retry", "interrupted"):
+        return _Variant()  # the first attempt's outcome is known: a new claim of its own
+    why = "an earlier attempt of this call with other arguments has an unknown outcome"
+    return Admission("unknown", own, why=why)
+
+
+def _ran_with(own: LedgerEntry, args_hash: str) -> bool:
+    """Whether a row's body ran with these arguments, not the claimed ones (`ran_args`).
+
+    A guard's hook claims a call as the model asked it; a middleware inside may run it
+    with other arguments (a HITL edit, the first sub-call of a fan-out) under that claim.
+    """
+    if own.ran_args is None or own.args_hash == args_hash:
+        return False
+    try:
+        return args_digest(own.ran_args) == args_hash
+    except (TypeError, ValueError):
+        return False
 
 
 def _after_own(ctx: CallContext, own: LedgerEntry) -> _Step:
     """What the identity's own row says."""
-    own.check_same_call(ctx.tool, ctx.args_hash, ctx.identity)
+    other = _other_arguments(ctx, own)
+    if other is not None:
+        return other
+    if not _ran_with(own, ctx.args_hash):
+        own.check_same_call(ctx.tool, ctx.args_hash, ctx.identity)
     if own.has_outcome and not readable_result(own):
         own = LedgerEntry._corrupt(own.key, own.to_value())  # a damaged result: unknown
     if own.has_outcome:
@@ -660,6 +795,7 @@ def admit(ctx: CallContext) -> Generator[Op, Any, Admission]:
         ReplayInFlightError: Another live worker still runs the call after the wait.
     """
     ident = ctx.identity
+    given = ctx
     if ctx.replay == "pure":  # a pure call never consults the identical-call lookup
         (own_value,) = yield Read(((ctx.rows_ns, ident.key),))
         index_value = None
@@ -674,12 +810,18 @@ def admit(ctx: CallContext) -> Generator[Op, Any, Admission]:
         step: _Step
         if own is not None:
             step = _after_own(ctx, own)
-        elif ctx.replay == "pure":
-            step = _MayRun()
+        elif ctx.replay == "pure" or ident.variant:
+            step = _MayRun()  # a variant is no new model call: no identical-call check
         else:
             step = yield from _check_identical(ctx, index_value)
+        if isinstance(step, _Variant):
+            ctx = yield from _variant_context(ctx)
+            ident = ctx.identity
+            (own_value,) = yield Read(((ctx.rows_ns, ident.key),))
+            own, index_value = _entry(ident.key, own_value), None
+            continue
         if isinstance(step, Admission):
-            return step
+            return step if ctx is given else replace(step, context=ctx)
         if isinstance(step, _Wait):
             waited_from = ctx.elapsed() if waited_from is None else waited_from
             if ctx.elapsed() - waited_from >= ctx.wait:
@@ -690,7 +832,7 @@ def admit(ctx: CallContext) -> Generator[Op, Any, Admission]:
             own = _entry(ident.key, own_value)
             continue
         if ctx.replay == "pure":
-            return Admission("run", None)
+            return Admission("run", None, context=None if ctx is given else ctx)
         key = None
         if ctx.replay == "idempotent":
             key = step.key or ident.idempotency_key
@@ -711,8 +853,28 @@ def admit(ctx: CallContext) -> Generator[Op, Any, Admission]:
             also=_lookups(ctx, index_value),
         )
         if written:
-            return Admission("run", claim, key=key)
+            return Admission("run", claim, key=key, context=None if ctx is given else ctx)
         own = _entry(ident.key, current)  # another worker got there first: look again
+
+
+def _variant_context(ctx: CallContext) -> Generator[Op, Any, CallContext]:
+    """The call as its argument variant, whose tool_call_id lookup keeps the earlier rows."""
+    variant = ctx.as_variant()
+    if ctx.replay != "unsafe":
+        return variant
+    (pointer,) = yield Read(((ctx.index_ns, tool_call_key(ctx.identity.tool_call_id)),))
+    keys = [*_pointed(pointer), ctx.identity.key, *ctx.pointer_also]
+    also = tuple(dict.fromkeys(k for k in keys if k != variant.identity.key))
+    return replace(variant, pointer_also=also)
+
+
+def _pointed(pointer: Any) -> list[str]:
+    """The row keys a tool_call_id lookup row names: its call's, then the others'."""
+    if not isinstance(pointer, Mapping) or not isinstance(pointer.get("key"), str):
+        return []
+    also = pointer.get("also")
+    others = [k for k in also if isinstance(k, str)] if isinstance(also, list) else []
+    return [pointer["key"], *others]
 
 
 def _check_identical(ctx: CallContext, index_value: Any) -> Generator[Op, Any, _Step]:
@@ -737,7 +899,9 @@ def _lookups(
     latest = index_value if isinstance(index_value, Mapping) else {}
     if latest.get("key") != ident.key:
         pointer = ctx.pointer()
-        puts.append((ctx.index_ns, ctx.call_index_key, {**pointer, "tc": ident.tool_call_id}))
+        if not ident.variant:  # a variant is no new model call: the identical-call row stays
+            index = {**pointer, "tc": ident.tool_call_id}
+            puts.append((ctx.index_ns, ctx.call_index_key, index))
         if ctx.replay == "unsafe":  # only an unsafe call can need `guard.resolve`
             puts.append((ctx.index_ns, tool_call_key(ident.tool_call_id), pointer))
     return tuple(puts)
@@ -775,6 +939,13 @@ def unknown_facts(ctx: CallContext, row: LedgerEntry, why: str) -> dict[str, Any
             f"guard.resolve(graph, config, {ident.tool_call_id!r}, "
             "outcome='succeeded' | 'failed' | 'retry', result=...)"
         ),
+        # A served graph (`langgraph dev`, a deployment) hands out no store for
+        # `guard.resolve`: there the guard pauses on the call (`on_unsafe="interrupt"`) and
+        # the operator answers through the server's API.
+        "resume": (
+            f"client.runs.wait({ident.thread_id!r}, assistant_id, command={{'resume': "
+            "{'outcome': 'succeeded' | 'failed' | 'retry', 'result': ...}})"
+        ),
     }
 
 
@@ -782,10 +953,14 @@ def unknown_error(ctx: CallContext, row: LedgerEntry, why: str) -> ReplayUnsafeE
     """The error for an unsafe call whose outcome (or an identical call's) is unknown."""
     facts = unknown_facts(ctx, row, why)
     msg = (
-        f"Unsafe tool '{ctx.tool}' (tool_call_id {ctx.identity.tool_call_id!r}, "
+        f"{ctx.replay.capitalize()} tool '{ctx.tool}' (tool_call_id {ctx.identity.tool_call_id!r}, "
         f"thread {ctx.identity.thread_id!r}, args {canonical_json(facts['args'])[:200]}): {why}; "
         f"started at {row.started_at}, status '{row.status}'. Running it again could repeat "
-        f"its side effect. Check upstream whether it happened, then call {facts['resolve']}."
+        f"its side effect. Check upstream whether it happened, then settle it: in the process "
+        f"that holds the guard, call {facts['resolve']}; on a served graph (langgraph dev, "
+        "LangGraph Platform: no store at hand), give the guard "
+        "GuardConfig(on_unsafe='interrupt'), so the run pauses on this call, and resume "
+        f"it with the SDK: {facts['resume']}."
     )
     return ReplayUnsafeError(msg, **facts)
 
@@ -899,11 +1074,14 @@ def find_by_tool_call_id(
     """
     rows_ns = row_namespace(prefix, thread_id)
     (pointer,) = yield Read(((index_namespace(prefix, thread_id), tool_call_key(tool_call_id)),))
-    if isinstance(pointer, Mapping) and isinstance(pointer.get("key"), str):
-        (value,) = yield Read(((rows_ns, pointer["key"]),))
-        entry = _entry(pointer["key"], value)
-        if entry is not None:
-            return [entry]
+    keys = _pointed(pointer)
+    if keys:
+        # The call's row, then the others of its id: another guard's claim of the same call
+        # in this namespace, earlier argument variants.
+        values = yield Read(tuple((rows_ns, key) for key in keys))
+        entries = [_entry(key, value) for key, value in zip(keys, values, strict=True)]
+        if entries[0] is not None:
+            return [entry for entry in entries if entry is not None]
     found = yield Search(rows_ns, {"tool_call_id": tool_call_id}, 10)
     entries = [_entry(key, value) for key, value in found]
     return [entry for entry in entries if entry is not None]

@@ -2,26 +2,41 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import os
 import socket
 import threading
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["Owner", "OwnerRegistry", "describe", "is_alive", "machine_id"]
+__all__ = ["Owner", "OwnerRegistry", "aready", "describe", "is_alive", "machine_id", "ready"]
 
 Owner = dict[str, Any]
 """A claim holder as stored in a ledger row: `id`, `machine`, `pid`, `pst`, `until`."""
 
 
 def _read(path: str) -> str:
+    """A small procfs file's text, or "" when it cannot be read.
+
+    Read with `O_NONBLOCK` and `os.read`: procfs answers from kernel memory, never from a
+    disk, and saying so lets blocking-call detectors (LangGraph's server runs `blockbuster`)
+    tell this read, which `is_alive` may do on an event loop, from file I/O that blocks.
+    """
     try:
-        with open(path, encoding="ascii", errors="replace") as file:
-            return file.read().strip()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return ""
+    try:
+        chunks = []
+        while chunk := os.read(fd, 4096):
+            chunks.append(chunk)
+        return b"".join(chunks).decode("ascii", errors="replace").strip()
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
 
 
 def _ns_inode(kind: str) -> str:
@@ -54,6 +69,20 @@ def _start_ticks(pid: int) -> str | None:
     return fields[19]
 
 
+class _Host(NamedTuple):
+    """This process's facts for its claims, read together (never half of them)."""
+
+    pid: int
+    machine: str
+    pst: str | None
+
+
+def _host_facts() -> _Host:
+    """Read this process's facts (blocking reads: call it off the event loop)."""
+    pid = os.getpid()
+    return _Host(pid, machine_id(), _start_ticks(pid))
+
+
 class OwnerRegistry:
     """The claims this process holds right now.
 
@@ -69,32 +98,50 @@ class OwnerRegistry:
         """Create the registry (one per process, see `REGISTRY`)."""
         self._lock = threading.Lock()
         self._active: set[str] = set()
-        self._pid = -1
-        self._machine = ""
-        self._pst: str | None = None
+        self._host: _Host | None = None
 
-    def _refresh(self) -> None:
-        pid = os.getpid()
-        if pid != self._pid:  # first use, or a forked child
-            self._pid = pid
-            self._machine = machine_id()
-            self._pst = _start_ticks(pid)
-            self._active = set()
+    def _current(self) -> _Host | None:
+        """This process's facts if they were read in this process (not a forked parent's)."""
+        host = self._host
+        return host if host is not None and host.pid == os.getpid() else None
+
+    def ready(self) -> _Host:
+        """Read this process's facts once (per process: a forked child reads its own).
+
+        They are read before anything is stored, so a read that fails (a blocking-call
+        detector's error on an event loop) leaves nothing half-known behind: the next call
+        reads again, rather than writing claims with no machine and no start time.
+        """
+        host = self._current()
+        if host is not None:
+            return host
+        read = _host_facts()
+        with self._lock:
+            host = self._current()
+            if host is None:
+                self._host = host = read
+                self._active = set()  # a forked child holds none of its parent's claims
+            return host
+
+    async def aready(self) -> None:
+        """`ready` off the event loop (the async integrations call it before a claim)."""
+        if self._current() is None:
+            await asyncio.to_thread(self.ready)
 
     def new_owner(self, lease_seconds: float, now: dt.datetime) -> Owner:
         """A fresh claim holder for one attempt; it counts as alive until `release`."""
+        host = self.ready()
+        owner_id = uuid.uuid4().hex
         with self._lock:
-            self._refresh()
-            owner_id = uuid.uuid4().hex
             self._active.add(owner_id)
-            until = now + dt.timedelta(seconds=lease_seconds)
-            return {
-                "id": owner_id,
-                "machine": self._machine,
-                "pid": self._pid,
-                "pst": self._pst,
-                "until": until.isoformat(timespec="milliseconds"),
-            }
+        until = now + dt.timedelta(seconds=lease_seconds)
+        return {
+            "id": owner_id,
+            "machine": host.machine,
+            "pid": host.pid,
+            "pst": host.pst,
+            "until": until.isoformat(timespec="milliseconds"),
+        }
 
     def release(self, owner: Mapping[str, Any] | None) -> None:
         """The attempt ended (any way): its claim no longer counts as alive here."""
@@ -104,9 +151,10 @@ class OwnerRegistry:
 
     def is_alive(self, owner: Mapping[str, Any], now: dt.datetime) -> bool:
         """Whether the worker holding a claim may still be running the tool."""
+        host = self.ready()
+        machine, pid = host.machine, host.pid
         with self._lock:
-            self._refresh()
-            machine, pid, active = self._machine, self._pid, owner.get("id") in self._active
+            active = owner.get("id") in self._active
         if owner.get("machine") != machine or not machine:
             return _lease_live(owner, now)
         if owner.get("pid") == pid:
@@ -137,6 +185,16 @@ def _lease_live(owner: Mapping[str, Any], now: dt.datetime) -> bool:
 
 REGISTRY = OwnerRegistry()
 """This process's claims."""
+
+
+def ready() -> None:
+    """Read this process's facts now (blocking: not on an event loop; see `aready`)."""
+    REGISTRY.ready()
+
+
+async def aready() -> None:
+    """Read this process's facts off the event loop, once per process."""
+    await REGISTRY.aready()
 
 
 def is_alive(owner: Mapping[str, Any] | None, now: dt.datetime) -> bool:

@@ -83,9 +83,9 @@ def run_plan(
         if isinstance(op, Update):
             return store_cas.compare_and_set(store, op)
         if isinstance(op, Batch):
-            return list(store.batch(op.ops))
+            return list(store_cas.batch_store(store, op.ops))
         if isinstance(op, _STORE_OPS):
-            return _batch_answer(op, store.batch(_batch_ops(op)))
+            return _batch_answer(op, store_cas.batch_store(store, _batch_ops(op)))
         return _other(other, op)
 
     return drive(plan, run)
@@ -126,12 +126,12 @@ async def abatch(store: BaseStore, ops: Sequence[Any]) -> Sequence[Any]:
     """`store.abatch(ops)`, or its sync `batch` off the event loop for a sync-only store."""
     await store_cas.aprepare(store)
     if store_cas.is_sync_only(store):
-        return await asyncio.to_thread(store.batch, ops)
+        return await asyncio.to_thread(store_cas.batch_store, store, ops)
     try:
-        return await store.abatch(ops)
+        return await store_cas.abatch_store(store, ops)
     except NotImplementedError:  # SqliteStore has no async API: its sync calls off the loop
         store_cas.mark_sync_only(store)
-        return await asyncio.to_thread(store.batch, ops)
+        return await asyncio.to_thread(store_cas.batch_store, store, ops)
 
 
 class ReplayLedger:

@@ -4,7 +4,8 @@ LangGraph's `BaseStore` has no conditional write, so a claim written after a sep
 lets two workers both run a tool. Here each shipped store gets the database's own atomicity:
 SQLite an immediate (write-locking) transaction, PostgreSQL a transaction holding an advisory
 lock on the row, `InMemoryStore` a process lock. This module is the one place that reads the
-stores' connection internals (`conn`, `lock`, `is_setup`).
+stores' connection internals (`conn`, `lock`, `is_setup`), and a SQLite checkpointer's
+(`conn`, `lock`) when it shares the store's connection (`share_connection`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sqlite3
 import threading
 import warnings
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -30,12 +31,15 @@ if TYPE_CHECKING:
     from langgraph_replay_guard.replay.ledger import Update
 
 __all__ = [
+    "abatch_store",
     "acompare_and_set",
     "aprepare",
     "atomic_kind",
+    "batch_store",
     "compare_and_set",
     "is_sync_only",
     "prepare",
+    "share_connection",
 ]
 
 logger = logging.getLogger("langgraph_replay_guard")
@@ -45,6 +49,10 @@ _locks_guard = threading.Lock()
 _sync_only: weakref.WeakSet[Any] = weakref.WeakSet()
 _ready: weakref.WeakSet[Any] = weakref.WeakSet()
 _warned: set[str] = set()
+# A SQLite store whose connection a checkpointer also uses -> that checkpointer's lock.
+_shared: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+# A checkpointer -> the last store `share_connection` checked it against (the per-call fast path).
+_checked: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 _SQLITE_SELECT = "SELECT value FROM store WHERE prefix = ? AND key = ?"
 _SQLITE_UPSERT = (
@@ -93,6 +101,81 @@ def _kind_of(store: Any) -> str:
     if "langgraph.store.memory.InMemoryStore" in names:
         return "memory"
     return "unknown"
+
+
+def _saver_kind(saver: Any) -> str:
+    names = {cls.__module__ + "." + cls.__name__ for cls in type(saver).__mro__}
+    if "langgraph.checkpoint.sqlite.aio.AsyncSqliteSaver" in names:
+        return "async_sqlite"
+    if "langgraph.checkpoint.sqlite.SqliteSaver" in names:
+        return "sqlite"
+    return "other"
+
+
+def share_connection(store: BaseStore, checkpointer: Any) -> None:
+    """Serialize the guard's use of a SQLite store with a checkpointer on the same connection.
+
+    `SqliteSaver(conn)` and `SqliteStore(conn)` each lock the connection with a lock of their
+    own, and each ends its statements with a `COMMIT`: the saver's commit, run while a guard
+    claim's `BEGIN IMMEDIATE` is open, ends the claim's transaction halfway (then `cannot
+    commit - no transaction is active`, or a claim no longer atomic). When the running
+    graph's checkpointer shares the store's connection, the guard's store operations hold the
+    checkpointer's lock too (taken first; the checkpointer never takes the store's). Cheap
+    after the first call with the same pair.
+
+    Args:
+        store: The guard's ledger store.
+        checkpointer: The running graph's checkpointer, or None.
+    """
+    if checkpointer is None:
+        return
+    try:
+        if _checked.get(checkpointer) is store:
+            return
+    except TypeError:  # an unhashable checkpointer: nothing we know shares a connection
+        return
+    inner = _unwrap(store)
+    kind = _kind_of(inner)
+    if kind in ("sqlite", "async_sqlite") and _saver_kind(checkpointer) == kind:
+        conn = getattr(checkpointer, "conn", None)
+        lock = getattr(checkpointer, "lock", None)
+        if conn is not None and conn is getattr(inner, "conn", None) and lock is not None:
+            _shared[inner] = lock
+    with contextlib.suppress(TypeError):
+        _checked[checkpointer] = store
+
+
+def _shared_lock(store: Any, method: str) -> Any:
+    """The lock of a checkpointer on this store's connection, else a no-op context.
+
+    `method` is `__enter__` (sync) or `__aenter__` (async): a sync call on an async store's
+    connection (no sync lock to take) gets the no-op; that path has no claims to protect.
+    """
+    try:
+        lock = _shared.get(store)
+    except TypeError:
+        lock = None
+    return lock if hasattr(lock, method) else contextlib.nullcontext()
+
+
+def _outer_lock(store: Any) -> Any:
+    return _shared_lock(store, "__enter__")
+
+
+def _aouter_lock(store: Any) -> Any:
+    return _shared_lock(store, "__aenter__")
+
+
+def batch_store(store: BaseStore, ops: Iterable[Any]) -> list[Any]:
+    """`store.batch(ops)`, holding a checkpointer's lock when it shares the connection."""
+    with _outer_lock(_unwrap(store)):
+        return store.batch(ops)
+
+
+async def abatch_store(store: BaseStore, ops: Iterable[Any]) -> list[Any]:
+    """`store.abatch(ops)`, holding a checkpointer's lock when it shares the connection."""
+    async with _aouter_lock(_unwrap(store)):
+        return await store.abatch(ops)
 
 
 def atomic_kind(store: BaseStore) -> str:
@@ -163,10 +246,11 @@ def prepare(store: BaseStore) -> None:
     inner = _unwrap(store)
     kind = _kind_of(inner)
     if kind == "sqlite":
-        if not inner.is_setup:
-            inner.setup()
-        with inner.lock:
-            _end_leftover(inner.conn)
+        with _outer_lock(inner):
+            if not inner.is_setup:
+                inner.setup()
+            with inner.lock:
+                _end_leftover(inner.conn)
     elif kind == "async_sqlite":
         return  # sync code cannot prepare it; its async paths do
     _mark_ready(store)
@@ -182,10 +266,11 @@ async def aprepare(store: BaseStore) -> None:
         await asyncio.to_thread(prepare, store)
         return
     if kind == "async_sqlite":
-        if not inner.is_setup:
-            await inner.setup()
-        async with inner.lock:
-            await _aend_leftover(inner.conn)
+        async with _aouter_lock(inner):
+            if not inner.is_setup:
+                await inner.setup()
+            async with inner.lock:
+                await _aend_leftover(inner.conn)
     _mark_ready(store)
 
 
@@ -292,7 +377,7 @@ def _sqlite_cas(store: Any, op: Update) -> tuple[bool, Any]:
     prepare(store)
     conn = store.conn
     prefix = _text(op.namespace)
-    with store.lock:
+    with _outer_lock(store), store.lock:
         # A transaction Python's sqlite3 began by itself (default isolation level) would make
         # BEGIN fail: end it. Ours starts after it, so the claim stays atomic.
         _end_leftover(conn)
@@ -357,7 +442,7 @@ async def _async_sqlite_cas(store: Any, op: Update) -> tuple[bool, Any]:
     await aprepare(store)
     conn = store.conn
     prefix = _text(op.namespace)
-    async with store.lock:
+    async with _aouter_lock(store), store.lock:
         await _aend_leftover(conn)
         await conn.execute("BEGIN IMMEDIATE")
         try:

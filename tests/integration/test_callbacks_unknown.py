@@ -202,19 +202,21 @@ def test_resolve_succeeded_records_the_result_and_rejects_unknown_calls():
         handler.resolve("t1", "send_email", EMAIL, "retry")
 
 
-def test_unknown_outcomes_are_bounded_per_thread():
+@pytest.mark.parametrize("kind", ["memory", "store"])
+def test_unknown_outcomes_are_never_capped_per_thread(kind):
+    # Issue 32 seam 6: a cap that forgets a mark lets its call run twice. Each mark is an
+    # item of its own (or an entry in memory), read by key and listed a page at a time.
     from langgraph_replay_guard.decisions.engine import call_facts
-    from langgraph_replay_guard.decisions.state_format import MAX_UNKNOWN_MARKS
-    from langgraph_replay_guard.integrations.callbacks.decisions import (
-        find_mark,
-        new_mark,
-        with_mark,
-    )
+    from langgraph_replay_guard.integrations.callbacks.decisions import find_mark, new_mark
+    from langgraph_replay_guard.integrations.callbacks.marks import MarkBook
 
-    marks: list = []
+    book = MarkBook(InMemoryStore() if kind == "store" else None, ("ns", "callbacks"), 10)
+    thread = ("thread", "t1")
     facts = [call_facts(CONFIG, "send_email", {"to": f"u{i}", "body": "b"}) for i in range(40)]
     for f in facts:
-        marks = with_mark(marks, new_mark(f, ConnectionError("reset")))
-    assert len(marks) == MAX_UNKNOWN_MARKS
-    assert find_mark(marks, facts[-1].key) is not None
-    assert find_mark(marks, facts[0].key) is None, "the oldest mark was dropped"
+        book.put(thread, new_mark(f, ConnectionError("reset")))
+    assert all(book.find(thread, f.key) is not None for f in facts), "no mark was dropped"
+    first, rest = book.page(thread, limit=25), book.page(thread, limit=25, offset=25)
+    assert len(first) == 25
+    assert len(rest) == 15
+    assert all(find_mark(first + rest, f.key) is not None for f in facts)

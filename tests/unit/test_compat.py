@@ -410,3 +410,57 @@ def test_a_scoped_tool_node_raises_what_its_scope_kept_sync_and_async():
         graph.invoke({"messages": [ai]})
     with pytest.raises(KeyError, match="k"):
         asyncio.run(graph.ainvoke({"messages": [ai]}))
+
+
+def test_own_interrupt_tells_the_tasks_own_interrupt_from_a_subgraphs_and_other_signals():
+    from langgraph.errors import GraphBubbleUp, GraphInterrupt, ParentCommand
+    from langgraph.types import Command, interrupt
+
+    def ask(state: MessagesState) -> dict:
+        interrupt("inner question")
+        return {}
+
+    inner = StateGraph(MessagesState)
+    inner.add_node("ask", ask)
+    inner.add_edge(START, "ask")
+    subgraph = inner.compile()
+    seen: dict[str, bool] = {}
+
+    def node(state: MessagesState) -> dict:
+        config = get_config()
+        interrupt("first")  # answered on resume: the next one is this task's second
+        try:
+            interrupt("second")
+        except GraphInterrupt as exc:
+            seen["own (second)"] = _compat.own_interrupt(exc, config)
+        try:
+            subgraph.invoke({"messages": []})
+        except GraphInterrupt as exc:
+            seen["subgraph's"] = _compat.own_interrupt(exc, config)
+        seen["parent command"] = _compat.own_interrupt(
+            ParentCommand(Command(graph=Command.PARENT)), config
+        )
+        seen["bubble-up"] = _compat.own_interrupt(GraphBubbleUp(), config)
+        try:
+            interrupt("third")
+        except GraphInterrupt as exc:
+            seen["own, other config"] = _compat.own_interrupt(
+                exc, {"configurable": {"checkpoint_ns": "elsewhere:1"}}
+            )
+            raise
+        return {}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("node", node)
+    builder.add_edge(START, "node")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "own-interrupt"}}
+    graph.invoke({"messages": []}, config)
+    graph.invoke(Command(resume="yes"), config)
+    assert seen == {
+        "own (second)": True,
+        "subgraph's": False,
+        "parent command": False,
+        "bubble-up": False,
+        "own, other config": False,
+    }

@@ -76,3 +76,51 @@ def test_a_claim_of_this_process_is_alive_while_its_attempt_runs():
 def test_describe_names_host_and_pid():
     assert describe({"machine": "web-1|boot|ns", "pid": 42}) == "host 'web-1', pid 42"
     assert describe({}) == "host 'unknown', pid None"
+
+
+def test_a_failed_read_of_the_host_facts_is_not_kept_half_known(monkeypatch):
+    # Under a blocking-call detector the first read raised after the pid was kept; every
+    # later claim of the process named no machine and no start time (issue 32, seam 11).
+    registry = OwnerRegistry()
+    real = owners.machine_id
+    calls = []
+
+    def refused() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            msg = "Blocking call to os.readlink"
+            raise RuntimeError(msg)
+        return real()
+
+    monkeypatch.setattr(owners, "machine_id", refused)
+    with pytest.raises(RuntimeError, match="readlink"):
+        registry.new_owner(60, NOW)
+    owner = registry.new_owner(60, NOW)
+    assert owner["machine"] == real()
+    assert owner["pst"] == owners._start_ticks(owner["pid"])
+    assert owner["pst"] is not None
+
+
+def test_the_async_read_of_the_host_facts_runs_off_the_event_loop():
+    import asyncio
+    import threading
+
+    registry = OwnerRegistry()
+    loop_thread = threading.get_ident()
+    where = []
+    real = owners._host_facts
+
+    def facts() -> object:
+        where.append(threading.get_ident())
+        return real()
+
+    async def run() -> None:
+        await registry.aready()
+        await registry.aready()  # read once
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(owners, "_host_facts", facts)
+        asyncio.run(run())
+    assert len(where) == 1
+    assert where[0] != loop_thread
+    assert registry.new_owner(60, NOW)["machine"] == machine_id()

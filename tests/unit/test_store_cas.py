@@ -246,3 +246,36 @@ def test_a_guarded_graph_on_default_mode_connections_keeps_its_ledger(tmp_path):
         "SELECT value FROM store WHERE prefix = 'replay_guard.ledger.t1'"
     )
     assert [json.loads(value)["status"] for (value,) in rows] == ["completed"]
+
+
+def test_a_sqlite_checkpointer_on_the_store_connection_shares_its_lock(tmp_path):
+    # Issue 32, seam 9: the guard's transactions take the saver's lock on a shared connection
+    # (and only there), so the saver's commits never land inside a claim.
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from langgraph_replay_guard.storage import store_cas
+
+    shared = sqlite3.connect(tmp_path / "one.db", check_same_thread=False)
+    store, saver = SqliteStore(shared), SqliteSaver(shared)
+    store_cas.share_connection(store, saver)
+    assert store_cas._outer_lock(store) is saver.lock
+
+    other = SqliteStore(sqlite3.connect(tmp_path / "two.db", check_same_thread=False))
+    store_cas.share_connection(other, saver)
+    store_cas.share_connection(other, None)
+    assert store_cas._outer_lock(other) is not saver.lock  # its own connection: no lock
+
+    # While the saver holds its lock, a claim on the shared store waits for it.
+    store.setup()
+    op = Update(("ns",), "k", {"rev": "1"}, expect_exists=False, expect_rev=None)
+    done = threading.Event()
+    with saver.lock:
+        worker = threading.Thread(target=lambda: (run_plan(store, _one(op)), done.set()))
+        worker.start()
+        assert not done.wait(0.3)
+    worker.join(5)
+    assert done.is_set()
+
+
+def _one(op: Update) -> Generator[Any, Any, Any]:
+    return (yield op)

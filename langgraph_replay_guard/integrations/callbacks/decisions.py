@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-import threading
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -32,7 +32,8 @@ from langgraph_replay_guard.decisions.state import (
     settled,
     state_for_turn,
 )
-from langgraph_replay_guard.decisions.state_format import MAX_UNKNOWN_MARKS, CallEvent
+from langgraph_replay_guard.decisions.state_format import CallEvent
+from langgraph_replay_guard.integrations.callbacks.marks import RAISED, STARTED, MarkBook
 from langgraph_replay_guard.integrations.callbacks.scopes import Scope, ScopeKey, ScopeTable
 from langgraph_replay_guard.integrations.calls import (
     Batch,
@@ -57,7 +58,7 @@ __all__ = [
     "as_tool_call",
     "find_mark",
     "new_mark",
-    "with_mark",
+    "started_mark",
 ]
 
 logger = logging.getLogger("langgraph_replay_guard")
@@ -75,6 +76,8 @@ class Admitted:
     scope: Scope
     plan: BatchPlan
     planned: PlannedCall
+    claim: dict[str, Any] | None = None
+    """An `unsafe` call's mark, written before the body ran, to settle when it ends."""
 
 
 @dataclass(frozen=True)
@@ -113,11 +116,9 @@ class CallbackDecider:
         self.scopes = scopes
         self.tools: tuple[str, ...] | None = None
         """Names of the agent's tools, once known (`check(agent)`, an executor's report)."""
-        self._held: dict[ScopeKey, list[dict[str, Any]]] = {}
-        """Unknown-outcome marks kept outside the evictable scope table, never evicted: all
-        of a scope's marks without a store, those the store could not take with one."""
-        self._held_lock = threading.Lock()
-        self._warn_held_at = scopes.max_threads
+        self.marks = MarkBook(scopes.store, scopes.namespace, scopes.max_threads)
+        """The marks protecting unsafe calls: store items (or memory), outside the evictable
+        scope table and never capped."""
 
     @property
     def config(self) -> GuardConfig:
@@ -283,6 +284,10 @@ class CallbackDecider:
     ) -> Admitted | Refusal:
         """Admit or refuse a tool run, recording a refusal.
 
+        An `unsafe` call that is let run is claimed first: its mark, `started`, is in the
+        store (or memory) before this returns, so that a crash or a store outage after its
+        side effect leaves an unknown outcome rather than nothing.
+
         Args:
             key: The scope.
             call: The call as the tool run reports it.
@@ -294,19 +299,31 @@ class CallbackDecider:
 
         Raises:
             LoopAbortedError: As for `batch`, for a call of no known batch.
+            Exception: What the store raised: the call was not claimed and must not run.
         """
         scope = self.scopes.get(key)
         with scope.lock:
             plan, planned = self._claim(scope, call, fallback_id, fallback_turn)
-            message, events = self._answer(scope, plan, planned)
-            if message is None:
-                return Admitted(scope, plan, planned)
+            facts = planned.facts
+            unsafe = facts is not None and facts.replay == "unsafe"
+            claim = started_mark(facts) if facts is not None and unsafe else None
+            message, events = self._answer(scope, plan, planned, claim=claim)
+            if message is None:  # an unsafe call let run was claimed on the way
+                return Admitted(scope, plan, planned, claim=claim)
             self._write(scope, events)
         decision = _refusal_decision(planned, events)
         return Refusal(message, ((decision, planned.tool_call),) if decision else ())
 
     def record(self, admitted: Admitted, outcome: str, text: str | None) -> None:
-        """Record how an admitted call ended: `success`, `failure` or `timeout`."""
+        """Record how an admitted call ended: `success`, `failure` or `timeout`.
+
+        The call's claim is settled first: its outcome is known.
+        """
+        if admitted.claim is not None:
+            self._settle(admitted)
+        self._record(admitted, outcome, text)
+
+    def _record(self, admitted: Admitted, outcome: str, text: str | None) -> None:
         planned, batch = admitted.planned, admitted.plan.batch
         if planned.facts is None:
             return
@@ -340,41 +357,70 @@ class CallbackDecider:
         ):
             # The mark first: it protects a side effect, the event only counts the call.
             self._mark(admitted.scope, facts, error)
+        elif admitted.claim is not None:
+            self._settle(admitted)
         outcome = "timeout" if isinstance(error, TimeoutError) else "failure"
-        self.record(admitted, outcome, str(error))
+        self._record(admitted, outcome, str(error))
+
+    def paused(self, admitted: Admitted) -> None:
+        """An admitted call paused (its tool called `interrupt()`): LangGraph reruns it.
+
+        Its claim is settled, so that the rerun on resume is not refused.
+        """
+        if admitted.claim is not None:
+            self._settle(admitted)
+
+    def _settle(self, admitted: Admitted) -> None:
+        """Clear the claim of a call whose outcome is known.
+
+        If the store cannot take it, the claim stays: other processes refuse identical calls
+        as an unknown outcome until someone resolves it (the safe side of the error); this
+        one, which knows the call ended, takes the claim over at its next identical call.
+        """
+        facts, claim = admitted.planned.facts, admitted.claim
+        if facts is None or claim is None:
+            return
+        key = admitted.scope.key
+        try:
+            self.marks.drop(key, facts.key)
+        except Exception as exc:
+            self.marks.ended_later(key, claim)
+            logger.error(
+                "langgraph-replay-guard: unsafe tool '%s' (%s) ended, but the handler's store "
+                "could not clear the mark written when it started (%s: %s). This process "
+                "takes it over at its next identical call; other processes refuse identical "
+                "calls as an unknown outcome until handler.resolve(%r, %r, <args>, "
+                "'succeeded' | 'failed' | 'retry') clears it.",
+                facts.tool,
+                facts.args_summary,
+                type(exc).__name__,
+                exc,
+                key[1],
+                facts.tool,
+            )
 
     def _mark(self, scope: Scope, facts: CallFacts, error: BaseException) -> None:
-        """Mark a call's outcome unknown, where no eviction nor store outage can lose it.
+        """Mark a call's outcome unknown, naming the error its body raised.
 
-        Without a store the marks are held by the decider (never evicted; the scope, which
-        may be evicted, even while the call ran, has a copy). With one they are written to
-        it; a mark the store cannot take is held here and written on the thread's next
-        access, and refuses identical calls meanwhile.
+        The call was claimed before its body ran, so its mark is already durable: this adds
+        the error to it. If the store cannot take that, the claim stands and identical calls
+        are still refused, in every process; only the error text is missing.
         """
-        mark = new_mark(facts, error)
-        with scope.lock:
-            try:
-                marks = with_mark(self._marks(scope), mark)
-                self.scopes.write_field(scope, UNKNOWN_FIELD, marks)
-            except Exception as exc:
-                if not self.scopes.stored(scope.key):
-                    raise
-                self._hold(scope.key, with_mark(self._held_marks(scope.key), mark))
-                logger.error(
-                    "langgraph-replay-guard: could not store the unknown outcome of unsafe tool "
-                    "'%s' (%s) in the handler's store (%s: %s); this process keeps it and "
-                    "refuses identical calls, and writes it to the store once the store answers. "
-                    "Fix the store: other processes do not know of it until then.",
-                    facts.tool,
-                    facts.args_summary,
-                    type(exc).__name__,
-                    exc,
-                )
-            else:
-                if self.scopes.stored(scope.key):
-                    self._unhold(scope.key)
-                else:
-                    self._hold(scope.key, marks)
+        try:
+            self.marks.put(scope.key, new_mark(facts, error))
+        except Exception as exc:
+            logger.error(
+                "langgraph-replay-guard: unsafe tool '%s' (%s) raised %s, and the handler's "
+                "store could not record it (%s: %s). The mark written in the store when the "
+                "call started stands: identical calls are refused as an unknown outcome, in "
+                "every process, until handler.resolve settles it. Fix the store: while it is "
+                "down, no unsafe or idempotent call can run safely and the handler refuses them.",
+                facts.tool,
+                facts.args_summary,
+                type(error).__name__,
+                type(exc).__name__,
+                exc,
+            )
         logger.warning(
             "langgraph-replay-guard: unsafe tool '%s' (%s) raised %s: its outcome is unknown "
             "and identical calls are refused until handler.resolve",
@@ -405,22 +451,24 @@ class CallbackDecider:
         facts = call_facts(self.config, tool, args)
         scope = self.scopes.get(key)
         with scope.lock:
-            marks = self._marks(scope)
-            state = scope.value
-            if find_mark(marks, facts.key) is None:
-                known = ", ".join(f"{m['n']}({m['a']})" for m in marks) or "none"
+            state = self.scopes.read(scope)
+            legacy = marks_of(state)  # marks of releases that kept them in the state
+            in_legacy = find_mark(legacy, facts.key) is not None
+            if not in_legacy and self.marks.find(key, facts.key) is None:
+                listed = [*legacy, *self.marks.page(key, limit=_LISTED + 1)]
+                known = ", ".join(f"{m['n']}({m['a']})" for m in listed[:_LISTED]) or "none"
+                more = ", ..." if len(listed) > _LISTED else ""
                 msg = (
                     f"No unknown outcome is recorded for '{tool}' with these args "
                     f"({facts.args_summary}) in {key[0]} {key[1]!r}: nothing to resolve. "
-                    f"Unknown outcomes there: {known}. Pass the args exactly as the tool got them."
+                    f"Unknown outcomes there: {known}{more}. Pass the args exactly as the tool "
+                    "got them."
                 )
                 raise ValueError(msg)
-            rest = without_mark(marks, facts.key)
-            self.scopes.write_field(scope, UNKNOWN_FIELD, rest)
-            if self.scopes.stored(key) or not rest:
-                self._unhold(key)
-            else:
-                self._hold(key, rest)
+            self.marks.drop(key, facts.key)
+            if in_legacy:
+                self.scopes.write_field(scope, UNKNOWN_FIELD, without_mark(legacy, facts.key))
+            state = scope.value
             if outcome != "retry" and result is not None:
                 # Recorded as the call's latest outcome, for inspect() and result-diff.
                 turn = settled(state).get("turn")
@@ -435,6 +483,19 @@ class CallbackDecider:
                 self._write(scope, [event])
 
     # -- reading --------------------------------------------------------------------------------
+
+    def unknown(self, key: ScopeKey, limit: int, offset: int) -> list[dict[str, Any]]:
+        """A page of a scope's marks: those an earlier release kept in its state first."""
+        if key[0] == "thread":
+            legacy = marks_of(self.scopes.read_thread(key[1]))
+        else:
+            scope = self.scopes.peek(key)
+            legacy = marks_of(scope.value if scope is not None else None)
+        shown = legacy[offset : offset + limit]
+        if len(shown) == limit:
+            return shown
+        rest = max(0, offset - len(legacy))
+        return [*shown, *self.marks.page(key, limit=limit - len(shown), offset=rest)]
 
     def view(self, key: ScopeKey) -> GuardView:
         """A read-only view of a scope's state (the reminder is not cleared)."""
@@ -517,9 +578,18 @@ class CallbackDecider:
         return single, single.calls[0]
 
     def _answer(
-        self, scope: Scope, plan: BatchPlan, planned: PlannedCall
+        self,
+        scope: Scope,
+        plan: BatchPlan,
+        planned: PlannedCall,
+        *,
+        claim: dict[str, Any] | None = None,
     ) -> tuple[str | None, list[Event]]:
-        """What the model is told instead of running a call (None: run it), and its events."""
+        """What the model is told instead of running a call (None: run it), and its events.
+
+        With `claim` (an `unsafe` call's `started` mark), a call let run is claimed (see
+        `_unknown_answer`).
+        """
         aborting = plan.abort
         if aborting is not None and aborting.decision is not None:
             answer, events = abort_answer(planned, aborting, plan.batch)
@@ -527,82 +597,37 @@ class CallbackDecider:
             return answer.text + (_ANSWER_NOW if planned is aborting else ""), events
         decision = planned.decision
         if decision is not None and decision.verdict is Verdict.ALLOW:
-            return self._unknown_answer(scope, plan, planned)
+            return self._unknown_answer(scope, plan, planned, claim=claim)
         answer, events = blocked_answer(planned, plan.batch)
         return answer.text, events
 
     def _unknown_answer(
-        self, scope: Scope, plan: BatchPlan, planned: PlannedCall
+        self,
+        scope: Scope,
+        plan: BatchPlan,
+        planned: PlannedCall,
+        *,
+        claim: dict[str, Any] | None,
     ) -> tuple[str | None, list[Event]]:
-        """Refuse an unsafe call whose identical earlier call has an unknown outcome."""
+        """Refuse an unsafe call whose identical earlier call has an unknown outcome.
+
+        With `claim` (the call is about to run), the check and the claim are one write: the
+        call's `started` mark is written unless one is there already, atomically where the
+        store allows, so two processes cannot both run it.
+        """
         facts = planned.facts
         if facts is None or facts.replay != "unsafe":
             return None, []  # only unsafe calls pay the store read
-        marks = self._marks(scope)
-        mark = find_mark(marks, facts.key)
+        mark = find_mark(marks_of(self.scopes.read(scope)), facts.key)
+        if mark is None and claim is not None:
+            mark = self.marks.claim(scope.key, claim)
+        elif mark is None:
+            mark = self.marks.find(scope.key, facts.key)
         if mark is None:
-            if len(marks) < MAX_UNKNOWN_MARKS:
-                return None, []
-            # The thread cannot keep one more unknown outcome without forgetting one, and
-            # a forgotten one could be sent twice: refuse new unsafe calls until resolved.
-            message = full_marks_message(facts.tool, len(marks), scope.key)
-            logger.warning("langgraph-replay-guard: %s", message)
-            return message, [denied_event(planned, plan.batch, UNKNOWN_REASON, abort=False)]
+            return None, []
         message = unknown_message(mark, scope.key)
         logger.warning("langgraph-replay-guard: %s", message)
         return message, [denied_event(planned, plan.batch, UNKNOWN_REASON, abort=False)]
-
-    # -- unknown-outcome marks (scope lock held) ----------------------------------------------
-
-    def _marks(self, scope: Scope) -> list[dict[str, Any]]:
-        """The scope's unknown-outcome marks: those in its state and those held here.
-
-        With a store, held marks (the store could not take them) are written to it now;
-        if it still cannot, they stay held. Raises what reading the store raises.
-        """
-        marks = marks_of(self.scopes.read(scope))
-        held = self._held_marks(scope.key)
-        missing = [m for m in held if find_mark(marks, m["k"]) is None]
-        for mark in missing:
-            marks = with_mark(marks, mark)
-        if held and self.scopes.stored(scope.key):
-            try:
-                if missing:
-                    self.scopes.write_field(scope, UNKNOWN_FIELD, marks)
-            except Exception:
-                logger.warning(
-                    "langgraph-replay-guard: the store still cannot take %d unknown outcome(s) "
-                    "of %s %r; kept in this process",
-                    len(missing),
-                    *scope.key,
-                    exc_info=True,
-                )
-            else:
-                self._unhold(scope.key)
-        return marks
-
-    def _held_marks(self, key: ScopeKey) -> list[dict[str, Any]]:
-        with self._held_lock:
-            return list(self._held.get(key, ()))
-
-    def _hold(self, key: ScopeKey, marks: list[dict[str, Any]]) -> None:
-        with self._held_lock:
-            self._held[key] = marks
-            count = len(self._held)
-            if count <= self._warn_held_at:
-                return
-            self._warn_held_at *= 2
-        logger.warning(
-            "langgraph-replay-guard: %d threads hold unknown outcomes, more than max_threads=%d: "
-            "they stay in memory until handler.resolve settles them (forgetting one could "
-            "repeat a side effect). Resolve them, or pass store= to keep them in a store.",
-            count,
-            self.scopes.max_threads,
-        )
-
-    def _unhold(self, key: ScopeKey) -> None:
-        with self._held_lock:
-            self._held.pop(key, None)
 
 
 def _refusal_decision(planned: PlannedCall, events: list[Event]) -> Decision | None:
@@ -660,6 +685,9 @@ UNKNOWN_REASON = "unknown_outcome"
 
 _MAX_ERROR_CHARS = 300
 
+_LISTED = 20
+"""Most unknown outcomes a `resolve` error lists (read as one page, never all)."""
+
 RESOLUTIONS: tuple[str, ...] = ("succeeded", "failed", "retry")
 
 
@@ -684,48 +712,27 @@ def new_mark(facts: CallFacts, error: BaseException) -> dict[str, Any]:
     text = f"{type(error).__name__}: {error}"
     if len(text) > _MAX_ERROR_CHARS:
         text = text[: _MAX_ERROR_CHARS - 3] + "..."
-    return {"k": facts.key, "n": facts.tool, "a": facts.args_summary, "e": text}
+    return {"k": facts.key, "n": facts.tool, "a": facts.args_summary, "e": text, "s": RAISED}
 
 
-def with_mark(marks: list[dict[str, Any]], mark: dict[str, Any]) -> list[dict[str, Any]]:
-    """The marks with `mark` added as the newest, bounded by `MAX_UNKNOWN_MARKS`."""
-    kept = [*without_mark(marks, mark["k"]), mark]
-    for dropped in kept[:-MAX_UNKNOWN_MARKS]:
-        # Bounded state wins over memory: say which call is no longer protected.
-        logger.warning(
-            "langgraph-replay-guard: more than %d unknown outcomes in one thread; forgetting "
-            "the oldest, '%s' (%s): an identical call may run again",
-            MAX_UNKNOWN_MARKS,
-            dropped["n"],
-            dropped["a"],
-        )
-    return kept[-MAX_UNKNOWN_MARKS:]
+def started_mark(facts: CallFacts) -> dict[str, Any]:
+    """The JSON mark (the claim) of an unsafe call whose body is about to run.
+
+    Its `rev`, unique, tells this claim from a later one of the identical call.
+    """
+    return {
+        "k": facts.key,
+        "n": facts.tool,
+        "a": facts.args_summary,
+        "e": "",
+        "s": STARTED,
+        "rev": uuid.uuid4().hex,
+    }
 
 
 def without_mark(marks: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
     """The marks without the call key's."""
     return [m for m in marks if m["k"] != key]
-
-
-def full_marks_message(tool: str, count: int, scope: ScopeKey) -> str:
-    """What a new unsafe call is told when its thread already holds every mark it can keep.
-
-    Args:
-        tool: The refused call's tool.
-        count: How many unknown outcomes the thread holds.
-        scope: The handler's scope key.
-
-    Returns:
-        The refusal text.
-    """
-    where = repr(scope[1]) if scope[0] == "thread" else f"None, run_id={scope[1]!r}"
-    return (
-        f"Not executed: '{tool}' is an unsafe tool and this thread already has {count} "
-        "unsafe calls whose outcome is unknown, as many as it can keep track of. No new "
-        "unsafe call runs until an operator settles them with "
-        f"handler.resolve({where}, tool, args, 'succeeded' | 'failed' | 'retry') "
-        "(the refusals of those calls name them)."
-    )
 
 
 def unknown_message(mark: Mapping[str, Any], scope: ScopeKey) -> str:
@@ -739,9 +746,16 @@ def unknown_message(mark: Mapping[str, Any], scope: ScopeKey) -> str:
         The refusal text.
     """
     where = repr(scope[1]) if scope[0] == "thread" else f"None, run_id={scope[1]!r}"
+    if mark.get("s") == STARTED:
+        happened = (
+            "started and its end was never recorded (it may still be running, or its process "
+            "crashed or lost the guard's store while it ran)"
+        )
+    else:
+        happened = f"raised {mark['e']}"
     return (
         f"Not executed: an earlier identical call of unsafe tool '{mark['n']}' ({mark['a']}) "
-        f"raised {mark['e']}, so its outcome is unknown: it may have taken effect. Running it "
+        f"{happened}, so its outcome is unknown: it may have taken effect. Running it "
         "again could repeat its side effect, so the guard refuses it until someone checks "
         "upstream and settles it with handler.resolve("
         f"{where}, {mark['n']!r}, <args>, 'succeeded' | 'failed' | 'retry'). "

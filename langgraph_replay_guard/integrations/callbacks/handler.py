@@ -13,7 +13,7 @@ from langchain_core.agents import AgentAction
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
-from langgraph.errors import GraphBubbleUp
+from langgraph.errors import GraphBubbleUp, GraphInterrupt
 from langgraph.types import Command
 
 from langgraph_replay_guard.decisions.control import result_text
@@ -30,6 +30,7 @@ from langgraph_replay_guard.integrations.callbacks.executors import (
     agent_tools,
     enforcement_problems,
 )
+from langgraph_replay_guard.integrations.callbacks.marks import UnknownOutcome, outcome_of
 from langgraph_replay_guard.integrations.callbacks.scopes import (
     RunTree,
     ScopeKey,
@@ -124,8 +125,9 @@ def _store_refusal(tools: Sequence[tuple[str, str]], error: Exception) -> ToolCa
     msg = (
         f"Not executed: the loop guard could not check the call of tool {named} because its "
         f"store failed ({problem}). Without that check it cannot tell whether an identical "
-        "call already took effect, so calls with side effects are refused until the store "
-        "answers again. Do not retry it now; tell the user the action could not be done yet."
+        "call already took effect, nor record that this one starts, so nothing with side "
+        "effects can run safely: such calls are refused until the store answers again. Do "
+        "not retry it now; tell the user the action could not be done yet."
     )
     logger.error(
         "langgraph-replay-guard: refused %s: the handler's store failed (%s). Fix the store "
@@ -236,8 +238,12 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
     in `no_effect_errors`), its side effect may have happened. Every later identical call
     in the thread is refused until a human settles it with `resolve`. `idempotent` tools
     are retried as before: a callback cannot add an idempotency key to a tool's input.
-    The marks are never evicted with their thread: they stay in memory until `resolve`, or
-    in the store when there is one.
+    With a store, an `unsafe` call is claimed in it before its body runs (the mark that
+    protects it is durable before `on_tool_start` returns; a store that cannot take it
+    refuses the call), cleared when the call ends and kept when it raises, so a crash or a
+    store outage after the side effect leaves an unknown outcome that every process sees.
+    Without one, the marks are held in memory until `resolve`. No mark is ever evicted or
+    capped: each is a store item of its own, read by key.
 
     Store failures: an `unsafe` or `idempotent` call the handler cannot check because its
     store failed is refused (`ToolCallBlockedError` naming the tool and the error); a
@@ -335,6 +341,41 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             or it was returned already.
         """
         return self._guard.reminder(_scope_key(thread_id, run_id))
+
+    def unknown_outcomes(
+        self,
+        thread_id: str | None = None,
+        *,
+        run_id: UUID | str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[UnknownOutcome]:
+        """The unsafe calls of a thread whose outcome is unknown, a page at a time.
+
+        Each is refused when called again until `resolve` settles it. A thread keeps every
+        one (there is no cap); read them in pages: `offset=0`, then `offset=limit`, ...
+        until a page is shorter than `limit`.
+
+        Args:
+            thread_id: The thread.
+            run_id: Instead of a thread, the root run id of a run without a thread id.
+            limit: Most outcomes returned.
+            offset: How many to skip.
+
+        Returns:
+            The page (empty past the end).
+
+        Raises:
+            ValueError: If `limit` is below 1 or `offset` below 0.
+        """
+        if limit < 1 or offset < 0:
+            msg = (
+                f"unknown_outcomes(limit={limit!r}, offset={offset!r}): pass limit >= 1 and "
+                "offset >= 0."
+            )
+            raise ValueError(msg)
+        marks = self._guard.unknown(_scope_key(thread_id, run_id), limit, offset)
+        return [outcome_of(mark) for mark in marks]
 
     def resolve(
         self,
@@ -607,11 +648,12 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             trace = trace_info(decision, replay=replay, source=source)
             self._report_refused(call, trace, error)
             raise error
+        # First: an unsafe call is claimed now, and only its end settles the claim.
+        info.call = admitted
         shadowed = admitted.planned.decision
         if shadowed is not None and shadowed.shadowed is not None:
             # Shadow mode: the call runs; what enforcing would have done is reported.
             emit(_stream_writer(), shadowed, admitted.planned.tool_call)
-        info.call = admitted
 
     def _unchecked(self, names: Sequence[str], error: Exception) -> None:
         """Calls about to run that the guard could not check: its store (or itself) failed.
@@ -701,11 +743,16 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
 
         A `pure` or `idempotent` call, or one whose exception its policy names in
         `no_effect_errors`, failed plainly: an identical call may be retried. Any other
-        exception of an `unsafe` call leaves its outcome unknown (see `resolve`).
+        exception of an `unsafe` call leaves its outcome unknown (see `resolve`), a control
+        flow error other than an interrupt included (its body started; what it did is not
+        known). An interrupt is a pause that LangGraph reruns on resume: it settles nothing.
         """
         info = self._runs.end(run_id)
-        if info is None or info.call is None or isinstance(error, GraphBubbleUp):
-            return  # an interrupt is not an outcome: the call runs again on resume
+        if info is None or info.call is None:
+            return
+        if isinstance(error, GraphInterrupt):
+            self._guard.paused(info.call)  # not an outcome: the call runs again on resume
+            return
         self._guard.failed(info.call, error)
 
     def __repr__(self) -> str:
