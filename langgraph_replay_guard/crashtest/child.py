@@ -282,6 +282,11 @@ def _resumed(
     elif graph.get_state(config).interrupts:
         did.append("interrupt")
         surfaced = True
+    elif call in hooks.refused:
+        # The callback handler refuses by telling the model (a blocked call is an
+        # observation, it does not crash the run): the call did not run, the model knows.
+        did.append("refused (the model was told)")
+        surfaced = True
     if answered:
         did.append(f"{len(answered)} interrupt(s) answered")
     return {

@@ -125,6 +125,8 @@ class Hooks:
         self.kill = kill
         self.checked = 0
         self.ledgered = 0
+        self.refused: set[Where] = set()
+        """Calls the callback handler refused (it tells the model instead of raising)."""
         """How many calls the ledger admitted or answered (no store: none)."""
         self.classes: dict[Where, str] = {}
         self.seen_args: dict[Where, dict[str, Any]] = {}
@@ -238,6 +240,7 @@ class Hooks:
         from langgraph_replay_guard.integrations.callbacks.decisions import (
             Admitted,
             CallbackDecider,
+            Refusal,
         )
 
         tool_start, record, failed = (
@@ -261,6 +264,9 @@ class Hooks:
                         hooks.seen_args[where] = json.loads(hooks._args.get(str(call[2]), "{}"))
                 _running.set(where)
                 hooks._point("after_claim", where)
+            elif isinstance(result, Refusal):
+                with hooks._lock:
+                    hooks.refused.add(where)
             return result
 
         def admitted_where(admitted: Any) -> Where:

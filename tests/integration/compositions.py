@@ -41,6 +41,9 @@ POLICY = {
     "hand_off": "unsafe",
     "ask_worker": "unsafe",
     "transfer": "unsafe",
+    "page": {"replay": "unsafe", "no_effect_errors": ["ConnectionRefusedError"]},
+    # Its ValueError (a bad address) is raised before anything is sent: a retry may run.
+    "mail": {"replay": "unsafe", "no_effect_errors": ["ValueError"]},
     "charge": "idempotent",
     "lookup": "pure",
     "draft": "pure",
@@ -266,13 +269,13 @@ class CorrectAndRetry(AgentMiddleware):  # type: ignore[type-arg]
             return await handler(request.override(tool_call=fixed))
 
 
-@tool("send")
+@tool("mail")
 def strict_send(to: str) -> str:
     """Send an email; refuses an address without a domain (before sending)."""
     if "@" not in to:
-        msg = f"send: 'to' must be an email address, got {to!r}"
+        msg = f"mail: 'to' must be an email address, got {to!r}"
         raise ValueError(msg)
-    effect("send", {"to": to})
+    effect("mail", {"to": to})
     return f"sent to {to}"
 
 
@@ -357,7 +360,7 @@ def decorate_args(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any
 
 def corrected_retry(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
     """A middleware retries a failed send with the corrected address under the same id."""
-    model = turns([("send", {"to": "ann"})])
+    model = turns([("mail", {"to": "ann"})])
     return _agent(model, [strict_send], checkpointer, store, guarded, after=[CorrectAndRetry()])
 
 
@@ -379,7 +382,12 @@ def two_guards(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
 
 
 def deep_subagent(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
-    """A deep agent whose sub-agent has the same guard; each sends once to ann."""
+    """A deep agent whose sub-agent has the same guard; each sends once to ann.
+
+    The sub-agent mails through its own tool: the crash test names a call by its tool and
+    ordinal in its own messages, so a parent's and a sub-agent's `send #1` would share a
+    name (the same send by both is `test_identity_seams.py`'s).
+    """
     from deepagents import create_deep_agent
 
     guard = _guard(store, toolkits=["deepagents"])
@@ -387,8 +395,8 @@ def deep_subagent(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any
         "name": "mailer",
         "description": "Sends the customer's email.",
         "system_prompt": "Send the email.",
-        "tools": [send],
-        "model": turns([SEND], final="Mailed."),
+        "tools": [strict_send],
+        "model": turns([("mail", {"to": "ann@example.com"})], final="Mailed."),
         "middleware": [guard.middleware(name="mailer")] if guarded else [],
     }
     task = ("task", {"description": "Email ann.", "subagent_type": "mailer"})
@@ -553,7 +561,7 @@ def callback_store_down(*, checkpointer: Any, store: Any, guarded: bool = True) 
     return graph.with_config(callbacks=[handler])
 
 
-_ATTEMPTS = {"send": 0}
+_ATTEMPTS = {"send": 0, "page": 0}
 
 
 @tool("send")
@@ -568,12 +576,41 @@ def send_then_time_out_once(to: str) -> str:
 
 
 def retry_after_effect(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
-    """ToolRetryMiddleware inside the guard retries a send that timed out after sending."""
+    """ToolRetryMiddleware inside the guard retries a send that timed out after sending.
+
+    Not a matrix composition: guarded, its clean run stops with `ReplayUnsafeError` after
+    one email (an unknown outcome is never retried), which
+    `test_a_retry_middleware_never_reruns_an_unknown_outcome` checks.
+    """
     retry = ToolRetryMiddleware(
         max_retries=1, retry_on=(TimeoutError,), initial_delay=0, jitter=False
     )
     model = turns([SEND])
     return _agent(model, [send_then_time_out_once], checkpointer, store, guarded, after=[retry])
+
+
+@tool("page")
+def page_refused_once(to: str) -> str:
+    """Page someone; the first attempt in a process is refused before anything is sent."""
+    _ATTEMPTS["page"] += 1
+    if _ATTEMPTS["page"] == 1:
+        msg = f"page: the pager refused the connection; nothing was sent to {to}"
+        raise ConnectionRefusedError(msg)
+    effect("page", {"to": to})
+    return f"paged {to}"
+
+
+def retry_before_effect(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
+    """ToolRetryMiddleware inside the guard retries an unsafe page refused before its effect.
+
+    The page's policy names `ConnectionRefusedError` as raised before any effect: every
+    attempt is claimed, the refused one is settled as `retry`, the retry runs once.
+    """
+    retry = ToolRetryMiddleware(
+        max_retries=1, retry_on=(ConnectionRefusedError,), initial_delay=0, jitter=False
+    )
+    model = turns([("page", {"to": "ann"})])
+    return _agent(model, [page_refused_once], checkpointer, store, guarded, after=[retry])
 
 
 def same_call_twice(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
@@ -638,7 +675,7 @@ COMPOSITIONS: dict[str, Composition] = {
         Composition(hand_off_to_billing),
         Composition(callback_store_down),
         Composition(same_call_twice),
-        Composition(retry_after_effect),
+        Composition(retry_before_effect),
         Composition(agent_in_subgraph),
     ]
 }

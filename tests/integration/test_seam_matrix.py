@@ -34,69 +34,12 @@ from tests.integration.compositions import COMPOSITIONS
 ALL = None
 """In `SEAMS`: every crash point of the composition (and its unguarded comparison)."""
 
-SEAMS: dict[tuple[str, str | None], str] = {
-    ("hitl_redirect", ALL): (
-        "seam 3: the send a HITL edit redirects a draft into is never claimed (crashtest: "
-        "the tool calls never reached a replay guard's ledger)"
-    ),
-    ("swap_tool", ALL): (
-        "seam 3: the send a middleware inside the guard swaps in is never claimed (crashtest: "
-        "the tool calls never reached a replay guard's ledger)"
-    ),
-    ("serve_tool", ALL): (
-        "seam 3: the notify a middleware inside the guard serves itself is never claimed "
-        "(crashtest: the tool calls never reached a replay guard's ledger)"
-    ),
-    ("corrected_retry", ALL): (
-        "seam 8: the retry with the corrected address under the same tool call id is "
-        "ReplayConflictError in the learning run"
-    ),
-    ("two_guards", ALL): (
-        "seam 2: the library's guard waits for the app guard's claim: ReplayInFlightError in "
-        "the learning run, the tool never runs"
-    ),
-    ("deep_subagent", ALL): (
-        "seam 1: the sub-agent's send(to=ann) shares the parent's row: ReplayUnsafeError in "
-        "the learning run"
-    ),
-    ("own_run_raises", "after_outcome"): (
-        "seam 5: the StructuredTool subclass sent, then raised; the guard read 'never "
-        "started' and recorded retry, so the resume sends again (2 sends)"
-    ),
-    ("hand_off_to_billing", "after_outcome"): (
-        "seam 7: the hand-off replayed from the ledger is a plain ToolMessage without its "
-        "goto: the resumed run never reaches billing (not verified: it left the learning run)"
-    ),
-    ("callback_store_down", "after_outcome"): (
-        "seam 6: the unknown-outcome mark the store could not take stays in the killed "
-        "process's memory; the resume sends again (2 sends)"
-    ),
-    ("retry_after_effect", "learning"): (
-        "new, found by the matrix (seams 3/4): ToolRetryMiddleware inside the guard reruns an "
-        "unsafe send that raised after its effect: 2 sends in one clean run"
-    ),
-    ("retry_after_effect", "before_claim"): (
-        "new, found by the matrix (seams 3/4): the resume's retry sends twice in one process"
-    ),
-    ("retry_after_effect", "after_outcome"): (
-        "new, found by the matrix (seams 3/4): the first attempt's error is recorded as a "
-        "retry, so the resume sends again, twice (3 sends)"
-    ),
-    ("callback_store_down", "after_claim"): (
-        "limit, not a seam: the callback handler makes no durable claim before a tool runs "
-        "(docs/callbacks.md), so a crash before the outcome reruns the call on resume"
-    ),
-    ("callback_store_down", "after_tool"): (
-        "limit, not a seam: the callback handler makes no durable claim before a tool runs "
-        "(docs/callbacks.md), so a crash before the outcome reruns the call on resume"
-    ),
-}
-"""The cells that fail on this branch, by (composition, crash point or ALL), with why.
+SEAMS: dict[tuple[str, str | None], str] = {}
+"""The cells that fail, by (composition, crash point or ALL), with why (each row an
+`xfail(strict=True)`, so a cell that starts passing fails until its row goes).
 
-`learning` names the check of the clean (learning) run itself.
-
-Seams 1-8 are fixed on other branches (flip their rows after merging); a `limit` row is a
-documented limit of an integration, kept failing on purpose so that a change shows."""
+`learning` names the check of the clean (learning) run itself. Empty: every cell holds
+(issue 32's seams are fixed); a new seam gets a row here until it is fixed."""
 
 POSTGRES_SAMPLE = [("guard_first", "after_tool"), ("send_fan_out", "after_claim")]
 """The cells the PostgreSQL sample runs (SQLite runs them all)."""
@@ -252,3 +195,57 @@ def test_matrix_size_and_time(capsys: pytest.CaptureFixture[str]) -> None:
     # The budget is 4 minutes on an idle 2-core machine (about 2.5 measured); a shared CI
     # box may be slower, so only a runaway (a composition waiting out its timeouts) fails.
     assert total < 600, f"the matrix took {total:.0f} s: far over its 4-minute budget"
+
+
+def test_a_retry_middleware_never_reruns_an_unknown_outcome(tmp_path: Any) -> None:
+    """ToolRetryMiddleware inside the guard, a send that raised after it went out.
+
+    Unguarded, the retry sends a second email; guarded, the retry's attempt finds the first
+    one's outcome unknown and stops the run (`ReplayUnsafeError`, a signal the retry
+    middleware passes on), after one email.
+    """
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.store.sqlite import SqliteStore
+
+    from langgraph_replay_guard import ReplayUnsafeError
+    from tests.integration import compositions
+
+    def sends(guarded: bool) -> tuple[int, BaseException | None]:
+        compositions._ATTEMPTS["send"] = 0
+        runs: list[int] = []
+        body = compositions.send_then_time_out_once.func
+        assert body is not None
+
+        def counting(to: str) -> str:
+            runs.append(1)
+            return body(to)
+
+        name = "guarded" if guarded else "plain"
+        with (
+            SqliteSaver.from_conn_string(str(tmp_path / f"{name}.ckpt")) as saver,
+            SqliteStore.from_conn_string(str(tmp_path / f"{name}.store")) as store,
+        ):
+            store.setup()
+            original = compositions.send_then_time_out_once.func
+            compositions.send_then_time_out_once.func = counting
+            try:
+                agent = compositions.retry_after_effect(
+                    checkpointer=saver, store=store, guarded=guarded
+                )
+                agent.invoke(
+                    {"messages": [HumanMessage("send it")]},
+                    {"configurable": {"thread_id": name}},
+                    durability="sync",
+                )
+            except ReplayUnsafeError as exc:
+                return len(runs), exc
+            finally:
+                compositions.send_then_time_out_once.func = original
+        return len(runs), None
+
+    plain_sends, plain_error = sends(guarded=False)
+    assert (plain_sends, plain_error) == (2, None)  # the retry sent a second email
+    guarded_sends, guarded_error = sends(guarded=True)
+    assert guarded_sends == 1
+    assert guarded_error is not None and "outcome is unknown" in str(guarded_error)
