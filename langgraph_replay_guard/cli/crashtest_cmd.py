@@ -25,8 +25,11 @@ DESCRIPTION = (
     f"point ({'; '.join(POINTS.values())}) run the graph in a fresh process on fresh SQLite "
     "databases, "
     "kill it with SIGKILL there, resume the thread in a new process and count how "
-    "many times the tool's body started. Exit 1 when an unsafe or idempotent call "
-    "started twice without its idempotency key, or a pure call ran twice."
+    "many times the tool's body started, per call and per tool and arguments. Exit 1 when "
+    "an unsafe or idempotent call started twice without its idempotency key, a pure call "
+    "ran twice, an unsafe call's unknown outcome did not surface as an error or an "
+    "interrupt, or a trial could not be verified because the crashed or resumed run went "
+    "another way than the learning run (it never says ok over such a trial)."
 )
 """What `replay-guard crashtest --help` says of the command."""
 
@@ -54,6 +57,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a pure tool you checked has no side effect: its re-run after a crash passes "
         "(repeatable)",
     )
+    parser.add_argument(
+        "--compare-unguarded",
+        action="store_true",
+        help="also run the input on FUNCTION(..., guarded=False) and fail when its tool calls "
+        "or final answer differ from the guarded run's",
+    )
+    parser.add_argument(
+        "--answer",
+        metavar="FILE_OR_MODULE:FUNCTION",
+        default=None,
+        help="a function answering the graph's interrupts (gets the interrupt's value, returns "
+        "the resume value, or None to leave it pending), for graphs that pause for a person",
+    )
+    parser.add_argument(
+        "--point",
+        action="append",
+        choices=list(POINTS),
+        default=None,
+        help="crash only at this point (repeatable; default: every point)",
+    )
+    parser.add_argument(
+        "--postgres",
+        metavar="URI",
+        default=None,
+        help="run on PostgresSaver and PostgresStore (a schema per trial) instead of SQLite",
+    )
+    parser.add_argument(
+        "--async",
+        dest="asynchronous",
+        action="store_true",
+        help="run every phase with ainvoke (the async path) instead of invoke",
+    )
+    parser.add_argument(
+        "--crashes",
+        type=int,
+        default=1,
+        help="processes killed at each trial's point before the last resume (2: the first "
+        "resume dies there too; default: 1)",
+    )
     parser.add_argument("--jobs", type=int, default=2, help="trials run at once (default: 2)")
     parser.add_argument(
         "--timeout", type=float, default=120.0, help="seconds per process (default: 120)"
@@ -65,7 +107,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     """Crash-test the graph and print the report.
 
     Returns:
-        0 when no call ran twice unsafely, 1 when one did, 2 when the test cannot run.
+        0 when every trial was verified and none failed, 1 otherwise, 2 when the test
+        cannot run.
     """
     out = out or sys.stdout
     err = err or sys.stderr
@@ -76,6 +119,12 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             allow_rerun=args.allow_rerun,
             jobs=args.jobs,
             timeout=args.timeout,
+            compare_unguarded=args.compare_unguarded,
+            points=args.point,
+            answer=args.answer,
+            postgres=args.postgres,
+            asynchronous=args.asynchronous,
+            crashes=args.crashes,
         )
     except CrashTestError as exc:
         print(f"replay-guard crashtest: error: {exc}", file=err)

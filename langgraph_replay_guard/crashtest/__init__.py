@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from langgraph_replay_guard.crashtest.harness import DEFAULT_INPUT, crashtest
+from langgraph_replay_guard.crashtest.hooks import effect
 from langgraph_replay_guard.crashtest.report import POINTS, CallSeen, CrashReport, Trial
 from langgraph_replay_guard.crashtest.target import CrashTestError
 
@@ -14,4 +15,5 @@ __all__ = [
     "CrashTestError",
     "Trial",
     "crashtest",
+    "effect",
 ]

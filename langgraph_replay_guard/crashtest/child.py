@@ -1,9 +1,12 @@
 """One phase of a crash test in a forked process: build the user's graph on SQLite and run it.
 
-Phases: `learn` (run the input to its end), `crash` (the same, dying at `kill`: `[tool,
-ordinal, point]`), `resume` (`invoke(None, config)` on the thread). The options also name the
-target (`FILE_OR_MODULE:FUNCTION`), the input and the directory of the trial's databases and
-its `starts` file.
+Phases: `learn` (run the input to its end), `plain` (the same on the graph the target builds
+with `guarded=False`), `crash` (the same as `learn`, dying at `kill`: `[tool, ordinal,
+point]`), `resume` (`invoke(None, config)` on the thread); with `asynchronous`, every run is
+`ainvoke`. The options also name the target
+(`FILE_OR_MODULE:FUNCTION`), the input and the directory of the trial's databases and its
+`starts` file. Every phase that ends says which tool calls the thread holds (`calls`), so the
+parent can tell a run that went another way than the learning run.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from langgraph_replay_guard.crashtest.hooks import Hooks, ordered_calls
-from langgraph_replay_guard.crashtest.target import CrashTestError, build_graph
+from langgraph_replay_guard.crashtest.hooks import Hooks, json_args, ordered_calls
+from langgraph_replay_guard.crashtest.target import CrashTestError, build_graph, load_function
 from langgraph_replay_guard.errors import ReplayGuardError
 
 __all__ = ["THREAD_ID", "run"]
@@ -32,6 +35,38 @@ def _persistence(directory: Path) -> tuple[Any, Any]:
         return conn
 
     saver, store = SqliteSaver(connect("checkpoints.db")), SqliteStore(connect("store.db"))
+    saver.setup()
+    store.setup()
+    return saver, store
+
+
+def _postgres(uri: str, directory: Path) -> tuple[Any, Any]:
+    """A `PostgresSaver` and a `PostgresStore` in a schema of their own for the trial.
+
+    The schema is named after the trial's directory, so its crash and resume phases share it
+    and no two trials (or two crash tests) see each other's rows.
+    """
+    import hashlib
+
+    import psycopg
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.store.postgres import PostgresStore
+    from psycopg.rows import dict_row
+
+    schema = "replay_guard_crashtest_" + hashlib.sha256(str(directory).encode()).hexdigest()[:16]
+    with psycopg.connect(uri, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+
+    def connect() -> Any:
+        return psycopg.connect(
+            uri,
+            autocommit=True,
+            prepare_threshold=0,
+            row_factory=dict_row,
+            options=f"-c search_path={schema}",
+        )
+
+    saver, store = PostgresSaver(connect()), PostgresStore(connect())
     saver.setup()
     store.setup()
     return saver, store
@@ -57,26 +92,128 @@ def run(opts: dict[str, Any]) -> dict[str, Any]:
     given = opts.get("kill")
     kill = (str(given[0]), int(given[1]), str(given[2])) if given else None
     hooks = Hooks(phase, str(directory / "starts"), kill)
-    saver, store = _persistence(directory)
+    postgres = opts.get("postgres")
+    loop = _new_loop() if opts.get("asynchronous") else None
+    if loop is not None:
+        if postgres:
+            return {"error": "the async crash test runs on SQLite only (leave out postgres)"}
+        saver, store = _apersistence(directory, loop)
+    else:
+        saver, store = _postgres(postgres, directory) if postgres else _persistence(directory)
+    plain = phase == "plain"
     try:
-        graph = build_graph(opts["target"], checkpointer=saver, store=store)
+        graph = build_graph(opts["target"], checkpointer=saver, store=store, guarded=not plain)
     except CrashTestError as exc:
         return {"error": str(exc)}
-    if hooks.install(graph) == 0:
+    if hooks.install(graph) == 0 and not plain:
         msg = f"{opts['target']} built a graph without a ToolNode: nothing to crash-test"
         return {"error": msg}
     config: dict[str, Any] = {"configurable": {"thread_id": THREAD_ID}}
+    hooks.watch(graph, config)
     raised: BaseException | None = None
+    answered: list[Any] = []
     try:
+        answer = load_function(opts["answer"]) if opts.get("answer") else None
+        if loop is not None:
+            graph = _AsyncRuns(graph, loop)
         graph.invoke(None if phase == "resume" else opts["input"], config, durability="sync")
+        _answer_interrupts(graph, config, answer, answered)
+    except CrashTestError as exc:
+        return {"error": str(exc)}
     except Exception as exc:  # reported: what the run did
         raised = exc
     if phase == "learn":
         return _learned(opts["target"], graph, config, hooks, raised)
+    if plain:
+        if raised is not None:
+            return {"error": f"the run without the guard failed: {type(raised).__name__}: {raised}"}
+        return {"calls": _thread_calls(graph, config), "final": _final(graph, config)}
     if phase == "crash":
-        return {"killed": False, "raised": repr(raised) if raised else None}
+        calls = _thread_calls(graph, config)
+        return {"killed": False, "raised": repr(raised) if raised else None, "calls": calls}
     call = (str(opts["call"][0]), int(opts["call"][1]))
-    return _resumed(graph, config, hooks, call, raised)
+    return _resumed(graph, config, hooks, call, raised, answered)
+
+
+_MAX_ANSWERS = 20
+"""How many interrupts one phase answers at most (an answer that never ends the run)."""
+
+
+def _new_loop() -> Any:
+    import asyncio
+
+    return asyncio.new_event_loop()
+
+
+def _apersistence(directory: Path, loop: Any) -> tuple[Any, Any]:
+    """`AsyncSqliteSaver` and `AsyncSqliteStore` on the phase's event loop."""
+    import aiosqlite
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+    from langgraph.store.sqlite.aio import AsyncSqliteStore
+
+    async def open_both() -> tuple[Any, Any]:
+        saver = AsyncSqliteSaver(await aiosqlite.connect(directory / "checkpoints.db"))
+        store = AsyncSqliteStore(await aiosqlite.connect(directory / "store.db"))
+        await saver.setup()
+        await store.setup()
+        return saver, store
+
+    result: tuple[Any, Any] = loop.run_until_complete(open_both())
+    return result
+
+
+class _AsyncRuns:
+    """The graph as the phase drives it, every run and state read on one event loop.
+
+    The async checkpointer and store are bound to that loop, so `invoke` is `ainvoke` (the
+    async path of every hook and tool) and `get_state` is `aget_state`, run to their end.
+    """
+
+    def __init__(self, graph: Any, loop: Any) -> None:
+        self.graph = graph
+        self.loop = loop
+
+    def invoke(self, input: Any, config: dict[str, Any], **kwargs: Any) -> Any:
+        return self.loop.run_until_complete(self.graph.ainvoke(input, config, **kwargs))
+
+    def get_state(self, config: dict[str, Any]) -> Any:
+        return self.loop.run_until_complete(self.graph.aget_state(config))
+
+
+def _answer_interrupts(
+    graph: Any, config: dict[str, Any], answer: Any, answered: list[Any]
+) -> None:
+    """Answer the graph's interrupts with `answer(value)` until it ends or `answer` says None.
+
+    A human-in-the-loop review or a tool's own `interrupt()` is part of the run the crash
+    test replays; a value `answer` returns None for is left pending (the guard's own
+    interrupt for an unknown outcome: what the resume surfaced).
+    """
+    from langgraph.types import Command
+
+    if answer is None:
+        return
+    for _ in range(_MAX_ANSWERS):
+        pending = graph.get_state(config).interrupts
+        replies = {i.id: answer(i.value) for i in pending}
+        if not pending or any(reply is None for reply in replies.values()):
+            return
+        answered.extend(i.value for i in pending)
+        resume: Any = next(iter(replies.values())) if len(replies) == 1 else replies
+        graph.invoke(Command(resume=resume), config, durability="sync")
+
+
+def _thread_calls(graph: Any, config: dict[str, Any]) -> list[list[str]]:
+    """The thread's tool calls in order, as `[tool, canonical JSON arguments]` pairs."""
+    return [[tool, json_args(args)] for tool, _, _, args in ordered_calls(_messages(graph, config))]
+
+
+def _final(graph: Any, config: dict[str, Any]) -> str | None:
+    """The text of the thread's last AIMessage (the final answer), or None."""
+    for message in reversed(_messages(graph, config)):
+        if getattr(message, "type", None) == "ai":
+            return str(message.text)
+    return None
 
 
 def _learned(
@@ -88,7 +225,24 @@ def _learned(
         msg = f"the learning run of {target} stopped at an interrupt: give an input that finishes"
         return {"error": msg}
     calls = ordered_calls(_messages(graph, config))
-    if not calls:
+    found = [
+        {
+            "tool": tool,
+            "ordinal": ordinal,
+            "replay": hooks.classes.get((tool, ordinal)),
+            "args": args,
+        }
+        for tool, ordinal, _, args in calls
+    ]
+    # Calls the ledger saw that the thread's messages do not hold (a sub-agent's, a worker's
+    # inside a tool, a subgraph's that handed off with a Command): crashed at too.
+    known = {(tool, ordinal) for tool, ordinal, _, _ in calls}
+    found.extend(
+        {"tool": tool, "ordinal": ordinal, "replay": replay, "args": hooks.seen_args[tool, ordinal]}
+        for (tool, ordinal), replay in hooks.classes.items()
+        if (tool, ordinal) not in known
+    )
+    if not found:
         return {"error": f"the input made no tool call in {target}: give one that does (--input)"}
     if hooks.ledgered == 0:
         msg = (
@@ -97,17 +251,7 @@ def _learned(
             "(ReplayGuard(store=store) or compile(store=store))"
         )
         return {"error": msg}
-    return {
-        "calls": [
-            {
-                "tool": tool,
-                "ordinal": ordinal,
-                "replay": hooks.classes.get((tool, ordinal)),
-                "args": args,
-            }
-            for tool, ordinal, _, args in calls
-        ]
-    }
+    return {"calls": found, "thread": _thread_calls(graph, config), "final": _final(graph, config)}
 
 
 def _resumed(
@@ -116,8 +260,10 @@ def _resumed(
     hooks: Hooks,
     call: tuple[str, int],
     raised: BaseException | None,
+    answered: list[Any],
 ) -> dict[str, Any]:
     did: list[str] = []
+    surfaced = raised is not None
     if hooks.starts[call]:
         did.append("ran again" if _started_before(hooks.starts_file, call) else "ran")
     messages = _messages(graph, config)
@@ -135,7 +281,20 @@ def _resumed(
         did.append(f"raised {type(raised).__name__}: {raised}")
     elif graph.get_state(config).interrupts:
         did.append("interrupt")
-    return {"resume": ", ".join(did) or "went on"}
+        surfaced = True
+    elif call in hooks.refused:
+        # The callback handler refuses by telling the model (a blocked call is an
+        # observation, it does not crash the run): the call did not run, the model knows.
+        did.append("refused (the model was told)")
+        surfaced = True
+    if answered:
+        did.append(f"{len(answered)} interrupt(s) answered")
+    return {
+        "resume": ", ".join(did) or "went on",
+        "surfaced": surfaced,
+        "calls": _thread_calls(graph, config),
+        "final": _final(graph, config),
+    }
 
 
 def _started_before(starts_file: str, call: tuple[str, int]) -> bool:

@@ -17,6 +17,16 @@ POINTS: dict[str, str] = {
 }
 """The crash points, in the order a call passes them, with how the report names them."""
 
+UNKNOWN_POINTS = ("after_claim", "after_tool")
+"""The points where a crash leaves an unsafe call's outcome unknown: claimed, not finished."""
+
+DIVERGED_HINT = (
+    "A trial is not verified when the crashed or the resumed run went another way than the "
+    "learning run: the graph must decide from its state alone (a scripted model whose steps "
+    "read the messages, as examples/crashtest_agent.py does, not one that restarts its script "
+    "in a new process)."
+)
+
 PURE_HINT = "declare it unsafe or idempotent if it has a side effect"
 
 
@@ -54,12 +64,48 @@ class Trial:
     """Why the trial could not run as planned (a timeout, a child that failed)."""
     allowed_rerun: bool = False
     """The tool was named as one whose re-run is fine (a pure tool checked by its owner)."""
+    diverged: str | None = None
+    """How the crashed or the resumed run left the learning run's path (a call the learning run
+    never made, other arguments, another order), or None. Such a trial is not verified: its
+    counts say nothing about the calls the learning run knows."""
+    reruns: tuple[str, ...] = ()
+    """Bodies other than this call's that started more often than the learning run started
+    them: counted per call and per tool and arguments, so a rerun under a new id is seen."""
+    surfaced: bool | None = None
+    """Whether the resume raised or stopped at an interrupt (None: no resume ran)."""
+
+    @property
+    def verified(self) -> bool:
+        """Whether the trial ran as planned and stayed on the learning run's path."""
+        return self.error is None and self.diverged is None
 
     @property
     def problem(self) -> str | None:
-        """Why the trial fails, or None."""
+        """Why the trial fails or is not verified, or None."""
         if self.error is not None:
-            return self.error
+            return f"not verified: {self.error}"
+        if self.diverged is not None:
+            # What it ran is still reported: an unsafe body run twice is a fact whatever path
+            # the run took.
+            return "; ".join([f"not verified: {self.diverged}", *self.reruns])
+        own = self._own_problem()
+        if own is not None:
+            return own
+        if self.reruns:
+            return "; ".join(self.reruns)
+        if (
+            self.call.replay == "unsafe"
+            and self.killed
+            and self.point in UNKNOWN_POINTS
+            and self.surfaced is False
+        ):
+            return (
+                f"unsafe, its outcome was unknown after the crash but the resume went on "
+                f"({self.resume}) instead of raising or stopping at an interrupt"
+            )
+        return None
+
+    def _own_problem(self) -> str | None:
         if self.starts < 2:
             return None
         replay = self.call.replay
@@ -75,6 +121,8 @@ class Trial:
     @property
     def note(self) -> str:
         """The trial's line in the report's last column."""
+        if not self.verified:
+            return "NOT VERIFIED (see below)"
         if self.problem is not None:
             return "FAIL (see below)"
         if not self.killed:
@@ -90,26 +138,39 @@ class Trial:
         data = dataclasses.asdict(self)
         data["call"] = dataclasses.asdict(self.call)
         data["keys"] = list(self.keys)
+        data["reruns"] = list(self.reruns)
         data["problem"] = self.problem
+        data["verified"] = self.verified
         return data
 
 
 @dataclass(frozen=True)
 class CrashReport:
-    """Every trial of a crash test; `ok` when no call's body started twice unsafely."""
+    """Every trial of a crash test; `ok` when every trial was verified and none failed."""
 
     calls: tuple[CallSeen, ...]
     trials: tuple[Trial, ...]
+    unguarded: str | None = None
+    """How the same graph without the guard behaved otherwise (its tool calls or its final
+    answer in a clean run), or None: the same, or not compared."""
+    learning: tuple[str, ...] = ()
+    """Unsafe or idempotent bodies that ran twice for one call in the learning run itself
+    (no crash needed: a middleware inside the guard ran the body again)."""
 
     @property
     def problems(self) -> list[Trial]:
-        """The failing trials."""
+        """The failing trials and the ones that could not be verified."""
         return [t for t in self.trials if t.problem is not None]
 
     @property
+    def unverified(self) -> list[Trial]:
+        """The trials that could not be verified (an error, a run off the learning run's path)."""
+        return [t for t in self.trials if not t.verified]
+
+    @property
     def ok(self) -> bool:
-        """Whether no trial failed."""
-        return not self.problems
+        """Whether every trial was verified, none failed, and the unguarded run agreed."""
+        return not self.problems and self.unguarded is None and not self.learning
 
     @property
     def exit_status(self) -> int:
@@ -122,6 +183,9 @@ class CrashReport:
             "ok": self.ok,
             "calls": [dataclasses.asdict(c) for c in self.calls],
             "trials": [t.to_json() for t in self.trials],
+            "unverified": len(self.unverified),
+            "unguarded": self.unguarded,
+            "learning": list(self.learning),
         }
 
     def render(self) -> str:
@@ -142,11 +206,23 @@ class CrashReport:
         lines = _table(rows)
         if self.ok:
             lines.append(f"\nok: {len(self.trials)} crashes, no tool call ran twice unsafely")
-        else:
-            lines.append(f"\n{len(self.problems)} of {len(self.trials)} crashes failed:")
-            lines.extend(
-                f"- {t.call.label}, killed {POINTS[t.point]}: {t.problem}" for t in self.problems
-            )
+            return "\n".join(lines)
+        # Never "ok" over a trial it could not check: a resumed run that went another way
+        # than the learning run proves nothing about the calls the learning run made.
+        unverified = len(self.unverified)
+        failed = len(self.problems) - unverified
+        lines.append(
+            f"\n{failed} of {len(self.trials)} crashes failed, {unverified} could not be verified:"
+        )
+        lines.extend(
+            f"- {t.call.label}, killed {POINTS.get(t.point, t.point)}: {t.problem}"
+            for t in self.problems
+        )
+        if self.unguarded is not None:
+            lines.append(f"- without the guard: {self.unguarded}")
+        lines.extend(f"- in the learning run: {problem}" for problem in self.learning)
+        if any(t.diverged for t in self.trials):
+            lines.append(DIVERGED_HINT)
         return "\n".join(lines)
 
 

@@ -77,13 +77,16 @@ def _load_module(where: str) -> Any:
         raise CrashTestError(msg) from exc
 
 
-def build_graph(target: str, *, checkpointer: Any, store: Any) -> Any:
+def build_graph(target: str, *, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
     """Call the target function and check that it returned a compiled graph.
 
     Args:
         target: `FILE_OR_MODULE:FUNCTION`.
         checkpointer: The checkpointer to give it.
         store: The store to give it.
+        guarded: False to ask for the same graph without the guard (`guarded=False`: only
+            passed then, so a target that never compares with its unguarded run need not
+            take it).
 
     Returns:
         The compiled graph.
@@ -94,10 +97,12 @@ def build_graph(target: str, *, checkpointer: Any, store: Any) -> Any:
     from langgraph.pregel import Pregel
 
     function = load_function(target)
+    extra: dict[str, Any] = {} if guarded else {"guarded": False}
     try:
-        graph = function(checkpointer=checkpointer, store=store)
+        graph = function(checkpointer=checkpointer, store=store, **extra)
     except TypeError as exc:
-        msg = f"{target} must take checkpointer= and store= keyword arguments: {exc}"
+        wanted = "checkpointer=, store= and guarded=" if extra else "checkpointer= and store="
+        msg = f"{target} must take {wanted} keyword arguments: {exc}"
         raise CrashTestError(msg) from exc
     if not isinstance(graph, Pregel):
         msg = (

@@ -99,3 +99,61 @@ def test_the_verdict_of_a_call_that_started_twice():
     assert "declare it unsafe" in str(_trial("pure", (None, None)).problem)
     assert _trial("pure", (None, None), allowed=True).problem is None
     assert _trial("unsafe", (None,)).problem is None
+
+
+def test_a_resumed_run_that_leaves_the_learning_run_is_not_verified(capsys):
+    """Seam 10: a model that restarts its script on resume made the transfer run twice while
+    crashtest said ok. Now each such trial names the call that diverged, is not verified,
+    and the unsafe body run again under a new tool call id is counted by its arguments."""
+    status = main(
+        ["crashtest", f"{GRAPHS}:restarting_script", "--allow-rerun", "get_details_by_id"]
+    )
+    out = capsys.readouterr().out
+    assert status == 1, out
+    assert "ok:" not in out
+    assert "could not be verified" in out
+    assert "NOT VERIFIED" in out
+    report = crashtest(f"{GRAPHS}:restarting_script", allow_rerun=["get_details_by_id"])
+    assert not report.ok
+    trials = {(t.call.tool, t.point): t for t in report.trials}
+    after = trials["transfer_to_human_agents", "after_outcome"]
+    assert not after.verified
+    assert "a call the learning run never made" in str(after.diverged)
+    # the transfer ran in the crashed process and again, under a new id, in the resume
+    assert any(
+        r.startswith('transfer_to_human_agents({"summary": "roaming issue"}) started 2 times')
+        for r in after.reruns
+    ), after.reruns
+    assert "unsafe: its body ran again" in str(after.problem)
+    # the trials that stayed on the learning run's path are verified
+    assert trials["transfer_to_human_agents", "after_tool"].verified
+    assert len(report.unverified) == 6
+
+
+def test_the_verdict_of_an_unknown_outcome_that_did_not_surface():
+    call = CallSeen(tool="send", ordinal=1, replay="unsafe", args={})
+    quiet = Trial(call, "after_tool", True, 1, (None,), "went on", surfaced=False)
+    assert "instead of raising or stopping at an interrupt" in str(quiet.problem)
+    loud = Trial(call, "after_tool", True, 1, (None,), "ReplayUnsafeError", surfaced=True)
+    assert loud.problem is None
+    off_path = Trial(call, "after_tool", True, 1, (None,), "went on", diverged="x", surfaced=True)
+    assert not off_path.verified
+    assert str(off_path.problem).startswith("not verified: x")
+
+
+def test_compare_unguarded_reports_a_clean_run_the_guard_changed(capsys):
+    status = main(
+        [
+            "crashtest",
+            f"{GRAPHS}:changed_by_the_guard",
+            "--compare-unguarded",
+            "--point",
+            "before_claim",
+            "--allow-rerun",
+            "get_details_by_id",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert status == 1, out
+    assert "- without the guard: its tool calls were" in out
+    assert "ok:" not in out
