@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence

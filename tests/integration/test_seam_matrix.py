@@ -248,4 +248,5 @@ def test_a_retry_middleware_never_reruns_an_unknown_outcome(tmp_path: Any) -> No
     assert (plain_sends, plain_error) == (2, None)  # the retry sent a second email
     guarded_sends, guarded_error = sends(guarded=True)
     assert guarded_sends == 1
-    assert guarded_error is not None and "outcome is unknown" in str(guarded_error)
+    assert guarded_error is not None
+    assert "outcome is unknown" in str(guarded_error)
