@@ -1,0 +1,147 @@
+"""Attacks on at-most-once where the crash matrix and the seam tests do not look (issue 32).
+
+Each test counts effects with a real tool body. A break whose fix is not small is an
+`xfail(strict=True)` naming it; what was tried and held is listed in docs/replay-safety.md.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.tools import tool
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.store.sqlite import SqliteStore
+
+from langgraph_replay_guard import ReplayGuard, ReplayUnsafeError
+from langgraph_replay_guard.crashtest import crashtest
+from tests.integration.compositions import POLICY, SEND, turns
+
+os.environ["LANGSMITH_TRACING"] = "false"
+
+pytestmark = pytest.mark.filterwarnings("ignore::langgraph_replay_guard.ReplayGuardWarning")
+
+GRAPHS = "tests.integration.proc_attack_graphs"
+
+
+def _sqlite(tmp_path: Path) -> tuple[SqliteSaver, SqliteStore]:
+    saver = SqliteSaver(sqlite3.connect(tmp_path / "checkpoints.db", check_same_thread=False))
+    store = SqliteStore(
+        sqlite3.connect(tmp_path / "store.db", check_same_thread=False, isolation_level=None)
+    )
+    store.setup()
+    return saver, store
+
+
+# -- a middleware outside the guard that changes the arguments on every run ------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "a middleware outside the guard (guard last) that stamps each call with a fresh "
+        "request id: killed after the send's outcome was recorded and before the checkpoint, "
+        "the resume's call arrives with other arguments under the same ids than the completed "
+        "row, which the ledger takes for a middleware's corrected retry (an argument variant "
+        "whose first attempt's outcome is known) and claims anew: the send runs twice"
+    ),
+)
+def test_a_fresh_stamp_outside_the_guard_is_no_corrected_retry() -> None:
+    report = crashtest(f"{GRAPHS}:stamp_outside", points=["after_outcome"], jobs=1, timeout=60)
+    assert report.ok, report.render()
+
+
+# -- time travel after a nested agent's send ----------------------------------------------
+
+
+def _supervisor(store: Any, saver: Any, wrapper: str, sent: list[str]) -> Any:
+    """A supervisor whose `ask_worker` (of class `wrapper`) runs a worker that sends once."""
+
+    @tool
+    def send(to: str) -> str:
+        """Send an email."""
+        sent.append(to)
+        return f"sent to {to}"
+
+    guard = ReplayGuard(tools={**POLICY, "ask_worker": wrapper}, store=store)
+    worker = create_agent(
+        turns([SEND], final="Mailed."),
+        [send],
+        name="worker",
+        middleware=[guard.middleware(name="worker")],
+        store=store,
+    )
+
+    @tool
+    def ask_worker(task: str) -> str:
+        """Hand a task to the mail worker."""
+        result = worker.invoke({"messages": [("user", task)]})
+        return str(result["messages"][-1].text)
+
+    return create_agent(
+        turns([("ask_worker", {"task": "Email ann."})]),
+        [ask_worker],
+        middleware=[guard.middleware(name="supervisor")],
+        checkpointer=saver,
+        store=store,
+    )
+
+
+def _fork_before_the_model(agent: Any, config: dict[str, Any]) -> dict[str, Any]:
+    """The config of the checkpoint where the model is about to make its first call."""
+    for snapshot in agent.get_state_history(config):
+        if snapshot.next == ("model",) and len(snapshot.values["messages"]) == 1:
+            return dict(snapshot.config)
+    msg = "no checkpoint before the model's first call"
+    raise AssertionError(msg)
+
+
+def test_a_fork_before_a_top_level_send_is_stopped(tmp_path: Path) -> None:
+    """What the nested case below is held to: a fork that asks the same send again stops."""
+    saver, store = _sqlite(tmp_path)
+    sent: list[str] = []
+
+    @tool
+    def send(to: str) -> str:
+        """Send an email."""
+        sent.append(to)
+        return f"sent to {to}"
+
+    guard = ReplayGuard(tools=POLICY, store=store)
+    agent = create_agent(
+        turns([SEND]), [send], middleware=[guard.middleware()], checkpointer=saver, store=store
+    )
+    config: dict[str, Any] = {"configurable": {"thread_id": "t"}}
+    agent.invoke({"messages": [("user", "go")]}, config, durability="sync")
+    with pytest.raises(ReplayUnsafeError, match="fork or time travel"):
+        agent.invoke(None, _fork_before_the_model(agent, config), durability="sync")
+    assert sent == ["ann@example.com"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "time travel to before a supervisor's call of a pure or idempotent tool that runs a "
+        "guarded worker: the model asks the same call again with new ids, the wrapper may run "
+        "again, and the worker's unsafe send is scoped by the enclosing call's new ids (its "
+        "anchor), so neither its row nor its identical-call lookup row is found: a second "
+        "email, where the same send at the top of the graph stops with ReplayUnsafeError"
+    ),
+)
+@pytest.mark.parametrize("wrapper", ["pure", "idempotent"])
+def test_a_fork_before_a_nested_send_is_stopped(tmp_path: Path, wrapper: str) -> None:
+    saver, store = _sqlite(tmp_path)
+    sent: list[str] = []
+    agent = _supervisor(store, saver, wrapper, sent)
+    config: dict[str, Any] = {"configurable": {"thread_id": "t"}}
+    agent.invoke({"messages": [("user", "go")]}, config, durability="sync")
+    assert sent == ["ann@example.com"]
+    try:
+        agent.invoke(None, _fork_before_the_model(agent, config), durability="sync")
+    except ReplayUnsafeError:
+        pass  # stopped, like the same send at the top of the graph
+    assert sent == ["ann@example.com"]
