@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 import warnings
+from collections import OrderedDict
 from collections.abc import Generator, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -21,7 +22,12 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command, interrupt
 from pydantic import BaseModel, ValidationError
 
-from langgraph_replay_guard._compat import own_interrupt, run_checkpointer, run_durability
+from langgraph_replay_guard._compat import (
+    own_interrupt,
+    run_checkpointer,
+    run_durability,
+    task_run,
+)
 from langgraph_replay_guard.decisions.state import delivered
 from langgraph_replay_guard.errors import ReplayGuardError, ReplayGuardWarning
 from langgraph_replay_guard.integrations.calls import (
@@ -130,6 +136,45 @@ class RunningCall:
 _RUNNING: ContextVar[RunningCall | None] = ContextVar("replay_guard_running_call", default=None)
 """The innermost guarded call whose body runs here; LangGraph copies contexts into its
 executor threads and tasks, so a sub-agent run inside a tool body sees it."""
+
+
+class _TaskRuns:
+    """The rows each recent run of a task admitted an attempt of, in this process.
+
+    A middleware's retry of a call with other arguments (a corrected retry, a fan-out)
+    follows an attempt in the same run of the tools task; a call arriving with other
+    arguments in a new run (after a crash, a resume, from history) is no retry. Bounded to
+    the most recent runs; each run object is held while listed, so its id is not reused.
+    """
+
+    LIMIT = 1024
+
+    def __init__(self) -> None:
+        self._runs: OrderedDict[int, tuple[object, set[tuple[tuple[str, ...], str]]]] = (
+            OrderedDict()
+        )
+        self._lock = threading.Lock()
+
+    def tried(self, run: object, rows_ns: tuple[str, ...], key: str) -> bool:
+        """Whether this run admitted an attempt of row `key` in `rows_ns`."""
+        with self._lock:
+            found = self._runs.get(id(run))
+            return found is not None and found[0] is run and (rows_ns, key) in found[1]
+
+    def note(self, run: object, rows_ns: tuple[str, ...], *keys: str) -> None:
+        """Remember that this run admitted an attempt of these rows."""
+        with self._lock:
+            found = self._runs.get(id(run))
+            if found is None or found[0] is not run:
+                found = (run, set())
+                self._runs[id(run)] = found
+            self._runs.move_to_end(id(run))
+            found[1].update((rows_ns, key) for key in keys)
+            while len(self._runs) > self.LIMIT:
+                self._runs.popitem(last=False)
+
+
+_TASK_RUNS = _TaskRuns()
 
 
 @contextmanager
@@ -444,6 +489,10 @@ class LedgerGate:
             also = outer.keys if stacked and outer.rows_ns == rows_ns else ()
         elif outer is not None:
             enclosing = outer.anchor  # made inside a guarded call's tool body
+        run = task_run(config)
+        tried_here: Any = (
+            (lambda key: True) if run is None else functools.partial(_TASK_RUNS.tried, run, rows_ns)
+        )
         identity = CallIdentity(
             thread_id=thread,
             node=node,
@@ -469,6 +518,7 @@ class LedgerGate:
             elapsed=time.monotonic,
             asked_hash=_asked_hash(request.state, self.messages_key, identity),
             pointer_also=also,
+            tried_here=tried_here,
         )
         running = RunningCall(rows_ns, self.label, identity, enclosing, also, gate=self)
         return store, ctx, running
@@ -537,6 +587,9 @@ class LedgerGate:
             if admission.kind == "unknown":  # resolved, yet another identical call is unknown
                 assert admission.entry is not None
                 raise unknown_error(ctx, admission.entry, admission.why)
+        run = task_run(getattr(request.runtime, "config", None))
+        if run is not None:  # a retry in this run with other arguments is a variant of it
+            _TASK_RUNS.note(run, ctx.rows_ns, ctx.identity.base_key, ctx.identity.key)
         if admission.kind == "replay":
             assert admission.entry is not None
             return admission.entry

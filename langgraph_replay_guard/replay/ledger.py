@@ -597,6 +597,9 @@ class CallContext:
             holds other arguments (to tell a middleware's retry from an edited message).
         pointer_also: Other rows of this tool_call_id that `guard.resolve` must also find
             (an outer guard's claim of the same call, earlier argument variants).
+        tried_here: Whether an attempt of a row (by key) was admitted earlier in this run
+            of the call's task: a middleware's retry with other arguments follows an attempt
+            in the same run; a rerun (after a crash, from history) starts a new run.
     """
 
     identity: CallIdentity
@@ -614,6 +617,7 @@ class CallContext:
     elapsed: Callable[[], float]
     asked_hash: Callable[[], str | None] = lambda: None
     pointer_also: tuple[str, ...] = ()
+    tried_here: Callable[[str], bool] = lambda key: True
 
     @property
     def call_index_key(self) -> str:
@@ -706,6 +710,17 @@ def _other_arguments(ctx: CallContext, own: LedgerEntry) -> _Step | None:
         return None  # the model's own call changed under its ids: an edited history
     if own.status == "started" and own.owner is not None and ctx.is_alive(own.owner):
         return _Wait(own)  # the first attempt is still running (a parallel fan-out)
+    if not ctx.tried_here(own.key):
+        # No attempt of this call ran in this run of its task, yet it arrives with other
+        # arguments than its recorded one: a middleware outside the guard changed them
+        # between runs (a fresh request id, a time), not a retry. It may be the same call.
+        why = (
+            "it arrived with other arguments than its recorded attempt under the same ids, "
+            "and no attempt of it ran in this run (a middleware outside the guard that "
+            "changes the arguments on every run: make it deterministic or put the guard "
+            "outside it)"
+        )
+        return Admission("unknown", own, why=why)
     if own.has_outcome or own.status in ("retry", "interrupted"):
         return _Variant()  # the first attempt's outcome is known: a new claim of its own
     why = "an earlier attempt of this call with other arguments has an unknown outcome"

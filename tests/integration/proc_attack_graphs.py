@@ -9,7 +9,7 @@ from langchain.agents.middleware import AgentMiddleware
 from langchain_core.tools import tool
 
 from langgraph_replay_guard.crashtest import effect
-from tests.integration.compositions import SEND, _agent, turns
+from tests.integration.compositions import SEND, _agent, send, turns
 
 
 class StampRequest(AgentMiddleware):  # type: ignore[type-arg]
@@ -37,3 +37,21 @@ def stamp_outside(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any
     """A middleware outside the guard stamps each call with a fresh request id."""
     model = turns([SEND])
     return _agent(model, [stamped_send], checkpointer, store, guarded, before=[StampRequest()])
+
+
+def agent_twice_in_a_node(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
+    """A node that runs one guarded agent twice in one step; each run sends to ann."""
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    agent = _agent(turns([SEND], final="Mailed."), [send], None, store, guarded)
+
+    def twice(state: MessagesState) -> dict[str, Any]:
+        first = agent.invoke({"messages": [("user", "mail ann")]})
+        second = agent.invoke({"messages": [("user", "mail ann again")]})
+        return {"messages": [("ai", f"{first['messages'][-1].text}/{second['messages'][-1].text}")]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("twice", twice)
+    graph.add_edge(START, "twice")
+    graph.add_edge("twice", END)
+    return graph.compile(checkpointer=checkpointer, store=store)
