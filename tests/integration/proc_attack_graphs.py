@@ -7,9 +7,11 @@ from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.tools import tool
+from langgraph.prebuilt import ToolRuntime
 
 from langgraph_replay_guard.crashtest import effect
-from tests.integration.compositions import SEND, _agent, send, turns
+from langgraph_replay_guard.integrations.ledger_gate import IDEMPOTENCY_KEY_CONFIG
+from tests.integration.compositions import CHARGE, SEND, _agent, send, turns
 
 
 class StampRequest(AgentMiddleware):  # type: ignore[type-arg]
@@ -33,10 +35,19 @@ def stamped_send(to: str, request_id: str = "") -> str:
     return f"sent to {to}"
 
 
+@tool("charge")
+def stamped_charge(amount: int, runtime: ToolRuntime, request_id: str = "") -> str:
+    """Charge the card (idempotent: the payment API deduplicates by the key)."""
+    found = (runtime.config.get("configurable") or {}).get(IDEMPOTENCY_KEY_CONFIG)
+    effect("charge", {"amount": amount}, None if found is None else str(found))
+    return f"charged {amount}"
+
+
 def stamp_outside(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
     """A middleware outside the guard stamps each call with a fresh request id."""
-    model = turns([SEND])
-    return _agent(model, [stamped_send], checkpointer, store, guarded, before=[StampRequest()])
+    model = turns([CHARGE, SEND])
+    tools = [stamped_charge, stamped_send]
+    return _agent(model, tools, checkpointer, store, guarded, before=[StampRequest()])
 
 
 def agent_twice_in_a_node(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:

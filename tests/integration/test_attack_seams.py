@@ -41,16 +41,24 @@ def _sqlite(tmp_path: Path) -> tuple[SqliteSaver, SqliteStore]:
 # -- a middleware outside the guard that changes the arguments on every run ------------------
 
 
-def test_a_fresh_stamp_outside_the_guard_is_no_corrected_retry() -> None:
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["invoke", "ainvoke"])
+def test_a_fresh_stamp_outside_the_guard_is_no_corrected_retry(asynchronous: bool) -> None:
     """Guard last, a middleware outside it stamps each call with a fresh request id.
 
     Killed after the send's outcome was recorded and before the checkpoint, the resume's
     call arrives under the same ids with other arguments than the completed row. It was
     taken for a middleware's corrected retry (an argument variant whose first attempt's
     outcome is known) and claimed anew: two emails. A variant follows an attempt in the
-    same run of the task; in a new run it is an unknown outcome (ReplayUnsafeError).
+    same run of the task; in a new run it is an unknown outcome (ReplayUnsafeError). The
+    idempotent charge beside it got a new idempotency key the same way.
     """
-    report = crashtest(f"{GRAPHS}:stamp_outside", points=["after_outcome"], jobs=1, timeout=60)
+    report = crashtest(
+        f"{GRAPHS}:stamp_outside",
+        compare_unguarded=not asynchronous,
+        asynchronous=asynchronous,
+        jobs=2,
+        timeout=60,
+    )
     assert report.ok, report.render()
 
 
