@@ -128,6 +128,20 @@ def test_a_variant_waits_for_nothing_while_the_first_outcome_is_unknown():
     assert run_plan(store, admit(retry)).kind == "unknown"
 
 
+@pytest.mark.parametrize("replay", ["unsafe", "idempotent"])
+def test_other_arguments_in_a_new_run_of_the_task_are_no_variant(replay: str) -> None:
+    """A middleware outside the guard that stamps every run anew is no corrected retry."""
+    store = InMemoryStore()
+    finish(store, context({"to": "ann", "stamp": "1"}, replay=replay, asked={"to": "ann"}), "sent")
+    rerun = dataclasses.replace(
+        context({"to": "ann", "stamp": "2"}, replay=replay, asked={"to": "ann"}),
+        tried_here=lambda key: False,  # no attempt of the row ran in this run of the task
+    )
+    admission = run_plan(store, admit(rerun))
+    assert admission.kind == "unknown"
+    assert "no attempt of it ran in this run" in admission.why
+
+
 def test_a_pure_call_never_conflicts():
     store = InMemoryStore()
     ctx = context({"q": "a"}, replay="pure", asked={"q": "a"})
