@@ -53,12 +53,18 @@ def test_a_fresh_stamp_outside_the_guard_is_no_corrected_retry(asynchronous: boo
     idempotent charge beside it got a new idempotency key the same way.
     """
     report = crashtest(
-        f"{GRAPHS}:stamp_outside",
+        "tests.integration.compositions:stamp_outside",
         compare_unguarded=not asynchronous,
         asynchronous=asynchronous,
         jobs=2,
         timeout=60,
     )
+    assert report.ok, report.render()
+
+
+def test_two_guards_with_their_own_namespaces_on_one_store_hold() -> None:
+    """Held: each guard claims in its own namespace; every crash point, one body per call."""
+    report = crashtest(f"{GRAPHS}:two_namespaces", compare_unguarded=True, jobs=2, timeout=60)
     assert report.ok, report.render()
 
 
