@@ -54,7 +54,9 @@ from langgraph_replay_guard.replay.ledger import (
     finished_entry,
     index_namespace,
     interrupted_entry,
+    nested_key,
     node_path,
+    repeat_lookup_key,
     row_namespace,
     settle,
     started_entry,
@@ -110,6 +112,18 @@ class RunningCall:
     gate: object = dataclasses.field(default=None, compare=False, repr=False)
     """The gate that claimed it: its own copies of the tool handed down under its hook's
     claim are that call where it runs, not a second guard stacked on it."""
+    tool: str = ""
+    args_hash: str = ""
+    stable_enclosing: str = ""
+    """`nested_key` of the call enclosing it ("" at the top of the graph)."""
+    answered: Any = dataclasses.field(default=None, compare=False, repr=False)
+    """Whether a call `(tool_call_id, AIMessage id)` was answered in the history this call's
+    run continues (its `CallContext.is_answered`)."""
+
+    @functools.cached_property
+    def stable_anchor(self) -> str:
+        """What a call made inside its body folds in by what encloses it, without any ids."""
+        return nested_key(self.stable_enclosing, "", self.identity.node, self.tool, self.args_hash)
 
     @functools.cached_property
     def anchor(self) -> str:
@@ -476,7 +490,9 @@ class LedgerGate:
         thread, node = str(thread_id), node_path(configurable.get("checkpoint_ns"))
         tool_call_id = str(tool_call.get("id") or "")
         rows_ns = row_namespace(self.prefix, thread)
-        enclosing = ""
+        enclosing = stable_enclosing = ""
+        enclosing_call: tuple[str, str | None] | None = None
+        enclosing_answered: Any = None
         also: tuple[str, ...] = ()
         outer = _RUNNING.get()
         if outer is not None and outer.same_model_call(thread, node, ai_message_id, tool_call_id):
@@ -486,9 +502,13 @@ class LedgerGate:
                 # guards stacked on one tool): its claim stands, a second would wait on it.
                 return None
             enclosing = outer.enclosing  # another guard's view of this call: same place
+            stable_enclosing = outer.stable_enclosing
             also = outer.keys if stacked and outer.rows_ns == rows_ns else ()
         elif outer is not None:
             enclosing = outer.anchor  # made inside a guarded call's tool body
+            stable_enclosing = outer.stable_anchor
+            enclosing_call = (outer.identity.tool_call_id, outer.identity.ai_message_id)
+            enclosing_answered = outer.answered
         run = task_run(config)
         tried_here: Any = (
             (lambda key: True) if run is None else functools.partial(_TASK_RUNS.tried, run, rows_ns)
@@ -501,13 +521,19 @@ class LedgerGate:
             scope=call_scope(self.label, enclosing),
         )
         args = tool_call.get("args", {})
+        args_hash = args_digest(args)
+        repeat_key = None
+        if enclosing_call is not None and enclosing_answered is not None:
+            repeat_key = repeat_lookup_key(
+                self.label, stable_enclosing, node, facts.tool, args_hash
+            )
         lease = self.config.in_flight_lease
         ctx = CallContext(
             identity=identity,
             tool=facts.tool,
             replay=facts.replay,
             args=args,
-            args_hash=args_digest(args),
+            args_hash=args_hash,
             rows_ns=rows_ns,
             index_ns=index_namespace(self.prefix, identity.thread_id),
             wait=self.config.in_flight_wait,
@@ -519,8 +545,22 @@ class LedgerGate:
             asked_hash=_asked_hash(request.state, self.messages_key, identity),
             pointer_also=also,
             tried_here=tried_here,
+            repeat_index_key=repeat_key,
+            enclosing_call=enclosing_call if repeat_key is not None else None,
+            enclosing_answered=enclosing_answered or (lambda _tc, _ai: True),
         )
-        running = RunningCall(rows_ns, self.label, identity, enclosing, also, gate=self)
+        running = RunningCall(
+            rows_ns,
+            self.label,
+            identity,
+            enclosing,
+            also,
+            gate=self,
+            tool=facts.tool,
+            args_hash=args_hash,
+            stable_enclosing=stable_enclosing,
+            answered=ctx.is_answered,
+        )
         return store, ctx, running
 
     def _warn_setup(self, tool: str, store: Any, thread_id: Any, configurable: Any) -> None:

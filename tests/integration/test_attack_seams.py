@@ -6,7 +6,6 @@ Each test counts effects with a real tool body. A break whose fix is not small i
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sqlite3
 from pathlib import Path
@@ -71,7 +70,12 @@ def test_two_guards_with_their_own_namespaces_on_one_store_hold() -> None:
 # -- time travel after a nested agent's send ----------------------------------------------
 
 
-def _supervisor(store: Any, saver: Any, wrapper: str, sent: list[str]) -> Any:
+ASK = ("ask_worker", {"task": "Email ann."})
+
+
+def _supervisor(
+    store: Any, saver: Any, wrapper: str, sent: list[str], steps: Any = ([ASK],)
+) -> Any:
     """A supervisor whose `ask_worker` (of class `wrapper`) runs a worker that sends once."""
 
     @tool
@@ -96,7 +100,7 @@ def _supervisor(store: Any, saver: Any, wrapper: str, sent: list[str]) -> Any:
         return str(result["messages"][-1].text)
 
     return create_agent(
-        turns([("ask_worker", {"task": "Email ann."})]),
+        turns(*steps),
         [ask_worker],
         middleware=[guard.middleware(name="supervisor")],
         checkpointer=saver,
@@ -135,24 +139,37 @@ def test_a_fork_before_a_top_level_send_is_stopped(tmp_path: Path) -> None:
     assert sent == ["ann@example.com"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "time travel to before a supervisor's call of a pure or idempotent tool that runs a "
-        "guarded worker: the model asks the same call again with new ids, the wrapper may run "
-        "again, and the worker's unsafe send is scoped by the enclosing call's new ids (its "
-        "anchor), so neither its row nor its identical-call lookup row is found: a second "
-        "email, where the same send at the top of the graph stops with ReplayUnsafeError"
-    ),
-)
 @pytest.mark.parametrize("wrapper", ["pure", "idempotent"])
 def test_a_fork_before_a_nested_send_is_stopped(tmp_path: Path, wrapper: str) -> None:
+    """Time travel to before a supervisor's call of a pure or idempotent `ask_worker`.
+
+    The model asks the same call again with new ids and the wrapper may run again; the
+    worker's send was scoped by the enclosing call's ids (its anchor), so neither its row
+    nor its identical-call lookup row was found: a second email, where the same send at the
+    top of the graph stops. Its lookup by what encloses it (tool, arguments, node, no ids)
+    finds the earlier send, made inside an enclosing call this history never answered.
+    """
     saver, store = _sqlite(tmp_path)
     sent: list[str] = []
     agent = _supervisor(store, saver, wrapper, sent)
     config: dict[str, Any] = {"configurable": {"thread_id": "t"}}
     agent.invoke({"messages": [("user", "go")]}, config, durability="sync")
     assert sent == ["ann@example.com"]
-    with contextlib.suppress(ReplayUnsafeError):  # stopped, like a send at the top
+    with pytest.raises(ReplayUnsafeError, match="identical earlier call"):
         agent.invoke(None, _fork_before_the_model(agent, config), durability="sync")
     assert sent == ["ann@example.com"]
+
+
+@pytest.mark.parametrize("wrapper", ["idempotent", "unsafe"])  # a pure repeat is deduplicated
+@pytest.mark.parametrize("steps", [([ASK], [ASK]), ([ASK, ASK],)], ids=["turns", "batch"])
+def test_a_deliberate_repeat_of_a_nested_send_still_sends(
+    tmp_path: Path, wrapper: str, steps: Any
+) -> None:
+    """The same `ask_worker` asked again after its answer, or twice in one AIMessage: two
+    deliberate emails (the earlier enclosing call is answered, or a sibling)."""
+    saver, store = _sqlite(tmp_path)
+    sent: list[str] = []
+    agent = _supervisor(store, saver, wrapper, sent, steps)
+    config: dict[str, Any] = {"configurable": {"thread_id": "t"}}
+    agent.invoke({"messages": [("user", "go")]}, config, durability="sync")
+    assert sent == ["ann@example.com", "ann@example.com"]
