@@ -32,6 +32,7 @@ __all__ = [
     "runs_the_tool_itself",
     "scoped_tool_node",
     "signature_once",
+    "task_run",
     "tool_error_content",
     "tool_node_settings",
     "tool_nodes",
@@ -223,6 +224,17 @@ def _task_function(config: Mapping[str, Any] | None, key: str) -> Callable[..., 
     configurable = config.get("configurable") if config else None
     found = configurable.get(key) if isinstance(configurable, Mapping) else None
     return found if callable(found) else None
+
+
+def task_run(config: Mapping[str, Any] | None) -> object | None:
+    """An object that is one run of the running task (its scratchpad); None outside a graph.
+
+    LangGraph makes a new one each time it runs a task: a task run again after a crash, a
+    resume or from history gets another, a middleware's retry inside one run sees the same.
+    """
+    configurable = config.get("configurable") if config else None
+    found = configurable.get("__pregel_scratchpad") if isinstance(configurable, Mapping) else None
+    return found
 
 
 def channel_writer(config: Mapping[str, Any] | None) -> ChannelWriter | None:

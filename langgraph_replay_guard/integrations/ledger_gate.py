@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 import warnings
+from collections import OrderedDict
 from collections.abc import Generator, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -21,7 +22,12 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command, interrupt
 from pydantic import BaseModel, ValidationError
 
-from langgraph_replay_guard._compat import own_interrupt, run_checkpointer, run_durability
+from langgraph_replay_guard._compat import (
+    own_interrupt,
+    run_checkpointer,
+    run_durability,
+    task_run,
+)
 from langgraph_replay_guard.decisions.state import delivered
 from langgraph_replay_guard.errors import ReplayGuardError, ReplayGuardWarning
 from langgraph_replay_guard.integrations.calls import (
@@ -48,7 +54,9 @@ from langgraph_replay_guard.replay.ledger import (
     finished_entry,
     index_namespace,
     interrupted_entry,
+    nested_key,
     node_path,
+    repeat_lookup_key,
     row_namespace,
     settle,
     started_entry,
@@ -104,6 +112,18 @@ class RunningCall:
     gate: object = dataclasses.field(default=None, compare=False, repr=False)
     """The gate that claimed it: its own copies of the tool handed down under its hook's
     claim are that call where it runs, not a second guard stacked on it."""
+    tool: str = ""
+    args_hash: str = ""
+    stable_enclosing: str = ""
+    """`nested_key` of the call enclosing it ("" at the top of the graph)."""
+    answered: Any = dataclasses.field(default=None, compare=False, repr=False)
+    """Whether a call `(tool_call_id, AIMessage id)` was answered in the history this call's
+    run continues (its `CallContext.is_answered`)."""
+
+    @functools.cached_property
+    def stable_anchor(self) -> str:
+        """What a call made inside its body folds in by what encloses it, without any ids."""
+        return nested_key(self.stable_enclosing, "", self.identity.node, self.tool, self.args_hash)
 
     @functools.cached_property
     def anchor(self) -> str:
@@ -130,6 +150,45 @@ class RunningCall:
 _RUNNING: ContextVar[RunningCall | None] = ContextVar("replay_guard_running_call", default=None)
 """The innermost guarded call whose body runs here; LangGraph copies contexts into its
 executor threads and tasks, so a sub-agent run inside a tool body sees it."""
+
+
+class _TaskRuns:
+    """The rows each recent run of a task admitted an attempt of, in this process.
+
+    A middleware's retry of a call with other arguments (a corrected retry, a fan-out)
+    follows an attempt in the same run of the tools task; a call arriving with other
+    arguments in a new run (after a crash, a resume, from history) is no retry. Bounded to
+    the most recent runs; each run object is held while listed, so its id is not reused.
+    """
+
+    LIMIT = 1024
+
+    def __init__(self) -> None:
+        self._runs: OrderedDict[int, tuple[object, set[tuple[tuple[str, ...], str]]]] = (
+            OrderedDict()
+        )
+        self._lock = threading.Lock()
+
+    def tried(self, run: object, rows_ns: tuple[str, ...], key: str) -> bool:
+        """Whether this run admitted an attempt of row `key` in `rows_ns`."""
+        with self._lock:
+            found = self._runs.get(id(run))
+            return found is not None and found[0] is run and (rows_ns, key) in found[1]
+
+    def note(self, run: object, rows_ns: tuple[str, ...], *keys: str) -> None:
+        """Remember that this run admitted an attempt of these rows."""
+        with self._lock:
+            found = self._runs.get(id(run))
+            if found is None or found[0] is not run:
+                found = (run, set())
+                self._runs[id(run)] = found
+            self._runs.move_to_end(id(run))
+            found[1].update((rows_ns, key) for key in keys)
+            while len(self._runs) > self.LIMIT:
+                self._runs.popitem(last=False)
+
+
+_TASK_RUNS = _TaskRuns()
 
 
 @contextmanager
@@ -431,7 +490,9 @@ class LedgerGate:
         thread, node = str(thread_id), node_path(configurable.get("checkpoint_ns"))
         tool_call_id = str(tool_call.get("id") or "")
         rows_ns = row_namespace(self.prefix, thread)
-        enclosing = ""
+        enclosing = stable_enclosing = ""
+        enclosing_call: tuple[str, str | None] | None = None
+        enclosing_answered: Any = None
         also: tuple[str, ...] = ()
         outer = _RUNNING.get()
         if outer is not None and outer.same_model_call(thread, node, ai_message_id, tool_call_id):
@@ -441,9 +502,17 @@ class LedgerGate:
                 # guards stacked on one tool): its claim stands, a second would wait on it.
                 return None
             enclosing = outer.enclosing  # another guard's view of this call: same place
+            stable_enclosing = outer.stable_enclosing
             also = outer.keys if stacked and outer.rows_ns == rows_ns else ()
         elif outer is not None:
             enclosing = outer.anchor  # made inside a guarded call's tool body
+            stable_enclosing = outer.stable_anchor
+            enclosing_call = (outer.identity.tool_call_id, outer.identity.ai_message_id)
+            enclosing_answered = outer.answered
+        run = task_run(config)
+        tried_here: Any = (
+            (lambda key: True) if run is None else functools.partial(_TASK_RUNS.tried, run, rows_ns)
+        )
         identity = CallIdentity(
             thread_id=thread,
             node=node,
@@ -452,13 +521,19 @@ class LedgerGate:
             scope=call_scope(self.label, enclosing),
         )
         args = tool_call.get("args", {})
+        args_hash = args_digest(args)
+        repeat_key = None
+        if enclosing_call is not None and enclosing_answered is not None:
+            repeat_key = repeat_lookup_key(
+                self.label, stable_enclosing, node, facts.tool, args_hash
+            )
         lease = self.config.in_flight_lease
         ctx = CallContext(
             identity=identity,
             tool=facts.tool,
             replay=facts.replay,
             args=args,
-            args_hash=args_digest(args),
+            args_hash=args_hash,
             rows_ns=rows_ns,
             index_ns=index_namespace(self.prefix, identity.thread_id),
             wait=self.config.in_flight_wait,
@@ -469,8 +544,23 @@ class LedgerGate:
             elapsed=time.monotonic,
             asked_hash=_asked_hash(request.state, self.messages_key, identity),
             pointer_also=also,
+            tried_here=tried_here,
+            repeat_index_key=repeat_key,
+            enclosing_call=enclosing_call if repeat_key is not None else None,
+            enclosing_answered=enclosing_answered or (lambda _tc, _ai: True),
         )
-        running = RunningCall(rows_ns, self.label, identity, enclosing, also, gate=self)
+        running = RunningCall(
+            rows_ns,
+            self.label,
+            identity,
+            enclosing,
+            also,
+            gate=self,
+            tool=facts.tool,
+            args_hash=args_hash,
+            stable_enclosing=stable_enclosing,
+            answered=ctx.is_answered,
+        )
         return store, ctx, running
 
     def _warn_setup(self, tool: str, store: Any, thread_id: Any, configurable: Any) -> None:
@@ -537,6 +627,9 @@ class LedgerGate:
             if admission.kind == "unknown":  # resolved, yet another identical call is unknown
                 assert admission.entry is not None
                 raise unknown_error(ctx, admission.entry, admission.why)
+        run = task_run(getattr(request.runtime, "config", None))
+        if run is not None:  # a retry in this run with other arguments is a variant of it
+            _TASK_RUNS.note(run, ctx.rows_ns, ctx.identity.base_key, ctx.identity.key)
         if admission.kind == "replay":
             assert admission.entry is not None
             return admission.entry

@@ -46,8 +46,10 @@ __all__ = [
     "call_scope",
     "escaped_entry",
     "finished_entry",
+    "nested_key",
     "node_path",
     "now_iso",
+    "repeat_lookup_key",
     "resolvable",
     "resolve_plan",
     "store_label",
@@ -129,6 +131,30 @@ def call_scope(label: str, enclosing: str) -> str:
     if not enclosing:
         return f"~{label}" if label else ""
     return f"~{label}@{enclosing}" if label else f"@{enclosing}"
+
+
+def nested_key(enclosing: str, label: str, node: str, tool: str, args_hash: str) -> str:
+    """Where a nested call is by what encloses it, not by the ids of the calls around it.
+
+    `enclosing` is the same of the enclosing call ("" at the top of the graph). Identical
+    enclosing calls (a fork, or a message lost and asked again with new ids) give the calls
+    made inside them the same value, so the ledger finds what an earlier one made.
+    """
+    raw = "\x1f".join((enclosing, label, node, tool, args_hash))
+    return hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def repeat_lookup_key(label: str, enclosing: str, node: str, tool: str, args_hash: str) -> str:
+    """Key of a nested call's lookup row by what encloses it (`CallContext.repeat_index_key`).
+
+    Args:
+        label: The guard's label in its namespace.
+        enclosing: `nested_key` of the enclosing call.
+        node: The call's node path.
+        tool: The tool's name.
+        args_hash: `args_digest` of its arguments.
+    """
+    return f"call/[~{label}@@{enclosing}]{node}/{tool}/{args_hash}"
 
 
 def call_anchor(
@@ -597,6 +623,16 @@ class CallContext:
             holds other arguments (to tell a middleware's retry from an edited message).
         pointer_also: Other rows of this tool_call_id that `guard.resolve` must also find
             (an outer guard's claim of the same call, earlier argument variants).
+        tried_here: Whether an attempt of a row (by key) was admitted earlier in this run
+            of the call's task: a middleware's retry with other arguments follows an attempt
+            in the same run; a rerun (after a crash, from history) starts a new run.
+        repeat_index_key: For a call made inside a guarded call's tool body, the key of its
+            lookup row by what encloses it rather than by the enclosing call's ids
+            (`nested_key`): an identical enclosing call asked again with new ids (a fork, a
+            lost message) finds the calls the earlier one made. None at the top of the graph.
+        enclosing_call: The `(tool_call_id, AIMessage id)` of the enclosing call, if any.
+        enclosing_answered: Whether an enclosing call `(tool_call_id, AIMessage id)` was
+            answered in the history the enclosing call's run continues.
     """
 
     identity: CallIdentity
@@ -614,6 +650,10 @@ class CallContext:
     elapsed: Callable[[], float]
     asked_hash: Callable[[], str | None] = lambda: None
     pointer_also: tuple[str, ...] = ()
+    tried_here: Callable[[str], bool] = lambda key: True
+    repeat_index_key: str | None = None
+    enclosing_call: tuple[str, str | None] | None = None
+    enclosing_answered: Callable[[str, str | None], bool] = lambda _tc, _ai: True
 
     @property
     def call_index_key(self) -> str:
@@ -706,6 +746,17 @@ def _other_arguments(ctx: CallContext, own: LedgerEntry) -> _Step | None:
         return None  # the model's own call changed under its ids: an edited history
     if own.status == "started" and own.owner is not None and ctx.is_alive(own.owner):
         return _Wait(own)  # the first attempt is still running (a parallel fan-out)
+    if not ctx.tried_here(own.key):
+        # No attempt of this call ran in this run of its task, yet it arrives with other
+        # arguments than its recorded one: a middleware outside the guard changed them
+        # between runs (a fresh request id, a time), not a retry. It may be the same call.
+        why = (
+            "it arrived with other arguments than its recorded attempt under the same ids, "
+            "and no attempt of it ran in this run (a middleware outside the guard that "
+            "changes the arguments on every run: make it deterministic or put the guard "
+            "outside it)"
+        )
+        return Admission("unknown", own, why=why)
     if own.has_outcome or own.status in ("retry", "interrupted"):
         return _Variant()  # the first attempt's outcome is known: a new claim of its own
     why = "an earlier attempt of this call with other arguments has an unknown outcome"
@@ -798,11 +849,13 @@ def admit(ctx: CallContext) -> Generator[Op, Any, Admission]:
     given = ctx
     if ctx.replay == "pure":  # a pure call never consults the identical-call lookup
         (own_value,) = yield Read(((ctx.rows_ns, ident.key),))
-        index_value = None
+        index_value = repeat_value = None
     else:
-        own_value, index_value = yield Read(
-            ((ctx.rows_ns, ident.key), (ctx.index_ns, ctx.call_index_key))
-        )
+        reads = [(ctx.rows_ns, ident.key), (ctx.index_ns, ctx.call_index_key)]
+        if ctx.repeat_index_key is not None:
+            reads.append((ctx.index_ns, ctx.repeat_index_key))
+        own_value, index_value, *more = yield Read(tuple(reads))
+        repeat_value = more[0] if more else None
     own = _entry(ident.key, own_value)
     waited_from: float | None = None
     pause = FIRST_PAUSE
@@ -814,11 +867,13 @@ def admit(ctx: CallContext) -> Generator[Op, Any, Admission]:
             step = _MayRun()  # a variant is no new model call: no identical-call check
         else:
             step = yield from _check_identical(ctx, index_value)
+            if step == _MayRun() and index_value is None:
+                step = yield from _check_enclosing_repeat(ctx, repeat_value)
         if isinstance(step, _Variant):
             ctx = yield from _variant_context(ctx)
             ident = ctx.identity
             (own_value,) = yield Read(((ctx.rows_ns, ident.key),))
-            own, index_value = _entry(ident.key, own_value), None
+            own, index_value, repeat_value = _entry(ident.key, own_value), None, None
             continue
         if isinstance(step, Admission):
             return step if ctx is given else replace(step, context=ctx)
@@ -890,6 +945,41 @@ def _check_identical(ctx: CallContext, index_value: Any) -> Generator[Op, Any, _
     return _after_identical(ctx, row, str(latest.get("tc") or row.tool_call_id))
 
 
+def _check_enclosing_repeat(ctx: CallContext, value: Any) -> Generator[Op, Any, _Step]:
+    """A nested call whose identical sibling was made inside another, identical enclosing call.
+
+    The enclosing call's ids are part of a nested call's identity: when the model asks the
+    enclosing call again with new ids (a fork or time travel from before it, its message
+    lost in a crash) its body's calls have new identities. The earlier enclosing call
+    answered in this history is a deliberate repeat; one that is not (nor a sibling in the
+    same AIMessage) is the same call asked again, like `_after_identical` at the top.
+    """
+    latest = value if isinstance(value, Mapping) else None
+    mine = ctx.enclosing_call
+    if latest is None or mine is None or not isinstance(latest.get("key"), str):
+        return _MayRun()
+    their_tc, their_ai = latest.get("etc"), latest.get("eai")
+    if not isinstance(their_tc, str) or their_tc == mine[0]:
+        return _MayRun()  # the same enclosing call: its own lookup row decided
+    their_ai = their_ai if isinstance(their_ai, str) else None
+    if their_ai is not None and their_ai == mine[1]:
+        return _MayRun()  # sibling enclosing calls of one AIMessage
+    if ctx.enclosing_answered(their_tc, their_ai):
+        return _MayRun()  # a deliberate repeat of an answered enclosing call
+    (row_value,) = yield Read(((ctx.rows_ns, latest["key"]),))
+    row = _entry(latest["key"], row_value)
+    if row is None:
+        return _MayRun()  # the lookup row was written, the claim never was: it never ran
+    if ctx.replay == "unsafe":
+        why = (
+            "an identical call already ran inside an identical earlier call that is not in "
+            "the history this run continues (a fork or time travel from a checkpoint before "
+            "it, or its message was lost in a crash) and may have had its effect"
+        )
+        return Admission("unknown", row, why=why)
+    return _MayRun(key=row.idempotency_key)  # idempotent: the earlier call's key
+
+
 def _lookups(
     ctx: CallContext, index_value: Any
 ) -> tuple[tuple[tuple[str, ...], str, dict[str, Any]], ...]:
@@ -902,6 +992,10 @@ def _lookups(
         if not ident.variant:  # a variant is no new model call: the identical-call row stays
             index = {**pointer, "tc": ident.tool_call_id}
             puts.append((ctx.index_ns, ctx.call_index_key, index))
+            if ctx.repeat_index_key is not None and ctx.enclosing_call is not None:
+                enclosing_tc, enclosing_ai = ctx.enclosing_call
+                repeat = {**index, "etc": enclosing_tc, "eai": enclosing_ai}
+                puts.append((ctx.index_ns, ctx.repeat_index_key, repeat))
         if ctx.replay == "unsafe":  # only an unsafe call can need `guard.resolve`
             puts.append((ctx.index_ns, tool_call_key(ident.tool_call_id), pointer))
     return tuple(puts)

@@ -10,6 +10,7 @@ node they ran under). `COMPOSITIONS` lists them with their input and interrupt a
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -277,6 +278,34 @@ def strict_send(to: str) -> str:
         raise ValueError(msg)
     effect("mail", {"to": to})
     return f"sent to {to}"
+
+
+class StampRequest(AgentMiddleware):  # type: ignore[type-arg]
+    """Stamps every call with a fresh request id (what a tracing or audit middleware does)."""
+
+    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+        call = request.tool_call
+        stamped = {**call, "args": {**call["args"], "request_id": uuid.uuid4().hex}}
+        return handler(request.override(tool_call=stamped))
+
+    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+        call = request.tool_call
+        stamped = {**call, "args": {**call["args"], "request_id": uuid.uuid4().hex}}
+        return await handler(request.override(tool_call=stamped))
+
+
+@tool("send")
+def stamped_send(to: str, request_id: str = "") -> str:
+    """Send an email (takes the request id a middleware adds)."""
+    effect("send", {"to": to})
+    return f"sent to {to}"
+
+
+@tool("charge")
+def stamped_charge(amount: int, runtime: ToolRuntime, request_id: str = "") -> str:
+    """Charge the card (idempotent: the payment API deduplicates by the key)."""
+    effect("charge", {"amount": amount}, _key(runtime))
+    return f"charged {amount}"
 
 
 # -- the compositions -------------------------------------------------------------------------
@@ -637,6 +666,17 @@ def agent_in_subgraph(*, checkpointer: Any, store: Any, guarded: bool = True) ->
     return builder.compile(checkpointer=checkpointer, store=store)
 
 
+def stamp_outside(*, checkpointer: Any, store: Any, guarded: bool = True) -> Any:
+    """Guard last: a middleware outside it stamps each call with a fresh request id.
+
+    A resumed call arrives under its ids with other arguments than its recorded attempt:
+    no corrected retry (no attempt ran in this run of the task), an unknown outcome.
+    """
+    model = turns([CHARGE, SEND])
+    tools = [stamped_charge, stamped_send]
+    return _agent(model, tools, checkpointer, store, guarded, before=[StampRequest()])
+
+
 @dataclass(frozen=True)
 class Composition:
     """A composition of the matrix: its builder and how the crash test drives it."""
@@ -677,6 +717,7 @@ COMPOSITIONS: dict[str, Composition] = {
         Composition(same_call_twice),
         Composition(retry_before_effect),
         Composition(agent_in_subgraph),
+        Composition(stamp_outside),
     ]
 }
 """Every composition of the matrix, by name."""

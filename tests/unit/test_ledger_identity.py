@@ -23,6 +23,8 @@ from langgraph_replay_guard.replay.ledger import (
     call_scope,
     finished_entry,
     index_namespace,
+    nested_key,
+    repeat_lookup_key,
     row_namespace,
     started_entry,
 )
@@ -126,6 +128,61 @@ def test_a_variant_waits_for_nothing_while_the_first_outcome_is_unknown():
     run_plan(store, _write(first, gone.key, gone.to_value()))
     retry = context({"to": "ann@example.com"}, asked={"to": "ann"})
     assert run_plan(store, admit(retry)).kind == "unknown"
+
+
+@pytest.mark.parametrize("replay", ["unsafe", "idempotent"])
+def test_other_arguments_in_a_new_run_of_the_task_are_no_variant(replay: str) -> None:
+    """A middleware outside the guard that stamps every run anew is no corrected retry."""
+    store = InMemoryStore()
+    finish(store, context({"to": "ann", "stamp": "1"}, replay=replay, asked={"to": "ann"}), "sent")
+    rerun = dataclasses.replace(
+        context({"to": "ann", "stamp": "2"}, replay=replay, asked={"to": "ann"}),
+        tried_here=lambda key: False,  # no attempt of the row ran in this run of the task
+    )
+    admission = run_plan(store, admit(rerun))
+    assert admission.kind == "unknown"
+    assert "no attempt of it ran in this run" in admission.why
+
+
+def _nested(
+    enclosing: tuple[str, str], *, replay: str = "unsafe", answered: bool = False
+) -> CallContext:
+    """A send made inside the enclosing call `(tool_call_id, AIMessage id)`."""
+    ctx = context({"to": "ann"}, replay=replay)
+    anchor = call_anchor("t", "", "tools", enclosing[1], enclosing[0])
+    stable = nested_key("", "", "tools", "ask_worker", args_digest({"task": "Email ann."}))
+    return dataclasses.replace(
+        ctx,
+        identity=CallIdentity(
+            "t", "tools|tools", f"ai-of-{enclosing[0]}", "call-1", call_scope("w", anchor)
+        ),
+        repeat_index_key=repeat_lookup_key("w", stable, "tools|tools", "send", ctx.args_hash),
+        enclosing_call=enclosing,
+        enclosing_answered=lambda _tc, _ai: answered,
+    )
+
+
+@pytest.mark.parametrize("replay", ["unsafe", "idempotent"])
+def test_a_nested_call_inside_an_enclosing_call_asked_again_is_found(replay: str) -> None:
+    """A fork re-asks the enclosing call with new ids: its body's calls get new identities."""
+    store = InMemoryStore()
+    first = _nested(("ask-1", "ai-1"), replay=replay)
+    admission = run_plan(store, admit(first))
+    assert admission.entry is not None
+    done = finished_entry(admission.entry, "sent", None, "success")
+    run_plan(store, _write(first, done.key, done.to_value()))
+
+    forked = run_plan(store, admit(_nested(("ask-2", "ai-2"), replay=replay)))
+    if replay == "unsafe":
+        assert forked.kind == "unknown"
+        assert "inside an identical earlier call" in forked.why
+    else:  # idempotent: run again with the earlier call's key
+        assert forked.kind == "run"
+        assert forked.key == admission.key
+    sibling = _nested(("ask-4", "ai-1"), replay=replay)  # the first one's AIMessage
+    assert run_plan(store, admit(sibling)).kind == "run"
+    repeat = _nested(("ask-3", "ai-3"), replay=replay, answered=True)  # a deliberate repeat
+    assert run_plan(store, admit(repeat)).kind == "run"
 
 
 def test_a_pure_call_never_conflicts():
