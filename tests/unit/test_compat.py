@@ -464,3 +464,32 @@ def test_own_interrupt_tells_the_tasks_own_interrupt_from_a_subgraphs_and_other_
         "bubble-up": False,
         "own, other config": False,
     }
+
+
+def test_task_run_is_one_object_per_run_of_a_task():
+    # The guard tells a middleware's retry inside one run of the tools task (same object)
+    # from the task run again (a resume, a crash, from history: another object).
+    seen: list[object | None] = []
+
+    def node(state: MessagesState) -> dict[str, list[AIMessage]]:
+        config = get_config()
+        seen.append(_compat.task_run(config))
+        seen.append(_compat.task_run(config))
+        return {"messages": [AIMessage("done")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("node", node)
+    builder.add_edge(START, "node")
+    builder.add_edge("node", END)
+    graph = builder.compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "task-run"}}
+    graph.invoke({"messages": []}, config)
+    before = next(s for s in graph.get_state_history(config) if s.next == ("node",))
+    graph.invoke(None, before.config)  # the same task, run again from history
+
+    assert None not in seen
+    assert seen[0] is seen[1]  # one run: one object
+    assert seen[2] is seen[3]
+    assert seen[0] is not seen[2]  # another run: another object
+    assert _compat.task_run(None) is None
+    assert _compat.task_run({"configurable": {}}) is None
