@@ -1,0 +1,123 @@
+"""Issue 33, items 6-9: model-chosen names quoted as data, checked limits, released claims."""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from pydantic import BaseModel, ValidationError
+
+from langgraph_replay_guard import GuardConfig, ReplayGuard, ToolPolicy
+from langgraph_replay_guard.replay import owners
+
+from .claim_graphs import POLICY, claim_graph, effect_tools, sends
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:langgraph-replay-guard.*durable checkpointer:langgraph_replay_guard.ReplayGuardWarning"
+)
+
+# --- item 7: every numeric option is range-checked when the configuration is built ----------
+
+_NUMERIC = {int, float, int | None, float | None}
+_HOSTILE = [math.inf, -math.inf, math.nan, -1, 10**18, 1e12, "Infinity", "nan"]
+
+
+def _numeric_fields(model: type[BaseModel]) -> list[str]:
+    return [name for name, field in model.model_fields.items() if field.annotation in _NUMERIC]
+
+
+def _cases() -> list[Any]:
+    fields = [(GuardConfig, name) for name in _numeric_fields(GuardConfig)]
+    fields += [(ToolPolicy, name) for name in _numeric_fields(ToolPolicy)]
+    return [
+        pytest.param(model, name, value, id=f"{model.__name__}.{name}={value!r}")
+        for model, name in fields
+        for value in _HOSTILE
+    ]
+
+
+def test_the_models_have_numeric_fields_to_check():
+    assert "in_flight_lease" in _numeric_fields(GuardConfig)
+    assert "max_repeats" in _numeric_fields(ToolPolicy)
+
+
+@pytest.mark.parametrize(("model", "name", "value"), _cases())
+def test_every_numeric_option_refuses_values_out_of_range(model, name, value):
+    with pytest.raises(ValidationError) as caught:
+        model(**{name: value})
+    text = str(caught.value)
+    assert f"{model.__name__}.{name}=" in text, text
+    assert "out of range" in text and "<=" in text, text  # the allowed range is said
+
+
+def test_json_infinity_lease_is_refused_not_an_overflow_later():
+    data = json.loads('{"in_flight_lease": Infinity}')
+    with pytest.raises(ValidationError, match=r"in_flight_lease=inf is out of range"):
+        GuardConfig.model_validate(data)
+    with pytest.raises(ValidationError, match=r"max_repeats"):
+        GuardConfig.model_validate({"tools": {"x": {"replay": "pure", "max_repeats": 1e12}}})
+
+
+def test_sane_values_are_kept():
+    config = GuardConfig(in_flight_lease=86_400, in_flight_wait=0.5, max_repeats=50)
+    assert config.in_flight_lease == 86_400
+    assert ToolPolicy(max_repeats=10, max_same_failures=0).max_repeats == 10
+
+
+# --- item 8: a claim that loses its compare-and-set is released from the registry ----------
+
+ROUNDS = 40
+WORKERS = 4
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_claims_lost_to_another_worker_leave_no_owner_registered(kind, tmp_path):
+    effects = tmp_path / "effects.txt"
+    before = set(owners.REGISTRY._active)
+    if kind == "memory":
+        from langgraph.store.memory import InMemoryStore
+
+        _contend(InMemoryStore(), effects)
+    else:
+        import sqlite3
+
+        from langgraph.store.sqlite import SqliteStore
+
+        conn = sqlite3.connect(
+            tmp_path / "store.db", check_same_thread=False, isolation_level=None
+        )
+        store = SqliteStore(conn)
+        store.setup()
+        try:
+            _contend(store, effects)
+        finally:
+            conn.close()
+    assert sends(effects) == ROUNDS  # exactly one send per contended call
+    leaked = set(owners.REGISTRY._active) - before
+    assert not leaked, f"{len(leaked)} claim holders stay registered after every attempt ended"
+
+
+def _contend(store: Any, effects: Path) -> None:
+    saver = InMemorySaver()
+    with ThreadPoolExecutor(WORKERS) as pool:
+        for _ in range(ROUNDS):
+            # A fresh graph per round: the scripted model asks for the call once.
+            guard = ReplayGuard(POLICY, store=store)
+            graph = claim_graph("wrap", guard, effect_tools(effects, seconds=0.0), saver, store)
+            config = {"configurable": {"thread_id": f"t-{uuid.uuid4().hex[:8]}"}}
+            graph.invoke({"messages": [HumanMessage("email Ann")]}, config, durability="sync")
+            runs = [
+                pool.submit(graph.invoke, None, config, durability="sync") for _ in range(WORKERS)
+            ]
+            for run in runs:
+                try:
+                    run.result()
+                except Exception as error:  # a worker told the call is in flight is fine
+                    assert type(error).__name__ == "ReplayInFlightError", error
