@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import logging
 import itertools
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
