@@ -75,8 +75,8 @@ def _regex_or_none(value: str | None, field: str, *, ignore_case: bool = False) 
     return value
 
 
-_MAX_COUNT = 10_000
-"""Upper bound of the counting options (repeats, failures): a loop layer is off past it anyway."""
+_MAX_COUNT = 1_000_000
+"""Upper bound of the counting options (repeats, failures): far past any loop worth allowing."""
 
 _MAX_LEASE = 30 * 24 * 3600.0
 """Upper bound of `in_flight_lease` (30 days): a datetime plus more overflows, or nearly."""
