@@ -78,14 +78,22 @@ ROUNDS = 40
 WORKERS = 4
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite"])
-def test_claims_lost_to_another_worker_leave_no_owner_registered(kind, tmp_path):
+@pytest.mark.parametrize(
+    "kind", ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_claims_lost_to_another_worker_leave_no_owner_registered(kind, tmp_path, request):
     effects = tmp_path / "effects.txt"
     before = set(owners.REGISTRY._active)
     if kind == "memory":
         from langgraph.store.memory import InMemoryStore
 
         _contend(InMemoryStore(), effects)
+    elif kind == "postgres":
+        from langgraph.store.postgres import PostgresStore
+
+        with PostgresStore.from_conn_string(request.getfixturevalue("pg_uri")) as store:
+            store.setup()
+            _contend(store, effects)
     else:
         import sqlite3
 
