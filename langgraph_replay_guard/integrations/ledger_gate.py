@@ -540,6 +540,7 @@ class LedgerGate:
             is_answered=_answered(request.state, self.messages_key, self.channel),
             is_alive=lambda owner: owners.is_alive(owner, dt.datetime.now(dt.UTC)),
             new_owner=lambda: owners.REGISTRY.new_owner(lease, dt.datetime.now(dt.UTC)),
+            lost_owner=owners.REGISTRY.release,
             now=lambda: dt.datetime.now(dt.UTC),
             elapsed=time.monotonic,
             asked_hash=_asked_hash(request.state, self.messages_key, identity),

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Self
 
+import annotated_types
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     PrivateAttr,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -70,6 +73,67 @@ def _regex_or_none(value: str | None, field: str, *, ignore_case: bool = False) 
     if value is not None:
         compile_pattern(value, field, ignore_case=ignore_case)
     return value
+
+
+_MAX_COUNT = 1_000_000
+"""Upper bound of the counting options (repeats, failures): far past any loop worth allowing."""
+
+_MAX_LEASE = 30 * 24 * 3600.0
+"""Upper bound of `in_flight_lease` (30 days): a datetime plus more overflows, or nearly."""
+
+
+_NUMERIC = {int, float, int | None, float | None}
+
+
+def _number_range(model: type[BaseModel], name: str) -> tuple[float, bool, float, bool]:
+    """The bounds a numeric field's `Field(ge=..., le=...)` gives (each with: inclusive)."""
+    low, low_in, high, high_in = -math.inf, False, math.inf, False
+    for bound in model.model_fields[name].metadata:
+        if isinstance(bound, annotated_types.Ge):
+            low, low_in = float(bound.ge), True  # type: ignore[arg-type]
+        elif isinstance(bound, annotated_types.Gt):
+            low, low_in = float(bound.gt), False  # type: ignore[arg-type]
+        elif isinstance(bound, annotated_types.Le):
+            high, high_in = float(bound.le), True  # type: ignore[arg-type]
+        elif isinstance(bound, annotated_types.Lt):
+            high, high_in = float(bound.lt), False  # type: ignore[arg-type]
+    return low, low_in, high, high_in
+
+
+def _plain(number: float) -> str:
+    return f"{int(number):,}" if number.is_integer() else f"{number:,}"
+
+
+def _check_number(model: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
+    """Refuse a numeric option that is not finite or outside its range, naming both.
+
+    Every field typed `int` or `float` (optional or not) is checked, so a new numeric option
+    is covered without being listed. It runs before pydantic's own checks so that `inf`,
+    `nan` and JSON `Infinity` (which `gt=0` alone lets through, and which overflow the first
+    date computed from them) get one error naming the option and the range it takes.
+    """
+    name = info.field_name
+    if name is None or model.model_fields[name].annotation not in _NUMERIC:
+        return value
+    if value is None or isinstance(value, bool) or not isinstance(value, int | float | str):
+        return value
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        return value  # not a number: pydantic's own type error says so
+    low, low_in, high, high_in = _number_range(model, name)
+    above = number >= low if low_in else number > low
+    below = number <= high if high_in else number < high
+    if math.isfinite(number) and above and below:
+        return value
+    allowed = [f"{'>=' if low_in else '>'} {_plain(low)}"] if math.isfinite(low) else []
+    allowed += [f"{'<=' if high_in else '<'} {_plain(high)}"] if math.isfinite(high) else []
+    msg = (
+        f"{model.__name__}.{name}={value!r} is out of range: give a finite number "
+        f"{' and '.join(allowed)} (every numeric option is checked when the configuration "
+        "is built)."
+    )
+    raise ValueError(msg)
 
 
 class ClassRule(BaseModel):
@@ -203,8 +267,8 @@ class ToolPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     replay: ReplayClass = "pure"
-    max_repeats: int | None = Field(default=None, ge=1)
-    max_same_failures: int | None = Field(default=None, ge=0)
+    max_repeats: int | None = Field(default=None, ge=1, le=_MAX_COUNT)
+    max_same_failures: int | None = Field(default=None, ge=0, le=_MAX_COUNT)
     failure_pattern: str | None = None
     ignore_args: tuple[str, ...] = ()
     idempotency_key_arg: str | None = None
@@ -217,6 +281,11 @@ class ToolPolicy(BaseModel):
     classifier: SkipJsonSchema[Callable[[Any], CallClass | None] | None] = Field(
         default=None, exclude=True, repr=False
     )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _check_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        return _check_number(cls, value, info)
 
     @field_validator("failure_pattern")
     @classmethod
@@ -471,7 +540,7 @@ class GuardConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     history_window: int = Field(default=5, ge=1, le=10_000)
-    max_repeats: int = Field(default=3, ge=1)
+    max_repeats: int = Field(default=3, ge=1, le=_MAX_COUNT)
     result_preview_chars: int = Field(default=200, ge=0, le=100_000)
     max_cycle_period: int = Field(default=4, ge=2, le=32)
     dedup: bool = True
@@ -479,7 +548,7 @@ class GuardConfig(BaseModel):
     result_diff: bool = True
     reminder: bool = True
     cycle_detection: bool = True
-    max_same_failures: int = Field(default=DEFAULT_MAX_SAME_FAILURES, ge=0)
+    max_same_failures: int = Field(default=DEFAULT_MAX_SAME_FAILURES, ge=0, le=_MAX_COUNT)
     failure_pattern: str | None = None
     repeat_reset: Literal["progress", "turn"] = "progress"
     exit_behavior: Literal["end", "error", "continue"] = "end"
@@ -487,7 +556,7 @@ class GuardConfig(BaseModel):
     scope: Literal["turn", "thread"] = "turn"
     on_unsafe: Literal["raise", "interrupt"] = "raise"
     in_flight_wait: float = Field(default=10.0, ge=0, le=3600)
-    in_flight_lease: float = Field(default=900.0, gt=0)
+    in_flight_lease: float = Field(default=900.0, gt=0, le=_MAX_LEASE)
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
     toolkits: tuple[str | ToolkitRef, ...] = ()
     default_policy: ToolPolicy = Field(default_factory=ToolPolicy)
@@ -520,6 +589,11 @@ class GuardConfig(BaseModel):
         )
         data["exit_behavior"] = value
         return data
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _check_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        return _check_number(cls, value, info)
 
     @field_validator("failure_pattern")
     @classmethod

@@ -616,6 +616,8 @@ class CallContext:
         is_answered: Whether a call (tool_call_id, AIMessage id) was answered in the thread.
         is_alive: Whether a claim holder may still be running.
         new_owner: A claim holder for this attempt.
+        lost_owner: Called with the holder of a claim that lost its compare-and-set to
+            another worker (never written): the process's registry forgets it.
         now: The current UTC time.
         elapsed: Seconds since an arbitrary start (monotonic).
         asked_hash: `args_digest` of the arguments the model asked this call with (in its
@@ -654,6 +656,7 @@ class CallContext:
     repeat_index_key: str | None = None
     enclosing_call: tuple[str, str | None] | None = None
     enclosing_answered: Callable[[str, str | None], bool] = lambda _tc, _ai: True
+    lost_owner: Callable[[Mapping[str, Any]], None] = lambda _owner: None
 
     @property
     def call_index_key(self) -> str:
@@ -899,17 +902,29 @@ def admit(ctx: CallContext) -> Generator[Op, Any, Admission]:
             owner=ctx.new_owner(),
             now=ctx.now(),
         )
-        written, current = yield Update(
-            ctx.rows_ns,
-            ident.key,
-            claim.to_value(),
-            expect_exists=own is not None,
-            expect_rev=own.rev if own is not None else None,
-            also=_lookups(ctx, index_value),
-        )
+        try:
+            written, current = yield Update(
+                ctx.rows_ns,
+                ident.key,
+                claim.to_value(),
+                expect_exists=own is not None,
+                expect_rev=own.rev if own is not None else None,
+                also=_lookups(ctx, index_value),
+            )
+        except BaseException:
+            # The write failed or was cancelled: nothing runs under this claim here (a
+            # claim stored anyway reads as a dead attempt of this process, taken over).
+            if claim.owner is not None:
+                ctx.lost_owner(claim.owner)
+            raise
         if written:
             return Admission("run", claim, key=key, context=None if ctx is given else ctx)
-        own = _entry(ident.key, current)  # another worker got there first: look again
+        # Another worker got there first: this claim was never stored, so its holder must
+        # not stay registered as a running attempt of this process (it would never be
+        # released: nothing runs under it). No I/O: the registry is in memory.
+        if claim.owner is not None:
+            ctx.lost_owner(claim.owner)
+        own = _entry(ident.key, current)  # look again
 
 
 def _variant_context(ctx: CallContext) -> Generator[Op, Any, CallContext]:

@@ -157,7 +157,10 @@ def test_reminder_is_shown_once_and_never_stored():
     graph, config, out, _ = run(ReplayGuard(POLICY), model)
     assert reminders(model) == [False, False, True, False, False]
     assert model.system_prompts[2].startswith(SYSTEM)
-    assert "get_details_by_id(id='P1')" in model.system_prompts[2]
+    assert (
+        '"get_details_by_id"; arguments (model\'s text, not an instruction): "id=\'P1\'"'
+        in (model.system_prompts[2])
+    )
     assert not any(isinstance(m, SystemMessage) for m in out["messages"])
     assert "LOOP WARNING" not in str(graph.get_state(config).values["messages"])
 

@@ -30,7 +30,11 @@ from langgraph_replay_guard.integrations.callbacks.executors import (
     agent_tools,
     enforcement_problems,
 )
-from langgraph_replay_guard.integrations.callbacks.marks import UnknownOutcome, outcome_of
+from langgraph_replay_guard.integrations.callbacks.marks import (
+    HeldOutcomes,
+    UnknownOutcome,
+    outcome_of,
+)
 from langgraph_replay_guard.integrations.callbacks.scopes import (
     RunTree,
     ScopeKey,
@@ -242,8 +246,9 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
     protects it is durable before `on_tool_start` returns; a store that cannot take it
     refuses the call), cleared when the call ends and kept when it raises, so a crash or a
     store outage after the side effect leaves an unknown outcome that every process sees.
-    Without one, the marks are held in memory until `resolve`. No mark is ever evicted or
-    capped: each is a store item of its own, read by key.
+    Without one, the marks are held in memory until `resolve`: `unknown_outcome_threads()`
+    lists the threads holding them, so that a long-running process can settle them. No
+    mark is ever evicted or capped: each is a store item of its own, read by key.
 
     Store failures: an `unsafe` or `idempotent` call the handler cannot check because its
     store failed is refused (`ToolCallBlockedError` naming the tool and the error); a
@@ -376,6 +381,34 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             raise ValueError(msg)
         marks = self._guard.unknown(_scope_key(thread_id, run_id), limit, offset)
         return [outcome_of(mark) for mark in marks]
+
+    def unknown_outcome_threads(self, *, limit: int = 100, offset: int = 0) -> list[HeldOutcomes]:
+        """The threads whose unknown outcomes this handler holds in memory, a page at a time.
+
+        A handler without a store keeps each unknown outcome in this process's memory until
+        `resolve` settles it (forgetting one could repeat a side effect), so in a
+        long-running process they add up, thread by thread. List them here, check upstream,
+        then `unknown_outcomes(thread_id)` and `resolve(...)` each. With a store, a thread's
+        marks are store items instead (`replay-guard inspect` and `unknown_outcomes` read
+        them) and only runs without a thread id are listed here.
+
+        Args:
+            limit: Most threads returned.
+            offset: How many to skip (oldest first).
+
+        Returns:
+            The page (empty past the end): each thread (or root run id) and its count.
+
+        Raises:
+            ValueError: If `limit` is below 1 or `offset` below 0.
+        """
+        if limit < 1 or offset < 0:
+            msg = (
+                f"unknown_outcome_threads(limit={limit!r}, offset={offset!r}): pass limit >= 1 "
+                "and offset >= 0."
+            )
+            raise ValueError(msg)
+        return self._guard.marks.held(limit, offset)
 
     def resolve(
         self,

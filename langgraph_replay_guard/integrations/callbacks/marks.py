@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from collections import OrderedDict
@@ -48,6 +49,24 @@ class UnknownOutcome:
     tool: str
     args: str
     error: str | None
+
+
+@dataclass(frozen=True)
+class HeldOutcomes:
+    """A thread (or a run without a thread id) whose unknown outcomes this process holds.
+
+    As `handler.unknown_outcome_threads` lists them: the marks a handler without a store
+    keeps in memory until `resolve`, which a long-running process should settle.
+
+    Attributes:
+        thread_id: The thread, or None for a run without a thread id.
+        run_id: The root run id of a run without a thread id, else None.
+        count: How many unknown outcomes it holds (list them with `unknown_outcomes`).
+    """
+
+    thread_id: str | None
+    run_id: str | None
+    count: int
 
 
 def outcome_of(mark: Mapping[str, Any]) -> UnknownOutcome:
@@ -219,6 +238,19 @@ class MarkBook:
         marks = (mark_from(item.value) for item in items if tuple(item.namespace) == namespace)
         return [mark for mark in marks if mark is not None]
 
+    def held(self, limit: int, offset: int) -> list[HeldOutcomes]:
+        """A page of the scopes holding marks in memory, oldest first (no store read)."""
+        with self._lock:
+            page = list(itertools.islice(self._memory.items(), offset, offset + limit))
+            return [
+                HeldOutcomes(
+                    key[1] if key[0] == "thread" else None,
+                    key[1] if key[0] != "thread" else None,
+                    len(marks),
+                )
+                for key, marks in page
+            ]
+
     def _warn_if_many(self) -> None:
         with self._lock:
             count = len(self._memory)
@@ -228,7 +260,8 @@ class MarkBook:
         logger.warning(
             "langgraph-replay-guard: %d threads hold unknown outcomes, more than max_threads=%d: "
             "they stay in memory until handler.resolve settles them (forgetting one could "
-            "repeat a side effect). Resolve them, or pass store= to keep them in a store.",
+            "repeat a side effect). List them with handler.unknown_outcome_threads() and "
+            "resolve them, or pass store= to keep them in a store.",
             count,
             self._max_threads,
         )
