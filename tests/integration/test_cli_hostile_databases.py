@@ -226,9 +226,9 @@ def test_the_default_limit_refuses_a_bigger_blob_without_loading_it(db: Db) -> N
     db.run_thread("small")
     db.run_thread("huge", result_chars=24 * MB)  # above the default 16 MB
     for command in ("inspect", "export"):
-        where = ["--thread"] if command == "inspect" else ["--thread"]
-        small_kb, _ = _peak_kb(command, "--db", db.uri, *where, "small")
-        huge_kb, result = _peak_kb(command, "--db", db.uri, *where, "huge")
-        _clear(result, "above --max-item-bytes 16.0 MB: not read")
-        # Loading the checkpoint would hold its 24 MB of bytes and the decoded 24 MB string.
+        small_kb, _ = _peak_kb(command, "--db", db.uri, "--thread", "small")
+        huge_kb, result = _peak_kb(command, "--db", db.uri, "--thread", "huge")
+        # Loading the checkpoint would hold its 24 MB of bytes and the decoded 24 MB string
+        # (on 94e4039 the peak grows by 100 MB and more).
         assert huge_kb - small_kb < 12 * 1024, (command, small_kb, huge_kb)
+        _clear(result, "above --max-item-bytes 16.0 MB: not read")
