@@ -109,11 +109,13 @@ class Checkpoint:
         checkpoint_id: Its id (None when the saver cannot list them without loading).
         value: What the saver read; None when it was left out (`problem` says why).
         problem: Why it was not read: too big, or it could not be decoded.
+        oversized: It was left out for its size (not loaded at all).
     """
 
     checkpoint_id: str | None
     value: CheckpointTuple | None
     problem: str | None = None
+    oversized: bool = False
 
 
 def read_checkpoints(
@@ -146,7 +148,7 @@ def read_checkpoints(
     chosen = sizes[:1] if latest_only else list(reversed(sizes))
     for checkpoint_id, size in chosen:
         if size > limit:
-            yield Checkpoint(checkpoint_id, None, too_big("it", size, limit))
+            yield Checkpoint(checkpoint_id, None, too_big("it", size, limit), oversized=True)
             continue
         one: Any = {"configurable": {**config["configurable"], "checkpoint_id": checkpoint_id}}
         try:

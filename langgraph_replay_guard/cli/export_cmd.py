@@ -46,7 +46,9 @@ DESCRIPTION = (
     "Write one JSONL trajectory per thread of a checkpointer database (every tool "
     "call with its arguments, result, error status and user turn, collected from the "
     "thread's whole checkpoint history), or per trace of a LangSmith runs export, "
-    "for `replay-guard eval`. Exit status: 0 when a trajectory was written, 1 when "
+    "for `replay-guard eval`. A checkpoint bigger than --max-item-bytes is left out, a "
+    "thread with a checkpoint that cannot be decoded is skipped, each with one line on "
+    "standard error. Exit status: 0 when a trajectory was written, 1 when "
     "none was (no thread, or none readable), 2 when the input cannot be opened."
 )
 """What `replay-guard export --help` says of the command."""
@@ -167,10 +169,12 @@ def _from_db(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 try:
                     history = list(_history(saver, thread, args, err))
                 except Exception as exc:  # a damaged thread is skipped, never fatal
-                    detail = describe(exc, args.db)
-                    print(
-                        f"{_NAME}: skipped thread {thread!r}: cannot read it ({detail})", file=err
+                    why = (
+                        str(exc)  # names the checkpoint and why
+                        if isinstance(exc, _UnreadableCheckpointError)
+                        else f"cannot read it ({describe(exc, args.db)})"
                     )
+                    print(f"{_NAME}: skipped thread {thread!r}: {why}", file=err)
                     skipped.append(thread)
                     continue
                 if not history:
@@ -222,14 +226,15 @@ def _history(
     limit: int = args.max_item_bytes
     for read in read_checkpoints(saver, thread, limit=limit, uri=args.db):
         if read.value is None:
-            if read.problem is not None and "max-item-bytes" in read.problem:
+            if read.oversized:
                 print(
                     f"{_NAME}: thread {thread!r}: left out checkpoint {read.checkpoint_id}: "
                     f"{read.problem}",
                     file=err,
                 )
                 continue
-            raise _UnreadableCheckpointError(f"checkpoint {read.checkpoint_id}: {read.problem}")
+            msg = f"checkpoint {read.checkpoint_id}: {read.problem}"
+            raise _UnreadableCheckpointError(msg)
         item = read.value
         values = item.checkpoint.get("channel_values", {})
         messages = values.get("messages") if isinstance(values, Mapping) else None

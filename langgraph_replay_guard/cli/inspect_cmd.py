@@ -40,7 +40,10 @@ DESCRIPTION = (
     "Read the latest checkpoint of a thread (every guard channel in it), the callback "
     "handler's state and the replay ledger rows, from a SQLite file or a PostgreSQL "
     "URI: what LangGraph Studio shows, for a terminal. Opens the databases read-only: "
-    "nothing is written to them."
+    "nothing is written to them. An item bigger than --max-item-bytes or that cannot be "
+    "decoded is left out with one line on standard error. Exit status: 0 when something "
+    "was found and nothing left out, 1 when nothing was found or an item was left out, 2 "
+    "when a database cannot be opened."
 )
 """What `replay-guard inspect --help` says of the command."""
 
@@ -94,9 +97,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             )
         with open_store(store_uri, read_only=True) as store:
             ledger = ReplayLedger(store, namespace=namespace)
-            rows, row_problems = read_ledger(
-                store, ledger, args.thread, limit=limit, uri=store_uri
-            )
+            rows, row_problems = read_ledger(store, ledger, args.thread, limit=limit, uri=store_uri)
             problems += row_problems
             handler_item, handler_problem = read_store_item(
                 store, scopes_namespace(namespace), args.thread, limit=limit, uri=store_uri
@@ -115,11 +116,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             problems.append(f"latest checkpoint {read.checkpoint_id or '?'}: {read.problem}")
         if read.value is not None:
             checkpoint_id = read.value.config["configurable"].get("checkpoint_id")
-            values = read.value.checkpoint.get("channel_values", {})
+            stored: Any = read.value.checkpoint  # a hostile blob may decode to anything
+            values = stored.get("channel_values", {}) if isinstance(stored, Mapping) else None
             if isinstance(values, Mapping):
-                channels = {
-                    k: v for k, v in values.items() if str(k).startswith(GUARD_CHANNEL)
-                }
+                channels = {k: v for k, v in values.items() if str(k).startswith(GUARD_CHANNEL)}
             else:
                 problems.append(f"latest checkpoint {checkpoint_id}: no channel values in it")
     if handler_item is not None:
