@@ -14,6 +14,7 @@ from langchain_core.messages import HumanMessage
 
 from langgraph_replay_guard._compat import checkpoint_thread_ids
 from langgraph_replay_guard.cli.bounded import (
+    DEFAULT_MAX_ITEM_BYTES,
     add_max_item_bytes_option,
     describe,
     read_checkpoints,
@@ -164,7 +165,9 @@ def _from_db(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         with open_checkpointer(args.db, read_only=True) as saver:
             threads = list(args.thread) if args.thread else checkpoint_thread_ids(saver)
-            outcomes = _ledger_outcomes(args, threads, err)
+            outcomes = _ledger_outcomes(
+                args.db, args.namespace, threads, limit=args.max_item_bytes, err=err
+            )
             for done, thread in enumerate(threads, start=1):
                 try:
                     history = list(_history(saver, thread, args, err))
@@ -249,9 +252,14 @@ def _history(
 
 
 def _ledger_outcomes(
-    args: argparse.Namespace, threads: Sequence[str], err: TextIO
+    db: str,
+    namespace: tuple[str, ...],
+    threads: Sequence[str],
+    *,
+    limit: int = DEFAULT_MAX_ITEM_BYTES,
+    err: TextIO | None = None,
 ) -> dict[str, dict[str, tuple[Any, bool]]]:
-    """The recorded outcomes of the replay ledger under `--namespace`, by thread and call id.
+    """The recorded outcomes of the replay ledger under `namespace`, by thread and call id.
 
     A database without a store (a checkpointer only) has no ledger: nothing is found. A row
     above `--max-item-bytes` or unreadable is left out with a line; it only loses what it
@@ -259,14 +267,12 @@ def _ledger_outcomes(
     """
     found: dict[str, dict[str, tuple[Any, bool]]] = {}
     try:
-        with open_store(args.db, read_only=True) as store:
-            ledger = ReplayLedger(store, namespace=args.namespace)
+        with open_store(db, read_only=True) as store:
+            ledger = ReplayLedger(store, namespace=namespace)
             for thread in threads:
-                rows, problems = read_ledger(
-                    store, ledger, thread, limit=args.max_item_bytes, uri=args.db
-                )
+                rows, problems = read_ledger(store, ledger, thread, limit=limit, uri=db)
                 for problem in problems:
-                    print(f"{_NAME}: thread {thread!r}: left out {problem}", file=err)
+                    print(f"{_NAME}: thread {thread!r}: left out {problem}", file=err or sys.stderr)
                 for row in rows:
                     if not row.has_outcome or not isinstance(row.result, Mapping):
                         continue
