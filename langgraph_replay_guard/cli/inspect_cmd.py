@@ -130,6 +130,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             views[name] = guard_view(value)
         except Exception as exc:  # a hostile channel value: named, the others still shown
             problems.append(f"guard channel {name!r}: cannot read it ({describe(exc, args.db)})")
+    ledger_json = [_row_json(row, problems) for row in rows] if args.json else []
     for problem in problems:
         print(f"{_NAME}: left out: {problem}", file=err)
     found = bool(views or rows)
@@ -138,7 +139,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             "thread": args.thread,
             "checkpoint_id": checkpoint_id,
             "guard": {name: _view_json(view) for name, view in views.items()},
-            "ledger": [{"key": row.key, **row.to_value()} for row in rows],
+            "ledger": ledger_json,
             "ledger_found": missing is None,
             "ledger_missing": missing,
             "left_out": problems,
@@ -165,6 +166,17 @@ def _ledger_missing(
         return None
     name = "/".join(namespace)
     return f"{shown} holds no replay ledger under the namespace {name!r} (--namespace){hint}"
+
+
+def _row_json(row: LedgerEntry, problems: list[str]) -> dict[str, Any]:
+    """A ledger row for `--json`; one whose values cannot be written is named instead."""
+    value = {"key": row.key, **row.to_value()}
+    try:
+        json.dumps(value, default=str)
+    except (ValueError, TypeError, RecursionError) as exc:
+        problems.append(f"ledger row {row.key!r}: cannot write it as JSON ({exc})")
+        return {"key": row.key, "status": row.status, "tool": row.tool, "unreadable": True}
+    return value
 
 
 def _view_json(view: GuardView) -> dict[str, Any]:
