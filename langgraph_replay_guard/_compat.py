@@ -517,3 +517,93 @@ def wrap_node_tools(node: ToolNode, wrap: Callable[[Any], Any]) -> None:
     tools: dict[str, Any] = node._tools_by_name
     for name, tool in list(tools.items()):
         tools[name] = wrap(tool)
+
+
+# What one read of a checkpoint loads, measured in the database (nothing is fetched): its
+# own blob and metadata, its pending writes and (PostgreSQL) the channel blobs it points
+# at, as `SqliteSaver.get_tuple` and `PostgresSaver`'s SELECT_SQL read them. Newest first.
+_SQLITE_CHECKPOINT_SIZES = (
+    "SELECT c.checkpoint_id, length(c.checkpoint) + coalesce(length(c.metadata), 0) + "
+    "coalesce((SELECT sum(length(w.value)) FROM writes w WHERE w.thread_id = c.thread_id "
+    "AND w.checkpoint_ns = c.checkpoint_ns AND w.checkpoint_id = c.checkpoint_id), 0) "
+    "FROM checkpoints c WHERE c.thread_id = ? AND c.checkpoint_ns = ? "
+    "ORDER BY c.checkpoint_id DESC"
+)
+_POSTGRES_CHECKPOINT_SIZES = (
+    "SELECT c.checkpoint_id, octet_length(c.checkpoint::text) "
+    "+ coalesce(octet_length(c.metadata::text), 0) "
+    "+ coalesce((SELECT sum(octet_length(bl.blob)) "
+    "FROM jsonb_each_text(c.checkpoint -> 'channel_versions') v "
+    "JOIN checkpoint_blobs bl ON bl.thread_id = c.thread_id "
+    "AND bl.checkpoint_ns = c.checkpoint_ns AND bl.channel = v.key "
+    "AND bl.version = v.value), 0) "
+    "+ coalesce((SELECT sum(octet_length(cw.blob)) FROM checkpoint_writes cw "
+    "WHERE cw.thread_id = c.thread_id AND cw.checkpoint_ns = c.checkpoint_ns "
+    "AND cw.checkpoint_id = c.checkpoint_id), 0) "
+    "FROM checkpoints c WHERE c.thread_id = %s AND c.checkpoint_ns = %s "
+    "ORDER BY c.checkpoint_id DESC"
+)
+# The store's rows of a namespace and of the namespaces under it (what `search` reads), by
+# the byte length of their stored value. The prefix is compared, not LIKE-matched: a thread
+# id may hold '%' or '_'.
+_SQLITE_STORE_SIZES = (
+    "SELECT prefix, key, length(CAST(value AS BLOB)) FROM store "
+    "WHERE prefix = ? OR substr(prefix, 1, length(?)) = ?"
+)
+_POSTGRES_STORE_SIZES = (
+    "SELECT prefix, key, octet_length(value::text) FROM store "
+    "WHERE prefix = %s OR starts_with(prefix, %s)"
+)
+
+
+def _rows(owner: Any, query: str, params: tuple[Any, ...]) -> list[Sequence[Any]]:
+    conn = owner.conn
+    lock = getattr(owner, "lock", None)
+    if lock is not None:
+        with lock:
+            found = list(conn.execute(query, params).fetchall())
+    else:
+        found = list(conn.execute(query, params).fetchall())
+    return [list(row.values()) if isinstance(row, Mapping) else list(row) for row in found]
+
+
+def checkpoint_sizes(
+    saver: Any, thread_id: str, checkpoint_ns: str = ""
+) -> list[tuple[str, int]] | None:
+    """The checkpoints of a thread and the bytes one read of each loads, newest first.
+
+    Measured by a read-only query of the saver's own tables (`SqliteSaver`,
+    `PostgresSaver`) that fetches no checkpoint, so the CLI can refuse one that is too big
+    before the saver loads it.
+
+    Returns:
+        `(checkpoint_id, bytes)` pairs; None for another saver (nothing can be measured).
+    """
+    name = type(saver).__name__
+    if name == "SqliteSaver":
+        rows = _rows(saver, _SQLITE_CHECKPOINT_SIZES, (thread_id, checkpoint_ns))
+    elif name == "PostgresSaver":
+        rows = _rows(saver, _POSTGRES_CHECKPOINT_SIZES, (thread_id, checkpoint_ns))
+    else:
+        return None
+    return [(str(checkpoint_id), int(size or 0)) for checkpoint_id, size in rows]
+
+
+def store_value_sizes(
+    store: Any, namespace: tuple[str, ...]
+) -> dict[tuple[tuple[str, ...], str], int] | None:
+    """The byte length of each stored value in a namespace and below, without fetching it.
+
+    Returns:
+        `{(namespace, key): bytes}` for `SqliteStore` and `PostgresStore` (which keep a
+        namespace as its parts joined by '.'); None for another store.
+    """
+    name = type(store).__name__
+    text = ".".join(namespace)
+    if name == "SqliteStore":
+        rows = _rows(store, _SQLITE_STORE_SIZES, (text, text + ".", text + "."))
+    elif name == "PostgresStore":
+        rows = _rows(store, _POSTGRES_STORE_SIZES, (text, text + "."))
+    else:
+        return None
+    return {(tuple(str(prefix).split(".")), str(key)): int(size or 0) for prefix, key, size in rows}

@@ -13,12 +13,18 @@ from typing import TYPE_CHECKING, Any, TextIO
 from langchain_core.messages import HumanMessage
 
 from langgraph_replay_guard._compat import checkpoint_thread_ids
+from langgraph_replay_guard.cli.bounded import (
+    DEFAULT_MAX_ITEM_BYTES,
+    add_max_item_bytes_option,
+    describe,
+    read_checkpoints,
+    read_ledger,
+)
 from langgraph_replay_guard.cli.common import add_namespace_option
 from langgraph_replay_guard.cli.store_uri import (
     StoreURIError,
     open_checkpointer,
     open_store,
-    scrub,
 )
 from langgraph_replay_guard.export import (
     LangSmithExportError,
@@ -41,7 +47,9 @@ DESCRIPTION = (
     "Write one JSONL trajectory per thread of a checkpointer database (every tool "
     "call with its arguments, result, error status and user turn, collected from the "
     "thread's whole checkpoint history), or per trace of a LangSmith runs export, "
-    "for `replay-guard eval`. Exit status: 0 when a trajectory was written, 1 when "
+    "for `replay-guard eval`. A checkpoint bigger than --max-item-bytes is left out, a "
+    "thread with a checkpoint that cannot be decoded is skipped, each with one line on "
+    "standard error. Exit status: 0 when a trajectory was written, 1 when "
     "none was (no thread, or none readable), 2 when the input cannot be opened."
 )
 """What `replay-guard export --help` says of the command."""
@@ -67,6 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="export only these threads (with --db; default: every thread)",
     )
     add_namespace_option(parser, "its replay ledger: results of calls whose ToolMessage is lost")
+    add_max_item_bytes_option(parser)
     parser.add_argument("--model", help="the trajectories' model name (default: as recorded)")
     parser.add_argument(
         "-o", "--output", metavar="FILE", help="write here instead of standard output"
@@ -102,8 +111,12 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     return 2  # pragma: no cover - the ExitStack does not swallow exceptions
 
 
+def _line(trajectory: Mapping[str, Any]) -> str:
+    return json.dumps(trajectory, ensure_ascii=False, default=str) + "\n"
+
+
 def _write(trajectory: Mapping[str, Any], out: TextIO) -> None:
-    out.write(json.dumps(trajectory, ensure_ascii=False, default=str) + "\n")
+    out.write(_line(trajectory))
 
 
 def _destination(args: argparse.Namespace) -> str:
@@ -152,25 +165,39 @@ def _from_db(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         with open_checkpointer(args.db, read_only=True) as saver:
             threads = list(args.thread) if args.thread else checkpoint_thread_ids(saver)
-            outcomes = _ledger_outcomes(args.db, args.namespace, threads)
+            outcomes = _ledger_outcomes(
+                args.db, args.namespace, threads, limit=args.max_item_bytes, err=err
+            )
             for done, thread in enumerate(threads, start=1):
                 try:
-                    history = list(_history(saver, thread))
+                    history = list(_history(saver, thread, args, err))
                 except Exception as exc:  # a damaged thread is skipped, never fatal
-                    detail = scrub(f"{type(exc).__name__}: {exc}", args.db).splitlines()[0]
-                    print(
-                        f"{_NAME}: skipped thread {thread!r}: cannot read it ({detail})", file=err
+                    why = (
+                        str(exc)  # names the checkpoint and why
+                        if isinstance(exc, _UnreadableCheckpointError)
+                        else f"cannot read it ({describe(exc, args.db)})"
                     )
+                    print(f"{_NAME}: skipped thread {thread!r}: {why}", file=err)
                     skipped.append(thread)
                     continue
                 if not history:
                     print(f"{_NAME}: skipped thread {thread!r}: no checkpoint", file=err)
                     skipped.append(thread)
                     continue
-                exported = trajectory_from_history(
-                    thread, history, outcomes=outcomes.get(thread), model=args.model
-                )
-                _write(exported.trajectory, out)
+                try:
+                    exported = trajectory_from_history(
+                        thread, history, outcomes=outcomes.get(thread), model=args.model
+                    )
+                    line = _line(exported.trajectory)
+                except Exception as exc:  # hostile values in decodable messages: skipped too
+                    detail = describe(exc, args.db)
+                    print(
+                        f"{_NAME}: skipped thread {thread!r}: cannot export it ({detail})",
+                        file=err,
+                    )
+                    skipped.append(thread)
+                    continue
+                out.write(line)
                 written += 1
                 calls += len(exported.trajectory["calls"])
                 unanswered += exported.unanswered
@@ -187,11 +214,33 @@ def _from_db(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0 if written else 1
 
 
-def _history(saver: BaseCheckpointSaver[Any], thread: str) -> Iterator[list[Any]]:
-    """The messages of each root checkpoint of a thread, oldest first, with pending writes."""
-    config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
-    for item in reversed(list(saver.list(config))):
-        messages = item.checkpoint.get("channel_values", {}).get("messages")
+class _UnreadableCheckpointError(Exception):
+    """A checkpoint of the thread that cannot be decoded: the thread is skipped."""
+
+
+def _history(
+    saver: BaseCheckpointSaver[Any], thread: str, args: argparse.Namespace, err: TextIO
+) -> Iterator[list[Any]]:
+    """The messages of each root checkpoint of a thread, oldest first, with pending writes.
+
+    A checkpoint above `--max-item-bytes` is left out with a line (the others still give
+    the thread's calls); one that cannot be decoded skips the thread.
+    """
+    limit: int = args.max_item_bytes
+    for read in read_checkpoints(saver, thread, limit=limit, uri=args.db):
+        if read.value is None:
+            if read.oversized:
+                print(
+                    f"{_NAME}: thread {thread!r}: left out checkpoint {read.checkpoint_id}: "
+                    f"{read.problem}",
+                    file=err,
+                )
+                continue
+            msg = f"checkpoint {read.checkpoint_id}: {read.problem}"
+            raise _UnreadableCheckpointError(msg)
+        item = read.value
+        values = item.checkpoint.get("channel_values", {})
+        messages = values.get("messages") if isinstance(values, Mapping) else None
         found = list(messages) if isinstance(messages, Sequence) else []
         # Writes not yet applied: the answers of tools that ran before an interrupt. A user
         # message there has no id yet (the reducer gives it one): it is taken once applied.
@@ -203,21 +252,27 @@ def _history(saver: BaseCheckpointSaver[Any], thread: str) -> Iterator[list[Any]
 
 
 def _ledger_outcomes(
-    db: str, namespace: tuple[str, ...], threads: Sequence[str]
+    db: str,
+    namespace: tuple[str, ...],
+    threads: Sequence[str],
+    *,
+    limit: int = DEFAULT_MAX_ITEM_BYTES,
+    err: TextIO | None = None,
 ) -> dict[str, dict[str, tuple[Any, bool]]]:
     """The recorded outcomes of the replay ledger under `namespace`, by thread and call id.
 
-    A database without a store (a checkpointer only) has no ledger: nothing is found.
+    A database without a store (a checkpointer only) has no ledger: nothing is found. A row
+    above `--max-item-bytes` or unreadable is left out with a line; it only loses what it
+    would add.
     """
     found: dict[str, dict[str, tuple[Any, bool]]] = {}
     try:
         with open_store(db, read_only=True) as store:
             ledger = ReplayLedger(store, namespace=namespace)
             for thread in threads:
-                try:
-                    rows = ledger.rows(thread)
-                except Exception:  # an unreadable ledger only loses what it would add
-                    continue
+                rows, problems = read_ledger(store, ledger, thread, limit=limit, uri=db)
+                for problem in problems:
+                    print(f"{_NAME}: thread {thread!r}: left out {problem}", file=err or sys.stderr)
                 for row in rows:
                     if not row.has_outcome or not isinstance(row.result, Mapping):
                         continue

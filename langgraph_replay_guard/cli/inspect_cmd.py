@@ -9,6 +9,13 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any, TextIO
 
+from langgraph_replay_guard.cli.bounded import (
+    add_max_item_bytes_option,
+    describe,
+    read_checkpoints,
+    read_ledger,
+    read_store_item,
+)
 from langgraph_replay_guard.cli.common import add_namespace_option
 from langgraph_replay_guard.cli.store_uri import (
     StoreURIError,
@@ -24,6 +31,8 @@ from langgraph_replay_guard.integrations.prompt import guard_view
 from langgraph_replay_guard.replay.ledger import LedgerEntry
 from langgraph_replay_guard.storage.ledger_io import ReplayLedger
 
+_NAME = "replay-guard inspect"
+
 __all__ = ["DESCRIPTION", "add_arguments", "run"]
 
 
@@ -31,7 +40,10 @@ DESCRIPTION = (
     "Read the latest checkpoint of a thread (every guard channel in it), the callback "
     "handler's state and the replay ledger rows, from a SQLite file or a PostgreSQL "
     "URI: what LangGraph Studio shows, for a terminal. Opens the databases read-only: "
-    "nothing is written to them."
+    "nothing is written to them. An item bigger than --max-item-bytes or that cannot be "
+    "decoded is left out with one line on standard error. Exit status: 0 when something "
+    "was found and nothing left out, 1 when nothing was found or an item was left out, 2 "
+    "when a database cannot be opened."
 )
 """What `replay-guard inspect --help` says of the command."""
 
@@ -52,6 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--thread", required=True, help="thread id")
     add_namespace_option(parser, "its ledger and callback-handler state")
+    add_max_item_bytes_option(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
@@ -62,49 +75,80 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     store table, or nothing under the namespace), the report says so rather than showing an
     empty ledger: the guard's store may be another database (`--store`).
 
+    Each item (the latest checkpoint, a ledger row, the callback handler's state) is read
+    alone: one bigger than `--max-item-bytes` (measured in the database, before it is
+    loaded) or one that cannot be decoded is left out with one line on standard error, and
+    the rest is shown.
+
     Returns:
-        0 when anything was found, 1 when the thread has neither, 2 for a bad `--db` or
-        `--store`.
+        0 when anything was found and nothing left out, 1 when the thread has neither or an
+        item was left out, 2 for a bad `--db` or `--store`.
     """
     out = out or sys.stdout
     err = err or sys.stderr
     namespace: tuple[str, ...] = args.namespace
     store_uri: str = args.store or args.db
+    limit: int = args.max_item_bytes
+    problems: list[str] = []  # one line per item left out (too big, or undecodable)
     try:
         with open_checkpointer(args.db, read_only=True) as saver:
-            checkpoint = saver.get_tuple({"configurable": {"thread_id": args.thread}})
+            latest = list(
+                read_checkpoints(saver, args.thread, limit=limit, uri=args.db, latest_only=True)
+            )
         with open_store(store_uri, read_only=True) as store:
             ledger = ReplayLedger(store, namespace=namespace)
-            rows = ledger.rows(args.thread)
-            handler_item = store.get(scopes_namespace(namespace), args.thread)
+            rows, row_problems = read_ledger(store, ledger, args.thread, limit=limit, uri=store_uri)
+            problems += row_problems
+            handler_item, handler_problem = read_store_item(
+                store, scopes_namespace(namespace), args.thread, limit=limit, uri=store_uri
+            )
+            if handler_problem is not None:
+                problems.append(f"callback handler state: {handler_problem}")
             missing = _ledger_missing(store, ledger, namespace, mask_uri(store_uri), args)
     except StoreURIError as exc:
-        print(f"replay-guard inspect: {exc}", file=err)
+        print(f"{_NAME}: {exc}", file=err)
         return 2
     channels: dict[str, Any] = {}
     checkpoint_id = None
-    if checkpoint is not None:
-        checkpoint_id = checkpoint.config["configurable"].get("checkpoint_id")
-        values = checkpoint.checkpoint.get("channel_values", {})
-        channels = {k: v for k, v in values.items() if k.startswith(GUARD_CHANNEL)}
+    for read in latest:
+        checkpoint_id = read.checkpoint_id
+        if read.problem is not None:
+            problems.append(f"latest checkpoint {read.checkpoint_id or '?'}: {read.problem}")
+        if read.value is not None:
+            checkpoint_id = read.value.config["configurable"].get("checkpoint_id")
+            stored: Any = read.value.checkpoint  # a hostile blob may decode to anything
+            values = stored.get("channel_values", {}) if isinstance(stored, Mapping) else None
+            if isinstance(values, Mapping):
+                channels = {k: v for k, v in values.items() if str(k).startswith(GUARD_CHANNEL)}
+            else:
+                problems.append(f"latest checkpoint {checkpoint_id}: no channel values in it")
     if handler_item is not None:
         channels["callback handler"] = handler_item.value
-    views = {name: guard_view(value) for name, value in sorted(channels.items())}
+    views: dict[str, GuardView] = {}
+    for name, value in sorted(channels.items()):
+        try:
+            views[name] = guard_view(value)
+        except Exception as exc:  # a hostile channel value: named, the others still shown
+            problems.append(f"guard channel {name!r}: cannot read it ({describe(exc, args.db)})")
+    ledger_json = [_row_json(row, problems) for row in rows] if args.json else []
+    for problem in problems:
+        print(f"{_NAME}: left out: {problem}", file=err)
     found = bool(views or rows)
     if args.json:
         report = {
             "thread": args.thread,
             "checkpoint_id": checkpoint_id,
             "guard": {name: _view_json(view) for name, view in views.items()},
-            "ledger": [{"key": row.key, **row.to_value()} for row in rows],
+            "ledger": ledger_json,
             "ledger_found": missing is None,
             "ledger_missing": missing,
+            "left_out": problems,
         }
         json.dump(report, out, indent=2, default=str)
         out.write("\n")
-        return 0 if found else 1
+        return 0 if found and not problems else 1
     _print_text(args.thread, checkpoint_id, views, rows, missing, out)
-    return 0 if found else 1
+    return 0 if found and not problems else 1
 
 
 def _ledger_missing(
@@ -122,6 +166,17 @@ def _ledger_missing(
         return None
     name = "/".join(namespace)
     return f"{shown} holds no replay ledger under the namespace {name!r} (--namespace){hint}"
+
+
+def _row_json(row: LedgerEntry, problems: list[str]) -> dict[str, Any]:
+    """A ledger row for `--json`; one whose values cannot be written is named instead."""
+    value = {"key": row.key, **row.to_value()}
+    try:
+        json.dumps(value, default=str)
+    except (ValueError, TypeError, RecursionError) as exc:
+        problems.append(f"ledger row {row.key!r}: cannot write it as JSON ({exc})")
+        return {"key": row.key, "status": row.status, "tool": row.tool, "unreadable": True}
+    return value
 
 
 def _view_json(view: GuardView) -> dict[str, Any]:

@@ -493,3 +493,36 @@ def test_task_run_is_one_object_per_run_of_a_task():
     assert seen[0] is not seen[2]  # another run: another object
     assert _compat.task_run(None) is None
     assert _compat.task_run({"configurable": {}}) is None
+
+
+def test_checkpoint_and_store_sizes_are_measured_in_the_database(tmp_path):
+    """`checkpoint_sizes`/`store_value_sizes` read SqliteSaver's and SqliteStore's tables."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.store.sqlite import SqliteStore
+
+    db = str(tmp_path / "sizes.sqlite")
+    with SqliteSaver.from_conn_string(db) as saver, SqliteStore.from_conn_string(db) as store:
+        saver.setup()
+        store.setup()
+        graph = StateGraph(MessagesState)
+        graph.add_node("say", lambda _state: {"messages": [AIMessage("y" * 50_000)]})
+        graph.add_edge(START, "say")
+        graph.add_edge("say", END)
+        graph.compile(checkpointer=saver).invoke(
+            {"messages": []}, {"configurable": {"thread_id": "t%_"}}
+        )
+        sizes = _compat.checkpoint_sizes(saver, "t%_")
+        assert sizes is not None
+        assert len(sizes) == 3
+        assert [i for i, _ in sizes] == sorted((i for i, _ in sizes), reverse=True)
+        assert sizes[0][1] > 50_000 > sizes[-1][1]  # newest first, holding the message
+        assert _compat.checkpoint_sizes(saver, "other") == []
+        store.put(("a", "t%_"), "k", {"text": "z" * 10_000})
+        store.put(("a", "t%_", "below"), "k2", {"text": "z"})
+        store.put(("a", "t%x"), "k3", {"text": "z"})  # '%' is no wildcard here
+        found = _compat.store_value_sizes(store, ("a", "t%_"))
+        assert found is not None
+        assert set(found) == {(("a", "t%_"), "k"), (("a", "t%_", "below"), "k2")}
+        assert found[(("a", "t%_"), "k")] > 10_000
+    assert _compat.checkpoint_sizes(InMemorySaver(), "t") is None
+    assert _compat.store_value_sizes(InMemoryStore(), ("a",)) is None
