@@ -25,6 +25,9 @@ __all__ = [
     "graph_has_channel",
     "graph_state",
     "handled_error_types",
+    "msgpack_safe_methods",
+    "msgpack_safe_types",
+    "strict_msgpack_ext_hook",
     "is_default_tool_error_handler",
     "own_interrupt",
     "run_checkpointer",
@@ -517,3 +520,31 @@ def wrap_node_tools(node: ToolNode, wrap: Callable[[Any], Any]) -> None:
     tools: dict[str, Any] = node._tools_by_name
     for name, tool in list(tools.items()):
         tools[name] = wrap(tool)
+
+
+# -- LangGraph's msgpack allow-list (langgraph.checkpoint.serde: private module and hook) ----------
+
+
+def msgpack_safe_types() -> frozenset[tuple[str, ...]]:
+    """LangGraph's strict msgpack allow-list: the (module, name) pairs it deems safe."""
+    from langgraph.checkpoint.serde import _msgpack
+
+    return frozenset(_msgpack.SAFE_MSGPACK_TYPES)
+
+
+def msgpack_safe_methods() -> frozenset[tuple[str, str, str]]:
+    """The (module, name, method) calls LangGraph's msgpack reader allows (always strict)."""
+    from langgraph.checkpoint.serde import _msgpack
+
+    return frozenset(_msgpack.SAFE_MSGPACK_METHODS)
+
+
+def strict_msgpack_ext_hook(allowed: Collection[tuple[str, ...]]) -> Callable[[int, bytes], Any]:
+    """LangGraph's msgpack ext hook in strict mode: it rebuilds only `allowed` types.
+
+    A type outside the list comes back as its raw payload (never imported): the caller
+    checks names first so that such a value is reported, not silently turned into data.
+    """
+    from langgraph.checkpoint.serde import jsonplus
+
+    return jsonplus._create_msgpack_ext_hook(set(allowed))

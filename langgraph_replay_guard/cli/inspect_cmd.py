@@ -9,7 +9,11 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any, TextIO
 
-from langgraph_replay_guard.cli.common import add_namespace_option
+from langgraph_replay_guard.cli.common import (
+    EXIT_UNDECODED,
+    add_namespace_option,
+    report_undecoded,
+)
 from langgraph_replay_guard.cli.store_uri import (
     StoreURIError,
     mask_uri,
@@ -22,6 +26,7 @@ from langgraph_replay_guard.integrations.callbacks.scopes import scopes_namespac
 from langgraph_replay_guard.integrations.calls import GUARD_CHANNEL
 from langgraph_replay_guard.integrations.prompt import guard_view
 from langgraph_replay_guard.replay.ledger import LedgerEntry
+from langgraph_replay_guard.replay.safe_decode import Undecoded, collect_undecoded
 from langgraph_replay_guard.storage.ledger_io import ReplayLedger
 
 __all__ = ["DESCRIPTION", "add_arguments", "run"]
@@ -62,12 +67,23 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     store table, or nothing under the namespace), the report says so rather than showing an
     empty ledger: the guard's store may be another database (`--store`).
 
+    Nothing a database names is imported or run: a value of a type off the allow-list (or
+    a pickle blob) is shown as `<not decoded: ...>`, one line each on standard error.
+
     Returns:
         0 when anything was found, 1 when the thread has neither, 2 for a bad `--db` or
-        `--store`.
+        `--store`, 3 when the report is complete but some value was not decoded.
     """
     out = out or sys.stdout
     err = err or sys.stderr
+    with collect_undecoded() as undecoded:
+        status = _run(args, out, err)
+    if status != 2 and report_undecoded(undecoded, "replay-guard inspect", err):
+        return EXIT_UNDECODED
+    return status
+
+
+def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     namespace: tuple[str, ...] = args.namespace
     store_uri: str = args.store or args.db
     try:
@@ -89,13 +105,18 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         channels = {k: v for k, v in values.items() if k.startswith(GUARD_CHANNEL)}
     if handler_item is not None:
         channels["callback handler"] = handler_item.value
-    views = {name: guard_view(value) for name, value in sorted(channels.items())}
-    found = bool(views or rows)
+    # A channel value a blob named off the allow-list was never built: shown as it is.
+    opaque = {name: str(value) for name, value in channels.items() if isinstance(value, Undecoded)}
+    views = {
+        name: guard_view(value) for name, value in sorted(channels.items()) if name not in opaque
+    }
+    found = bool(views or opaque or rows)
     if args.json:
         report = {
             "thread": args.thread,
             "checkpoint_id": checkpoint_id,
             "guard": {name: _view_json(view) for name, view in views.items()},
+            "guard_not_decoded": opaque,
             "ledger": [{"key": row.key, **row.to_value()} for row in rows],
             "ledger_found": missing is None,
             "ledger_missing": missing,
@@ -103,7 +124,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         json.dump(report, out, indent=2, default=str)
         out.write("\n")
         return 0 if found else 1
-    _print_text(args.thread, checkpoint_id, views, rows, missing, out)
+    _print_text(args.thread, checkpoint_id, views, opaque, rows, missing, out)
     return 0 if found else 1
 
 
@@ -134,16 +155,19 @@ def _print_text(
     thread: str,
     checkpoint_id: str | None,
     views: Mapping[str, GuardView],
+    opaque: Mapping[str, str],
     rows: list[LedgerEntry],
     missing: str | None,
     out: TextIO,
 ) -> None:
     where = f"latest checkpoint {checkpoint_id}" if checkpoint_id else "no checkpoint"
     print(f"thread {thread} ({where})", file=out)
-    if not views:
+    if not views and not opaque:
         print("\nno guard state in this thread", file=out)
     for name, view in views.items():
         _print_view(name, view, out)
+    for name, shown in sorted(opaque.items()):
+        print(f"\n[{name}]\n  {shown}", file=out)
     if missing is not None and not rows:
         print(f"\nreplay ledger: NOT FOUND: {missing}", file=out)
         print("  (an unknown outcome there would not show here)", file=out)
