@@ -1,4 +1,4 @@
-"""Decoding LangGraph-serialized bytes with an explicit allow-list: a file never names code to run."""
+"""Decoding LangGraph-serialized bytes with an allow-list: a file never names code to run."""
 
 from __future__ import annotations
 
@@ -100,34 +100,68 @@ def _shown(text: Any) -> str:
     return str(text)[:_SHOWN].encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def _ext_hook(
-    allowed: frozenset[tuple[str, ...]], found: list[Undecoded] | None
+def _refusal(
+    code: int, tup: Any, allowed: frozenset[tuple[str, ...]], methods: frozenset[Any]
+) -> Undecoded | None:
+    """Why an extension's unpacked payload must not be rebuilt (None: it may be).
+
+    Only a name off the allow-list is refused. A malformed payload or an unknown code
+    names nothing importable: LangGraph's strict hook reads it as data (or None).
+    """
+    if code not in _NAMED_CODES and code != jsonplus.EXT_METHOD_SINGLE_ARG:
+        return None
+    if type(tup) is not list or len(tup) < 3 or not all(type(t) is str for t in tup[:2]):
+        return None
+    name = f"{_shown(tup[0])}.{_shown(tup[1])}"
+    if code == jsonplus.EXT_METHOD_SINGLE_ARG:
+        method = tup[3] if len(tup) > 3 else None
+        if (tup[0], tup[1], method) not in methods:
+            return Undecoded(name, f"the method {_shown(method)!r} is not on the allow-list")
+        return None
+    if (tup[0], tup[1]) not in allowed:
+        return Undecoded(name, "not on the allow-list, never imported")
+    return None
+
+
+def _scan(
+    data: bytes, allowed: frozenset[tuple[str, ...]], methods: frozenset[Any]
+) -> list[Undecoded]:
+    """Every extension in the bytes, at any depth, that must not be rebuilt (builds nothing)."""
+    refused: list[Undecoded] = []
+
+    def hook(code: int, payload: bytes) -> None:
+        if code == jsonplus.EXT_NUMPY_ARRAY:
+            return  # names no module: LangGraph reads dtype and bytes (never objects)
+        try:
+            tup = ormsgpack.unpackb(payload, ext_hook=hook, option=ormsgpack.OPT_NON_STR_KEYS)
+        except Exception:  # bytes no writer made name nothing: LangGraph reads them as None
+            return
+        if code != jsonplus.EXT_DELTA_SNAPSHOT:
+            refusal = _refusal(code, tup, allowed, methods)
+            if refusal is not None:
+                refused.append(refusal)
+
+    ormsgpack.unpackb(data, ext_hook=hook, option=ormsgpack.OPT_NON_STR_KEYS)
+    return refused
+
+
+def _opaque_hook(
+    allowed: frozenset[tuple[str, ...]], methods: frozenset[Any]
 ) -> Callable[[int, bytes], Any]:
-    """An ormsgpack ext hook that rebuilds only allowed types (LangGraph's strict hook)."""
+    """An ext hook that rebuilds allowed types and stands `Undecoded` for the others."""
     strict = strict_msgpack_ext_hook(allowed)
-    methods = msgpack_safe_methods()
 
     def hook(code: int, data: bytes) -> Any:
         if code in _UNNAMED_CODES:
             return strict(code, data)
         try:
             tup = ormsgpack.unpackb(data, ext_hook=hook, option=ormsgpack.OPT_NON_STR_KEYS)
-        except Exception as exc:  # bytes no reader wrote: nothing to rebuild
-            return _note(Undecoded(f"extension {code}", f"unreadable ({exc})"), found)
-        if type(tup) is not list or len(tup) < 3 or not all(type(t) is str for t in tup[:2]):
-            return _note(Undecoded(f"extension {code}", "malformed"), found)
-        name = f"{_shown(tup[0])}.{_shown(tup[1])}"
-        if code == jsonplus.EXT_METHOD_SINGLE_ARG:
-            method = tup[3] if len(tup) > 3 else None
-            if (tup[0], tup[1], method) not in methods:
-                reason = f"the method {_shown(method)!r} is not on the allow-list"
-                return _note(Undecoded(name, reason), found)
-        elif code not in _NAMED_CODES:
-            return _note(Undecoded(f"extension {code}", "unknown extension"), found)
-        elif (tup[0], tup[1]) not in allowed:
-            return _note(Undecoded(name, "not on the allow-list, never imported"), found)
-        # Allowed: LangGraph's strict hook rebuilds it (its nested values are strict too).
-        return strict(code, data)
+        except Exception:
+            return strict(code, data)  # unreadable: names nothing (LangGraph gives None)
+        refusal = _refusal(code, tup, allowed, methods)
+        # Allowed: LangGraph's strict hook rebuilds it; a refused type nested inside it comes
+        # back as its raw payload (never imported), and the scan has reported it.
+        return refusal if refusal is not None else strict(code, data)
 
     return hook
 
@@ -140,8 +174,9 @@ def unpack_msgpack(
 ) -> Any:
     """Unpack LangGraph msgpack bytes, rebuilding only allowed types.
 
-    A type outside the list is never imported nor called: it is an `Undecoded` value,
-    appended to `found` and to the list of any enclosing `collect_undecoded`.
+    A type outside the list, at any depth, is never imported nor called: it is appended to
+    `found` and to the list of any enclosing `collect_undecoded`, and the value holds an
+    `Undecoded` in its place (or, nested inside an allowed type, its raw payload).
 
     Args:
         data: The bytes (a checkpoint blob, a ledger row's `$obj`).
@@ -154,7 +189,17 @@ def unpack_msgpack(
     Raises:
         ormsgpack.MsgpackDecodeError: The bytes are not msgpack.
     """
-    hook = _ext_hook(frozenset(allowed), found)
+    allowed = frozenset(allowed)
+    methods = msgpack_safe_methods()
+    # First look, building nothing; then build with LangGraph's strict hook.
+    refused = _scan(data, allowed, methods)
+    if not refused:
+        return ormsgpack.unpackb(
+            data, ext_hook=strict_msgpack_ext_hook(allowed), option=ormsgpack.OPT_NON_STR_KEYS
+        )
+    for value in refused:
+        _note(value, found)
+    hook = _opaque_hook(allowed, methods)
     return ormsgpack.unpackb(data, ext_hook=hook, option=ormsgpack.OPT_NON_STR_KEYS)
 
 
@@ -172,17 +217,16 @@ class SafeSerializer(jsonplus.JsonPlusSerializer):
         self.undecoded: list[Undecoded] = []
 
     def loads_typed(self, data: tuple[str, bytes]) -> Any:
-        """Decode a typed blob without importing or calling anything it names."""
+        """Decode a typed blob without importing or calling anything it names.
+
+        Corrupt bytes raise as with LangGraph's serializer (the command reports them).
+        """
         kind, raw = data
-        if kind in ("null", "bytes", "bytearray"):
-            return super().loads_typed(data)
-        try:
-            if kind == "msgpack":
-                return unpack_msgpack(raw, allowed=self.allowed, found=self.undecoded)
-            if kind == "json":
-                return json.loads(raw)
-        except Exception as exc:  # corrupt bytes: shown, not fatal
-            reason = f"corrupt ({type(exc).__name__})"
-            return _note(Undecoded(f"a {_shown(kind)} blob", reason), self.undecoded)
-        reason = "this format is never decoded from a database (it could run code)"
-        return _note(Undecoded(f"a {_shown(kind)!r} blob", reason), self.undecoded)
+        if kind == "msgpack":
+            return unpack_msgpack(raw, allowed=self.allowed, found=self.undecoded)
+        if kind == "json":
+            return json.loads(raw)
+        if kind == "pickle":
+            reason = "pickle is never decoded from a database (it could run code)"
+            return _note(Undecoded("a pickle blob", reason), self.undecoded)
+        return super().loads_typed(data)  # null, bytes, bytearray; an unknown format raises
