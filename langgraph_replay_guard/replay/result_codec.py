@@ -15,7 +15,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from langgraph.errors import GraphBubbleUp
 
-from langgraph_replay_guard.replay.safe_decode import ALLOWED_TYPES, Undecoded, unpack_msgpack
+from langgraph_replay_guard.replay.safe_decode import (
+    ALLOWED_TYPES,
+    Undecoded,
+    refused,
+    unpack_msgpack,
+)
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -209,7 +214,7 @@ def _pack(value: Any) -> list[str]:
         raise _UnencodableError(msg)
     if kind == "msgpack":
         # Store only what reads back: a type off the allow-list would be a damaged row.
-        _value, found = _unpack(data)
+        found = refused(data, allowed=_allowed)
         if found:
             msg = (
                 f"{found[0].what} is not on the allow-list of types the ledger rebuilds "

@@ -23,6 +23,7 @@ __all__ = [
     "SafeSerializer",
     "Undecoded",
     "collect_undecoded",
+    "refused",
     "unpack_msgpack",
 ]
 
@@ -143,6 +144,21 @@ def _scan(
 
     ormsgpack.unpackb(data, ext_hook=hook, option=ormsgpack.OPT_NON_STR_KEYS)
     return refused
+
+
+def refused(data: bytes, *, allowed: Iterable[tuple[str, ...]] = ALLOWED_TYPES) -> list[Undecoded]:
+    """What LangGraph msgpack bytes name, at any depth, that the allow-list refuses.
+
+    Builds nothing (for a writer checking that what it stores reads back).
+
+    Args:
+        data: The bytes.
+        allowed: The (module, name) pairs that may be rebuilt.
+
+    Returns:
+        One `Undecoded` per refused extension (empty: the bytes read back as written).
+    """
+    return _scan(data, frozenset(allowed), msgpack_safe_methods())
 
 
 def _opaque_hook(
