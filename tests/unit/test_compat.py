@@ -493,3 +493,25 @@ def test_task_run_is_one_object_per_run_of_a_task():
     assert seen[0] is not seen[2]  # another run: another object
     assert _compat.task_run(None) is None
     assert _compat.task_run({"configurable": {}}) is None
+
+
+def test_strict_msgpack_accessors_read_langgraphs_allow_list():
+    # issue 33: the CLI and the ledger decode with LangGraph's strict list and hook.
+    import ormsgpack
+
+    from langgraph_replay_guard._compat import (
+        msgpack_safe_methods,
+        msgpack_safe_types,
+        strict_msgpack_ext_hook,
+    )
+
+    types = msgpack_safe_types()
+    assert ("langchain_core.messages.ai", "AIMessage") in types
+    assert ("langgraph.types", "Command") in types
+    assert ("os", "system") not in types
+    assert ("datetime", "datetime", "fromisoformat") in msgpack_safe_methods()
+    hook = strict_msgpack_ext_hook(types)
+    refused = ormsgpack.packb(["os", "getcwd_not_called", "payload"])
+    assert hook(0, refused) == "payload"  # a name off the list: its payload, never called
+    allowed = ormsgpack.packb(["uuid", "UUID", "0" * 32])
+    assert str(hook(0, allowed)) == "00000000-0000-0000-0000-000000000000"
