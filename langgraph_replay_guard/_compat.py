@@ -26,12 +26,15 @@ __all__ = [
     "graph_state",
     "handled_error_types",
     "is_default_tool_error_handler",
+    "msgpack_safe_methods",
+    "msgpack_safe_types",
     "own_interrupt",
     "run_checkpointer",
     "run_durability",
     "runs_the_tool_itself",
     "scoped_tool_node",
     "signature_once",
+    "strict_msgpack_ext_hook",
     "task_run",
     "tool_error_content",
     "tool_node_settings",
@@ -607,3 +610,31 @@ def store_value_sizes(
     else:
         return None
     return {(tuple(str(prefix).split(".")), str(key)): int(size or 0) for prefix, key, size in rows}
+
+
+# -- LangGraph's msgpack allow-list (langgraph.checkpoint.serde: private module and hook) ----------
+
+
+def msgpack_safe_types() -> frozenset[tuple[str, ...]]:
+    """LangGraph's strict msgpack allow-list: the (module, name) pairs it deems safe."""
+    from langgraph.checkpoint.serde import _msgpack
+
+    return frozenset(_msgpack.SAFE_MSGPACK_TYPES)
+
+
+def msgpack_safe_methods() -> frozenset[tuple[str, str, str]]:
+    """The (module, name, method) calls LangGraph's msgpack reader allows (always strict)."""
+    from langgraph.checkpoint.serde import _msgpack
+
+    return frozenset(_msgpack.SAFE_MSGPACK_METHODS)
+
+
+def strict_msgpack_ext_hook(allowed: Collection[tuple[str, ...]]) -> Callable[[int, bytes], Any]:
+    """LangGraph's msgpack ext hook in strict mode: it rebuilds only `allowed` types.
+
+    A type outside the list comes back as its raw payload (never imported): the caller
+    checks names first so that such a value is reported, not silently turned into data.
+    """
+    from langgraph.checkpoint.serde import jsonplus
+
+    return jsonplus._create_msgpack_ext_hook(set(allowed))

@@ -3,8 +3,21 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
+from typing import TextIO
 
-__all__ = ["DEFAULT_NAMESPACE", "add_namespace_option", "parse_namespace"]
+from langgraph_replay_guard.replay.safe_decode import Undecoded
+
+__all__ = [
+    "DEFAULT_NAMESPACE",
+    "EXIT_UNDECODED",
+    "add_namespace_option",
+    "parse_namespace",
+    "report_undecoded",
+]
+
+EXIT_UNDECODED = 3
+"""Exit status of a reading command that finished but left values undecoded (shown opaque)."""
 
 DEFAULT_NAMESPACE = "replay_guard"
 """The guard's default namespace (`ReplayGuard(namespace=("replay_guard",))`), as written."""
@@ -59,3 +72,29 @@ def add_namespace_option(parser: argparse.ArgumentParser, what: str) -> None:
             f"(default: {DEFAULT_NAMESPACE})"
         ),
     )
+
+
+def report_undecoded(found: Sequence[Undecoded], name: str, err: TextIO) -> bool:
+    """Say on `err` which values a command read but did not decode (one line each, deduplicated).
+
+    Args:
+        found: What `collect_undecoded` collected while the command read the databases.
+        name: The command's name, for the lines' prefix.
+        err: Where to write.
+
+    Returns:
+        Whether anything was left undecoded (the command then exits with `EXIT_UNDECODED`).
+    """
+    seen: dict[str, int] = {}
+    for value in found:
+        seen[str(value)] = seen.get(str(value), 0) + 1
+    for shown, count in seen.items():
+        times = f" ({count} times)" if count > 1 else ""
+        print(f"{name}: not decoded, shown opaque: {shown}{times}", file=err)
+    if seen:
+        print(
+            f"{name}: {len(found)} value(s) named types off the allow-list (or a format that "
+            f"could run code): nothing was imported or run; exit status {EXIT_UNDECODED}",
+            file=err,
+        )
+    return bool(seen)

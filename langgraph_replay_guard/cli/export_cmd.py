@@ -20,7 +20,11 @@ from langgraph_replay_guard.cli.bounded import (
     read_checkpoints,
     read_ledger,
 )
-from langgraph_replay_guard.cli.common import add_namespace_option
+from langgraph_replay_guard.cli.common import (
+    EXIT_UNDECODED,
+    add_namespace_option,
+    report_undecoded,
+)
 from langgraph_replay_guard.cli.store_uri import (
     StoreURIError,
     open_checkpointer,
@@ -32,6 +36,7 @@ from langgraph_replay_guard.export import (
     trajectories_from_langsmith,
     trajectory_from_history,
 )
+from langgraph_replay_guard.replay.safe_decode import collect_undecoded
 from langgraph_replay_guard.storage.ledger_io import ReplayLedger
 
 if TYPE_CHECKING:
@@ -50,7 +55,9 @@ DESCRIPTION = (
     "for `replay-guard eval`. A checkpoint bigger than --max-item-bytes is left out, a "
     "thread with a checkpoint that cannot be decoded is skipped, each with one line on "
     "standard error. Exit status: 0 when a trajectory was written, 1 when "
-    "none was (no thread, or none readable), 2 when the input cannot be opened."
+    "none was (no thread, or none readable), 2 when the input cannot be opened, 3 when "
+    "trajectories were written but a value was not decoded (a type off the allow-list "
+    "or a pickle blob: shown opaque, nothing imported or run)."
 )
 """What `replay-guard export --help` says of the command."""
 
@@ -87,7 +94,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
 
     Returns:
         0 when at least one trajectory was written, 1 when none was, 2 when the database or
-        the file cannot be opened (or `--thread` is given with `--from-langsmith`).
+        the file cannot be opened (or `--thread` is given with `--from-langsmith`), 3 when
+        trajectories were written but some value was not decoded (shown opaque).
     """
     err = err or sys.stderr
     if args.from_langsmith is not None and args.thread:
@@ -107,7 +115,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         sink = out or sys.stdout
         if args.from_langsmith is not None:
             return _from_langsmith(args, sink, err)
-        return _from_db(args, sink, err)
+        with collect_undecoded() as undecoded:
+            status = _from_db(args, sink, err)
+        if status != 2 and report_undecoded(undecoded, _NAME, err):
+            return EXIT_UNDECODED
+        return status
     return 2  # pragma: no cover - the ExitStack does not swallow exceptions
 
 

@@ -16,7 +16,11 @@ from langgraph_replay_guard.cli.bounded import (
     read_ledger,
     read_store_item,
 )
-from langgraph_replay_guard.cli.common import add_namespace_option
+from langgraph_replay_guard.cli.common import (
+    EXIT_UNDECODED,
+    add_namespace_option,
+    report_undecoded,
+)
 from langgraph_replay_guard.cli.store_uri import (
     StoreURIError,
     mask_uri,
@@ -29,6 +33,7 @@ from langgraph_replay_guard.integrations.callbacks.scopes import scopes_namespac
 from langgraph_replay_guard.integrations.calls import GUARD_CHANNEL
 from langgraph_replay_guard.integrations.prompt import guard_view
 from langgraph_replay_guard.replay.ledger import LedgerEntry
+from langgraph_replay_guard.replay.safe_decode import Undecoded, collect_undecoded
 from langgraph_replay_guard.storage.ledger_io import ReplayLedger
 
 _NAME = "replay-guard inspect"
@@ -78,14 +83,25 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     Each item (the latest checkpoint, a ledger row, the callback handler's state) is read
     alone: one bigger than `--max-item-bytes` (measured in the database, before it is
     loaded) or one that cannot be decoded is left out with one line on standard error, and
-    the rest is shown.
+    the rest is shown. Nothing a database names is imported or run: a value of a type off
+    the allow-list (or a pickle blob) is shown as `<not decoded: ...>`, one line each on
+    standard error.
 
     Returns:
         0 when anything was found and nothing left out, 1 when the thread has neither or an
-        item was left out, 2 for a bad `--db` or `--store`.
+        item was left out, 2 for a bad `--db` or `--store`, 3 when the report is otherwise
+        complete but some value was not decoded.
     """
     out = out or sys.stdout
     err = err or sys.stderr
+    with collect_undecoded() as undecoded:
+        status = _run(args, out, err)
+    if status != 2 and report_undecoded(undecoded, "replay-guard inspect", err):
+        return EXIT_UNDECODED
+    return status
+
+
+def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     namespace: tuple[str, ...] = args.namespace
     store_uri: str = args.store or args.db
     limit: int = args.max_item_bytes
@@ -124,8 +140,12 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
                 problems.append(f"latest checkpoint {checkpoint_id}: no channel values in it")
     if handler_item is not None:
         channels["callback handler"] = handler_item.value
+    # A channel value a blob named off the allow-list was never built: shown as it is.
+    opaque = {name: str(value) for name, value in channels.items() if isinstance(value, Undecoded)}
     views: dict[str, GuardView] = {}
     for name, value in sorted(channels.items()):
+        if name in opaque:
+            continue
         try:
             views[name] = guard_view(value)
         except Exception as exc:  # a hostile channel value: named, the others still shown
@@ -133,12 +153,13 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     ledger_json = [_row_json(row, problems) for row in rows] if args.json else []
     for problem in problems:
         print(f"{_NAME}: left out: {problem}", file=err)
-    found = bool(views or rows)
+    found = bool(views or opaque or rows)
     if args.json:
         report = {
             "thread": args.thread,
             "checkpoint_id": checkpoint_id,
             "guard": {name: _view_json(view) for name, view in views.items()},
+            "guard_not_decoded": opaque,
             "ledger": ledger_json,
             "ledger_found": missing is None,
             "ledger_missing": missing,
@@ -147,7 +168,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         json.dump(report, out, indent=2, default=str)
         out.write("\n")
         return 0 if found and not problems else 1
-    _print_text(args.thread, checkpoint_id, views, rows, missing, out)
+    _print_text(args.thread, checkpoint_id, views, opaque, rows, missing, out)
     return 0 if found and not problems else 1
 
 
@@ -189,16 +210,19 @@ def _print_text(
     thread: str,
     checkpoint_id: str | None,
     views: Mapping[str, GuardView],
+    opaque: Mapping[str, str],
     rows: list[LedgerEntry],
     missing: str | None,
     out: TextIO,
 ) -> None:
     where = f"latest checkpoint {checkpoint_id}" if checkpoint_id else "no checkpoint"
     print(f"thread {thread} ({where})", file=out)
-    if not views:
+    if not views and not opaque:
         print("\nno guard state in this thread", file=out)
     for name, view in views.items():
         _print_view(name, view, out)
+    for name, shown in sorted(opaque.items()):
+        print(f"\n[{name}]\n  {shown}", file=out)
     if missing is not None and not rows:
         print(f"\nreplay ledger: NOT FOUND: {missing}", file=out)
         print("  (an unknown outcome there would not show here)", file=out)

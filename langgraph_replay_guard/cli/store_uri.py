@@ -15,6 +15,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
 from langgraph_replay_guard.records.store import load_store_value
+from langgraph_replay_guard.replay.safe_decode import SafeSerializer
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -166,7 +167,10 @@ def open_checkpointer(uri: str, *, read_only: bool = False) -> Iterator[BaseChec
             tables yields an empty stand-in (`missing_tables`).
 
     Yields:
-        A `SqliteSaver` or `PostgresSaver`, set up unless read-only.
+        A `SqliteSaver` or `PostgresSaver`, set up unless read-only. Its serializer is
+        strict (`SafeSerializer`): a blob naming a type off LangGraph's allow-list, or in
+        pickle format, is never imported, called or unpickled; it reads as an `Undecoded`
+        value (reported to an enclosing `collect_undecoded`).
 
     Raises:
         StoreURIError: The value cannot be opened (password masked).
@@ -225,7 +229,11 @@ def _missing(what: str) -> Any:
 def _make(kind: str, what: str, conn: Any, *, read_only: bool) -> Any:
     """The store (reading values tolerantly) or the checkpointer on an open connection."""
     cls = _backend(kind, what)
-    opened = cls(conn, deserializer=load_store_value) if what == "store" else cls(conn)
+    if what == "store":
+        opened = cls(conn, deserializer=load_store_value)
+    else:
+        # The file may be someone else's: its blobs must not name code to run (issue 33).
+        opened = cls(conn, serde=SafeSerializer())
     if read_only:
         opened.is_setup = True  # SQLite's classes would otherwise run setup() on first use
     else:

@@ -15,12 +15,20 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from langgraph.errors import GraphBubbleUp
 
+from langgraph_replay_guard.replay.safe_decode import (
+    ALLOWED_TYPES,
+    Undecoded,
+    refused,
+    unpack_msgpack,
+)
+
 if TYPE_CHECKING:
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 __all__ = [
     "CODEC_VERSION",
     "PREVIEW_CHARS",
+    "allow_ledger_types",
     "decode_field",
     "decode_result",
     "decode_update",
@@ -166,6 +174,32 @@ def _serde() -> JsonPlusSerializer:
     return JsonPlusSerializer()
 
 
+# Types a ledger row may name to be rebuilt: LangGraph's strict allow-list plus what the
+# application allowed. A row naming anything else is damaged: never imported nor called.
+_allowed: frozenset[tuple[str, ...]] = ALLOWED_TYPES
+
+
+def allow_ledger_types(*types: type) -> None:
+    """Let the replay ledger keep and rebuild objects of these classes (process-wide).
+
+    A ledger row is read back with an explicit allow-list (LangGraph's strict msgpack
+    list: LangChain messages, `Command`, `Send`, datetimes, UUIDs...), so a row someone
+    else wrote can never make the guard import or call anything. An object of another
+    class (your pydantic model, dataclass...) is not stored as it is unless allowed here:
+    the result's content is kept as text, an artifact is dropped (both logged).
+
+    Args:
+        types: The classes, each rebuilt by LangGraph's serializer as in a checkpoint.
+    """
+    global _allowed
+    _allowed = _allowed | {(kind.__module__, kind.__name__) for kind in types}
+
+
+def _unpack(data: bytes) -> tuple[Any, list[Undecoded]]:
+    found: list[Undecoded] = []
+    return unpack_msgpack(data, allowed=_allowed, found=found), found
+
+
 def _pack(value: Any) -> list[str]:
     """An object the tagged form has no tag for, through LangGraph's serializer (base64)."""
     try:
@@ -178,6 +212,15 @@ def _pack(value: Any) -> list[str]:
     if kind not in _PACKED_KINDS:
         msg = f"{type(value).__name__}: LangGraph's serializer chose the {kind!r} format"
         raise _UnencodableError(msg)
+    if kind == "msgpack":
+        # Store only what reads back: a type off the allow-list would be a damaged row.
+        found = refused(data, allowed=_allowed)
+        if found:
+            msg = (
+                f"{found[0].what} is not on the allow-list of types the ledger rebuilds "
+                "(allow_ledger_types allows a class)"
+            )
+            raise _UnencodableError(msg)
     return [kind, base64.b64encode(data).decode("ascii")]
 
 
@@ -291,7 +334,15 @@ def _read_packed(inner: Any) -> Any:
     if type(inner) is not list or len(inner) != 2 or inner[0] not in _PACKED_KINDS:
         msg = "$obj must be [format, base64] with format one of " + ", ".join(sorted(_PACKED_KINDS))
         raise ValueError(msg)
-    return _serde().loads_typed((inner[0], _b64(inner[1], "$obj")))
+    data = _b64(inner[1], "$obj")
+    if inner[0] != "msgpack":
+        return _serde().loads_typed((inner[0], data))  # bytes, bytearray, null: no code
+    value, found = _unpack(data)
+    if found:
+        # Never hand back a half-built value: the row is damaged (outcome unknown).
+        msg = f"$obj names {found[0].what} ({found[0].reason})"
+        raise ValueError(msg)
+    return value
 
 
 _READERS: dict[str, Callable[[Any], Any]] = {

@@ -526,3 +526,25 @@ def test_checkpoint_and_store_sizes_are_measured_in_the_database(tmp_path):
         assert found[(("a", "t%_"), "k")] > 10_000
     assert _compat.checkpoint_sizes(InMemorySaver(), "t") is None
     assert _compat.store_value_sizes(InMemoryStore(), ("a",)) is None
+
+
+def test_strict_msgpack_accessors_read_langgraphs_allow_list():
+    # issue 33: the CLI and the ledger decode with LangGraph's strict list and hook.
+    import ormsgpack
+
+    from langgraph_replay_guard._compat import (
+        msgpack_safe_methods,
+        msgpack_safe_types,
+        strict_msgpack_ext_hook,
+    )
+
+    types = msgpack_safe_types()
+    assert ("langchain_core.messages.ai", "AIMessage") in types
+    assert ("langgraph.types", "Command") in types
+    assert ("os", "system") not in types
+    assert ("datetime", "datetime", "fromisoformat") in msgpack_safe_methods()
+    hook = strict_msgpack_ext_hook(types)
+    refused = ormsgpack.packb(["os", "getcwd_not_called", "payload"])
+    assert hook(0, refused) == "payload"  # a name off the list: its payload, never called
+    allowed = ormsgpack.packb(["uuid", "UUID", "0" * 32])
+    assert str(hook(0, allowed)) == "00000000-0000-0000-0000-000000000000"

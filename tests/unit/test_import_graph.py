@@ -17,6 +17,7 @@ CORE_FOLDERS = ["decisions", "policy", "replay"]
 NOT_CORE = {
     "policy.options",  # checks that a checkpointer or store option is a LangGraph one
     "replay.result_codec",  # encodes LangChain values (messages, Commands) for the store
+    "replay.safe_decode",  # reads LangGraph's msgpack format with its strict allow-list
 }
 CORE = [
     *sorted(

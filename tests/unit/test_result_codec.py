@@ -14,7 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from langgraph_replay_guard.replay import result_codec
-from langgraph_replay_guard.replay.result_codec import CODEC_VERSION, decode_result, encode_result
+from langgraph_replay_guard.replay.result_codec import (
+    CODEC_VERSION,
+    allow_ledger_types,
+    decode_result,
+    encode_result,
+)
 from tests.result_values import CASES, any_value, assert_store_safe, same
 
 PROPERTY = settings(max_examples=300, deadline=None)
@@ -93,12 +98,16 @@ class Invoice(pydantic.BaseModel):
     issued: dt.date
 
 
-def test_a_pydantic_artifact_comes_back_as_the_model() -> None:
-    # As in a checkpoint: LangGraph's serializer revives the model (and logs that its type
-    # is not on the msgpack allowlist; with LANGGRAPH_STRICT_MSGPACK=true it is a dict).
+def test_a_pydantic_artifact_is_dropped_unless_its_class_is_allowed() -> None:
+    # A ledger row is read with an explicit allow-list (issue 33): a class off the list is
+    # never stored as it is (it could not be read back); the application can allow it.
     invoice = Invoice(number=7, pdf=b"%PDF\x00", issued=dt.date(2024, 5, 1))
     encoded = encode_result("invoice 7", [invoice], "success")
     assert encoded["content"] == "invoice 7"
+    assert "Invoice is not on the allow-list" in encoded["artifact_error"]
+    assert decode_result(through_sqlite_json(encoded))[1] is None
+    allow_ledger_types(Invoice)
+    encoded = encode_result("invoice 7", [invoice], "success")
     assert decode_result(through_sqlite_json(encoded))[1] == [invoice]
 
 
