@@ -404,6 +404,9 @@ class GuardConfig(BaseModel):
         max_repeats: Identical attempts allowed per turn; the next one aborts.
         result_preview_chars: Length of the earlier result shown to the model when a call
             is answered from it.
+        store_previews: Keep a preview of each result in the guard channel (checkpointed with
+            the thread). False: the channel keeps result digests only, no result text, and a
+            call answered from an earlier result says it is identical without quoting it.
         max_cycle_period: Longest alternating pattern (A-B-A-B is period 2) detected.
         dedup: Enable the dedup layer.
         repeat_limit: Enable the repeat counter and its abort.
@@ -473,6 +476,7 @@ class GuardConfig(BaseModel):
     history_window: int = Field(default=5, ge=1, le=10_000)
     max_repeats: int = Field(default=3, ge=1)
     result_preview_chars: int = Field(default=200, ge=0, le=100_000)
+    store_previews: bool = True
     max_cycle_period: int = Field(default=4, ge=2, le=32)
     dedup: bool = True
     repeat_limit: bool = True
