@@ -405,8 +405,9 @@ class GuardConfig(BaseModel):
         result_preview_chars: Length of the earlier result shown to the model when a call
             is answered from it.
         store_previews: Keep a preview of each result in the guard channel (checkpointed with
-            the thread). False: the channel keeps result digests only, no result text, and a
-            call answered from an earlier result says it is identical without quoting it.
+            the thread). False: the channel keeps result digests only, no result text; a
+            duplicate read is answered from the thread's messages, or, where there are none
+            (the callback handler), says the result is identical without quoting it.
         max_cycle_period: Longest alternating pattern (A-B-A-B is period 2) detected.
         dedup: Enable the dedup layer.
         repeat_limit: Enable the repeat counter and its abort.
