@@ -232,3 +232,41 @@ def test_postgres_rows_hold_what_the_model_was_given(
     assert EMAIL not in _channel_text(checkpoints[0])
     assert b"[REDACTED_EMAIL]" in store_bytes
     assert EMAIL.encode() not in store_bytes
+
+
+def test_a_replay_gives_back_what_the_model_was_given(tmp_path: Path) -> None:
+    # A fork from before the unsafe call: the ledger answers it (the tool does not run
+    # again) with the row the model node rewrote, so not even the fork's tools-node
+    # checkpoint holds the raw result.
+    runs: list[int] = []
+    model = ScriptedChatModel(script=[[("lookup_customer", {"customer_id": "C1"})], "ok", "ok"])
+    pii = PIIMiddleware("email", strategy="redact", apply_to_tool_results=True)
+    with (
+        SqliteSaver.from_conn_string(str(tmp_path / "cp.db")) as saver,
+        SqliteStore.from_conn_string(str(tmp_path / "store.db")) as store,
+    ):
+        store.setup()
+        guard = ReplayGuard(UNSAFE, store=store)
+        agent = create_agent(
+            model,
+            [_lookup_tool(runs)],
+            middleware=[guard.middleware(), pii],
+            checkpointer=saver,
+            store=store,
+        )
+        cfg: Any = {"configurable": {"thread_id": "private"}}
+        agent.invoke({"messages": [HumanMessage("who is C1?")]}, cfg, durability="sync")
+        seen = {c.config["configurable"]["checkpoint_id"] for c in saver.list(cfg)}
+        before = next(h for h in agent.get_state_history(cfg) if h.next == ("tools",))
+        out = agent.invoke(None, before.config, durability="sync")
+        fork = [
+            c.checkpoint["channel_values"]
+            for c in saver.list(cfg)
+            if c.config["configurable"]["checkpoint_id"] not in seen
+        ]
+    assert runs == [1], "the fork's call was answered from the ledger"
+    replayed = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert replayed[-1].text == RESULT.replace(EMAIL, "[REDACTED_EMAIL]")
+    assert fork, "the fork wrote checkpoints"
+    assert all(EMAIL not in _messages_text(values) for values in fork)
+    assert all(EMAIL not in _channel_text(values) for values in fork)
