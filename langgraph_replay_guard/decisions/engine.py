@@ -153,6 +153,8 @@ class CallFacts(NamedTuple):
     """Where the tool's policy comes from (`GuardConfig.policy_source`); None: unknown tool."""
     preview_chars: int = 200
     """`GuardConfig.result_preview_chars`: how much of a result its event keeps."""
+    store_previews: bool = True
+    """`GuardConfig.store_previews`: False, its event keeps no result text (a digest only)."""
 
     @property
     def args_summary(self) -> str:
@@ -202,6 +204,7 @@ def call_facts(
             unknown=True,
             tools=tuple(tools),
             preview_chars=config.result_preview_chars,
+            store_previews=config.store_previews,
         )
     rules = _tool_rules(config, tool)
     classifier = rules.policy.classifier_fn
@@ -228,6 +231,7 @@ def call_facts(
         rules.failure_pattern,
         rules.source,
         config.result_preview_chars,
+        config.store_previews,
     )
 
 
@@ -697,14 +701,26 @@ def make_event(
         short_circuits=facts.short_circuit,
         outcome=outcome,
         result_hash=content_hash(result) if executed_with_text and result is not None else None,
-        preview=(
-            result[: facts.preview_chars] if outcome == "success" and result is not None else None
-        ),
+        preview=_event_preview(facts, outcome, result),
         reason=reason,
         abort=abort,
         batch_size=batch_size,
         failure=failure,
     ).encode()
+
+
+def _event_preview(facts: CallFacts, outcome: Outcome, result: str | None) -> str | None:
+    """What of a successful result its event keeps: a preview, or no text at all.
+
+    Without previews (`store_previews=False`) the event still tells the fold whether the
+    result was blank (`""`) or held something (None, its digest beside it), which is all
+    the same-failure layer reads of it; no character of the result is kept.
+    """
+    if outcome != "success" or result is None:
+        return None
+    if not facts.store_previews:
+        return "" if result.isspace() or not result else None
+    return result[: facts.preview_chars]
 
 
 def _failed(facts: CallFacts, outcome: Outcome, result: str | None) -> bool:

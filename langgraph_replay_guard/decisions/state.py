@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import operator
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
@@ -38,6 +38,7 @@ __all__ = [
     "MAX_FAILURE_STREAKS",
     "MAX_RESULTS",
     "MAX_TRACKED_KEYS",
+    "SCRUB_OP",
     "UNKNOWN_TOOL",
     "Event",
     "GuardTotals",
@@ -46,10 +47,13 @@ __all__ = [
     "StateUpdate",
     "delivered",
     "fold_events",
+    "held_previews",
     "load_state",
     "merge_guard_state",
     "new_state",
     "own_update",
+    "recorded_hashes",
+    "scrub_update",
     "seed_write",
     "settled",
     "state_for_turn",
@@ -444,7 +448,10 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
         previous = ResultMemo(*stored) if stored is not None else None
         # Something the agent had not seen (among the results the state remembers): progress
         # for the same-failure layer. An empty note or the same listing again is not.
-        new_result = bool(ev.preview and not ev.preview.isspace()) and all(
+        # Without previews (`store_previews=False`) a result that held something has its
+        # digest and no preview; a blank one has the empty preview.
+        shown = ev.preview is None and ev.result_hash is not None
+        new_result = (shown or bool(ev.preview and not ev.preview.isspace())) and all(
             ResultMemo(*memo).result_hash != ev.result_hash for memo in state["results"].values()
         )
         same = (
@@ -763,6 +770,8 @@ def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
     if last is not None and last[1] is update and last[0] is current:
         # The same merge again: its value was folded from `current` as checked then.
         return last[2]
+    if isinstance(update, Mapping) and update.get("op") == SCRUB_OP:
+        return _trust(_scrubbed(load_state(current), update.get("previews")))
     unchanged = _unchanged(current)
     own = _own(update)
     if own is not None and unchanged:
@@ -775,6 +784,85 @@ def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
     if unchanged and isinstance(update, Mapping) and update.get("op") == "events":
         _LAST_MERGE[0] = (current, update, merged)
     return merged
+
+
+SCRUB_OP = "scrub"
+"""`op` of a write that drops result previews the thread's messages no longer hold."""
+
+
+def held_previews(value: Any) -> set[str]:
+    """Every result preview a channel value keeps (its result memos and pending events).
+
+    Args:
+        value: The channel's value.
+
+    Returns:
+        The non-empty previews.
+    """
+    state = load_state(value)
+    previews = {ResultMemo(*memo).preview for memo in state["results"].values()}
+    pending = state["pending"]
+    if pending:
+        previews.update(ev.get("p") for ev in pending["events"])
+    return {p for p in previews if isinstance(p, str) and p}
+
+
+def recorded_hashes(value: Any) -> set[str]:
+    """The result digests a channel value keeps (result memos, the tail, pending events).
+
+    A ToolMessage whose text hashes to none of them is not what the guard recorded: a
+    middleware changed it after the tool ran (or the guard answered it itself).
+
+    Args:
+        value: The channel's value.
+
+    Returns:
+        The digests.
+    """
+    state = load_state(value)
+    hashes = {ResultMemo(*memo).result_hash for memo in state["results"].values()}
+    hashes.update(TailItem(*item).result for item in state["tail"])
+    pending = state["pending"]
+    if pending:
+        hashes.update(ev.get("h") for ev in pending["events"])
+    return {h for h in hashes if isinstance(h, str)}
+
+
+def scrub_update(previews: Collection[str]) -> dict[str, Any]:
+    """The channel write that drops these previews (each result's digest stays).
+
+    A middleware may change a tool's result after the tool ran (`PIIMiddleware` redacts
+    tool results in its `before_model`): the guard then must not keep more of the result
+    than the model was given. The integrations find the previews no message holds any
+    more and write this.
+
+    Args:
+        previews: The preview texts to drop.
+
+    Returns:
+        The update to write into the channel.
+    """
+    return {"op": SCRUB_OP, "previews": sorted(previews)}
+
+
+def _scrubbed(state: dict[str, Any], previews: Any) -> dict[str, Any]:
+    """`state` without the given previews: new maps and lists, the old value unchanged."""
+    if not isinstance(previews, list) or not all(isinstance(p, str) for p in previews):
+        return _ignored(
+            _shallow(state), "that is not in the guard's format (a scrub without previews)"
+        )
+    drop = set(previews)
+    out = _shallow(state)
+    results: dict[str, Any] = {}
+    for key, memo in state["results"].items():
+        entry = ResultMemo(*memo)
+        results[key] = [*entry._replace(preview=None)] if entry.preview in drop else memo
+    out["results"] = results
+    pending = state["pending"]
+    if pending:
+        events = [{**ev, "p": None} if ev.get("p") in drop else ev for ev in pending["events"]]
+        out["pending"] = {**pending, "events": events}
+    return out
 
 
 # (current, update, merged) of the last guard write merged onto a checked value. LangGraph

@@ -367,7 +367,7 @@ def earlier_answer(
 
     Args:
         config: Guard configuration (the call keys).
-        decision: A `duplicate` decision of an earlier batch (`previous_result` set).
+        decision: A `duplicate` decision of an earlier batch.
         state: The graph state.
         messages_key: Key of the message list.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import operator
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired
@@ -21,17 +22,23 @@ from langgraph.types import Command
 from typing_extensions import TypedDict
 
 from langgraph_replay_guard._compat import (
+    channel_writer,
     create_agent_given_tools,
     create_agent_middleware,
     create_agent_tools,
     dynamic_tool_error,
+    run_checkpointer,
     signature_once,
 )
 from langgraph_replay_guard.decisions.engine import fold_settings, loop_error, raises_on_abort
+from langgraph_replay_guard.decisions.keys import content_hash
 from langgraph_replay_guard.decisions.state import (
     Event,
+    held_previews,
     merge_guard_state,
     own_update,
+    recorded_hashes,
+    scrub_update,
     unrecorded_positions,
 )
 from langgraph_replay_guard.guard import ReplayGuard
@@ -55,15 +62,25 @@ from langgraph_replay_guard.integrations.task_writes import write_events
 from langgraph_replay_guard.integrations.tool_node import ToolCallWrapper, abort_trace
 from langgraph_replay_guard.integrations.tracing import BlockedRun, blocked_run
 from langgraph_replay_guard.policy.config import GuardConfig
+from langgraph_replay_guard.replay.ledger import CallIdentity, call_scope, given_plan, node_path
+from langgraph_replay_guard.storage import store_cas
+from langgraph_replay_guard.storage.ledger_io import arun_plan, run_plan
 
 if TYPE_CHECKING:
     from langgraph.prebuilt.tool_node import ToolCallRequest
     from langgraph.store.base import BaseStore
     from langgraph.types import Command
 
+    from langgraph_replay_guard.replay.ledger import Plan
+
 __all__ = ["ReplayGuardMiddleware"]
 
+logger = logging.getLogger("langgraph_replay_guard")
+
 _DEFAULT_NAME = "ReplayGuardMiddleware"
+
+TOOLS_NODE = "tools"
+"""The name of `create_agent`'s tools node (its `ToolNode`, where the guard records calls)."""
 
 
 def _state_schema(channel: str) -> type:
@@ -245,6 +262,57 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return value, []
         return merge_guard_state(value, own_update(fold_settings(config), events)), events
 
+    def _scrub(self, request: ModelRequest[Any]) -> None:
+        """Drop the result previews that no message of the thread holds any more.
+
+        The tools node records a preview of what the tool returned; a middleware may change
+        the result after that (`PIIMiddleware(apply_to_tool_results=True)` redacts the
+        ToolMessages in its `before_model`, and its `before_model` may run before or after
+        the guard's hooks). The model node runs after every `before_model`: the messages it
+        reads are what the model is given, so the channel keeps no more of a result than
+        they hold (its digest stays, for the loop layers). No I/O: one channel write.
+        """
+        previews = held_previews(request.state.get(self.channel))
+        if not previews:
+            return
+        texts = [_text(message) for message in request.state.get("messages") or ()]
+        gone = [p for p in previews if not any(p in text for text in texts)]
+        send = channel_writer(_run_config()) if gone else None
+        if send is not None:
+            send([(self.channel, scrub_update(gone))])
+
+    def _given(self, request: ModelRequest[Any]) -> tuple[BaseStore, Plan] | None:
+        """The ledger plan that makes the last batch's rows hold what the model is given.
+
+        The ledger records what the tool returned, in the tools node; a middleware may
+        change it afterwards (see `_scrub`). Only ToolMessages whose text hashes to no
+        digest the channel recorded are looked up, so an agent whose results reach the
+        model unchanged does no store I/O here. The sync and async hooks run the plan.
+        """
+        messages = request.state.get("messages") or ()
+        batch = _last_batch(messages)
+        gate = self._calls.gate
+        store = gate.store if gate.store is not None else getattr(request.runtime, "store", None)
+        config = _run_config() or {}
+        configurable = config.get("configurable", {})
+        thread_id = configurable.get("thread_id")
+        if not batch or store is None or thread_id is None:
+            return None
+        known = recorded_hashes(request.state.get(self.channel))
+        given = {m.tool_call_id: m.content for m in batch if content_hash(_text(m)) not in known}
+        if not given:
+            return None
+        # A pure call has no lookup row: its row is where create_agent's tools node, beside
+        # this model node, wrote it (a call in another place is found through a lookup row).
+        ns = str(configurable.get("checkpoint_ns") or "")
+        node = node_path("|".join([*ns.split("|")[:-1], TOOLS_NODE]))
+        ai_id = _last_ai_id(messages)
+        scope = call_scope(gate.label, "")
+        keys = {tc: [CallIdentity(str(thread_id), node, ai_id, tc, scope).key] for tc in given}
+        # One SQLite connection for the checkpointer and the store: see `LedgerGate`.
+        store_cas.share_connection(store, run_checkpointer(configurable))
+        return store, given_plan(gate.prefix, str(thread_id), given, keys)
+
     def _write(self, request: ModelRequest[Any], events: list[Event]) -> None:
         """One write of the model call's events beside the model node's output."""
         if events:
@@ -334,6 +402,14 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> ModelCallResult[Any]:
         """Add the pending reminder to this call's prompt; stop a batch that would abort."""
         self._check_tools(request)
+        self._scrub(request)
+        given = self._given(request)
+        if given is not None:
+            store, plan = given
+            try:
+                run_plan(store, plan)
+            except Exception as exc:
+                _given_failed(exc)
         value, answered = self._answered_elsewhere(request)
         result, stopped = self._stop_after(request, handler(self._with_reminder(request)), value)
         self._write(request, [*answered, *stopped])
@@ -347,6 +423,14 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> ModelCallResult[Any]:
         """Async twin of `wrap_model_call`."""
         self._check_tools(request)
+        self._scrub(request)
+        given = self._given(request)
+        if given is not None:
+            store, plan = given
+            try:
+                await arun_plan(store, plan)
+            except Exception as exc:
+                _given_failed(exc)
         value, answered = self._answered_elsewhere(request)
         response = await handler(self._with_reminder(request))
         result, stopped = self._stop_after(request, response, value)
@@ -539,6 +623,41 @@ def _run_config() -> Any:
         return get_config()
     except RuntimeError:
         return None
+
+
+def _last_batch(messages: Sequence[Any]) -> list[ToolMessage]:
+    """The ToolMessages after the last AIMessage (the batch the tools node just answered)."""
+    batch: list[ToolMessage] = []
+    for message in reversed(messages):
+        if isinstance(message, ToolMessage):
+            batch.append(message)
+        elif isinstance(message, AIMessage):
+            break
+    return batch
+
+
+def _last_ai_id(messages: Sequence[Any]) -> str | None:
+    """The id of the last AIMessage (the one whose calls the last batch answered)."""
+    for message in reversed(messages):
+        if isinstance(message, AIMessage):
+            return message.id
+    return None
+
+
+def _given_failed(exc: Exception) -> None:
+    """Log a failed rewrite: the rows keep the raw result until the next one succeeds."""
+    logger.warning(
+        "langgraph-replay-guard: could not rewrite ledger rows to the tool results the model "
+        "was given (%s: %s); they keep the results as the tools returned them",
+        type(exc).__name__,
+        exc,
+    )
+
+
+def _text(message: Any) -> str:
+    """A message's content as the guard's previews were cut from it (see `result_outcome`)."""
+    content = getattr(message, "content", "")
+    return content if isinstance(content, str) else repr(content)
 
 
 def _tool_name(tool: Any) -> str | None:

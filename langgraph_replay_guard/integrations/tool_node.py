@@ -733,11 +733,9 @@ class ToolCallWrapper:
                 return None  # a name the node lacks though the guard knew it: the node answers
             return _Allowed(planned, batch)
         earlier = None
-        if (
-            decision is not None
-            and decision.reason == "duplicate"
-            and decision.previous_result is not None
-        ):
+        # Whether or not the channel kept a preview (`store_previews=False`, or one dropped
+        # when a middleware changed the result): the thread's messages decide.
+        if decision is not None and decision.reason == "duplicate":
             earlier = earlier_answer(config, decision, state, self.messages_key)
             if earlier is None:
                 # A duplicate of a result the history no longer holds (summarized or

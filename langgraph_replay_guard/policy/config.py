@@ -473,6 +473,10 @@ class GuardConfig(BaseModel):
         max_repeats: Identical attempts allowed per turn; the next one aborts.
         result_preview_chars: Length of the earlier result shown to the model when a call
             is answered from it.
+        store_previews: Keep a preview of each result in the guard channel (checkpointed with
+            the thread). False: the channel keeps result digests only, no result text; a
+            duplicate read is answered from the thread's messages, or, where there are none
+            (the callback handler), says the result is identical without quoting it.
         max_cycle_period: Longest alternating pattern (A-B-A-B is period 2) detected.
         dedup: Enable the dedup layer.
         repeat_limit: Enable the repeat counter and its abort.
@@ -542,6 +546,7 @@ class GuardConfig(BaseModel):
     history_window: int = Field(default=5, ge=1, le=10_000)
     max_repeats: int = Field(default=3, ge=1, le=_MAX_COUNT)
     result_preview_chars: int = Field(default=200, ge=0, le=100_000)
+    store_previews: bool = True
     max_cycle_period: int = Field(default=4, ge=2, le=32)
     dedup: bool = True
     repeat_limit: bool = True

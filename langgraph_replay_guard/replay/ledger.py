@@ -46,6 +46,8 @@ __all__ = [
     "call_scope",
     "escaped_entry",
     "finished_entry",
+    "given_entry",
+    "given_plan",
     "nested_key",
     "node_path",
     "now_iso",
@@ -1194,6 +1196,82 @@ def find_by_tool_call_id(
     found = yield Search(rows_ns, {"tool_call_id": tool_call_id}, 10)
     entries = [_entry(key, value) for key, value in found]
     return [entry for entry in entries if entry is not None]
+
+
+def given_entry(entry: LedgerEntry, content: Any) -> LedgerEntry | None:
+    """The row with its result's content replaced by what the model was given, if it differs.
+
+    A middleware may change a tool's result after the guard recorded it (`PIIMiddleware`
+    redacts tool results in its `before_model`): the row then keeps what the thread's
+    messages hold, no more. A replay gives back what the model was given, which the same
+    middleware leaves as it is. The artifact (never shown to the model, kept in the
+    message) and the status stay; a row whose result is a `Command`'s update, or unreadable,
+    is left as it is.
+
+    Args:
+        entry: A row.
+        content: The content of the call's ToolMessage in the thread's messages.
+
+    Returns:
+        The new row (a new revision), or None when there is nothing to change.
+    """
+    if not entry.has_outcome or entry.result is None:
+        return None
+    try:
+        recorded, artifact, status = decode_result(entry.result)
+        if decode_update(entry.result) is not None:
+            return None
+    except ValueError:
+        return None
+    if recorded == content:
+        return None
+    return replace(entry, result=encode_result(content, artifact, status), rev=new_rev())
+
+
+def given_plan(
+    prefix: Sequence[str],
+    thread_id: str,
+    given: Mapping[str, Any],
+    keys: Mapping[str, Sequence[str]],
+) -> Generator[Op, Any, int]:
+    """The plan that makes the rows of these tool calls hold what the model was given.
+
+    Reads the calls' lookup rows (an unsafe or idempotent call's), then their rows and the
+    rows at `keys` (a pure call has no lookup row), in one read each; rewrites
+    (compare-and-set on the revision read) each finished row whose content differs
+    (`given_entry`).
+
+    Args:
+        prefix: The guard's namespace prefix.
+        thread_id: The thread.
+        given: tool_call_id -> the content its ToolMessage holds in the thread.
+        keys: tool_call_id -> row keys where the caller expects its row.
+
+    Returns:
+        How many rows were rewritten.
+    """
+    ids = sorted(given)
+    if not ids:
+        return 0
+    index_ns, rows_ns = index_namespace(prefix, thread_id), row_namespace(prefix, thread_id)
+    pointers = yield Read(tuple((index_ns, tool_call_key(tc)) for tc in ids))
+    keyed: list[tuple[str, str]] = []
+    for tc, pointer in zip(ids, pointers, strict=True):
+        for key in dict.fromkeys([*_pointed(pointer), *keys.get(tc, ())]):
+            keyed.append((tc, key))
+    if not keyed:
+        return 0
+    values = yield Read(tuple((rows_ns, key) for _, key in keyed))
+    rewritten = 0
+    for (tc, key), value in zip(keyed, values, strict=True):
+        entry = _entry(key, value)
+        new = given_entry(entry, given[tc]) if entry is not None else None
+        if entry is None or new is None:
+            continue
+        # Another writer since the read (a resolve, a claim) wins: its row stands.
+        written, _ = yield Update(rows_ns, key, new.to_value(), True, entry.rev)
+        rewritten += bool(written)
+    return rewritten
 
 
 def resolvable(rows: list[LedgerEntry], thread_id: str, tool_call_id: str) -> list[LedgerEntry]:
