@@ -29,10 +29,15 @@ from langgraph_replay_guard.cli.store_uri import (
     open_store,
 )
 from langgraph_replay_guard.decisions.state import GuardView
+from langgraph_replay_guard.integrations.callbacks.marks import (
+    UnknownOutcome,
+    mark_from,
+    outcome_of,
+)
 from langgraph_replay_guard.integrations.callbacks.scopes import scopes_namespace
 from langgraph_replay_guard.integrations.calls import GUARD_CHANNEL
 from langgraph_replay_guard.integrations.prompt import guard_view
-from langgraph_replay_guard.replay.ledger import LedgerEntry
+from langgraph_replay_guard.replay.ledger import LedgerEntry, store_label
 from langgraph_replay_guard.replay.safe_decode import Undecoded, collect_undecoded
 from langgraph_replay_guard.storage.ledger_io import ReplayLedger
 
@@ -120,6 +125,8 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             )
             if handler_problem is not None:
                 problems.append(f"callback handler state: {handler_problem}")
+            marks, mark_problems = _handler_marks(store, namespace, args.thread)
+            problems += mark_problems
             missing = _ledger_missing(store, ledger, namespace, mask_uri(store_uri), args)
     except StoreURIError as exc:
         print(f"{_NAME}: {exc}", file=err)
@@ -153,7 +160,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     ledger_json = [_row_json(row, problems) for row in rows] if args.json else []
     for problem in problems:
         print(f"{_NAME}: left out: {problem}", file=err)
-    found = bool(views or opaque or rows)
+    found = bool(views or opaque or rows or marks)
     if args.json:
         report = {
             "thread": args.thread,
@@ -163,13 +170,57 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             "ledger": ledger_json,
             "ledger_found": missing is None,
             "ledger_missing": missing,
+            "handler_unknown_outcomes": [asdict(mark) for mark in marks],
             "left_out": problems,
         }
         json.dump(report, out, indent=2, default=str)
         out.write("\n")
         return 0 if found and not problems else 1
     _print_text(args.thread, checkpoint_id, views, opaque, rows, missing, out)
+    _print_marks(marks, out)
     return 0 if found and not problems else 1
+
+
+MAX_MARKS_SHOWN = 1000
+"""Most callback-handler marks `inspect` lists for one thread (it says when there are more)."""
+
+
+def _handler_marks(
+    store: Any, namespace: tuple[str, ...], thread: str
+) -> tuple[list[UnknownOutcome], list[str]]:
+    """The unknown outcomes a callback handler keeps in the store for a thread (its marks).
+
+    Each is an item of its own (`ReplayGuardCallbackHandler` claims an unsafe call there before
+    its body runs); an item that is not a mark is left out with a line.
+    """
+    where = (*scopes_namespace(namespace), "unknown", store_label(thread))
+    try:
+        items = store.search(where, limit=MAX_MARKS_SHOWN + 1)
+    except Exception as exc:  # a damaged table: named, the rest of the report still shown
+        return [], [f"callback handler marks: cannot read them ({type(exc).__name__})"]
+    marks: list[UnknownOutcome] = []
+    problems: list[str] = []
+    for item in items[:MAX_MARKS_SHOWN]:
+        mark = mark_from(item.value)
+        if mark is None:
+            problems.append(f"callback handler mark {item.key!r}: not a mark")
+        else:
+            marks.append(outcome_of(mark))
+    if len(items) > MAX_MARKS_SHOWN:
+        problems.append(
+            f"callback handler marks: more than {MAX_MARKS_SHOWN}; list them all with "
+            "handler.unknown_outcomes(thread_id, limit, offset)"
+        )
+    return marks, problems
+
+
+def _print_marks(marks: list[UnknownOutcome], out: TextIO) -> None:
+    if not marks:
+        return
+    print(f"\ncallback handler: {len(marks)} unknown outcome(s)", file=out)
+    for mark in marks:
+        what = mark.error or "its end was never recorded (still running, or its process died)"
+        print(f"  {mark.tool}({mark.args})  {what}  <- handler.resolve(...) it", file=out)
 
 
 def _ledger_missing(
