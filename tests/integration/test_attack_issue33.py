@@ -9,15 +9,14 @@ model was given.
 from __future__ import annotations
 
 import os
-import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, PIIMiddleware
 from langchain_core.messages import HumanMessage, ToolMessage
-from langchain_core.tools import tool
+from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.store.sqlite import SqliteStore
 from langgraph.types import Command
@@ -143,8 +142,162 @@ def test_a_redacting_wrap_tool_call_middleware_leaves_no_raw_result_in_channel_o
 
 def _command_lookup() -> Any:
     @tool
-    def lookup_customer(customer_id: str, tool_call_id: Any = None) -> Command:  # type: ignore[type-arg]
+    def lookup_customer(
+        customer_id: str, tool_call_id: Annotated[str, InjectedToolCallId]
+    ) -> Command:  # type: ignore[type-arg]
         """Look up a customer."""
         return Command(update={"messages": [ToolMessage(RESULT, tool_call_id=tool_call_id)]})
 
     return lookup_customer
+
+
+_COMMAND_ROW = pytest.mark.xfail(
+    strict=True,
+    reason="a Command result's ledger row keeps the raw ToolMessage of its update: "
+    "ledger.given_entry leaves a Command's update as it is (documented in "
+    "docs/replay-safety.md, 'Rows the model node cannot find'); the channel and the "
+    "messages hold only the redacted text",
+)
+
+
+@_COMMAND_ROW
+@pytest.mark.parametrize("guard_first", [True, False], ids=["guard_first", "guard_last"])
+def test_pii_on_a_tool_returning_command_leaves_no_raw_result(
+    tmp_path: Path, guard_first: bool
+) -> None:
+    pii = PIIMiddleware("email", strategy="redact", apply_to_tool_results=True)
+    stack: list[Any] = ["guard", pii]
+    if not guard_first:
+        stack.reverse()
+    out, store_bytes, (values, model) = _run_stack(tmp_path, stack, _command_lookup())
+    tool_messages = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert tool_messages
+    assert all(EMAIL not in str(m.content) for m in tool_messages)
+    assert all(EMAIL not in str(m.content) for seen in model.seen for m in seen)
+    assert EMAIL not in _channel_text(values)
+    assert EMAIL.encode() not in store_bytes
+
+
+@_COMMAND_ROW
+@pytest.mark.parametrize("guard_first", [True, False], ids=["guard_outer", "guard_inner"])
+def test_a_redacting_wrapper_on_a_command_tool_leaves_no_raw_result(
+    tmp_path: Path, guard_first: bool
+) -> None:
+    class _RedactCommand(AgentMiddleware):  # type: ignore[type-arg]
+        def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+            result = handler(request)
+            if isinstance(result, Command) and isinstance(result.update, dict):
+                msgs = [
+                    m.model_copy(update={"content": str(m.content).replace(EMAIL, "[R]")})
+                    for m in result.update.get("messages", [])
+                ]
+                return Command(update={**result.update, "messages": msgs})
+            return result
+
+    stack: list[Any] = ["guard", _RedactCommand()]
+    if not guard_first:
+        stack.reverse()
+    _out, store_bytes, (values, model) = _run_stack(tmp_path, stack, _command_lookup())
+    assert all(EMAIL not in str(m.content) for seen in model.seen for m in seen)
+    assert EMAIL not in _channel_text(values)
+    assert EMAIL.encode() not in store_bytes
+
+
+# --- (1) reading never runs what a file names: a LangChain `lc` constructor in a JSON blob ---
+
+
+def _lc_constructors(marker: Path) -> list[dict[str, Any]]:
+    """`lc` dicts asking LangChain's `load()` (lc 1) or LangGraph's reviver (lc 2) to run code."""
+    popen = {"args": ["touch", str(marker)]}
+    return [
+        {"lc": 1, "type": "constructor", "id": ["subprocess", "Popen"], "kwargs": popen},
+        {"lc": 2, "type": "constructor", "id": ["subprocess", "Popen"], "kwargs": popen},
+        {"lc": 1, "type": "constructor", "id": ["os", "system"], "kwargs": {}},
+    ]
+
+
+def test_a_json_checkpoint_blob_with_lc_constructors_runs_nothing(tmp_path: Path) -> None:
+    import json
+
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from .test_untrusted_databases import _cli, _markers, _sqlite
+
+    with _sqlite(tmp_path) as (db, saver, _store, sql):
+        thread = "lc-evil"
+        checkpoint = empty_checkpoint()
+        hostile = _lc_constructors(tmp_path / "marker-lc")
+        checkpoint["channel_values"] = {"messages": hostile, "replay_guard": hostile[1]}
+        version = saver.get_next_version(None, None)
+        checkpoint["channel_versions"] = {"messages": version, "replay_guard": version}
+        config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+        saver.put(config, checkpoint, {"source": "input", "step": -1}, {})
+        blob = json.dumps(checkpoint, default=str).encode()
+        sql(
+            "UPDATE checkpoints SET type = 'json', checkpoint = %s WHERE thread_id = %s",
+            (blob, thread),
+        )
+        done = [
+            _cli("inspect", "--db", db, "--thread", thread),
+            _cli("inspect", "--db", db, "--thread", thread, "--json"),
+            _cli("export", "--db", db, "--thread", thread),
+            _cli("export", "--db", db),
+        ]
+    assert _markers(tmp_path) == []
+    for result in done:
+        assert "Traceback" not in result.stderr, result.stderr[-3000:]
+        assert result.returncode in (0, 1, 3), result.stderr
+
+
+# --- (2) records commands on hostile record bodies -----------------------------------------
+
+_MB = 1024 * 1024
+
+
+def _records_db(tmp_path: Path) -> tuple[str, str]:
+    from .test_records_cli import record_runs
+
+    target = str(tmp_path / "records.db")
+    good, _, _ = record_runs("sqlite", target)
+    return target, good
+
+
+def _put_chunk(target: str, execution_id: str, text: Any) -> None:
+    with SqliteStore.from_conn_string(target) as store:
+        store.put(("replay_guard", "records__bodies"), f"{execution_id}/0", {"text": text})
+
+
+def test_records_commands_on_a_deep_record_body_give_one_line(tmp_path: Path) -> None:
+    from .test_cli_hostile_databases import _cli
+
+    target, good = _records_db(tmp_path)
+    _put_chunk(target, good, "[" * 200_000 + "]" * 200_000)
+    for args in (["show", good], ["replay", good], ["verify"], ["list"]):
+        result = _cli("records", *args, "--db", target)
+        assert "Traceback" not in result.stderr, (args, result.stderr[-3000:])
+        assert result.returncode in (0, 1), (args, result.returncode, result.stderr)
+
+
+def test_records_commands_do_not_load_a_body_chunk_above_the_item_limit(tmp_path: Path) -> None:
+    """A hostile writer's 24 MB body chunk is named and not read (it was loaded whole)."""
+    from .test_cli_hostile_databases import _cli, _peak_kb
+
+    target, good = _records_db(tmp_path)
+    small_kb, _ = _peak_kb("records", "show", good, "--db", target)
+    _put_chunk(target, good, "x" * (24 * _MB))
+    huge_kb, result = _peak_kb("records", "show", good, "--db", target)
+    assert "Traceback" not in result.stderr
+    assert huge_kb - small_kb < 8 * 1024, (small_kb, huge_kb)
+    assert result.returncode == 2, result.stderr
+    assert f"record '{good}': its body chunk '{good}/0' is 24.0 MB" in result.stderr
+    assert "above --max-item-bytes 16.0 MB: not read" in result.stderr
+    for args in (["replay", good], ["verify"], ["verify", good]):
+        refused = _cli("records", *args, "--db", target)
+        assert refused.returncode == 2, (args, refused.stderr)
+        assert "raise --max-item-bytes" in refused.stderr
+    listed = _cli("records", "list", "--db", target)  # headers only: nothing too big
+    assert listed.returncode == 0, listed.stderr
+    assert good in listed.stdout
+    shown = _cli("records", "show", good, "--db", target, "--max-item-bytes", "64M")
+    assert "Traceback" not in shown.stderr
+    assert shown.returncode == 0, shown.stderr
