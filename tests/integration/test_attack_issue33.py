@@ -301,3 +301,30 @@ def test_records_commands_do_not_load_a_body_chunk_above_the_item_limit(tmp_path
     shown = _cli("records", "show", good, "--db", target, "--max-item-bytes", "64M")
     assert "Traceback" not in shown.stderr
     assert shown.returncode == 0, shown.stderr
+
+
+def test_inspect_does_not_load_a_callback_handler_mark_above_the_item_limit(
+    tmp_path: Path,
+) -> None:
+    """The handler's marks (listed by inspect since issue 33 item 9) were read unbounded."""
+    from langgraph_replay_guard.integrations.callbacks.scopes import scopes_namespace
+    from langgraph_replay_guard.replay.ledger import store_label
+
+    from .test_cli_hostile_databases import _cli, _peak_kb
+    from .test_untrusted_databases import _hostile_checkpoint, _sqlite
+
+    with _sqlite(tmp_path) as (db, saver, store, sql):
+        _hostile_checkpoint(saver, sql, "t", "plain")
+        where = (*scopes_namespace(("replay_guard",)), "unknown", store_label("t"))
+        store.put(where, "small", {"k": "small", "n": "send_email", "a": "to='a'", "e": ""})
+        small_kb, _ = _peak_kb("inspect", "--db", db, "--thread", "t")
+        big = {"k": "big", "n": "send_email", "a": "x" * (24 * _MB), "e": ""}
+        store.put(where, "big", big)
+        huge_kb, result = _peak_kb("inspect", "--db", db, "--thread", "t")
+        assert "Traceback" not in result.stderr
+        assert huge_kb - small_kb < 8 * 1024, (small_kb, huge_kb)
+        assert result.returncode == 1, result.stderr
+        assert "callback handler mark 'big': it is 24.0 MB" in result.stderr
+        assert "send_email(to='a')" in result.stdout  # the other mark is still listed
+        raised = _cli("inspect", "--db", db, "--thread", "t", "--max-item-bytes", "64M")
+        assert raised.returncode == 0, raised.stderr
