@@ -30,6 +30,7 @@ from langgraph_replay_guard.cli.store_uri import (
     open_checkpointer,
     open_store,
 )
+from langgraph_replay_guard.cli.terminal import terminal_safe
 from langgraph_replay_guard.decisions.state import GuardView
 from langgraph_replay_guard.integrations.callbacks.marks import (
     UnknownOutcome,
@@ -178,6 +179,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         json.dump(report, out, indent=2, default=str)
         out.write("\n")
         return 0 if found and not problems else 1
+    out = terminal_safe(out)  # tool names, arguments and errors are the database's text
     _print_text(args.thread, checkpoint_id, views, opaque, rows, missing, out)
     _print_marks(marks, out)
     return 0 if found and not problems else 1

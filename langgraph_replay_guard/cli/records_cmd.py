@@ -14,6 +14,7 @@ from langgraph_replay_guard._compat import store_value_sizes
 from langgraph_replay_guard.cli.bounded import add_max_item_bytes_option, too_big
 from langgraph_replay_guard.cli.common import add_namespace_option
 from langgraph_replay_guard.cli.store_uri import StoreURIError, mask_uri, open_store
+from langgraph_replay_guard.cli.terminal import terminal_safe
 from langgraph_replay_guard.errors import NotReplayableError, ReplayHashMismatchError
 from langgraph_replay_guard.records.engine import ReplayedRunError, ReplayEngine, load_record
 from langgraph_replay_guard.records.files import RecordFileError, RecordFiles
@@ -119,6 +120,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         "verify": _verify,
         "invalidate": _invalidate,
     }
+    if not getattr(args, "json", False):
+        out = terminal_safe(out)  # a record's events and errors are the database's text
     files = getattr(args, "files", None)
     if not files and args.action in {"show", "replay"} and args.execution_id is None:
         print(f"replay-guard records {args.action}: give the record's ID", file=err)

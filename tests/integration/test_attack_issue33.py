@@ -328,3 +328,99 @@ def test_inspect_does_not_load_a_callback_handler_mark_above_the_item_limit(
         assert "send_email(to='a')" in result.stdout  # the other mark is still listed
         raised = _cli("inspect", "--db", db, "--thread", "t", "--max-item-bytes", "64M")
         assert raised.returncode == 0, raised.stderr
+
+
+ESCAPES = "\x1b[2J\x1b]0;PWNED\x07\u202e\r\x9b"
+CONTROLS = "\x1b\x07\u202e\r\x9b"
+
+
+def test_inspect_text_escapes_terminal_control_characters_a_database_holds(
+    tmp_path: Path,
+) -> None:
+    """A hostile tool name or error text cleared the operator's screen, set its title."""
+    from langgraph_replay_guard.integrations.callbacks.scopes import scopes_namespace
+    from langgraph_replay_guard.replay.ledger import store_label
+
+    from .test_cli_hostile_databases import _cli
+    from .test_untrusted_databases import _hostile_checkpoint, _sqlite
+
+    with _sqlite(tmp_path) as (db, saver, store, sql):
+        _hostile_checkpoint(saver, sql, "t", "plain")
+        where = (*scopes_namespace(("replay_guard",)), "unknown", store_label("t"))
+        mark = {"k": "k1", "n": f"send{ESCAPES}", "a": f"to={ESCAPES}", "e": f"boom{ESCAPES}"}
+        store.put(where, "k1", mark)
+        result = _cli("inspect", "--db", db, "--thread", "t")
+    assert "send\\u001b[2J" in result.stdout, result.stdout
+    for char in CONTROLS:
+        assert char not in result.stdout, repr(char)
+
+
+def test_records_show_escapes_terminal_control_characters(tmp_path: Path) -> None:
+    import json
+
+    from .test_cli_hostile_databases import _cli
+
+    target, good = _records_db(tmp_path)
+    data = json.loads(_cli("records", "show", good, "--db", target, "--json").stdout)
+    data.pop("problems", None)
+    data["events"][0]["tool"] = f"lookup{ESCAPES}"
+    data["events"][0]["kind"] = f"tool{ESCAPES}"
+    path = tmp_path / "hostile-record.json"
+    path.write_text(json.dumps(data))
+    result = _cli("records", "show", "--file", str(path))
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "\\u001b[2J" in result.stdout, (result.stdout, result.stderr)
+    for char in CONTROLS:
+        assert char not in result.stdout, (repr(char), result.stdout)
+
+
+def _hostile_extensions(marker: Path) -> dict[str, Any]:
+    import ormsgpack
+    from langgraph.checkpoint.serde import jsonplus as j
+
+    def ext(code: int, *parts: Any) -> ormsgpack.Ext:
+        return ormsgpack.Ext(code, ormsgpack.packb(list(parts)))
+
+    touch, popen = f"touch {marker}", {"args": ["touch", str(marker)]}
+    system_pos = ext(j.EXT_CONSTRUCTOR_POS_ARGS, "os", "system", [touch])
+    return {
+        "pos_args": system_pos,
+        "pydantic_v1": ext(j.EXT_PYDANTIC_V1, "subprocess", "Popen", popen),
+        "pydantic_v2": ext(j.EXT_PYDANTIC_V2, "subprocess", "Popen", popen, "model_validate"),
+        "method_on_os": ext(j.EXT_METHOD_SINGLE_ARG, "os", "system", touch, "__call__"),
+        "method_on_allowed_type": ext(
+            j.EXT_METHOD_SINGLE_ARG, "pathlib", "Path", str(marker), "touch"
+        ),
+        "in_send": ext(j.EXT_CONSTRUCTOR_POS_ARGS, "langgraph.types", "Send", ["n", system_pos]),
+        "in_command": ext(
+            j.EXT_CONSTRUCTOR_KW_ARGS,
+            "langgraph.types",
+            "Command",
+            {"update": ext(j.EXT_CONSTRUCTOR_KW_ARGS, "subprocess", "Popen", popen)},
+        ),
+        "in_interrupt": ext(
+            j.EXT_CONSTRUCTOR_KW_ARGS, "langgraph.types", "Interrupt", {"value": system_pos}
+        ),
+        "module_from_an_extension": ext(
+            j.EXT_CONSTRUCTOR_SINGLE_ARG,
+            ext(j.EXT_CONSTRUCTOR_SINGLE_ARG, "builtins", "str", "os"),
+            "system",
+            touch,
+        ),
+        "delta_snapshot": ormsgpack.Ext(j.EXT_DELTA_SNAPSHOT, ormsgpack.packb([system_pos])),
+        "unknown_code": ormsgpack.Ext(42, ormsgpack.packb(["os", "system", touch])),
+    }
+
+
+@pytest.mark.parametrize(
+    "name", sorted(_hostile_extensions(Path("m")).keys()), ids=lambda name: str(name)
+)
+def test_other_extension_codes_and_nested_payloads_run_nothing(tmp_path: Path, name: str) -> None:
+    import ormsgpack
+
+    from langgraph_replay_guard.replay.safe_decode import SafeSerializer
+
+    marker = tmp_path / "marker"
+    blob = ormsgpack.packb(_hostile_extensions(marker)[name])
+    SafeSerializer().loads_typed(("msgpack", blob))
+    assert not marker.exists()
