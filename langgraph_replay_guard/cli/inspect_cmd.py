@@ -9,12 +9,14 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any, TextIO
 
+from langgraph_replay_guard._compat import store_value_sizes
 from langgraph_replay_guard.cli.bounded import (
     add_max_item_bytes_option,
     describe,
     read_checkpoints,
     read_ledger,
     read_store_item,
+    too_big,
 )
 from langgraph_replay_guard.cli.common import (
     EXIT_UNDECODED,
@@ -28,6 +30,7 @@ from langgraph_replay_guard.cli.store_uri import (
     open_checkpointer,
     open_store,
 )
+from langgraph_replay_guard.cli.terminal import terminal_safe
 from langgraph_replay_guard.decisions.state import GuardView
 from langgraph_replay_guard.integrations.callbacks.marks import (
     UnknownOutcome,
@@ -125,7 +128,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             )
             if handler_problem is not None:
                 problems.append(f"callback handler state: {handler_problem}")
-            marks, mark_problems = _handler_marks(store, namespace, args.thread)
+            marks, mark_problems = _handler_marks(store, namespace, args.thread, limit)
             problems += mark_problems
             missing = _ledger_missing(store, ledger, namespace, mask_uri(store_uri), args)
     except StoreURIError as exc:
@@ -176,6 +179,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         json.dump(report, out, indent=2, default=str)
         out.write("\n")
         return 0 if found and not problems else 1
+    out = terminal_safe(out)  # tool names, arguments and errors are the database's text
     _print_text(args.thread, checkpoint_id, views, opaque, rows, missing, out)
     _print_marks(marks, out)
     return 0 if found and not problems else 1
@@ -186,20 +190,32 @@ MAX_MARKS_SHOWN = 1000
 
 
 def _handler_marks(
-    store: Any, namespace: tuple[str, ...], thread: str
+    store: Any, namespace: tuple[str, ...], thread: str, limit: int
 ) -> tuple[list[UnknownOutcome], list[str]]:
     """The unknown outcomes a callback handler keeps in the store for a thread (its marks).
 
     Each is an item of its own (`ReplayGuardCallbackHandler` claims an unsafe call there before
-    its body runs); an item that is not a mark is left out with a line.
+    its body runs); an item that is not a mark, or is above `limit` bytes, is left out with a
+    line.
     """
     where = (*scopes_namespace(namespace), "unknown", store_label(thread))
+    big: list[str] = []
     try:
-        items = store.search(where, limit=MAX_MARKS_SHOWN + 1)
+        # Sizes first, as for ledger rows: a search would load a hostile 300 MB mark whole.
+        sizes = store_value_sizes(store, where) or {}
+        if not any(size > limit for size in sizes.values()):
+            items = store.search(where, limit=MAX_MARKS_SHOWN + 1)
+        else:
+            items = []
+            for (item_ns, key), size in sorted(sizes.items())[: MAX_MARKS_SHOWN + 1]:
+                if size > limit:
+                    big.append(f"callback handler mark {key!r}: {too_big('it', size, limit)}")
+                elif (item := store.get(item_ns, key)) is not None:
+                    items.append(item)
     except Exception as exc:  # a damaged table: named, the rest of the report still shown
         return [], [f"callback handler marks: cannot read them ({type(exc).__name__})"]
     marks: list[UnknownOutcome] = []
-    problems: list[str] = []
+    problems: list[str] = big
     for item in items[:MAX_MARKS_SHOWN]:
         mark = mark_from(item.value)
         if mark is None:

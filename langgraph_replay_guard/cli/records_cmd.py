@@ -10,8 +10,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from langgraph_replay_guard import json_depth
+from langgraph_replay_guard._compat import store_value_sizes
+from langgraph_replay_guard.cli.bounded import add_max_item_bytes_option, too_big
 from langgraph_replay_guard.cli.common import add_namespace_option
 from langgraph_replay_guard.cli.store_uri import StoreURIError, mask_uri, open_store
+from langgraph_replay_guard.cli.terminal import terminal_safe
 from langgraph_replay_guard.errors import NotReplayableError, ReplayHashMismatchError
 from langgraph_replay_guard.records.engine import ReplayedRunError, ReplayEngine, load_record
 from langgraph_replay_guard.records.files import RecordFileError, RecordFiles
@@ -66,6 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             p.add_argument("--db", required=True, metavar="URI", help=db_help)
         add_namespace_option(p, "its records are under PARTS/records")
         p.add_argument("--json", action="store_true", help="print JSON")
+        add_max_item_bytes_option(p)  # a record's header and each 4 MB body chunk are items
         return p
 
     p = action("list", "list records, newest first")
@@ -116,6 +120,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         "verify": _verify,
         "invalidate": _invalidate,
     }
+    if not getattr(args, "json", False):
+        out = terminal_safe(out)  # a record's events and errors are the database's text
     files = getattr(args, "files", None)
     if not files and args.action in {"show", "replay"} and args.execution_id is None:
         print(f"replay-guard records {args.action}: give the record's ID", file=err)
@@ -126,7 +132,16 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         # Only `invalidate` writes; every other action opens the database read-only.
         with open_store(args.db, read_only=args.action != "invalidate") as store:
             namespace = (*args.namespace, "records")
-            return handlers[args.action](RecordStore(store, namespace=namespace), args, out, err)
+            records = RecordStore(store, namespace=namespace)
+            # Sizes first (the database tells them, nothing is loaded): a hostile writer's
+            # 300 MB body chunk must not be read whole, as inspect and export refuse it too.
+            bodies = args.action != "list"  # list reads headers only
+            oversized = _oversized(records, _named_ids(args), args.max_item_bytes, bodies=bodies)
+            for line in oversized:
+                print(f"replay-guard records: {line}", file=err)
+            if oversized:
+                return EXIT_USAGE
+            return handlers[args.action](records, args, out, err)
     except StoreURIError as exc:
         print(f"replay-guard records: {exc}", file=err)
         return EXIT_USAGE
@@ -137,6 +152,35 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         where = f"files {', '.join(map(str, files))}" if files else f"database {mask_uri(args.db)}"
         print(f"replay-guard records: {exc} ({where})", file=err)
         return EXIT_USAGE
+
+
+def _named_ids(args: argparse.Namespace) -> set[str] | None:
+    """The record ids an action reads (None: every record, as list and verify without ids)."""
+    if args.action == "verify":
+        return set(args.execution_ids) or None
+    if args.action == "list":
+        return None
+    return {args.execution_id}
+
+
+def _oversized(
+    records: RecordStore, ids: set[str] | None, limit: int, *, bodies: bool
+) -> list[str]:
+    """One line per header or body chunk of these records above `limit` (nothing loaded)."""
+    lines: list[str] = []
+    parts = [(records.namespace, "header")]
+    if bodies:
+        parts.append((records.body_namespace, "body"))
+    for namespace, part in parts:
+        sizes = store_value_sizes(records.store, namespace) or {}
+        for (item_namespace, key), size in sorted(sizes.items()):
+            owner = key if part == "header" else key.rpartition("/")[0]
+            if item_namespace != namespace or size <= limit:
+                continue
+            if ids is None or owner in ids:
+                what = "its header" if part == "header" else f"its body chunk {key!r}"
+                lines.append(f"record {owner!r}: {too_big(what, size, limit)}")
+    return lines
 
 
 def _load(records: _Records, execution_id: str | None) -> ExecutionRecord:

@@ -750,7 +750,9 @@ def summarize_args(args: Any) -> str:
         Text such as `id='P1002', limit=5`, at most 160 characters.
     """
     if isinstance(args, Mapping):
-        parts = [f"{k}={_short(v)}" for k, v in args.items()]
+        # A key is model-chosen like a tool name: bounded the same way (`prompt_name`), so
+        # a sentence spelled as a key does not reach the reminder whole.
+        parts = [f"{prompt_name(str(k))}={_short(v)}" for k, v in args.items()]
         text = ", ".join(parts)
     else:
         text = _short(args)
