@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import operator
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
 from langchain.agents.middleware.types import (
@@ -62,7 +62,13 @@ from langgraph_replay_guard.integrations.task_writes import write_events
 from langgraph_replay_guard.integrations.tool_node import ToolCallWrapper, abort_trace
 from langgraph_replay_guard.integrations.tracing import BlockedRun, blocked_run
 from langgraph_replay_guard.policy.config import GuardConfig
-from langgraph_replay_guard.replay.ledger import CallIdentity, call_scope, given_plan, node_path
+from langgraph_replay_guard.replay.ledger import (
+    CallIdentity,
+    args_digest,
+    call_scope,
+    given_plan,
+    node_path,
+)
 from langgraph_replay_guard.storage import store_cas
 from langgraph_replay_guard.storage.ledger_io import arun_plan, run_plan
 
@@ -306,12 +312,16 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # this model node, wrote it (a call in another place is found through a lookup row).
         ns = str(configurable.get("checkpoint_ns") or "")
         node = node_path("|".join([*ns.split("|")[:-1], TOOLS_NODE]))
-        ai_id = _last_ai_id(messages)
+        ai = _last_ai(messages)
+        ai_id = ai.id if ai is not None else None
         scope = call_scope(gate.label, "")
         keys = {tc: [CallIdentity(str(thread_id), node, ai_id, tc, scope).key] for tc in given}
+        # Only a row of the call as the model asked it holds that call's answer (a fan-out or
+        # a corrected retry outside the guard ran other arguments under its id).
+        asked = _asked_hashes(ai, given)
         # One SQLite connection for the checkpointer and the store: see `LedgerGate`.
         store_cas.share_connection(store, run_checkpointer(configurable))
-        return store, given_plan(gate.prefix, str(thread_id), given, keys)
+        return store, given_plan(gate.prefix, str(thread_id), given, keys, asked)
 
     def _write(self, request: ModelRequest[Any], events: list[Event]) -> None:
         """One write of the model call's events beside the model node's output."""
@@ -636,12 +646,25 @@ def _last_batch(messages: Sequence[Any]) -> list[ToolMessage]:
     return batch
 
 
-def _last_ai_id(messages: Sequence[Any]) -> str | None:
-    """The id of the last AIMessage (the one whose calls the last batch answered)."""
+def _last_ai(messages: Sequence[Any]) -> AIMessage | None:
+    """The last AIMessage (the one whose calls the last batch answered)."""
     for message in reversed(messages):
         if isinstance(message, AIMessage):
-            return message.id
+            return message
     return None
+
+
+def _asked_hashes(message: AIMessage | None, ids: Collection[str]) -> dict[str, str]:
+    """tool_call_id -> hash of the arguments the model asked, for the calls in `ids`."""
+    asked: dict[str, str] = {}
+    for call in message.tool_calls if message is not None else ():
+        call_id = call.get("id")
+        if call_id in ids:
+            try:
+                asked[str(call_id)] = args_digest(call.get("args", {}))
+            except (TypeError, ValueError):  # arguments the ledger could not key either
+                continue
+    return asked
 
 
 def _given_failed(exc: Exception) -> None:

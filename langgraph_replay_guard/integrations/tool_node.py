@@ -734,8 +734,14 @@ class ToolCallWrapper:
             return _Allowed(planned, batch)
         earlier = None
         # Whether or not the channel kept a preview (`store_previews=False`, or one dropped
-        # when a middleware changed the result): the thread's messages decide.
-        if decision is not None and decision.reason == "duplicate":
+        # when a middleware changed the result): the thread's messages decide. A duplicate
+        # of an earlier call of this same batch has no result in them yet: its sibling runs,
+        # and the answer says to use that call's result.
+        if (
+            decision is not None
+            and decision.reason == "duplicate"
+            and not _sibling_duplicate(plan, planned)
+        ):
             earlier = earlier_answer(config, decision, state, self.messages_key)
             if earlier is None:
                 # A duplicate of a result the history no longer holds (summarized or
@@ -874,6 +880,17 @@ async def _passing_awaited(result: Awaitable[ToolResult]) -> ToolResult:
         return await result
     except Exception as exc:
         raise NodeErrorPassage(exc) from None
+
+
+def _sibling_duplicate(plan: BatchPlan, planned: PlannedCall) -> bool:
+    """Whether an earlier call of the same batch has this call's key (it runs, this one not)."""
+    decision = planned.decision
+    if decision is None:
+        return False
+    return any(
+        other.decision is not None and other.decision.call_key == decision.call_key
+        for other in plan.calls[: planned.index]
+    )
 
 
 def _refused_as_unknown(result: ToolResult, name: str) -> bool:

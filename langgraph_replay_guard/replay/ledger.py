@@ -82,6 +82,9 @@ _KNOWN_STATUSES = frozenset(
     {"started", "completed", "failed", "interrupted", "blocked", "retry", "corrupt"}
 )
 
+VARIANT_MARK = "#"
+"""Between a call's row key and its argument variant (`CallIdentity.variant`)."""
+
 FIRST_PAUSE = 0.02
 """First pause, in seconds, while waiting for another worker's outcome (doubles each time)."""
 LONGEST_PAUSE = 0.5
@@ -204,7 +207,7 @@ class CallIdentity:
     @property
     def key(self) -> str:
         """The row key within the thread's namespace."""
-        return f"{self.base_key}#{self.variant}" if self.variant else self.base_key
+        return f"{self.base_key}{VARIANT_MARK}{self.variant}" if self.variant else self.base_key
 
     @property
     def idempotency_key(self) -> str:
@@ -1198,7 +1201,7 @@ def find_by_tool_call_id(
     return [entry for entry in entries if entry is not None]
 
 
-def given_entry(entry: LedgerEntry, content: Any) -> LedgerEntry | None:
+def given_entry(entry: LedgerEntry, content: Any, asked: str | None = None) -> LedgerEntry | None:
     """The row with its result's content replaced by what the model was given, if it differs.
 
     A middleware may change a tool's result after the guard recorded it (`PIIMiddleware`
@@ -1211,11 +1214,21 @@ def given_entry(entry: LedgerEntry, content: Any) -> LedgerEntry | None:
     Args:
         entry: A row.
         content: The content of the call's ToolMessage in the thread's messages.
+        asked: The hash of the arguments the model asked (`args_digest`): a row of other
+            arguments under the call's id is left as it is. None: not checked.
 
     Returns:
         The new row (a new revision), or None when there is nothing to change.
     """
     if not entry.has_outcome or entry.result is None:
+        return None
+    if asked is not None and entry.args_hash and entry.args_hash != asked:
+        return None  # a middleware outside the guard ran other arguments under this id
+    if entry.ran_args is not None or VARIANT_MARK in entry.key:
+        # The body ran with other arguments than the model's call (a middleware inside the
+        # guard retried it corrected, fanned it out, or a person edited it): the message the
+        # model was given answers the call as asked, not this body's run (a fan-out joins
+        # several), so it is not this row's result. Replays stay what the bodies returned.
         return None
     try:
         recorded, artifact, status = decode_result(entry.result)
@@ -1233,6 +1246,7 @@ def given_plan(
     thread_id: str,
     given: Mapping[str, Any],
     keys: Mapping[str, Sequence[str]],
+    asked: Mapping[str, str] | None = None,
 ) -> Generator[Op, Any, int]:
     """The plan that makes the rows of these tool calls hold what the model was given.
 
@@ -1246,6 +1260,7 @@ def given_plan(
         thread_id: The thread.
         given: tool_call_id -> the content its ToolMessage holds in the thread.
         keys: tool_call_id -> row keys where the caller expects its row.
+        asked: tool_call_id -> hash of the arguments the model asked (see `given_entry`).
 
     Returns:
         How many rows were rewritten.
@@ -1265,7 +1280,8 @@ def given_plan(
     rewritten = 0
     for (tc, key), value in zip(keyed, values, strict=True):
         entry = _entry(key, value)
-        new = given_entry(entry, given[tc]) if entry is not None else None
+        wanted = (asked or {}).get(tc)
+        new = given_entry(entry, given[tc], wanted) if entry is not None else None
         if entry is None or new is None:
             continue
         # Another writer since the read (a resolve, a claim) wins: its row stands.
