@@ -824,14 +824,19 @@ def _after_identical(ctx: CallContext, latest: LedgerEntry, tool_call_id: str) -
     # it (time travel), or its AIMessage was lost in a crash (or LangGraph lost the writes
     # that would have answered it), and the model asked again with new ids. The ledger
     # cannot tell the two apart, so the message names both, the deliberate one first.
+    return _lost_earlier_call(ctx, latest, "an identical earlier call already ran for this thread")
+
+
+def _lost_earlier_call(ctx: CallContext, earlier: LedgerEntry, what: str) -> _Step:
+    """An identical call ran before but is not in the history this run continues."""
     if ctx.replay == "unsafe":
         why = (
-            "an identical earlier call already ran for this thread but is not in the history "
-            "this run continues (a fork or time travel from a checkpoint before it, or its "
-            "message was lost in a crash) and may have had its effect"
+            f"{what} but is not in the history this run continues (a fork or time travel from "
+            "a checkpoint before it, or its message was lost in a crash) and may have had its "
+            "effect"
         )
-        return Admission("unknown", latest, why=why)
-    return _MayRun(key=latest.idempotency_key)  # idempotent: the lost call's key
+        return Admission("unknown", earlier, why=why)
+    return _MayRun(key=earlier.idempotency_key)  # idempotent: the earlier call's key
 
 
 def tool_call_key(tool_call_id: str) -> str:
@@ -990,14 +995,8 @@ def _check_enclosing_repeat(ctx: CallContext, value: Any) -> Generator[Op, Any, 
     row = _entry(latest["key"], row_value)
     if row is None:
         return _MayRun()  # the lookup row was written, the claim never was: it never ran
-    if ctx.replay == "unsafe":
-        why = (
-            "an identical call already ran inside an identical earlier call that is not in "
-            "the history this run continues (a fork or time travel from a checkpoint before "
-            "it, or its message was lost in a crash) and may have had its effect"
-        )
-        return Admission("unknown", row, why=why)
-    return _MayRun(key=row.idempotency_key)  # idempotent: the earlier call's key
+    what = "an identical call already ran inside an identical earlier call"
+    return _lost_earlier_call(ctx, row, what)
 
 
 def _lookups(

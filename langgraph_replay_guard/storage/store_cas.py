@@ -87,29 +87,33 @@ def _kind(store: Any) -> str:
     return _kind_of(_unwrap(store))
 
 
+# Which atomic strategy a store (or which lock a checkpointer) gets, by class name along the MRO
+# so subclasses keep theirs and the backends stay optional imports.
+_STORE_KINDS = (
+    ("langgraph.store.sqlite.aio.AsyncSqliteStore", "async_sqlite"),
+    ("langgraph.store.sqlite.base.SqliteStore", "sqlite"),
+    ("langgraph.store.postgres.aio.AsyncPostgresStore", "async_postgres"),
+    ("langgraph.store.postgres.base.PostgresStore", "postgres"),
+    ("langgraph.store.memory.InMemoryStore", "memory"),
+)
+_SAVER_KINDS = (
+    ("langgraph.checkpoint.sqlite.aio.AsyncSqliteSaver", "async_sqlite"),
+    ("langgraph.checkpoint.sqlite.SqliteSaver", "sqlite"),
+)
+
+
+def _class_kind(obj: Any, kinds: tuple[tuple[str, str], ...], default: str) -> str:
+    names = {cls.__module__ + "." + cls.__name__ for cls in type(obj).__mro__}
+    return next((kind for name, kind in kinds if name in names), default)
+
+
 def _kind_of(store: Any) -> str:
     """Which atomic strategy a store gets (by class, so subclasses keep theirs)."""
-    names = {cls.__module__ + "." + cls.__name__ for cls in type(store).__mro__}
-    if "langgraph.store.sqlite.aio.AsyncSqliteStore" in names:
-        return "async_sqlite"
-    if "langgraph.store.sqlite.base.SqliteStore" in names:
-        return "sqlite"
-    if "langgraph.store.postgres.aio.AsyncPostgresStore" in names:
-        return "async_postgres"
-    if "langgraph.store.postgres.base.PostgresStore" in names:
-        return "postgres"
-    if "langgraph.store.memory.InMemoryStore" in names:
-        return "memory"
-    return "unknown"
+    return _class_kind(store, _STORE_KINDS, "unknown")
 
 
 def _saver_kind(saver: Any) -> str:
-    names = {cls.__module__ + "." + cls.__name__ for cls in type(saver).__mro__}
-    if "langgraph.checkpoint.sqlite.aio.AsyncSqliteSaver" in names:
-        return "async_sqlite"
-    if "langgraph.checkpoint.sqlite.SqliteSaver" in names:
-        return "sqlite"
-    return "other"
+    return _class_kind(saver, _SAVER_KINDS, "other")
 
 
 def share_connection(store: BaseStore, checkpointer: Any) -> None:

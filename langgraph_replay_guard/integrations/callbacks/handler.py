@@ -373,12 +373,7 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         Raises:
             ValueError: If `limit` is below 1 or `offset` below 0.
         """
-        if limit < 1 or offset < 0:
-            msg = (
-                f"unknown_outcomes(limit={limit!r}, offset={offset!r}): pass limit >= 1 and "
-                "offset >= 0."
-            )
-            raise ValueError(msg)
+        _check_page("unknown_outcomes", limit, offset)
         marks = self._guard.unknown(_scope_key(thread_id, run_id), limit, offset)
         return [outcome_of(mark) for mark in marks]
 
@@ -402,12 +397,7 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         Raises:
             ValueError: If `limit` is below 1 or `offset` below 0.
         """
-        if limit < 1 or offset < 0:
-            msg = (
-                f"unknown_outcome_threads(limit={limit!r}, offset={offset!r}): pass limit >= 1 "
-                "and offset >= 0."
-            )
-            raise ValueError(msg)
+        _check_page("unknown_outcome_threads", limit, offset)
         return self._guard.marks.held(limit, offset)
 
     def resolve(
@@ -810,3 +800,9 @@ def _refuse(refusal: Refusal, tool_name: str = "") -> ToolCallBlockedError:
         emit(writer, decision, tool_call)
         logger.info("langgraph-replay-guard: refused %s (%s)", decision.tool, decision.reason)
     return ToolCallBlockedError(refusal.message, tool_name=tool_name)
+
+
+def _check_page(method: str, limit: int, offset: int) -> None:
+    if limit < 1 or offset < 0:
+        msg = f"{method}(limit={limit!r}, offset={offset!r}): pass limit >= 1 and offset >= 0."
+        raise ValueError(msg)
