@@ -44,6 +44,7 @@ from langgraph_replay_guard.decisions.state import (
 from langgraph_replay_guard.guard import ReplayGuard
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
+    STOP_MARK,
     Batch,
     abort_answer,
     answered_event,
@@ -411,6 +412,8 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelCallResult[Any]:
         """Add the pending reminder to this call's prompt; stop a batch that would abort."""
+        if _stopped_by_tools(request):
+            return ModelResponse(result=[])
         self._check_tools(request)
         self._scrub(request)
         given = self._given(request)
@@ -432,6 +435,8 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelCallResult[Any]:
         """Async twin of `wrap_model_call`."""
+        if _stopped_by_tools(request):
+            return ModelResponse(result=[])
         self._check_tools(request)
         self._scrub(request)
         given = self._given(request)
@@ -517,6 +522,26 @@ class _ToolFreeReplayGuardMiddleware(ReplayGuardMiddleware):
 
     wrap_tool_call = AgentMiddleware.wrap_tool_call
     awrap_tool_call = AgentMiddleware.awrap_tool_call
+
+
+def _stopped_by_tools(request: ModelRequest[Any]) -> bool:
+    """Whether the tools node just ended the run with the guard's final message.
+
+    The guard stops a batch at the model call that asked for it (`_stop_after`), on the
+    model's answer as it sees it. A model middleware outside the guard that rewrites the
+    answer's tool calls changes what the model asked after that: the guard's tool hook
+    then stops the batch, and its final message is the last one. `create_agent` routes the
+    tools node back to the model whatever it answered; the model is not called again.
+    """
+    messages = request.state.get("messages") if isinstance(request.state, dict) else None
+    if not messages:
+        return False
+    last = messages[-1]
+    return (
+        isinstance(last, AIMessage)
+        and not last.tool_calls
+        and STOP_MARK in last.response_metadata
+    )
 
 
 def _has_tool_hook(middleware: Any) -> bool:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import uuid
 from collections import Counter
 from typing import Any
 
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
-from langchain_core.messages import HumanMessage, SystemMessage
+from langchain.agents.middleware.types import ModelResponse
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
@@ -123,3 +126,137 @@ def test_a_hand_written_graph_keeps_the_blocks_of_its_prompt() -> None:
     assert message.additional_kwargs == {"k": 1}
     assert system_prompt_with_reminder("base", "R") == SystemMessage(content="base\n\nR")
     assert system_prompt_with_reminder(prompt, None) is prompt
+
+
+# -- item 2: counting follows what the model asked, the ledger what runs ---------------------
+
+
+class TraceIdArgs(AgentMiddleware):  # type: ignore[type-arg]
+    """A tool middleware that adds a fresh trace id to every call's arguments."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: list[str] = []
+
+    def _traced(self, request: Any) -> Any:
+        self.ids.append(uuid.uuid4().hex)
+        call = request.tool_call
+        return request.override(tool_call={**call, "args": {**call["args"], "trace_id": self.ids[-1]}})
+
+    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+        return handler(self._traced(request))
+
+    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+        return await handler(self._traced(request))
+
+
+class UpperCaseIds(AgentMiddleware):  # type: ignore[type-arg]
+    """A model middleware that rewrites the tool calls of the model's answer (ids upper-cased)."""
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        response = handler(request)
+        messages = []
+        for message in response.result:
+            if isinstance(message, AIMessage) and message.tool_calls:
+                calls = [
+                    {**c, "args": {**c["args"], "id": str(c["args"]["id"]).upper()}}
+                    for c in message.tool_calls
+                ]
+                message = message.model_copy(update={"tool_calls": calls})
+            messages.append(message)
+        return ModelResponse(result=messages, structured_response=response.structured_response)
+
+
+def _traced_tools(runs: Counter[str], seen: list[dict[str, Any]]) -> list[Any]:
+    @tool
+    def lookup(id: str, trace_id: str = "") -> str:
+        """Look a customer up."""
+        runs["lookup"] += 1
+        seen.append({"id": id, "trace_id": trace_id})
+        return f"{id}: premium plan"
+
+    @tool
+    def send(to: str, trace_id: str = "") -> str:
+        """Send an email."""
+        runs["send"] += 1
+        return f"sent to {to}"
+
+    return [lookup, send]
+
+
+def _warned(model: ScriptedChatModel) -> list[bool]:
+    return [p is not None and "LOOP WARNING" in p for p in model.system_prompts]
+
+
+def _stop_reason(out: dict[str, Any]) -> Any:
+    return out["messages"][-1].response_metadata.get("replay_guard_stop")
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("order", ORDERS)
+def test_a_trace_id_added_to_the_arguments_hides_no_loop(order: str, mode: str) -> None:
+    runs: Counter[str] = Counter()
+    seen: list[dict[str, Any]] = []
+    model = ScriptedChatModel.looping("lookup", {"id": "P1"}, times=20)
+    tracer = TraceIdArgs()
+    agent = create_agent(
+        model,
+        _traced_tools(runs, seen),
+        middleware=_stack(order, ReplayGuardMiddleware(), tracer),
+        checkpointer=InMemorySaver(),
+    )
+    inputs = {"messages": [HumanMessage("who is P1?")]}
+    cfg = {"configurable": {"thread_id": "t"}}
+    out = agent.invoke(inputs, cfg) if mode == "sync" else asyncio.run(agent.ainvoke(inputs, cfg))
+    # Exactly as without the tracer: one run, the repeats answered, stopped at the 4th call.
+    assert runs["lookup"] == 1
+    assert model.calls == 4
+    assert _warned(model) == [False, False, True, True]
+    assert _stop_reason(out) == "repeat_limit"
+    # The tool ran with the trace id the middleware added (what runs is what the tool got).
+    assert len(seen) == 1 and seen[0]["trace_id"] in tracer.ids
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_a_trace_id_on_a_side_effect_loop_stops_it_like_the_plain_agent(order: str) -> None:
+    from langgraph.store.memory import InMemoryStore
+
+    def run(stack: list[Any]) -> tuple[Counter[str], int, Any]:
+        runs: Counter[str] = Counter()
+        model = ScriptedChatModel.looping("send", {"to": "ann"}, times=20)
+        agent = create_agent(
+            model,
+            _traced_tools(runs, []),
+            middleware=stack,
+            checkpointer=InMemorySaver(),
+            store=InMemoryStore(),
+        )
+        out = agent.invoke({"messages": [HumanMessage("mail")]}, {"configurable": {"thread_id": "t"}})
+        return runs, model.calls, _stop_reason(out)
+
+    def guard() -> ReplayGuardMiddleware:
+        return ReplayGuardMiddleware(tools={"send": "unsafe"})
+
+    plain = run([guard()])
+    traced = run(_stack(order, guard(), TraceIdArgs()))
+    assert traced == plain
+    assert plain[1] == 4 and plain[2] is not None
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_a_middleware_that_rewrites_the_models_answer_rewrites_what_it_asked(order: str) -> None:
+    # The AIMessage in the state is what the model asked: the model writes "p1", a model
+    # middleware makes it "P1" in the answer, and "P1" is what is counted, run and stopped.
+    runs: Counter[str] = Counter()
+    seen: list[dict[str, Any]] = []
+    model = ScriptedChatModel.looping("lookup", {"id": "p1"}, times=20)
+    agent = create_agent(
+        model,
+        _traced_tools(runs, seen),
+        middleware=_stack(order, ReplayGuardMiddleware(), UpperCaseIds()),
+        checkpointer=InMemorySaver(),
+    )
+    out = agent.invoke({"messages": [HumanMessage("who?")]}, {"configurable": {"thread_id": "t"}})
+    assert [s["id"] for s in seen] == ["P1"]
+    assert model.calls == 4
+    assert _stop_reason(out) == "repeat_limit"
