@@ -12,9 +12,10 @@ import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
 from langchain.agents.middleware.types import ModelResponse
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
-from langchain_core.tools import tool
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.tools import BaseTool, StructuredTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
+from pydantic import BaseModel, Field
 
 from langgraph_replay_guard import ReplayGuardMiddleware
 from langgraph_replay_guard.testing import ScriptedChatModel
@@ -260,3 +261,140 @@ def test_a_middleware_that_rewrites_the_models_answer_rewrites_what_it_asked(ord
     assert [s["id"] for s in seen] == ["P1"]
     assert model.calls == 4
     assert _stop_reason(out) == "repeat_limit"
+
+
+# -- item 3: what a middleware inside the guard sees of the tool -------------------------------
+
+
+class _LookupArgs(BaseModel):
+    id: str
+
+
+class LookupTool(BaseTool):
+    """A tool class with its own `_run`."""
+
+    name: str = "lookup"
+    description: str = "Look a customer up."
+    args_schema: type[BaseModel] = _LookupArgs
+    runs: list[str] = Field(default_factory=list)
+
+    def _run(self, id: str, **kwargs: Any) -> str:
+        self.runs.append(id)
+        return f"{id}: premium plan"
+
+
+def _tool_of_kind(kind: str, runs: list[str]) -> BaseTool:
+    """One tool named `lookup` of each kind a user gives `create_agent`."""
+
+    def body(id: str) -> str:
+        """Look a customer up."""
+        runs.append(id)
+        return f"{id}: premium plan"
+
+    made: BaseTool
+    if kind == "tool_function":
+        made = tool("lookup")(body)
+    elif kind == "structured_tool":
+        made = StructuredTool.from_function(
+            body, name="lookup", handle_tool_error=True, handle_validation_error="bad id"
+        )
+    elif kind == "base_tool_subclass":
+        made = LookupTool(runs=runs)  # its own list: `runs` is read back below
+    elif kind == "return_direct":
+        made = tool("lookup", return_direct=True)(body)
+    else:
+
+        def with_artifact(id: str) -> tuple[str, dict[str, str]]:
+            """Look a customer up (the record as an artifact)."""
+            runs.append(id)
+            return f"{id}: premium plan", {"id": id, "plan": "premium"}
+
+        made = tool("lookup", response_format="content_and_artifact")(with_artifact)
+    made.metadata = {"owner": "crm", "readOnlyHint": True}
+    made.tags = ["crm"]
+    return made
+
+
+TOOL_KINDS = [
+    "tool_function",
+    "structured_tool",
+    "base_tool_subclass",
+    "return_direct",
+    "content_and_artifact",
+]
+TOOL_FIELDS = [
+    "name",
+    "description",
+    "metadata",
+    "tags",
+    "return_direct",
+    "response_format",
+    "args_schema",
+    "handle_tool_error",
+    "handle_validation_error",
+    "verbose",
+    "callbacks",
+    "extras",
+]
+
+
+class SeesTools(AgentMiddleware):  # type: ignore[type-arg]
+    """A tool middleware that keeps the tool of every request it hands on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tools: list[Any] = []
+
+    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+        self.tools.append(request.tool)
+        return handler(request)
+
+    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+        self.tools.append(request.tool)
+        return await handler(request)
+
+
+@pytest.mark.parametrize("ledger", ["pure-no-store", "unsafe-with-store"])
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("kind", TOOL_KINDS)
+def test_a_middleware_on_either_side_sees_the_tool_as_the_user_made_it(
+    kind: str, order: str, ledger: str
+) -> None:
+    from langgraph.store.memory import InMemoryStore
+
+    runs: list[str] = []
+    user_tool = _tool_of_kind(kind, runs)
+    ran = user_tool.runs if isinstance(user_tool, LookupTool) else runs
+    unsafe = ledger == "unsafe-with-store"
+    guard = ReplayGuardMiddleware(tools={"lookup": "unsafe" if unsafe else "pure"})
+    sees = SeesTools()
+    model = ScriptedChatModel(script=[[("lookup", {"id": "P1"})], "done"])
+    agent = create_agent(
+        model,
+        [user_tool],
+        middleware=_stack(order, guard, sees),
+        checkpointer=InMemorySaver(),
+        store=InMemoryStore() if unsafe else None,
+    )
+    out = agent.invoke({"messages": [HumanMessage("who?")]}, {"configurable": {"thread_id": "t"}})
+    assert ran == ["P1"]
+    (seen,) = sees.tools
+    if order == "guard-last":
+        assert seen is user_tool  # outside the guard: the user's own object
+    else:
+        # Inside the guard: the documented copy, whose `invoke`/`ainvoke` run the guard's
+        # plan where the tool runs. Everything a middleware reads of a tool is the user's.
+        assert type(seen) is type(user_tool)
+        assert seen == user_tool
+        for name in TOOL_FIELDS:
+            assert getattr(seen, name) is getattr(user_tool, name), name
+        assert seen.tool_call_schema.model_json_schema() == (
+            user_tool.tool_call_schema.model_json_schema()
+        )
+    answer = next(m for m in out["messages"] if isinstance(m, ToolMessage))
+    assert answer.text == "P1: premium plan"
+    if kind == "return_direct":
+        assert out["messages"][-1] is not None and isinstance(out["messages"][-1], ToolMessage)
+        assert model.calls == 1
+    if kind == "content_and_artifact":
+        assert answer.artifact == {"id": "P1", "plan": "premium"}
