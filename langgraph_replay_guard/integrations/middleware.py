@@ -538,9 +538,7 @@ def _stopped_by_tools(request: ModelRequest[Any]) -> bool:
         return False
     last = messages[-1]
     return (
-        isinstance(last, AIMessage)
-        and not last.tool_calls
-        and STOP_MARK in last.response_metadata
+        isinstance(last, AIMessage) and not last.tool_calls and STOP_MARK in last.response_metadata
     )
 
 
