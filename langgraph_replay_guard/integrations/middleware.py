@@ -412,8 +412,10 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelCallResult[Any]:
         """Add the pending reminder to this call's prompt; stop a batch that would abort."""
-        if _stopped_by_tools(request):
-            return ModelResponse(result=[])
+        stop = _stop_by_tools(request)
+        if stop is not None:
+            # Its own message again: `add_messages` replaces it by id, and the run ends.
+            return ModelResponse(result=[stop])
         self._check_tools(request)
         self._scrub(request)
         given = self._given(request)
@@ -435,8 +437,10 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelCallResult[Any]:
         """Async twin of `wrap_model_call`."""
-        if _stopped_by_tools(request):
-            return ModelResponse(result=[])
+        stop = _stop_by_tools(request)
+        if stop is not None:
+            # Its own message again: `add_messages` replaces it by id, and the run ends.
+            return ModelResponse(result=[stop])
         self._check_tools(request)
         self._scrub(request)
         given = self._given(request)
@@ -524,8 +528,8 @@ class _ToolFreeReplayGuardMiddleware(ReplayGuardMiddleware):
     awrap_tool_call = AgentMiddleware.awrap_tool_call
 
 
-def _stopped_by_tools(request: ModelRequest[Any]) -> bool:
-    """Whether the tools node just ended the run with the guard's final message.
+def _stop_by_tools(request: ModelRequest[Any]) -> AIMessage | None:
+    """The guard's final message, when the tools node just ended the run with it.
 
     The guard stops a batch at the model call that asked for it (`_stop_after`), on the
     model's answer as it sees it. A model middleware outside the guard that rewrites the
@@ -535,11 +539,11 @@ def _stopped_by_tools(request: ModelRequest[Any]) -> bool:
     """
     messages = request.state.get("messages") if isinstance(request.state, dict) else None
     if not messages:
-        return False
+        return None
     last = messages[-1]
-    return (
-        isinstance(last, AIMessage) and not last.tool_calls and STOP_MARK in last.response_metadata
-    )
+    if not isinstance(last, AIMessage) or last.tool_calls or last.id is None:
+        return None
+    return last if STOP_MARK in last.response_metadata else None
 
 
 def _has_tool_hook(middleware: Any) -> bool:

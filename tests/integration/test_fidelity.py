@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import os
-import uuid
 from collections import Counter
 from typing import Any
 
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
-from langchain.agents.middleware.types import ModelResponse
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import BaseModel, Field
 
 from langgraph_replay_guard import ReplayGuardMiddleware
 from langgraph_replay_guard.testing import ScriptedChatModel
+from tests.integration.decorating import TraceIdArgs, UpperCaseIds
 
 os.environ["LANGSMITH_TRACING"] = "false"
 
@@ -133,44 +132,6 @@ def test_a_hand_written_graph_keeps_the_blocks_of_its_prompt() -> None:
 
 
 # -- item 2: counting follows what the model asked, the ledger what runs ---------------------
-
-
-class TraceIdArgs(AgentMiddleware):  # type: ignore[type-arg]
-    """A tool middleware that adds a fresh trace id to every call's arguments."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ids: list[str] = []
-
-    def _traced(self, request: Any) -> Any:
-        self.ids.append(uuid.uuid4().hex)
-        call = request.tool_call
-        return request.override(
-            tool_call={**call, "args": {**call["args"], "trace_id": self.ids[-1]}}
-        )
-
-    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
-        return handler(self._traced(request))
-
-    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
-        return await handler(self._traced(request))
-
-
-class UpperCaseIds(AgentMiddleware):  # type: ignore[type-arg]
-    """A model middleware that rewrites the tool calls of the model's answer (ids upper-cased)."""
-
-    def wrap_model_call(self, request: Any, handler: Any) -> Any:
-        response = handler(request)
-        messages = []
-        for message in response.result:
-            if isinstance(message, AIMessage) and message.tool_calls:
-                calls = [
-                    {**c, "args": {**c["args"], "id": str(c["args"]["id"]).upper()}}
-                    for c in message.tool_calls
-                ]
-                message = message.model_copy(update={"tool_calls": calls})
-            messages.append(message)
-        return ModelResponse(result=messages, structured_response=response.structured_response)
 
 
 def _traced_tools(runs: Counter[str], seen: list[dict[str, Any]]) -> list[Any]:
