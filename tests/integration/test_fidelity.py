@@ -324,11 +324,12 @@ class SeesTools(AgentMiddleware):  # type: ignore[type-arg]
         return await handler(request)
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
 @pytest.mark.parametrize("ledger", ["pure-no-store", "unsafe-with-store"])
 @pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("kind", TOOL_KINDS)
 def test_a_middleware_on_either_side_sees_the_tool_as_the_user_made_it(
-    kind: str, order: str, ledger: str
+    kind: str, order: str, ledger: str, mode: str
 ) -> None:
     from langgraph.store.memory import InMemoryStore
 
@@ -346,7 +347,9 @@ def test_a_middleware_on_either_side_sees_the_tool_as_the_user_made_it(
         checkpointer=InMemorySaver(),
         store=InMemoryStore() if unsafe else None,
     )
-    out = agent.invoke({"messages": [HumanMessage("who?")]}, {"configurable": {"thread_id": "t"}})
+    inputs = {"messages": [HumanMessage("who?")]}
+    cfg = {"configurable": {"thread_id": "t"}}
+    out = agent.invoke(inputs, cfg) if mode == "sync" else asyncio.run(agent.ainvoke(inputs, cfg))
     assert ran == ["P1"]
     (seen,) = sees.tools
     if order == "guard-last":
