@@ -44,6 +44,7 @@ from langgraph_replay_guard.decisions.state import (
 from langgraph_replay_guard.guard import ReplayGuard
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
+    STOP_MARK,
     Batch,
     abort_answer,
     answered_event,
@@ -411,6 +412,10 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelCallResult[Any]:
         """Add the pending reminder to this call's prompt; stop a batch that would abort."""
+        stop = _stop_by_tools(request)
+        if stop is not None:
+            # Its own message again: `add_messages` replaces it by id, and the run ends.
+            return ModelResponse(result=[stop])
         self._check_tools(request)
         self._scrub(request)
         given = self._given(request)
@@ -432,6 +437,10 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelCallResult[Any]:
         """Async twin of `wrap_model_call`."""
+        stop = _stop_by_tools(request)
+        if stop is not None:
+            # Its own message again: `add_messages` replaces it by id, and the run ends.
+            return ModelResponse(result=[stop])
         self._check_tools(request)
         self._scrub(request)
         given = self._given(request)
@@ -517,6 +526,24 @@ class _ToolFreeReplayGuardMiddleware(ReplayGuardMiddleware):
 
     wrap_tool_call = AgentMiddleware.wrap_tool_call
     awrap_tool_call = AgentMiddleware.awrap_tool_call
+
+
+def _stop_by_tools(request: ModelRequest[Any]) -> AIMessage | None:
+    """The guard's final message, when the tools node just ended the run with it.
+
+    The guard stops a batch at the model call that asked for it (`_stop_after`), on the
+    model's answer as it sees it. A model middleware outside the guard that rewrites the
+    answer's tool calls changes what the model asked after that: the guard's tool hook
+    then stops the batch, and its final message is the last one. `create_agent` routes the
+    tools node back to the model whatever it answered; the model is not called again.
+    """
+    messages = request.state.get("messages") if isinstance(request.state, dict) else None
+    if not messages:
+        return None
+    last = messages[-1]
+    if not isinstance(last, AIMessage) or last.tool_calls or last.id is None:
+        return None
+    return last if STOP_MARK in last.response_metadata else None
 
 
 def _has_tool_hook(middleware: Any) -> bool:

@@ -84,7 +84,12 @@ def ignored_stop(
 def system_prompt_with_reminder(
     base: str | SystemMessage | None, reminder: str | None
 ) -> SystemMessage | None:
-    """Append a reminder to a system prompt.
+    """Append a reminder to a system prompt, changing nothing else in it.
+
+    A prompt made of content blocks gets the reminder as one more text block: the blocks
+    before it stay as they were (an Anthropic `cache_control` mark keeps the cached prefix
+    cached). A string prompt gets the text appended. The message's other fields (`id`,
+    `name`, `additional_kwargs`, `response_metadata`) are kept.
 
     Args:
         base: The usual system prompt.
@@ -96,8 +101,13 @@ def system_prompt_with_reminder(
     if isinstance(base, SystemMessage):
         if not reminder:
             return base
-        text = base.text
-        return SystemMessage(content=f"{text}\n\n{reminder}" if text else reminder)
+        content = base.content
+        if isinstance(content, list):
+            # One more block, never a rebuilt string: the blocks carry provider marks.
+            blocks: list[str | dict[Any, Any]] = [*content, {"type": "text", "text": reminder}]
+            return base.model_copy(update={"content": blocks})
+        text = content if isinstance(content, str) else base.text
+        return base.model_copy(update={"content": f"{text}\n\n{reminder}" if text else reminder})
     if not reminder:
         return SystemMessage(content=base) if base else None
     return SystemMessage(content=f"{base}\n\n{reminder}" if base else reminder)

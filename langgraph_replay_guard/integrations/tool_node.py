@@ -114,16 +114,24 @@ class _Allowed:
     batch: Batch
     first: bool = False
     """The guard channel held nothing when the call was decided (see `state.seed_write`)."""
+    runs: CallFacts | None = None
+    """The facts of the call as it runs, when a middleware changed it after the model asked
+    (see `ToolCallWrapper._as_it_runs`); None: it runs as asked."""
 
     @property
     def facts(self) -> CallFacts:
-        """The call's facts (always known for a call that runs)."""
+        """The facts of the call as the model asked it (loop and repeat counting)."""
         assert self.planned.facts is not None
         return self.planned.facts
 
+    @property
+    def ledger_facts(self) -> CallFacts:
+        """The facts of the call as it runs: its class and name at the replay ledger."""
+        return self.runs if self.runs is not None else self.facts
+
     def trace(self, ledger: LedgerStatus) -> dict[str, Any]:
         """The decision for the run's metadata; a ledger replay is a `replay` verdict."""
-        facts = self.facts
+        facts = self.ledger_facts
         if ledger == "replayed":
             return trace_info(
                 self.planned.decision,
@@ -431,8 +439,8 @@ class ToolCallWrapper:
             # that claim, with the arguments it arrived with (`ran_args` when edited).
             ticket = self.gate.continued(hand.claim, request)
             hand.claim = None
-        elif self.gate.involved(request, prepared.facts):
-            ticket = yield _Check(request, prepared.facts, prepared.batch.batch_id)
+        elif self.gate.involved(request, prepared.ledger_facts):
+            ticket = yield _Check(request, prepared.ledger_facts, prepared.batch.batch_id)
         if isinstance(ticket, LedgerEntry):
             replayed = self._replayed(request, prepared, ticket)
             yield _trace(request, prepared.trace("replayed"), _answer_of(replayed), None)
@@ -476,7 +484,7 @@ class ToolCallWrapper:
         tool = request.tool
         assert tool is not None
         hand = _Handed()
-        facts = decided.facts
+        facts = decided.ledger_facts
         if claims and facts.replay != "pure" and self.gate.involved(request, facts):
             ticket = yield _Check(request, facts, decided.batch.batch_id)
             if isinstance(ticket, LedgerEntry) and ticket.answered_inside:
@@ -652,25 +660,38 @@ class ToolCallWrapper:
         planned: PlannedCall,
         value: Any,
         tools: tuple[str, ...] | None,
-    ) -> tuple[BatchPlan, PlannedCall]:
-        """The plan again, when the call runs with other arguments than the ones planned.
+    ) -> tuple[BatchPlan, PlannedCall, CallFacts | None]:
+        """The call's plan, and its facts as it runs when a middleware only added arguments.
 
-        The batch is planned from the model's AIMessage; a middleware may change a call
-        before it runs (a HITL edit, in place in that very message or in the request, PII
-        redaction). The guard decides and records on what actually executes.
+        The batch is planned from the AIMessage in the state: what the model asked, as the
+        history holds it. A tool middleware may change the call in the request before it
+        runs:
+
+        - It only adds arguments (a per-call trace id): the call is still the one the model
+          asked. Counting, dedup and stops follow the model's call; a decoration that
+          differs at every call would otherwise make every call look new, and no loop would
+          ever be stopped. The replay ledger follows what runs: its class and name come from
+          the call as it runs (the third value), its row keeps the arguments it ran with
+          (`ran_args`).
+        - It changes or removes an argument the model gave, or runs another tool (a HITL
+          reviewer's edit, a corrected retry, PII redaction): a new call, decided and
+          recorded as it runs (a reviewer's new read runs, not the model's duplicate).
         """
         asked, runs = planned.tool_call, request.tool_call
         if asked is runs or (
             asked.get("args") == runs.get("args") and asked["name"] == runs["name"]
         ):
-            return plan, planned
+            return plan, planned, None
         ai = plan.batch.ai_message
         calls = [
             runs if i == planned.index else call for i, call in enumerate(plan.batch.tool_calls)
         ]
         edited = Batch(ai.model_copy(update={"tool_calls": calls}), plan.batch.turn)
         replanned = plan_batch(self.config, snapshot(value, edited.batch_id), edited, tools)
-        return replanned, replanned.calls[planned.index]
+        as_run = replanned.calls[planned.index]
+        if planned.facts is None or as_run.facts is None or not _only_added(asked, runs):
+            return replanned, as_run, None
+        return plan, planned, as_run.facts
 
     def _prepare(self, request: ToolCallRequest) -> _Allowed | _Blocked | None:
         """Decide a call: `_Allowed` to execute it, `_Blocked` to answer it, None to pass it on."""
@@ -680,16 +701,19 @@ class ToolCallWrapper:
         state = self._decision_state(request)
         value = self._channel_value(request, state)
         plan, planned = self._planned(request, tools, state, value)
-        plan, planned = self._as_it_runs(request, plan, planned, value, tools)
+        plan, planned, runs = self._as_it_runs(request, plan, planned, value, tools)
         decision = planned.decision
         if plan.abort is None and decision is not None and decision.verdict is Verdict.ALLOW:
             # Nothing in the batch stops the run and this call runs: every step's case.
             if request.tool is None:
                 return None
-            return _Allowed(planned, plan.batch, first=value is None)
+            return _Allowed(planned, plan.batch, first=value is None, runs=runs)
         prepared = self._decided(request, plan, planned, state)
         if prepared is not None:
             prepared.first = value is None
+            allowed = prepared if isinstance(prepared, _Allowed) else prepared.repeat
+            if allowed is not None:
+                allowed.runs = runs
         return prepared
 
     def _decided(
@@ -880,6 +904,14 @@ async def _passing_awaited(result: Awaitable[ToolResult]) -> ToolResult:
         return await result
     except Exception as exc:
         raise NodeErrorPassage(exc) from None
+
+
+def _only_added(asked: Mapping[str, Any], runs: Mapping[str, Any]) -> bool:
+    """Whether a call runs as the model asked it plus arguments a middleware added."""
+    asked_args, run_args = asked.get("args"), runs.get("args")
+    if asked["name"] != runs["name"] or type(asked_args) is not dict or type(run_args) is not dict:
+        return False
+    return all(k in run_args and run_args[k] == v for k, v in asked_args.items())
 
 
 def _sibling_duplicate(plan: BatchPlan, planned: PlannedCall) -> bool:

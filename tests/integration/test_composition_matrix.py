@@ -42,6 +42,7 @@ from pydantic import BaseModel
 from langgraph_replay_guard import GUARD_CHANNEL, ReplayGuardMiddleware
 from langgraph_replay_guard.testing import ScriptedChatModel
 from tests.integration.decision_models import ScriptedClassifier
+from tests.integration.decorating import TaggedAnswer, TraceIdArgs
 from tests.integration.stacks import selector_model
 
 os.environ["LANGSMITH_TRACING"] = "false"
@@ -78,6 +79,10 @@ MIDDLEWARES: dict[str, Callable[[], Any]] = {
     "auto_mode": lambda: AutoModeMiddleware(
         tools=["lookup", "quote"], classifier=ScriptedClassifier()
     ),
+    # A fresh trace id added to every tool call's arguments (counted as the model asked).
+    "trace_id_args": TraceIdArgs,
+    # The model's answer rewritten: a tag added to every tool call's arguments in it.
+    "tagged_answer": TaggedAnswer,
 }
 
 ORDERS = ["guard-first", "guard-last"]
