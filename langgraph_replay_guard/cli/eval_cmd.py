@@ -667,6 +667,12 @@ def print_report(
         print(text, file=out)
 
     line(f"replay-guard eval: {total.trajectories} trajectories, {total.calls:,} calls ({source})")
+    if total.guard_answered:
+        reasons = ", ".join(f"{r} {n}" for r, n in sorted(total.guard_answered_by_reason.items()))
+        line(
+            f"Not scored: {total.guard_answered:,} calls the recorded run's guard answered "
+            f"itself ({reasons}; marked 'guard' by replay-guard export): the tool never ran them"
+        )
     line()
     rows: list[tuple[str, Tally]] = sorted(report.by_model.items())
     width = _name_width(report.by_model, "model", _MODEL_WIDTH)
