@@ -10,7 +10,11 @@ By default a block runs in this process, as a module of its own (fast: the impor
 who pastes it into a file would.
 
 The other tests keep the docs honest: README.md stays short, every link points at a file a
-clone has, README links every docs page, and docs/configuration.md lists every option.
+clone has (anchors too), README links every docs page, docs/configuration.md lists every
+option, every page links docs/glossary.md (and its first use of the guard's own words does),
+every glossary term is defined, the paths the pages name exist, and what the pages say of the
+package (its core dependencies, the Python versions tested, `ScriptedChatModel`'s members, the
+shadow counts they print) agrees with the code.
 """
 
 from __future__ import annotations
