@@ -84,7 +84,9 @@ DESCRIPTION = (
     "Replay recorded agent trajectories (JSON lines) through the guard, offline, and "
     "report what it would have blocked, whether each block was redundant (the "
     "recorded result was identical to the earlier identical call) or wrong, and "
-    "where it would have aborted. Use it to tune a configuration before deploying."
+    "where it would have aborted. Use it to tune a configuration before deploying. "
+    "A call a guard answered itself when it was recorded (marked 'guard' by "
+    "`replay-guard export`) is not scored; the report counts it."
 )
 """What `replay-guard eval --help` says of the command."""
 
