@@ -29,12 +29,13 @@ SUMMARY_SOURCE = "summarization"
 place of the history it summarized: a HumanMessage that is not a user turn."""
 
 
-_UNMARKED = "unmarked"
-"""`GUARD_FIELD` of a guard's answer recorded before the guard marked its answers."""
+_BY_TEXT = "refused"
+"""`GUARD_FIELD` of a guard's answer known by its text only: the callback handler's refusals
+(a `ToolNode` writes their message) and answers recorded before the guard marked its own."""
 
-# The guard's answers before they carried ANSWER_MARK (0.1.0 threads): an error ToolMessage
-# whose text is one of the engine's refusals, or the callback handler's error as a ToolNode
-# shows it. Only error answers are read this way, so a tool's own success is never taken.
+# A guard answer without ANSWER_MARK: an error ToolMessage whose text is one of the engine's
+# refusals, or the callback handler's error as a ToolNode shows it. Only error answers are
+# read this way, so a tool's own success is never taken for one.
 _GUARD_TEXT = re.compile(
     r"^(?:Error: ToolCallBlockedError\((?:'|\")?)?(?:Not executed|Stopped): ",
 )
@@ -160,7 +161,7 @@ def _guard_reason(message: ToolMessage) -> str | None:
         return reason
     content = message.content
     if message.status == "error" and isinstance(content, str) and _GUARD_TEXT.match(content):
-        return _UNMARKED
+        return _BY_TEXT
     return None
 
 

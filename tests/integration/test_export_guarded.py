@@ -10,12 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from langgraph_replay_guard import ReplayGuard
+from langgraph_replay_guard import LoopAbortedError, ReplayGuard, ReplayGuardCallbackHandler
 from langgraph_replay_guard.export import trajectory_from_history
 from langgraph_replay_guard.testing import ScriptedChatModel
 
@@ -88,7 +89,40 @@ def test_export_then_eval_of_a_guarded_thread_scores_no_guard_answer_as_a_wrong_
     assert "Wrong blocks: 0 of 0 blocked" in text.stdout
 
 
-def test_a_guard_answer_recorded_before_the_mark_is_exported_as_unmarked() -> None:
+def test_the_callback_handlers_refusals_are_not_scored_either(tmp_path: Path) -> None:
+    # The handler raises; the ToolNode writes the refusal: known by its text only.
+    db, out = tmp_path / "threads.db", tmp_path / "threads.jsonl"
+    lookups: list[str] = []
+
+    @tool
+    def get_details_by_id(id: str) -> str:
+        """Look up a plan by id."""
+        lookups.append(id)
+        return f"{id}: Premium Plan"
+
+    model = ScriptedChatModel.looping("get_details_by_id", {"id": "P1002"}, times=10)
+    handler = ReplayGuardCallbackHandler()
+    with sqlite3.connect(db, check_same_thread=False) as conn:
+        agent = create_agent(model, [get_details_by_id], checkpointer=SqliteSaver(conn))
+        config: Any = {
+            "configurable": {"thread_id": "handled"},
+            "callbacks": [handler.check(agent)],
+        }
+        # The model comes back after the stop: a callback can only end the run by raising.
+        with pytest.raises(LoopAbortedError):
+            agent.invoke({"messages": [HumanMessage("What plan is P1002?")]}, config)
+    assert lookups == ["P1002"]
+
+    assert _cli("export", "--db", db, "-o", out).returncode == 0
+    (trajectory,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [call.get("guard") for call in trajectory["calls"]] == [None, *["refused"] * 3]
+    scored = _cli("eval", out, "--json")
+    assert scored.returncode == 0, scored.stderr
+    total = json.loads(scored.stdout)["total"]
+    assert (total["calls"], total["wrong"], total["guard_answered"]) == (1, 0, 3)
+
+
+def test_a_guard_answer_recorded_before_the_mark_is_exported_as_refused() -> None:
     # A thread written by a guard that did not mark its answers yet (0.1.0): its refusals are
     # error ToolMessages with the engine's wording; a tool's own error is not taken for one.
     asked = AIMessage(
@@ -112,4 +146,4 @@ def test_a_guard_answer_recorded_before_the_mark_is_exported_as_unmarked() -> No
     ]
     history = [[HumanMessage("hi", id="h1"), asked, *answers]]
     calls = trajectory_from_history("old", history).trajectory["calls"]
-    assert [call.get("guard") for call in calls] == [None, "unmarked", None]
+    assert [call.get("guard") for call in calls] == [None, "refused", None]
