@@ -13,6 +13,7 @@ from langgraph_replay_guard.decisions.failures import failure_signature
 from langgraph_replay_guard.errors import InvalidArgumentsError
 from langgraph_replay_guard.evaluation import (
     DEFAULT_ERROR_PATTERN,
+    GUARD_FIELD,
     EvalReport,
     Trajectory,
     evaluate_trajectories,
@@ -214,7 +215,8 @@ class RecordingReading:
         """The run's calls to existing tools with valid arguments, as the guard sees them.
 
         Calls to tools that do not exist are left out: the guard answers those itself,
-        whatever the thresholds.
+        whatever the thresholds. So are calls a guard answered when they were recorded
+        (`GUARD_FIELD`): their result is that guard's message, not the tool's.
 
         Yields:
             Each call's index in the run, the call, its result text and its facts.
@@ -222,6 +224,8 @@ class RecordingReading:
         listed = trajectory.get("tools")
         names = frozenset(listed) if isinstance(listed, list) else self.tools
         for index, call in enumerate(trajectory["calls"]):
+            if call.get(GUARD_FIELD):
+                continue  # the recording guard's own answer: the tool gave no result
             try:
                 facts = call_facts(config, call["name"], call.get("args", {}), tools=names)
             except InvalidArgumentsError:

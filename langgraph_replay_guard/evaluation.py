@@ -29,6 +29,7 @@ from langgraph_replay_guard.policy.patterns import SafePattern
 __all__ = [
     "DEDUP_REASONS",
     "DEFAULT_ERROR_PATTERN",
+    "GUARD_FIELD",
     "UNKNOWN_TOOL_PATTERN",
     "WRONG_PREVIEW_CHARS",
     "Abort",
@@ -55,6 +56,11 @@ DEDUP_REASONS = frozenset({"duplicate", "same_result"})
 (`duplicate`: an identical pure read; `same_result`: the short-circuit after the same result
 twice in a row). Every other block is a loop stop (`repeat_limit`, `cycle`, `same_failure`,
 `unknown_tool`, `stopped`, `stop_ignored`): the call is refused, and the model is told why."""
+
+GUARD_FIELD = "guard"
+"""Key of a recorded call that a guard answered itself (`replay-guard export` of a guarded
+thread writes the guard's reason there): the tool did not run, so its result is the guard's
+message, not the tool's. Such calls are not scored; `Tally.guard_answered` counts them."""
 
 WRONG_PREVIEW_CHARS = 200
 """How much of each result (and of the arguments) a `WrongBlock` keeps."""
@@ -118,6 +124,10 @@ class Tally:
             `same_failure`, `unknown_tool`, `stopped`...). `dedup.blocked + stops.blocked ==
             blocked`, and the same for `redundant` and `wrong`.
         wrong_by_reason: Wrong blocks by decision reason.
+        guard_answered: Recorded calls a guard answered itself (`GUARD_FIELD`, in an export
+            of a guarded thread): left out of every other count, since the tool never gave
+            a result for them; what the model would have got without that guard is unknown.
+        guard_answered_by_reason: Those calls by the recording guard's reason.
     """
 
     trajectories: int = 0
@@ -137,6 +147,8 @@ class Tally:
     dedup: LayerTally = field(default_factory=LayerTally)
     stops: LayerTally = field(default_factory=LayerTally)
     wrong_by_reason: dict[str, int] = field(default_factory=dict)
+    guard_answered: int = 0
+    guard_answered_by_reason: dict[str, int] = field(default_factory=dict)
 
     @property
     def caught(self) -> int:
@@ -316,6 +328,8 @@ def _trajectory_problem(data: Any) -> str | None:
             return f"call {index} has no tool 'name'"
         if "args" in call and not isinstance(call["args"], dict):
             return f"call {index} ('{call['name']}') has 'args' that is not an object"
+        if call.get(GUARD_FIELD) is not None and not isinstance(call[GUARD_FIELD], str):
+            return f"call {index} ('{call['name']}') has '{GUARD_FIELD}' that is not a reason text"
     tools = data.get("tools")
     if tools is not None and (
         not isinstance(tools, list) or not all(isinstance(t, str) for t in tools)
@@ -340,6 +354,11 @@ def evaluate_trajectories(
     recorded with their recorded result, blocked calls as denied (their recorded result is
     never fed back). After an abort (`exit_behavior` "end" or "error") the rest of that turn is
     cut, since the run would have ended; the next user turn goes on.
+
+    A call a guard answered itself when it was recorded (`GUARD_FIELD`, from `replay-guard
+    export` of a guarded thread) is skipped and counted in `Tally.guard_answered`: its result
+    is that guard's refusal, and scoring it would count the guard's own answers as results
+    the evaluated guard hid.
 
     Calls to tools that do not exist: a trajectory's own `"tools"` list (the names its agent
     had) says which names exist, else `tools`; with neither, a call whose recorded result
@@ -398,6 +417,15 @@ def _evaluate_one(
     cutting = False
     for index, call in enumerate(trajectory["calls"]):
         name = call["name"]
+        answered_by = call.get(GUARD_FIELD)
+        if answered_by:
+            # Not a result of the tool: the recording's guard refused or answered the call.
+            for t in (tally, report.total, report.by_tool.setdefault(name, Tally())):
+                t.guard_answered += 1
+                t.guard_answered_by_reason[answered_by] = (
+                    t.guard_answered_by_reason.get(answered_by, 0) + 1
+                )
+            continue
         turn = call.get("turn", 0)
         text = str(call.get("result", ""))
         for cleaner in cleaners:

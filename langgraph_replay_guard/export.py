@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+
+from langgraph_replay_guard.evaluation import GUARD_FIELD
+from langgraph_replay_guard.integrations.calls import ANSWER_MARK
 
 __all__ = [
     "ExportedThread",
@@ -23,6 +27,18 @@ Trajectory = dict[str, Any]
 SUMMARY_SOURCE = "summarization"
 """`additional_kwargs["lc_source"]` of the message LangChain's SummarizationMiddleware writes in
 place of the history it summarized: a HumanMessage that is not a user turn."""
+
+
+_BY_TEXT = "refused"
+"""`GUARD_FIELD` of a guard's answer known by its text only: the callback handler's refusals
+(a `ToolNode` writes their message) and answers recorded before the guard marked its own."""
+
+# A guard answer without ANSWER_MARK: an error ToolMessage whose text is one of the engine's
+# refusals, or the callback handler's error as a ToolNode shows it. Only error answers are
+# read this way, so a tool's own success is never taken for one.
+_GUARD_TEXT = re.compile(
+    r"^(?:Error: ToolCallBlockedError\((?:'|\")?)?(?:Not executed|Stopped): ",
+)
 
 
 class LangSmithExportError(ValueError):
@@ -58,6 +74,10 @@ def trajectory_from_history(
     first appeared. A call's user turn is the number of user messages before it, from 0 (the
     message a summarization leaves in place of the history is not a user message).
 
+    A call the guard answered itself (a duplicate answered with the earlier result, a loop
+    stop, a refusal) is kept with `GUARD_FIELD` set to the guard's reason: its result is the
+    guard's message, not the tool's.
+
     Args:
         thread_id: The thread, as the trajectory's `id`.
         history: The message lists of the thread's checkpoints, oldest first (anything that
@@ -74,6 +94,7 @@ def trajectory_from_history(
     users = 0
     calls: dict[str, Trajectory] = {}
     answers: dict[str, tuple[Any, bool]] = {}
+    by_guard: dict[str, str] = {}
     found_model: str | None = None
     for messages in history:
         for message in messages:
@@ -98,9 +119,12 @@ def trajectory_from_history(
                         },
                     )
             elif isinstance(message, ToolMessage):
-                answers.setdefault(
-                    message.tool_call_id, (message.content, message.status == "error")
-                )
+                if message.tool_call_id in answers:
+                    continue
+                answers[message.tool_call_id] = (message.content, message.status == "error")
+                reason = _guard_reason(message)
+                if reason is not None:
+                    by_guard[message.tool_call_id] = reason
     exported: list[Trajectory] = []
     unanswered = 0
     for call_id, call in calls.items():
@@ -109,16 +133,17 @@ def trajectory_from_history(
             unanswered += 1
             continue
         result, failed = answer
-        exported.append(
-            {
-                "name": call["name"],
-                "args": call["args"],
-                "result": result,
-                "error": failed,
-                "turn": call["turn"],
-                "tool_call_id": call_id,
-            }
-        )
+        row = {
+            "name": call["name"],
+            "args": call["args"],
+            "result": result,
+            "error": failed,
+            "turn": call["turn"],
+            "tool_call_id": call_id,
+        }
+        if call_id in by_guard:
+            row[GUARD_FIELD] = by_guard[call_id]
+        exported.append(row)
     trajectory = {
         "id": thread_id,
         "model": model or found_model or "unknown",
@@ -126,6 +151,18 @@ def trajectory_from_history(
         "calls": exported,
     }
     return ExportedThread(trajectory, unanswered)
+
+
+def _guard_reason(message: ToolMessage) -> str | None:
+    """The reason the guard answered a call itself, or None for the tool's own answer."""
+    marks = message.response_metadata
+    reason = marks.get(ANSWER_MARK) if isinstance(marks, Mapping) else None
+    if isinstance(reason, str) and reason:
+        return reason
+    content = message.content
+    if message.status == "error" and isinstance(content, str) and _GUARD_TEXT.match(content):
+        return _BY_TEXT
+    return None
 
 
 def _message_key(message: BaseMessage) -> str:

@@ -55,7 +55,8 @@ class ScriptedChatModel(BaseChatModel):
     script runs out the model answers `final`. Every AIMessage and tool call gets a unique
     id (LangGraph's `add_messages` replaces messages with an existing id). `bind_tools`
     returns the model itself, so it works with `create_agent`. Every call's input is
-    recorded, so tests can check what the model saw.
+    recorded, so tests can check what the model saw. docs/testing.md documents every member
+    with a runnable example.
 
     Example:
         ```python

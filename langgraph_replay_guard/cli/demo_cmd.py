@@ -164,10 +164,12 @@ def _offline_eval_summary() -> None:
         config = GuardConfig().with_policies(policy)
     with resources.as_file(data / "tau_sample.jsonl") as sample:
         total = evaluate_file(sample, config).total
+    # Each number says what it counts: "make 373 unnecessary" read as 373 more blocks.
     print(
         f"On {total.trajectories} real recorded runs shipped with the package ({total.calls} "
-        f"calls), the default guard would block {total.blocked} calls and make {total.cut} "
-        f"unnecessary, with {total.wrong} wrong blocks."
+        f"calls), the default guard would block {total.blocked} calls, with {total.wrong} wrong "
+        f"blocks, and stop {total.aborts} runaway runs: the {total.cut} calls those runs made "
+        "after the stop would never have been made (eval's 'cut' column)."
     )
     print("See the details (then try your own recordings, in the same format):")
     print(f"  {eval_command()}")

@@ -84,7 +84,9 @@ DESCRIPTION = (
     "Replay recorded agent trajectories (JSON lines) through the guard, offline, and "
     "report what it would have blocked, whether each block was redundant (the "
     "recorded result was identical to the earlier identical call) or wrong, and "
-    "where it would have aborted. Use it to tune a configuration before deploying."
+    "where it would have aborted. Use it to tune a configuration before deploying. "
+    "A call a guard answered itself when it was recorded (marked 'guard' by "
+    "`replay-guard export`) is not scored; the report counts it."
 )
 """What `replay-guard eval --help` says of the command."""
 
@@ -667,6 +669,12 @@ def print_report(
         print(text, file=out)
 
     line(f"replay-guard eval: {total.trajectories} trajectories, {total.calls:,} calls ({source})")
+    if total.guard_answered:
+        reasons = ", ".join(f"{r} {n}" for r, n in sorted(total.guard_answered_by_reason.items()))
+        line(
+            f"Not scored: {total.guard_answered:,} calls the recorded run's guard answered "
+            f"itself ({reasons}; marked 'guard' by replay-guard export): the tool never ran them"
+        )
     line()
     rows: list[tuple[str, Tally]] = sorted(report.by_model.items())
     width = _name_width(report.by_model, "model", _MODEL_WIDTH)

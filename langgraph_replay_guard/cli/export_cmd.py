@@ -30,6 +30,7 @@ from langgraph_replay_guard.cli.store_uri import (
     open_checkpointer,
     open_store,
 )
+from langgraph_replay_guard.evaluation import GUARD_FIELD
 from langgraph_replay_guard.export import (
     LangSmithExportError,
     parse_langsmith_runs,
@@ -52,7 +53,9 @@ DESCRIPTION = (
     "Write one JSONL trajectory per thread of a checkpointer database (every tool "
     "call with its arguments, result, error status and user turn, collected from the "
     "thread's whole checkpoint history), or per trace of a LangSmith runs export, "
-    "for `replay-guard eval`. A checkpoint bigger than --max-item-bytes is left out, a "
+    "for `replay-guard eval`. A call the guard answered itself (a duplicate, a loop stop) "
+    "is marked with its reason in 'guard'; eval does not score it. A checkpoint bigger "
+    "than --max-item-bytes is left out, a "
     "thread with a checkpoint that cannot be decoded is skipped, each with one line on "
     "standard error. Exit status: 0 when a trajectory was written, 1 when "
     "none was (no thread, or none readable), 2 when the input cannot be opened, 3 when "
@@ -172,7 +175,7 @@ def _from_langsmith(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _from_db(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    written = calls = unanswered = 0
+    written = calls = unanswered = by_guard = 0
     skipped: list[str] = []
     try:
         with open_checkpointer(args.db, read_only=True) as saver:
@@ -212,15 +215,21 @@ def _from_db(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 out.write(line)
                 written += 1
                 calls += len(exported.trajectory["calls"])
+                by_guard += sum(GUARD_FIELD in c for c in exported.trajectory["calls"])
                 unanswered += exported.unanswered
                 _progress(done, len(threads), "threads", err)
     except StoreURIError as exc:
         print(f"{_NAME}: {exc}", file=err)
         return 2
     left_out = f"; {unanswered} call(s) without a result left out" if unanswered else ""
+    guarded = (
+        f"; {by_guard} answered by the guard itself (marked 'guard': eval does not score them)"
+        if by_guard
+        else ""
+    )
     print(
         f"{_NAME}: {written} trajectories, {calls} tool calls to {_destination(args)}; "
-        f"{len(skipped)} thread(s) skipped{left_out}",
+        f"{len(skipped)} thread(s) skipped{left_out}{guarded}",
         file=err,
     )
     return 0 if written else 1

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from langgraph_replay_guard.policy.config import GuardConfig
 
 __all__ = [
+    "ANSWER_MARK",
     "DECISION_EVENT",
     "GUARD_CHANNEL",
     "STOPPED_MARK",
@@ -71,6 +72,14 @@ DECISION_EVENT = "replay_guard_decision"
 
 STOP_MARK = "replay_guard_stop"
 """`response_metadata` key of the final AIMessage of a run the guard stopped (the reason)."""
+
+ANSWER_MARK = "replay_guard_answer"
+"""`response_metadata` key of each ToolMessage the guard wrote itself: the tool did not run.
+
+Its value is the decision's reason (`duplicate`, `repeat_limit`, `stopped`...).
+`replay-guard export` copies it into the trajectory (`"guard"`), so that `replay-guard eval`
+does not score the guard's own answers as the tool's results.
+"""
 
 STOPPED_MARK = "replay_guard_stopped"
 """`response_metadata` key of each ToolMessage answering a call of a batch the guard stopped.
@@ -500,15 +509,22 @@ def executed_event(
 
 
 def blocked_tool_message(
-    tool_call: ToolCall, content: str, *, stop: str | None = None
+    tool_call: ToolCall, content: str, *, reason: str, stop: str | None = None
 ) -> ToolMessage:
-    """The ToolMessage a blocked call is answered with (`stop`: its batch stopped the run)."""
+    """The ToolMessage a blocked call is answered with.
+
+    `reason` is why this call was not run (marked `ANSWER_MARK`); `stop`, the reason its batch
+    stopped the run.
+    """
+    marks = {ANSWER_MARK: reason}
+    if stop is not None:
+        marks[STOPPED_MARK] = stop
     return ToolMessage(
         content=content,
         name=tool_call["name"],
         tool_call_id=tool_call.get("id") or "",
         status="error",
-        response_metadata={STOPPED_MARK: stop} if stop is not None else {},
+        response_metadata=marks,
     )
 
 
@@ -587,8 +603,10 @@ def abort_answer(
     decision = aborting.decision
     assert decision is not None
     reason = decision.reason or "repeat_limit"
+    answered = reason
     if reason == STOP_IGNORED:
         own = planned.decision if planned.decision is not None else decision
+        answered = own.reason or STOP_IGNORED
         content = own.message or decision.message or "Stopped by the loop guard."
         events = (
             [] if planned.facts is None else [denied_event(planned, batch, reason, abort=False)]
@@ -601,10 +619,11 @@ def abort_answer(
             "Not executed: the loop guard stopped the run because of "
             f"'{prompt_name(decision.tool)}' ({decision.reason}). No further tool calls are made."
         )
+        answered = "stopped"
         events = (
             [] if planned.facts is None else [denied_event(planned, batch, "stopped", abort=False)]
         )
-    return blocked_tool_message(planned.tool_call, content, stop=reason), events
+    return blocked_tool_message(planned.tool_call, content, reason=answered, stop=reason), events
 
 
 def blocked_answer(planned: PlannedCall, batch: Batch) -> tuple[ToolMessage, list[Event]]:
@@ -623,12 +642,18 @@ def blocked_answer(planned: PlannedCall, batch: Batch) -> tuple[ToolMessage, lis
     """
     if planned.error is not None:
         logger.warning("langgraph-replay-guard: %s", planned.error)
-        return blocked_tool_message(planned.tool_call, f"Not executed: {planned.error}"), []
+        message = blocked_tool_message(
+            planned.tool_call, f"Not executed: {planned.error}", reason="invalid_arguments"
+        )
+        return message, []
     decision = planned.decision
     assert decision is not None
     abort = decision.verdict is Verdict.ABORT
     event = denied_event(planned, batch, decision.reason or "denied", abort=abort)
-    return blocked_tool_message(planned.tool_call, decision.message or "Not executed."), [event]
+    message = blocked_tool_message(
+        planned.tool_call, decision.message or "Not executed.", reason=decision.reason or "denied"
+    )
+    return message, [event]
 
 
 def tool_message(result: Any) -> ToolMessage | None:

@@ -1,6 +1,7 @@
 """Crash trials: SIGKILL a real process at each tool boundary, resume in a fresh one, count effects.
 
-Run `python -m tests.integration.crash_matrix [--postgres URI]` for the table in the README.
+Run `python -m tests.integration.crash_matrix [--postgres URI]` for the table in
+docs/replay-safety.md.
 """
 
 from __future__ import annotations

@@ -43,6 +43,14 @@ def test_demo_shows_what_the_guard_saved():
     assert "Stop reason in the guard state: repeat_limit" in out
     assert "LOOP WARNING" in out
     assert "0 wrong blocks" in out
+    # The last numbers say what they count: the runs stopped, then the calls they never made.
+    saved = re.search(
+        r"stop (\d+) runaway runs: the (\d+) calls those runs made after the stop would never "
+        r"have been made \(eval's 'cut' column\)",
+        out,
+    )
+    assert saved is not None, out
+    assert saved.groups() == ("6", "373")
 
     # The closing hint names the shipped sample as a command that runs from here.
     hint = out.rstrip().splitlines()[-1].strip()

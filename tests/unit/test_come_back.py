@@ -21,6 +21,7 @@ from langgraph_replay_guard.decisions.engine import (
 )
 from langgraph_replay_guard.decisions.state import fold_events, new_state, settled
 from langgraph_replay_guard.integrations.calls import (
+    ANSWER_MARK,
     STOPPED_MARK,
     Batch,
     BatchPlan,
@@ -82,7 +83,8 @@ def test_the_first_come_back_is_answered_and_recorded_the_second_is_refused():
         assert answer.status == "error"
         assert "had stopped this run" in answer.text
         assert "answer the user" in answer.text
-        assert answer.response_metadata == {STOPPED_MARK: STOP_IGNORED}
+        # Marked as the guard's own answer (export and eval skip it) and as a stopped batch.
+        assert answer.response_metadata == {ANSWER_MARK: STOP_IGNORED, STOPPED_MARK: STOP_IGNORED}
     view = settled(state)
     assert view["stop"]["reason"] == "repeat_limit", "the stop keeps why the run was stopped"
     assert view["totals"]["aborts"] == 1, "a come-back does not stop the run again"

@@ -10,7 +10,11 @@ By default a block runs in this process, as a module of its own (fast: the impor
 who pastes it into a file would.
 
 The other tests keep the docs honest: README.md stays short, every link points at a file a
-clone has, README links every docs page, and docs/configuration.md lists every option.
+clone has (anchors too), README links every docs page, docs/configuration.md lists every
+option, every page links docs/glossary.md (and its first use of the guard's own words does),
+every glossary term is defined, the paths the pages name exist, and what the pages say of the
+package (its core dependencies, the Python versions tested, `ScriptedChatModel`'s members, the
+shadow counts they print) agrees with the code.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import types
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -276,3 +281,193 @@ def test_the_configuration_page_lists_every_option() -> None:
     missing = {owner: sorted(names - documented) for owner, names in expected.items()}
     missing = {owner: names for owner, names in missing.items() if names}
     assert not missing, f"docs/configuration.md has no table row for {missing}"
+
+
+# -- the glossary ---------------------------------------------------------------------------------
+
+GLOSSARY = DOCS / "glossary.md"
+
+GLOSSARY_TERMS = (
+    "abort",
+    "call key",
+    "claim",
+    "come-back",
+    "cut",
+    "cycle",
+    "dedup",
+    "epoch",
+    "execution record",
+    "guard answer",
+    "guard channel",
+    "idempotency key",
+    "ledger",
+    "outcome",
+    "preset",
+    "redundant",
+    "reminder",
+    "repeat limit",
+    "replay class",
+    "scope",
+    "shadow",
+    "short-circuit",
+    "toolkit",
+    "trajectory",
+    "turn",
+    "volatile",
+    "wrong block",
+)
+"""The words the pages use in a sense of their own: each has an entry in docs/glossary.md."""
+
+FIRST_USE_LINKED = ("epoch", "come-back")
+"""Words of the guard's own that mean nothing outside it: a page's first use links the glossary."""
+
+
+def _prose_lines(path: Path) -> list[tuple[int, str]]:
+    """The lines outside fenced blocks, with inline code removed (numbered from 1)."""
+    found = []
+    inside = False
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if FENCE.match(line):
+            inside = not inside
+            continue
+        if not inside:
+            found.append((number, re.sub(r"`[^`]*`", "", line)))
+    return found
+
+
+def _glossary_entries() -> dict[str, str]:
+    """Each `## term` heading of the glossary and the text under it."""
+    entries: dict[str, str] = {}
+    current: str | None = None
+    for line in GLOSSARY.read_text(encoding="utf-8").splitlines():
+        if line.startswith("## "):
+            current = line[3:].strip()
+            entries[current] = ""
+        elif current is not None:
+            entries[current] += line.strip() + " "
+    return entries
+
+
+def test_every_glossary_term_is_defined() -> None:
+    entries = _glossary_entries()
+    missing = [term for term in GLOSSARY_TERMS if term not in entries]
+    assert not missing, f"docs/glossary.md has no `## term` entry for {missing}"
+    empty = [term for term, text in entries.items() if len(text.split()) < 8]
+    assert not empty, f"docs/glossary.md: entries without a definition: {empty}"
+    assert list(entries) == sorted(entries), "keep the glossary's entries in alphabetical order"
+
+
+def test_every_page_links_the_glossary() -> None:
+    pages = [p for p in DOC_FILES if p != GLOSSARY]
+    unlinked = [
+        p.relative_to(ROOT).as_posix()
+        for p in pages
+        if not any("glossary.md" in target for _, target in _links(p))
+    ]
+    assert not unlinked, f"these pages never link docs/glossary.md: {unlinked}"
+
+
+def test_the_first_use_of_the_guards_own_words_links_the_glossary() -> None:
+    problems = []
+    for path in DOC_FILES:
+        if path == GLOSSARY:
+            continue
+        for term in FIRST_USE_LINKED:
+            word = re.compile(rf"(?<![\w-]){re.escape(term)}s?(?![\w-])", re.IGNORECASE)
+            first = next(((n, line) for n, line in _prose_lines(path) if word.search(line)), None)
+            if first is not None and "glossary.md" not in first[1]:
+                where = f"{path.relative_to(ROOT).as_posix()}:{first[0]}"
+                problems.append(f"{where}: first use of '{term}' without a glossary link")
+    assert not problems, "\n".join(problems)
+
+
+# -- what the pages say agrees with the code ------------------------------------------------------
+
+REPO_PATH = re.compile(
+    r"(?<![\w./-])(?P<path>(?:examples|tests/(?:unit|integration|fixtures)|benchmarks|notebooks|"
+    r"langgraph_replay_guard)/"
+    r"[\w.*/-]*[\w*/])"
+)
+
+
+def test_the_paths_the_pages_name_exist() -> None:
+    # In prose, commands and code alike: a reader runs `replay-guard records verify --file
+    # examples/...` as written.
+    problems = []
+    for path in DOC_FILES:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            for match in REPO_PATH.finditer(line):
+                named = match["path"].rstrip("/").split(":")[0]
+                exists = any(ROOT.glob(named)) if "*" in named else (ROOT / named).exists()
+                if not exists:
+                    where = f"{path.relative_to(ROOT).as_posix()}:{number}"
+                    problems.append(f"{where}: {named} does not exist")
+    assert not problems, "\n".join(problems)
+
+
+def _pyproject() -> dict[str, Any]:
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def test_the_readme_lists_the_core_packages_pyproject_requires() -> None:
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    sentence = re.search(r"The core needs only (?P<names>[^.]+)\.", text)
+    assert sentence is not None, "README.md: the sentence 'The core needs only ...' is gone"
+    listed = set(re.findall(r"`([\w.-]+)`", sentence["names"]))
+    required = {
+        re.split(r"[<>=!~;\[ ]", spec, maxsplit=1)[0]
+        for spec in _pyproject()["project"]["dependencies"]
+    }
+    assert listed == required, f"README.md lists {sorted(listed)}; pyproject {sorted(required)}"
+
+
+def test_the_classifiers_name_the_python_versions_the_docs_say_are_tested() -> None:
+    project = _pyproject()["project"]
+    classified = {
+        c.rsplit(" :: ", 1)[1]
+        for c in project["classifiers"]
+        if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+    }
+    page = " ".join((DOCS / "development.md").read_text(encoding="utf-8").split())
+    tested = re.search(r"Tested: Python (?P<versions>[\d., and]+?) \(", page)
+    assert tested is not None, "docs/development.md: the 'Tested: Python ...' line is gone"
+    documented = set(re.findall(r"3\.\d+", tested["versions"]))
+    assert classified == documented, f"classifiers {classified}, tested per the docs {documented}"
+    oldest = min(documented, key=lambda v: int(v.split(".")[1]))
+    assert project["requires-python"] == f">={oldest}"
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert f"Tested on Python {', '.join(sorted(documented))}" in readme
+
+
+def test_a_page_that_prints_the_shadow_counts_says_what_they_count() -> None:
+    problems = []
+    for path in DOC_FILES:
+        prints_shadow = any(
+            re.search(r"print\(.*\.shadow\b", block.code)
+            for block in PYTHON_BLOCKS
+            if block.path == path
+        )
+        text = " ".join(path.read_text(encoding="utf-8").split())
+        if prints_shadow and "runs it would have stopped" not in text:
+            problems.append(path.relative_to(ROOT).as_posix())
+    assert not problems, f"these pages print GuardView.shadow and never explain it: {problems}"
+
+
+def test_the_scripted_models_api_is_documented() -> None:
+    from langgraph_replay_guard.testing import ScriptedChatModel
+
+    page = DOCS / "testing.md"
+    text = page.read_text(encoding="utf-8")
+    public = {
+        name
+        for name, value in vars(ScriptedChatModel).items()
+        if not name.startswith("_")
+        and (callable(value) or isinstance(value, property | classmethod))
+    }
+    public |= {"script", "final"}
+    public = {name for name in public if not name.startswith("model_")}
+    missing = sorted(name for name in public if f"`{name}" not in text and f".{name}" not in text)
+    assert not missing, f"docs/testing.md does not document ScriptedChatModel's {missing}"
+    assert any(b.path == page and "ScriptedChatModel(" in b.code for b in PYTHON_BLOCKS)
