@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Unpack
 
 from langgraph_replay_guard.decisions.control import GuardControl
-from langgraph_replay_guard.policy.config import GuardConfig
+from langgraph_replay_guard.policy.config import GuardConfig, GuardOptions
 from langgraph_replay_guard.policy.options import (
     ToolNameCheck,
     check_namespace,
     check_record,
     check_store,
     guard_config,
+    with_config_signature,
 )
 from langgraph_replay_guard.policy.tool_hints import LearnedPolicies
 
@@ -53,14 +54,17 @@ class ReplayGuard:
             `store`, a `BaseStore` records there, under `(*namespace, "records")`. Runs are
             recorded through `guard.record(graph)`.
         **options: `GuardConfig` fields as flat keywords (`ReplayGuard(max_repeats=2,
-            exit_behavior="error")`), instead of `config`.
+            exit_behavior="error")`), instead of `config`: typed keyword-only options
+            (`GuardOptions`), each with its `GuardConfig` field's meaning and default.
 
     Raises:
-        TypeError: An option of the wrong type (a path as `store`, `namespace=(1, 2)`,
-            `record="yes"`, a config that is neither a `GuardConfig` nor a dict).
+        TypeError: An unknown option (naming the nearest one), an option of the wrong type
+            (a path as `store`, `namespace=(1, 2)`, `record="yes"`, a config that is neither
+            a `GuardConfig` nor a dict).
         ValueError: `record=True` without a `store`, or an empty `namespace`.
     """
 
+    @with_config_signature
     def __init__(
         self,
         config: GuardConfig | dict[str, Any] | None = None,
@@ -68,10 +72,12 @@ class ReplayGuard:
         store: BaseStore | None = None,
         namespace: Sequence[str] = ("replay_guard",),
         record: bool | BaseStore = False,
-        **options: Any,
+        **options: Unpack[GuardOptions],
     ) -> None:
         """Create a guard."""
-        self.config: GuardConfig = guard_config(config, options)
+        self.config: GuardConfig = guard_config(
+            config, options, owner="ReplayGuard", own=("config", "store", "namespace", "record")
+        )
         self.store = check_store(store)
         self.namespace: tuple[str, ...] = check_namespace(namespace)
         self.record_setting = check_record(record)
@@ -310,24 +316,35 @@ class ReplayGuard:
         asked = Resolution(config, tool_call_id, outcome, result, resume, invoke_kwargs)
         return await aresolve(self, graph, asked)
 
-    def callback_handler(self, **options: Any) -> ReplayGuardCallbackHandler:
+    def callback_handler(
+        self,
+        *,
+        max_threads: int = 1000,
+        store: BaseStore | None = None,
+        namespace: Sequence[str] | None = None,
+    ) -> ReplayGuardCallbackHandler:
         """The guard as a callback handler, for agents whose graph you cannot change.
 
         Register it with `config={"callbacks": [handler]}` on a `create_agent` agent, a
         graph with a `ToolNode`, or a `langchain_classic` `AgentExecutor`.
 
         Args:
-            **options: `ReplayGuardCallbackHandler` options (`max_threads`; `store` and
-                `namespace` default to this guard's, so tenants stay apart).
+            max_threads: See `ReplayGuardCallbackHandler`.
+            store: The handler's store; this guard's when omitted.
+            namespace: The handler's namespace; this guard's when omitted, so tenants stay
+                apart.
 
         Returns:
             A `ReplayGuardCallbackHandler` sharing this guard's configuration.
         """
         from langgraph_replay_guard.integrations.callbacks import ReplayGuardCallbackHandler
 
-        options.setdefault("store", self.store)
-        options.setdefault("namespace", self.namespace)
-        return ReplayGuardCallbackHandler(self.config, **options)
+        return ReplayGuardCallbackHandler(
+            self.config,
+            store=self.store if store is None else store,
+            max_threads=max_threads,
+            namespace=self.namespace if namespace is None else namespace,
+        )
 
     # -- execution records ----------------------------------------------------------------------
 
