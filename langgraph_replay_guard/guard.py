@@ -132,11 +132,18 @@ class ReplayGuard:
             The guarded node.
 
         Raises:
+            TypeError: `tool_node` is not a `ToolNode` (a function, a tool, a list of tools,
+                a compiled agent): the message says what to call instead.
             ValueError: A policy name is a near miss of a tool of the node without a policy
                 (`GuardConfig.strict_tool_names`).
         """
+        from langgraph.prebuilt import ToolNode
+
         from langgraph_replay_guard.integrations.tool_node import guarded_tool_node
 
+        if not isinstance(tool_node, ToolNode):
+            msg = _not_a_tool_node(tool_node)
+            raise TypeError(msg)
         self._tool_names.check(tool_node.tools_by_name, where=f"ToolNode {tool_node.name!r}")
         self._learned.learn_tools(tool_node.tools_by_name.values())
         return guarded_tool_node(self, tool_node)
@@ -377,6 +384,25 @@ class ReplayGuard:
         """Show the configuration that differs from the defaults."""
         changed = self.config.model_dump(exclude_defaults=True)
         return f"ReplayGuard(config=GuardConfig(**{changed!r}))"
+
+
+def _not_a_tool_node(value: object) -> str:
+    """Why `wrap` refuses `value`, and what to call instead (one line)."""
+    name = getattr(value, "name", None) or getattr(value, "__name__", None)
+    got = f"{type(value).__name__} {name!r}" if isinstance(name, str) else type(value).__name__
+    if isinstance(value, list | tuple):
+        fix = "for a list of tools, call guard.tool_node(tools)"
+    elif hasattr(value, "get_graph") and hasattr(value, "nodes"):  # a compiled graph
+        fix = (
+            "for a create_agent agent, pass middleware=[ReplayGuardMiddleware(...)] to "
+            "create_agent; for a graph, wrap its ToolNode before compiling"
+        )
+    else:
+        fix = (
+            "for tools (functions or BaseTools), call guard.tool_node([...]) or "
+            "guard.wrap(ToolNode([...]))"
+        )
+    return f"guard.wrap() takes a langgraph.prebuilt.ToolNode, got {got}: {fix}."
 
 
 def _record_store(

@@ -7,15 +7,26 @@ import operator
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired, Unpack
 
-from langchain.agents.middleware.types import (
-    AgentMiddleware,
-    AgentState,
-    ExtendedModelResponse,
-    ModelCallResult,
-    ModelRequest,
-    ModelResponse,
-    PrivateStateAttr,
-)
+try:
+    from langchain.agents.middleware.types import (
+        AgentMiddleware,
+        AgentState,
+        ExtendedModelResponse,
+        ModelCallResult,
+        ModelRequest,
+        ModelResponse,
+        PrivateStateAttr,
+    )
+except ModuleNotFoundError as exc:
+    # `langchain` is an extra: say which one, not only the bare module name.
+    if (exc.name or "").partition(".")[0] != "langchain":
+        raise
+    _msg = (
+        "ReplayGuardMiddleware needs the langchain package (create_agent's middleware): "
+        "pip install 'langgraph-replay-guard[langchain]'. Without it, guard a ToolNode "
+        "with ReplayGuard.wrap or use ReplayGuardCallbackHandler."
+    )
+    raise ModuleNotFoundError(_msg, name=exc.name) from None
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.types import Command
