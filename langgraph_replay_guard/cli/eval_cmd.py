@@ -261,24 +261,44 @@ _ANNOUNCED = 20  # malformed lines said on standard error as they are met (all i
 
 
 class _Announced(list[tuple[int, str]]):
-    """The malformed lines of one file, each said on standard error when it is met.
+    """The malformed lines of one file, each said on standard error as soon as it is met.
 
-    A long evaluation used to name a bad line only in the report at its very end.
+    A long evaluation used to name a bad line only in the report at its very end. Lines met
+    before the file's first trajectory are said when that trajectory comes: a file with no
+    trajectory at all is refused in one line naming its first bad line instead.
     """
 
     def __init__(self, path: Path) -> None:
         super().__init__()
         self._path = path
+        self._live = False
 
     def append(self, item: tuple[int, str]) -> None:
-        """Keep the malformed line, and say it at once (the first `_ANNOUNCED` of them)."""
+        """Keep the malformed line, and say it (the first `_ANNOUNCED` of them)."""
         super().append(item)
-        if len(self) <= _ANNOUNCED:
-            number, problem = item
+        if self._live:
+            self._say(len(self) - 1)
+
+    def trajectory_seen(self) -> None:
+        """The file holds a trajectory: say the lines kept so far, and each later one."""
+        if not self._live:
+            self._live = True
+            for index in range(len(self)):
+                self._say(index)
+
+    def _say(self, index: int) -> None:
+        if index < _ANNOUNCED:
+            number, problem = self[index]
             where = f"line {number}" if number else "a call"
             print(f"replay-guard eval: skipped {self._path} {where}: {problem}", file=sys.stderr)
-        elif len(self) == _ANNOUNCED + 1:
+        elif index == _ANNOUNCED:
             print(f"replay-guard eval: more malformed lines in {self._path}...", file=sys.stderr)
+
+
+def _announcing(trajectories: Iterable[Trajectory], announced: _Announced) -> Iterator[Trajectory]:
+    for trajectory in trajectories:
+        announced.trajectory_seen()
+        yield trajectory
 
 
 def _evaluate_one(
@@ -295,7 +315,7 @@ def _evaluate_one(
     try:
         with open(path, "rb") as handle:
             evaluate_trajectories(
-                iter_trajectories(_checked_lines(handle, path), announced),
+                _announcing(iter_trajectories(_checked_lines(handle, path), announced), announced),
                 config,
                 error_pattern=args.error_pattern,
                 normalize=args.normalize,
@@ -322,7 +342,8 @@ def _read_all(paths: list[Path]) -> tuple[list[Trajectory], list[tuple[int, str]
         announced = _Announced(path)
         try:
             with open(path, "rb") as handle:
-                trajectories.extend(iter_trajectories(_checked_lines(handle, path), announced))
+                lines = _checked_lines(handle, path)
+                trajectories.extend(_announcing(iter_trajectories(lines, announced), announced))
         except _NotJSONLinesError as exc:
             _fail(str(exc))
         except OSError as exc:
