@@ -852,9 +852,11 @@ class GuardConfig(BaseModel):
         data = _read_mapping(Path(path))
         unknown = set(data) - {"tools", "default_policy"}
         if unknown:
+            first = sorted(unknown)[0]
+            hint = did_you_mean(first, ["tools", "default_policy"])
             msg = (
-                f"Policy file {path} has unknown keys {sorted(unknown)}; a policy file holds "
-                "only 'tools' and 'default_policy'. Put other settings in the config file."
+                f"Policy file {path} has unknown keys {sorted(unknown)};{hint} A policy file "
+                "holds only 'tools' and 'default_policy'. Put other settings in the config file."
             )
             raise ValueError(msg)
         # Validate only the file's part and keep this configuration's objects as they

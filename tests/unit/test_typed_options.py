@@ -209,3 +209,11 @@ def test_the_cli_names_the_key_meant_in_a_config_or_policy_file(
     meant = "'max_repeats'" if option == "--config" else "'volatile'"
     assert f"Did you mean {meant}?" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_policy_file_with_a_misspelled_top_level_key_names_the_key_meant(
+    tmp_path: Path,
+) -> None:
+    path = _write(tmp_path / "tools.yaml", {"tool": {"send_email": "unsafe"}})
+    with pytest.raises(ValueError, match=r"unknown keys \['tool'\]; Did you mean 'tools'\?"):
+        GuardConfig().with_policies(path)
