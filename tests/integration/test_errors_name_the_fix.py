@@ -32,6 +32,7 @@ def run(
     """
     env = dict(ENV)
     if blocked is not None:
+        assert cwd != REPO_ROOT, "give a tmp_path as cwd: the block is written there"
         site = cwd / "blocked-site"
         site.mkdir(exist_ok=True)
         (site / "sitecustomize.py").write_text(
