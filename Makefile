@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench notebooks clean
+.PHONY: demo test lint typecheck docs bench notebooks clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || test -n "$(PYTHON)" || \
@@ -31,6 +31,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict langgraph_replay_guard
 
+# The documentation site with the API reference generated from the docstrings, into site/.
+# --strict: any warning (a reference that does not resolve, a missing page) fails the build.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
+
 # Execute notebooks/*.ipynb in place and store their outputs (deterministic: running it twice
 # gives identical files; the suite checks the stored outputs against a fresh run).
 notebooks: $(STAMP)
@@ -41,4 +46,4 @@ bench: $(STAMP)
 	PYTHONPATH=. $(BIN)/python benchmarks/bench_ledger.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist
+	rm -rf $(VENV) site .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist

@@ -312,7 +312,7 @@ def parse_line(line: str | bytes) -> tuple[Any, str | None]:
     try:
         return json_depth.loads(line), None
     except json.JSONDecodeError as exc:
-        return None, f"not JSON ({exc.msg} at column {exc.colno})"
+        return None, f"not JSON ({json_depth.describe_error(exc)})"
     except json_depth.JSONNestingError as exc:
         return None, f"not a trajectory ({exc})"
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
+from langgraph_replay_guard import json_depth
 from langgraph_replay_guard.evaluation import GUARD_FIELD
 from langgraph_replay_guard.integrations.calls import ANSWER_MARK
 
@@ -206,7 +207,7 @@ def parse_langsmith_runs(text: str) -> list[dict[str, Any]]:
         try:
             data = json.loads(stripped)
         except json.JSONDecodeError as exc:
-            msg = f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+            msg = f"not JSON ({json_depth.describe_error(exc, line=True)})"
             raise LangSmithExportError(msg) from None
         if isinstance(data, Mapping) and isinstance(data.get("runs"), list):
             runs = data["runs"]
@@ -221,7 +222,7 @@ def parse_langsmith_runs(text: str) -> list[dict[str, Any]]:
                 runs.append(json.loads(line))
             except json.JSONDecodeError as exc:
                 msg = (
-                    f"line {number} is not JSON ({exc.msg} at column {exc.colno}); "
+                    f"line {number} is not JSON ({json_depth.describe_error(exc)}); "
                     "expected a JSON array of runs or one run a line"
                 )
                 raise LangSmithExportError(msg) from None

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Unpack
 
 from langgraph_replay_guard.decisions.control import GuardControl
-from langgraph_replay_guard.policy.config import GuardConfig
+from langgraph_replay_guard.policy.config import GuardConfig, GuardOptions
 from langgraph_replay_guard.policy.options import (
     ToolNameCheck,
     check_namespace,
     check_record,
     check_store,
     guard_config,
+    with_config_signature,
 )
 from langgraph_replay_guard.policy.tool_hints import LearnedPolicies
 
@@ -53,14 +54,17 @@ class ReplayGuard:
             `store`, a `BaseStore` records there, under `(*namespace, "records")`. Runs are
             recorded through `guard.record(graph)`.
         **options: `GuardConfig` fields as flat keywords (`ReplayGuard(max_repeats=2,
-            exit_behavior="error")`), instead of `config`.
+            exit_behavior="error")`), instead of `config`: typed keyword-only options
+            (`GuardOptions`), each with its `GuardConfig` field's meaning and default.
 
     Raises:
-        TypeError: An option of the wrong type (a path as `store`, `namespace=(1, 2)`,
-            `record="yes"`, a config that is neither a `GuardConfig` nor a dict).
+        TypeError: An unknown option (naming the nearest one), an option of the wrong type
+            (a path as `store`, `namespace=(1, 2)`, `record="yes"`, a config that is neither
+            a `GuardConfig` nor a dict).
         ValueError: `record=True` without a `store`, or an empty `namespace`.
     """
 
+    @with_config_signature
     def __init__(
         self,
         config: GuardConfig | dict[str, Any] | None = None,
@@ -68,10 +72,12 @@ class ReplayGuard:
         store: BaseStore | None = None,
         namespace: Sequence[str] = ("replay_guard",),
         record: bool | BaseStore = False,
-        **options: Any,
+        **options: Unpack[GuardOptions],
     ) -> None:
         """Create a guard."""
-        self.config: GuardConfig = guard_config(config, options)
+        self.config: GuardConfig = guard_config(
+            config, options, owner="ReplayGuard", own=("config", "store", "namespace", "record")
+        )
         self.store = check_store(store)
         self.namespace: tuple[str, ...] = check_namespace(namespace)
         self.record_setting = check_record(record)
@@ -126,11 +132,18 @@ class ReplayGuard:
             The guarded node.
 
         Raises:
+            TypeError: `tool_node` is not a `ToolNode` (a function, a tool, a list of tools,
+                a compiled agent): the message says what to call instead.
             ValueError: A policy name is a near miss of a tool of the node without a policy
                 (`GuardConfig.strict_tool_names`).
         """
+        from langgraph.prebuilt import ToolNode
+
         from langgraph_replay_guard.integrations.tool_node import guarded_tool_node
 
+        if not isinstance(tool_node, ToolNode):
+            msg = _not_a_tool_node(tool_node)
+            raise TypeError(msg)
         self._tool_names.check(tool_node.tools_by_name, where=f"ToolNode {tool_node.name!r}")
         self._learned.learn_tools(tool_node.tools_by_name.values())
         return guarded_tool_node(self, tool_node)
@@ -310,24 +323,35 @@ class ReplayGuard:
         asked = Resolution(config, tool_call_id, outcome, result, resume, invoke_kwargs)
         return await aresolve(self, graph, asked)
 
-    def callback_handler(self, **options: Any) -> ReplayGuardCallbackHandler:
+    def callback_handler(
+        self,
+        *,
+        max_threads: int = 1000,
+        store: BaseStore | None = None,
+        namespace: Sequence[str] | None = None,
+    ) -> ReplayGuardCallbackHandler:
         """The guard as a callback handler, for agents whose graph you cannot change.
 
         Register it with `config={"callbacks": [handler]}` on a `create_agent` agent, a
         graph with a `ToolNode`, or a `langchain_classic` `AgentExecutor`.
 
         Args:
-            **options: `ReplayGuardCallbackHandler` options (`max_threads`; `store` and
-                `namespace` default to this guard's, so tenants stay apart).
+            max_threads: See `ReplayGuardCallbackHandler`.
+            store: The handler's store; this guard's when omitted.
+            namespace: The handler's namespace; this guard's when omitted, so tenants stay
+                apart.
 
         Returns:
             A `ReplayGuardCallbackHandler` sharing this guard's configuration.
         """
         from langgraph_replay_guard.integrations.callbacks import ReplayGuardCallbackHandler
 
-        options.setdefault("store", self.store)
-        options.setdefault("namespace", self.namespace)
-        return ReplayGuardCallbackHandler(self.config, **options)
+        return ReplayGuardCallbackHandler(
+            self.config,
+            store=self.store if store is None else store,
+            max_threads=max_threads,
+            namespace=self.namespace if namespace is None else namespace,
+        )
 
     # -- execution records ----------------------------------------------------------------------
 
@@ -360,6 +384,25 @@ class ReplayGuard:
         """Show the configuration that differs from the defaults."""
         changed = self.config.model_dump(exclude_defaults=True)
         return f"ReplayGuard(config=GuardConfig(**{changed!r}))"
+
+
+def _not_a_tool_node(value: object) -> str:
+    """Why `wrap` refuses `value`, and what to call instead (one line)."""
+    name = getattr(value, "name", None) or getattr(value, "__name__", None)
+    got = f"{type(value).__name__} {name!r}" if isinstance(name, str) else type(value).__name__
+    if isinstance(value, list | tuple):
+        fix = "for a list of tools, call guard.tool_node(tools)"
+    elif hasattr(value, "get_graph") and hasattr(value, "nodes"):  # a compiled graph
+        fix = (
+            "for a create_agent agent, pass middleware=[ReplayGuardMiddleware(...)] to "
+            "create_agent; for a graph, wrap its ToolNode before compiling"
+        )
+    else:
+        fix = (
+            "for tools (functions or BaseTools), call guard.tool_node([...]) or "
+            "guard.wrap(ToolNode([...]))"
+        )
+    return f"guard.wrap() takes a langgraph.prebuilt.ToolNode, got {got}: {fix}."
 
 
 def _record_store(

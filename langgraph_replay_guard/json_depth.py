@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["MAX_JSON_DEPTH", "JSONNestingError", "check_depth", "loads"]
+__all__ = ["MAX_JSON_DEPTH", "JSONNestingError", "check_depth", "describe_error", "loads"]
 
 MAX_JSON_DEPTH = 200
 """Deepest nesting of arrays and objects read from a file or a stored row.
@@ -18,6 +18,23 @@ lets the parser and the code after it walk.
 
 class JSONNestingError(ValueError):
     """JSON nested deeper than `MAX_JSON_DEPTH` (or than the parser can go)."""
+
+
+def describe_error(exc: json.JSONDecodeError, *, line: bool = False) -> str:
+    """A JSON error as one phrase: `Expecting value at column 5` (`at line 2 column 5`).
+
+    Some of `json`'s messages end in "at" already ("Unterminated string starting at"):
+    written as is, the position would read "starting at at column 5".
+
+    Args:
+        exc: The parser's error.
+        line: Say the line too (a multi-line file; a JSON-lines line is one line).
+
+    Returns:
+        The message and where.
+    """
+    where = f"line {exc.lineno} column {exc.colno}" if line else f"column {exc.colno}"
+    return f"{exc.msg.removesuffix(' at')} at {where}"
 
 
 _TOO_DEEP = f"nested deeper than {MAX_JSON_DEPTH} levels"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict
@@ -12,6 +13,7 @@ from typing import Any, NoReturn, TextIO
 
 from pydantic import ValidationError
 
+from langgraph_replay_guard import json_depth
 from langgraph_replay_guard.calibration import (
     DEFAULT_BUDGET_SECONDS,
     DEFAULT_LOOP_CALLS,
@@ -199,7 +201,7 @@ def _read_option(option: str, path: Path, load: Callable[[Path], GuardConfig]) -
     except UnicodeDecodeError as exc:
         _fail(f"{where}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})")
     except json.JSONDecodeError as exc:
-        _fail(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})")
+        _fail(f"{where}: not valid JSON ({json_depth.describe_error(exc, line=True)})")
     except ValidationError as exc:
         _fail(f"{where}: invalid configuration:\n{exc}")
     except RecursionError:  # JSON or YAML nested deeper than the parser can go
@@ -239,7 +241,7 @@ def _evaluate(args: argparse.Namespace, config: GuardConfig, paths: list[Path]) 
     for path in paths:
         start, runs = len(report.malformed), report.total.trajectories
         _evaluate_one(args, config, path, report)
-        if report.total.trajectories == runs and len(report.malformed) > start:
+        if report.total.trajectories == runs:
             _no_trajectory(path, report.malformed[start:])
         if len(paths) > 1:  # say which file each malformed line is in
             report.malformed[start:] = [
@@ -249,9 +251,56 @@ def _evaluate(args: argparse.Namespace, config: GuardConfig, paths: list[Path]) 
 
 
 def _no_trajectory(path: Path, malformed: list[tuple[int, str]]) -> NoReturn:
+    """Refuse a file without a trajectory: empty (or blank), or every line malformed."""
+    if not malformed:  # nothing to score: an all-zero report would read as a clean run
+        _fail(f"{path} holds no trajectory (it is empty): {_HINT}")
     number, problem = malformed[0]
     skipped = len(malformed)
     _fail(f"{path} holds no trajectory (line {number}: {problem}; {skipped} skipped): {_HINT}")
+
+
+_ANNOUNCED = 20  # malformed lines said on standard error as they are met (all in the report)
+
+
+class _Announced(list[tuple[int, str]]):
+    """The malformed lines of one file, each said on standard error as soon as it is met.
+
+    A long evaluation used to name a bad line only in the report at its very end. Lines met
+    before the file's first trajectory are said when that trajectory comes: a file with no
+    trajectory at all is refused in one line naming its first bad line instead.
+    """
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self._path = path
+        self._live = False
+
+    def append(self, item: tuple[int, str]) -> None:
+        """Keep the malformed line, and say it (the first `_ANNOUNCED` of them)."""
+        super().append(item)
+        if self._live:
+            self._say(len(self) - 1)
+
+    def trajectory_seen(self) -> None:
+        """The file holds a trajectory: say the lines kept so far, and each later one."""
+        if not self._live:
+            self._live = True
+            for index in range(len(self)):
+                self._say(index)
+
+    def _say(self, index: int) -> None:
+        if index < _ANNOUNCED:
+            number, problem = self[index]
+            where = f"line {number}" if number else "a call"
+            print(f"replay-guard eval: skipped {self._path} {where}: {problem}", file=sys.stderr)
+        elif index == _ANNOUNCED:
+            print(f"replay-guard eval: more malformed lines in {self._path}...", file=sys.stderr)
+
+
+def _announcing(trajectories: Iterable[Trajectory], announced: _Announced) -> Iterator[Trajectory]:
+    for trajectory in trajectories:
+        announced.trajectory_seen()
+        yield trajectory
 
 
 def _evaluate_one(
@@ -264,10 +313,11 @@ def _evaluate_one(
             if done % 50 == 0:
                 print(f"\r{done} trajectories...", end="", file=sys.stderr, flush=True)
 
+    announced = _Announced(path)
     try:
         with open(path, "rb") as handle:
             evaluate_trajectories(
-                iter_trajectories(_checked_lines(handle, path), report.malformed),
+                _announcing(iter_trajectories(_checked_lines(handle, path), announced), announced),
                 config,
                 error_pattern=args.error_pattern,
                 normalize=args.normalize,
@@ -282,6 +332,7 @@ def _evaluate_one(
     finally:
         if progress is not None:
             print("\r", end="", file=sys.stderr)
+        report.malformed.extend(announced)
 
 
 def _read_all(paths: list[Path]) -> tuple[list[Trajectory], list[tuple[int, str]]]:
@@ -290,14 +341,17 @@ def _read_all(paths: list[Path]) -> tuple[list[Trajectory], list[tuple[int, str]
     malformed: list[tuple[int, str]] = []
     for path in paths:
         start, runs = len(malformed), len(trajectories)
+        announced = _Announced(path)
         try:
             with open(path, "rb") as handle:
-                trajectories.extend(iter_trajectories(_checked_lines(handle, path), malformed))
+                lines = _checked_lines(handle, path)
+                trajectories.extend(_announcing(iter_trajectories(lines, announced), announced))
         except _NotJSONLinesError as exc:
             _fail(str(exc))
         except OSError as exc:
             _fail(f"cannot read {path} ({exc.strerror or exc})")
-        if len(trajectories) == runs and len(malformed) > start:
+        malformed.extend(announced)
+        if len(trajectories) == runs:
             _no_trajectory(path, malformed[start:])
         malformed[start:] = [(n, f"{path.name}: {p}") for n, p in malformed[start:]]
     return trajectories, malformed
@@ -342,6 +396,7 @@ def _calibrate(
     """`--calibrate OUT.json`: search, write the configuration, print it against the start."""
     if args.loop_calls < 2:
         _fail(f"--loop-calls {args.loop_calls}: a loop needs at least 2 calls")
+    _check_writable(args.calibrate)  # before a search of minutes, not after it
     trajectories, malformed = _read_all(paths)
 
     def progress(text: str) -> None:
@@ -380,6 +435,18 @@ def _calibrate(
             show_wrong=args.show_wrong,
         )
     return 0 if result.score.safe else 1
+
+
+def _check_writable(path: Path) -> None:
+    """Refuse a `--calibrate` path that cannot be written, without creating anything."""
+    where = f"--calibrate {path}"
+    if path.is_dir():
+        _fail(f"{where}: is a directory; give the configuration file's name (OUT.json)")
+    parent = path.parent
+    if not parent.is_dir():
+        _fail(f"{where}: no directory {str(parent)!r}; create it or give another path")
+    if not os.access(path if path.exists() else parent, os.W_OK):
+        _fail(f"{where}: cannot write it (permission denied); give a writable path")
 
 
 def _calibration_json(

@@ -27,6 +27,8 @@ from langgraph_replay_guard.cli.common import (
 )
 from langgraph_replay_guard.cli.store_uri import (
     StoreURIError,
+    missing_tables,
+    not_a_checkpoint_database,
     open_checkpointer,
     open_store,
 )
@@ -97,7 +99,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
 
     Returns:
         0 when at least one trajectory was written, 1 when none was, 2 when the database or
-        the file cannot be opened (or `--thread` is given with `--from-langsmith`), 3 when
+        the file cannot be opened, or the database is not a checkpoint database (no output
+        file is created then) (or `--thread` is given with `--from-langsmith`), 3 when
         trajectories were written but some value was not decoded (shown opaque).
     """
     err = err or sys.stderr
@@ -108,6 +111,12 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             file=err,
         )
         return 2
+    if args.db is not None:
+        # Before the output file is created: a wrong --db leaves no empty file behind.
+        problem = _db_problem(args.db)
+        if problem is not None:
+            print(f"{_NAME}: {problem}", file=err)
+            return 2
     with ExitStack() as stack:
         if args.output is not None:
             try:
@@ -124,6 +133,15 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             return EXIT_UNDECODED
         return status
     return 2  # pragma: no cover - the ExitStack does not swallow exceptions
+
+
+def _db_problem(db: str) -> str | None:
+    """Why `--db` cannot be exported (it cannot be opened, or holds no checkpoints), or None."""
+    try:
+        with open_checkpointer(db, read_only=True) as saver:
+            return not_a_checkpoint_database(db) if missing_tables(saver) else None
+    except StoreURIError as exc:
+        return str(exc)
 
 
 def _line(trajectory: Mapping[str, Any]) -> str:

@@ -27,6 +27,7 @@ from langgraph_replay_guard.cli.store_uri import (
     StoreURIError,
     mask_uri,
     missing_tables,
+    not_a_checkpoint_database,
     open_checkpointer,
     open_store,
 )
@@ -97,7 +98,9 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
 
     Returns:
         0 when anything was found and nothing left out, 1 when the thread has neither or an
-        item was left out, 2 for a bad `--db` or `--store`, 3 when the report is otherwise
+        item was left out, 2 for a bad `--db` or `--store` (a missing file, a database
+        with no checkpoint table and no store table, or without checkpoints beside a
+        `--store`), 3 when the report is otherwise
         complete but some value was not decoded.
     """
     out = out or sys.stdout
@@ -116,10 +119,19 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     problems: list[str] = []  # one line per item left out (too big, or undecodable)
     try:
         with open_checkpointer(args.db, read_only=True) as saver:
+            no_checkpoints = missing_tables(saver)
             latest = list(
                 read_checkpoints(saver, args.thread, limit=limit, uri=args.db, latest_only=True)
             )
-        with open_store(store_uri, read_only=True) as store:
+        option = "--store" if args.store else "--db"
+        with open_store(store_uri, read_only=True, option=option) as store:
+            # A --db without checkpoints is read only as the guard's store (a callback
+            # handler without a checkpointer keeps its state there); anything else is the
+            # wrong database, not an empty thread.
+            other_store = args.store is not None and args.store != args.db
+            if no_checkpoints and (other_store or missing_tables(store)):
+                print(f"{_NAME}: {not_a_checkpoint_database(args.db)}", file=err)
+                return 2
             ledger = ReplayLedger(store, namespace=namespace)
             rows, row_problems = read_ledger(store, ledger, args.thread, limit=limit, uri=store_uri)
             problems += row_problems

@@ -26,6 +26,7 @@ __all__ = [
     "is_postgres",
     "mask_uri",
     "missing_tables",
+    "not_a_checkpoint_database",
     "open_checkpointer",
     "open_store",
     "scrub",
@@ -128,7 +129,7 @@ def _sqlite_path(uri: str) -> Path:
 
 @contextmanager
 def open_store(
-    uri: str, *, must_exist: bool = True, read_only: bool = False
+    uri: str, *, must_exist: bool = True, read_only: bool = False, option: str = "--db"
 ) -> Iterator[BaseStore]:
     """Open the LangGraph store behind a `--db` value.
 
@@ -142,6 +143,8 @@ def open_store(
             transaction refuses, so the store's session is not server-enforced read-only;
             it writes nothing to rows without a TTL, as the guard's are.) A database without
             the store's table yields an empty stand-in (`missing_tables`).
+        option: The command-line option that gave `uri`, named by the error for a
+            missing file.
 
     Yields:
         The store, set up (its tables created when missing) unless read-only. A stored value
@@ -152,7 +155,7 @@ def open_store(
         StoreURIError: The value cannot be opened; the message names the problem with the
             password masked.
     """
-    with _open(uri, "store", must_exist=must_exist, read_only=read_only) as store:
+    with _open(uri, "store", must_exist=must_exist, read_only=read_only, option=option) as store:
         yield store
 
 
@@ -190,6 +193,22 @@ def missing_tables(opened: object) -> bool:
         checkpointer's) tables.
     """
     return isinstance(opened, _MissingStore | _MissingCheckpointer)
+
+
+def not_a_checkpoint_database(uri: str) -> str:
+    """Why a `--db` without LangGraph's checkpoint tables is refused, and what to give.
+
+    Args:
+        uri: The `--db` value (shown with its password masked).
+
+    Returns:
+        One line for the command's error.
+    """
+    return (
+        f"{mask_uri(uri)} is not a LangGraph checkpoint database (it has no "
+        f"'{_TABLES['checkpointer']}' table): give --db the database your graph's "
+        "checkpointer (SqliteSaver, PostgresSaver) writes to"
+    )
 
 
 _BACKENDS = {
@@ -242,7 +261,9 @@ def _make(kind: str, what: str, conn: Any, *, read_only: bool) -> Any:
 
 
 @contextmanager
-def _open(uri: str, what: str, *, must_exist: bool, read_only: bool) -> Iterator[Any]:
+def _open(
+    uri: str, what: str, *, must_exist: bool, read_only: bool, option: str = "--db"
+) -> Iterator[Any]:
     if is_postgres(uri):
         _backend("postgres", what)  # first: a clear error without psycopg
         try:
@@ -267,7 +288,10 @@ def _open(uri: str, what: str, *, must_exist: bool, read_only: bool) -> Iterator
     path = _sqlite_path(uri)
     if (must_exist or read_only) and not path.is_file():
         shown = mask_uri(str(path))
-        msg = f"no SQLite database at {shown!r} (give --db a file path or a postgresql:// URI)"
+        msg = (
+            f"no SQLite database at {shown!r}: give {option} an existing SQLite file or a "
+            "postgresql:// URI"
+        )
         raise StoreURIError(msg)
     _backend("sqlite", what)
     try:

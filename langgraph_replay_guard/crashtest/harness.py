@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import queue
@@ -30,6 +31,28 @@ DEFAULT_INPUT: dict[str, Any] = {"messages": [{"role": "user", "content": "Go."}
 """The input when none is given: one user message."""
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def _check_extras(postgres: str | None) -> None:
+    """Refuse at once when a backend the phases need is not installed.
+
+    Every phase's process server imports LangGraph's SQLite classes first: without them it
+    dies before it answers, which said only "the process server died".
+    """
+    needed = [("sqlite", "SQLite", ("langgraph.checkpoint.sqlite", "langgraph.store.sqlite"))]
+    if postgres is not None:
+        modules = ("langgraph.checkpoint.postgres", "langgraph.store.postgres")
+        needed.append(("postgres", "PostgreSQL", modules))
+    for extra, label, modules in needed:
+        for module in modules:
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                msg = (
+                    f"the crash test runs its processes on {label} and {module} is not "
+                    f"installed: pip install 'langgraph-replay-guard[{extra}]'"
+                )
+                raise CrashTestError(msg) from None
 
 
 def crashtest(
@@ -109,6 +132,7 @@ def crashtest(
             assert report.ok, report.render()
         ```
     """
+    _check_extras(postgres)
     target = target_name(target)
     split_target(target)  # a malformed target fails here, before any process starts
     if crashes < 1:

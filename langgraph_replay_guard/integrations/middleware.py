@@ -5,17 +5,28 @@ from __future__ import annotations
 import logging
 import operator
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, NotRequired
+from typing import TYPE_CHECKING, Annotated, Any, NotRequired, Unpack
 
-from langchain.agents.middleware.types import (
-    AgentMiddleware,
-    AgentState,
-    ExtendedModelResponse,
-    ModelCallResult,
-    ModelRequest,
-    ModelResponse,
-    PrivateStateAttr,
-)
+try:
+    from langchain.agents.middleware.types import (
+        AgentMiddleware,
+        AgentState,
+        ExtendedModelResponse,
+        ModelCallResult,
+        ModelRequest,
+        ModelResponse,
+        PrivateStateAttr,
+    )
+except ModuleNotFoundError as exc:
+    # `langchain` is an extra: say which one, not only the bare module name.
+    if (exc.name or "").partition(".")[0] != "langchain":
+        raise
+    _msg = (
+        "ReplayGuardMiddleware needs the langchain package (create_agent's middleware): "
+        "pip install 'langgraph-replay-guard[langchain]'. Without it, guard a ToolNode "
+        "with ReplayGuard.wrap or use ReplayGuardCallbackHandler."
+    )
+    raise ModuleNotFoundError(_msg, name=exc.name) from None
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.types import Command
@@ -62,7 +73,8 @@ from langgraph_replay_guard.integrations.signals import as_signal
 from langgraph_replay_guard.integrations.task_writes import write_events
 from langgraph_replay_guard.integrations.tool_node import ToolCallWrapper, abort_trace
 from langgraph_replay_guard.integrations.tracing import BlockedRun, blocked_run
-from langgraph_replay_guard.policy.config import GuardConfig
+from langgraph_replay_guard.policy.config import GuardConfig, GuardOptions
+from langgraph_replay_guard.policy.options import guard_config, with_config_signature
 from langgraph_replay_guard.replay.ledger import (
     CallIdentity,
     args_digest,
@@ -141,18 +153,20 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             `middleware.guard.record(agent)`.
         **options: `GuardConfig` fields as flat keywords, like `ToolCallLimitMiddleware`'s
             options: `ReplayGuardMiddleware(tools={"send_email": "unsafe"}, max_repeats=2)`.
-            Not together with `config`.
+            Not together with `config`. Typed keyword-only options (`GuardOptions`), each
+            with its `GuardConfig` field's meaning and default.
 
     At the first model call, a `ReplayGuardWarning` names each tool of `config.tools` that
     the agent does not offer the model (a typo there would leave the real tool with the
     default policy).
 
     Raises:
-        TypeError: An option of the wrong type (a path as `store`, `namespace=(1, 2)`,
-            `record="yes"`).
+        TypeError: An unknown option (naming the nearest one), an option of the wrong type
+            (a path as `store`, `namespace=(1, 2)`, `record="yes"`).
         ValueError: `record=True` without a `store`, or an empty `namespace`.
     """
 
+    @with_config_signature
     def __init__(
         self,
         config: GuardConfig | dict[str, Any] | None = None,
@@ -161,11 +175,17 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         name: str | None = None,
         namespace: Sequence[str] = ("replay_guard",),
         record: bool | BaseStore = False,
-        **options: Any,
+        **options: Unpack[GuardOptions],
     ) -> None:
         """Create the middleware."""
         super().__init__()
-        self.guard = ReplayGuard(config, store=store, namespace=namespace, record=record, **options)
+        checked = guard_config(
+            config,
+            options,
+            owner="ReplayGuardMiddleware",
+            own=("config", "store", "name", "namespace", "record"),
+        )
+        self.guard = ReplayGuard(checked, store=store, namespace=namespace, record=record)
         self._name = name or _DEFAULT_NAME
         self.channel = GUARD_CHANNEL if name is None else f"{GUARD_CHANNEL}__{name}"
         self.state_schema = _state_schema(self.channel)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import math
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self, TypedDict
 
 import annotated_types
 from pydantic import (
@@ -34,6 +35,7 @@ __all__ = [
     "CallClass",
     "ClassRule",
     "GuardConfig",
+    "GuardOptions",
     "PolicySource",
     "PresetName",
     "ReplayClass",
@@ -73,6 +75,29 @@ def _regex_or_none(value: str | None, field: str, *, ignore_case: bool = False) 
     if value is not None:
         compile_pattern(value, field, ignore_case=ignore_case)
     return value
+
+
+def did_you_mean(name: str, known: Sequence[str]) -> str:
+    """` Did you mean 'x'?` for the known name nearest a misspelled one, or `""`."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def _check_keys(model: type[BaseModel], data: Any, extra: Sequence[str] = ()) -> Any:
+    """Refuse a key that is no field of `model`, naming the nearest field.
+
+    pydantic's own `extra="forbid"` says only "Extra inputs are not permitted": a config
+    file with `max_repeat: 3` deserves the name it meant, as a Python keyword gets.
+    """
+    if not isinstance(data, Mapping):
+        return data
+    known = [*model.model_fields, *extra]
+    for key in data:
+        if isinstance(key, str) and key not in known:
+            hint = did_you_mean(key, known) or f" Its options: {', '.join(model.model_fields)}."
+            msg = f"unknown option {key!r} for {model.__name__}.{hint}"
+            raise ValueError(msg)
+    return data
 
 
 _MAX_COUNT = 1_000_000
@@ -160,6 +185,11 @@ class ClassRule(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        return _check_keys(cls, data)
 
     arg: str = Field(min_length=1)
     pattern: str | None = None
@@ -265,6 +295,11 @@ class ToolPolicy(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        return _check_keys(cls, data)
 
     replay: ReplayClass = "pure"
     max_repeats: int | None = Field(default=None, ge=1, le=_MAX_COUNT)
@@ -446,6 +481,11 @@ class ToolkitRef(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        return _check_keys(cls, data)
+
     name: str
     prefix: str = ""
 
@@ -542,6 +582,11 @@ class GuardConfig(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        return _check_keys(cls, data, ("on_abort",))
 
     history_window: int = Field(default=5, ge=1, le=10_000)
     max_repeats: int = Field(default=3, ge=1, le=_MAX_COUNT)
@@ -807,9 +852,11 @@ class GuardConfig(BaseModel):
         data = _read_mapping(Path(path))
         unknown = set(data) - {"tools", "default_policy"}
         if unknown:
+            first = sorted(unknown)[0]
+            hint = did_you_mean(first, ["tools", "default_policy"])
             msg = (
-                f"Policy file {path} has unknown keys {sorted(unknown)}; a policy file holds "
-                "only 'tools' and 'default_policy'. Put other settings in the config file."
+                f"Policy file {path} has unknown keys {sorted(unknown)};{hint} A policy file "
+                "holds only 'tools' and 'default_policy'. Put other settings in the config file."
             )
             raise ValueError(msg)
         # Validate only the file's part and keep this configuration's objects as they
@@ -819,6 +866,44 @@ class GuardConfig(BaseModel):
         if "default_policy" in data:
             update["default_policy"] = loaded.default_policy
         return self.model_copy(update=update)
+
+
+class GuardOptions(TypedDict, total=False):
+    """`GuardConfig`'s fields as keyword arguments, for type checkers.
+
+    `ReplayGuard`, `ReplayGuardMiddleware` and `ReplayGuardCallbackHandler` take these as
+    typed keyword-only options (`**options: Unpack[GuardOptions]`): `mypy --strict` and IDEs
+    flag a misspelled one (`max_repeat=3`) and a wrong type before anything runs, and at run
+    time the constructor raises a `TypeError` naming the nearest option. Each option means
+    what the `GuardConfig` field of the same name means, with the same default;
+    `tests/unit/test_typed_options.py` checks that the two agree. The types are what
+    `GuardConfig` accepts as input (a mapping where it stores a dict, any sequence where it
+    stores a tuple, a policy as a mapping or a replay class).
+    """
+
+    history_window: int
+    max_repeats: int
+    result_preview_chars: int
+    store_previews: bool
+    max_cycle_period: int
+    dedup: bool
+    repeat_limit: bool
+    result_diff: bool
+    reminder: bool
+    cycle_detection: bool
+    max_same_failures: int
+    failure_pattern: str | None
+    repeat_reset: Literal["progress", "turn"]
+    exit_behavior: Literal["end", "error", "continue"]
+    mode: Literal["enforce", "shadow"]
+    scope: Literal["turn", "thread"]
+    on_unsafe: Literal["raise", "interrupt"]
+    in_flight_wait: float
+    in_flight_lease: float
+    tools: Mapping[str, ToolPolicy | ReplayClass | Mapping[str, Any]]
+    toolkits: Sequence[str | ToolkitRef]
+    default_policy: ToolPolicy | Mapping[str, Any]
+    strict_tool_names: bool
 
 
 def _expand(

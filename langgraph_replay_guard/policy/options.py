@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import difflib
+import inspect
 import threading
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeGuard
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 from langgraph_replay_guard.errors import ReplayGuardWarning
-from langgraph_replay_guard.policy.config import GuardConfig
+from langgraph_replay_guard.policy.config import GuardConfig, GuardOptions, did_you_mean
 
 if TYPE_CHECKING:
     from langgraph.store.base import BaseStore
@@ -21,7 +22,10 @@ __all__ = [
     "check_record",
     "check_store",
     "guard_config",
+    "with_config_signature",
 ]
+
+_Init = TypeVar("_Init", bound=Callable[..., None])
 
 _STORE_EXAMPLE = (
     "a LangGraph BaseStore (e.g. SqliteStore(...), PostgresStore(...), InMemoryStore())"
@@ -36,24 +40,34 @@ def _got(value: Any) -> str:
     return f"{type(value).__name__} {text}"
 
 
-def guard_config(config: Any, options: Mapping[str, Any] | None = None) -> GuardConfig:
+def guard_config(
+    config: Any,
+    options: Mapping[str, object] | None = None,
+    *,
+    owner: str = "ReplayGuard",
+    own: Sequence[str] = (),
+) -> GuardConfig:
     """The configuration a constructor was given, validated.
 
     Args:
         config: A `GuardConfig`, a mapping of its fields, or None for the defaults.
         options: `GuardConfig` fields given as flat keywords (`max_repeats=2`), the way
-            LangChain's middleware take their options.
+            LangChain's middleware take their options (typed by `GuardOptions`).
+        owner: The constructor's name, for the message on an unknown option.
+        own: The constructor's own keywords (`store`...), which a misspelled one may mean.
 
     Returns:
         The configuration.
 
     Raises:
-        TypeError: For anything else (a store passed in the config's place, a file path), or
-            for both a config and flat options.
+        TypeError: For an unknown option (naming the nearest one, as Python does for a
+            misspelled keyword), for anything else than a config (a store passed in the
+            config's place, a file path), or for both a config and flat options.
         pydantic.ValidationError: For unknown fields or invalid values (a `ValueError` that
             names the option and the allowed values).
     """
     if options:
+        _check_option_names(options, owner, own)
         if config is not None:
             names = ", ".join(sorted(options))
             msg = (
@@ -75,6 +89,51 @@ def guard_config(config: Any, options: Mapping[str, Any] | None = None) -> Guard
         hint = " Pass a store as store=..., not as the first argument."
     msg = f"config must be a GuardConfig or a dict of its fields, got {_got(config)}.{hint}"
     raise TypeError(msg)
+
+
+def with_config_signature(init: _Init) -> _Init:
+    """Give a constructor taking `**options: Unpack[GuardOptions]` GuardConfig's signature.
+
+    Type checkers read the `GuardOptions` annotation; `help()`, `inspect.signature` and
+    editors that introspect at run time see the same options as keyword-only parameters
+    with `GuardConfig`'s defaults, generated from its fields (one source of truth).
+
+    Args:
+        init: The `__init__` whose `**options` stand for `GuardConfig`'s fields.
+
+    Returns:
+        `init`, with `__signature__` set.
+    """
+    signature = inspect.signature(init)
+    params = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    hints = GuardOptions.__annotations__
+    for name, field in GuardConfig.model_fields.items():
+        default = field.get_default(call_default_factory=True)
+        # The annotation as written (a string under `from __future__ import annotations`).
+        annotation = getattr(hints.get(name), "__forward_arg__", hints.get(name, field.annotation))
+        params.append(
+            inspect.Parameter(
+                name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation
+            )
+        )
+    setattr(init, "__signature__", signature.replace(parameters=params))  # noqa: B010
+    return init
+
+
+def _check_option_names(options: Mapping[str, object], owner: str, own: Sequence[str]) -> None:
+    """Refuse a keyword that is no `GuardConfig` field, the way Python refuses one."""
+    fields = [*GuardConfig.model_fields, "on_abort"]  # on_abort: deprecated, still taken
+    for name in options:
+        if name not in fields:
+            hint = did_you_mean(name, [*fields, *own])
+            if not hint:
+                own_names = f" and {', '.join(own)}" if own else ""
+                hint = (
+                    f" Its options are GuardConfig's fields "
+                    f"({', '.join(GuardConfig.model_fields)}){own_names}."
+                )
+            msg = f"{owner}() got an unexpected keyword argument {name!r}.{hint}"
+            raise TypeError(msg)
 
 
 def _is_store(value: Any) -> TypeGuard[BaseStore]:

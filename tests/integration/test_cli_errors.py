@@ -319,7 +319,13 @@ def test_output_to_a_closed_pipe_exits_quietly(tmp_path: Path) -> None:
     for args in commands:
         status, err = run_with_closed_stdout(args)
         assert status in (0, 1), (args, status, err)
-        assert err == "", (args, err)
+        assert not_said_at_once(err) == [], (args, err)
+
+
+def not_said_at_once(err: str) -> list[str]:
+    """The lines of `err` other than eval's malformed lines, said as it meets them."""
+    said = ("replay-guard eval: skipped ", "replay-guard eval: more malformed lines in ")
+    return [line for line in err.splitlines() if not line.startswith(said)]
 
 
 def big_eval_input(tmp_path: Path) -> Path:
@@ -348,7 +354,7 @@ def test_json_piped_to_head_exits_quietly(tmp_path: Path, reader: str) -> None:
     assert proc.stdout.startswith("{")
     assert "Traceback" not in proc.stderr, proc.stderr
     assert "BrokenPipeError" not in proc.stderr
-    assert proc.stderr == ""
+    assert not_said_at_once(proc.stderr) == []
     assert proc.returncode in (0, 1)
 
 

@@ -141,10 +141,11 @@ def test_read_only_commands_create_nothing_in_postgres(pg_uri):
         return sorted(row[0] for row in rows)
 
     assert tables() == []
+    # An empty database is not a checkpoint database: refused, and still nothing created.
     inspected = _cli("inspect", "--db", pg_uri, "--thread", "t")
-    assert inspected.returncode == 1, inspected.stderr
-    assert "NOT FOUND" in inspected.stdout
-    assert _cli("export", "--db", pg_uri).returncode == 1
+    assert inspected.returncode == 2, inspected.stderr
+    assert "is not a LangGraph checkpoint database" in inspected.stderr
+    assert _cli("export", "--db", pg_uri).returncode == 2
     assert "no execution records" in _cli("records", "list", "--db", pg_uri).stdout
     assert _cli("records", "verify", "--db", pg_uri).returncode == 0
     assert _cli("records", "show", "--db", pg_uri, "x").returncode == 2

@@ -53,7 +53,8 @@ def test_every_constructor_takes_config_fields_as_flat_keywords(build):
     with pytest.raises(ValueError, match="exit_behavior") as caught:
         build(exit_behavior="stop")
     assert "'end', 'error' or 'continue'" in str(caught.value)
-    with pytest.raises(ValueError, match="max_repeatz"):
+    # An unknown keyword is a TypeError, as Python's own, naming the option meant (issue 34).
+    with pytest.raises(TypeError, match=r"'max_repeatz'\. Did you mean 'max_repeats'\?"):
         build(max_repeatz=2)
 
 

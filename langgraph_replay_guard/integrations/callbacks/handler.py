@@ -6,7 +6,7 @@ import functools
 import logging
 import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Unpack, cast
 from uuid import UUID
 
 from langchain_core.agents import AgentAction
@@ -48,13 +48,14 @@ from langgraph_replay_guard.integrations.tracing import (
     blocked_run,
     trace_info,
 )
-from langgraph_replay_guard.policy.config import GuardConfig
+from langgraph_replay_guard.policy.config import GuardConfig, GuardOptions
 from langgraph_replay_guard.policy.options import (
     ToolNameCheck,
     check_max_threads,
     check_namespace,
     check_store,
     guard_config,
+    with_config_signature,
 )
 
 if TYPE_CHECKING:
@@ -277,7 +278,9 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             kept until resolved).
         namespace: Namespace prefix, as `ReplayGuard`'s (one per tenant): the state is
             kept under `(*namespace, "callbacks")`, the item key is the thread id.
-        **options: `GuardConfig` fields as flat keywords, instead of `config`.
+        **options: `GuardConfig` fields as flat keywords, instead of `config`: typed
+            keyword-only options (`GuardOptions`), each with its `GuardConfig` field's
+            meaning and default.
 
     Raises:
         TypeError: An option of the wrong type (a path as `store`, `max_threads="10"`,
@@ -288,6 +291,7 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
     raise_error = True
     """Refusals must propagate: with `raise_error=False` LangChain logs and runs the tool."""
 
+    @with_config_signature
     def __init__(
         self,
         config: GuardConfig | dict[str, Any] | None = None,
@@ -295,10 +299,15 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         store: BaseStore | None = None,
         max_threads: int = 1000,
         namespace: Sequence[str] = ("replay_guard",),
-        **options: Any,
+        **options: Unpack[GuardOptions],
     ) -> None:
         """Create the handler."""
-        self.config: GuardConfig = guard_config(config, options)
+        self.config: GuardConfig = guard_config(
+            config,
+            options,
+            owner="ReplayGuardCallbackHandler",
+            own=("config", "store", "max_threads", "namespace"),
+        )
         store = check_store(store)
         scopes = ScopeTable(
             check_max_threads(max_threads), store, scopes_namespace(check_namespace(namespace))
