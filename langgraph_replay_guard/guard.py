@@ -101,7 +101,8 @@ class ReplayGuard:
         """
         control = GuardControl(self._learned.config, tools=tools)
         if tools is not None:
-            self._tool_names.check(tools, where="control(tools=...)")
+            # The caller's whole tool set: a near miss of a name there is a typo.
+            self._tool_names.check(tools, where="control(tools=...)", complete=True)
         return control
 
     # -- LangGraph: custom StateGraph ------------------------------------------------------
@@ -112,9 +113,11 @@ class ReplayGuard:
         The graph state needs the guard channel: use `ReplayGuardState`, or add
         `replay_guard: NotRequired[Annotated[dict | None, merge_guard_state]]` to your state.
         A `ReplayGuardWarning` names each tool of `config.tools` that the node does not
-        have (a typo there would leave the real tool with the default policy); a name near
-        one of the node's tools that has no policy is a `ValueError` here, unless
-        `GuardConfig(strict_tool_names=False)`. A tool with
+        have (a typo there would leave the real tool with the default policy), with the
+        node's tool without a policy that the name is near, if any: a warning, not an
+        error, as one guard may guard several nodes (or the node's own `wrap_tool_call`
+        may serve tools it does not hold), so the guard never knows every tool of the
+        graph here. A tool with
         MCP annotations (langchain-mcp-adapters puts them in its `metadata`) that neither
         `tools` nor a toolkit names gets the class they give (see `GuardConfig.policy_for`).
 
@@ -124,10 +127,6 @@ class ReplayGuard:
 
         Returns:
             The guarded node.
-
-        Raises:
-            ValueError: A policy name is a near miss of a tool of the node without a policy
-                (`GuardConfig.strict_tool_names`).
         """
         from langgraph_replay_guard.integrations.tool_node import guarded_tool_node
 

@@ -232,8 +232,11 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             None if self._others_run_tools else node_tools | (self._node_tools or frozenset())
         )
         names = self._learn(tools)
-        # A misspelt policy name fails `create_agent` itself (`strict_tool_names`).
-        self.guard._tool_names.check(names, where="the agent", warn=False)
+        # A misspelt policy name fails `create_agent` itself (`strict_tool_names`), when the
+        # agent's tools node is every tool: another middleware's tool hook may serve more.
+        self.guard._tool_names.check(
+            names, where="the agent", warn=False, complete=not self._others_run_tools
+        )
 
     def _answered_elsewhere(self, request: ModelRequest[Any]) -> tuple[Any, list[Event]]:
         """The previous batch's calls that another piece answered, and the value with them.
@@ -468,7 +471,10 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if not self._tools_checked:
             # Raises for a misspelt policy name (`strict_tool_names`): before any tool runs,
             # and again at every invoke until the name is fixed.
-            self.guard._tool_names.check(self._calls.tools or names, where="the agent")
+            complete = self._agent_tools_learned and not self._others_run_tools
+            self.guard._tool_names.check(
+                self._calls.tools or names, where="the agent", complete=complete
+            )
             self._tools_checked = True
         self._offered = tuple(offered)
 

@@ -535,10 +535,15 @@ class GuardConfig(BaseModel):
             see `policy_for`).
         strict_tool_names: A name in `tools` that matches no tool of the agent, while one
             of its tools without a policy is a near match (`send_email` for `send_mail`),
-            is an error that stops the first invoke before any tool runs (at build or wrap
-            time where the tools are known then): the real tool would silently get
-            `default_policy`. False makes it a `ReplayGuardWarning` (a name meant for
-            another tools node guarded by the same guard, for example).
+            is an error that stops the first invoke before any tool runs (at build time
+            where the tools are known then): the real tool would silently get
+            `default_policy`. Only where the guard knows every tool the graph can run
+            (`create_agent` without another middleware that has a tool hook, the callback
+            handler's `check` on such an agent, `control(tools=...)`) and in enforce mode;
+            elsewhere (`guard.wrap`, which sees one tools node of maybe several; a
+            middleware that may serve tools itself; shadow mode) it is a
+            `ReplayGuardWarning` naming both names, once. False makes it a warning
+            everywhere.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

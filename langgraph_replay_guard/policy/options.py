@@ -206,11 +206,14 @@ class ToolNameCheck:
     A typo in `GuardConfig(tools={...})` leaves the real tool with the default policy
     (`pure`, so deduplicated). A policy name that matches no tool, while a tool without a
     policy of its own is a near match (`send_email` for `send_mail`), is an error that names
-    that tool, raised each time until the name is fixed, unless
-    `GuardConfig(strict_tool_names=False)`, which makes it a warning. Any other name
-    missing from the tools is a `ReplayGuardWarning`, once per name. The tool names seen by
-    every check are remembered, so that a guard shared by several tool nodes does not warn
-    about a tool that an earlier node has.
+    that tool, raised each time until the name is fixed, when the check is `complete` (the
+    guard knows every tool the graph can run) in enforce mode, unless
+    `GuardConfig(strict_tool_names=False)`. Otherwise (a `ToolNode` the guard wraps may be
+    one of several; another middleware may serve tools itself; shadow mode never stops a
+    run) it is a `ReplayGuardWarning` naming both names, once. Any other name missing from
+    the tools is a `ReplayGuardWarning`, once per name. The tool names seen by every check
+    are remembered, so that a guard shared by several tool nodes does not warn about a tool
+    that an earlier node has.
 
     Args:
         config: The guard's configuration.
@@ -223,7 +226,9 @@ class ToolNameCheck:
         self._warned: set[str] = set()
         self._lock = threading.Lock()
 
-    def check(self, tools: Iterable[str], *, where: str, warn: bool = True) -> list[str]:
+    def check(
+        self, tools: Iterable[str], *, where: str, warn: bool = True, complete: bool = False
+    ) -> list[str]:
         """Check the configured names missing from `tools` (and from earlier checks).
 
         Args:
@@ -232,13 +237,17 @@ class ToolNameCheck:
             warn: Whether to warn; False raises only (a check before every tool is known,
                 such as `create_agent` building the agent, whose middlewares may still
                 serve tools of their own).
+            complete: Whether `tools` (with the earlier checks) is every tool the graph can
+                run. Only then is a near miss an error: a name missing from one of two
+                `ToolNode`s, or served by a middleware, is a correct setup.
 
         Returns:
             The names warned about by this call.
 
         Raises:
             ValueError: A configured name matches no tool while a tool without a policy is
-                a near match (`strict_tool_names`, the default).
+                a near match (`strict_tool_names`, the default), `complete` is True and
+                the guard enforces.
         """
         names = sorted(set(tools))
         with self._lock:
@@ -246,9 +255,10 @@ class ToolNameCheck:
             missing = [name for name in self.config.tools if name not in self._known]
             unpolicied = [t for t in sorted(self._known) if not self._has_policy(t)]
         typos = {name: self._near(name, unpolicied) for name in missing}
-        if self.config.strict_tool_names and any(typos.values()):
+        strict = self.config.strict_tool_names and complete and self.config.mode == "enforce"
+        if strict and any(typos.values()):
             lines = [
-                self._typo(name, close, where, strict=True)
+                self._typo(name, close, where, strict=True, complete=True)
                 for name, close in typos.items()
                 if close is not None
             ]
@@ -262,7 +272,7 @@ class ToolNameCheck:
         for name in new:
             close = typos[name]
             text = (
-                self._typo(name, close, where, strict=False)
+                self._typo(name, close, where, strict=False, complete=complete)
                 if close is not None
                 else self._message(name, names, where)
             )
@@ -277,19 +287,23 @@ class ToolNameCheck:
         close = difflib.get_close_matches(name, tools, n=1)
         return close[0] if close else None
 
-    def _typo(self, name: str, close: str, where: str, *, strict: bool) -> str:
+    def _typo(self, name: str, close: str, where: str, *, strict: bool, complete: bool) -> str:
         default = self.config.default_policy.replay
         head = f"GuardConfig(tools=...) has a policy for {name!r}, but {where} has no such tool"
         text = (
             f"{head}; did you mean {close!r}? The policy applies to no call, and {close!r} "
             f"gets default_policy (replay={default!r}). Fix the name in tools={{...}}."
         )
-        if not strict:
+        if not strict and complete:
             return text
+        if not strict:
+            return (
+                f"{text} (If {name!r} is a tool that another tools node or a middleware "
+                "runs, ignore this: the guard does not see every tool of the graph here.)"
+            )
         return (
-            f"{text} (The guard stops here, before any tool runs. If {name!r} is a tool of "
-            "another tools node guarded by the same guard, pass "
-            "GuardConfig(strict_tool_names=False) to only be warned.)"
+            f"{text} (The guard stops here, before any tool runs: it knows every tool of "
+            f"{where}. To only be warned, pass GuardConfig(strict_tool_names=False).)"
         )
 
     def _message(self, name: str, tools: list[str], where: str) -> str:

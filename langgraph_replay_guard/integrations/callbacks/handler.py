@@ -28,6 +28,7 @@ from langgraph_replay_guard.integrations.callbacks.decisions import (
 from langgraph_replay_guard.integrations.callbacks.executors import (
     ToolCallBlockedError,
     agent_tools,
+    all_tools_known,
     enforcement_problems,
 )
 from langgraph_replay_guard.integrations.callbacks.marks import (
@@ -456,8 +457,9 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
 
         Also checks each tool of `config.tools` that the agent does not have: a typo there
         would leave the real tool with the default policy. A name near a tool of the agent
-        that has no policy is a `ValueError` (unless `strict_tool_names=False`); any other,
-        a `ReplayGuardWarning`. And
+        that has no policy is a `ValueError` when the handler sees every tool the agent can
+        run (no tools node with a `wrap_tool_call`, which may serve other tools) and
+        enforces (unless `strict_tool_names=False`); any other, a `ReplayGuardWarning`. And
         learns the agent's tool names: a call to any other name is a tool that does not
         exist (reason `unknown_tool`).
 
@@ -477,7 +479,7 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         problems = enforcement_problems(agent)
         tools = agent_tools(agent)
         names = [tool.name for tool in tools]
-        self._tool_names.check(names, where="the agent")
+        self._tool_names.check(names, where="the agent", complete=all_tools_known(agent))
         self._guard.learn_tools(names)
         self._guard.learned.learn_tools(tools)
         if problems:
