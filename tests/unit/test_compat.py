@@ -213,6 +213,39 @@ def test_graph_has_channel_asks_the_running_graph():
     assert _compat.graph_has_channel({"configurable": {}}, "side") is None
 
 
+def _keep_both(a: list[object], b: list[object]) -> list[object]:
+    return [*a, *b]
+
+
+class _ReducerState(TypedDict):
+    merged: Annotated[list[object], _keep_both]
+    replaced: list[object]
+
+
+def test_channel_without_reducer_reads_the_running_graphs_channels():
+    seen: dict[str, object] = {}
+
+    def node(state: _ReducerState) -> dict:
+        config = get_config()
+        seen["merged"] = _compat.channel_without_reducer(config, "merged", _keep_both)
+        seen["replaced"] = _compat.channel_without_reducer(config, "replaced", _keep_both)
+        seen["other"] = _compat.channel_without_reducer(config, "merged", lambda a, b: b)
+        seen["missing"] = _compat.channel_without_reducer(config, "nope", _keep_both)
+        return {}
+
+    builder = StateGraph(_ReducerState)
+    builder.add_node("node", node)
+    builder.add_edge(START, "node")
+    builder.compile().invoke({"merged": [], "replaced": []})
+    assert seen == {
+        "merged": None,
+        "replaced": "LastValue",
+        "other": "BinaryOperatorAggregate",
+        "missing": None,
+    }
+    assert _compat.channel_without_reducer(None, "merged", _keep_both) is None
+
+
 class _FanOutState(TypedDict):
     items: list[str]
     seen: Annotated[list[object], lambda a, b: a + b]
