@@ -9,6 +9,7 @@ from langgraph_replay_guard.decisions.control import GuardControl
 from langgraph_replay_guard.policy.config import GuardConfig
 from langgraph_replay_guard.policy.options import (
     ToolNameCheck,
+    UnclassifiedTools,
     check_namespace,
     check_record,
     check_store,
@@ -79,6 +80,8 @@ class ReplayGuard:
             self.record_setting, self.store, self.namespace
         )
         self._tool_names = ToolNameCheck(self.config)
+        # The tools this guard listed as unclassified (once per tool and guard, not process).
+        self._unclassified = UnclassifiedTools()
         # Classes from the MCP annotations of the tools this guard sees; this guard's alone.
         self._learned = LearnedPolicies(self.config)
 
@@ -103,6 +106,7 @@ class ReplayGuard:
         if tools is not None:
             # The caller's whole tool set: a near miss of a name there is a typo.
             self._tool_names.check(tools, where="control(tools=...)", complete=True)
+            self._unclassified.check(self._learned.config, tools, where="control(tools=...)")
         return control
 
     # -- LangGraph: custom StateGraph ------------------------------------------------------
@@ -121,17 +125,30 @@ class ReplayGuard:
         MCP annotations (langchain-mcp-adapters puts them in its `metadata`) that neither
         `tools` nor a toolkit names gets the class they give (see `GuardConfig.policy_for`).
 
+        Its tools that nothing classifies (no `tools` entry, toolkit or MCP annotations)
+        are listed once in an `UnclassifiedToolsWarning`; with
+        `GuardConfig(require_classes=True)` they are a `ValueError` here.
+
         Args:
             tool_node: The node to guard (its tools, name, error handling and any wrapper
                 it has are kept).
 
         Returns:
             The guarded node.
+
+        Raises:
+            ValueError: `GuardConfig(require_classes=True)` and a tool of the node is
+                unclassified.
         """
         from langgraph_replay_guard.integrations.tool_node import guarded_tool_node
 
-        self._tool_names.check(tool_node.tools_by_name, where=f"ToolNode {tool_node.name!r}")
+        where = f"ToolNode {tool_node.name!r}"
+        self._tool_names.check(tool_node.tools_by_name, where=where)
         self._learned.learn_tools(tool_node.tools_by_name.values())
+        # After learning: a tool its MCP annotations classify is not listed.
+        self._unclassified.check(
+            self._learned.config, tool_node.tools_by_name.values(), where=where
+        )
         return guarded_tool_node(self, tool_node)
 
     def tool_node(self, tools: Sequence[BaseTool | Callable[..., Any]], **kwargs: Any) -> ToolNode:

@@ -232,6 +232,8 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             None if self._others_run_tools else node_tools | (self._node_tools or frozenset())
         )
         names = self._learn(tools)
+        # Listed once (refused with `require_classes`) when the agent is built.
+        self.guard._unclassified.check(self._calls.learned.config, tools, where="the agent")
         # A misspelt policy name fails `create_agent` itself (`strict_tool_names`), when the
         # agent's tools node is every tool: another middleware's tool hook may serve more.
         self.guard._tool_names.check(
@@ -468,6 +470,9 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # Checked once per new list: tools that passed stay known (a later build only adds).
         self._check_dynamic_tools(request.tools)
         names = self._learn(offered)
+        # Tools first seen here (no agent built, or added at model-call time); not the
+        # structured output's, which `create_agent` answers itself.
+        self.guard._unclassified.check(self._calls.learned.config, request.tools, where="the agent")
         if not self._tools_checked:
             # Raises for a misspelt policy name (`strict_tool_names`): before any tool runs,
             # and again at every invoke until the name is fixed.

@@ -87,6 +87,7 @@ from langgraph_replay_guard.integrations.tracing import (
     trace_info,
     traced_request,
 )
+from langgraph_replay_guard.policy.options import unclassified_tool_error
 from langgraph_replay_guard.replay.ledger import LedgerEntry
 from langgraph_replay_guard.storage.plans import adrive, drive
 
@@ -686,6 +687,10 @@ class ToolCallWrapper:
         tools = self._known_tools(request)
         if request.tool is None and tools is None:
             return None
+        if request.tool is not None and self.config.require_classes:
+            name = request.tool_call["name"]
+            if self.config.policy_source(name) == "default":  # a tool added after the build
+                raise ValueError(unclassified_tool_error([name], "the graph"))
         state = self._decision_state(request)
         value = self._channel_value(request, state)
         plan, planned = self._planned(request, tools, state, value)

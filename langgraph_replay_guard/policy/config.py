@@ -544,6 +544,14 @@ class GuardConfig(BaseModel):
             middleware that may serve tools itself; shadow mode) it is a
             `ReplayGuardWarning` naming both names, once. False makes it a warning
             everywhere.
+        require_classes: Refuse to run a tool that nothing classified (no `tools` entry,
+            no toolkit, no MCP annotations): a `ValueError` naming the tools and the fix,
+            where the guard first sees them (build, wrap, `check(agent)`) and at the call
+            itself (the callback handler refuses the call with that text). Off by
+            default: the guard is added to working agents, and refusing every tool until
+            each is classified would break them on the first run; each guard lists its
+            unclassified tools once in an `UnclassifiedToolsWarning` instead. Turn it on
+            once every tool is classified, so that a new tool cannot slip in as `pure`.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -571,6 +579,7 @@ class GuardConfig(BaseModel):
     toolkits: tuple[str | ToolkitRef, ...] = ()
     default_policy: ToolPolicy = Field(default_factory=ToolPolicy)
     strict_tool_names: bool = True
+    require_classes: bool = False
 
     # The toolkits' policies, expanded once (the user's `tools` are looked up first).
     _toolkit_tools: dict[str, ToolPolicy] = PrivateAttr(default_factory=dict)
