@@ -45,7 +45,9 @@ def policy_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
     return [
         str(w.message)
         for w in caught
-        if issubclass(w.category, ReplayGuardWarning) and "GuardConfig(tools=" in str(w.message)
+        if issubclass(w.category, ReplayGuardWarning)
+        and not issubclass(w.category, UnclassifiedToolsWarning)  # issue 34 item 7's list
+        and "GuardConfig(tools=" in str(w.message)
     ]
 
 
