@@ -21,6 +21,7 @@ __all__ = [
     "checkpoint_thread_ids",
     "create_agent_given_tools",
     "create_agent_middleware",
+    "create_agent_state_schema",
     "create_agent_tools",
     "delegate_store",
     "dynamic_tool_error",
@@ -108,6 +109,16 @@ def create_agent_given_tools() -> list[Any] | None:
     found = _create_agent_locals()
     tools = found.get("tools") if found is not None else None
     return list(tools) if isinstance(tools, (list, tuple)) else None
+
+
+def create_agent_state_schema() -> Any:
+    """The `state_schema` given to the `create_agent` call running now (None: none given).
+
+    `create_agent` merges it last, over the middlewares' own state schemas: a key it declares
+    again is built as it declares it.
+    """
+    found = _create_agent_locals()
+    return found.get("state_schema") if found is not None else None
 
 
 def dynamic_tool_error(unknown: Sequence[str], registered: Collection[str]) -> str:

@@ -25,6 +25,7 @@ from langgraph_replay_guard._compat import (
     channel_writer,
     create_agent_given_tools,
     create_agent_middleware,
+    create_agent_state_schema,
     create_agent_tools,
     dynamic_tool_error,
     run_checkpointer,
@@ -53,13 +54,18 @@ from langgraph_replay_guard.integrations.calls import (
     previous_batch,
     turn_anchors,
 )
+from langgraph_replay_guard.integrations.graph_state import declared_without_reducer
 from langgraph_replay_guard.integrations.prompt import (
     next_call_reminder,
     system_prompt_with_reminder,
 )
 from langgraph_replay_guard.integrations.signals import as_signal
 from langgraph_replay_guard.integrations.task_writes import write_events
-from langgraph_replay_guard.integrations.tool_node import ToolCallWrapper, abort_trace
+from langgraph_replay_guard.integrations.tool_node import (
+    ToolCallWrapper,
+    abort_trace,
+    misdeclared_channel_message,
+)
 from langgraph_replay_guard.integrations.tracing import BlockedRun, blocked_run
 from langgraph_replay_guard.policy.config import GuardConfig
 from langgraph_replay_guard.replay.ledger import (
@@ -224,6 +230,10 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if tools is None:
             return
         self._agent_tools_learned = True
+        if declared_without_reducer(create_agent_state_schema(), self.channel):
+            # `create_agent` merges the user's schema last: its key would be a last-value
+            # channel, and the guard would stop no loop. The first call checks it too.
+            raise ValueError(misdeclared_channel_message(self.channel, "LastValue"))
         others = create_agent_middleware() or []
         if any(_has_tool_hook(m) for m in others if not isinstance(m, ReplayGuardMiddleware)):
             self._others_run_tools = True

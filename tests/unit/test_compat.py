@@ -398,6 +398,28 @@ def test_create_agent_given_tools_is_read_while_middleware_tools_are_collected()
     assert _compat.create_agent_given_tools() is None
 
 
+def test_create_agent_state_schema_is_read_while_the_agent_is_built():
+    from langchain.agents import AgentState
+
+    class MyState(AgentState):
+        note: str
+
+    seen = []
+
+    class Probe(AgentMiddleware):
+        @property
+        def tools(self):
+            seen.append(_compat.create_agent_state_schema())
+            return []
+
+    model = ScriptedChatModel(script=[AIMessage("done")])
+    create_agent(model, [lookup], middleware=[Probe()], state_schema=MyState)
+    create_agent(model, [lookup], middleware=[Probe()])
+    assert seen[0] is MyState
+    assert seen[-1] is None  # none given
+    assert _compat.create_agent_state_schema() is None
+
+
 def test_dynamic_tool_error_is_create_agents_own_message():
     text = _compat.dynamic_tool_error(["dynamic"], ["lookup"])
     assert re.search(r"(?s)Middleware added tools.*Unknown tools:.*dynamic", text)
