@@ -126,21 +126,22 @@ def test_the_callback_handler_lists_them_at_check_and_at_the_first_call() -> Non
     assert effects == ["lookup:a"]
 
 
-REQUIRE = GuardConfig(tools={"send_email": "unsafe"}, require_classes=True)
+def _require(**fields: Any) -> GuardConfig:
+    return GuardConfig(**{"tools": {"send_email": "unsafe"}, **fields, "require_classes": True})
 
 
 def test_require_classes_refuses_at_wrap_and_at_build() -> None:
     with pytest.raises(ValueError, match="require_classes=True\\) refuses") as raised:
-        ReplayGuard(REQUIRE).wrap(ToolNode(_tools([])))
+        ReplayGuard(_require()).wrap(ToolNode(_tools([])))
     text = str(raised.value)
     assert "ToolNode 'tools' has 2: 'lookup', 'write_file'" in text
     assert "GuardConfig(tools={'lookup': 'unsafe', 'write_file': 'unsafe'})" in text
     effects: list[str] = []
     model = ScriptedChatModel(script=[[("lookup", {"key": "a"})]])
     with pytest.raises(ValueError, match="the agent has 2: 'lookup'"):
-        create_agent(model, _tools(effects), middleware=[ReplayGuard(REQUIRE).middleware()])
+        create_agent(model, _tools(effects), middleware=[ReplayGuard(_require()).middleware()])
     with pytest.raises(ValueError, match="the agent has 2: 'lookup'"):
-        ReplayGuardCallbackHandler(REQUIRE).check(create_agent(model, _tools(effects)))
+        ReplayGuardCallbackHandler(_require()).check(create_agent(model, _tools(effects)))
     assert effects == []
 
 
@@ -149,7 +150,7 @@ def test_require_classes_refuses_the_call_in_the_callback_handler() -> None:
     model = ScriptedChatModel(script=[[("lookup", {"key": "a"})], [("send_email", {"key": "b"})]])
     agent = create_agent(model, _tools(effects))
     out = agent.invoke(
-        {"messages": [HumanMessage("go")]}, {"callbacks": [ReplayGuardCallbackHandler(REQUIRE)]}
+        {"messages": [HumanMessage("go")]}, {"callbacks": [ReplayGuardCallbackHandler(_require())]}
     )
     refused = out["messages"][2]
     assert "require_classes=True) refuses" in refused.content
@@ -159,12 +160,7 @@ def test_require_classes_refuses_the_call_in_the_callback_handler() -> None:
 
 def test_require_classes_runs_a_fully_classified_agent() -> None:
     effects: list[str] = []
-    config = REQUIRE.model_copy(
-        update={
-            "toolkits": ("deepagents",),
-            "tools": {"send_email": ToolPolicy(replay="unsafe"), "lookup": ToolPolicy()},
-        }
-    )
+    config = _require(toolkits=("deepagents",), tools={"send_email": "unsafe", "lookup": "pure"})
     model = ScriptedChatModel(script=[[("lookup", {"key": "a"})]])
     agent = create_agent(model, _tools(effects), middleware=[ReplayGuard(config).middleware()])
     agent.invoke({"messages": [HumanMessage("go")]})
