@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         ReplayHashMismatchError,
         ReplayInFlightError,
         ReplayUnsafeError,
+        UnclassifiedToolsWarning,
     )
     from langgraph_replay_guard.guard import ReplayGuard
     from langgraph_replay_guard.integrations.callbacks import (
@@ -91,6 +92,7 @@ _LAZY: dict[str, str] = {
     "ToolCallBlockedError": "langgraph_replay_guard.integrations.callbacks",
     "ToolPolicy": "langgraph_replay_guard.policy.config",
     "ToolkitRef": "langgraph_replay_guard.policy.config",
+    "UnclassifiedToolsWarning": "langgraph_replay_guard.errors",
     "Verdict": "langgraph_replay_guard.decisions.engine",
     "merge_guard_state": "langgraph_replay_guard.decisions.state",
 }
@@ -150,6 +152,7 @@ __all__ = [
     "ToolCallBlockedError",
     "ToolPolicy",
     "ToolkitRef",
+    "UnclassifiedToolsWarning",
     "Verdict",
     "__version__",
     "batch_replay",

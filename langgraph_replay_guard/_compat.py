@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import sys
@@ -15,10 +16,12 @@ if TYPE_CHECKING:
 __all__ = [
     "TaskScope",
     "ToolNodeSettings",
+    "channel_without_reducer",
     "channel_writer",
     "checkpoint_thread_ids",
     "create_agent_given_tools",
     "create_agent_middleware",
+    "create_agent_state_schema",
     "create_agent_tools",
     "delegate_store",
     "dynamic_tool_error",
@@ -106,6 +109,16 @@ def create_agent_given_tools() -> list[Any] | None:
     found = _create_agent_locals()
     tools = found.get("tools") if found is not None else None
     return list(tools) if isinstance(tools, (list, tuple)) else None
+
+
+def create_agent_state_schema() -> Any:
+    """The `state_schema` given to the `create_agent` call running now (None: none given).
+
+    `create_agent` merges it last, over the middlewares' own state schemas: a key it declares
+    again is built as it declares it.
+    """
+    found = _create_agent_locals()
+    return found.get("state_schema") if found is not None else None
 
 
 def dynamic_tool_error(unknown: Sequence[str], registered: Collection[str]) -> str:
@@ -266,6 +279,39 @@ def graph_has_channel(config: Mapping[str, Any] | None, channel: str) -> bool | 
     except Exception:  # a reader that works differently: do not guess
         return None
     return True
+
+
+def channel_without_reducer(
+    config: Mapping[str, Any] | None, channel: str, reducer: Callable[[Any, Any], Any]
+) -> str | None:
+    """The kind of the running graph's `channel` when it does not merge with `reducer`.
+
+    A state key declared without the reducer, or with it not last in `Annotated[...]`,
+    becomes a `LastValue` channel: each write replaces the value, and LangGraph says
+    nothing. The read function LangGraph puts in a task's config is a `partial` of its
+    `local_read` over the graph's channels; a reducer channel
+    (`BinaryOperatorAggregate`) keeps its function as `operator`.
+
+    Args:
+        config: The running task's config.
+        channel: The state key.
+        reducer: The function the channel should merge writes with.
+
+    Returns:
+        The channel's class name (`"LastValue"`...) when it exists and does not merge with
+        `reducer`; None when it does, when the graph has no such channel, outside a graph,
+        or when LangGraph keeps its channels another way (nothing is guessed).
+    """
+    read = _task_function(config, "__pregel_read")
+    if not isinstance(read, functools.partial) or len(read.args) < 2:
+        return None
+    if getattr(read.func, "__name__", None) != "local_read":
+        return None
+    channels = read.args[1]
+    found = channels.get(channel) if isinstance(channels, Mapping) else None
+    if found is None or getattr(found, "operator", None) is reducer:
+        return None
+    return type(found).__name__
 
 
 def graph_state(config: Mapping[str, Any] | None) -> Any:

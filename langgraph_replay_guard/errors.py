@@ -86,6 +86,15 @@ class ReplayGuardWarning(UserWarning):
     """A setup in which the guard cannot keep its replay promises (e.g. no durable ledger)."""
 
 
+class UnclassifiedToolsWarning(ReplayGuardWarning):
+    """Tools that nothing classified: they run as `default_policy` (`pure`: deduplicated).
+
+    Given once per guard (and per callback handler) for each tool, where the guard first
+    sees its tools. Its own class so that a test suite can filter it alone
+    (`ignore::langgraph_replay_guard.UnclassifiedToolsWarning`).
+    """
+
+
 class NotReplayableError(ReplayGuardError):
     """An execution record cannot be replayed exactly.
 

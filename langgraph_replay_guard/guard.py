@@ -9,6 +9,7 @@ from langgraph_replay_guard.decisions.control import GuardControl
 from langgraph_replay_guard.policy.config import GuardConfig, GuardOptions
 from langgraph_replay_guard.policy.options import (
     ToolNameCheck,
+    UnclassifiedTools,
     check_namespace,
     check_record,
     check_store,
@@ -85,6 +86,8 @@ class ReplayGuard:
             self.record_setting, self.store, self.namespace
         )
         self._tool_names = ToolNameCheck(self.config)
+        # The tools this guard listed as unclassified (once per tool and guard, not process).
+        self._unclassified = UnclassifiedTools()
         # Classes from the MCP annotations of the tools this guard sees; this guard's alone.
         self._learned = LearnedPolicies(self.config)
 
@@ -107,7 +110,9 @@ class ReplayGuard:
         """
         control = GuardControl(self._learned.config, tools=tools)
         if tools is not None:
-            self._tool_names.check(tools, where="control(tools=...)")
+            # The caller's whole tool set: a near miss of a name there is a typo.
+            self._tool_names.check(tools, where="control(tools=...)", complete=True)
+            self._unclassified.check(self._learned.config, tools, where="control(tools=...)")
         return control
 
     # -- LangGraph: custom StateGraph ------------------------------------------------------
@@ -118,11 +123,17 @@ class ReplayGuard:
         The graph state needs the guard channel: use `ReplayGuardState`, or add
         `replay_guard: NotRequired[Annotated[dict | None, merge_guard_state]]` to your state.
         A `ReplayGuardWarning` names each tool of `config.tools` that the node does not
-        have (a typo there would leave the real tool with the default policy); a name near
-        one of the node's tools that has no policy is a `ValueError` here, unless
-        `GuardConfig(strict_tool_names=False)`. A tool with
+        have (a typo there would leave the real tool with the default policy), with the
+        node's tool without a policy that the name is near, if any: a warning, not an
+        error, as one guard may guard several nodes (or the node's own `wrap_tool_call`
+        may serve tools it does not hold), so the guard never knows every tool of the
+        graph here. A tool with
         MCP annotations (langchain-mcp-adapters puts them in its `metadata`) that neither
         `tools` nor a toolkit names gets the class they give (see `GuardConfig.policy_for`).
+
+        Its tools that nothing classifies (no `tools` entry, toolkit or MCP annotations)
+        are listed once in an `UnclassifiedToolsWarning`; with
+        `GuardConfig(require_classes=True)` they are a `ValueError` here.
 
         Args:
             tool_node: The node to guard (its tools, name, error handling and any wrapper
@@ -134,8 +145,8 @@ class ReplayGuard:
         Raises:
             TypeError: `tool_node` is not a `ToolNode` (a function, a tool, a list of tools,
                 a compiled agent): the message says what to call instead.
-            ValueError: A policy name is a near miss of a tool of the node without a policy
-                (`GuardConfig.strict_tool_names`).
+            ValueError: `GuardConfig(require_classes=True)` and a tool of the node is
+                unclassified.
         """
         from langgraph.prebuilt import ToolNode
 
@@ -144,8 +155,13 @@ class ReplayGuard:
         if not isinstance(tool_node, ToolNode):
             msg = _not_a_tool_node(tool_node)
             raise TypeError(msg)
-        self._tool_names.check(tool_node.tools_by_name, where=f"ToolNode {tool_node.name!r}")
+        where = f"ToolNode {tool_node.name!r}"
+        self._tool_names.check(tool_node.tools_by_name, where=where)
         self._learned.learn_tools(tool_node.tools_by_name.values())
+        # After learning: a tool its MCP annotations classify is not listed.
+        self._unclassified.check(
+            self._learned.config, tool_node.tools_by_name.values(), where=where
+        )
         return guarded_tool_node(self, tool_node)
 
     def tool_node(self, tools: Sequence[BaseTool | Callable[..., Any]], **kwargs: Any) -> ToolNode:

@@ -26,7 +26,14 @@ from langgraph_replay_guard.testing import ScriptedChatModel, agent_graph
 __all__ = ["DESCRIPTION", "add_arguments", "run"]
 
 SYSTEM = "You are a telecom customer-service agent."
-CONFIG = GuardConfig(tools={"transfer_to_human_agents": ToolPolicy(replay="unsafe")})
+# Every tool gets its class (the guard lists the ones that have none, issue 34 item 7).
+CONFIG = GuardConfig(
+    tools={
+        "transfer_to_human_agents": ToolPolicy(replay="unsafe"),
+        "get_customer_by_phone": ToolPolicy(replay="pure"),
+        "get_details_by_id": ToolPolicy(replay="pure"),
+    }
+)
 
 
 DESCRIPTION = (

@@ -251,7 +251,12 @@ def _learned(
             "(ReplayGuard(store=store) or compile(store=store))"
         )
         return {"error": msg}
-    return {"calls": found, "thread": _thread_calls(graph, config), "final": _final(graph, config)}
+    return {
+        "calls": found,
+        "thread": _thread_calls(graph, config),
+        "final": _final(graph, config),
+        "unclassified": sorted(hooks.unclassified),
+    }
 
 
 def _resumed(

@@ -185,7 +185,11 @@ def crashtest(
         finally:
             servers.close()
     return CrashReport(
-        calls=calls, trials=trials, unguarded=unguarded, learning=tuple(_learning_reruns(path))
+        calls=calls,
+        trials=trials,
+        unguarded=unguarded,
+        learning=tuple(_learning_reruns(path)),
+        unclassified=tuple(learned.get("unclassified", ())),
     )
 
 

@@ -129,6 +129,8 @@ class Hooks:
         """Calls the callback handler refused (it tells the model instead of raising)."""
         """How many calls the ledger admitted or answered (no store: none)."""
         self.classes: dict[Where, str] = {}
+        self.unclassified: set[str] = set()
+        """Tools whose calls got `default_policy`: nothing classified them."""
         self.seen_args: dict[Where, dict[str, Any]] = {}
         """The arguments of each call the ledger gate saw (a sub-agent's too)."""
         self.starts: Counter[Where] = Counter()
@@ -253,6 +255,7 @@ class Hooks:
 
         def hooked_tool_start(decider: CallbackDecider, key: Any, call: Any, **kw: Any) -> Any:
             where = hooks._locate_call(call[0], call[1], call[2])
+            hooks._classified(decider.config, str(call[0]))
             hooks._point("before_claim", where)
             result = tool_start(decider, key, call, **kw)
             if isinstance(result, Admitted):
@@ -326,6 +329,12 @@ class Hooks:
             self._keys[str(result.request.tool_call.get("id") or "")] = key
         self._point("after_claim", where)
 
+    def _classified(self, config: Any, tool: str) -> None:
+        """Note a tool that nothing classified (the report lists them)."""
+        if config.policy_source(tool) == "default":
+            with self._lock:
+                self.unclassified.add(tool)
+
     def _seen(self, request: Any, facts: Any) -> Where:
         where = self._locate(request)
         _running.set(where)  # the body runs below the gate, in this context
@@ -343,12 +352,14 @@ class Hooks:
 
         def hooked_check(gate: LedgerGate, request: Any, facts: Any, ai_id: Any) -> Any:
             where = hooks._seen(request, facts)
+            hooks._classified(gate.config, facts.tool)
             result = check(gate, request, facts, ai_id)
             hooks._admitted(where, facts, result)
             return result
 
         async def hooked_acheck(gate: LedgerGate, request: Any, facts: Any, ai_id: Any) -> Any:
             where = hooks._seen(request, facts)
+            hooks._classified(gate.config, facts.tool)
             result = await acheck(gate, request, facts, ai_id)
             hooks._admitted(where, facts, result)
             return result

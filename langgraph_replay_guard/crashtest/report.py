@@ -156,6 +156,10 @@ class CrashReport:
     learning: tuple[str, ...] = ()
     """Unsafe or idempotent bodies that ran twice for one call in the learning run itself
     (no crash needed: a middleware inside the guard ran the body again)."""
+    unclassified: tuple[str, ...] = ()
+    """Tools of the learning run that nothing classified: they ran as `default_policy`
+    (`pure`), so a side effect among them is rerun after a crash. Listed, not a failure:
+    the trials judge the classes as declared."""
 
     @property
     def problems(self) -> list[Trial]:
@@ -186,6 +190,7 @@ class CrashReport:
             "unverified": len(self.unverified),
             "unguarded": self.unguarded,
             "learning": list(self.learning),
+            "unclassified": list(self.unclassified),
         }
 
     def render(self) -> str:
@@ -204,6 +209,13 @@ class CrashReport:
                 )
             )
         lines = _table(rows)
+        if self.unclassified:
+            names = ", ".join(self.unclassified)
+            lines.append(
+                f"\nunclassified tools (no tools entry, toolkit or MCP annotations; they ran as "
+                f"default_policy): {names}. A side effect among them is rerun after a crash: "
+                "give each its class in GuardConfig(tools={...})."
+            )
         if self.ok:
             lines.append(f"\nok: {len(self.trials)} crashes, no tool call ran twice unsafely")
             return "\n".join(lines)

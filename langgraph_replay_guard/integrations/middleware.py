@@ -36,6 +36,7 @@ from langgraph_replay_guard._compat import (
     channel_writer,
     create_agent_given_tools,
     create_agent_middleware,
+    create_agent_state_schema,
     create_agent_tools,
     dynamic_tool_error,
     run_checkpointer,
@@ -65,13 +66,18 @@ from langgraph_replay_guard.integrations.calls import (
     previous_batch,
     turn_anchors,
 )
+from langgraph_replay_guard.integrations.graph_state import declared_without_reducer
 from langgraph_replay_guard.integrations.prompt import (
     next_call_reminder,
     system_prompt_with_reminder,
 )
 from langgraph_replay_guard.integrations.signals import as_signal
 from langgraph_replay_guard.integrations.task_writes import write_events
-from langgraph_replay_guard.integrations.tool_node import ToolCallWrapper, abort_trace
+from langgraph_replay_guard.integrations.tool_node import (
+    ToolCallWrapper,
+    abort_trace,
+    misdeclared_channel_message,
+)
 from langgraph_replay_guard.integrations.tracing import BlockedRun, blocked_run
 from langgraph_replay_guard.policy.config import GuardConfig, GuardOptions
 from langgraph_replay_guard.policy.options import guard_config, with_config_signature
@@ -245,6 +251,10 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if tools is None:
             return
         self._agent_tools_learned = True
+        if declared_without_reducer(create_agent_state_schema(), self.channel):
+            # `create_agent` merges the user's schema last: its key would be a last-value
+            # channel, and the guard would stop no loop. The first call checks it too.
+            raise ValueError(misdeclared_channel_message(self.channel, "LastValue"))
         others = create_agent_middleware() or []
         if any(_has_tool_hook(m) for m in others if not isinstance(m, ReplayGuardMiddleware)):
             self._others_run_tools = True
@@ -253,8 +263,13 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             None if self._others_run_tools else node_tools | (self._node_tools or frozenset())
         )
         names = self._learn(tools)
-        # A misspelt policy name fails `create_agent` itself (`strict_tool_names`).
-        self.guard._tool_names.check(names, where="the agent", warn=False)
+        # Listed once (refused with `require_classes`) when the agent is built.
+        self.guard._unclassified.check(self._calls.learned.config, tools, where="the agent")
+        # A misspelt policy name fails `create_agent` itself (`strict_tool_names`), when the
+        # agent's tools node is every tool: another middleware's tool hook may serve more.
+        self.guard._tool_names.check(
+            names, where="the agent", warn=False, complete=not self._others_run_tools
+        )
 
     def _answered_elsewhere(self, request: ModelRequest[Any]) -> tuple[Any, list[Event]]:
         """The previous batch's calls that another piece answered, and the value with them.
@@ -494,10 +509,16 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # Checked once per new list: tools that passed stay known (a later build only adds).
         self._check_dynamic_tools(request.tools)
         names = self._learn(offered)
+        # Tools first seen here (no agent built, or added at model-call time); not the
+        # structured output's, which `create_agent` answers itself.
+        self.guard._unclassified.check(self._calls.learned.config, request.tools, where="the agent")
         if not self._tools_checked:
             # Raises for a misspelt policy name (`strict_tool_names`): before any tool runs,
             # and again at every invoke until the name is fixed.
-            self.guard._tool_names.check(self._calls.tools or names, where="the agent")
+            complete = self._agent_tools_learned and not self._others_run_tools
+            self.guard._tool_names.check(
+                self._calls.tools or names, where="the agent", complete=complete
+            )
             self._tools_checked = True
         self._offered = tuple(offered)
 

@@ -17,6 +17,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from langgraph_replay_guard._compat import (
+    channel_without_reducer,
     channel_writer,
     graph_has_channel,
     graph_state,
@@ -36,7 +37,7 @@ from langgraph_replay_guard.decisions.engine import (
     raises_on_abort,
     stop_error,
 )
-from langgraph_replay_guard.decisions.state import Event, settled
+from langgraph_replay_guard.decisions.state import Event, merge_guard_state, settled
 from langgraph_replay_guard.errors import (
     LoopAbortedError,
 )
@@ -86,6 +87,7 @@ from langgraph_replay_guard.integrations.tracing import (
     trace_info,
     traced_request,
 )
+from langgraph_replay_guard.policy.options import unclassified_tool_error
 from langgraph_replay_guard.replay.ledger import LedgerEntry
 from langgraph_replay_guard.storage.plans import adrive, drive
 
@@ -599,10 +601,18 @@ class ToolCallWrapper:
         call and no loop would ever be stopped. Outside a graph (a node run by hand) there is
         no state to keep count in: the call is decided against an empty one.
 
+        A channel declared without `merge_guard_state` (or with it not last in
+        `Annotated[...]`) is a `LastValue` channel: each call's update would replace the
+        last and no loop would be stopped either, so it is an error too.
+
         Raises:
-            ValueError: The running graph has no guard channel.
+            ValueError: The running graph has no guard channel, or one without the guard's
+                reducer.
         """
         channel = self.channel
+        kind = channel_without_reducer(_config(request), channel, merge_guard_state)
+        if kind is not None:
+            raise ValueError(misdeclared_channel_message(channel, kind))
         if isinstance(state, Mapping):
             if channel in state:
                 return state[channel]
@@ -698,6 +708,10 @@ class ToolCallWrapper:
         tools = self._known_tools(request)
         if request.tool is None and tools is None:
             return None
+        if request.tool is not None and self.config.require_classes:
+            name = request.tool_call["name"]
+            if self.config.policy_source(name) == "default":  # a tool added after the build
+                raise ValueError(unclassified_tool_error([name], "the graph"))
         state = self._decision_state(request)
         value = self._channel_value(request, state)
         plan, planned = self._planned(request, tools, state, value)
@@ -932,6 +946,28 @@ def _refused_as_unknown(result: ToolResult, name: str) -> bool:
         message is not None
         and message.status == "error"
         and f"{name} is not a valid tool" in message.text
+    )
+
+
+def misdeclared_channel_message(channel: str, kind: str) -> str:
+    """The error for a guard channel that LangGraph built without `merge_guard_state`.
+
+    Args:
+        channel: The state key.
+        kind: The channel's class (`"LastValue"`).
+
+    Returns:
+        The message, with the line to write for each kind of state.
+    """
+    return (
+        f"the graph state's {channel!r} channel has no merge_guard_state reducer (LangGraph "
+        f"built it as {kind}), so each call's update would replace the last and the guard "
+        "would stop no loop. Declare it with the reducer as the LAST item of Annotated: "
+        f"`{channel}: NotRequired[Annotated[dict[str, Any] | None, merge_guard_state]]` in "
+        f"a TypedDict state, `{channel}: Annotated[dict[str, Any] | None, "
+        "merge_guard_state] = None` in a pydantic or dataclass state (merge_guard_state "
+        "from langgraph_replay_guard), or subclass ReplayGuardState; see "
+        "docs/using-it-with.md."
     )
 
 

@@ -575,10 +575,23 @@ class GuardConfig(BaseModel):
             see `policy_for`).
         strict_tool_names: A name in `tools` that matches no tool of the agent, while one
             of its tools without a policy is a near match (`send_email` for `send_mail`),
-            is an error that stops the first invoke before any tool runs (at build or wrap
-            time where the tools are known then): the real tool would silently get
-            `default_policy`. False makes it a `ReplayGuardWarning` (a name meant for
-            another tools node guarded by the same guard, for example).
+            is an error that stops the first invoke before any tool runs (at build time
+            where the tools are known then): the real tool would silently get
+            `default_policy`. Only where the guard knows every tool the graph can run
+            (`create_agent` without another middleware that has a tool hook, the callback
+            handler's `check` on such an agent, `control(tools=...)`) and in enforce mode;
+            elsewhere (`guard.wrap`, which sees one tools node of maybe several; a
+            middleware that may serve tools itself; shadow mode) it is a
+            `ReplayGuardWarning` naming both names, once. False makes it a warning
+            everywhere.
+        require_classes: Refuse to run a tool that nothing classified (no `tools` entry,
+            no toolkit, no MCP annotations): a `ValueError` naming the tools and the fix,
+            where the guard first sees them (build, wrap, `check(agent)`) and at the call
+            itself (the callback handler refuses the call with that text). Off by
+            default: the guard is added to working agents, and refusing every tool until
+            each is classified would break them on the first run; each guard lists its
+            unclassified tools once in an `UnclassifiedToolsWarning` instead. Turn it on
+            once every tool is classified, so that a new tool cannot slip in as `pure`.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -611,6 +624,7 @@ class GuardConfig(BaseModel):
     toolkits: tuple[str | ToolkitRef, ...] = ()
     default_policy: ToolPolicy = Field(default_factory=ToolPolicy)
     strict_tool_names: bool = True
+    require_classes: bool = False
 
     # The toolkits' policies, expanded once (the user's `tools` are looked up first).
     _toolkit_tools: dict[str, ToolPolicy] = PrivateAttr(default_factory=dict)
@@ -904,6 +918,7 @@ class GuardOptions(TypedDict, total=False):
     toolkits: Sequence[str | ToolkitRef]
     default_policy: ToolPolicy | Mapping[str, Any]
     strict_tool_names: bool
+    require_classes: bool
 
 
 def _expand(

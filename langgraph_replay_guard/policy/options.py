@@ -9,19 +9,23 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
-from langgraph_replay_guard.errors import ReplayGuardWarning
+from langgraph_replay_guard.errors import ReplayGuardWarning, UnclassifiedToolsWarning
 from langgraph_replay_guard.policy.config import GuardConfig, GuardOptions, did_you_mean
+from langgraph_replay_guard.policy.tool_hints import replay_class_from_hints, tool_hints
+from langgraph_replay_guard.policy.toolkit_data import known_toolkits, load_toolkit
 
 if TYPE_CHECKING:
     from langgraph.store.base import BaseStore
 
 __all__ = [
     "ToolNameCheck",
+    "UnclassifiedTools",
     "check_max_threads",
     "check_namespace",
     "check_record",
     "check_store",
     "guard_config",
+    "unclassified_tool_error",
     "with_config_signature",
 ]
 
@@ -265,11 +269,14 @@ class ToolNameCheck:
     A typo in `GuardConfig(tools={...})` leaves the real tool with the default policy
     (`pure`, so deduplicated). A policy name that matches no tool, while a tool without a
     policy of its own is a near match (`send_email` for `send_mail`), is an error that names
-    that tool, raised each time until the name is fixed, unless
-    `GuardConfig(strict_tool_names=False)`, which makes it a warning. Any other name
-    missing from the tools is a `ReplayGuardWarning`, once per name. The tool names seen by
-    every check are remembered, so that a guard shared by several tool nodes does not warn
-    about a tool that an earlier node has.
+    that tool, raised each time until the name is fixed, when the check is `complete` (the
+    guard knows every tool the graph can run) in enforce mode, unless
+    `GuardConfig(strict_tool_names=False)`. Otherwise (a `ToolNode` the guard wraps may be
+    one of several; another middleware may serve tools itself; shadow mode never stops a
+    run) it is a `ReplayGuardWarning` naming both names, once. Any other name missing from
+    the tools is a `ReplayGuardWarning`, once per name. The tool names seen by every check
+    are remembered, so that a guard shared by several tool nodes does not warn about a tool
+    that an earlier node has.
 
     Args:
         config: The guard's configuration.
@@ -282,7 +289,9 @@ class ToolNameCheck:
         self._warned: set[str] = set()
         self._lock = threading.Lock()
 
-    def check(self, tools: Iterable[str], *, where: str, warn: bool = True) -> list[str]:
+    def check(
+        self, tools: Iterable[str], *, where: str, warn: bool = True, complete: bool = False
+    ) -> list[str]:
         """Check the configured names missing from `tools` (and from earlier checks).
 
         Args:
@@ -291,13 +300,17 @@ class ToolNameCheck:
             warn: Whether to warn; False raises only (a check before every tool is known,
                 such as `create_agent` building the agent, whose middlewares may still
                 serve tools of their own).
+            complete: Whether `tools` (with the earlier checks) is every tool the graph can
+                run. Only then is a near miss an error: a name missing from one of two
+                `ToolNode`s, or served by a middleware, is a correct setup.
 
         Returns:
             The names warned about by this call.
 
         Raises:
             ValueError: A configured name matches no tool while a tool without a policy is
-                a near match (`strict_tool_names`, the default).
+                a near match (`strict_tool_names`, the default), `complete` is True and
+                the guard enforces.
         """
         names = sorted(set(tools))
         with self._lock:
@@ -305,9 +318,10 @@ class ToolNameCheck:
             missing = [name for name in self.config.tools if name not in self._known]
             unpolicied = [t for t in sorted(self._known) if not self._has_policy(t)]
         typos = {name: self._near(name, unpolicied) for name in missing}
-        if self.config.strict_tool_names and any(typos.values()):
+        strict = self.config.strict_tool_names and complete and self.config.mode == "enforce"
+        if strict and any(typos.values()):
             lines = [
-                self._typo(name, close, where, strict=True)
+                self._typo(name, close, where, strict=True, complete=True)
                 for name, close in typos.items()
                 if close is not None
             ]
@@ -321,7 +335,7 @@ class ToolNameCheck:
         for name in new:
             close = typos[name]
             text = (
-                self._typo(name, close, where, strict=False)
+                self._typo(name, close, where, strict=False, complete=complete)
                 if close is not None
                 else self._message(name, names, where)
             )
@@ -336,19 +350,23 @@ class ToolNameCheck:
         close = difflib.get_close_matches(name, tools, n=1)
         return close[0] if close else None
 
-    def _typo(self, name: str, close: str, where: str, *, strict: bool) -> str:
+    def _typo(self, name: str, close: str, where: str, *, strict: bool, complete: bool) -> str:
         default = self.config.default_policy.replay
         head = f"GuardConfig(tools=...) has a policy for {name!r}, but {where} has no such tool"
         text = (
             f"{head}; did you mean {close!r}? The policy applies to no call, and {close!r} "
             f"gets default_policy (replay={default!r}). Fix the name in tools={{...}}."
         )
-        if not strict:
+        if not strict and complete:
             return text
+        if not strict:
+            return (
+                f"{text} (If {name!r} is a tool that another tools node or a middleware "
+                "runs, ignore this: the guard does not see every tool of the graph here.)"
+            )
         return (
-            f"{text} (The guard stops here, before any tool runs. If {name!r} is a tool of "
-            "another tools node guarded by the same guard, pass "
-            "GuardConfig(strict_tool_names=False) to only be warned.)"
+            f"{text} (The guard stops here, before any tool runs: it knows every tool of "
+            f"{where}. To only be warned, pass GuardConfig(strict_tool_names=False).)"
         )
 
     def _message(self, name: str, tools: list[str], where: str) -> str:
@@ -359,3 +377,117 @@ class ToolNameCheck:
             "name in tools={...} or remove it (or ignore this if another tools node guarded "
             "by the same guard has that tool)."
         )
+
+
+def _names(tools: Iterable[object]) -> dict[str, object]:
+    """Tool names (a name, or a tool object's `name`) to the tool given, first one kept."""
+    found: dict[str, object] = {}
+    for each in tools:
+        name = each if isinstance(each, str) else getattr(each, "name", None)
+        if isinstance(name, str) and name:
+            found.setdefault(name, each)
+    return found
+
+
+def _would_be(name: str, tool: object) -> str | None:
+    """The class a tool's MCP annotations or a shipped toolkit would give it, said; or None."""
+    hints = tool_hints(tool)
+    replay = replay_class_from_hints(hints[1]) if hints is not None else None
+    if replay is not None:
+        return f"its MCP annotations give {replay!r}"
+    for toolkit in known_toolkits():
+        entry = load_toolkit(toolkit)["tools"].get(name)
+        if isinstance(entry, Mapping):
+            replay = entry.get("replay", "pure")
+            return f"toolkits=({toolkit!r},) gives {replay!r}"
+    return None
+
+
+def _listed(tools: Mapping[str, object]) -> str:
+    shown = []
+    for name, tool in list(tools.items())[:20]:
+        would = _would_be(name, tool)
+        shown.append(f"{name!r} ({would})" if would else repr(name))
+    return ", ".join(shown) + (f" and {len(tools) - 20} more" if len(tools) > 20 else "")
+
+
+def unclassified_tool_error(names: Sequence[str], where: str) -> str:
+    """The message of `GuardConfig(require_classes=True)` refusing unclassified tools.
+
+    Args:
+        names: The tools that nothing classified.
+        where: What holds them, for the message.
+
+    Returns:
+        The message: the tools, and the fix.
+    """
+    example = ", ".join(f"{name!r}: 'unsafe'" for name in list(names)[:3])
+    return (
+        f"GuardConfig(require_classes=True) refuses to run tools that nothing classified, "
+        f"and {where} has {len(names)}: {_listed(dict.fromkeys(names))}. Give each its replay "
+        f"class in GuardConfig(tools={{{example}}}) ('pure' for a read, 'idempotent' for a "
+        "write that is safe to repeat, 'unsafe' for a side effect), or name a toolkit "
+        "(GuardConfig(toolkits=(...))); or pass require_classes=False to run them as "
+        "default_policy."
+    )
+
+
+class UnclassifiedTools:
+    """Lists, once per guard, the guarded tools that nothing classified.
+
+    A tool without a `tools` entry, a toolkit or MCP annotations gets `default_policy`
+    (`pure`: deduplicated, and run again after a crash without a ledger check): the runtime
+    cannot infer side effects. Each guard (and callback handler) has its own list of the
+    names it warned about, so that the warning is given once per tool and guard, never
+    once per process (tests in any order see the same warnings).
+    """
+
+    def __init__(self) -> None:
+        """Start with nothing warned."""
+        self._warned: set[str] = set()
+        self._lock = threading.Lock()
+
+    def check(
+        self, config: GuardConfig, tools: Iterable[object], *, where: str, again: bool = False
+    ) -> list[str]:
+        """Warn about the unclassified tools among `tools`; refuse them with `require_classes`.
+
+        Args:
+            config: The configuration the guard decides with (with the classes it learned
+                from MCP annotations).
+            tools: Tool names or tool objects (whose `metadata` may hold MCP annotations).
+            where: What holds them, for the message (e.g. "ToolNode 'tools'").
+            again: List every unclassified tool, warned before or not (`check(agent)`,
+                which is asked for the list).
+
+        Returns:
+            The names warned about by this call.
+
+        Raises:
+            ValueError: `GuardConfig(require_classes=True)` and a tool is unclassified.
+        """
+        found = _names(tools)
+        unclassified = [n for n in sorted(found) if config.policy_source(n) == "default"]
+        if not unclassified:
+            return []
+        if config.require_classes:
+            msg = unclassified_tool_error(unclassified, where)
+            raise ValueError(msg)
+        if "default_policy" in config.model_fields_set:
+            return []  # the configuration chose a class for every tool it does not name
+        with self._lock:
+            new = [n for n in unclassified if again or n not in self._warned]
+            self._warned.update(new)
+        if not new:
+            return []
+        default = config.default_policy.replay
+        text = (
+            f"langgraph-replay-guard: {len(new)} tool(s) of {where} have no replay class and "
+            f"run as default_policy (replay={default!r}: deduplicated as a read, and run "
+            f"again after a crash): {_listed({n: found[n] for n in new})}. The guard "
+            "cannot infer side effects: give each its class in GuardConfig(tools={...}) "
+            "('pure', 'idempotent' or 'unsafe') or name a toolkit; "
+            "GuardConfig(require_classes=True) then refuses any tool left unclassified."
+        )
+        warnings.warn(text, UnclassifiedToolsWarning, stacklevel=4)
+        return new

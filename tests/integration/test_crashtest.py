@@ -113,6 +113,8 @@ def test_a_resumed_run_that_leaves_the_learning_run_is_not_verified(capsys):
     assert "ok:" not in out
     assert "could not be verified" in out
     assert "NOT VERIFIED" in out
+    # The read nothing classified is listed (issue 34 item 7).
+    assert "default_policy): get_details_by_id. A side effect among them" in out
     report = crashtest(f"{GRAPHS}:restarting_script", allow_rerun=["get_details_by_id"])
     assert not report.ok
     trials = {(t.call.tool, t.point): t for t in report.trials}

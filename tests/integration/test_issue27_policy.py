@@ -87,8 +87,10 @@ def test_create_agent_with_a_misspelt_policy_name_fails_before_any_tool_runs():
     assert sent == []
 
 
-def test_guard_wrap_and_the_callback_handler_refuse_a_misspelt_policy_name():
-    with pytest.raises(ValueError, match="ToolNode 'tools' has no such tool; did you mean"):
+def test_guard_wrap_warns_and_the_callback_handler_refuses_a_misspelt_policy_name():
+    # A wrapped node may be one of several that the guard guards (issue 34 item 4): a warning
+    # naming both names, not an error.
+    with pytest.warns(ReplayGuardWarning, match="'tools' has no such tool; did you mean 'send_m"):
         ReplayGuard(TYPO).wrap(ToolNode([_mail_tool([])]))
     agent = create_agent(ScriptedChatModel(), [_mail_tool([])])
     with pytest.raises(ValueError, match="did you mean 'send_mail'"):

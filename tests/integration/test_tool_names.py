@@ -19,6 +19,7 @@ from langgraph_replay_guard import (
     ReplayGuardMiddleware,
     ReplayGuardWarning,
     ToolPolicy,
+    UnclassifiedToolsWarning,
 )
 from langgraph_replay_guard.testing import ScriptedChatModel
 from tests.integration.graphs import SYSTEM, ToolRuns, build_custom_graph, make_tools
@@ -44,7 +45,9 @@ def policy_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
     return [
         str(w.message)
         for w in caught
-        if issubclass(w.category, ReplayGuardWarning) and "GuardConfig(tools=" in str(w.message)
+        if issubclass(w.category, ReplayGuardWarning)
+        and not issubclass(w.category, UnclassifiedToolsWarning)  # issue 34 item 7's list
+        and "GuardConfig(tools=" in str(w.message)
     ]
 
 
@@ -154,4 +157,7 @@ def test_a_correct_configuration_gives_no_warning(integration: str):
             run_agent(guard.middleware())
         else:
             run_agent(callbacks=[guard.callback_handler()])
-    assert [w for w in caught if issubclass(w.category, ReplayGuardWarning)] == []
+    # The policy names are right; that the tools without one are listed (issue 34 item 7) is
+    # another warning, checked in test_issue34_unclassified.py.
+    found = [w for w in caught if issubclass(w.category, ReplayGuardWarning)]
+    assert [w for w in found if not issubclass(w.category, UnclassifiedToolsWarning)] == []

@@ -213,6 +213,39 @@ def test_graph_has_channel_asks_the_running_graph():
     assert _compat.graph_has_channel({"configurable": {}}, "side") is None
 
 
+def _keep_both(a: list[object], b: list[object]) -> list[object]:
+    return [*a, *b]
+
+
+class _ReducerState(TypedDict):
+    merged: Annotated[list[object], _keep_both]
+    replaced: list[object]
+
+
+def test_channel_without_reducer_reads_the_running_graphs_channels():
+    seen: dict[str, object] = {}
+
+    def node(state: _ReducerState) -> dict:
+        config = get_config()
+        seen["merged"] = _compat.channel_without_reducer(config, "merged", _keep_both)
+        seen["replaced"] = _compat.channel_without_reducer(config, "replaced", _keep_both)
+        seen["other"] = _compat.channel_without_reducer(config, "merged", lambda a, b: b)
+        seen["missing"] = _compat.channel_without_reducer(config, "nope", _keep_both)
+        return {}
+
+    builder = StateGraph(_ReducerState)
+    builder.add_node("node", node)
+    builder.add_edge(START, "node")
+    builder.compile().invoke({"merged": [], "replaced": []})
+    assert seen == {
+        "merged": None,
+        "replaced": "LastValue",
+        "other": "BinaryOperatorAggregate",
+        "missing": None,
+    }
+    assert _compat.channel_without_reducer(None, "merged", _keep_both) is None
+
+
 class _FanOutState(TypedDict):
     items: list[str]
     seen: Annotated[list[object], lambda a, b: a + b]
@@ -363,6 +396,28 @@ def test_create_agent_given_tools_is_read_while_middleware_tools_are_collected()
     assert seen
     assert seen[0] == [lookup]  # read before create_agent decides on a tools node
     assert _compat.create_agent_given_tools() is None
+
+
+def test_create_agent_state_schema_is_read_while_the_agent_is_built():
+    from langchain.agents import AgentState
+
+    class MyState(AgentState):
+        note: str
+
+    seen = []
+
+    class Probe(AgentMiddleware):
+        @property
+        def tools(self):
+            seen.append(_compat.create_agent_state_schema())
+            return []
+
+    model = ScriptedChatModel(script=[AIMessage("done")])
+    create_agent(model, [lookup], middleware=[Probe()], state_schema=MyState)
+    create_agent(model, [lookup], middleware=[Probe()])
+    assert seen[0] is MyState
+    assert seen[-1] is None  # none given
+    assert _compat.create_agent_state_schema() is None
 
 
 def test_dynamic_tool_error_is_create_agents_own_message():

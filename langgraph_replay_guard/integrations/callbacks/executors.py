@@ -10,7 +10,7 @@ from langgraph.prebuilt.tool_node import ToolInvocationError
 from langgraph_replay_guard._compat import tool_node_settings
 from langgraph_replay_guard.errors import ReplayGuardError
 
-__all__ = ["ToolCallBlockedError", "agent_tools", "enforcement_problems"]
+__all__ = ["ToolCallBlockedError", "agent_tools", "all_tools_known", "enforcement_problems"]
 
 
 class ToolCallBlockedError(ReplayGuardError, ToolInvocationError, OutputParserException):
@@ -82,6 +82,28 @@ def agent_tools(agent: Any) -> list[Any]:
     if _is_agent_executor(agent):
         return list(agent.tools)
     return [tool for _, node in _tool_nodes(agent) for tool in node.tools_by_name.values()]
+
+
+def all_tools_known(agent: Any) -> bool:
+    """Whether `agent_tools` is every tool the agent can run.
+
+    An `AgentExecutor` runs only its tools. A graph's `ToolNode` with a `wrap_tool_call`
+    (`create_agent` with a middleware that has a tool hook) may serve calls to tools it does
+    not hold, so its tools are not all the graph can run.
+
+    Args:
+        agent: A compiled LangGraph graph or a `langchain_classic` `AgentExecutor`.
+
+    Returns:
+        True when no tools node of the agent can run a tool it does not hold.
+    """
+    if _is_agent_executor(agent):
+        return True
+    return not any(
+        tool_node_settings(node).wrap_tool_call is not None
+        or tool_node_settings(node).awrap_tool_call is not None
+        for _, node in _tool_nodes(agent)
+    )
 
 
 def _is_agent_executor(agent: Any) -> bool:

@@ -28,6 +28,7 @@ from langgraph_replay_guard.integrations.callbacks.decisions import (
 from langgraph_replay_guard.integrations.callbacks.executors import (
     ToolCallBlockedError,
     agent_tools,
+    all_tools_known,
     enforcement_problems,
 )
 from langgraph_replay_guard.integrations.callbacks.marks import (
@@ -51,10 +52,12 @@ from langgraph_replay_guard.integrations.tracing import (
 from langgraph_replay_guard.policy.config import GuardConfig, GuardOptions
 from langgraph_replay_guard.policy.options import (
     ToolNameCheck,
+    UnclassifiedTools,
     check_max_threads,
     check_namespace,
     check_store,
     guard_config,
+    unclassified_tool_error,
     with_config_signature,
 )
 
@@ -314,6 +317,8 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         )
         self._guard = CallbackDecider(self.config, scopes)
         self._tool_names = ToolNameCheck(self.config)
+        # The tools this handler listed as unclassified (once per tool and handler).
+        self._unclassified = UnclassifiedTools()
         self._runs = RunTree()
         # Pure in-memory work takes microseconds: run it on the event loop in async runs.
         # Store I/O may block, so with a store LangChain runs the handler in its executor.
@@ -453,10 +458,13 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
     def check(self, agent: Any) -> ReplayGuardCallbackHandler:
         """Fail now if `agent` would not hand the handler's refusals to the model.
 
-        Also checks each tool of `config.tools` that the agent does not have: a typo there
+        Lists the agent's tools that nothing classifies in an `UnclassifiedToolsWarning`
+        (a `ValueError` with `GuardConfig(require_classes=True)`). Also checks each tool of
+        `config.tools` that the agent does not have: a typo there
         would leave the real tool with the default policy. A name near a tool of the agent
-        that has no policy is a `ValueError` (unless `strict_tool_names=False`); any other,
-        a `ReplayGuardWarning`. And
+        that has no policy is a `ValueError` when the handler sees every tool the agent can
+        run (no tools node with a `wrap_tool_call`, which may serve other tools) and
+        enforces (unless `strict_tool_names=False`); any other, a `ReplayGuardWarning`. And
         learns the agent's tool names: a call to any other name is a tool that does not
         exist (reason `unknown_tool`).
 
@@ -470,15 +478,18 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         Raises:
             ValueError: If the agent's error handling would fail the run on a refusal, or
                 would replace the refusal's text; or a policy name is a near miss of a tool
-                without a policy (`GuardConfig.strict_tool_names`).
+                without a policy (`GuardConfig.strict_tool_names`); or a tool is
+                unclassified under `GuardConfig(require_classes=True)`.
             TypeError: If `agent` is neither kind.
         """
         problems = enforcement_problems(agent)
         tools = agent_tools(agent)
         names = [tool.name for tool in tools]
-        self._tool_names.check(names, where="the agent")
+        self._tool_names.check(names, where="the agent", complete=all_tools_known(agent))
         self._guard.learn_tools(names)
         self._guard.learned.learn_tools(tools)
+        # Asked for: every unclassified tool, listed again.
+        self._unclassified.check(self._guard.config, tools, where="the agent", again=True)
         if problems:
             msg = "ReplayGuardCallbackHandler cannot enforce its decisions here:\n- " + (
                 "\n- ".join(problems)
@@ -646,6 +657,14 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             self._invalid_tool(info.scope, inputs)
         if nested or name in _EXECUTOR_TOOLS:
             return  # a tool used inside a tool is part of the outer call
+        config = self._guard.config
+        if config.policy_source(name) == "default":
+            if config.require_classes:
+                # Refused like any call the guard does not let run: a callback can only raise.
+                self._runs.end(run_id)
+                text = unclassified_tool_error([name], "the agent")
+                raise ToolCallBlockedError(text, tool_name=name)
+            self._unclassified.check(config, [name], where="the agent")
         call: Call = (name, inputs if inputs is not None else input_str, kwargs.get("tool_call_id"))
         try:
             admitted = self._guard.tool_start(
