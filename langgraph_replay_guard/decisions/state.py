@@ -284,6 +284,8 @@ _CONTAINERS = (
     "cfg",
     "failures",
     "delivered",
+    # The fold bumps its counts in place: a copy sharing it would count in the older value.
+    "shadow",
 )
 
 
@@ -423,8 +425,9 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
         state["recent_calls"].append([*ExecutedCall(key, tool, outcome, epoch_before)])
         del state["recent_calls"][: -cfg.window]
 
-    if executed and ev.reason is not None:
-        # A call that ran in shadow mode although enforcing would have blocked it.
+    if ev.reason is not None and (executed or outcome == "answered"):
+        # A call that ran in shadow mode although enforcing would have blocked it (or that
+        # shadow mode let the tools node answer, a name that does not exist).
         shadow = state["shadow"]
         blocked, stopped = shadow.get(ev.reason, (0, 0))
         if ev.reason in shadow or len(shadow) < MAX_SHADOW_REASONS:

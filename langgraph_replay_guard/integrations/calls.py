@@ -431,12 +431,20 @@ def denied_event(planned: PlannedCall, batch: Batch, reason: str, *, abort: bool
     )
 
 
-def answered_event(planned: PlannedCall, batch: Batch) -> Event:
-    """Event recording a call another piece answered (the tool never ran through the guard)."""
+def answered_event(planned: PlannedCall, batch: Batch, *, shadowed: bool = False) -> Event:
+    """Event recording a call another piece answered (the tool never ran through the guard).
+
+    With `shadowed`, a call that shadow mode let through to the piece that answered it
+    (the tools node's "not a valid tool") where enforcing would have answered it itself:
+    it carries enforcing's reason, counted in the channel's `shadow`.
+    """
     assert planned.facts is not None
+    shown = planned.decision.shadowed if shadowed and planned.decision is not None else None
     return make_event(
         planned.facts,
         "answered",
+        reason=shown.reason if shown is not None else None,
+        abort=shown is not None and shown.verdict is Verdict.ABORT,
         batch=batch.batch_id,
         index=planned.index,
         turn=batch.turn,

@@ -39,6 +39,7 @@ from langgraph_replay_guard.integrations.calls import (
     Batch,
     BatchPlan,
     abort_answer,
+    answered_event,
     blocked_answer,
     denied_event,
     executed_event,
@@ -186,7 +187,11 @@ class CallbackDecider:
                     continue
                 scope.taken.add(planned.index)
                 scope.recorded.add(planned.index)
-                events.extend(self._answer(scope, plan, planned)[1])
+                if planned.decision is not None and planned.decision.shadowed is not None:
+                    # Shadow mode: the node answers it; count what enforcing would have done.
+                    events.append(answered_event(planned, plan.batch, shadowed=True))
+                else:
+                    events.extend(self._answer(scope, plan, planned)[1])
                 if planned.decision is not None:
                     recorded.append((planned.decision, planned.tool_call))
             self._write(scope, events)
@@ -215,9 +220,11 @@ class CallbackDecider:
                     continue
                 scope.taken.add(planned.index)
                 facts = call_facts(self.config, name, tool_call["args"], tools=self.tools)
+                # Shadow mode: the executor answered; enforcing would have refused it.
+                shadow = self.config.mode == "shadow"
                 event = make_event(
                     facts,
-                    "denied",
+                    "answered" if shadow else "denied",
                     reason=UNKNOWN_TOOL,
                     batch=plan.batch.batch_id,
                     index=planned.index,
