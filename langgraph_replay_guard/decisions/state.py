@@ -558,7 +558,9 @@ def _track_cycle(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings, execut
         state["cycle"] = cycle = dict(cycle)  # never change a dict an older value shares
         if cycle["keys"][cycle["pos"]] == key:
             cycle["pos"] = (cycle["pos"] + 1) % len(cycle["keys"])
-            if ev.outcome == "denied" and ev.reason == "cycle":
+            if ev.reason == "cycle":
+                # Denied, or run in shadow mode although enforcing would have denied it:
+                # either way the next call of the cycle is its second strike.
                 cycle["strikes"] += 1
         else:
             state["cycle"] = cycle = None  # the agent did something else: the loop is broken

@@ -56,6 +56,7 @@ __all__ = [
     "Call",
     "CallbackDecider",
     "Refusal",
+    "Shadowed",
     "as_tool_call",
     "find_mark",
     "new_mark",
@@ -88,6 +89,14 @@ class Refusal:
     message: str
     decisions: tuple[tuple[Decision, ToolCall], ...]
     """The non-allow decisions behind it, for the custom stream."""
+
+
+@dataclass(frozen=True)
+class Shadowed:
+    """An executor step that runs in shadow mode although enforcing would have refused it."""
+
+    decisions: tuple[tuple[Decision, ToolCall], ...]
+    """The shadowed decisions of its calls, for the custom stream and the decision event."""
 
 
 def as_tool_call(call: Call) -> ToolCall:
@@ -236,7 +245,7 @@ class CallbackDecider:
 
     def step(
         self, key: ScopeKey, step: object, step_id: str, calls: Sequence[Call]
-    ) -> Refusal | None:
+    ) -> Refusal | Shadowed | None:
         """Decide an `AgentExecutor` step, which is refused whole if any call is refused.
 
         The executor turns only an error raised while the agent plans into an observation,
@@ -251,7 +260,9 @@ class CallbackDecider:
             calls: The step's calls.
 
         Returns:
-            None to let the step run, or the refusal.
+            None to let the step run, or the refusal; in shadow mode, the step runs and
+            what enforcing would have done is returned to report (`Shadowed`): its tools'
+            runs cannot report it, an executor runs them outside any run context.
 
         Raises:
             LoopAbortedError: As for `batch`.
@@ -267,7 +278,14 @@ class CallbackDecider:
             scope.executor = True
             answers = [self._answer(scope, plan, planned) for planned in plan.calls]
             if all(message is None for message, _ in answers):
-                return None
+                shadowed = tuple(
+                    (planned.decision, planned.tool_call)
+                    for planned in plan.calls
+                    if planned.decision is not None
+                    and planned.decision.shadowed is not None
+                    and planned.index not in scope.recorded  # reported with the batch
+                )
+                return Shadowed(shadowed) if shadowed else None
             recorded = scope.recorded  # calls to unknown tools, recorded with the batch
             fresh = [
                 (planned, message, events)
