@@ -115,6 +115,12 @@ CASES: dict[str, Case] = {
         [[("build", {"flag": f"-X{n}"})] for n in range(4)],
         [("same_failure", "abort")],
     ),
+    # Two reads per batch: the 4th batch stops on its first call; enforcing answers the
+    # other one "stopped" too (a blocked call, reported in the channel, not on the stream).
+    "batch_stop": Case(
+        [[LOOKUP, ("lookup", {"id": "P2"})] for _ in range(4)],
+        [("duplicate", "deny")] * 4 + [("repeat_limit", "abort")],
+    ),
     # "continue": blocked calls are denied, and a call insisted on past twice the limit stops.
     "continue": Case(
         _repeat(7),
@@ -246,21 +252,27 @@ def test_shadow_mode_reports_what_enforcing_decides_call_for_call(integration, c
     spec = CASES[case]
     enforced = _run(integration, spec, "enforce")
     shadow = _run(integration, spec, "shadow")
-    calls = len(spec.script)
 
-    # Enforcing decides the documented stop, on every integration.
-    assert enforced.decisions == spec.expected
+    calls = sum(len(step) for step in spec.script)
+    # Enforcing decides the documented stop, on every integration. (The callback handler
+    # reports the other calls of a stopped batch on the stream too, as "stopped".)
+    assert [d for d in enforced.decisions if d[0] != "stopped"] == spec.expected
     assert enforced.stop == spec.expected[-1][0]
-    assert enforced.totals == (calls, len(spec.expected), 1)
+    stopped = [("stopped", "deny")] * (len(spec.script[-1]) - 1) if case == "batch_stop" else []
+    assert enforced.totals == (calls, len(spec.expected) + len(stopped), 1)
     # The channel's log of blocked calls keeps the latest ones only.
     kept = [reason for _, reason, _ in enforced.blocked]
-    assert kept == [r for r, _ in spec.expected][-len(kept) :]
+    assert kept == [r for r, _ in spec.expected + stopped][-len(kept) :]
     assert enforced.shadow == {}
 
-    # Shadow mode reports the same decisions on the same calls, and counts exactly them.
-    assert shadow.decisions == enforced.decisions
+    # Shadow mode reports the same decisions on the same calls, and counts exactly them
+    # (the calls of the stopped batch included, which enforcing leaves off the stream).
+    reported = [d for d in shadow.decisions if d[0] != "stopped"]
+    assert reported == spec.expected
     assert shadow.modes == {"shadow"}
-    assert shadow.shadow == _counts(enforced.decisions)
+    assert shadow.shadow == _counts(spec.expected + stopped)
+    assert sum(blocked for blocked, _ in shadow.shadow.values()) == enforced.totals[1]
+    assert sum(stops for _, stops in shadow.shadow.values()) == enforced.totals[2]
     # ...and acts on none of them.
     assert shadow.stop is None
     assert shadow.blocked == []
@@ -277,3 +289,40 @@ def test_shadow_mode_keeps_counting_past_where_enforcing_stops(integration):
     assert shadow.runs["lookup"] == 12
     assert shadow.shadow == {"duplicate": (2, 0), "repeat_limit": (9, 9)}
     assert shadow.decisions == [("duplicate", "deny")] * 2 + [("repeat_limit", "abort")] * 9
+
+
+ANSWERED_ELSEWHERE = ["cache_inside", "emulator_first", "emulator_last"]
+
+
+@pytest.mark.parametrize("stack", ANSWERED_ELSEWHERE)
+def test_a_call_another_middleware_answers_counts_as_enforcing_decides(stack):
+    # A cache inside the guard, or a tool emulator inside or outside it, answers the repeats:
+    # enforcing hands a repeat it would deny to them (they answer it, nothing is blocked)
+    # and stops the 4th call itself. Shadow mode counts that stop, and nothing else.
+    from langchain.agents.middleware import LLMToolEmulator
+
+    from tests.integration.test_composition import _Cache
+
+    def run(mode: str) -> Any:
+        runs: Counter[str] = Counter()
+        model = ScriptedChatModel(script=_repeat(4), final="Here is what I found.")
+        guard = ReplayGuardMiddleware(dedup=False, mode=mode)
+        if stack == "cache_inside":
+            middleware = [guard, _Cache()]
+        else:
+            emulator = LLMToolEmulator(
+                tools=["lookup"], model=ScriptedChatModel(script=["P1: premium plan"] * 5)
+            )
+            middleware = [guard, emulator] if stack == "emulator_first" else [emulator, guard]
+        agent = create_agent(
+            model, _tools(runs), middleware=middleware, checkpointer=InMemorySaver()
+        )
+        cfg = {"configurable": {"thread_id": "t"}}
+        agent.invoke({"messages": [HumanMessage("help me")]}, cfg)
+        return guard.guard.inspect(agent.get_state(cfg))
+
+    enforced, shadow = run("enforce"), run("shadow")
+    assert enforced.blocked == (("lookup", "repeat_limit", 4),)
+    assert (enforced.totals.blocked, enforced.totals.aborts) == (1, 1)
+    assert shadow.shadow == (("repeat_limit", 1, 1),)
+    assert shadow.stop is None

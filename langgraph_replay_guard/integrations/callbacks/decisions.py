@@ -658,11 +658,14 @@ class CallbackDecider:
 def _refusal_decision(planned: PlannedCall, events: list[Event]) -> Decision | None:
     """The decision reported on the stream for a refused call."""
     decision = planned.decision
-    if planned.facts is None or not events or CallEvent.decode(events[-1]).reason != UNKNOWN_REASON:
+    recorded = CallEvent.decode(events[-1]).reason if events else None
+    if planned.facts is None or recorded not in (UNKNOWN_REASON, "stopped"):
         return decision
+    # What was recorded: an unknown outcome, or a call of a batch another call stopped
+    # (its own decision may be a stop too; the batch's first one is the stop).
     return Decision(
         Verdict.DENY,
-        UNKNOWN_REASON,
+        recorded,
         planned.facts.key,
         message=None,
         tool=planned.facts.tool,
