@@ -163,7 +163,7 @@ class Run:
     runs: Counter[str]
 
 
-def _run(integration: str, case: Case, mode: str) -> Run:
+def _run(integration: str, case: Case, mode: str, *, check: bool = True) -> Run:
     runs: Counter[str] = Counter()
     config = case.config.model_copy(update={"mode": mode})
     model = ScriptedChatModel(script=list(case.script), final="Here is what I found.")
@@ -206,7 +206,10 @@ def _run(integration: str, case: Case, mode: str) -> Run:
         )
         executor.invoke(
             {"input": "help me"},
-            {"callbacks": [decisions, handler.check(executor)], "metadata": {"thread_id": "t"}},
+            {
+                "callbacks": [decisions, handler.check(executor) if check else handler],
+                "metadata": {"thread_id": "t"},
+            },
         )
         view = handler.inspect("t")
     shown = [e for e in decisions.events if e["verdict"] != "allow"]
@@ -325,4 +328,19 @@ def test_a_call_another_middleware_answers_counts_as_enforcing_decides(stack):
     assert enforced.blocked == (("lookup", "repeat_limit", 4),)
     assert (enforced.totals.blocked, enforced.totals.aborts) == (1, 1)
     assert shadow.shadow == (("repeat_limit", 1, 1),)
+    assert shadow.stop is None
+
+
+def test_an_executor_that_names_its_tools_itself_counts_the_unknown_tool_stop():
+    # Without `check(executor)` the handler learns the tool names from the executor's own
+    # answer to the first unknown name. Shadow mode reported each such call as a denial
+    # (blocked, never the stop); it counts what enforcing decides: 4 blocks, 1 stop.
+    case = CASES["unknown_tool"]
+    enforced = _run("executor", case, "enforce", check=False)
+    shadow = _run("executor", case, "shadow", check=False)
+    assert enforced.stop == "unknown_tool"
+    assert enforced.totals == (4, 4, 1)
+    assert shadow.shadow == {"unknown_tool": (4, 1)}
+    assert shadow.totals == (4, 0, 0)
+    assert shadow.blocked == []
     assert shadow.stop is None
