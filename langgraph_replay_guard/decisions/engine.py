@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, NamedTuple
 
@@ -1101,7 +1101,38 @@ def plan_calls(
         decision = decide(state, facts, config, turn=turn, earlier_in_batch=earlier, batch=batch_id)
         earlier.append(facts.key)
         calls.append(PlannedCall(tool_call, index, facts, decision, None))
+    if config.mode == "shadow":
+        _shadow_the_batch_stop(calls)
     return calls
+
+
+def _shadow_the_batch_stop(calls: list[PlannedCall]) -> None:
+    """Shadow mode: the other calls of a batch that enforcing would stop were `stopped`.
+
+    Enforcing answers every call of a batch that aborts, the aborting one with its reason
+    and the others with `"stopped"` (`integrations.calls.abort_answer`); in shadow mode they
+    all run, and each carries what enforcing would have done with it.
+    """
+    aborting = next(
+        (
+            call
+            for call in calls
+            if call.decision is not None
+            and call.decision.shadowed is not None
+            and call.decision.shadowed.verdict is Verdict.ABORT
+        ),
+        None,
+    )
+    if aborting is None:
+        return
+    for call in calls:
+        decision = call.decision
+        if call is aborting or decision is None:
+            continue
+        stopped = Decision(
+            Verdict.DENY, "stopped", decision.call_key, None, None, decision.tool, decision.count
+        )
+        call.decision = replace(decision, shadowed=stopped)
 
 
 def state_view(value: Any, reminder: str | None = None) -> GuardView:

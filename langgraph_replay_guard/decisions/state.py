@@ -6,7 +6,7 @@ import datetime as dt
 import logging
 import operator
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, TypedDict
 
 from langgraph_replay_guard.decisions.failures import SAME_FAILURE
@@ -284,6 +284,8 @@ _CONTAINERS = (
     "cfg",
     "failures",
     "delivered",
+    # The fold bumps its counts in place: a copy sharing it would count in the older value.
+    "shadow",
 )
 
 
@@ -415,6 +417,28 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
     count = (CallCounter(*counted).attempts if counted else 0) + 1
     _bump(state["counters"], key, [*CallCounter(count, tool)], MAX_TRACKED_KEYS)
 
+    if outcome in _EXECUTED and ev.replay != "pure" and ev.batch is not None:
+        # What really ran, in either mode: the ledger asks it instead of the history.
+        delivered = state["delivered"]
+        if ev.batch not in delivered:
+            delivered.append(ev.batch)
+            del delivered[:-MAX_DELIVERED]
+
+    shadowed = ev.reason is not None and (outcome in _EXECUTED or outcome == "answered")
+    if shadowed:
+        # A call that ran in shadow mode although enforcing would have blocked it (or that
+        # shadow mode let another piece answer: a name that does not exist, a stopped
+        # batch). Counted; and the loop layers below keep the state enforcing would have,
+        # the call as the blocked one it would have been, so that every later call is
+        # decided as enforcing decides it (an identical read that ran is no new result,
+        # nor a step of a cycle).
+        shadow = state["shadow"]
+        blocked, stopped = shadow.get(ev.reason, (0, 0))
+        if ev.reason in shadow or len(shadow) < MAX_SHADOW_REASONS:
+            shadow[ev.reason] = [blocked + 1, stopped + ev.abort]
+        ev = replace(ev, outcome="denied")
+        outcome = "denied"
+
     epoch_before = state["epoch"]
     executed = outcome in _EXECUTED
     world_changed = outcome == "success" and ev.replay != "pure"
@@ -422,19 +446,6 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
     if executed:
         state["recent_calls"].append([*ExecutedCall(key, tool, outcome, epoch_before)])
         del state["recent_calls"][: -cfg.window]
-
-    if executed and ev.reason is not None:
-        # A call that ran in shadow mode although enforcing would have blocked it.
-        shadow = state["shadow"]
-        blocked, stopped = shadow.get(ev.reason, (0, 0))
-        if ev.reason in shadow or len(shadow) < MAX_SHADOW_REASONS:
-            shadow[ev.reason] = [blocked + 1, stopped + ev.abort]
-
-    if executed and ev.replay != "pure" and ev.batch is not None:
-        delivered = state["delivered"]
-        if ev.batch not in delivered:
-            delivered.append(ev.batch)
-            del delivered[:-MAX_DELIVERED]
 
     if world_changed:
         state["epoch"] += 1
@@ -474,7 +485,7 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
     _track_cycle(state, ev, cfg, executed)
     streak = _track_failures(state, ev, cfg, world_changed or new_result)
 
-    if outcome == "denied":
+    if outcome == "denied" and not shadowed:
         reason = ev.reason or "denied"
         if streak is not None:
             count = streak  # a same-failure stop counts the failures, not identical calls
@@ -555,7 +566,9 @@ def _track_cycle(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings, execut
         state["cycle"] = cycle = dict(cycle)  # never change a dict an older value shares
         if cycle["keys"][cycle["pos"]] == key:
             cycle["pos"] = (cycle["pos"] + 1) % len(cycle["keys"])
-            if ev.outcome == "denied" and ev.reason == "cycle":
+            if ev.reason == "cycle":
+                # Denied, or run in shadow mode although enforcing would have denied it:
+                # either way the next call of the cycle is its second strike.
                 cycle["strikes"] += 1
         else:
             state["cycle"] = cycle = None  # the agent did something else: the loop is broken

@@ -440,17 +440,35 @@ def denied_event(planned: PlannedCall, batch: Batch, reason: str, *, abort: bool
     )
 
 
-def answered_event(planned: PlannedCall, batch: Batch) -> Event:
-    """Event recording a call another piece answered (the tool never ran through the guard)."""
+def answered_event(planned: PlannedCall, batch: Batch, *, shadowed: bool = False) -> Event:
+    """Event recording a call another piece answered (the tool never ran through the guard).
+
+    In shadow mode, a call that enforcing would have answered itself carries enforcing's
+    reason, counted in the channel's `shadow`: a call of a batch it would have stopped
+    (enforcing answers those before any other piece sees them) and, with `shadowed`, any
+    call it would have blocked (a name that does not exist, which the tools node answers).
+    A call enforcing would only deny is handed to the pieces inside it, as here: the one
+    that answers it answers it when enforcing too, and it is not counted.
+    """
     assert planned.facts is not None
+    shown = planned.decision.shadowed if planned.decision is not None else None
+    if shown is not None and not shadowed and not stops_the_batch(shown):
+        shown = None
     return make_event(
         planned.facts,
         "answered",
+        reason=shown.reason if shown is not None else None,
+        abort=shown is not None and shown.verdict is Verdict.ABORT,
         batch=batch.batch_id,
         index=planned.index,
         turn=batch.turn,
         batch_size=len(batch.tool_calls),
     )
+
+
+def stops_the_batch(decision: Decision) -> bool:
+    """Whether enforcing answers this decision's call itself, stopping its whole batch."""
+    return decision.verdict is Verdict.ABORT or decision.reason == "stopped"
 
 
 def previous_batch(messages: Sequence[BaseMessage]) -> tuple[AIMessage, set[str]] | None:

@@ -420,6 +420,8 @@ class ToolCallWrapper:
             if where is not None:
                 claims = where is prepared
                 return (yield from self._decided_where_it_runs(request, where, claims=claims))
+        if isinstance(prepared, _Allowed) and request.tool is None:
+            return (yield from self._shadowed_unknown(request, prepared))
         if isinstance(prepared, _Blocked):
             if prepared.probe:
                 # LangGraph defers its unknown-name check past the wrappers so that an inner
@@ -465,6 +467,30 @@ class ToolCallWrapper:
         yield _Finish(ticket, result, tool_error)
         ran = ticket.runs.started or traced.tool is None
         return self._finish(request, prepared, result, ran=ran)
+
+    def _shadowed_unknown(
+        self, request: ToolCallRequest, shadowed: _Allowed
+    ) -> Generator[_Op, Any, ToolResult]:
+        """Shadow mode: let the node answer a name it lacks, as enforcing would have.
+
+        Enforcing answers (or stops on) the call itself; shadow mode hands it on, and when
+        nobody serves the name (the node says "not a valid tool") records what enforcing
+        would have done, as enforcing records its own answer: counted towards the loop of
+        unknown names and in the channel's `shadow`. A name a wrapper inside serves is
+        learned, as when enforcing.
+        """
+        name = request.tool_call["name"]
+        served: ToolResult = yield _Execute(request)
+        if not _refused_as_unknown(served, name):
+            self.learn_tools([name])
+            return served
+        yield _trace(request, shadowed.trace("none"), _answer_of(served), None)
+        decision = shadowed.planned.decision
+        if decision is not None:
+            emit(getattr(request.runtime, "stream_writer", None), decision, request.tool_call)
+        event = answered_event(shadowed.planned, shadowed.batch, shadowed=True)
+        self._record(request, [event], first=shadowed.first)
+        return served
 
     def _decided_where_it_runs(
         self, request: ToolCallRequest, decided: _Allowed, *, claims: bool = True
@@ -719,7 +745,7 @@ class ToolCallWrapper:
         decision = planned.decision
         if plan.abort is None and decision is not None and decision.verdict is Verdict.ALLOW:
             # Nothing in the batch stops the run and this call runs: every step's case.
-            if request.tool is None:
+            if request.tool is None and not _shadowed_unknown(planned):
                 return None
             return _Allowed(planned, plan.batch, first=value is None, runs=runs)
         prepared = self._decided(request, plan, planned, state)
@@ -936,6 +962,17 @@ def _sibling_duplicate(plan: BatchPlan, planned: PlannedCall) -> bool:
     return any(
         other.decision is not None and other.decision.call_key == decision.call_key
         for other in plan.calls[: planned.index]
+    )
+
+
+def _shadowed_unknown(planned: PlannedCall) -> bool:
+    """Whether shadow mode lets through a call to a name that does not exist."""
+    decision = planned.decision
+    return (
+        decision is not None
+        and decision.shadowed is not None
+        and planned.facts is not None
+        and planned.facts.unknown
     )
 
 

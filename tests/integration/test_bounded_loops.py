@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 from typing import Any
 
@@ -35,6 +34,17 @@ CONTINUE_BOUND = 2 * MAX_REPEATS + 2
 COME_BACK_ANSWERED = 1
 FIX = 'add_conditional_edges("tools", guard.route_after_tools("agent"))'
 INTEGRATIONS = ["static_edge", "route_after_tools", "middleware", "callback_handler"]
+# Within the bounds, each integration's exact count (a bound alone lets a later stop pass):
+# the call that stops the run, then what each one does after it. A static edge answers the
+# first come-back and raises at the second; the callback handler tells the model to answer
+# and raises at its come-back; the others end the run at the stop ("error": it raises there).
+AFTER_THE_STOP = {
+    ("static_edge", "end"): 2,
+    ("static_edge", "error"): 0,
+    ("callback_handler", "end"): 1,
+    ("callback_handler", "continue"): 1,
+    ("static_edge", "continue"): 2,
+}
 
 
 def custom_graph(guard, model, tools, *, route, handle_tool_errors=None):
@@ -103,7 +113,7 @@ def loop(integration, exit_behavior, call=LOOKUP, *, use_async=False, **kwargs):
 @pytest.mark.parametrize("call", [LOOKUP, TRANSFER], ids=["read", "side_effect"])
 def test_static_edge_raises_when_the_model_comes_back_after_the_stop(call, use_async):
     model, runs, error = loop("static_edge", "end", call, use_async=use_async)
-    assert model.calls <= BOUND + COME_BACK_ANSWERED, f"{model.calls} model calls after the stop"
+    assert model.calls == BOUND + COME_BACK_ANSWERED, f"{model.calls} model calls after the stop"
     assert error is not None, "a graph that ignores the stop must not end quietly"
     assert FIX in str(error), "the error names the one-line fix"
     assert error.tool == call[0]
@@ -120,7 +130,7 @@ def test_static_edge_come_back_gets_through_catch_all_tool_error_handling(
 ):
     model, runs, error = loop("static_edge", exit_behavior, handle_tool_errors=handle_tool_errors)
     # "error" does not answer a come-back: it raises at the first one.
-    assert model.calls <= BOUND + (COME_BACK_ANSWERED if exit_behavior == "end" else 0)
+    assert model.calls == BOUND + (COME_BACK_ANSWERED if exit_behavior == "end" else 0)
     assert error is not None
     assert FIX in str(error)
     assert runs["get_details_by_id"] == 1
@@ -155,6 +165,9 @@ def test_model_calls_after_an_abort_are_bounded(integration, exit_behavior, call
     model, runs, error = loop(integration, exit_behavior, call)
     bound = BOUND + (COME_BACK_ANSWERED if integration == "static_edge" else 0)
     assert model.calls <= bound, f"{model.calls} model calls"
+    # The 4th identical call stops the run.
+    after = AFTER_THE_STOP.get((integration, exit_behavior), 0)
+    assert model.calls == MAX_REPEATS + 1 + after, f"{model.calls} model calls"
     assert runs[call[0]] == (1 if call is LOOKUP else MAX_REPEATS)
     if exit_behavior == "error":
         assert error is not None
@@ -167,6 +180,9 @@ def test_continue_escalates_to_a_stop_after_max_repeats_more_blocked_attempts(in
     model, runs, error = loop(integration, "continue", call)
     bound = CONTINUE_BOUND + (COME_BACK_ANSWERED if integration == "static_edge" else 0)
     assert model.calls <= bound, f"{model.calls} model calls"
+    # Blocked past the limit, the call insisted on past twice the limit stops the run.
+    after = AFTER_THE_STOP.get((integration, "continue"), 0)
+    assert model.calls == 2 * MAX_REPEATS + 1 + after, f"{model.calls} model calls"
     assert runs[call[0]] == (1 if call is LOOKUP else MAX_REPEATS)
     if integration in {"static_edge", "callback_handler"}:
         assert error is not None, "these cannot end a run: the come-back raises"
@@ -203,7 +219,17 @@ def test_a_cycle_under_continue_is_bounded_too(integration):
     guard = ReplayGuard(POLICY.model_copy(update={"exit_behavior": "continue"}))
     runs = ToolRuns()
     graph, config = build(integration, guard, model, runs)
-    with contextlib.suppress(LoopAbortedError):
+    error = None
+    try:
         graph.invoke({"messages": [HumanMessage("no signal")]}, config)
+    except LoopAbortedError as exc:
+        error = exc
+    # Only the integrations that cannot end a run raise, at the come-back after the stop.
+    assert (error is not None) == (integration in {"static_edge", "callback_handler"})
+    assert error is None or error.reason == "stop_ignored"
     assert model.calls <= 2 * CONTINUE_BOUND, f"{model.calls} model calls"
+    # Two of each, then each blocked attempt counts for its own key: the 13th call (the
+    # toggle's 7th attempt) stops the run.
+    after = AFTER_THE_STOP.get((integration, "continue"), 0)
+    assert model.calls == 13 + after, f"{model.calls} model calls"
     assert runs["toggle_airplane_mode"] == 2

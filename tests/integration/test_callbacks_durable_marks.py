@@ -17,6 +17,7 @@ from langchain_core.tools import tool
 from langgraph.store.memory import InMemoryStore
 
 from langgraph_replay_guard import GuardConfig, ReplayGuardCallbackHandler
+from langgraph_replay_guard.integrations.callbacks import ToolCallBlockedError
 from langgraph_replay_guard.testing import ScriptedChatModel
 from tests.integration.test_callbacks_unknown import (
     CONFIG,
@@ -124,7 +125,7 @@ def test_many_threads_with_unknown_outcomes_are_kept_with_a_warning(caplog):
     other_threads(handler, 10)
     for i in range(8):
         config: Any = {"callbacks": [handler], "metadata": {"thread_id": f"t{i}"}}
-        with pytest.raises(Exception, match="outcome is unknown"):
+        with pytest.raises(ToolCallBlockedError, match="outcome is unknown"):
             send_email.invoke(EMAIL, config)
     assert len(sent) == 8, "no thread's email was sent twice"
 
@@ -226,12 +227,12 @@ def test_a_mark_is_in_the_store_before_the_store_goes_down_mid_call():
     with pytest.raises(ConnectionError):
         send_email.invoke(EMAIL, config)
     store.down = False
-    with pytest.raises(Exception, match="outcome is unknown"):
+    with pytest.raises(ToolCallBlockedError, match="outcome is unknown"):
         send_email.invoke(EMAIL, config)
     assert len(sent) == 1
     # Claimed in the store before the body ran: another process sharing the store knows.
     other = ReplayGuardCallbackHandler(CONFIG, store=store)
-    with pytest.raises(Exception, match="outcome is unknown"):
+    with pytest.raises(ToolCallBlockedError, match="outcome is unknown"):
         send_email.invoke(EMAIL, {**config, "callbacks": [other]})
     assert len(sent) == 1
 

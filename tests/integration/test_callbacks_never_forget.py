@@ -35,6 +35,7 @@ from langgraph.store.base import BaseStore
 from langgraph.store.sqlite import SqliteStore
 
 from langgraph_replay_guard import GuardConfig, ReplayGuardCallbackHandler
+from langgraph_replay_guard.integrations.callbacks import ToolCallBlockedError
 from langgraph_replay_guard.testing import ScriptedChatModel
 
 os.environ["LANGSMITH_TRACING"] = "false"
@@ -289,7 +290,7 @@ def test_a_mark_an_earlier_release_kept_in_the_thread_state_still_refuses():
 
     cfg: Any = {"callbacks": [ReplayGuardCallbackHandler(config, store=store)]}
     cfg["metadata"] = {"thread_id": "t1"}
-    with pytest.raises(Exception, match="outcome is unknown"):
+    with pytest.raises(ToolCallBlockedError, match="outcome is unknown"):
         send_email.invoke(email, cfg)
     assert sent == []
     handler.resolve("t1", "send_email", email, "retry")
@@ -342,7 +343,7 @@ def test_a_mark_made_while_postgres_is_stopped_survives_the_handler():
                 "callbacks": [ReplayGuardCallbackHandler(config, store=store)],
                 "metadata": {"thread_id": "t1"},
             }
-            with pytest.raises(Exception, match="outcome is unknown"):
+            with pytest.raises(ToolCallBlockedError, match="outcome is unknown"):
                 send_email.invoke(email, again)
             # Its end was never recorded: the operator sees no error, only that it started.
             (listed,) = again["callbacks"][0].unknown_outcomes("t1")
@@ -383,7 +384,7 @@ def test_two_handlers_on_one_store_never_both_run_an_identical_unsafe_call(tmp_p
             }
             try:
                 results[name] = send_email.invoke(email, cfg)
-            except Exception as error:
+            except ToolCallBlockedError as error:  # the refusal, not any error
                 results[name] = str(error)
 
     with SqliteStore.from_conn_string(path) as store:
@@ -433,7 +434,7 @@ def test_a_claim_the_store_could_not_clear_is_taken_over_only_by_its_own_process
         blocker.execute("COMMIT")
 
         other: Any = {**cfg, "callbacks": [ReplayGuardCallbackHandler(config, store=other_store)]}
-        with pytest.raises(Exception, match="its end was never recorded"):
+        with pytest.raises(ToolCallBlockedError, match="its end was never recorded"):
             send_email.invoke(email, other)
         assert send_email.invoke(email, cfg) == "sent"
         assert sent == ["ann@example.com"] * 2

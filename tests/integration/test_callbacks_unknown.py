@@ -152,9 +152,12 @@ def test_idempotent_and_pure_failures_stay_plain_failures():
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
-def test_resumed_run_after_a_crash_refuses_the_pending_call_with_a_shared_store(kind, tmp_path):
+def test_resumed_run_after_a_failed_run_refuses_the_pending_call_with_a_shared_store(
+    kind, tmp_path
+):
     # Without error handling the tool's exception fails the run; resuming the thread runs
-    # the same tool call again. A second handler on the same store (another process) knows.
+    # the same tool call again. A second handler on the same store knows. (The process
+    # lives on; a real process death is `test_resumed_run_after_a_process_death_...`.)
     mailbox = Mailbox()
     model = ScriptedChatModel(script=[SEND, "Could not confirm."])
     agent = create_agent(model, [mailbox.tool()], checkpointer=InMemorySaver())
@@ -178,6 +181,50 @@ def test_resumed_run_after_a_crash_refuses_the_pending_call_with_a_shared_store(
         view = ReplayGuardCallbackHandler(CONFIG, store=store).inspect("t1")
         # The crashed call, its refused re-run, and the confirmed failure.
         assert view.totals.calls == 3
+        assert view.blocked == (("send_email", "unknown_outcome", 1),)
+        assert view.recent_calls[-1].outcome == "failure"
+
+
+def test_resumed_run_after_a_process_death_refuses_the_pending_call(tmp_path):
+    # A real crash: the child process runs the agent (its store and checkpoints in SQLite
+    # files), the tool sends the email and the process is killed with SIGKILL before the
+    # call ends. This process resumes the thread with a handler of its own on the same
+    # store: the pending call runs again and is refused, nothing is sent twice.
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from tests.integration.test_callbacks_never_forget import Files, run_and_kill
+
+    files = Files(tmp_path)
+    run_and_kill(files, "kill-in-body", "sent")
+    assert files.sent() == 1
+
+    model = ScriptedChatModel(script=["Could not confirm."])
+    retry = ToolRetryMiddleware(max_retries=0, on_failure="continue", initial_delay=0)
+
+    @tool
+    def send_email(to: str, body: str) -> str:
+        """Send an email."""
+        with open(files.outbox, "a", encoding="utf-8") as handle:
+            handle.write(f"{to}\n")
+        return "sent"
+
+    with (
+        SqliteStore.from_conn_string(files.store) as store,
+        SqliteSaver.from_conn_string(files.checkpoints) as saver,
+    ):
+        agent = create_agent(model, [send_email], middleware=[retry], checkpointer=saver)
+        handler = ReplayGuardCallbackHandler(CONFIG, store=store)
+        out = agent.invoke(None, cfg(handler))
+        assert files.sent() == 1, "the resumed call did not send a second email"
+        refusal = tool_texts(out)[-1]
+        assert "outcome is unknown" in refusal
+        assert "its end was never recorded" in refusal
+        assert out["messages"][-1].text == "Could not confirm."
+        (pending,) = handler.unknown_outcomes("t1")
+        assert (pending.tool, pending.error) == ("send_email", None)
+        handler.resolve("t1", "send_email", EMAIL, "failed", "bounced")
+        assert handler.unknown_outcomes("t1") == []
+        view = ReplayGuardCallbackHandler(CONFIG, store=store).inspect("t1")
         assert view.blocked == (("send_email", "unknown_outcome", 1),)
         assert view.recent_calls[-1].outcome == "failure"
 

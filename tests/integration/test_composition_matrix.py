@@ -132,27 +132,57 @@ def _run(
     mode: str,
     script: list[Any],
     built: list[Any] | None = None,
+    guard_mode: str = "enforce",
+    views: list[Any] | None = None,
     **agent_options: Any,
 ) -> tuple[Any, Any, Counter]:
     """Run an agent with the named middleware (and the guard in `order`, or none).
 
-    `built`, when given, receives the middleware instance the run used.
+    `built`, when given, receives the middleware instance the run used; `views`, the
+    guard's view of the thread once the run ended.
     """
     runs: Counter[str] = Counter()
     model = ScriptedChatModel(script=script)
     middleware = [MIDDLEWARES[name]()]
     if built is not None:
         built.append(middleware[0])
+    guard = ReplayGuardMiddleware(mode=guard_mode)
     if order == "guard-first":
-        middleware.insert(0, ReplayGuardMiddleware())
+        middleware.insert(0, guard)
     elif order == "guard-last":
-        middleware.append(ReplayGuardMiddleware())
+        middleware.append(guard)
     agent = create_agent(
         model, _tools(runs), middleware=middleware, checkpointer=InMemorySaver(), **agent_options
     )
     cfg = {"configurable": {"thread_id": f"{name}-{order}-{mode}"}}
     inputs = {"messages": [HumanMessage("help with P1")]}
-    return model, _invoke(agent, inputs, cfg, mode), runs
+    out = _invoke(agent, inputs, cfg, mode)
+    if views is not None:
+        views.append(guard.guard.inspect(agent.get_state(cfg)))
+    return model, out, runs
+
+
+def _assert_stopped_at_the_4th_call(
+    model: Any, out: dict[str, Any], *, repeats_answered_by: str = "guard"
+) -> None:
+    """The documented stop of a repeated read: run once, two duplicates, the 4th call stops.
+
+    Exact, not a bound: a guard that stopped at the 5th call would make 5 model calls.
+    `repeats_answered_by="emulator"`: the 2nd and 3rd calls are answered by a middleware
+    (never cached as the tool's result, so no duplicate), and count towards the limit.
+    """
+    assert model.calls == 4
+    answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    if repeats_answered_by == "guard":
+        assert [m.status for m in answers] == ["success", "error", "error", "error"]
+        assert [m.text.split(":")[0] for m in answers[1:]] == ["Not executed"] * 2 + ["Stopped"]
+    else:
+        assert [m.status for m in answers] == ["success"] * 3 + ["error"]
+        assert answers[-1].text.startswith("Stopped")
+    last = out["messages"][-1]
+    assert isinstance(last, AIMessage)
+    assert last.response_metadata.get("replay_guard_stop") == "repeat_limit"
+    assert "'lookup' 4 times" in last.text or "'quote' 4 times" in last.text
 
 
 def _keys(out: dict[str, Any], mode: str) -> set[str]:
@@ -220,10 +250,28 @@ def test_a_repeated_read_is_stopped(name, order, mode):
     loop = [[("lookup", {"id": "P1"})] for _ in range(20)]
     model, out, runs = _run(name, order, mode, loop)
     assert runs["lookup"] == 1
-    assert model.calls <= 5
-    last = out["messages"][-1]
-    assert isinstance(last, AIMessage)
-    assert last.response_metadata.get("replay_guard_stop") == "repeat_limit"
+    _assert_stopped_at_the_4th_call(model, out)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("name", list(MIDDLEWARES))
+def test_a_repeated_read_in_shadow_mode_runs_unguarded_and_counts_the_stop(name, order, mode):
+    # Shadow mode acts on nothing: the loop runs as without the guard. It counts what
+    # enforcing decides: the 2nd and 3rd reads are duplicates, the 4th is the stop, and
+    # each of the 16 reads after it one more stop that did not happen.
+    loop = [[("lookup", {"id": "P1"})] for _ in range(20)]
+    _, plain, plain_runs = _run(name, None, mode, loop)
+    views: list[Any] = []
+    model, out, runs = _run(name, order, mode, loop, guard_mode="shadow", views=views)
+    assert runs == plain_runs
+    assert runs["lookup"] == 20
+    assert model.calls == 21
+    assert _shape(out["messages"]) == _shape(plain["messages"])
+    (view,) = views
+    assert view.shadow == (("duplicate", 2, 0), ("repeat_limit", 17, 17))
+    assert view.stop is None
+    assert view.totals.blocked == 0
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -232,8 +280,7 @@ def test_an_emulated_tool_repeated_is_stopped_and_never_ran(order, mode):
     loop = [[("quote", {"item": "tea"})] for _ in range(20)]
     model, out, runs = _run("tool_emulator", order, mode, loop)
     assert runs["quote"] == 0  # emulated: the body never runs
-    assert model.calls <= 5
-    assert out["messages"][-1].response_metadata.get("replay_guard_stop") == "repeat_limit"
+    _assert_stopped_at_the_4th_call(model, out, repeats_answered_by="emulator")
 
 
 class Plan(BaseModel):
@@ -269,9 +316,7 @@ def test_a_repeated_read_under_provider_strategy_is_stopped(name, order, mode):
     strategy = {"response_format": ProviderStrategy(Plan)}
     model, out, runs = _run(name, order, mode, [*loop, PLAN_JSON], **strategy)
     assert runs["lookup"] == 1
-    assert model.calls <= 5
-    last = out["messages"][-1]
-    assert last.response_metadata.get("replay_guard_stop") == "repeat_limit"
+    _assert_stopped_at_the_4th_call(model, out)
     assert out.get("structured_response") is None  # stopped before the model gave its answer
 
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections import Counter
 from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableLambda
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Send
 
@@ -106,6 +108,13 @@ def shape(messages: list[Any]) -> list[tuple[str, str, str | None]]:
     "step", [[LOOKUP, THINK], [LOOKUP], [TRANSFER, LOOKUP]], ids=["two_reads", "one", "write"]
 )
 def test_a_send_fan_out_stops_like_the_plain_graph(step, payload, use_async):
+    # Without the guard, the fan-out runs the whole script: every call of the 30 batches.
+    free_model = ScriptedChatModel(script=[step] * 30)
+    free_runs = ToolRuns()
+    free_out, _ = run(unguarded_fan_out_graph(free_model, free_runs, payload), use_async)
+    assert free_model.calls == 31
+    assert free_runs.counts == Counter(name for name, _ in step * 30)
+
     plain_model = ScriptedChatModel(script=[step] * 30)
     plain_runs = ToolRuns()
     plain_guard = ReplayGuard(POLICY)
@@ -132,6 +141,51 @@ def test_a_send_fan_out_stops_like_the_plain_graph(step, payload, use_async):
     view = guard.inspect(graph.get_state(config))
     assert view.stop_reason == "repeat_limit"
     assert view.totals == plain_guard.inspect(plain_out).totals
+
+    # The documented stop, whatever the plain graph does: the 4th batch stops the run on
+    # the 4th attempt of its repeated call, and the model is not called again.
+    runs_expected, stopped_on = DOCUMENTED_STOP[tuple(name for name, _ in step)]
+    assert model.calls == 4
+    assert runs.counts == runs_expected
+    assert (stopped_on, "repeat_limit", 4) in view.blocked
+    assert view.totals.aborts == 1
+    # The guarded run starts as the unguarded one: the first batch's answers are the same.
+    first = len(step) + 2  # the user's message, the first AIMessage, its answers
+    assert shape(messages[:first]) == shape(free_out["messages"][:first])
+
+
+# Per step: the tool runs of the guarded fan-out, and the tool whose 4th attempt stops it.
+# A read runs once (its repeats are duplicates); the `unsafe` transfer runs up to the repeat
+# limit, and changes the world each time, so the read after it runs again once.
+DOCUMENTED_STOP = {
+    ("get_details_by_id", "think"): (
+        Counter({"get_details_by_id": 1, "think": 1}),
+        "get_details_by_id",
+    ),
+    ("get_details_by_id",): (Counter({"get_details_by_id": 1}), "get_details_by_id"),
+    ("transfer_to_human_agents", "get_details_by_id"): (
+        Counter({"transfer_to_human_agents": 3, "get_details_by_id": 2}),
+        "transfer_to_human_agents",
+    ),
+}
+
+
+def unguarded_fan_out_graph(model: ScriptedChatModel, runs: ToolRuns, payload: str) -> Any:
+    """`fan_out_graph` without the guard: a plain model node, ToolNode and edge back."""
+    builder = StateGraph(MessagesState)
+
+    def agent(state: dict[str, Any]) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    async def aagent(state: dict[str, Any]) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    builder.add_node("agent", RunnableLambda(agent, afunc=aagent))
+    builder.add_node("tools", ToolNode(make_tools(runs), handle_tool_errors=True))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", send_each_call(payload), ["tools", END])
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=InMemorySaver())
 
 
 @pytest.mark.parametrize("payload", PAYLOADS)

@@ -39,6 +39,7 @@ from langgraph_replay_guard.integrations.calls import (
     Batch,
     BatchPlan,
     abort_answer,
+    answered_event,
     blocked_answer,
     denied_event,
     executed_event,
@@ -55,6 +56,7 @@ __all__ = [
     "Call",
     "CallbackDecider",
     "Refusal",
+    "Shadowed",
     "as_tool_call",
     "find_mark",
     "new_mark",
@@ -87,6 +89,14 @@ class Refusal:
     message: str
     decisions: tuple[tuple[Decision, ToolCall], ...]
     """The non-allow decisions behind it, for the custom stream."""
+
+
+@dataclass(frozen=True)
+class Shadowed:
+    """An executor step that runs in shadow mode although enforcing would have refused it."""
+
+    decisions: tuple[tuple[Decision, ToolCall], ...]
+    """The shadowed decisions of its calls, for the custom stream and the decision event."""
 
 
 def as_tool_call(call: Call) -> ToolCall:
@@ -186,7 +196,11 @@ class CallbackDecider:
                     continue
                 scope.taken.add(planned.index)
                 scope.recorded.add(planned.index)
-                events.extend(self._answer(scope, plan, planned)[1])
+                if planned.decision is not None and planned.decision.shadowed is not None:
+                    # Shadow mode: the node answers it; count what enforcing would have done.
+                    events.append(answered_event(planned, plan.batch, shadowed=True))
+                else:
+                    events.extend(self._answer(scope, plan, planned)[1])
                 if planned.decision is not None:
                     recorded.append((planned.decision, planned.tool_call))
             self._write(scope, events)
@@ -215,9 +229,11 @@ class CallbackDecider:
                     continue
                 scope.taken.add(planned.index)
                 facts = call_facts(self.config, name, tool_call["args"], tools=self.tools)
+                # Shadow mode: the executor answered; enforcing would have refused it.
+                shadow = self.config.mode == "shadow"
                 event = make_event(
                     facts,
-                    "denied",
+                    "answered" if shadow else "denied",
                     reason=UNKNOWN_TOOL,
                     batch=plan.batch.batch_id,
                     index=planned.index,
@@ -229,7 +245,7 @@ class CallbackDecider:
 
     def step(
         self, key: ScopeKey, step: object, step_id: str, calls: Sequence[Call]
-    ) -> Refusal | None:
+    ) -> Refusal | Shadowed | None:
         """Decide an `AgentExecutor` step, which is refused whole if any call is refused.
 
         The executor turns only an error raised while the agent plans into an observation,
@@ -244,7 +260,9 @@ class CallbackDecider:
             calls: The step's calls.
 
         Returns:
-            None to let the step run, or the refusal.
+            None to let the step run, or the refusal; in shadow mode, the step runs and
+            what enforcing would have done is returned to report (`Shadowed`): its tools'
+            runs cannot report it, an executor runs them outside any run context.
 
         Raises:
             LoopAbortedError: As for `batch`.
@@ -260,7 +278,14 @@ class CallbackDecider:
             scope.executor = True
             answers = [self._answer(scope, plan, planned) for planned in plan.calls]
             if all(message is None for message, _ in answers):
-                return None
+                shadowed = tuple(
+                    (planned.decision, planned.tool_call)
+                    for planned in plan.calls
+                    if planned.decision is not None
+                    and planned.decision.shadowed is not None
+                    and planned.index not in scope.recorded  # reported with the batch
+                )
+                return Shadowed(shadowed) if shadowed else None
             recorded = scope.recorded  # calls to unknown tools, recorded with the batch
             fresh = [
                 (planned, message, events)
@@ -633,11 +658,14 @@ class CallbackDecider:
 def _refusal_decision(planned: PlannedCall, events: list[Event]) -> Decision | None:
     """The decision reported on the stream for a refused call."""
     decision = planned.decision
-    if planned.facts is None or not events or CallEvent.decode(events[-1]).reason != UNKNOWN_REASON:
+    recorded = CallEvent.decode(events[-1]).reason if events else None
+    if planned.facts is None or recorded not in (UNKNOWN_REASON, "stopped"):
         return decision
+    # What was recorded: an unknown outcome, or a call of a batch another call stopped
+    # (its own decision may be a stop too; the batch's first one is the stop).
     return Decision(
         Verdict.DENY,
-        UNKNOWN_REASON,
+        recorded,
         planned.facts.key,
         message=None,
         tool=planned.facts.tool,

@@ -23,6 +23,7 @@ from langgraph_replay_guard.integrations.callbacks.decisions import (
     Call,
     CallbackDecider,
     Refusal,
+    Shadowed,
     as_tool_call,
 )
 from langgraph_replay_guard.integrations.callbacks.executors import (
@@ -546,7 +547,11 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         except Exception as error:
             self._unchecked([name for name, _, _ in calls], error)
             return
-        if refusal is not None:
+        if isinstance(refusal, Shadowed):
+            writer = _stream_writer()
+            for decision, tool_call in refusal.decisions:
+                emit(writer, decision, tool_call)
+        elif refusal is not None:
             raise _refuse(refusal)
 
     @_fail_open
@@ -702,8 +707,9 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         # First: an unsafe call is claimed now, and only its end settles the claim.
         info.call = admitted
         shadowed = admitted.planned.decision
-        if shadowed is not None and shadowed.shadowed is not None:
-            # Shadow mode: the call runs; what enforcing would have done is reported.
+        if shadowed is not None and shadowed.shadowed is not None and not admitted.scope.executor:
+            # Shadow mode: the call runs; what enforcing would have done is reported (an
+            # executor's step reported it when it was decided, see `on_chain_end`).
             emit(_stream_writer(), shadowed, admitted.planned.tool_call)
 
     def _unchecked(self, names: Sequence[str], error: Exception) -> None:
