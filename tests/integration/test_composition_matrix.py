@@ -34,7 +34,7 @@ from langchain.agents.middleware import (
     ToolRetryMiddleware,
 )
 from langchain.agents.structured_output import ProviderStrategy
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import BaseModel
@@ -251,6 +251,49 @@ def test_a_repeated_read_is_stopped(name, order, mode):
     model, out, runs = _run(name, order, mode, loop)
     assert runs["lookup"] == 1
     _assert_stopped_at_the_4th_call(model, out)
+
+
+# A prompt as deep agents send it to Anthropic: content blocks, the first cached.
+CACHED_PROMPT = [
+    {"type": "text", "text": "You are support.", "cache_control": {"type": "ephemeral"}},
+    {"type": "text", "text": "Answer briefly."},
+]
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("name", list(MIDDLEWARES))
+def test_a_cached_system_prompt_reaches_the_model_with_only_the_reminder_added(name, order):
+    # Issue 34 item 1, in every stack: the reminder is one more text block; the cached
+    # blocks, the message's id and additional_kwargs reach the model as the user wrote them.
+    prompt = SystemMessage(
+        content=[dict(block) for block in CACHED_PROMPT],
+        id="system-1",
+        additional_kwargs={"provider_flag": True},
+    )
+    loop = [[("lookup", {"id": "P1"})] for _ in range(20)]
+    plain_model, _, _ = _run(name, None, "sync", loop, system_prompt=prompt)
+    model, out, _runs = _run(name, order, "sync", loop, system_prompt=prompt)
+    _assert_stopped_at_the_4th_call(model, out)
+    # What the stack sends without the guard (a middleware may add blocks of its own).
+    plain = [messages[0] for messages in plain_model.seen[:4]]
+    sent = [messages[0] for messages in model.seen]
+    assert all(isinstance(message, SystemMessage) for message in sent)
+    assert plain[0].content[:2] == CACHED_PROMPT
+    assert [message.content for message in sent[:2]] == [m.content for m in plain[:2]]
+    for message, without in zip(sent[2:], plain[2:], strict=True):  # carrying the reminder
+        # (TodoListMiddleware itself rebuilds the message without id and additional_kwargs.)
+        assert message.id == without.id
+        assert message.additional_kwargs == without.additional_kwargs
+        if name != "todo_list":
+            assert message.id == "system-1"
+            assert message.additional_kwargs == {"provider_flag": True}
+        # One text block more (guard first: before the blocks inner middlewares append).
+        added = [block for block in message.content if block not in without.content]
+        assert len(added) == 1
+        assert len(message.content) == len(without.content) + 1
+        assert added[0]["type"] == "text"
+        assert "LOOP WARNING" in added[0]["text"]
+        assert [block for block in message.content if block is not added[0]] == without.content
 
 
 @pytest.mark.parametrize("mode", MODES)
