@@ -184,6 +184,11 @@ class _Handed:
     """The hook's claim, until the first copy that runs takes it over."""
     key: str | None = None
     """The idempotency key the claim was given."""
+    recorded: LedgerEntry | None = None
+    """The outcome the hook's check found for the call, until the first copy that runs: a
+    copy that gets the call plus arguments a middleware added replays it (see `_call_plan`)."""
+    asked: Mapping[str, Any] | None = None
+    """The call as the hook saw it, when `recorded` is set."""
 
 
 @dataclass
@@ -434,11 +439,21 @@ class ToolCallWrapper:
             yield _trace(request, prepared.trace, _answer_of(answer), None)
             return answer
         ticket = None
+        recorded = None
+        if hand is not None and hand.recorded is not None:
+            recorded, asked, hand.recorded = hand.recorded, hand.asked, None
+            if asked is None or not _ran_as_recorded(asked, request.tool_call, recorded):
+                recorded = None
         if hand is not None and hand.claim is not None:
             # The guard's hook claimed the call before handing it down: the tool runs under
             # that claim, with the arguments it arrived with (`ran_args` when edited).
             ticket = self.gate.continued(hand.claim, request)
             hand.claim = None
+        elif recorded is not None:
+            # The hook's call, resumed, as it ran before but for what a middleware added: a
+            # fresh trace id is new in every process, so no row has these arguments, and
+            # checked anew the call would run a second time. The hook's row is its outcome.
+            ticket = recorded
         elif self.gate.involved(request, prepared.ledger_facts):
             ticket = yield _Check(request, prepared.ledger_facts, prepared.batch.batch_id)
         if isinstance(ticket, LedgerEntry):
@@ -499,6 +514,8 @@ class ToolCallWrapper:
                 hand.claim = ticket
                 hand.key = ticket.entry.idempotency_key if ticket.entry else None
                 request = ticket.request  # with the idempotency key, if any
+            elif isinstance(ticket, LedgerEntry):
+                hand.recorded, hand.asked = ticket, request.tool_call
 
         def deciding(given: BaseTool) -> BaseTool:
             return self._deciding_tool(request, given, hand)
@@ -927,6 +944,19 @@ async def _passing_awaited(result: Awaitable[ToolResult]) -> ToolResult:
         return await result
     except Exception as exc:
         raise NodeErrorPassage(exc) from None
+
+
+def _ran_as_recorded(asked: Mapping[str, Any], runs: Mapping[str, Any], row: LedgerEntry) -> bool:
+    """Whether a call runs as its recorded run did, but for keys a middleware added.
+
+    `asked` is the call the row was found for; the row's body ran with `ran_args` when a
+    middleware changed it, else with the asked arguments.
+    """
+    args = asked.get("args")
+    if asked["name"] != runs["name"] or (row.tool and row.tool != runs["name"]):
+        return False
+    ran = row.ran_args if row.ran_args is not None else args
+    return bool(_without_added(args, runs.get("args")) == _without_added(args, ran))
 
 
 def _without_added(asked: Any, runs: Any) -> Any:

@@ -1,0 +1,262 @@
+"""Issue 34 items 1-3 attacked: what the fidelity fix promised, on inputs its tests did not try."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from functools import cache
+from typing import Annotated, Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
+from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.prebuilt import InjectedState, ToolRuntime
+from langgraph.store.memory import InMemoryStore
+from pydantic import ConfigDict, PrivateAttr
+
+from langgraph_replay_guard import ReplayGuardMiddleware
+from langgraph_replay_guard.crashtest import POINTS, CrashReport, CrashTestError, crashtest
+from langgraph_replay_guard.testing import ScriptedChatModel
+from tests.integration.attack_fidelity_graphs import (
+    fresh_trace_inside,
+    normalized_fresh_trace_inside,
+)
+
+os.environ["LANGSMITH_TRACING"] = "false"
+
+ORDERS = ["guard-first", "guard-last"]
+MODES = ["sync", "async"]
+CFG = {"configurable": {"thread_id": "t"}}
+
+
+def _stack(order: str, guard: Any, other: Any) -> list[Any]:
+    return [guard, other] if order == "guard-first" else [other, guard]
+
+
+def _invoke(agent: Any, mode: str) -> Any:
+    inputs = {"messages": [HumanMessage("help")]}
+    return agent.invoke(inputs, CFG) if mode == "sync" else asyncio.run(agent.ainvoke(inputs, CFG))
+
+
+def _stop_reason(out: dict[str, Any]) -> Any:
+    return out["messages"][-1].response_metadata.get("replay_guard_stop")
+
+
+# -- item 2: a tool middleware that changes the call between the guard and the tool -----------
+
+
+class Decorate(AgentMiddleware):  # type: ignore[type-arg]
+    """A tool middleware that rewrites every call's arguments with `change(args, n)`."""
+
+    def __init__(self, change: Callable[[dict[str, Any], int], dict[str, Any]]) -> None:
+        super().__init__()
+        self.change = change
+        self.n = 0
+
+    def _changed(self, request: Any) -> Any:
+        self.n += 1
+        call = request.tool_call
+        return request.override(tool_call={**call, "args": self.change(dict(call["args"]), self.n)})
+
+    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+        return handler(self._changed(request))
+
+    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+        return await handler(self._changed(request))
+
+
+def _fresh() -> str:
+    return uuid.uuid4().hex
+
+
+DECORATIONS: dict[str, tuple[Callable[[dict[str, Any], int], dict[str, Any]], dict[str, Any]]] = {
+    # A trace id added inside an argument the model gave as a dict (request options).
+    "trace_in_a_dict_argument": (
+        lambda a, n: {**a, "options": {**a["options"], "trace": _fresh()}},
+        {"id": "P1", "options": {"region": "eu"}},
+    ),
+    # Empty arguments dropped (a common clean-up) and a trace id added.
+    "drop_empty_and_trace": (
+        lambda a, n: {k: v for k, v in a.items() if v is not None} | {"trace_id": _fresh()},
+        {"id": "P1", "n": None},
+    ),
+    # A value's type coerced (int -> str) and a trace id added.
+    "coerce_and_trace": (
+        lambda a, n: {**a, "n": str(a["n"]), "trace_id": _fresh()},
+        {"id": "P1", "n": 1},
+    ),
+}
+
+HELD_DECORATIONS: dict[str, tuple[Callable[[dict[str, Any], int], dict[str, Any]], dict[str, Any]]] = {
+    "trace_on_every_other_call": (
+        lambda a, n: {**a, "trace_id": _fresh()} if n % 2 else a,
+        {"id": "P1"},
+    ),
+    "reordered_and_traced": (
+        lambda a, n: dict(reversed(list({**a, "trace_id": _fresh()}.items()))),
+        {"id": "P1", "n": 2},
+    ),
+    "coerced_only": (lambda a, n: {**a, "n": str(a["n"])}, {"id": "P1", "n": 1}),
+}
+
+
+def _loose_lookup(runs: Counter[str]) -> BaseTool:
+    @tool
+    def lookup(
+        id: str, n: Any = None, options: dict[str, Any] | None = None, trace_id: str = ""
+    ) -> str:
+        """Look a customer up."""
+        runs["lookup"] += 1
+        return f"{id}: premium plan"
+
+    return lookup
+
+
+def _loop_under(decoration: str, table: dict[str, Any], order: str, mode: str) -> tuple[Any, ...]:
+    change, args = table[decoration]
+    runs: Counter[str] = Counter()
+    model = ScriptedChatModel.looping("lookup", args, times=20)
+    agent = create_agent(
+        model,
+        [_loose_lookup(runs)],
+        middleware=_stack(order, ReplayGuardMiddleware(), Decorate(change)),
+        checkpointer=InMemorySaver(),
+    )
+    out = _invoke(agent, mode)
+    return model.calls, _stop_reason(out), runs["lookup"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("decoration", list(DECORATIONS))
+def test_a_decoration_beside_a_change_hides_no_loop(decoration: str, order: str, mode: str) -> None:
+    # Twenty identical model calls; the middleware's added keys differ at every call. Counted
+    # without what it added, the loop is stopped at the 4th model call as without it.
+    calls, reason, _runs = _loop_under(decoration, DECORATIONS, order, mode)
+    assert (calls, reason) == (4, "repeat_limit")
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("decoration", list(HELD_DECORATIONS))
+def test_decorations_that_held(decoration: str, order: str) -> None:
+    calls, reason, _runs = _loop_under(decoration, HELD_DECORATIONS, order, "sync")
+    assert (calls, reason) == (4, "repeat_limit")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "A middleware that changes an argument the model gave (here int -> str) makes a new "
+        "call, counted as it runs: the loop is stopped at the 4th call, but its duplicates "
+        "run (3 runs, not 1). `earlier_answer` finds the earlier result by the model's "
+        "arguments in the history's AIMessages, and the call as it ran is in no message; the "
+        "channel keeps keys, not tool_call_ids. Fix: remember the tool_call_id of each "
+        "executed key in the channel (a state-format change)."
+    ),
+)
+@pytest.mark.parametrize("order", ORDERS)
+def test_a_deterministic_coercion_keeps_dedup(order: str) -> None:
+    calls, reason, runs = _loop_under("coerced_only", HELD_DECORATIONS, order, "sync")
+    assert (calls, reason, runs) == (4, "repeat_limit", 1)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "Documented (how-it-decides, 'Which call each layer looks at'): a middleware that "
+        "overwrites an argument the model gave makes a new call, as a reviewer's edit does; "
+        "a fresh value there at every call makes every call new. The guard cannot tell a "
+        "trace id written over the model's `trace_id` from an edit."
+    ),
+)
+def test_a_trace_id_written_over_the_models_own_is_still_a_loop() -> None:
+    table = {"collide": (lambda a, n: {**a, "trace_id": _fresh()}, {"id": "P1", "trace_id": "m"})}
+    calls, reason, _runs = _loop_under("collide", table, "guard-first", "sync")
+    assert (calls, reason) == (4, "repeat_limit")
+
+
+def _injected_tool(kind: str, runs: Counter[str]) -> BaseTool:
+    if kind == "tool_call_id":
+
+        @tool
+        def lookup(
+            id: str, tool_call_id: Annotated[str, InjectedToolCallId], trace_id: str = ""
+        ) -> str:
+            """Look a customer up."""
+            runs[tool_call_id] += 1
+            return "ok"
+
+    elif kind == "state":
+
+        @tool
+        def lookup(id: str, state: Annotated[dict[str, Any], InjectedState], trace_id: str = "") -> str:
+            """Look a customer up."""
+            runs[str(len(state["messages"]))] += 1
+            return "ok"
+
+    else:
+
+        @tool
+        def lookup(id: str, runtime: ToolRuntime, trace_id: str = "") -> str:
+            """Look a customer up."""
+            runs[str(runtime.tool_call_id)] += 1
+            return "ok"
+
+    return lookup
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("kind", ["tool_call_id", "state", "runtime"])
+def test_a_trace_id_beside_injected_arguments_hides_no_loop(kind: str, order: str) -> None:
+    runs: Counter[str] = Counter()
+    model = ScriptedChatModel.looping("lookup", {"id": "P1"}, times=20)
+    change, _ = DECORATIONS["drop_empty_and_trace"]
+    agent = create_agent(
+        model,
+        [_injected_tool(kind, runs)],
+        middleware=_stack(order, ReplayGuardMiddleware(), Decorate(change)),
+        checkpointer=InMemorySaver(),
+    )
+    out = _invoke(agent, "sync")
+    assert (model.calls, _stop_reason(out)) == (4, "repeat_limit")
+    assert sum(runs.values()) == 1
+
+
+# -- item 2: the ledger follows what runs, across a real SIGKILL ----------------------------------
+
+
+@cache
+def _crash_report(name: str, mode: str) -> CrashReport | CrashTestError:
+    build = {"fresh_trace_inside": fresh_trace_inside}.get(name, normalized_fresh_trace_inside)
+    try:
+        return crashtest(
+            build,
+            compare_unguarded=mode == "sync",
+            asynchronous=mode == "async",
+            jobs=2,
+            timeout=60,
+        )
+    except CrashTestError as exc:
+        return exc
+
+
+@pytest.mark.parametrize("point", list(POINTS))
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", ["fresh_trace_inside", "normalized_fresh_trace_inside"])
+def test_a_fresh_trace_id_below_the_guard_never_sends_twice(name: str, mode: str, point: str) -> None:
+    # Guard first, a middleware inside it adds a fresh trace id (new in every process) to the
+    # unsafe `send`. Killed with SIGKILL at each crash point and resumed in a new process:
+    # the body runs at most once per call, and an unknown outcome is refused, never rerun.
+    report = _crash_report(name, mode)
+    if isinstance(report, CrashTestError):
+        raise report
+    trials = [t for t in report.trials if t.point == point]
+    assert trials
+    problems = [f"{t.call.label}: {t.problem}" for t in trials if t.problem is not None]
+    assert not problems, "\n".join(problems) + "\n\n" + report.render()
