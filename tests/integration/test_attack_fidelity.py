@@ -260,3 +260,133 @@ def test_a_fresh_trace_id_below_the_guard_never_sends_twice(name: str, mode: str
     assert trials
     problems = [f"{t.call.label}: {t.problem}" for t in trials if t.problem is not None]
     assert not problems, "\n".join(problems) + "\n\n" + report.render()
+
+
+# -- item 3: the tool copy a middleware inside the guard gets -----------------------------------
+
+
+class ReadsTheSchema(AgentMiddleware):  # type: ignore[type-arg]
+    """A tool middleware that validates against the tool's schema, then compares tools by `==`."""
+
+    def __init__(self, registered: BaseTool) -> None:
+        super().__init__()
+        self.registered = registered
+        self.equal: list[bool] = []
+
+    def _check(self, request: Any) -> None:
+        request.tool.tool_call_schema.model_validate(request.tool_call["args"])
+        self.registered.tool_call_schema  # noqa: B018  (the middleware's own view of it)
+        self.equal.append(request.tool == self.registered)
+
+    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+        self._check(request)
+        return handler(request)
+
+    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+        self._check(request)
+        return await handler(request)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("ledger", ["pure-no-store", "unsafe-with-store"])
+def test_the_copy_stays_equal_after_a_middleware_reads_its_schema(ledger: str, mode: str) -> None:
+    # Documented: compare tools by `name` or `==`. A schema built on the copy alone was the
+    # copy's own (a pydantic private attribute), and `==` went False (pure calls).
+    runs: Counter[str] = Counter()
+    user_tool = _loose_lookup(runs)
+    unsafe = ledger == "unsafe-with-store"
+    reads = ReadsTheSchema(user_tool)
+    model = ScriptedChatModel(script=[[("lookup", {"id": "P1"})], [("lookup", {"id": "P2"})]])
+    agent = create_agent(
+        model,
+        [user_tool],
+        middleware=[ReplayGuardMiddleware(tools={"lookup": "unsafe" if unsafe else "pure"}), reads],
+        checkpointer=InMemorySaver(),
+        store=InMemoryStore() if unsafe else None,
+    )
+    _invoke(agent, mode)
+    assert runs["lookup"] == 2
+    assert reads.equal == [True, True]
+
+
+class FrozenLookup(BaseTool):
+    """A pydantic-frozen tool class."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    name: str = "lookup"
+    description: str = "Look a customer up."
+
+    def _run(self, id: str, **kwargs: Any) -> str:
+        return "ok"
+
+
+class ClientLookup(BaseTool):
+    """A tool class with a field of its own, a private attribute and assignment validation."""
+
+    model_config = ConfigDict(validate_assignment=True)
+    name: str = "lookup"
+    description: str = "Look a customer up."
+    client: dict[str, Any] = {}  # noqa: RUF012
+    count: int = 0
+    _private: int = PrivateAttr(default=0)
+
+    def _run(self, id: str, **kwargs: Any) -> str:
+        # State the tool keeps on itself: it must land on the user's object.
+        self.count += 1
+        self._private += 1
+        return "ok"
+
+
+def _held_tool(kind: str) -> BaseTool:
+    if kind == "json_schema_dict":
+
+        def body(id: str) -> str:
+            return "ok"
+
+        schema = {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}
+        return StructuredTool.from_function(
+            body, name="lookup", description="Look a customer up.", args_schema=schema
+        )
+    if kind == "injected":
+        return _injected_tool("runtime", Counter())
+    if kind == "frozen":
+        return FrozenLookup()
+    return ClientLookup(client={"url": "http://127.0.0.1:1"})
+
+
+HELD_FIELDS = ["name", "description", "metadata", "tags", "return_direct", "response_format"]
+
+
+@pytest.mark.parametrize("ledger", ["pure-no-store", "unsafe-with-store"])
+@pytest.mark.parametrize("kind", ["json_schema_dict", "injected", "frozen", "client_fields"])
+def test_tool_kinds_that_held(kind: str, ledger: str) -> None:
+    seen: list[Any] = []
+    equal: list[bool] = []
+    user_tool = _held_tool(kind)
+
+    class Sees(AgentMiddleware):  # type: ignore[type-arg]
+        def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+            seen.append(request.tool)
+            equal.append(request.tool == user_tool)  # when it sees it (the tool counts runs)
+            return handler(request)
+
+    unsafe = ledger == "unsafe-with-store"
+    model = ScriptedChatModel(script=[[("lookup", {"id": "P1"})], [("lookup", {"id": "P2"})]])
+    agent = create_agent(
+        model,
+        [user_tool],
+        middleware=[ReplayGuardMiddleware(tools={"lookup": "unsafe" if unsafe else "pure"}), Sees()],
+        checkpointer=InMemorySaver(),
+        store=InMemoryStore() if unsafe else None,
+    )
+    out = _invoke(agent, "sync")
+    answers = [m.text for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert answers == ["ok", "ok"]
+    assert equal == [True, True]
+    for copy in seen:
+        assert type(copy) is type(user_tool)
+        for name in [*HELD_FIELDS, "args_schema"]:
+            assert getattr(copy, name) is getattr(user_tool, name), name
+        assert copy.args == user_tool.args
+    if isinstance(user_tool, ClientLookup):
+        assert (user_tool.count, user_tool._private) == (2, 2)
