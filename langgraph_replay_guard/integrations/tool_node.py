@@ -438,22 +438,22 @@ class ToolCallWrapper:
             answer = self._answer(request, prepared)
             yield _trace(request, prepared.trace, _answer_of(answer), None)
             return answer
-        ticket = None
-        recorded = None
         if hand is not None and hand.recorded is not None:
             recorded, asked, hand.recorded = hand.recorded, hand.asked, None
-            if asked is None or not _ran_as_recorded(asked, request.tool_call, recorded):
-                recorded = None
+            if asked is not None and _ran_as_recorded(asked, request.tool_call, recorded):
+                # The hook's call, resumed, as it ran before but for what a middleware added:
+                # a fresh trace id is new in every process, so no row has these arguments,
+                # and checked anew the call would run a second time. The hook's row is its
+                # outcome.
+                replayed = self._replayed(request, prepared, recorded)
+                yield _trace(request, prepared.trace("replayed"), _answer_of(replayed), None)
+                return replayed
+        ticket = None
         if hand is not None and hand.claim is not None:
             # The guard's hook claimed the call before handing it down: the tool runs under
             # that claim, with the arguments it arrived with (`ran_args` when edited).
             ticket = self.gate.continued(hand.claim, request)
             hand.claim = None
-        elif recorded is not None:
-            # The hook's call, resumed, as it ran before but for what a middleware added: a
-            # fresh trace id is new in every process, so no row has these arguments, and
-            # checked anew the call would run a second time. The hook's row is its outcome.
-            ticket = recorded
         elif self.gate.involved(request, prepared.ledger_facts):
             ticket = yield _Check(request, prepared.ledger_facts, prepared.batch.batch_id)
         if isinstance(ticket, LedgerEntry):

@@ -1,4 +1,4 @@
-"""Compositions for the crash trials of issue 34 item 2: a middleware changes calls below the guard."""
+"""Crash-trial compositions for issue 34 item 2: a middleware changes calls below the guard."""
 
 from __future__ import annotations
 

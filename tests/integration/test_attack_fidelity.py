@@ -13,14 +13,16 @@ from typing import Annotated, Any
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
-from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.prebuilt import InjectedState, ToolRuntime
+from langgraph.graph import END, START, StateGraph
+from langgraph.prebuilt import InjectedState, ToolNode, ToolRuntime
 from langgraph.store.memory import InMemoryStore
+from langgraph.types import Send
 from pydantic import ConfigDict, PrivateAttr
 
-from langgraph_replay_guard import ReplayGuardMiddleware
+from langgraph_replay_guard import ReplayGuard, ReplayGuardMiddleware, ReplayGuardState
 from langgraph_replay_guard.crashtest import POINTS, CrashReport, CrashTestError, crashtest
 from langgraph_replay_guard.testing import ScriptedChatModel
 from tests.integration.attack_fidelity_graphs import (
@@ -93,7 +95,9 @@ DECORATIONS: dict[str, tuple[Callable[[dict[str, Any], int], dict[str, Any]], di
     ),
 }
 
-HELD_DECORATIONS: dict[str, tuple[Callable[[dict[str, Any], int], dict[str, Any]], dict[str, Any]]] = {
+HELD_DECORATIONS: dict[
+    str, tuple[Callable[[dict[str, Any], int], dict[str, Any]], dict[str, Any]]
+] = {
     "trace_on_every_other_call": (
         lambda a, n: {**a, "trace_id": _fresh()} if n % 2 else a,
         {"id": "P1"},
@@ -195,7 +199,9 @@ def _injected_tool(kind: str, runs: Counter[str]) -> BaseTool:
     elif kind == "state":
 
         @tool
-        def lookup(id: str, state: Annotated[dict[str, Any], InjectedState], trace_id: str = "") -> str:
+        def lookup(
+            id: str, state: Annotated[dict[str, Any], InjectedState], trace_id: str = ""
+        ) -> str:
             """Look a customer up."""
             runs[str(len(state["messages"]))] += 1
             return "ok"
@@ -249,7 +255,9 @@ def _crash_report(name: str, mode: str) -> CrashReport | CrashTestError:
 @pytest.mark.parametrize("point", list(POINTS))
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", ["fresh_trace_inside", "normalized_fresh_trace_inside"])
-def test_a_fresh_trace_id_below_the_guard_never_sends_twice(name: str, mode: str, point: str) -> None:
+def test_a_fresh_trace_id_below_the_guard_never_sends_twice(
+    name: str, mode: str, point: str
+) -> None:
     # Guard first, a middleware inside it adds a fresh trace id (new in every process) to the
     # unsafe `send`. Killed with SIGKILL at each crash point and resumed in a new process:
     # the body runs at most once per call, and an unknown outcome is refused, never rerun.
@@ -375,7 +383,10 @@ def test_tool_kinds_that_held(kind: str, ledger: str) -> None:
     agent = create_agent(
         model,
         [user_tool],
-        middleware=[ReplayGuardMiddleware(tools={"lookup": "unsafe" if unsafe else "pure"}), Sees()],
+        middleware=[
+            ReplayGuardMiddleware(tools={"lookup": "unsafe" if unsafe else "pure"}),
+            Sees(),
+        ],
         checkpointer=InMemorySaver(),
         store=InMemoryStore() if unsafe else None,
     )
@@ -390,3 +401,151 @@ def test_tool_kinds_that_held(kind: str, ledger: str) -> None:
         assert copy.args == user_tool.args
     if isinstance(user_tool, ClientLookup):
         assert (user_tool.count, user_tool._private) == (2, 2)
+
+
+# -- item 1: the system message arrives as it was, plus one block -------------------------------
+
+SHAPES: dict[str, Any] = {
+    "empty_block_list": [],
+    "strings_in_a_list": ["You are support.", "Be brief."],
+    "string_then_cached_block": [
+        "You are support.",
+        {"type": "text", "text": "Policies", "cache_control": {"type": "ephemeral"}},
+    ],
+    "text_and_image": [
+        {"type": "text", "text": "You are support."},
+        {"type": "image", "url": "https://example.invalid/logo.png"},
+    ],
+    "block_without_type": [{"text": "You are support."}],
+    "empty_string": "",
+}
+
+
+def _tagged(blocks: list[Any]) -> list[Any]:
+    """The blocks with the last one marked for caching (a string block is left as it is)."""
+    if not blocks or not isinstance(blocks[-1], dict):
+        return blocks
+    return [*blocks[:-1], {**blocks[-1], "cache_control": {"type": "ephemeral", "ttl": "5m"}}]
+
+
+class TagsLastBlock(AgentMiddleware):  # type: ignore[type-arg]
+    """Marks the system message's last block for caching, as Anthropic's caching middleware does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[Any] = []
+
+    def _tag(self, request: Any) -> Any:
+        self.seen.append(request.system_message)
+        message = request.system_message
+        if message is None or not isinstance(message.content, list):
+            return request
+        tagged = message.model_copy(update={"content": _tagged(message.content)})
+        return request.override(system_message=tagged)
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        return handler(self._tag(request))
+
+    async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+        return await handler(self._tag(request))
+
+
+def _reminded(sent: SystemMessage) -> bool:
+    return "LOOP WARNING" in sent.text
+
+
+@pytest.mark.parametrize("mode", ["invoke", "astream-messages"])
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_every_system_message_shape_gets_one_more_block(shape: str, order: str, mode: str) -> None:
+    content = SHAPES[shape]
+    prompt = SystemMessage(
+        content=list(content) if isinstance(content, list) else content,
+        id="system-1",
+        name="support",
+        additional_kwargs={"k": 1},
+    )
+    model = ScriptedChatModel.looping("lookup", {"id": "P1"}, times=10)
+    tags = TagsLastBlock()
+    agent = create_agent(
+        model,
+        [_loose_lookup(Counter())],
+        system_prompt=prompt,
+        middleware=_stack(order, ReplayGuardMiddleware(), tags),
+        checkpointer=InMemorySaver(),
+    )
+    if mode == "invoke":
+        agent.invoke({"messages": [HumanMessage("help")]}, CFG)
+    else:
+
+        async def stream() -> None:
+            async for _chunk in agent.astream(
+                {"messages": [HumanMessage("help")]}, CFG, stream_mode="messages"
+            ):
+                pass
+
+        asyncio.run(stream())
+    assert model.calls == 4
+    # What the guard handed on: the inner middleware's view (guard first) or the model's.
+    handed = (
+        tags.seen
+        if order == "guard-first"
+        else [next(m for m in seen if isinstance(m, SystemMessage)) for seen in model.seen]
+    )
+    assert [_reminded(m) for m in handed] == [False, False, True, True]
+    for message in handed[2:]:
+        assert (message.id, message.name, message.additional_kwargs) == (
+            "system-1",
+            "support",
+            {"k": 1},
+        )
+        if isinstance(content, list):
+            *before, extra = message.content
+            # Guard last: the caching middleware outside it tagged the prompt's last block.
+            assert before == (content if order == "guard-first" else _tagged(content))
+            assert isinstance(extra, dict)
+            assert extra["type"] == "text"
+            assert "LOOP WARNING" in extra["text"]
+        else:
+            assert isinstance(message.content, str)
+            assert message.content.startswith(content)
+    assert prompt.content == content  # the user's prompt is never changed in place
+
+
+@pytest.mark.parametrize("form", ["blocks", "string"])
+def test_a_hand_written_graph_with_a_tool_wrapper_keeps_its_prompt(form: str) -> None:
+    runs: Counter[str] = Counter()
+    guard = ReplayGuard()
+    model = ScriptedChatModel.looping("lookup", {"id": "P1"}, times=20)
+    cached = {"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}
+    base: Any = SystemMessage(content=[dict(cached)], id="s") if form == "blocks" else "sys"
+
+    def traced(request: Any, execute: Any) -> Any:
+        call = request.tool_call
+        args = {**call["args"], "trace_id": _fresh()}
+        return execute(request.override(tool_call={**call, "args": args}))
+
+    def agent(state: ReplayGuardState) -> dict[str, Any]:
+        return {"messages": [model.invoke([guard.system_prompt(state, base), *state["messages"]])]}
+
+    def fan_out(state: ReplayGuardState) -> Any:
+        last = state["messages"][-1]
+        if not isinstance(last, AIMessage) or not last.tool_calls:
+            return END
+        return [Send("tools", [call]) for call in last.tool_calls]
+
+    builder = StateGraph(ReplayGuardState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", guard.wrap(ToolNode([_loose_lookup(runs)], wrap_tool_call=traced)))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", fan_out, ["tools", END])
+    builder.add_conditional_edges("tools", guard.route_after_tools("agent"))
+    graph = builder.compile(checkpointer=InMemorySaver())
+    out = graph.invoke({"messages": [HumanMessage("help")]}, CFG)
+    assert (model.calls, runs["lookup"], _stop_reason(out)) == (4, 1, "repeat_limit")
+    sent = [seen[0] for seen in model.seen]
+    if form == "blocks":
+        assert all(m.content[0] == cached for m in sent)
+        assert [len(m.content) for m in sent] == [1, 1, 2, 2]
+    else:
+        assert [m.content.startswith("sys") for m in sent] == [True] * 4
