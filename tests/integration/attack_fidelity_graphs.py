@@ -8,9 +8,11 @@ from typing import Any
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.tools import tool
+from langgraph.prebuilt import ToolRuntime
 
 from langgraph_replay_guard import ReplayGuard
 from langgraph_replay_guard.crashtest import effect
+from langgraph_replay_guard.integrations.ledger_gate import IDEMPOTENCY_KEY_CONFIG
 from tests.integration.compositions import turns
 
 
@@ -24,7 +26,7 @@ class FreshTrace(AgentMiddleware):  # type: ignore[type-arg]
     def _traced(self, request: Any) -> Any:
         call = request.tool_call
         args = {**call["args"], "trace_id": uuid.uuid4().hex}
-        if self.normalize:
+        if self.normalize and "to" in args:
             args["to"] = str(args["to"]).lower()
         return request.override(tool_call={**call, "args": args})
 
@@ -42,12 +44,25 @@ def traced_send(to: str, trace_id: str = "") -> str:
     return f"sent to {to}"
 
 
+@tool("charge")
+def traced_charge(amount: int, runtime: ToolRuntime, trace_id: str = "") -> str:
+    """Charge the card (idempotent: the payment API deduplicates by the key)."""
+    found = (runtime.config.get("configurable") or {}).get(IDEMPOTENCY_KEY_CONFIG)
+    effect("charge", {"amount": amount}, None if found is None else str(found))
+    return f"charged {amount}"
+
+
 def _agent(normalize: bool, checkpointer: Any, store: Any, guarded: bool) -> Any:
-    model = turns([("send", {"to": "Ann@Example.com"})], [("send", {"to": "bob@example.com"})])
-    guard = [ReplayGuard(tools={"send": "unsafe"}, store=store).middleware()] if guarded else []
+    model = turns(
+        [("charge", {"amount": 30})],
+        [("send", {"to": "Ann@Example.com"})],
+        [("send", {"to": "bob@example.com"})],
+    )
+    policy = {"send": "unsafe", "charge": "idempotent"}
+    guard = [ReplayGuard(tools=policy, store=store).middleware()] if guarded else []
     return create_agent(
         model,
-        [traced_send],
+        [traced_charge, traced_send],
         middleware=[*guard, FreshTrace(normalize=normalize)],
         checkpointer=checkpointer,
         store=store,
