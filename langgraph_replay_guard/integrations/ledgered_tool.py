@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -215,6 +216,11 @@ def with_invoke(tool: Any, invoke: Callable[..., Any], ainvoke: Callable[..., An
     copy = getattr(tool, "model_copy", None)
     if copy is None:
         return tool
+    with contextlib.suppress(Exception):
+        # Built once on the tool itself (as `bind_tools` does), the schema is shared by every
+        # copy: a middleware that reads a copy's schema neither rebuilds it at each call nor
+        # makes the copy unequal to the tool (a schema built on the copy only is its own).
+        _ = tool.tool_call_schema
     replaced = copy()
     # Instance attributes shadow the class's methods; `ToolNode` calls `tool.invoke`.
     object.__setattr__(replaced, "invoke", invoke)

@@ -186,6 +186,11 @@ class _Handed:
     """The hook's claim, until the first copy that runs takes it over."""
     key: str | None = None
     """The idempotency key the claim was given."""
+    recorded: LedgerEntry | None = None
+    """The outcome the hook's check found for the call, until the first copy that runs: a
+    copy that gets the call plus arguments a middleware added replays it (see `_call_plan`)."""
+    asked: Mapping[str, Any] | None = None
+    """The call as the hook saw it, when `recorded` is set."""
 
 
 @dataclass
@@ -437,6 +442,16 @@ class ToolCallWrapper:
             answer = self._answer(request, prepared)
             yield _trace(request, prepared.trace, _answer_of(answer), None)
             return answer
+        if hand is not None and hand.recorded is not None:
+            recorded, asked, hand.recorded = hand.recorded, hand.asked, None
+            if asked is not None and _ran_as_recorded(asked, request.tool_call, recorded):
+                # The hook's call, resumed, as it ran before but for what a middleware added:
+                # a fresh trace id is new in every process, so no row has these arguments,
+                # and checked anew the call would run a second time. The hook's row is its
+                # outcome.
+                replayed = self._replayed(request, prepared, recorded)
+                yield _trace(request, prepared.trace("replayed"), _answer_of(replayed), None)
+                return replayed
         ticket = None
         if hand is not None and hand.claim is not None:
             # The guard's hook claimed the call before handing it down: the tool runs under
@@ -527,6 +542,8 @@ class ToolCallWrapper:
                 hand.claim = ticket
                 hand.key = ticket.entry.idempotency_key if ticket.entry else None
                 request = ticket.request  # with the idempotency key, if any
+            elif isinstance(ticket, LedgerEntry):
+                hand.recorded, hand.asked = ticket, request.tool_call
 
         def deciding(given: BaseTool) -> BaseTool:
             return self._deciding_tool(request, given, hand)
@@ -703,31 +720,54 @@ class ToolCallWrapper:
         history holds it. A tool middleware may change the call in the request before it
         runs:
 
-        - It only adds arguments (a per-call trace id): the call is still the one the model
-          asked. Counting, dedup and stops follow the model's call; a decoration that
-          differs at every call would otherwise make every call look new, and no loop would
-          ever be stopped. The replay ledger follows what runs: its class and name come from
-          the call as it runs (the third value), its row keeps the arguments it ran with
-          (`ran_args`).
+        - It only adds arguments (a per-call trace id), at the top or inside an argument
+          that is a dict: the call is still the one the model asked. Counting, dedup and
+          stops follow the model's call; a decoration that differs at every call would
+          otherwise make every call look new, and no loop would ever be stopped. The replay
+          ledger follows what runs: its class and name come from the call as it runs (the
+          third value), its row keeps the arguments it ran with (`ran_args`).
         - It changes or removes an argument the model gave, or runs another tool (a HITL
           reviewer's edit, a corrected retry, PII redaction): a new call, decided and
-          recorded as it runs (a reviewer's new read runs, not the model's duplicate).
+          recorded as it runs (a reviewer's new read runs, not the model's duplicate), less
+          the arguments it added: a middleware that drops empty arguments and adds a trace
+          id still makes one call of twenty identical ones.
         """
         asked, runs = planned.tool_call, request.tool_call
         if asked is runs or (
             asked.get("args") == runs.get("args") and asked["name"] == runs["name"]
         ):
             return plan, planned, None
+        replanned, as_run = self._replanned(plan, planned, runs, value, tools)
+        if planned.facts is None or as_run.facts is None or asked["name"] != runs["name"]:
+            return replanned, as_run, None
+        counted = _without_added(asked.get("args"), runs.get("args"))
+        if counted == asked.get("args"):
+            return plan, planned, as_run.facts  # it only added arguments: the model's call
+        if counted == runs.get("args"):
+            return replanned, as_run, None
+        # Changed and decorated: counted as it runs without the decoration, ledgered whole.
+        call = cast("ToolCall", {**runs, "args": counted})
+        recounted, as_counted = self._replanned(plan, planned, call, value, tools)
+        if as_counted.facts is None:
+            return replanned, as_run, None
+        return recounted, as_counted, as_run.facts
+
+    def _replanned(
+        self,
+        plan: BatchPlan,
+        planned: PlannedCall,
+        call: ToolCall,
+        value: Any,
+        tools: tuple[str, ...] | None,
+    ) -> tuple[BatchPlan, PlannedCall]:
+        """The batch planned again with `call` in the place of the planned one."""
         ai = plan.batch.ai_message
         calls = [
-            runs if i == planned.index else call for i, call in enumerate(plan.batch.tool_calls)
+            call if i == planned.index else other for i, other in enumerate(plan.batch.tool_calls)
         ]
         edited = Batch(ai.model_copy(update={"tool_calls": calls}), plan.batch.turn)
         replanned = plan_batch(self.config, snapshot(value, edited.batch_id), edited, tools)
-        as_run = replanned.calls[planned.index]
-        if planned.facts is None or as_run.facts is None or not _only_added(asked, runs):
-            return replanned, as_run, None
-        return plan, planned, as_run.facts
+        return replanned, replanned.calls[planned.index]
 
     def _prepare(self, request: ToolCallRequest) -> _Allowed | _Blocked | None:
         """Decide a call: `_Allowed` to execute it, `_Blocked` to answer it, None to pass it on."""
@@ -946,12 +986,28 @@ async def _passing_awaited(result: Awaitable[ToolResult]) -> ToolResult:
         raise NodeErrorPassage(exc) from None
 
 
-def _only_added(asked: Mapping[str, Any], runs: Mapping[str, Any]) -> bool:
-    """Whether a call runs as the model asked it plus arguments a middleware added."""
-    asked_args, run_args = asked.get("args"), runs.get("args")
-    if asked["name"] != runs["name"] or type(asked_args) is not dict or type(run_args) is not dict:
+def _ran_as_recorded(asked: Mapping[str, Any], runs: Mapping[str, Any], row: LedgerEntry) -> bool:
+    """Whether a call runs as its recorded run did, but for keys a middleware added.
+
+    `asked` is the call the row was found for; the row's body ran with `ran_args` when a
+    middleware changed it, else with the asked arguments.
+    """
+    args = asked.get("args")
+    if asked["name"] != runs["name"] or (row.tool and row.tool != runs["name"]):
         return False
-    return all(k in run_args and run_args[k] == v for k, v in asked_args.items())
+    ran = row.ran_args if row.ran_args is not None else args
+    return bool(_without_added(args, runs.get("args")) == _without_added(args, ran))
+
+
+def _without_added(asked: Any, runs: Any) -> Any:
+    """The arguments a call runs with, less the keys a middleware added (at any depth).
+
+    A key the model did not give, in the arguments or in an argument that is a dict, is a
+    decoration (a trace id): what is left is the call as the model would recognise it.
+    """
+    if type(asked) is not dict or type(runs) is not dict:
+        return runs
+    return {k: _without_added(asked[k], v) for k, v in runs.items() if k in asked}
 
 
 def _sibling_duplicate(plan: BatchPlan, planned: PlannedCall) -> bool:
