@@ -82,6 +82,7 @@ __all__ = [
     "LedgerGate",
     "RunTicket",
     "RunningCall",
+    "given_update",
     "guarded_body",
     "replayed_message",
     "replayed_result",
@@ -293,6 +294,51 @@ def replayed_result(
         resume=routing.get("resume"),
         goto=routing.get("goto", ()),
     ), sends
+
+
+def given_update(
+    update: Mapping[str, Any], tool_call_id: str, content: Any
+) -> Mapping[str, Any] | None:
+    """A recorded `Command` update whose ToolMessage answering the call holds `content`.
+
+    The `UpdateRewrite` of the ledger (`given_entry`): a middleware that changed the
+    ToolMessage after the tool returned its `Command` (`PIIMiddleware` redacting it) leaves
+    the row's update with what the model was given, so that a replay gives nothing more
+    back.
+
+    Args:
+        update: The update as recorded (`decode_update`), never changed.
+        tool_call_id: The call whose ToolMessage is rewritten.
+        content: What the model was given as that message's content.
+
+    Returns:
+        The new update, or None when it holds no message answering the call.
+    """
+    found = False
+
+    def given(message: Any) -> Any:
+        nonlocal found
+        if isinstance(message, ToolMessage) and message.tool_call_id == tool_call_id:
+            found = True
+            return message.model_copy(update={"content": content})
+        if (
+            isinstance(message, Mapping)
+            and message.get("tool_call_id") == tool_call_id
+            and (message.get("role") == "tool" or message.get("type") == "tool")
+        ):
+            found = True
+            return {**message, "content": content}
+        return message
+
+    def given_value(value: Any) -> Any:
+        return [given(m) for m in value] if isinstance(value, list | tuple) else given(value)
+
+    # A mapping update only: `create_agent`'s tools node (where the middleware that asks
+    # for this runs) refuses an update given as `(key, value)` pairs.
+    new = dict(update)
+    if "messages" in new:
+        new["messages"] = given_value(new["messages"])
+    return new if found else None
 
 
 def _answering_pair(pair: Any, tool_call_id: str) -> Any:

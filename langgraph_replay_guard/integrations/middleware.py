@@ -53,6 +53,7 @@ from langgraph_replay_guard.integrations.calls import (
     previous_batch,
     turn_anchors,
 )
+from langgraph_replay_guard.integrations.ledger_gate import given_update
 from langgraph_replay_guard.integrations.prompt import (
     next_call_reminder,
     system_prompt_with_reminder,
@@ -321,7 +322,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         asked = _asked_hashes(ai, given)
         # One SQLite connection for the checkpointer and the store: see `LedgerGate`.
         store_cas.share_connection(store, run_checkpointer(configurable))
-        return store, given_plan(gate.prefix, str(thread_id), given, keys, asked)
+        return store, given_plan(gate.prefix, str(thread_id), given, keys, asked, given_update)
 
     def _write(self, request: ModelRequest[Any], events: list[Event]) -> None:
         """One write of the model call's events beside the model node's output."""

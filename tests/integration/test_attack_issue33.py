@@ -92,7 +92,9 @@ class _RedactingWrapper(AgentMiddleware):  # type: ignore[type-arg]
         return result
 
 
-def _run_stack(tmp_path: Path, middleware: list[Any], tool_obj: Any) -> tuple[Any, bytes, Any]:
+def _run_stack(
+    tmp_path: Path, middleware: list[Any], tool_obj: Any, config: GuardConfig | None = None
+) -> tuple[Any, bytes, Any]:
     model = ScriptedChatModel(
         script=[
             [("lookup_customer", {"customer_id": "C1"})],
@@ -105,7 +107,7 @@ def _run_stack(tmp_path: Path, middleware: list[Any], tool_obj: Any) -> tuple[An
         SqliteStore.from_conn_string(str(tmp_path / "store.db")) as store,
     ):
         store.setup()
-        guard = ReplayGuard(GuardConfig(), store=store)
+        guard = ReplayGuard(config or GuardConfig(), store=store)
         stack = [m if m != "guard" else guard.middleware() for m in middleware]
         agent = create_agent(model, [tool_obj], middleware=stack, checkpointer=saver, store=store)
         out = agent.invoke({"messages": [HumanMessage("who is C1?")]}, cfg, durability="sync")
@@ -151,25 +153,21 @@ def _command_lookup() -> Any:
     return lookup_customer
 
 
-_COMMAND_ROW = pytest.mark.xfail(
-    strict=True,
-    reason="a Command result's ledger row keeps the raw ToolMessage of its update: "
-    "ledger.given_entry leaves a Command's update as it is (documented in "
-    "docs/replay-safety.md, 'Rows the model node cannot find'); the channel and the "
-    "messages hold only the redacted text",
-)
-
-
-@_COMMAND_ROW
+# The ledger row of a Command tool holds its whole update (a replay gives it back): the
+# ToolMessage inside it is rewritten to what the model was given (failed on b3e3935: strict
+# xfail there).
+@pytest.mark.parametrize("tools", [None, {"lookup_customer": "unsafe"}], ids=["read", "unsafe"])
 @pytest.mark.parametrize("guard_first", [True, False], ids=["guard_first", "guard_last"])
 def test_pii_on_a_tool_returning_command_leaves_no_raw_result(
-    tmp_path: Path, guard_first: bool
+    tmp_path: Path, guard_first: bool, tools: dict[str, str] | None
 ) -> None:
     pii = PIIMiddleware("email", strategy="redact", apply_to_tool_results=True)
     stack: list[Any] = ["guard", pii]
     if not guard_first:
         stack.reverse()
-    out, store_bytes, (values, model) = _run_stack(tmp_path, stack, _command_lookup())
+    out, store_bytes, (values, model) = _run_stack(
+        tmp_path, stack, _command_lookup(), GuardConfig(tools=tools or {})
+    )
     tool_messages = [m for m in out["messages"] if isinstance(m, ToolMessage)]
     assert tool_messages
     assert all(EMAIL not in str(m.content) for m in tool_messages)
@@ -178,7 +176,53 @@ def test_pii_on_a_tool_returning_command_leaves_no_raw_result(
     assert EMAIL.encode() not in store_bytes
 
 
-@_COMMAND_ROW
+def test_a_replayed_command_gives_back_what_the_model_was_given(tmp_path: Path) -> None:
+    """A fork from before an unsafe Command tool: the ledger answers it, redacted."""
+    runs: list[int] = []
+
+    @tool
+    def lookup_customer(
+        customer_id: str, tool_call_id: Annotated[str, InjectedToolCallId]
+    ) -> Command:  # type: ignore[type-arg]
+        """Look up a customer."""
+        runs.append(1)
+        return Command(update={"messages": [ToolMessage(RESULT, tool_call_id=tool_call_id)]})
+
+    model = ScriptedChatModel(script=[[("lookup_customer", {"customer_id": "C1"})], "ok", "ok"])
+    pii = PIIMiddleware("email", strategy="redact", apply_to_tool_results=True)
+    cfg: Any = {"configurable": {"thread_id": "t"}}
+    with (
+        SqliteSaver.from_conn_string(str(tmp_path / "cp.db")) as saver,
+        SqliteStore.from_conn_string(str(tmp_path / "store.db")) as store,
+    ):
+        store.setup()
+        guard = ReplayGuard(GuardConfig(tools={"lookup_customer": "unsafe"}), store=store)
+        agent = create_agent(
+            model,
+            [lookup_customer],
+            middleware=[guard.middleware(), pii],
+            checkpointer=saver,
+            store=store,
+        )
+        agent.invoke({"messages": [HumanMessage("who is C1?")]}, cfg, durability="sync")
+        seen = {c.config["configurable"]["checkpoint_id"] for c in saver.list(cfg)}
+        before = next(h for h in agent.get_state_history(cfg) if h.next == ("tools",))
+        out = agent.invoke(None, before.config, durability="sync")
+        fork = [
+            c.checkpoint["channel_values"]
+            for c in saver.list(cfg)
+            if c.config["configurable"]["checkpoint_id"] not in seen
+        ]
+    assert runs == [1], "the fork's call was answered from the ledger"
+    replayed = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert replayed[-1].text == RESULT.replace(EMAIL, "[REDACTED_EMAIL]")
+    assert fork, "the fork wrote checkpoints"
+    for values in fork:
+        assert all(EMAIL not in str(m.content) for m in values.get("messages", []))
+        assert EMAIL not in _channel_text(values)
+    assert EMAIL.encode() not in b"".join(_sqlite_cells(tmp_path / "store.db"))
+
+
 @pytest.mark.parametrize("guard_first", [True, False], ids=["guard_outer", "guard_inner"])
 def test_a_redacting_wrapper_on_a_command_tool_leaves_no_raw_result(
     tmp_path: Path, guard_first: bool
