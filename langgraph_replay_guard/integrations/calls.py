@@ -469,16 +469,21 @@ def executed_event(
     text: str | None,
     *,
     command: bool = False,
+    preview: bool = True,
 ) -> Event:
     """Event recording a call that ran.
 
     A tool without a policy of its own that returned a `Command` changed the graph's
     state: it is recorded as a world-changing call (not a pure read), so an identical call
     after another state change runs again (`set_mode("a")`, `set_mode("b")`,
-    `set_mode("a")` ends in mode a).
+    `set_mode("a")` ends in mode a). With `preview=False` the event keeps the result's
+    digest and no text, as with `GuardConfig(store_previews=False)`: the caller adds the
+    preview once it knows what the model is given (`ReplayGuardMiddleware`).
     """
     facts = planned.facts
     assert facts is not None
+    if not preview:
+        facts = facts._replace(store_previews=False)
     if (
         command
         and facts.replay == "pure"

@@ -39,7 +39,9 @@ from langgraph_replay_guard.decisions.state import (
     own_update,
     recorded_hashes,
     scrub_update,
+    show_update,
     unrecorded_positions,
+    unshown_hashes,
 )
 from langgraph_replay_guard.guard import ReplayGuard
 from langgraph_replay_guard.integrations.calls import (
@@ -169,7 +171,11 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self._name = name or _DEFAULT_NAME
         self.channel = GUARD_CHANNEL if name is None else f"{GUARD_CHANNEL}__{name}"
         self.state_schema = _state_schema(self.channel)
-        self._calls = ToolCallWrapper(self.guard, channel=self.channel, end_batches=False)
+        # Previews are written at the model call, from the messages the model is given:
+        # a middleware may change a result after the tools node (`_show`).
+        self._calls = ToolCallWrapper(
+            self.guard, channel=self.channel, end_batches=False, defer_previews=True
+        )
         self._tools_checked = False
         self._agent_tools_learned = False
         self._offered: tuple[Any, ...] | None = None  # the tools the last model call offered
@@ -287,6 +293,33 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         send = channel_writer(_run_config()) if gone else None
         if send is not None:
             send([(self.channel, scrub_update(gone))])
+
+    def _show(self, request: ModelRequest[Any]) -> None:
+        """Give the last batch's results their previews, cut from what the model is given.
+
+        The tools node records a result's digest and no text (`defer_previews`): a
+        middleware may still change the result (`PIIMiddleware` redacts it in its
+        `before_model`), and the checkpoint of that middleware's own step would otherwise
+        keep the raw preview. The model node runs after every `before_model`: a ToolMessage
+        of the batch whose text still has the recorded digest reached the model unchanged
+        and gets its preview; a changed one keeps its digest only. No I/O: one channel write.
+        """
+        config = self._calls.config
+        value = request.state.get(self.channel)
+        if not config.store_previews or value is None:
+            return
+        unshown = unshown_hashes(value)
+        if not unshown:
+            return
+        previews: dict[str, str] = {}
+        for message in _last_batch(request.state.get("messages") or ()):
+            text = _text(message)
+            digest = content_hash(text)
+            if digest in unshown:
+                previews[digest] = text[: config.result_preview_chars]
+        send = channel_writer(_run_config()) if previews else None
+        if send is not None:
+            send([(self.channel, show_update(previews))])
 
     def _given(self, request: ModelRequest[Any]) -> tuple[BaseStore, Plan] | None:
         """The ledger plan that makes the last batch's rows hold what the model is given.
@@ -414,6 +447,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         """Add the pending reminder to this call's prompt; stop a batch that would abort."""
         self._check_tools(request)
         self._scrub(request)
+        self._show(request)
         given = self._given(request)
         if given is not None:
             store, plan = given
@@ -435,6 +469,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         """Async twin of `wrap_model_call`."""
         self._check_tools(request)
         self._scrub(request)
+        self._show(request)
         given = self._given(request)
         if given is not None:
             store, plan = given
