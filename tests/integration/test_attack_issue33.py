@@ -25,6 +25,10 @@ from langgraph_replay_guard import GuardConfig, ReplayGuard
 from langgraph_replay_guard.testing import ScriptedChatModel
 
 from .test_private_results import EMAIL, RESULT, _channel_text, _sqlite_cells
+from .test_records_cli import db, open_store, record_runs
+from .test_untrusted_databases import database
+
+__all__ = ["database", "db"]  # the database fixtures: SQLite and PostgreSQL (issue 33, "done when")
 
 os.environ["LANGSMITH_TRACING"] = "false"
 
@@ -260,33 +264,44 @@ def _lc_constructors(marker: Path) -> list[dict[str, Any]]:
     ]
 
 
-def test_a_json_checkpoint_blob_with_lc_constructors_runs_nothing(tmp_path: Path) -> None:
+def test_a_json_checkpoint_blob_with_lc_constructors_runs_nothing(
+    tmp_path: Path, database: tuple[str, Any, Any, Any]
+) -> None:
     import json
 
     from langgraph.checkpoint.base import empty_checkpoint
 
-    from .test_untrusted_databases import _cli, _markers, _sqlite
+    from .test_untrusted_databases import _cli, _markers
 
-    with _sqlite(tmp_path) as (db, saver, _store, sql):
-        thread = "lc-evil"
-        checkpoint = empty_checkpoint()
-        hostile = _lc_constructors(tmp_path / "marker-lc")
-        checkpoint["channel_values"] = {"messages": hostile, "replay_guard": hostile[1]}
-        version = saver.get_next_version(None, None)
-        checkpoint["channel_versions"] = {"messages": version, "replay_guard": version}
-        config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
-        saver.put(config, checkpoint, {"source": "input", "step": -1}, {})
+    db, saver, _store, sql = database
+    thread = "lc-evil"
+    checkpoint = empty_checkpoint()
+    hostile = _lc_constructors(tmp_path / "marker-lc")
+    checkpoint["channel_values"] = {"messages": hostile, "replay_guard": hostile[1]}
+    version = saver.get_next_version(None, None)
+    versions = {"messages": version, "replay_guard": version}
+    checkpoint["channel_versions"] = dict(versions)
+    config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    saver.put(config, checkpoint, {"source": "input", "step": -1}, versions)
+    if type(saver).__name__ == "SqliteSaver":  # the whole checkpoint is one blob
         blob = json.dumps(checkpoint, default=str).encode()
         sql(
             "UPDATE checkpoints SET type = 'json', checkpoint = %s WHERE thread_id = %s",
             (blob, thread),
         )
-        done = [
-            _cli("inspect", "--db", db, "--thread", thread),
-            _cli("inspect", "--db", db, "--thread", thread, "--json"),
-            _cli("export", "--db", db, "--thread", thread),
-            _cli("export", "--db", db),
-        ]
+    else:  # PostgreSQL: each channel's value is a blob of its own
+        for channel, value in (("messages", hostile), ("replay_guard", hostile[1])):
+            sql(
+                "UPDATE checkpoint_blobs SET type = 'json', blob = %s "
+                "WHERE thread_id = %s AND channel = %s",
+                (json.dumps(value).encode(), thread, channel),
+            )
+    done = [
+        _cli("inspect", "--db", db, "--thread", thread),
+        _cli("inspect", "--db", db, "--thread", thread, "--json"),
+        _cli("export", "--db", db, "--thread", thread),
+        _cli("export", "--db", db),
+    ]
     assert _markers(tmp_path) == []
     for result in done:
         assert "Traceback" not in result.stderr, result.stderr[-3000:]
@@ -298,37 +313,37 @@ def test_a_json_checkpoint_blob_with_lc_constructors_runs_nothing(tmp_path: Path
 _MB = 1024 * 1024
 
 
-def _records_db(tmp_path: Path) -> tuple[str, str]:
-    from .test_records_cli import record_runs
-
-    target = str(tmp_path / "records.db")
-    good, _, _ = record_runs("sqlite", target)
+def _records_db(db: tuple[str, str]) -> tuple[str, str]:
+    kind, target = db
+    good, _, _ = record_runs(kind, target)
     return target, good
 
 
-def _put_chunk(target: str, execution_id: str, text: Any) -> None:
-    with SqliteStore.from_conn_string(target) as store:
+def _put_chunk(db: tuple[str, str], execution_id: str, text: Any) -> None:
+    with open_store(*db) as store:
         store.put(("replay_guard", "records__bodies"), f"{execution_id}/0", {"text": text})
 
 
-def test_records_commands_on_a_deep_record_body_give_one_line(tmp_path: Path) -> None:
+def test_records_commands_on_a_deep_record_body_give_one_line(db: tuple[str, str]) -> None:
     from .test_cli_hostile_databases import _cli
 
-    target, good = _records_db(tmp_path)
-    _put_chunk(target, good, "[" * 200_000 + "]" * 200_000)
+    target, good = _records_db(db)
+    _put_chunk(db, good, "[" * 200_000 + "]" * 200_000)
     for args in (["show", good], ["replay", good], ["verify"], ["list"]):
         result = _cli("records", *args, "--db", target)
         assert "Traceback" not in result.stderr, (args, result.stderr[-3000:])
         assert result.returncode in (0, 1), (args, result.returncode, result.stderr)
 
 
-def test_records_commands_do_not_load_a_body_chunk_above_the_item_limit(tmp_path: Path) -> None:
+def test_records_commands_do_not_load_a_body_chunk_above_the_item_limit(
+    db: tuple[str, str],
+) -> None:
     """A hostile writer's 24 MB body chunk is named and not read (it was loaded whole)."""
     from .test_cli_hostile_databases import _cli, _peak_kb
 
-    target, good = _records_db(tmp_path)
+    target, good = _records_db(db)
     small_kb, _ = _peak_kb("records", "show", good, "--db", target)
-    _put_chunk(target, good, "x" * (24 * _MB))
+    _put_chunk(db, good, "x" * (24 * _MB))
     huge_kb, result = _peak_kb("records", "show", good, "--db", target)
     assert "Traceback" not in result.stderr
     assert huge_kb - small_kb < 8 * 1024, (small_kb, huge_kb)
@@ -348,30 +363,30 @@ def test_records_commands_do_not_load_a_body_chunk_above_the_item_limit(tmp_path
 
 
 def test_inspect_does_not_load_a_callback_handler_mark_above_the_item_limit(
-    tmp_path: Path,
+    database: tuple[str, Any, Any, Any],
 ) -> None:
     """The handler's marks (listed by inspect since issue 33 item 9) were read unbounded."""
     from langgraph_replay_guard.integrations.callbacks.scopes import scopes_namespace
     from langgraph_replay_guard.replay.ledger import store_label
 
     from .test_cli_hostile_databases import _cli, _peak_kb
-    from .test_untrusted_databases import _hostile_checkpoint, _sqlite
+    from .test_untrusted_databases import _hostile_checkpoint
 
-    with _sqlite(tmp_path) as (db, saver, store, sql):
-        _hostile_checkpoint(saver, sql, "t", "plain")
-        where = (*scopes_namespace(("replay_guard",)), "unknown", store_label("t"))
-        store.put(where, "small", {"k": "small", "n": "send_email", "a": "to='a'", "e": ""})
-        small_kb, _ = _peak_kb("inspect", "--db", db, "--thread", "t")
-        big = {"k": "big", "n": "send_email", "a": "x" * (24 * _MB), "e": ""}
-        store.put(where, "big", big)
-        huge_kb, result = _peak_kb("inspect", "--db", db, "--thread", "t")
-        assert "Traceback" not in result.stderr
-        assert huge_kb - small_kb < 8 * 1024, (small_kb, huge_kb)
-        assert result.returncode == 1, result.stderr
-        assert "callback handler mark 'big': it is 24.0 MB" in result.stderr
-        assert "send_email(to='a')" in result.stdout  # the other mark is still listed
-        raised = _cli("inspect", "--db", db, "--thread", "t", "--max-item-bytes", "64M")
-        assert raised.returncode == 0, raised.stderr
+    db, saver, store, sql = database
+    _hostile_checkpoint(saver, sql, "t", "plain")
+    where = (*scopes_namespace(("replay_guard",)), "unknown", store_label("t"))
+    store.put(where, "small", {"k": "small", "n": "send_email", "a": "to='a'", "e": ""})
+    small_kb, _ = _peak_kb("inspect", "--db", db, "--thread", "t")
+    big = {"k": "big", "n": "send_email", "a": "x" * (24 * _MB), "e": ""}
+    store.put(where, "big", big)
+    huge_kb, result = _peak_kb("inspect", "--db", db, "--thread", "t")
+    assert "Traceback" not in result.stderr
+    assert huge_kb - small_kb < 8 * 1024, (small_kb, huge_kb)
+    assert result.returncode == 1, result.stderr
+    assert "callback handler mark 'big': it is 24.0 MB" in result.stderr
+    assert "send_email(to='a')" in result.stdout  # the other mark is still listed
+    raised = _cli("inspect", "--db", db, "--thread", "t", "--max-item-bytes", "64M")
+    assert raised.returncode == 0, raised.stderr
 
 
 ESCAPES = "\x1b[2J\x1b]0;PWNED\x07\u202e\r\x9b"
@@ -379,32 +394,34 @@ CONTROLS = "\x1b\x07\u202e\r\x9b"
 
 
 def test_inspect_text_escapes_terminal_control_characters_a_database_holds(
-    tmp_path: Path,
+    database: tuple[str, Any, Any, Any],
 ) -> None:
     """A hostile tool name or error text cleared the operator's screen, set its title."""
     from langgraph_replay_guard.integrations.callbacks.scopes import scopes_namespace
     from langgraph_replay_guard.replay.ledger import store_label
 
     from .test_cli_hostile_databases import _cli
-    from .test_untrusted_databases import _hostile_checkpoint, _sqlite
+    from .test_untrusted_databases import _hostile_checkpoint
 
-    with _sqlite(tmp_path) as (db, saver, store, sql):
-        _hostile_checkpoint(saver, sql, "t", "plain")
-        where = (*scopes_namespace(("replay_guard",)), "unknown", store_label("t"))
-        mark = {"k": "k1", "n": f"send{ESCAPES}", "a": f"to={ESCAPES}", "e": f"boom{ESCAPES}"}
-        store.put(where, "k1", mark)
-        result = _cli("inspect", "--db", db, "--thread", "t")
+    db, saver, store, sql = database
+    _hostile_checkpoint(saver, sql, "t", "plain")
+    where = (*scopes_namespace(("replay_guard",)), "unknown", store_label("t"))
+    mark = {"k": "k1", "n": f"send{ESCAPES}", "a": f"to={ESCAPES}", "e": f"boom{ESCAPES}"}
+    store.put(where, "k1", mark)
+    result = _cli("inspect", "--db", db, "--thread", "t")
     assert "send\\u001b[2J" in result.stdout, result.stdout
     for char in CONTROLS:
         assert char not in result.stdout, repr(char)
 
 
-def test_records_show_escapes_terminal_control_characters(tmp_path: Path) -> None:
+def test_records_show_escapes_terminal_control_characters(
+    tmp_path: Path, db: tuple[str, str]
+) -> None:
     import json
 
     from .test_cli_hostile_databases import _cli
 
-    target, good = _records_db(tmp_path)
+    target, good = _records_db(db)
     data = json.loads(_cli("records", "show", good, "--db", target, "--json").stdout)
     data.pop("problems", None)
     data["events"][0]["tool"] = f"lookup{ESCAPES}"
