@@ -146,12 +146,15 @@ def test_a_redacting_wrap_tool_call_middleware_leaves_no_raw_result_in_channel_o
     assert EMAIL.encode() not in store_bytes
 
 
-def _command_lookup() -> Any:
+def _command_lookup(shape: str = "message") -> Any:
     @tool
     def lookup_customer(
         customer_id: str, tool_call_id: Annotated[str, InjectedToolCallId]
     ) -> Command:  # type: ignore[type-arg]
         """Look up a customer."""
+        if shape == "dict":  # the ToolMessage as a dict: add_messages builds it in the thread
+            answer = {"role": "tool", "content": RESULT, "tool_call_id": tool_call_id}
+            return Command(update={"messages": [answer]})
         return Command(update={"messages": [ToolMessage(RESULT, tool_call_id=tool_call_id)]})
 
     return lookup_customer
@@ -160,17 +163,18 @@ def _command_lookup() -> Any:
 # The ledger row of a Command tool holds its whole update (a replay gives it back): the
 # ToolMessage inside it is rewritten to what the model was given (failed on b3e3935: strict
 # xfail there).
+@pytest.mark.parametrize("shape", ["message", "dict"])
 @pytest.mark.parametrize("tools", [None, {"lookup_customer": "unsafe"}], ids=["read", "unsafe"])
 @pytest.mark.parametrize("guard_first", [True, False], ids=["guard_first", "guard_last"])
 def test_pii_on_a_tool_returning_command_leaves_no_raw_result(
-    tmp_path: Path, guard_first: bool, tools: dict[str, str] | None
+    tmp_path: Path, guard_first: bool, tools: dict[str, str] | None, shape: str
 ) -> None:
     pii = PIIMiddleware("email", strategy="redact", apply_to_tool_results=True)
     stack: list[Any] = ["guard", pii]
     if not guard_first:
         stack.reverse()
     out, store_bytes, (values, model) = _run_stack(
-        tmp_path, stack, _command_lookup(), GuardConfig(tools=tools or {})
+        tmp_path, stack, _command_lookup(shape), GuardConfig(tools=tools or {})
     )
     tool_messages = [m for m in out["messages"] if isinstance(m, ToolMessage)]
     assert tool_messages
