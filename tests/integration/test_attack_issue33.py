@@ -8,6 +8,7 @@ model was given.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Annotated, Any
@@ -489,3 +490,79 @@ def test_other_extension_codes_and_nested_payloads_run_nothing(tmp_path: Path, n
     blob = ormsgpack.packb(_hostile_extensions(marker)[name])
     SafeSerializer().loads_typed(("msgpack", blob))
     assert not marker.exists()
+
+
+# --- attacks on the issue's last fixes: PII in a deep agent's sub-agent ---------------------
+
+
+@pytest.mark.parametrize("guard_first", [True, False], ids=["guard_first", "guard_last"])
+def test_pii_in_a_sub_agent_leaves_no_raw_result_in_any_channel_or_row(
+    tmp_path: Path, guard_first: bool
+) -> None:
+    """The guard and PIIMiddleware in a Deep Agents sub-agent: its checkpoints (a namespace
+    of their own under the parent's `task` call) and its ledger rows hold no raw result."""
+    pytest.importorskip("deepagents", reason="the stacks extra: pip install -e '.[stacks]'")
+    from deepagents import create_deep_agent
+
+    runs: list[int] = []
+
+    @tool
+    def lookup_customer(customer_id: str) -> str:
+        """Look up a customer."""
+        runs.append(1)
+        return RESULT
+
+    sub_model = ScriptedChatModel(
+        script=[
+            [("lookup_customer", {"customer_id": "C1"})],
+            [("lookup_customer", {"customer_id": "C1"})],
+        ],
+        final="Done.",
+    )
+    parent_model = ScriptedChatModel(
+        script=[[("task", {"description": "Who is C1?", "subagent_type": "researcher"})]],
+        final="Answered.",
+    )
+    cfg: Any = {"configurable": {"thread_id": "deep"}}
+    with (
+        SqliteSaver.from_conn_string(str(tmp_path / "cp.db")) as saver,
+        SqliteStore.from_conn_string(str(tmp_path / "store.db")) as store,
+    ):
+        store.setup()
+        guard = ReplayGuard(GuardConfig(tools={"lookup_customer": "unsafe"}), store=store)
+        pii = PIIMiddleware("email", strategy="redact", apply_to_tool_results=True)
+        sub_stack = [guard.middleware(name="researcher"), pii]
+        if not guard_first:
+            sub_stack.reverse()
+        researcher = {
+            "name": "researcher",
+            "description": "Looks customers up.",
+            "system_prompt": "Look the customer up.",
+            "tools": [lookup_customer],
+            "model": sub_model,
+            "middleware": sub_stack,
+        }
+        agent = create_deep_agent(
+            parent_model,
+            [],
+            subagents=[researcher],
+            middleware=[guard.middleware(name="main")],
+            checkpointer=saver,
+            store=store,
+        )
+        agent.invoke({"messages": [HumanMessage("help")]}, cfg, durability="sync")
+        checkpoints = list(saver.list(cfg))  # every namespace of the thread
+    assert runs, "the sub-agent's tool ran"
+    assert all(EMAIL not in str(m.content) for seen in sub_model.seen for m in seen)
+    channels = [
+        (name, value, item.config)
+        for item in checkpoints
+        for name, value in item.checkpoint["channel_values"].items()
+        if name.startswith("replay_guard")
+    ]
+    assert any(name == "replay_guard__researcher" for name, _, _ in channels), (
+        "walked the sub-agent"
+    )
+    for name, value, config in channels:
+        assert EMAIL not in json.dumps(value, default=str), (name, config)
+    assert EMAIL.encode() not in b"".join(_sqlite_cells(tmp_path / "store.db"))
