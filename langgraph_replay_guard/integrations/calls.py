@@ -637,14 +637,21 @@ def blocked_answer(planned: PlannedCall, batch: Batch) -> tuple[ToolMessage, lis
 
 
 def tool_message(result: Any) -> ToolMessage | None:
-    """The ToolMessage a tool call returned: the result itself, or the last one of its Command."""
+    """The ToolMessage a tool call returned: the result itself, or the last one of its Command.
+
+    A tool may return a list of Commands and ToolMessages (LangGraph's tools node takes one):
+    the last ToolMessage among them and their Commands' messages.
+    """
     if isinstance(result, ToolMessage):
         return result
     message: ToolMessage | None = None
-    if isinstance(result, Command) and isinstance(result.update, Mapping):
-        for item in result.update.get("messages", []) or []:
-            if isinstance(item, ToolMessage):
-                message = item
+    for answer in result if isinstance(result, list) else [result]:
+        if isinstance(answer, ToolMessage):
+            message = answer
+        elif isinstance(answer, Command) and isinstance(answer.update, Mapping):
+            for item in answer.update.get("messages", []) or []:
+                if isinstance(item, ToolMessage):
+                    message = item
     return message
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import operator
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, NotRequired
+from typing import TYPE_CHECKING, Annotated, Any, NotRequired, cast
 
 from langchain.agents.middleware.types import (
     AgentMiddleware,
@@ -427,7 +427,9 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
     ) -> ToolMessage | Command[Any]:
         """Decide, run or answer, and record one tool call."""
-        return self._calls.wrap(request, handler)
+        # A tool may return a list of Commands and ToolMessages, which the tools node takes
+        # (the hook's type names the usual forms): a replay gives such a list back too.
+        return cast("ToolMessage | Command[Any]", self._calls.wrap(request, handler))
 
     @signature_once
     async def awrap_tool_call(
@@ -436,7 +438,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
         """Async twin of `wrap_tool_call`."""
-        return await self._calls.awrap(request, handler)
+        return cast("ToolMessage | Command[Any]", await self._calls.awrap(request, handler))
 
     @signature_once
     def wrap_model_call(

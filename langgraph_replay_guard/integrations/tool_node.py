@@ -99,7 +99,7 @@ __all__ = ["ToolCallWrapper", "guarded_tool_node", "route_after_tools"]
 
 logger = logging.getLogger("langgraph_replay_guard")
 
-ToolResult = ToolMessage | Command[Any]
+ToolResult = ToolMessage | Command[Any] | list[ToolMessage | Command[Any]]
 Execute = Callable[["ToolCallRequest"], ToolResult]
 AsyncExecute = Callable[["ToolCallRequest"], Awaitable[ToolResult]]
 Wrapper = Callable[["ToolCallRequest", Execute], ToolResult]

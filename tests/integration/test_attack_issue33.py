@@ -566,3 +566,59 @@ def test_pii_in_a_sub_agent_leaves_no_raw_result_in_any_channel_or_row(
     for name, value, config in channels:
         assert EMAIL not in json.dumps(value, default=str), (name, config)
     assert EMAIL.encode() not in b"".join(_sqlite_cells(tmp_path / "store.db"))
+
+
+# --- attacks on the issue's last fixes: a tool returning a list of Commands -----------------
+
+
+def _list_tool(runs: list[int], text: str) -> Any:
+    @tool
+    def lookup_customer(customer_id: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Any:
+        """Look up a customer."""
+        runs.append(1)
+        # LangGraph's tools node takes a list of Commands (and ToolMessages) from one call.
+        return [
+            Command(update={"messages": [ToolMessage(text, tool_call_id=tool_call_id)]}),
+            Command(update={"messages": [HumanMessage("a note the tool added", id="note")]}),
+        ]
+
+    return lookup_customer
+
+
+@pytest.mark.parametrize("redact", [False, True], ids=["plain", "pii"])
+def test_a_tool_returning_a_list_of_commands_is_replayed_whole(
+    tmp_path: Path, redact: bool
+) -> None:
+    """The row of an unsafe call that returned a list held its answer's text only ("" until
+    the next model call rewrote it): a replay (a fork, or a crash resumed before the model
+    node) answered with an empty ToolMessage and dropped the other Command (b3e3935)."""
+    runs: list[int] = []
+    model = ScriptedChatModel(script=[[("lookup_customer", {"customer_id": "C1"})], "ok", "ok"])
+    cfg: Any = {"configurable": {"thread_id": "t"}}
+    given = RESULT.replace(EMAIL, "[REDACTED_EMAIL]") if redact else RESULT
+    with (
+        SqliteSaver.from_conn_string(str(tmp_path / "cp.db")) as saver,
+        SqliteStore.from_conn_string(str(tmp_path / "store.db")) as store,
+    ):
+        store.setup()
+        guard = ReplayGuard(GuardConfig(tools={"lookup_customer": "unsafe"}), store=store)
+        stack: list[Any] = [guard.middleware()]
+        if redact:
+            stack.append(PIIMiddleware("email", strategy="redact", apply_to_tool_results=True))
+        agent = create_agent(
+            model, [_list_tool(runs, RESULT)], middleware=stack, checkpointer=saver, store=store
+        )
+        if redact:  # the model node rewrites the row to what the model was given
+            agent.invoke({"messages": [HumanMessage("who is C1?")]}, cfg, durability="sync")
+        else:  # the run stops before the model node: the row is as the tools node wrote it
+            first = {"messages": [HumanMessage("who is C1?")]}
+            agent.invoke(first, cfg, durability="sync", interrupt_before=["model"])
+            agent.invoke(None, cfg, durability="sync", interrupt_before=["model"])
+        before = next(h for h in agent.get_state_history(cfg) if h.next == ("tools",))
+        out = agent.invoke(None, before.config, durability="sync", interrupt_before=["model"])
+    assert runs == [1], "the fork's call was answered from the ledger"
+    [answer] = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert answer.text == given
+    assert [m.text for m in out["messages"] if m.id == "note"] == ["a note the tool added"]
+    if redact:
+        assert EMAIL.encode() not in b"".join(_sqlite_cells(tmp_path / "store.db"))
