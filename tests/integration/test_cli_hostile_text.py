@@ -181,3 +181,27 @@ def test_json_safe_writes_the_same_json(char: str) -> None:
     assert char not in text
     assert "é" in text, "other text stays readable"
     assert json.loads(text) == value
+
+
+# --- attack: a name a hostile extension gives, in the "not decoded" lines --------------------
+
+
+def test_a_hostile_name_in_a_not_decoded_line_stays_on_its_line(
+    database: tuple[str, Any, Any, Any],
+) -> None:
+    """The module name of a refused extension was printed as it is: inspect's and export's
+    "not decoded, shown opaque" line on standard error broke into a fake line, and export's
+    obeyed the escape sequences (it is not the text output `terminal_safe` wrapped)."""
+    from .test_untrusted_databases import EXT_SINGLE_ARG, _ext
+
+    uri, saver, _store, sql = database
+    name = f"os\x1b]0;PWNED\x07\u202e\n{FAKE}\u2028{FAKE}"
+    _hostile_checkpoint(saver, sql, "t", _ext(EXT_SINGLE_ARG, name, "system", "true"))
+    for command in (["inspect", "--thread", "t"], ["export", "--thread", "t"]):
+        result = _cli(command[0], "--db", uri, *command[1:])
+        assert "Traceback" not in result.stderr, result.stderr[-3000:]
+        assert result.returncode == 3, (command, result.stderr)
+        assert "not decoded, shown opaque" in result.stderr
+        _no_fake_line(result.stderr)
+        for char in ("\x1b", "\x07", "\u202e"):
+            assert char not in result.stderr, (command, repr(char))
