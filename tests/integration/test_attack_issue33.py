@@ -622,3 +622,54 @@ def test_a_tool_returning_a_list_of_commands_is_replayed_whole(
     assert [m.text for m in out["messages"] if m.id == "note"] == ["a note the tool added"]
     if redact:
         assert EMAIL.encode() not in b"".join(_sqlite_cells(tmp_path / "store.db"))
+
+
+# --- attack: the callback handler beside PIIMiddleware --------------------------------------
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_the_callback_handler_keeps_no_raw_preview_under_pii(
+    tmp_path: Path, asynchronous: bool
+) -> None:
+    """The handler recorded a preview of what the tool returned in its store (its state per
+    thread), and quoted it in the duplicate's answer: PII's `before_model` redacts results
+    only after that (b3e3935). Its previews wait for the next model call's messages now."""
+    import asyncio
+
+    from langgraph_replay_guard import ReplayGuardCallbackHandler
+
+    runs: list[int] = []
+
+    @tool
+    def lookup_customer(customer_id: str) -> str:
+        """Look up a customer."""
+        runs.append(1)
+        return RESULT
+
+    @tool
+    def plain_lookup(customer_id: str) -> str:
+        """Look up a customer's plan."""
+        return "plan gold, renewed in May"
+
+    model = ScriptedChatModel(
+        script=[
+            [("lookup_customer", {"customer_id": "C1"}), ("plain_lookup", {"customer_id": "C1"})],
+            [("lookup_customer", {"customer_id": "C1"})],
+        ]
+    )
+    pii = PIIMiddleware("email", strategy="redact", apply_to_tool_results=True)
+    with SqliteStore.from_conn_string(str(tmp_path / "store.db")) as store:
+        store.setup()
+        handler = ReplayGuardCallbackHandler(store=store)
+        agent = create_agent(model, [lookup_customer, plain_lookup], middleware=[pii])
+        cfg: Any = {"configurable": {"thread_id": "cb"}, "callbacks": [handler]}
+        given = {"messages": [HumanMessage("who is C1?")]}
+        out = asyncio.run(agent.ainvoke(given, cfg)) if asynchronous else agent.invoke(given, cfg)
+    assert runs == [1], "the duplicate was still refused (digests)"
+    answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert all(EMAIL not in str(m.content) for m in answers), [m.content for m in answers]
+    stored = b"".join(_sqlite_cells(tmp_path / "store.db"))  # the handler's state per thread
+    assert EMAIL.encode() not in stored
+    assert b"Customer C1" not in stored, "a redacted result keeps its digest only"
+    # A result the model was given unchanged still gets its preview.
+    assert b"plan gold, renewed in May" in stored
