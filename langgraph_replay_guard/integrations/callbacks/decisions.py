@@ -366,8 +366,13 @@ class CallbackDecider:
         with admitted.scope.lock:
             digest = event.get("h")
             if outcome == "success" and event.get("p") is None and text and digest:
-                # Kept in this process until the next model call shows what it is given.
-                admitted.scope.unshown[digest] = text[: self.config.result_preview_chars]
+                # Kept in this process until the next model call shows what it is given;
+                # bounded, as tools may run long without a model call (the oldest go).
+                unshown = admitted.scope.unshown
+                unshown.pop(digest, None)
+                unshown[digest] = text[: self.config.result_preview_chars]
+                if len(unshown) > _MAX_UNSHOWN:
+                    del unshown[next(iter(unshown))]
             self._write(admitted.scope, [event])
 
     def failed(self, admitted: Admitted, error: BaseException) -> None:
@@ -791,6 +796,10 @@ def unknown_message(mark: Mapping[str, Any], scope: ScopeKey) -> str:
         f"{where}, {mark['n']!r}, <args>, 'succeeded' | 'failed' | 'retry'). "
         "Do not call it again now; tell the user its outcome is unknown."
     )
+
+
+_MAX_UNSHOWN = 256
+"""Most previews a scope keeps in memory for the next model call (`Scope.unshown`)."""
 
 
 def _last_answers(messages: Sequence[Any]) -> list[ToolMessage] | None:
