@@ -136,7 +136,9 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         return EXIT_USAGE
     try:
         if files:  # only show, replay and verify take --file
-            return handlers[args.action](RecordFiles(files), args, out, err)
+            # A record file is read whole: bounded like a record in a database.
+            source = RecordFiles(files, max_bytes=getattr(args, "max_record_bytes", None))
+            return handlers[args.action](source, args, out, err)
         # Only `invalidate` writes; every other action opens the database read-only.
         with open_store(args.db, read_only=args.action != "invalidate") as store:
             namespace = (*args.namespace, "records")

@@ -205,3 +205,24 @@ def test_a_hostile_name_in_a_not_decoded_line_stays_on_its_line(
         _no_fake_line(result.stderr)
         for char in ("\x1b", "\x07", "\u202e"):
             assert char not in result.stderr, (command, repr(char))
+
+
+def test_a_record_file_above_the_record_limit_is_not_read(
+    db: tuple[str, str], tmp_path: Path
+) -> None:
+    """`--file` read a record file whole, whatever its size (an IntentusNet records/ folder
+    someone else wrote): it is bounded by --max-record-bytes like a record in a database."""
+    kind, target = db
+    good, _, _ = record_runs(kind, target)
+    data = json.loads(_cli("records", "show", good, "--db", target, "--json").stdout)
+    data.pop("problems", None)
+    path = tmp_path / f"{good}.json"
+    path.write_text(json.dumps(data) + " " * (3 * MB))  # 3 MB of trailing blanks: still JSON
+    assert _cli("records", "show", "--file", str(path)).returncode == 0
+    refused = _cli("records", "show", "--file", str(path), "--max-record-bytes", "2M")
+    assert "Traceback" not in refused.stderr, refused.stderr[-3000:]
+    assert refused.returncode == 2, refused.stderr
+    assert "above the limit of 2097152 bytes (--max-record-bytes): not read" in refused.stderr
+    verified = _cli("records", "verify", "--file", str(path), "--max-record-bytes", "2M")
+    assert verified.returncode == 1, verified.stderr
+    assert "--max-record-bytes" in verified.stdout
