@@ -98,8 +98,17 @@ class _RedactingWrapper(AgentMiddleware):  # type: ignore[type-arg]
 
 
 def _run_stack(
-    tmp_path: Path, middleware: list[Any], tool_obj: Any, config: GuardConfig | None = None
+    tmp_path: Path,
+    middleware: list[Any],
+    tool_obj: Any,
+    config: GuardConfig | None = None,
+    *,
+    request: pytest.FixtureRequest | None = None,
+    backend: str = "sqlite",
 ) -> tuple[Any, bytes, Any]:
+    """Run the stack; the latest checkpoint's values, the store's rows as bytes, the model."""
+    from .test_private_results import _backend
+
     model = ScriptedChatModel(
         script=[
             [("lookup_customer", {"customer_id": "C1"})],
@@ -107,11 +116,7 @@ def _run_stack(
         ]
     )
     cfg: Any = {"configurable": {"thread_id": "t"}}
-    with (
-        SqliteSaver.from_conn_string(str(tmp_path / "cp.db")) as saver,
-        SqliteStore.from_conn_string(str(tmp_path / "store.db")) as store,
-    ):
-        store.setup()
+    with _backend(backend, tmp_path, request) as (saver, store, dump):  # type: ignore[arg-type]
         guard = ReplayGuard(config or GuardConfig(), store=store)
         stack = [m if m != "guard" else guard.middleware() for m in middleware]
         agent = create_agent(model, [tool_obj], middleware=stack, checkpointer=saver, store=store)
@@ -119,7 +124,8 @@ def _run_stack(
         latest = saver.get_tuple(cfg)
         assert latest is not None
         values = latest.checkpoint["channel_values"]
-    return out, b"".join(_sqlite_cells(tmp_path / "store.db")), (values, model)
+        stored = dump()
+    return out, stored, (values, model)
 
 
 def _plain_lookup() -> Any:
@@ -164,18 +170,31 @@ def _command_lookup(shape: str = "message") -> Any:
 # The ledger row of a Command tool holds its whole update (a replay gives it back): the
 # ToolMessage inside it is rewritten to what the model was given (failed on b3e3935: strict
 # xfail there).
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
 @pytest.mark.parametrize("shape", ["message", "dict"])
 @pytest.mark.parametrize("tools", [None, {"lookup_customer": "unsafe"}], ids=["read", "unsafe"])
 @pytest.mark.parametrize("guard_first", [True, False], ids=["guard_first", "guard_last"])
 def test_pii_on_a_tool_returning_command_leaves_no_raw_result(
-    tmp_path: Path, guard_first: bool, tools: dict[str, str] | None, shape: str
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    guard_first: bool,
+    tools: dict[str, str] | None,
+    shape: str,
+    backend: str,
 ) -> None:
     pii = PIIMiddleware("email", strategy="redact", apply_to_tool_results=True)
     stack: list[Any] = ["guard", pii]
     if not guard_first:
         stack.reverse()
     out, store_bytes, (values, model) = _run_stack(
-        tmp_path, stack, _command_lookup(shape), GuardConfig(tools=tools or {})
+        tmp_path,
+        stack,
+        _command_lookup(shape),
+        GuardConfig(tools=tools or {}),
+        request=request,
+        backend=backend,
     )
     tool_messages = [m for m in out["messages"] if isinstance(m, ToolMessage)]
     assert tool_messages
