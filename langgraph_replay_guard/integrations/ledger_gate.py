@@ -426,7 +426,7 @@ def _command_update(result: Any) -> Mapping[str, Any] | None:
     `LIST_KEY`, item by item: recorded as its answer's content alone, a replay gave back that
     text without the Commands (or nothing, before the model node rewrote the row).
     """
-    if isinstance(result, list) and any(isinstance(item, Command) for item in result):
+    if isinstance(result, list) and result:
         items: list[dict[str, Any]] = []
         for item in result:
             if isinstance(item, ToolMessage):

@@ -590,23 +590,27 @@ def test_pii_in_a_sub_agent_leaves_no_raw_result_in_any_channel_or_row(
 # --- attacks on the issue's last fixes: a tool returning a list of Commands -----------------
 
 
-def _list_tool(runs: list[int], text: str) -> Any:
+def _list_tool(runs: list[int], text: str, shape: str = "commands") -> Any:
     @tool
     def lookup_customer(customer_id: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Any:
         """Look up a customer."""
         runs.append(1)
-        # LangGraph's tools node takes a list of Commands (and ToolMessages) from one call.
+        # LangGraph's tools node takes a list of Commands and ToolMessages from one call.
+        note = Command(update={"messages": [HumanMessage("a note the tool added", id="note")]})
+        if shape == "message_first":
+            return [ToolMessage(text, tool_call_id=tool_call_id), note]
         return [
             Command(update={"messages": [ToolMessage(text, tool_call_id=tool_call_id)]}),
-            Command(update={"messages": [HumanMessage("a note the tool added", id="note")]}),
+            note,
         ]
 
     return lookup_customer
 
 
+@pytest.mark.parametrize("shape", ["commands", "message_first"])
 @pytest.mark.parametrize("redact", [False, True], ids=["plain", "pii"])
 def test_a_tool_returning_a_list_of_commands_is_replayed_whole(
-    tmp_path: Path, redact: bool
+    tmp_path: Path, redact: bool, shape: str
 ) -> None:
     """The row of an unsafe call that returned a list held its answer's text only ("" until
     the next model call rewrote it): a replay (a fork, or a crash resumed before the model
@@ -625,7 +629,11 @@ def test_a_tool_returning_a_list_of_commands_is_replayed_whole(
         if redact:
             stack.append(PIIMiddleware("email", strategy="redact", apply_to_tool_results=True))
         agent = create_agent(
-            model, [_list_tool(runs, RESULT)], middleware=stack, checkpointer=saver, store=store
+            model,
+            [_list_tool(runs, RESULT, shape)],
+            middleware=stack,
+            checkpointer=saver,
+            store=store,
         )
         if redact:  # the model node rewrites the row to what the model was given
             agent.invoke({"messages": [HumanMessage("who is C1?")]}, cfg, durability="sync")
