@@ -20,8 +20,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_ITEM_BYTES",
+    "DEFAULT_MAX_RECORD_BYTES",
     "Checkpoint",
     "add_max_item_bytes_option",
+    "add_max_record_bytes_option",
     "describe",
     "parse_bytes",
     "read_checkpoints",
@@ -34,6 +36,12 @@ DEFAULT_MAX_ITEM_BYTES = 16 * 1024 * 1024
 
 A guard's checkpoint or ledger row is a few kilobytes to a few megabytes; an item above this
 is refused before it is loaded (the database tells its size) and named in one line.
+"""
+
+DEFAULT_MAX_RECORD_BYTES = 64 * 1024 * 1024
+"""Most bytes `replay-guard records` reads for one execution record, its header and body
+chunks together: 64 MiB. Each chunk is at most 4 MB and bounded by `--max-item-bytes` too; a
+record of many legitimate chunks would otherwise still be loaded whole.
 """
 
 _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2, "g": 1024**3}
@@ -71,6 +79,19 @@ def add_max_item_bytes_option(parser: argparse.ArgumentParser) -> None:
         help="read no checkpoint or ledger row bigger than this (the database tells the size "
         "before anything is loaded); a bigger one is named and left out "
         f"(default: {human(DEFAULT_MAX_ITEM_BYTES)}; K, M, G accepted, as in 512M)",
+    )
+
+
+def add_max_record_bytes_option(parser: argparse.ArgumentParser) -> None:
+    """Add `--max-record-bytes` (parsed by `parse_bytes`) to a `records` action."""
+    parser.add_argument(
+        "--max-record-bytes",
+        type=parse_bytes,
+        default=DEFAULT_MAX_RECORD_BYTES,
+        metavar="SIZE",
+        help="read no execution record whose header and body chunks together are bigger "
+        "than this (sizes asked of the database first); a bigger one is named and left out "
+        f"(default: {human(DEFAULT_MAX_RECORD_BYTES)}; K, M, G accepted, as in 512M)",
     )
 
 

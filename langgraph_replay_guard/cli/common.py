@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Sequence
 from typing import TextIO
 
+from langgraph_replay_guard.cli.terminal import inline, terminal_safe
 from langgraph_replay_guard.replay.safe_decode import Undecoded
 
 __all__ = [
@@ -88,9 +89,12 @@ def report_undecoded(found: Sequence[Undecoded], name: str, err: TextIO) -> bool
     seen: dict[str, int] = {}
     for value in found:
         seen[str(value)] = seen.get(str(value), 0) + 1
+    # The names are the database's text: escaped, and kept on their line (`export` writes
+    # its other lines itself, with `repr`, so its standard error is not wrapped as a whole).
+    safe = terminal_safe(err)
     for shown, count in seen.items():
         times = f" ({count} times)" if count > 1 else ""
-        print(f"{name}: not decoded, shown opaque: {shown}{times}", file=err)
+        print(f"{name}: not decoded, shown opaque: {inline(shown)}{times}", file=safe)
     if seen:
         print(
             f"{name}: {len(found)} value(s) named types off the allow-list (or a format that "

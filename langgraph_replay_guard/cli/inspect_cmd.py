@@ -31,7 +31,7 @@ from langgraph_replay_guard.cli.store_uri import (
     open_checkpointer,
     open_store,
 )
-from langgraph_replay_guard.cli.terminal import terminal_safe
+from langgraph_replay_guard.cli.terminal import inline, terminal_safe
 from langgraph_replay_guard.decisions.state import GuardView
 from langgraph_replay_guard.integrations.callbacks.marks import (
     UnknownOutcome,
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         complete but some value was not decoded.
     """
     out = out or sys.stdout
-    err = err or sys.stderr
+    err = terminal_safe(err or sys.stderr)  # its lines quote the database's keys and errors
     with collect_undecoded() as undecoded:
         status = _run(args, out, err)
     if status != 2 and report_undecoded(undecoded, "replay-guard inspect", err):
@@ -174,7 +174,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             problems.append(f"guard channel {name!r}: cannot read it ({describe(exc, args.db)})")
     ledger_json = [_row_json(row, problems) for row in rows] if args.json else []
     for problem in problems:
-        print(f"{_NAME}: left out: {problem}", file=err)
+        print(f"{_NAME}: left out: {inline(problem)}", file=err)
     found = bool(views or opaque or rows or marks)
     if args.json:
         report = {
@@ -248,7 +248,8 @@ def _print_marks(marks: list[UnknownOutcome], out: TextIO) -> None:
     print(f"\ncallback handler: {len(marks)} unknown outcome(s)", file=out)
     for mark in marks:
         what = mark.error or "its end was never recorded (still running, or its process died)"
-        print(f"  {mark.tool}({mark.args})  {what}  <- handler.resolve(...) it", file=out)
+        shown = f"{inline(mark.tool)}({inline(mark.args)})  {inline(what)}"
+        print(f"  {shown}  <- handler.resolve(...) it", file=out)
 
 
 def _ledger_missing(
@@ -295,57 +296,71 @@ def _print_text(
     out: TextIO,
 ) -> None:
     where = f"latest checkpoint {checkpoint_id}" if checkpoint_id else "no checkpoint"
-    print(f"thread {thread} ({where})", file=out)
+    print(f"thread {inline(thread)} ({inline(where)})", file=out)
     if not views and not opaque:
         print("\nno guard state in this thread", file=out)
     for name, view in views.items():
         _print_view(name, view, out)
     for name, shown in sorted(opaque.items()):
-        print(f"\n[{name}]\n  {shown}", file=out)
+        print(f"\n[{inline(name)}]\n  {inline(shown)}", file=out)
     if missing is not None and not rows:
-        print(f"\nreplay ledger: NOT FOUND: {missing}", file=out)
+        print(f"\nreplay ledger: NOT FOUND: {inline(missing)}", file=out)
         print("  (an unknown outcome there would not show here)", file=out)
         return
     print(f"\nreplay ledger: {len(rows)} row(s)", file=out)
     for row in rows:
-        when = row.finished_at or row.started_at or "-"
+        when = inline(row.finished_at or row.started_at or "-")
         extra = ""
         if row.outcome_unknown:
             extra = "  <- outcome unknown: guard.resolve(...) it"
         if row.resolved_by:
-            extra = f"  (resolved by {row.resolved_by})"
+            extra = f"  (resolved by {inline(row.resolved_by)})"
         print(
-            f"  {row.status:<11} {row.tool:<24} {row.replay:<10} attempts {row.attempts}  "
-            f"{when}  tool_call_id {row.tool_call_id}{extra}",
+            f"  {inline(row.status):<11} {inline(row.tool):<24} {inline(row.replay):<10} "
+            f"attempts {inline(row.attempts)}  {when}  tool_call_id "
+            f"{inline(row.tool_call_id)}{extra}",
             file=out,
         )
         if row.last_error:
-            print(f"              last error: {row.last_error}", file=out)
+            print(f"              last error: {inline(row.last_error)}", file=out)
 
 
 def _print_view(name: str, view: GuardView, out: TextIO) -> None:
     """One guard state, under the channel's own key names (as Studio and `--json` show them)."""
-    print(f"\n[{name}]", file=out)
-    print(f"  turn {view.turn}  epoch {view.epoch}  calls {view.calls} (this turn)", file=out)
+    print(f"\n[{inline(name)}]", file=out)
+    print(
+        f"  turn {inline(view.turn)}  epoch {inline(view.epoch)}  calls {inline(view.calls)} "
+        "(this turn)",
+        file=out,
+    )
     totals = view.totals
     print(
-        f"  totals: calls {totals.calls}, blocked {totals.blocked}, aborts {totals.aborts} "
+        f"  totals: calls {inline(totals.calls)}, blocked {inline(totals.blocked)}, "
+        f"aborts {inline(totals.aborts)} "
         "(whole thread)",
         file=out,
     )
     if view.stop is not None:
         print(
-            f"  stop: {view.stop_reason} on '{view.stop.get('tool')}' "
-            f"(count {view.stop.get('count')})",
+            f"  stop: {inline(view.stop_reason)} on '{inline(view.stop.get('tool'))}' "
+            f"(count {inline(view.stop.get('count'))})",
             file=out,
         )
     sections = {
-        "counters": [f"{c.tool:<28} count {c.count}" for c in view.counters],
-        "recent_calls": [f"{c.tool:<28} {c.outcome:<8} epoch {c.epoch}" for c in view.recent_calls],
-        "blocked": [f"{tool:<28} {reason} (count {n})" for tool, reason, n in view.blocked],
-        "failures (same failure in a row)": [f"{tool:<28} count {n}" for tool, n in view.failures],
+        "counters": [f"{inline(c.tool):<28} count {inline(c.count)}" for c in view.counters],
+        "recent_calls": [
+            f"{inline(c.tool):<28} {inline(c.outcome):<8} epoch {inline(c.epoch)}"
+            for c in view.recent_calls
+        ],
+        "blocked": [
+            f"{inline(tool):<28} {inline(reason)} (count {inline(n)})"
+            for tool, reason, n in view.blocked
+        ],
+        "failures (same failure in a row)": [
+            f"{inline(tool):<28} count {inline(n)}" for tool, n in view.failures
+        ],
         "shadow (what enforcing would have changed, whole thread)": [
-            f"{reason:<28} calls blocked {blocked}, runs stopped {stopped}"
+            f"{inline(reason):<28} calls blocked {inline(blocked)}, runs stopped {inline(stopped)}"
             for reason, blocked, stopped in view.shadow
         ],
     }
@@ -355,8 +370,8 @@ def _print_view(name: str, view: GuardView, out: TextIO) -> None:
         for row in rows:
             print(f"    {row}", file=out)
     if view.cycle:
-        print(f"  cycle: {' -> '.join(view.cycle)}", file=out)
+        print(f"  cycle: {' -> '.join(map(inline, view.cycle))}", file=out)
     if view.reminder:
-        print(f"  reminder (for the next model call): {view.reminder}", file=out)
+        print(f"  reminder (for the next model call): {inline(view.reminder)}", file=out)
     if view.notice:
-        print(f"  notice: {view.notice}", file=out)
+        print(f"  notice: {inline(view.notice)}", file=out)

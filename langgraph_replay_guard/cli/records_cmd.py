@@ -11,10 +11,15 @@ from typing import Any, TextIO
 
 from langgraph_replay_guard import json_depth
 from langgraph_replay_guard._compat import store_value_sizes
-from langgraph_replay_guard.cli.bounded import add_max_item_bytes_option, too_big
+from langgraph_replay_guard.cli.bounded import (
+    add_max_item_bytes_option,
+    add_max_record_bytes_option,
+    human,
+    too_big,
+)
 from langgraph_replay_guard.cli.common import add_namespace_option
 from langgraph_replay_guard.cli.store_uri import StoreURIError, mask_uri, open_store
-from langgraph_replay_guard.cli.terminal import terminal_safe
+from langgraph_replay_guard.cli.terminal import inline, json_safe, terminal_safe
 from langgraph_replay_guard.errors import NotReplayableError, ReplayHashMismatchError
 from langgraph_replay_guard.records.engine import ReplayedRunError, ReplayEngine, load_record
 from langgraph_replay_guard.records.files import RecordFileError, RecordFiles
@@ -70,6 +75,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_namespace_option(p, "its records are under PARTS/records")
         p.add_argument("--json", action="store_true", help="print JSON")
         add_max_item_bytes_option(p)  # a record's header and each 4 MB body chunk are items
+        if name != "list":  # list reads headers only
+            add_max_record_bytes_option(p)  # and all of them together
         return p
 
     p = action("list", "list records, newest first")
@@ -122,13 +129,16 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     }
     if not getattr(args, "json", False):
         out = terminal_safe(out)  # a record's events and errors are the database's text
+    err = terminal_safe(err)  # problems and warnings quote the database's text too
     files = getattr(args, "files", None)
     if not files and args.action in {"show", "replay"} and args.execution_id is None:
         print(f"replay-guard records {args.action}: give the record's ID", file=err)
         return EXIT_USAGE
     try:
         if files:  # only show, replay and verify take --file
-            return handlers[args.action](RecordFiles(files), args, out, err)
+            # A record file is read whole: bounded like a record in a database.
+            source = RecordFiles(files, max_bytes=getattr(args, "max_record_bytes", None))
+            return handlers[args.action](source, args, out, err)
         # Only `invalidate` writes; every other action opens the database read-only.
         with open_store(args.db, read_only=args.action != "invalidate") as store:
             namespace = (*args.namespace, "records")
@@ -136,7 +146,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             # Sizes first (the database tells them, nothing is loaded): a hostile writer's
             # 300 MB body chunk must not be read whole, as inspect and export refuse it too.
             bodies = args.action != "list"  # list reads headers only
-            oversized = _oversized(records, _named_ids(args), args.max_item_bytes, bodies=bodies)
+            limits = (args.max_item_bytes, getattr(args, "max_record_bytes", None))
+            oversized = _oversized(records, _named_ids(args), *limits, bodies=bodies)
             for line in oversized:
                 print(f"replay-guard records: {line}", file=err)
             if oversized:
@@ -164,10 +175,19 @@ def _named_ids(args: argparse.Namespace) -> set[str] | None:
 
 
 def _oversized(
-    records: RecordStore, ids: set[str] | None, limit: int, *, bodies: bool
+    records: RecordStore,
+    ids: set[str] | None,
+    limit: int,
+    record_limit: int | None,
+    *,
+    bodies: bool,
 ) -> list[str]:
-    """One line per header or body chunk of these records above `limit` (nothing loaded)."""
+    """One line per item of these records above `limit`, and per record above `record_limit`.
+
+    Nothing is loaded: the database tells the sizes of the header and of each body chunk.
+    """
     lines: list[str] = []
+    totals: dict[str, list[int]] = {}  # record -> [bytes, body chunks]
     parts = [(records.namespace, "header")]
     if bodies:
         parts.append((records.body_namespace, "body"))
@@ -175,11 +195,25 @@ def _oversized(
         sizes = store_value_sizes(records.store, namespace) or {}
         for (item_namespace, key), size in sorted(sizes.items()):
             owner = key if part == "header" else key.rpartition("/")[0]
-            if item_namespace != namespace or size <= limit:
+            if item_namespace != namespace or (ids is not None and owner not in ids):
                 continue
-            if ids is None or owner in ids:
+            total = totals.setdefault(owner, [0, 0])
+            total[0] += size
+            total[1] += part == "body"
+            if size > limit:
                 what = "its header" if part == "header" else f"its body chunk {key!r}"
                 lines.append(f"record {owner!r}: {too_big(what, size, limit)}")
+    if record_limit is None:
+        return lines
+    for owner, (size, chunks) in sorted(totals.items()):
+        # A record made of many chunks each below --max-item-bytes (50 legitimate 4 MB
+        # chunks) would be loaded whole: the record as a whole is bounded as well.
+        if size > record_limit:
+            lines.append(
+                f"record {owner!r}: its header and {chunks} body chunks are {human(size)}, "
+                f"above --max-record-bytes {human(record_limit)}: not read "
+                "(raise --max-record-bytes to read it)"
+            )
     return lines
 
 
@@ -192,7 +226,8 @@ def _load(records: _Records, execution_id: str | None) -> ExecutionRecord:
 
 
 def _dump(value: Any, out: TextIO) -> None:
-    json.dump(value, out, indent=2, ensure_ascii=False)
+    # Readable non-ASCII text, but the characters a terminal obeys (C1, bidi) escaped.
+    out.write(json_safe(json.dumps(value, indent=2, ensure_ascii=False)))
     out.write("\n")
 
 
@@ -215,7 +250,7 @@ def _list(records: RecordStore, args: argparse.Namespace, out: TextIO, err: Text
     infos = records.list_records(limit=max(args.limit, 0))
     for info in infos:
         if info.problems:  # listed as "unreadable"; `verify` counts it as corrupted
-            problems = "; ".join(info.problems)
+            problems = inline("; ".join(info.problems))
             print(
                 f"replay-guard records: warning: record {info.execution_id!r} cannot be read: "
                 f"{problems}",
@@ -233,9 +268,9 @@ def _list(records: RecordStore, args: argparse.Namespace, out: TextIO, err: Text
         status = _status(header.replayable, header.replayableReason) if header else "unreadable"
         rows.append(
             (
-                info.execution_id,
-                header.createdUtcIso if header else "?",
-                status,
+                inline(info.execution_id),
+                inline(header.createdUtcIso) if header else "?",
+                inline(status),
                 str(info.events),
                 _size(info.chars),
                 "error" if info.failed else ("ok" if header else "?"),
@@ -274,24 +309,25 @@ def _show(records: _Records, args: argparse.Namespace, out: TextIO, err: TextIO)
     header = record.header
     engine = ReplayEngine(record)
     reason = engine.not_replayable_reason()
-    print(f"execution id:   {header.executionId}", file=out)
-    print(f"created (UTC):  {header.createdUtcIso}", file=out)
-    print(f"envelope hash:  {header.envelopeHash}", file=out)
-    print(f"status:         {'replayable' if reason is None else reason}", file=out)
+    print(f"execution id:   {inline(header.executionId)}", file=out)
+    print(f"created (UTC):  {inline(header.createdUtcIso)}", file=out)
+    print(f"envelope hash:  {inline(header.envelopeHash)}", file=out)
+    print(f"status:         {inline('replayable' if reason is None else reason)}", file=out)
     for problem in engine.integrity.problems:
-        print(f"problem:        {problem}", file=out)
+        print(f"problem:        {inline(problem)}", file=out)
     for warning in engine.integrity.warnings:
-        print(f"warning:        {warning}", file=out)
+        print(f"warning:        {inline(warning)}", file=out)
     print(f"envelope:\n{_preview(record.envelope)}", file=out)
     print(f"events ({len(record.events)}):", file=out)
     for event in record.events:
-        print(f"  {event.seq:>4}  {_event_line(event.model_dump())}", file=out)
+        print(f"  {inline(event.seq):>4}  {inline(_event_line(event.model_dump()))}", file=out)
     final = record.finalResponse
     if final is None:
         print("final response: none (the run did not finish)", file=out)
         return EXIT_OK
     if final.error is not None:
-        print(f"final response: error {final.error.label}: {final.error.message}", file=out)
+        error = f"{inline(final.error.label)}: {inline(final.error.message)}"
+        print(f"final response: error {error}", file=out)
     elif final.failed:
         print("final response: error (no details recorded)", file=out)
     else:
@@ -339,13 +375,13 @@ def _replay(records: _Records, args: argparse.Namespace, out: TextIO, err: TextI
         return EXIT_NOT_REPLAYABLE
     except ReplayedRunError as exc:
         for warning in exc.result.warnings:
-            print(f"warning: {warning}", file=err)
+            print(f"warning: {inline(warning)}", file=err)
         if args.json:
             _dump({**exc.result.model_dump(), "error": exc.error.model_dump()}, out)
-        print(f"replay-guard records: {exc}", file=err)
+        print(f"replay-guard records: {inline(exc)}", file=err)
         return EXIT_NOT_REPLAYABLE
     for warning in result.warnings:
-        print(f"warning: {warning}", file=err)
+        print(f"warning: {inline(warning)}", file=err)
     _dump(result.model_dump() if args.json else result.payload, out)
     return EXIT_OK
 
@@ -388,14 +424,15 @@ def _verify(records: _Records, args: argparse.Namespace, out: TextIO, err: TextI
         _dump(report, out)
     else:
         for entry in report:
-            name = entry["executionId"] + (f" ({entry['file']})" if "file" in entry else "")
+            name = inline(entry["executionId"] + (f" ({entry['file']})" if "file" in entry else ""))
             if entry["ok"]:
-                note = "" if entry["replayable"] else f" (not replayable: {entry['reason']})"
+                reason = inline(entry["reason"])
+                note = "" if entry["replayable"] else f" (not replayable: {reason})"
                 print(f"ok        {name}{note}", file=out)
                 for warning in entry["warnings"]:
-                    print(f"  warning: {warning}", file=out)
+                    print(f"  warning: {inline(warning)}", file=out)
             else:
-                print(f"CORRUPTED {name}: {'; '.join(entry['problems'])}", file=out)
+                print(f"CORRUPTED {name}: {inline('; '.join(entry['problems']))}", file=out)
         print(f"{len(report) - failed} ok, {failed} corrupted", file=out)
     return EXIT_NOT_REPLAYABLE if failed else EXIT_OK
 
@@ -409,5 +446,5 @@ def _invalidate(records: RecordStore, args: argparse.Namespace, out: TextIO, err
     if args.json:
         _dump(header.model_dump(), out)
     else:
-        print(f"invalidated {header.executionId} (manually_invalidated)", file=out)
+        print(f"invalidated {inline(header.executionId)} (manually_invalidated)", file=out)
     return EXIT_OK

@@ -39,6 +39,7 @@ __all__ = [
     "MAX_RESULTS",
     "MAX_TRACKED_KEYS",
     "SCRUB_OP",
+    "SHOW_OP",
     "UNKNOWN_TOOL",
     "Event",
     "GuardTotals",
@@ -56,9 +57,11 @@ __all__ = [
     "scrub_update",
     "seed_write",
     "settled",
+    "show_update",
     "state_for_turn",
     "stored_state",
     "unrecorded_positions",
+    "unshown_hashes",
 ]
 
 logger = logging.getLogger("langgraph_replay_guard")
@@ -785,6 +788,8 @@ def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
         return last[2]
     if isinstance(update, Mapping) and update.get("op") == SCRUB_OP:
         return _trust(_scrubbed(load_state(current), update.get("previews")))
+    if isinstance(update, Mapping) and update.get("op") == SHOW_OP:
+        return _trust(_shown(load_state(current), update.get("previews")))
     unchanged = _unchanged(current)
     own = _own(update)
     if own is not None and unchanged:
@@ -801,6 +806,10 @@ def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
 
 SCRUB_OP = "scrub"
 """`op` of a write that drops result previews the thread's messages no longer hold."""
+
+
+SHOW_OP = "show"
+"""`op` of a write that gives results their previews, cut from the messages the model is given."""
 
 
 def held_previews(value: Any) -> set[str]:
@@ -856,6 +865,75 @@ def scrub_update(previews: Collection[str]) -> dict[str, Any]:
         The update to write into the channel.
     """
     return {"op": SCRUB_OP, "previews": sorted(previews)}
+
+
+def unshown_hashes(value: Any) -> set[str]:
+    """The digests of results a channel value keeps without a preview (memos, pending events).
+
+    Where the guard cannot know yet what the model will be given (in `create_agent`, a
+    middleware may still change a result in its `before_model`), its events keep a digest
+    and no text; the model call adds the previews (`show_update`).
+
+    Args:
+        value: The channel's value.
+
+    Returns:
+        The digests.
+    """
+    state = load_state(value)
+    hashes = {
+        memo.result_hash
+        for memo in (ResultMemo(*stored) for stored in state["results"].values())
+        if memo.preview is None
+    }
+    pending = state["pending"]
+    if pending:
+        hashes.update(
+            ev.get("h")
+            for ev in pending["events"]
+            if ev.get("p") is None and ev.get("o") == "success"
+        )
+    return {h for h in hashes if isinstance(h, str)}
+
+
+def show_update(previews: Mapping[str, str]) -> dict[str, Any]:
+    """The channel write that gives results without a preview the one the model was given.
+
+    Args:
+        previews: Result digest -> the preview, cut from the ToolMessage whose text has
+            that digest (a message a middleware changed has another digest: it gets none).
+
+    Returns:
+        The update to write into the channel.
+    """
+    return {"op": SHOW_OP, "previews": dict(sorted(previews.items()))}
+
+
+def _shown(state: dict[str, Any], previews: Any) -> dict[str, Any]:
+    """`state` with previews for the results that had none: new maps, the old value unchanged."""
+    if not isinstance(previews, Mapping) or not all(
+        isinstance(h, str) and isinstance(p, str) for h, p in previews.items()
+    ):
+        return _ignored(
+            _shallow(state), "that is not in the guard's format (a preview write without texts)"
+        )
+    out = _shallow(state)
+    results: dict[str, Any] = {}
+    for key, memo in state["results"].items():
+        entry = ResultMemo(*memo)
+        shown = entry.preview is None and entry.result_hash in previews
+        results[key] = [*entry._replace(preview=previews[entry.result_hash])] if shown else memo
+    out["results"] = results
+    pending = state["pending"]
+    if pending:
+        events = [
+            {**ev, "p": previews[ev["h"]]}
+            if ev.get("p") is None and ev.get("o") == "success" and ev.get("h") in previews
+            else ev
+            for ev in pending["events"]
+        ]
+        out["pending"] = {**pending, "events": events}
+    return out
 
 
 def _scrubbed(state: dict[str, Any], previews: Any) -> dict[str, Any]:

@@ -496,16 +496,21 @@ def executed_event(
     text: str | None,
     *,
     command: bool = False,
+    preview: bool = True,
 ) -> Event:
     """Event recording a call that ran.
 
     A tool without a policy of its own that returned a `Command` changed the graph's
     state: it is recorded as a world-changing call (not a pure read), so an identical call
     after another state change runs again (`set_mode("a")`, `set_mode("b")`,
-    `set_mode("a")` ends in mode a).
+    `set_mode("a")` ends in mode a). With `preview=False` the event keeps the result's
+    digest and no text, as with `GuardConfig(store_previews=False)`: the caller adds the
+    preview once it knows what the model is given (`ReplayGuardMiddleware`).
     """
     facts = planned.facts
     assert facts is not None
+    if not preview:
+        facts = facts._replace(store_previews=False)
     if (
         command
         and facts.replay == "pure"
@@ -675,14 +680,21 @@ def blocked_answer(planned: PlannedCall, batch: Batch) -> tuple[ToolMessage, lis
 
 
 def tool_message(result: Any) -> ToolMessage | None:
-    """The ToolMessage a tool call returned: the result itself, or the last one of its Command."""
+    """The ToolMessage a tool call returned: the result itself, or the last one of its Command.
+
+    A tool may return a list of Commands and ToolMessages (LangGraph's tools node takes one):
+    the last ToolMessage among them and their Commands' messages.
+    """
     if isinstance(result, ToolMessage):
         return result
     message: ToolMessage | None = None
-    if isinstance(result, Command) and isinstance(result.update, Mapping):
-        for item in result.update.get("messages", []) or []:
-            if isinstance(item, ToolMessage):
-                message = item
+    for answer in result if isinstance(result, list) else [result]:
+        if isinstance(answer, ToolMessage):
+            message = answer
+        elif isinstance(answer, Command) and isinstance(answer.update, Mapping):
+            for item in answer.update.get("messages", []) or []:
+                if isinstance(item, ToolMessage):
+                    message = item
     return message
 
 

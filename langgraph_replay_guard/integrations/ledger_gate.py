@@ -82,6 +82,7 @@ __all__ = [
     "LedgerGate",
     "RunTicket",
     "RunningCall",
+    "given_update",
     "guarded_body",
     "replayed_message",
     "replayed_result",
@@ -248,15 +249,22 @@ graph it is for, where it goes, what it resumes (a hand-off's `goto` into the pa
 or an update that is not a mapping."""
 
 
+LIST_KEY = "__replay_guard_list__"
+"""Key, in a recorded update, of the answer of a tool that returned a list of `Command`s and
+ToolMessages (LangGraph's tools node takes one): each item `{"message": ToolMessage}` or
+`{"command": <the Command recorded as `_command_update` records one>}`, in order."""
+
+
 def replayed_result(
     entry: LedgerEntry, tool_call: Mapping[str, Any]
-) -> tuple[ToolMessage | Command[Any], list[tuple[str, Any]]]:
+) -> tuple[ToolMessage | Command[Any] | list[ToolMessage | Command[Any]], list[tuple[str, Any]]]:
     """What a call whose outcome the ledger recorded gives again, without running the tool.
 
     A tool that returned a `Command` gets it back whole: its state update (its messages
-    answering the current tool_call_id), the graph it is for, its `goto` and `resume`. Any
-    other tool gets its ToolMessage (`replayed_message`). The state writes the tool made
-    beside its answer come second, to be written again.
+    answering the current tool_call_id), the graph it is for, its `goto` and `resume`; one
+    that returned a list of them (and ToolMessages) gets the list back. Any other tool gets
+    its ToolMessage (`replayed_message`). The state writes the tool made beside its answer
+    come second, to be written again.
 
     Args:
         entry: The call's ledger row, with an outcome.
@@ -273,12 +281,30 @@ def replayed_result(
         for write in (writes if isinstance(writes, list) else [])
         if isinstance(write, list | tuple) and len(write) == 2 and isinstance(write[0], str)
     ]
+    tool_call_id = tool_call.get("id") or entry.tool_call_id
+    items = update.pop(LIST_KEY, None)
+    if isinstance(items, list) and not update:
+        answers: list[ToolMessage | Command[Any]] = []
+        for item in items:
+            if isinstance(item, Mapping) and isinstance(item.get("message"), ToolMessage):
+                answers.append(_answering(item["message"], tool_call_id))
+            elif isinstance(item, Mapping) and isinstance(item.get("command"), Mapping):
+                answers.append(_replayed_command(dict(item["command"]), tool_call_id))
+        if answers:
+            return answers, sends
+        return replayed_message(entry, tool_call), sends
+    routing = update.get(COMMAND_KEY)
+    rest = [key for key in update if key != COMMAND_KEY]
+    if not rest and not (isinstance(routing, Mapping) and routing):
+        return replayed_message(entry, tool_call), sends
+    return _replayed_command(update, tool_call_id), sends
+
+
+def _replayed_command(update: dict[str, Any], tool_call_id: str) -> Command[Any]:
+    """A recorded `Command` (see `_command_update`) rebuilt, its messages answering the call."""
     routing = update.pop(COMMAND_KEY, None)
     if not isinstance(routing, Mapping):
         routing = {}
-    if not update and not routing:
-        return replayed_message(entry, tool_call), sends
-    tool_call_id = tool_call.get("id") or entry.tool_call_id
     messages = update.get("messages")
     if isinstance(messages, list):
         update["messages"] = [_answering(m, tool_call_id) for m in messages]
@@ -292,7 +318,66 @@ def replayed_result(
         update=update_value,
         resume=routing.get("resume"),
         goto=routing.get("goto", ()),
-    ), sends
+    )
+
+
+def given_update(
+    update: Mapping[str, Any], tool_call_id: str, content: Any
+) -> Mapping[str, Any] | None:
+    """A recorded `Command` update whose ToolMessage answering the call holds `content`.
+
+    The `UpdateRewrite` of the ledger (`given_entry`): a middleware that changed the
+    ToolMessage after the tool returned its `Command` (`PIIMiddleware` redacting it) leaves
+    the row's update with what the model was given, so that a replay gives nothing more
+    back.
+
+    Args:
+        update: The update as recorded (`decode_update`), never changed.
+        tool_call_id: The call whose ToolMessage is rewritten.
+        content: What the model was given as that message's content.
+
+    Returns:
+        The new update, or None when it holds no message answering the call.
+    """
+    found = False
+
+    def given(message: Any) -> Any:
+        nonlocal found
+        if isinstance(message, ToolMessage) and message.tool_call_id == tool_call_id:
+            found = True
+            return message.model_copy(update={"content": content})
+        if (
+            isinstance(message, Mapping)
+            and message.get("tool_call_id") == tool_call_id
+            and (message.get("role") == "tool" or message.get("type") == "tool")
+        ):
+            found = True
+            return {**message, "content": content}
+        return message
+
+    def given_value(value: Any) -> Any:
+        return [given(m) for m in value] if isinstance(value, list | tuple) else given(value)
+
+    def given_command(recorded: Mapping[str, Any]) -> dict[str, Any]:
+        # A mapping update only: `create_agent`'s tools node (where the middleware that asks
+        # for this runs) refuses an update given as `(key, value)` pairs.
+        new = dict(recorded)
+        if "messages" in new:
+            new["messages"] = given_value(new["messages"])
+        return new
+
+    new = given_command(update)
+    items = new.get(LIST_KEY)
+    if isinstance(items, list):  # a list of Commands and ToolMessages
+        new[LIST_KEY] = [
+            {**item, "message": given(item["message"])}
+            if isinstance(item, Mapping) and "message" in item
+            else {**item, "command": given_command(item["command"])}
+            if isinstance(item, Mapping) and isinstance(item.get("command"), Mapping)
+            else item
+            for item in items
+        ]
+    return new if found else None
 
 
 def _answering_pair(pair: Any, tool_call_id: str) -> Any:
@@ -337,8 +422,18 @@ def _command_update(result: Any) -> Mapping[str, Any] | None:
     A mapping update is recorded as it is; the rest of the Command (the graph it is for, its
     `goto`, `resume`, an update that is not a mapping) goes under `COMMAND_KEY`, so that a
     replay rebuilds the Command whole (`replayed_result`): a hand-off replayed from the
-    ledger still goes where the tool sent it.
+    ledger still goes where the tool sent it. A list of Commands and ToolMessages goes under
+    `LIST_KEY`, item by item: recorded as its answer's content alone, a replay gave back that
+    text without the Commands (or nothing, before the model node rewrote the row).
     """
+    if isinstance(result, list) and result:
+        items: list[dict[str, Any]] = []
+        for item in result:
+            if isinstance(item, ToolMessage):
+                items.append({"message": item})
+            elif isinstance(item, Command):
+                items.append({"command": dict(_command_update(item) or {})})
+        return {LIST_KEY: items}
     if not isinstance(result, Command):
         return None
     update = result.update

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import operator
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, NotRequired, Unpack
+from typing import TYPE_CHECKING, Annotated, Any, NotRequired, Unpack, cast
 
 try:
     from langchain.agents.middleware.types import (
@@ -51,7 +51,9 @@ from langgraph_replay_guard.decisions.state import (
     own_update,
     recorded_hashes,
     scrub_update,
+    show_update,
     unrecorded_positions,
+    unshown_hashes,
 )
 from langgraph_replay_guard.guard import ReplayGuard
 from langgraph_replay_guard.integrations.calls import (
@@ -67,6 +69,7 @@ from langgraph_replay_guard.integrations.calls import (
     turn_anchors,
 )
 from langgraph_replay_guard.integrations.graph_state import declared_without_reducer
+from langgraph_replay_guard.integrations.ledger_gate import given_update
 from langgraph_replay_guard.integrations.prompt import (
     next_call_reminder,
     system_prompt_with_reminder,
@@ -195,7 +198,11 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self._name = name or _DEFAULT_NAME
         self.channel = GUARD_CHANNEL if name is None else f"{GUARD_CHANNEL}__{name}"
         self.state_schema = _state_schema(self.channel)
-        self._calls = ToolCallWrapper(self.guard, channel=self.channel, end_batches=False)
+        # Previews are written at the model call, from the messages the model is given:
+        # a middleware may change a result after the tools node (`_show`).
+        self._calls = ToolCallWrapper(
+            self.guard, channel=self.channel, end_batches=False, defer_previews=True
+        )
         self._tools_checked = False
         self._agent_tools_learned = False
         self._offered: tuple[Any, ...] | None = None  # the tools the last model call offered
@@ -323,6 +330,33 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if send is not None:
             send([(self.channel, scrub_update(gone))])
 
+    def _show(self, request: ModelRequest[Any]) -> None:
+        """Give the last batch's results their previews, cut from what the model is given.
+
+        The tools node records a result's digest and no text (`defer_previews`): a
+        middleware may still change the result (`PIIMiddleware` redacts it in its
+        `before_model`), and the checkpoint of that middleware's own step would otherwise
+        keep the raw preview. The model node runs after every `before_model`: a ToolMessage
+        of the batch whose text still has the recorded digest reached the model unchanged
+        and gets its preview; a changed one keeps its digest only. No I/O: one channel write.
+        """
+        config = self._calls.config
+        value = request.state.get(self.channel)
+        if not config.store_previews or value is None:
+            return
+        unshown = unshown_hashes(value)
+        if not unshown:
+            return
+        previews: dict[str, str] = {}
+        for message in _last_batch(request.state.get("messages") or ()):
+            text = _text(message)
+            digest = content_hash(text)
+            if digest in unshown:
+                previews[digest] = text[: config.result_preview_chars]
+        send = channel_writer(_run_config()) if previews else None
+        if send is not None:
+            send([(self.channel, show_update(previews))])
+
     def _given(self, request: ModelRequest[Any]) -> tuple[BaseStore, Plan] | None:
         """The ledger plan that makes the last batch's rows hold what the model is given.
 
@@ -357,7 +391,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         asked = _asked_hashes(ai, given)
         # One SQLite connection for the checkpointer and the store: see `LedgerGate`.
         store_cas.share_connection(store, run_checkpointer(configurable))
-        return store, given_plan(gate.prefix, str(thread_id), given, keys, asked)
+        return store, given_plan(gate.prefix, str(thread_id), given, keys, asked, given_update)
 
     def _write(self, request: ModelRequest[Any], events: list[Event]) -> None:
         """One write of the model call's events beside the model node's output."""
@@ -429,7 +463,9 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
     ) -> ToolMessage | Command[Any]:
         """Decide, run or answer, and record one tool call."""
-        return self._calls.wrap(request, handler)
+        # A tool may return a list of Commands and ToolMessages, which the tools node takes
+        # (the hook's type names the usual forms): a replay gives such a list back too.
+        return cast("ToolMessage | Command[Any]", self._calls.wrap(request, handler))
 
     @signature_once
     async def awrap_tool_call(
@@ -438,7 +474,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
         """Async twin of `wrap_tool_call`."""
-        return await self._calls.awrap(request, handler)
+        return cast("ToolMessage | Command[Any]", await self._calls.awrap(request, handler))
 
     @signature_once
     def wrap_model_call(
@@ -453,6 +489,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return ModelResponse(result=[stop])
         self._check_tools(request)
         self._scrub(request)
+        self._show(request)
         given = self._given(request)
         if given is not None:
             store, plan = given
@@ -478,6 +515,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return ModelResponse(result=[stop])
         self._check_tools(request)
         self._scrub(request)
+        self._show(request)
         given = self._given(request)
         if given is not None:
             store, plan = given

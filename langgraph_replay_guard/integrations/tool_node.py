@@ -101,7 +101,7 @@ __all__ = ["ToolCallWrapper", "guarded_tool_node", "route_after_tools"]
 
 logger = logging.getLogger("langgraph_replay_guard")
 
-ToolResult = ToolMessage | Command[Any]
+ToolResult = ToolMessage | Command[Any] | list[ToolMessage | Command[Any]]
 Execute = Callable[["ToolCallRequest"], ToolResult]
 AsyncExecute = Callable[["ToolCallRequest"], Awaitable[ToolResult]]
 Wrapper = Callable[["ToolCallRequest", Execute], ToolResult]
@@ -290,6 +290,10 @@ class ToolCallWrapper:
             execution lets out leaves the node as it does without a wrapper, instead of
             being turned into a message by the node's `handle_tool_errors` (see
             `NodeErrorPassage`).
+        defer_previews: Record a result's digest and no preview: a middleware may still
+            change the result before the model sees it (`PIIMiddleware` in its
+            `before_model`), so the caller adds the preview from what the model is given
+            (`ReplayGuardMiddleware`), and no checkpoint holds more.
     """
 
     def __init__(
@@ -305,8 +309,10 @@ class ToolCallWrapper:
         tools: tuple[str, ...] | None = None,
         reads_graph_state: bool = False,
         passes_node_errors: bool = False,
+        defer_previews: bool = False,
     ) -> None:
         """Create the wrapper."""
+        self.defer_previews = defer_previews
         self.passes_node_errors = passes_node_errors and inner is None
         self.raise_on_abort = raise_on_abort
         self.reads_graph_state = reads_graph_state
@@ -952,7 +958,15 @@ class ToolCallWrapper:
         if isinstance(result, Command) and result.graph is not None:
             logger.debug("tool %r returned a Command for another graph", run.planned.tool_call)
         command = isinstance(result, Command)
-        event = executed_event(self.config, run.planned, run.batch, outcome, text, command=command)
+        event = executed_event(
+            self.config,
+            run.planned,
+            run.batch,
+            outcome,
+            text,
+            command=command,
+            preview=not self.defer_previews,
+        )
         self._record(request, [event], first=run.first)
         return result
 

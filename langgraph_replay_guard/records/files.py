@@ -31,7 +31,9 @@ class RecordFileError(ReplayGuardError, ValueError):
         self.path = path
 
 
-def read_record_file(path: str | os.PathLike[str]) -> ExecutionRecord:
+def read_record_file(
+    path: str | os.PathLike[str], *, max_bytes: int | None = None
+) -> ExecutionRecord:
     """Load one execution record from a JSON file, as it is (nothing is rewritten).
 
     The file may be one of this package's records (`record.to_json_data()` saved as JSON) or
@@ -40,17 +42,25 @@ def read_record_file(path: str | os.PathLike[str]) -> ExecutionRecord:
 
     Args:
         path: The file.
+        max_bytes: A file bigger than this is not read (None: no limit).
 
     Returns:
         The record.
 
     Raises:
-        RecordFileError: The file cannot be read, is not JSON, or is not a valid record;
-            the message names the file and the first problem (an unknown
-            `finalResponse.status` is named with the accepted ones).
+        RecordFileError: The file cannot be read, is bigger than `max_bytes`, is not JSON,
+            or is not a valid record; the message names the file and the first problem (an
+            unknown `finalResponse.status` is named with the accepted ones).
     """
     file = Path(path)
     try:
+        size = file.stat().st_size
+        if max_bytes is not None and size > max_bytes:
+            msg = (
+                f"the record file {str(file)!r} is {size} bytes, above the limit of "
+                f"{max_bytes} bytes (--max-record-bytes): not read"
+            )
+            raise RecordFileError(msg, path=file)
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         msg = f"cannot read the record file {str(file)!r}: {exc}"
@@ -113,20 +123,25 @@ class RecordFiles:
 
     Args:
         paths: Record files and directories of them.
+        max_bytes: A file bigger than this is not read: it is a `RecordFileError` (None: no
+            limit).
 
     Raises:
         RecordFileError: A path does not exist.
     """
 
-    def __init__(self, paths: Iterable[str | os.PathLike[str]]) -> None:
+    def __init__(
+        self, paths: Iterable[str | os.PathLike[str]], *, max_bytes: int | None = None
+    ) -> None:
         """Find the files (they are read later, when needed)."""
         self.paths = record_file_paths(paths)
+        self.max_bytes = max_bytes
         self._loaded: dict[Path, ExecutionRecord | RecordFileError] = {}
 
     def _entry(self, path: Path) -> ExecutionRecord | RecordFileError:
         if path not in self._loaded:
             try:
-                self._loaded[path] = read_record_file(path)
+                self._loaded[path] = read_record_file(path, max_bytes=self.max_bytes)
             except RecordFileError as exc:
                 self._loaded[path] = exc
         return self._loaded[path]

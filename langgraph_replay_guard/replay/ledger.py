@@ -39,6 +39,7 @@ __all__ = [
     "Search",
     "Sleep",
     "Update",
+    "UpdateRewrite",
     "Write",
     "admit",
     "apply_resolution",
@@ -1200,21 +1201,35 @@ def find_by_tool_call_id(
     return [entry for entry in entries if entry is not None]
 
 
-def given_entry(entry: LedgerEntry, content: Any, asked: str | None = None) -> LedgerEntry | None:
+UpdateRewrite = Callable[[Mapping[str, Any], str, Any], Mapping[str, Any] | None]
+"""Rewrites a recorded `Command` update to what the model was given: `(update, tool_call_id,
+content)` -> the update whose ToolMessage answering `tool_call_id` holds `content`, or None
+when it holds no such message. The integrations know the messages' types (the core does not)."""
+
+
+def given_entry(
+    entry: LedgerEntry,
+    content: Any,
+    asked: str | None = None,
+    rewrite: UpdateRewrite | None = None,
+) -> LedgerEntry | None:
     """The row with its result's content replaced by what the model was given, if it differs.
 
     A middleware may change a tool's result after the guard recorded it (`PIIMiddleware`
     redacts tool results in its `before_model`): the row then keeps what the thread's
     messages hold, no more. A replay gives back what the model was given, which the same
     middleware leaves as it is. The artifact (never shown to the model, kept in the
-    message) and the status stay; a row whose result is a `Command`'s update, or unreadable,
-    is left as it is.
+    message) and the status stay. A row whose result is a `Command`'s update has the
+    ToolMessage inside its update rewritten too (`rewrite`: a replay gives that update back);
+    without `rewrite`, or when the update holds no message answering the call, or the row is
+    unreadable, it is left as it is.
 
     Args:
         entry: A row.
         content: The content of the call's ToolMessage in the thread's messages.
         asked: The hash of the arguments the model asked (`args_digest`): a row of other
             arguments under the call's id is left as it is. None: not checked.
+        rewrite: How to rewrite a recorded `Command` update (see `UpdateRewrite`).
 
     Returns:
         The new row (a new revision), or None when there is nothing to change.
@@ -1231,13 +1246,23 @@ def given_entry(entry: LedgerEntry, content: Any, asked: str | None = None) -> L
         return None
     try:
         recorded, artifact, status = decode_result(entry.result)
-        if decode_update(entry.result) is not None:
-            return None
+        update = decode_update(entry.result)
     except ValueError:
         return None
-    if recorded == content:
+    if update is None:
+        if recorded == content:
+            return None
+        return replace(entry, result=encode_result(content, artifact, status), rev=new_rev())
+    # A tool that returned a `Command`: its ToolMessage is inside the update, which a replay
+    # gives back whole, so the message there must hold what the model was given as well.
+    given_update = rewrite(update, entry.tool_call_id, content) if rewrite is not None else None
+    if given_update is None or (recorded == content and given_update == update):
         return None
-    return replace(entry, result=encode_result(content, artifact, status), rev=new_rev())
+    try:
+        result = encode_result(content, artifact, status, update=given_update)
+    except ValueError:  # the rewritten update cannot be stored: keep the row as it is
+        return None
+    return replace(entry, result=result, rev=new_rev())
 
 
 def given_plan(
@@ -1246,6 +1271,7 @@ def given_plan(
     given: Mapping[str, Any],
     keys: Mapping[str, Sequence[str]],
     asked: Mapping[str, str] | None = None,
+    rewrite: UpdateRewrite | None = None,
 ) -> Generator[Op, Any, int]:
     """The plan that makes the rows of these tool calls hold what the model was given.
 
@@ -1260,6 +1286,7 @@ def given_plan(
         given: tool_call_id -> the content its ToolMessage holds in the thread.
         keys: tool_call_id -> row keys where the caller expects its row.
         asked: tool_call_id -> hash of the arguments the model asked (see `given_entry`).
+        rewrite: How to rewrite a `Command` tool's recorded update (see `given_entry`).
 
     Returns:
         How many rows were rewritten.
@@ -1280,7 +1307,7 @@ def given_plan(
     for (tc, key), value in zip(keyed, values, strict=True):
         entry = _entry(key, value)
         wanted = (asked or {}).get(tc)
-        new = given_entry(entry, given[tc], wanted) if entry is not None else None
+        new = given_entry(entry, given[tc], wanted, rewrite) if entry is not None else None
         if entry is None or new is None:
             continue
         # Another writer since the read (a resolve, a claim) wins: its row stands.

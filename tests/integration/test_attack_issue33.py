@@ -8,6 +8,7 @@ model was given.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Annotated, Any
@@ -25,6 +26,10 @@ from langgraph_replay_guard import GuardConfig, ReplayGuard
 from langgraph_replay_guard.testing import ScriptedChatModel
 
 from .test_private_results import EMAIL, RESULT, _channel_text, _sqlite_cells
+from .test_records_cli import db, open_store, record_runs
+from .test_untrusted_databases import database
+
+__all__ = ["database", "db"]  # the database fixtures: SQLite and PostgreSQL (issue 33, "done when")
 
 os.environ["LANGSMITH_TRACING"] = "false"
 
@@ -92,7 +97,18 @@ class _RedactingWrapper(AgentMiddleware):  # type: ignore[type-arg]
         return result
 
 
-def _run_stack(tmp_path: Path, middleware: list[Any], tool_obj: Any) -> tuple[Any, bytes, Any]:
+def _run_stack(
+    tmp_path: Path,
+    middleware: list[Any],
+    tool_obj: Any,
+    config: GuardConfig | None = None,
+    *,
+    request: pytest.FixtureRequest | None = None,
+    backend: str = "sqlite",
+) -> tuple[Any, bytes, Any]:
+    """Run the stack; the latest checkpoint's values, the store's rows as bytes, the model."""
+    from .test_private_results import _backend
+
     model = ScriptedChatModel(
         script=[
             [("lookup_customer", {"customer_id": "C1"})],
@@ -100,19 +116,16 @@ def _run_stack(tmp_path: Path, middleware: list[Any], tool_obj: Any) -> tuple[An
         ]
     )
     cfg: Any = {"configurable": {"thread_id": "t"}}
-    with (
-        SqliteSaver.from_conn_string(str(tmp_path / "cp.db")) as saver,
-        SqliteStore.from_conn_string(str(tmp_path / "store.db")) as store,
-    ):
-        store.setup()
-        guard = ReplayGuard(GuardConfig(), store=store)
+    with _backend(backend, tmp_path, request) as (saver, store, dump):  # type: ignore[arg-type]
+        guard = ReplayGuard(config or GuardConfig(), store=store)
         stack = [m if m != "guard" else guard.middleware() for m in middleware]
         agent = create_agent(model, [tool_obj], middleware=stack, checkpointer=saver, store=store)
         out = agent.invoke({"messages": [HumanMessage("who is C1?")]}, cfg, durability="sync")
         latest = saver.get_tuple(cfg)
         assert latest is not None
         values = latest.checkpoint["channel_values"]
-    return out, b"".join(_sqlite_cells(tmp_path / "store.db")), (values, model)
+        stored = dump()
+    return out, stored, (values, model)
 
 
 def _plain_lookup() -> Any:
@@ -140,36 +153,49 @@ def test_a_redacting_wrap_tool_call_middleware_leaves_no_raw_result_in_channel_o
     assert EMAIL.encode() not in store_bytes
 
 
-def _command_lookup() -> Any:
+def _command_lookup(shape: str = "message") -> Any:
     @tool
     def lookup_customer(
         customer_id: str, tool_call_id: Annotated[str, InjectedToolCallId]
     ) -> Command:  # type: ignore[type-arg]
         """Look up a customer."""
+        if shape == "dict":  # the ToolMessage as a dict: add_messages builds it in the thread
+            answer = {"role": "tool", "content": RESULT, "tool_call_id": tool_call_id}
+            return Command(update={"messages": [answer]})
         return Command(update={"messages": [ToolMessage(RESULT, tool_call_id=tool_call_id)]})
 
     return lookup_customer
 
 
-_COMMAND_ROW = pytest.mark.xfail(
-    strict=True,
-    reason="a Command result's ledger row keeps the raw ToolMessage of its update: "
-    "ledger.given_entry leaves a Command's update as it is (documented in "
-    "docs/replay-safety.md, 'Rows the model node cannot find'); the channel and the "
-    "messages hold only the redacted text",
+# The ledger row of a Command tool holds its whole update (a replay gives it back): the
+# ToolMessage inside it is rewritten to what the model was given (failed on b3e3935: strict
+# xfail there).
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 )
-
-
-@_COMMAND_ROW
+@pytest.mark.parametrize("shape", ["message", "dict"])
+@pytest.mark.parametrize("tools", [None, {"lookup_customer": "unsafe"}], ids=["read", "unsafe"])
 @pytest.mark.parametrize("guard_first", [True, False], ids=["guard_first", "guard_last"])
 def test_pii_on_a_tool_returning_command_leaves_no_raw_result(
-    tmp_path: Path, guard_first: bool
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    guard_first: bool,
+    tools: dict[str, str] | None,
+    shape: str,
+    backend: str,
 ) -> None:
     pii = PIIMiddleware("email", strategy="redact", apply_to_tool_results=True)
     stack: list[Any] = ["guard", pii]
     if not guard_first:
         stack.reverse()
-    out, store_bytes, (values, model) = _run_stack(tmp_path, stack, _command_lookup())
+    out, store_bytes, (values, model) = _run_stack(
+        tmp_path,
+        stack,
+        _command_lookup(shape),
+        GuardConfig(tools=tools or {}),
+        request=request,
+        backend=backend,
+    )
     tool_messages = [m for m in out["messages"] if isinstance(m, ToolMessage)]
     assert tool_messages
     assert all(EMAIL not in str(m.content) for m in tool_messages)
@@ -178,7 +204,53 @@ def test_pii_on_a_tool_returning_command_leaves_no_raw_result(
     assert EMAIL.encode() not in store_bytes
 
 
-@_COMMAND_ROW
+def test_a_replayed_command_gives_back_what_the_model_was_given(tmp_path: Path) -> None:
+    """A fork from before an unsafe Command tool: the ledger answers it, redacted."""
+    runs: list[int] = []
+
+    @tool
+    def lookup_customer(
+        customer_id: str, tool_call_id: Annotated[str, InjectedToolCallId]
+    ) -> Command:  # type: ignore[type-arg]
+        """Look up a customer."""
+        runs.append(1)
+        return Command(update={"messages": [ToolMessage(RESULT, tool_call_id=tool_call_id)]})
+
+    model = ScriptedChatModel(script=[[("lookup_customer", {"customer_id": "C1"})], "ok", "ok"])
+    pii = PIIMiddleware("email", strategy="redact", apply_to_tool_results=True)
+    cfg: Any = {"configurable": {"thread_id": "t"}}
+    with (
+        SqliteSaver.from_conn_string(str(tmp_path / "cp.db")) as saver,
+        SqliteStore.from_conn_string(str(tmp_path / "store.db")) as store,
+    ):
+        store.setup()
+        guard = ReplayGuard(GuardConfig(tools={"lookup_customer": "unsafe"}), store=store)
+        agent = create_agent(
+            model,
+            [lookup_customer],
+            middleware=[guard.middleware(), pii],
+            checkpointer=saver,
+            store=store,
+        )
+        agent.invoke({"messages": [HumanMessage("who is C1?")]}, cfg, durability="sync")
+        seen = {c.config["configurable"]["checkpoint_id"] for c in saver.list(cfg)}
+        before = next(h for h in agent.get_state_history(cfg) if h.next == ("tools",))
+        out = agent.invoke(None, before.config, durability="sync")
+        fork = [
+            c.checkpoint["channel_values"]
+            for c in saver.list(cfg)
+            if c.config["configurable"]["checkpoint_id"] not in seen
+        ]
+    assert runs == [1], "the fork's call was answered from the ledger"
+    replayed = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert replayed[-1].text == RESULT.replace(EMAIL, "[REDACTED_EMAIL]")
+    assert fork, "the fork wrote checkpoints"
+    for values in fork:
+        assert all(EMAIL not in str(m.content) for m in values.get("messages", []))
+        assert EMAIL not in _channel_text(values)
+    assert EMAIL.encode() not in b"".join(_sqlite_cells(tmp_path / "store.db"))
+
+
 @pytest.mark.parametrize("guard_first", [True, False], ids=["guard_outer", "guard_inner"])
 def test_a_redacting_wrapper_on_a_command_tool_leaves_no_raw_result(
     tmp_path: Path, guard_first: bool
@@ -216,33 +288,44 @@ def _lc_constructors(marker: Path) -> list[dict[str, Any]]:
     ]
 
 
-def test_a_json_checkpoint_blob_with_lc_constructors_runs_nothing(tmp_path: Path) -> None:
+def test_a_json_checkpoint_blob_with_lc_constructors_runs_nothing(
+    tmp_path: Path, database: tuple[str, Any, Any, Any]
+) -> None:
     import json
 
     from langgraph.checkpoint.base import empty_checkpoint
 
-    from .test_untrusted_databases import _cli, _markers, _sqlite
+    from .test_untrusted_databases import _cli, _markers
 
-    with _sqlite(tmp_path) as (db, saver, _store, sql):
-        thread = "lc-evil"
-        checkpoint = empty_checkpoint()
-        hostile = _lc_constructors(tmp_path / "marker-lc")
-        checkpoint["channel_values"] = {"messages": hostile, "replay_guard": hostile[1]}
-        version = saver.get_next_version(None, None)
-        checkpoint["channel_versions"] = {"messages": version, "replay_guard": version}
-        config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
-        saver.put(config, checkpoint, {"source": "input", "step": -1}, {})
+    db, saver, _store, sql = database
+    thread = "lc-evil"
+    checkpoint = empty_checkpoint()
+    hostile = _lc_constructors(tmp_path / "marker-lc")
+    checkpoint["channel_values"] = {"messages": hostile, "replay_guard": hostile[1]}
+    version = saver.get_next_version(None, None)
+    versions = {"messages": version, "replay_guard": version}
+    checkpoint["channel_versions"] = dict(versions)
+    config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    saver.put(config, checkpoint, {"source": "input", "step": -1}, versions)
+    if type(saver).__name__ == "SqliteSaver":  # the whole checkpoint is one blob
         blob = json.dumps(checkpoint, default=str).encode()
         sql(
             "UPDATE checkpoints SET type = 'json', checkpoint = %s WHERE thread_id = %s",
             (blob, thread),
         )
-        done = [
-            _cli("inspect", "--db", db, "--thread", thread),
-            _cli("inspect", "--db", db, "--thread", thread, "--json"),
-            _cli("export", "--db", db, "--thread", thread),
-            _cli("export", "--db", db),
-        ]
+    else:  # PostgreSQL: each channel's value is a blob of its own
+        for channel, value in (("messages", hostile), ("replay_guard", hostile[1])):
+            sql(
+                "UPDATE checkpoint_blobs SET type = 'json', blob = %s "
+                "WHERE thread_id = %s AND channel = %s",
+                (json.dumps(value).encode(), thread, channel),
+            )
+    done = [
+        _cli("inspect", "--db", db, "--thread", thread),
+        _cli("inspect", "--db", db, "--thread", thread, "--json"),
+        _cli("export", "--db", db, "--thread", thread),
+        _cli("export", "--db", db),
+    ]
     assert _markers(tmp_path) == []
     for result in done:
         assert "Traceback" not in result.stderr, result.stderr[-3000:]
@@ -254,37 +337,37 @@ def test_a_json_checkpoint_blob_with_lc_constructors_runs_nothing(tmp_path: Path
 _MB = 1024 * 1024
 
 
-def _records_db(tmp_path: Path) -> tuple[str, str]:
-    from .test_records_cli import record_runs
-
-    target = str(tmp_path / "records.db")
-    good, _, _ = record_runs("sqlite", target)
+def _records_db(db: tuple[str, str]) -> tuple[str, str]:
+    kind, target = db
+    good, _, _ = record_runs(kind, target)
     return target, good
 
 
-def _put_chunk(target: str, execution_id: str, text: Any) -> None:
-    with SqliteStore.from_conn_string(target) as store:
+def _put_chunk(db: tuple[str, str], execution_id: str, text: Any) -> None:
+    with open_store(*db) as store:
         store.put(("replay_guard", "records__bodies"), f"{execution_id}/0", {"text": text})
 
 
-def test_records_commands_on_a_deep_record_body_give_one_line(tmp_path: Path) -> None:
+def test_records_commands_on_a_deep_record_body_give_one_line(db: tuple[str, str]) -> None:
     from .test_cli_hostile_databases import _cli
 
-    target, good = _records_db(tmp_path)
-    _put_chunk(target, good, "[" * 200_000 + "]" * 200_000)
+    target, good = _records_db(db)
+    _put_chunk(db, good, "[" * 200_000 + "]" * 200_000)
     for args in (["show", good], ["replay", good], ["verify"], ["list"]):
         result = _cli("records", *args, "--db", target)
         assert "Traceback" not in result.stderr, (args, result.stderr[-3000:])
         assert result.returncode in (0, 1), (args, result.returncode, result.stderr)
 
 
-def test_records_commands_do_not_load_a_body_chunk_above_the_item_limit(tmp_path: Path) -> None:
+def test_records_commands_do_not_load_a_body_chunk_above_the_item_limit(
+    db: tuple[str, str],
+) -> None:
     """A hostile writer's 24 MB body chunk is named and not read (it was loaded whole)."""
     from .test_cli_hostile_databases import _cli, _peak_kb
 
-    target, good = _records_db(tmp_path)
+    target, good = _records_db(db)
     small_kb, _ = _peak_kb("records", "show", good, "--db", target)
-    _put_chunk(target, good, "x" * (24 * _MB))
+    _put_chunk(db, good, "x" * (24 * _MB))
     huge_kb, result = _peak_kb("records", "show", good, "--db", target)
     assert "Traceback" not in result.stderr
     assert huge_kb - small_kb < 8 * 1024, (small_kb, huge_kb)
@@ -304,30 +387,30 @@ def test_records_commands_do_not_load_a_body_chunk_above_the_item_limit(tmp_path
 
 
 def test_inspect_does_not_load_a_callback_handler_mark_above_the_item_limit(
-    tmp_path: Path,
+    database: tuple[str, Any, Any, Any],
 ) -> None:
     """The handler's marks (listed by inspect since issue 33 item 9) were read unbounded."""
     from langgraph_replay_guard.integrations.callbacks.scopes import scopes_namespace
     from langgraph_replay_guard.replay.ledger import store_label
 
     from .test_cli_hostile_databases import _cli, _peak_kb
-    from .test_untrusted_databases import _hostile_checkpoint, _sqlite
+    from .test_untrusted_databases import _hostile_checkpoint
 
-    with _sqlite(tmp_path) as (db, saver, store, sql):
-        _hostile_checkpoint(saver, sql, "t", "plain")
-        where = (*scopes_namespace(("replay_guard",)), "unknown", store_label("t"))
-        store.put(where, "small", {"k": "small", "n": "send_email", "a": "to='a'", "e": ""})
-        small_kb, _ = _peak_kb("inspect", "--db", db, "--thread", "t")
-        big = {"k": "big", "n": "send_email", "a": "x" * (24 * _MB), "e": ""}
-        store.put(where, "big", big)
-        huge_kb, result = _peak_kb("inspect", "--db", db, "--thread", "t")
-        assert "Traceback" not in result.stderr
-        assert huge_kb - small_kb < 8 * 1024, (small_kb, huge_kb)
-        assert result.returncode == 1, result.stderr
-        assert "callback handler mark 'big': it is 24.0 MB" in result.stderr
-        assert "send_email(to='a')" in result.stdout  # the other mark is still listed
-        raised = _cli("inspect", "--db", db, "--thread", "t", "--max-item-bytes", "64M")
-        assert raised.returncode == 0, raised.stderr
+    db, saver, store, sql = database
+    _hostile_checkpoint(saver, sql, "t", "plain")
+    where = (*scopes_namespace(("replay_guard",)), "unknown", store_label("t"))
+    store.put(where, "small", {"k": "small", "n": "send_email", "a": "to='a'", "e": ""})
+    small_kb, _ = _peak_kb("inspect", "--db", db, "--thread", "t")
+    big = {"k": "big", "n": "send_email", "a": "x" * (24 * _MB), "e": ""}
+    store.put(where, "big", big)
+    huge_kb, result = _peak_kb("inspect", "--db", db, "--thread", "t")
+    assert "Traceback" not in result.stderr
+    assert huge_kb - small_kb < 8 * 1024, (small_kb, huge_kb)
+    assert result.returncode == 1, result.stderr
+    assert "callback handler mark 'big': it is 24.0 MB" in result.stderr
+    assert "send_email(to='a')" in result.stdout  # the other mark is still listed
+    raised = _cli("inspect", "--db", db, "--thread", "t", "--max-item-bytes", "64M")
+    assert raised.returncode == 0, raised.stderr
 
 
 ESCAPES = "\x1b[2J\x1b]0;PWNED\x07\u202e\r\x9b"
@@ -335,32 +418,34 @@ CONTROLS = "\x1b\x07\u202e\r\x9b"
 
 
 def test_inspect_text_escapes_terminal_control_characters_a_database_holds(
-    tmp_path: Path,
+    database: tuple[str, Any, Any, Any],
 ) -> None:
     """A hostile tool name or error text cleared the operator's screen, set its title."""
     from langgraph_replay_guard.integrations.callbacks.scopes import scopes_namespace
     from langgraph_replay_guard.replay.ledger import store_label
 
     from .test_cli_hostile_databases import _cli
-    from .test_untrusted_databases import _hostile_checkpoint, _sqlite
+    from .test_untrusted_databases import _hostile_checkpoint
 
-    with _sqlite(tmp_path) as (db, saver, store, sql):
-        _hostile_checkpoint(saver, sql, "t", "plain")
-        where = (*scopes_namespace(("replay_guard",)), "unknown", store_label("t"))
-        mark = {"k": "k1", "n": f"send{ESCAPES}", "a": f"to={ESCAPES}", "e": f"boom{ESCAPES}"}
-        store.put(where, "k1", mark)
-        result = _cli("inspect", "--db", db, "--thread", "t")
+    db, saver, store, sql = database
+    _hostile_checkpoint(saver, sql, "t", "plain")
+    where = (*scopes_namespace(("replay_guard",)), "unknown", store_label("t"))
+    mark = {"k": "k1", "n": f"send{ESCAPES}", "a": f"to={ESCAPES}", "e": f"boom{ESCAPES}"}
+    store.put(where, "k1", mark)
+    result = _cli("inspect", "--db", db, "--thread", "t")
     assert "send\\u001b[2J" in result.stdout, result.stdout
     for char in CONTROLS:
         assert char not in result.stdout, repr(char)
 
 
-def test_records_show_escapes_terminal_control_characters(tmp_path: Path) -> None:
+def test_records_show_escapes_terminal_control_characters(
+    tmp_path: Path, db: tuple[str, str]
+) -> None:
     import json
 
     from .test_cli_hostile_databases import _cli
 
-    target, good = _records_db(tmp_path)
+    target, good = _records_db(db)
     data = json.loads(_cli("records", "show", good, "--db", target, "--json").stdout)
     data.pop("problems", None)
     data["events"][0]["tool"] = f"lookup{ESCAPES}"
@@ -424,3 +509,194 @@ def test_other_extension_codes_and_nested_payloads_run_nothing(tmp_path: Path, n
     blob = ormsgpack.packb(_hostile_extensions(marker)[name])
     SafeSerializer().loads_typed(("msgpack", blob))
     assert not marker.exists()
+
+
+# --- attacks on the issue's last fixes: PII in a deep agent's sub-agent ---------------------
+
+
+@pytest.mark.parametrize("guard_first", [True, False], ids=["guard_first", "guard_last"])
+def test_pii_in_a_sub_agent_leaves_no_raw_result_in_any_channel_or_row(
+    tmp_path: Path, guard_first: bool
+) -> None:
+    """The guard and PIIMiddleware in a Deep Agents sub-agent: its checkpoints (a namespace
+    of their own under the parent's `task` call) and its ledger rows hold no raw result."""
+    pytest.importorskip("deepagents", reason="the stacks extra: pip install -e '.[stacks]'")
+    from deepagents import create_deep_agent
+
+    runs: list[int] = []
+
+    @tool
+    def lookup_customer(customer_id: str) -> str:
+        """Look up a customer."""
+        runs.append(1)
+        return RESULT
+
+    sub_model = ScriptedChatModel(
+        script=[
+            [("lookup_customer", {"customer_id": "C1"})],
+            [("lookup_customer", {"customer_id": "C1"})],
+        ],
+        final="Done.",
+    )
+    parent_model = ScriptedChatModel(
+        script=[[("task", {"description": "Who is C1?", "subagent_type": "researcher"})]],
+        final="Answered.",
+    )
+    cfg: Any = {"configurable": {"thread_id": "deep"}}
+    with (
+        SqliteSaver.from_conn_string(str(tmp_path / "cp.db")) as saver,
+        SqliteStore.from_conn_string(str(tmp_path / "store.db")) as store,
+    ):
+        store.setup()
+        guard = ReplayGuard(GuardConfig(tools={"lookup_customer": "unsafe"}), store=store)
+        pii = PIIMiddleware("email", strategy="redact", apply_to_tool_results=True)
+        sub_stack = [guard.middleware(name="researcher"), pii]
+        if not guard_first:
+            sub_stack.reverse()
+        researcher = {
+            "name": "researcher",
+            "description": "Looks customers up.",
+            "system_prompt": "Look the customer up.",
+            "tools": [lookup_customer],
+            "model": sub_model,
+            "middleware": sub_stack,
+        }
+        agent = create_deep_agent(
+            parent_model,
+            [],
+            subagents=[researcher],
+            middleware=[guard.middleware(name="main")],
+            checkpointer=saver,
+            store=store,
+        )
+        agent.invoke({"messages": [HumanMessage("help")]}, cfg, durability="sync")
+        checkpoints = list(saver.list(cfg))  # every namespace of the thread
+    assert runs, "the sub-agent's tool ran"
+    assert all(EMAIL not in str(m.content) for seen in sub_model.seen for m in seen)
+    channels = [
+        (name, value, item.config)
+        for item in checkpoints
+        for name, value in item.checkpoint["channel_values"].items()
+        if name.startswith("replay_guard")
+    ]
+    assert any(name == "replay_guard__researcher" for name, _, _ in channels), (
+        "walked the sub-agent"
+    )
+    for name, value, config in channels:
+        assert EMAIL not in json.dumps(value, default=str), (name, config)
+    assert EMAIL.encode() not in b"".join(_sqlite_cells(tmp_path / "store.db"))
+
+
+# --- attacks on the issue's last fixes: a tool returning a list of Commands -----------------
+
+
+def _list_tool(runs: list[int], text: str, shape: str = "commands") -> Any:
+    @tool
+    def lookup_customer(customer_id: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Any:
+        """Look up a customer."""
+        runs.append(1)
+        # LangGraph's tools node takes a list of Commands and ToolMessages from one call.
+        note = Command(update={"messages": [HumanMessage("a note the tool added", id="note")]})
+        if shape == "message_first":
+            return [ToolMessage(text, tool_call_id=tool_call_id), note]
+        return [
+            Command(update={"messages": [ToolMessage(text, tool_call_id=tool_call_id)]}),
+            note,
+        ]
+
+    return lookup_customer
+
+
+@pytest.mark.parametrize("shape", ["commands", "message_first"])
+@pytest.mark.parametrize("redact", [False, True], ids=["plain", "pii"])
+def test_a_tool_returning_a_list_of_commands_is_replayed_whole(
+    tmp_path: Path, redact: bool, shape: str
+) -> None:
+    """The row of an unsafe call that returned a list held its answer's text only ("" until
+    the next model call rewrote it): a replay (a fork, or a crash resumed before the model
+    node) answered with an empty ToolMessage and dropped the other Command (b3e3935)."""
+    runs: list[int] = []
+    model = ScriptedChatModel(script=[[("lookup_customer", {"customer_id": "C1"})], "ok", "ok"])
+    cfg: Any = {"configurable": {"thread_id": "t"}}
+    given = RESULT.replace(EMAIL, "[REDACTED_EMAIL]") if redact else RESULT
+    with (
+        SqliteSaver.from_conn_string(str(tmp_path / "cp.db")) as saver,
+        SqliteStore.from_conn_string(str(tmp_path / "store.db")) as store,
+    ):
+        store.setup()
+        guard = ReplayGuard(GuardConfig(tools={"lookup_customer": "unsafe"}), store=store)
+        stack: list[Any] = [guard.middleware()]
+        if redact:
+            stack.append(PIIMiddleware("email", strategy="redact", apply_to_tool_results=True))
+        agent = create_agent(
+            model,
+            [_list_tool(runs, RESULT, shape)],
+            middleware=stack,
+            checkpointer=saver,
+            store=store,
+        )
+        if redact:  # the model node rewrites the row to what the model was given
+            agent.invoke({"messages": [HumanMessage("who is C1?")]}, cfg, durability="sync")
+        else:  # the run stops before the model node: the row is as the tools node wrote it
+            first = {"messages": [HumanMessage("who is C1?")]}
+            agent.invoke(first, cfg, durability="sync", interrupt_before=["model"])
+            agent.invoke(None, cfg, durability="sync", interrupt_before=["model"])
+        before = next(h for h in agent.get_state_history(cfg) if h.next == ("tools",))
+        out = agent.invoke(None, before.config, durability="sync", interrupt_before=["model"])
+    assert runs == [1], "the fork's call was answered from the ledger"
+    [answer] = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert answer.text == given
+    assert [m.text for m in out["messages"] if m.id == "note"] == ["a note the tool added"]
+    if redact:
+        assert EMAIL.encode() not in b"".join(_sqlite_cells(tmp_path / "store.db"))
+
+
+# --- attack: the callback handler beside PIIMiddleware --------------------------------------
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_the_callback_handler_keeps_no_raw_preview_under_pii(
+    tmp_path: Path, asynchronous: bool
+) -> None:
+    """The handler recorded a preview of what the tool returned in its store (its state per
+    thread), and quoted it in the duplicate's answer: PII's `before_model` redacts results
+    only after that (b3e3935). Its previews wait for the next model call's messages now."""
+    import asyncio
+
+    from langgraph_replay_guard import ReplayGuardCallbackHandler
+
+    runs: list[int] = []
+
+    @tool
+    def lookup_customer(customer_id: str) -> str:
+        """Look up a customer."""
+        runs.append(1)
+        return RESULT
+
+    @tool
+    def plain_lookup(customer_id: str) -> str:
+        """Look up a customer's plan."""
+        return "plan gold, renewed in May"
+
+    model = ScriptedChatModel(
+        script=[
+            [("lookup_customer", {"customer_id": "C1"}), ("plain_lookup", {"customer_id": "C1"})],
+            [("lookup_customer", {"customer_id": "C1"})],
+        ]
+    )
+    pii = PIIMiddleware("email", strategy="redact", apply_to_tool_results=True)
+    with SqliteStore.from_conn_string(str(tmp_path / "store.db")) as store:
+        store.setup()
+        handler = ReplayGuardCallbackHandler(store=store)
+        agent = create_agent(model, [lookup_customer, plain_lookup], middleware=[pii])
+        cfg: Any = {"configurable": {"thread_id": "cb"}, "callbacks": [handler]}
+        given = {"messages": [HumanMessage("who is C1?")]}
+        out = asyncio.run(agent.ainvoke(given, cfg)) if asynchronous else agent.invoke(given, cfg)
+    assert runs == [1], "the duplicate was still refused (digests)"
+    answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert all(EMAIL not in str(m.content) for m in answers), [m.content for m in answers]
+    stored = b"".join(_sqlite_cells(tmp_path / "store.db"))  # the handler's state per thread
+    assert EMAIL.encode() not in stored
+    assert b"Customer C1" not in stored, "a redacted result keeps its digest only"
+    # A result the model was given unchanged still gets its preview.
+    assert b"plan gold, renewed in May" in stored

@@ -187,16 +187,59 @@ def test_guard_holds_no_more_of_a_result_than_the_messages(
     assert EMAIL not in _channel_text(latest), "the thread's state keeps the redacted preview"
     # The model never saw the address, not even in the duplicate's answer.
     assert all(EMAIL not in str(m.content) for seen in model.seen for m in seen)
-    # Every checkpoint's channel holds no more than its messages, but one: the redactor's
-    # own step, right after the tools node's (whose messages hold the raw result too): the
-    # model node after it drops the preview (see docs/replay-safety.md).
+    # No checkpoint's channel holds the address, the redactor's own step's included (it
+    # held the raw preview on b3e3935): the tools node records a digest, and the model node
+    # adds the preview of what the model is given.
     for i, values in enumerate(checkpoints):  # newest first
-        if EMAIL in _channel_text(values) and EMAIL not in _messages_text(values):
-            assert EMAIL in _messages_text(checkpoints[i + 1]), f"checkpoint {i} keeps it"
+        assert EMAIL not in _channel_text(values), f"checkpoint {i} keeps it"
     # The ledger rows were rewritten to what the model was given (a read's row and an unsafe
     # call's, found through its lookup row, alike).
     assert b"[REDACTED_EMAIL]" in store_bytes
     assert EMAIL.encode() not in store_bytes
+
+
+@pytest.mark.parametrize("guard_first", [True, False], ids=["guard_first", "guard_last"])
+def test_no_checkpoint_in_the_history_holds_a_raw_preview(
+    tmp_path: Path, guard_first: bool
+) -> None:
+    """Every state of the thread (`get_state_history`): the guard channel never held the raw
+    result, not even in the checkpoint of the redacting middleware's own step (b3e3935 wrote
+    the preview in the tools node and dropped it one step later, at the model call)."""
+    runs: list[int] = []
+    model = ScriptedChatModel(script=[[("lookup_customer", {"customer_id": "C1"})], "done"])
+    pii = PIIMiddleware("email", strategy="redact", apply_to_tool_results=True)
+    cfg: Any = {"configurable": {"thread_id": "history"}}
+    with SqliteSaver.from_conn_string(str(tmp_path / "cp.db")) as saver:
+        guard = ReplayGuard(GuardConfig())
+        stack = [guard.middleware(), pii] if guard_first else [pii, guard.middleware()]
+        agent = create_agent(model, [_lookup_tool(runs)], middleware=stack, checkpointer=saver)
+        agent.invoke({"messages": [HumanMessage("who is C1?")]}, cfg, durability="sync")
+        history = list(agent.get_state_history(cfg))
+        steps = {h.metadata.get("step") if h.metadata else None for h in history}
+    assert runs == [1]
+    assert len(history) >= 5, steps  # input, model, tools, the redactor's step, model
+    for snapshot in history:
+        assert EMAIL not in _channel_text(snapshot.values), snapshot.metadata
+    # The digest is there from the tools node on (the loop layers read it).
+    assert any(GUARD_CHANNEL in h.values for h in history)
+
+
+def test_the_preview_of_an_unchanged_result_is_written_at_the_model_call(tmp_path: Path) -> None:
+    """Nothing redacts: the channel gets the preview, cut from the message the model read."""
+    runs: list[int] = []
+    model = ScriptedChatModel(script=[[("lookup_customer", {"customer_id": "C1"})], "done"])
+    cfg: Any = {"configurable": {"thread_id": "plain"}}
+    with SqliteSaver.from_conn_string(str(tmp_path / "cp.db")) as saver:
+        guard = ReplayGuard(GuardConfig(result_preview_chars=20))
+        agent = create_agent(
+            model, [_lookup_tool(runs)], middleware=[guard.middleware()], checkpointer=saver
+        )
+        agent.invoke({"messages": [HumanMessage("who is C1?")]}, cfg, durability="sync")
+        history = list(agent.get_state_history(cfg))  # newest first
+    after_tools = next(h for h in history if h.next == ("model",) and h.values.get(GUARD_CHANNEL))
+    assert RESULT[:20] not in _channel_text(after_tools.values), "the tools node kept a digest"
+    assert RESULT[:20] in _channel_text(history[0].values), "the model call added the preview"
+    assert RESULT[:21] not in _channel_text(history[0].values)
 
 
 @pytest.mark.parametrize("guard_first", [True, False], ids=["guard_first", "guard_last"])

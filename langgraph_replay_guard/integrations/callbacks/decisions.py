@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from langchain_core.messages import AIMessage, ToolCall
+from langchain_core.messages import AIMessage, ToolCall, ToolMessage
 
 from langgraph_replay_guard.decisions.engine import (
     UNKNOWN_TOOL,
@@ -25,11 +25,13 @@ from langgraph_replay_guard.decisions.engine import (
     state_view,
     stop_error,
 )
+from langgraph_replay_guard.decisions.keys import content_hash
 from langgraph_replay_guard.decisions.state import (
     Event,
     GuardView,
     Outcome,
     settled,
+    show_update,
     state_for_turn,
 )
 from langgraph_replay_guard.decisions.state_format import CallEvent
@@ -148,8 +150,8 @@ class CallbackDecider:
 
     # -- model calls --------------------------------------------------------------------------
 
-    def model_start(self, key: ScopeKey, turn: str) -> None:
-        """Note the turn of a model call.
+    def model_start(self, key: ScopeKey, turn: str, messages: Sequence[Any] = ()) -> None:
+        """Note the turn of a model call, and the previews of what it is given.
 
         Raises:
             LoopAbortedError: With `exit_behavior="error"` when the turn was stopped (a tools node
@@ -158,12 +160,35 @@ class CallbackDecider:
         scope = self.scopes.get(key)
         with scope.lock:
             scope.turn = turn
+            self._show(scope, messages)
+            scope.model_seen = True
             if not raises_on_abort(self.config):
                 return
             view = state_for_turn(settled(self.scopes.read(scope)), turn, self.config.scope)
             stop = view.get("stop")
         if stop is not None:
             raise stop_error(stop)
+
+    def _show(self, scope: Scope, messages: Sequence[Any]) -> None:
+        """Write the previews of the results recorded since the last model call, as given.
+
+        Once a model drives the calls, a result's event keeps its digest and no text (see
+        `_record`): a middleware may change the result before the model sees it (`PIIMiddleware`
+        redacts ToolMessages in its `before_model`), and the handler's state (in its store)
+        must not keep more of it than the model is given. A preview is written when a
+        ToolMessage of the model's messages still has the result's digest; when the messages
+        hold no ToolMessage after the last AIMessage (an `AgentExecutor`'s scratchpad), as the
+        tool returned it. Call with `scope.lock` held.
+        """
+        unshown, scope.unshown = scope.unshown, {}
+        if not unshown:
+            return
+        answers = _last_answers(messages)
+        if answers is not None:
+            given = {content_hash(_text(m)) for m in answers}
+            unshown = {digest: text for digest, text in unshown.items() if digest in given}
+        if unshown:
+            self.scopes.write(scope, show_update(unshown))
 
     def model_answered(self, key: ScopeKey) -> None:
         """The model answered without tool calls: no reminder is pending for a next call."""
@@ -361,8 +386,18 @@ class CallbackDecider:
                 turn=batch.turn,
             )
         else:
-            event = executed_event(self.config, planned, batch, outcome, text)
+            deferred = admitted.scope.model_seen and self.config.store_previews
+            event = executed_event(self.config, planned, batch, outcome, text, preview=not deferred)
         with admitted.scope.lock:
+            digest = event.get("h")
+            if outcome == "success" and event.get("p") is None and text and digest:
+                # Kept in this process until the next model call shows what it is given;
+                # bounded, as tools may run long without a model call (the oldest go).
+                unshown = admitted.scope.unshown
+                unshown.pop(digest, None)
+                unshown[digest] = text[: self.config.result_preview_chars]
+                if len(unshown) > _MAX_UNSHOWN:
+                    del unshown[next(iter(unshown))]
             self._write(admitted.scope, [event])
 
     def failed(self, admitted: Admitted, error: BaseException) -> None:
@@ -789,3 +824,24 @@ def unknown_message(mark: Mapping[str, Any], scope: ScopeKey) -> str:
         f"{where}, {mark['n']!r}, <args>, 'succeeded' | 'failed' | 'retry'). "
         "Do not call it again now; tell the user its outcome is unknown."
     )
+
+
+_MAX_UNSHOWN = 256
+"""Most previews a scope keeps in memory for the next model call (`Scope.unshown`)."""
+
+
+def _last_answers(messages: Sequence[Any]) -> list[ToolMessage] | None:
+    """The ToolMessages after the last AIMessage, or None when there is none to compare."""
+    answers: list[ToolMessage] = []
+    for message in reversed(messages):
+        if isinstance(message, ToolMessage):
+            answers.append(message)
+        elif isinstance(message, AIMessage):
+            break
+    return answers or None
+
+
+def _text(message: ToolMessage) -> str:
+    """A ToolMessage's content as its result's digest was taken (see `result_outcome`)."""
+    content = message.content
+    return content if isinstance(content, str) else repr(content)

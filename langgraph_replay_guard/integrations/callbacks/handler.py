@@ -596,7 +596,7 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             # The names are known (`check`): a tool a middleware offers the model and serves
             # itself, which the tools node lacks, is one too.
             self._guard.learn_tools(_offered_tools(kwargs.get("invocation_params")))
-        self._guard.model_start(info.scope, _turn_of(messages, info.root))
+        self._guard.model_start(info.scope, _turn_of(messages, info.root), messages)
 
     @_fail_open
     def on_llm_end(

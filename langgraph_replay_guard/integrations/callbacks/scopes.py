@@ -144,6 +144,12 @@ class Scope:
     """Positions in the plan already recorded when it was made (calls to unknown tools)."""
     shown: tuple[Any, ...] | None = None
     """The reminder `reminder()` returned last, so that it is returned once."""
+    model_seen: bool = False
+    """A chat model call was seen: results go to a model next, and a middleware may change
+    them before it (`PIIMiddleware`); their previews wait for that call (`unshown`)."""
+    unshown: dict[str, str] = field(default_factory=dict)
+    """Result digest -> preview of results recorded since, in this process only (never
+    stored): the next model call writes those its messages still hold."""
 
 
 class ScopeTable:
@@ -229,8 +235,10 @@ class ScopeTable:
             return item.value if item is not None else None
         return None
 
-    def write(self, scope: Scope, update: StateUpdate) -> None:
-        """Fold an update into the scope's guard state (read, merge, write back).
+    def write(self, scope: Scope, update: StateUpdate | dict[str, Any]) -> None:
+        """Fold an update (events, or a `show_update`) into the scope's guard state.
+
+        Read, merge, write back.
 
         Call with `scope.lock` held.
         """
