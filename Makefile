@@ -21,8 +21,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	LANGSMITH_TRACING=false $(BIN)/replay-guard demo
 
+# The whole suite in parallel (pytest-xdist: one worker per core; `--dist loadgroup` keeps a
+# module that shares a server on one worker), slow group included, then the 15 slowest tests.
+# TEST_WORKERS=0 runs it in one process; `pytest -m "not slow"` is the quick loop.
+TEST_WORKERS ?= auto
 test: $(STAMP)
-	LANGSMITH_TRACING=false $(BIN)/python -m pytest -q
+	LANGSMITH_TRACING=false $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup \
+		--durations=15
 
 lint: $(STAMP)
 	$(BIN)/ruff check langgraph_replay_guard tests benchmarks examples notebooks

@@ -324,9 +324,17 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         previews = held_previews(request.state.get(self.channel))
         if not previews:
             return
-        texts = [_text(message) for message in request.state.get("messages") or ()]
-        gone = [p for p in previews if not any(p in text for text in texts)]
-        send = channel_writer(_run_config()) if gone else None
+        # Newest messages first, stopping once every preview is found: the channel keeps the
+        # previews of the most recently used results, so they sit in the last few messages.
+        # Reading every message for every preview made each step cost O(thread length).
+        missing = previews
+        for message in reversed(request.state.get("messages") or ()):
+            text = _text(message)
+            missing = {p for p in missing if p not in text}
+            if not missing:
+                return
+        gone = sorted(missing)
+        send = channel_writer(_run_config())
         if send is not None:
             send([(self.channel, scrub_update(gone))])
 

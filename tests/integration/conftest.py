@@ -2,7 +2,8 @@
 
 `postgres_uri` uses `REPLAY_GUARD_TEST_POSTGRES_URI` when it is set; otherwise it starts a
 throwaway server from the local PostgreSQL binaries (`initdb`, `pg_ctl`) for the test session
-and stops it at the end. Without binaries the Postgres tests are skipped with a reason, except
+(one per pytest-xdist worker, each in its own directory on its own free port) and stops it at
+the end. Without binaries the Postgres tests are skipped with a reason, except
 under CI (`CI=true`), where they fail: CI must provide a server (`.ci/run` installs one).
 """
 
@@ -124,13 +125,21 @@ def postgres_uri() -> Iterator[str]:
     assert initdb is not None
     assert pg_ctl is not None
     server: _Server | None = None
-    try:
-        server = _Server(initdb, pg_ctl)
-        uri = server.start()
-    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-        if server is not None:
-            server.stop()
-        _unavailable(f"could not start a throwaway server with {initdb}: {exc}")
+    uri = ""
+    # Under pytest-xdist each worker starts its own server: the free port one worker picked
+    # may be taken by another's server before it binds, so a failed start tries another port.
+    for attempt in range(3):
+        server = None
+        try:
+            server = _Server(initdb, pg_ctl)
+            uri = server.start()
+            break
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+            if server is not None:
+                server.stop()
+            if attempt == 2:
+                _unavailable(f"could not start a throwaway server with {initdb}: {exc}")
+    assert server is not None
     try:
         yield uri
     finally:

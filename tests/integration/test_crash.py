@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from .crash_matrix import run_all, table, trials
+from .crash_matrix import SCENARIOS, run_all, table, trials
 
 
 def _check(done):
@@ -25,18 +25,22 @@ def _check(done):
     assert all(t.killed for t in done), [t.boundary for t in done if not t.killed]
 
 
-def test_crash_matrix_sqlite(tmp_path):
+# One test per scenario (8 trials each, every durability and boundary) rather than one per
+# backend: pytest-xdist spreads them over its workers instead of one worker running 24.
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_crash_matrix_sqlite(tmp_path, scenario):
     made = trials("sqlite", lambda name: str(tmp_path / f"{name}.db"), str(tmp_path))
-    _check(run_all(made))
+    _check(run_all([t for t in made if t.scenario == scenario]))
 
 
 @pytest.mark.postgres
-def test_crash_matrix_postgres(tmp_path, pg_uri):
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_crash_matrix_postgres(tmp_path, pg_uri, scenario):
     from .crash_matrix import _setup_postgres
 
     _setup_postgres(pg_uri)
     made = trials("postgres", lambda name: pg_uri, str(tmp_path))
-    _check(run_all(made))
+    _check(run_all([t for t in made if t.scenario == scenario]))
 
 
 def test_effects_file_is_outside_the_graph(tmp_path):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import cProfile
+import pstats
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -70,3 +73,51 @@ def test_a_repeat_is_still_stopped_with_the_shared_plan() -> None:
     ran = [m for m in result["messages"] if isinstance(m, ToolMessage) and m.status != "error"]
     assert len(ran) == 2
     assert "stopped" in str(result["messages"][-1].content).lower()
+
+
+def _guard_calls_per_step(steps: int, measured: set[int]) -> dict[int, int]:
+    """The package's Python calls in some rounds (agent + tools) of a guarded thread.
+
+    Counted with cProfile, as `benchmarks/bench_agent.py` counts a step: deterministic,
+    unlike time on a shared machine.
+    """
+    package = str(Path(calls.__file__).parents[1])
+    script: list[Any] = [[("lookup", {"id": f"R{step}"})] for step in range(steps)]
+    agent = create_agent(
+        ScriptedChatModel(script=script),
+        [lookup],
+        middleware=[ReplayGuardMiddleware()],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "long"}, "recursion_limit": 10 * steps + 10}
+    stream = agent.stream(
+        {"messages": [HumanMessage("go")]}, config, stream_mode="updates", durability="sync"
+    )
+    counts: dict[int, int] = {}
+    rounds = 0
+    profile: cProfile.Profile | None = None
+    for update in stream:
+        if "tools" not in update:
+            continue
+        if profile is not None:
+            profile.disable()
+            stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+            counts[rounds] = sum(
+                row[1] for where, row in stats.items() if where[0].startswith(package)
+            )
+            profile = None
+        rounds += 1
+        if rounds in measured:
+            profile = cProfile.Profile()
+            profile.enable()
+    return counts
+
+
+def test_a_guarded_step_costs_the_same_late_in_a_long_thread() -> None:
+    # The guard's state is bounded, so its work per step must not grow with the thread:
+    # at b3e3935 dropping stale result previews read every message for every preview
+    # (its calls a step grew from about 600 at step 10 to about 4,000 at step 150).
+    counts = _guard_calls_per_step(160, {10, 11, 150, 151})
+    early, late = max(counts[10], counts[11]), max(counts[150], counts[151])
+    assert early > 0
+    assert late <= early + 10, counts

@@ -1,0 +1,98 @@
+"""Issue 34, items 14 and 16: `make test` runs in parallel with a slow group; CI sets CI=true."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PG_TEST = "tests/integration/test_export_cli.py::test_export_postgres_threads_and_evaluate_them"
+
+
+def _pytest(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=REPO_ROOT,
+        env={**os.environ, "LANGSMITH_TRACING": "false", **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_make_test_runs_the_suite_in_parallel_and_prints_the_slowest():
+    dry = subprocess.run(
+        [shutil.which("make") or "make", "-n", "test"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert dry.returncode == 0, dry.stderr
+    command = dry.stdout.replace("\\\n", " ")
+    pytest_line = next(line for line in command.splitlines() if "-m pytest" in line)
+    assert "-n auto" in pytest_line
+    assert "--dist loadgroup" in pytest_line
+    assert "--durations=15" in pytest_line
+    assert " -m " not in pytest_line.split("-m pytest", 1)[1]  # the slow group runs too
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    dev = project["project"]["optional-dependencies"]["dev"]
+    assert any(requirement.startswith("pytest-xdist") for requirement in dev)
+    markers = project["tool"]["pytest"]["ini_options"]["markers"]
+    assert any(marker.startswith("slow:") for marker in markers)
+
+
+def test_the_slow_group_holds_the_process_and_postgres_tests():
+    crash = "tests/integration/test_crash.py"
+    slow = _pytest("--collect-only", "-q", "-m", "slow", crash, PG_TEST)
+    assert slow.returncode == 0, slow.stdout + slow.stderr
+    selected = [line for line in slow.stdout.splitlines() if "::" in line]
+    assert PG_TEST in selected
+    assert any(line.startswith(crash) for line in selected)
+    quick = _pytest("--collect-only", "-q", "-m", "not slow", crash, PG_TEST)
+    assert quick.returncode == 5, quick.stdout  # nothing left: all of them are slow
+
+
+def test_ci_run_exports_ci_true(tmp_path):
+    # `.ci/run` with stand-ins for `make` (which reports CI) and `initdb` (so nothing is
+    # installed): every make step must see CI=true, which fails PostgreSQL tests whose server
+    # did not start instead of skipping them.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in {"make": 'echo "make $1 CI=${CI:-unset}"', "initdb": "exit 0"}.items():
+        script = bin_dir / name
+        script.write_text(f"#!/bin/sh\n{body}\n", encoding="utf-8")
+        script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    ran = subprocess.run(
+        ["bash", str(REPO_ROOT / ".ci" / "run")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split("\n")[:3] == [
+        "make test CI=true",
+        "make lint CI=true",
+        "make typecheck CI=true",
+    ]
+
+
+def test_a_postgres_server_that_is_not_there_fails_under_ci_and_skips_otherwise():
+    closed = {"REPLAY_GUARD_TEST_POSTGRES_URI": "postgresql://postgres@127.0.0.1:1/postgres"}
+    skipped = _pytest("-q", PG_TEST, env={**closed, "CI": "false"})
+    assert skipped.returncode == 0, skipped.stdout
+    assert "1 skipped" in skipped.stdout
+    failed = _pytest("-q", PG_TEST, env={**closed, "CI": "true"})
+    assert failed.returncode == 1, failed.stdout
+    assert "CI=true: Postgres tests must not be skipped" in failed.stdout
