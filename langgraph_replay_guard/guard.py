@@ -266,13 +266,19 @@ class ReplayGuard:
             ReplayGuardMiddleware,
         )
 
-        return ReplayGuardMiddleware(
+        middleware = ReplayGuardMiddleware(
             self.config,
             store=self.store,
             name=name,
             namespace=self.namespace,
             record=self.record_setting,
         )
+        # One guard for several agents (one middleware each): the tool names every agent
+        # built so far are checked together (the agent with `set_order` may be built after
+        # the one with `get_order`), and each unclassified tool is listed once per guard.
+        middleware.guard._tool_names = self._tool_names
+        middleware.guard._unclassified = self._unclassified
+        return middleware
 
     # -- replay --------------------------------------------------------------------------------
 
