@@ -575,10 +575,11 @@ class GuardConfig(BaseModel):
             see `policy_for`).
         strict_tool_names: A name in `tools` that matches no tool of the agent, while one
             of its tools without a policy is a near match (`send_email` for `send_mail`),
-            is an error that stops the first invoke before any tool runs (at build time
-            where the tools are known then): the real tool would silently get
+            is an error that stops the first invoke before any tool runs (`check(agent)`
+            and `control(tools=...)` raise it themselves): the real tool would silently get
             `default_policy`. Only where the guard knows every tool the graph can run
-            (`create_agent` without another middleware that has a tool hook, the callback
+            (`create_agent` without another middleware that has a tool hook, with the tools
+            of every agent built from the same guard, at the first model call; the callback
             handler's `check` on such an agent, `control(tools=...)`) and in enforce mode;
             elsewhere (`guard.wrap`, which sees one tools node of maybe several; a
             middleware that may serve tools itself; shadow mode) it is a
