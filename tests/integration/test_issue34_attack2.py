@@ -77,3 +77,17 @@ def test_a_typo_in_one_agent_of_a_guard_stops_it_at_its_first_call(other: str, n
             agent.invoke({"messages": [HumanMessage("go")]})
         assert "strict_tool_names=False" in str(raised.value)
     assert effects == []
+
+
+def test_an_unclassified_tool_of_two_agents_is_listed_once_per_guard() -> None:
+    from langgraph_replay_guard import UnclassifiedToolsWarning
+
+    guard = ReplayGuard(GuardConfig(tools={"send_email": "unsafe"}))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        agents = [_agent(guard, "lookup", []) for _ in range(3)]  # a sub-agent each
+        for agent in agents:
+            agent.invoke({"messages": [HumanMessage("go")]})
+    listed = [str(w.message) for w in caught if issubclass(w.category, UnclassifiedToolsWarning)]
+    assert len(listed) == 1, listed
+    assert "'lookup'" in listed[0]
