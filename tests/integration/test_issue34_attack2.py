@@ -91,3 +91,93 @@ def test_an_unclassified_tool_of_two_agents_is_listed_once_per_guard() -> None:
     listed = [str(w.message) for w in caught if issubclass(w.category, UnclassifiedToolsWarning)]
     assert len(listed) == 1, listed
     assert "'lookup'" in listed[0]
+
+
+# --- 8: the guard's factories name where a GuardConfig option goes -----------------------
+
+FACTORY_CASES = [
+    # (factory, keyword, what the message must say)
+    ("middleware", "max_repeat", "Did you mean 'max_repeats'? 'max_repeats' is a GuardConfig"),
+    ("middleware", "max_repeats", "'max_repeats' is a GuardConfig option"),
+    ("middleware", "nmae", "Did you mean 'name'?"),
+    ("callback_handler", "max_thread", "Did you mean 'max_threads'?"),
+    ("callback_handler", "mode", "'mode' is a GuardConfig option"),
+    ("callback_handler", "tols", "Did you mean 'tools'?"),
+]
+
+
+@pytest.mark.parametrize(("factory", "keyword", "said"), FACTORY_CASES)
+def test_the_guard_factories_name_the_fix_for_a_config_option(
+    factory: str, keyword: str, said: str
+) -> None:
+    guard = ReplayGuard()
+    with pytest.raises(TypeError) as raised:
+        getattr(guard, factory)(**{keyword: 3})
+    text = str(raised.value)
+    head = f"ReplayGuard.{factory}() got an unexpected keyword argument {keyword!r}."
+    assert text.startswith(head)
+    assert said in text, text
+    if "GuardConfig option" in said:
+        assert "ReplayGuard(...)" in text  # where the option goes
+
+
+# --- 7: require_classes wherever the guard stands ------------------------------------------
+
+
+class _OrderDesk(AgentMiddleware[Any, Any]):
+    """Offers `set_order` to the model and answers its calls itself (no tools node has it)."""
+
+    def __init__(self, effects: list[str]) -> None:
+        super().__init__()
+        self.effects = effects
+        self.offered = _tool("set_order", effects)
+
+    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return handler(request.override(tools=[*request.tools, self.offered]))
+
+    def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        call = request.tool_call
+        if call["name"] != "set_order":
+            return handler(request)
+        self.effects.append(f"desk:{call['args']['key']}")
+        return ToolMessage("order set", tool_call_id=call["id"], name="set_order")
+
+
+@pytest.mark.parametrize(
+    "guard_at",
+    [
+        pytest.param(
+            "first",
+            marks=pytest.mark.xfail(
+                strict=True,
+                raises=AssertionError,
+                reason=(
+                    "guard first, a middleware inside it offers and serves `set_order`: the "
+                    "guard's model hook never sees the tool offered (the desk adds it inside), "
+                    "and its tool hook passes a call to a tool no tools node has on "
+                    "(request.tool is None, another middleware has a tool hook), so "
+                    "require_classes never refuses it; telling a served tool from a made-up "
+                    "name there needs the inner middlewares' offered tools (a bigger change)"
+                ),
+            ),
+        ),
+        "last",
+    ],
+)
+def test_require_classes_refuses_a_tool_a_middleware_serves(guard_at: str) -> None:
+    effects: list[str] = []
+    guard = ReplayGuard(GuardConfig(tools={"get_order": "pure"}, require_classes=True))
+    desk = _OrderDesk(effects)
+    middleware = [guard.middleware(), desk] if guard_at == "first" else [desk, guard.middleware()]
+    script = [[("get_order", {"key": "1"})], [("set_order", {"key": "1"})]]
+    agent = create_agent(
+        ScriptedChatModel(script=script), [_tool("get_order", effects)], middleware=middleware
+    )
+    refused: ValueError | None = None
+    try:
+        agent.invoke({"messages": [HumanMessage("go")]})
+    except ValueError as error:
+        refused = error
+    assert refused is not None, effects
+    assert "require_classes=True" in str(refused)
+    assert "desk:1" not in effects
