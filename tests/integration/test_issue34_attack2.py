@@ -181,3 +181,83 @@ def test_require_classes_refuses_a_tool_a_middleware_serves(guard_at: str) -> No
     assert refused is not None, effects
     assert "require_classes=True" in str(refused)
     assert "desk:1" not in effects
+
+
+# --- 10: a database of another application whose table has LangGraph's name ---------------
+
+# (the other application's tables, what the refusal says it lacks)
+OTHER_APPS = [
+    (
+        ["CREATE TABLE checkpoints (id INTEGER PRIMARY KEY, name TEXT)"],
+        "its 'checkpoints' table is another application's: it has no 'thread_id' column",
+    ),
+    (
+        [
+            "CREATE TABLE checkpoints (thread_id TEXT, checkpoint_ns TEXT, checkpoint_id TEXT, "
+            "checkpoint BLOB, metadata BLOB)"
+        ],
+        "it has no 'writes' table",
+    ),
+]
+
+
+def _cli(*args: object) -> Any:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "LANGSMITH_TRACING": "false", "PYTHONPATH": str(root)}
+    command = [sys.executable, "-m", "langgraph_replay_guard.cli.main", *map(str, args)]
+    return subprocess.run(
+        command, cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def _refused(done: Any, command: str, db: object, lacks: str) -> None:
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert lines == [
+        f"replay-guard {command}: {db} is not a LangGraph checkpoint database ({lacks}): give "
+        "--db the database your graph's checkpointer (SqliteSaver, PostgresSaver) writes to"
+    ]
+    assert done.stdout == ""
+
+
+@pytest.mark.parametrize(("tables", "lacks"), OTHER_APPS)
+@pytest.mark.parametrize("command", ["inspect", "export"])
+def test_an_sqlite_file_of_another_app_with_a_checkpoints_table_is_refused(
+    tmp_path: Any, command: str, tables: list[str], lacks: str
+) -> None:
+    import sqlite3
+
+    db = tmp_path / "shop.db"
+    with sqlite3.connect(db) as conn:
+        for statement in tables:
+            conn.execute(statement)
+    output = tmp_path / "out.jsonl"
+    args = ["--thread", "t"] if command == "inspect" else ["-o", output]
+    _refused(_cli(command, "--db", db, *args), command, db, lacks)
+    assert not output.exists()  # nothing written on failure
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("command", ["inspect", "export"])
+def test_a_postgres_database_of_another_app_with_a_checkpoints_table_is_refused(
+    tmp_path: Any, pg_uri: str, command: str
+) -> None:
+    import psycopg
+
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        conn.execute(OTHER_APPS[0][0][0].replace("INTEGER PRIMARY KEY", "SERIAL PRIMARY KEY"))
+    output = tmp_path / "out.jsonl"
+    args = ["--thread", "t"] if command == "inspect" else ["-o", output]
+    done = _cli(command, "--db", pg_uri, *args)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "its 'checkpoints' table is another application's: it has no 'thread_id'" in (
+        done.stderr
+    )
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not output.exists()
