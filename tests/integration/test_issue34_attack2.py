@@ -261,3 +261,109 @@ def test_a_postgres_database_of_another_app_with_a_checkpoints_table_is_refused(
     )
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not output.exists()
+
+
+# --- 11: export marks the guard's answers, and only them ------------------------------------
+
+SCRIPTS: dict[str, list[list[tuple[str, dict[str, Any]]]]] = {
+    "repeat": [[("lookup", {"id": "P1"})]] * 8,
+    "unknown_tool": [[("lokup", {"id": "P1"})]] * 8,
+    "cycle": [[("lookup", {"id": "P1"})], [("status", {"id": "P1"})]] * 6,
+}
+
+
+def _history_of(mode: str, script: list[list[tuple[str, dict[str, Any]]]]) -> list[list[Any]]:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    @tool
+    def lookup(id: str) -> str:
+        """Look up a plan."""
+        return f"plan {id}"
+
+    @tool
+    def status(id: str) -> str:
+        """A plan's status."""
+        return "active"
+
+    model = ScriptedChatModel(script=script)
+    guard = ReplayGuard(GuardConfig(mode=mode))
+    agent = create_agent(
+        model, [lookup, status], middleware=[guard.middleware()], checkpointer=InMemorySaver()
+    )
+    config: Any = {"configurable": {"thread_id": "t"}}
+    agent.invoke({"messages": [HumanMessage("go")]}, config)
+    return [s.values.get("messages", []) for s in reversed(list(agent.get_state_history(config)))]
+
+
+def _unmarked(history: list[list[Any]]) -> list[list[Any]]:
+    """The history as a guard that did not mark its answers yet wrote it (old files)."""
+    from langgraph_replay_guard.integrations.calls import ANSWER_MARK
+
+    def strip(message: Any) -> Any:
+        if isinstance(message, ToolMessage) and ANSWER_MARK in message.response_metadata:
+            marks = {k: v for k, v in message.response_metadata.items() if k != ANSWER_MARK}
+            return message.model_copy(update={"response_metadata": marks})
+        return message
+
+    return [[strip(m) for m in messages] for messages in history]
+
+
+@pytest.mark.parametrize("mode", ["enforce", "shadow"])
+@pytest.mark.parametrize("stop", sorted(SCRIPTS))
+def test_export_marks_exactly_the_guards_answers_marked_or_old(stop: str, mode: str) -> None:
+    from langgraph_replay_guard.evaluation import GUARD_FIELD
+    from langgraph_replay_guard.export import trajectory_from_history
+    from langgraph_replay_guard.integrations.calls import ANSWER_MARK
+
+    history = _history_of(mode, SCRIPTS[stop])
+    answered = {
+        m.tool_call_id
+        for messages in history
+        for m in messages
+        if isinstance(m, ToolMessage) and ANSWER_MARK in m.response_metadata
+    }
+    assert (len(answered) > 0) == (mode == "enforce")  # shadow mode answers nothing
+    calls = trajectory_from_history("t", history).trajectory["calls"]
+    assert {c["tool_call_id"] for c in calls if GUARD_FIELD in c} == answered
+    # Unmarked (old files): every answer in the engine's wording is still found. The first
+    # call to a tool that does not exist is answered by the ToolNode's own text ("Error: lokup
+    # is not a valid tool"), which only the mark tells.
+    worded = {
+        c["tool_call_id"]
+        for c in calls
+        if c["tool_call_id"] in answered and not str(c["result"]).startswith("Error: ")
+    }
+    calls = trajectory_from_history("t", _unmarked(history)).trajectory["calls"]
+    assert {c["tool_call_id"] for c in calls if GUARD_FIELD in c} == worded
+    assert len(worded) >= len(answered) - 1
+
+
+def test_a_tools_own_error_worded_like_a_refusal_is_not_the_guards() -> None:
+    from langchain_core.tools import ToolException
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langgraph_replay_guard.evaluation import GUARD_FIELD
+    from langgraph_replay_guard.export import trajectory_from_history
+
+    @tool
+    def pay(card: str) -> str:
+        """Pay with a card."""
+        msg = "Not executed: the card was declined"
+        raise ToolException(msg)
+
+    pay.handle_tool_error = True  # the tool's own error message, as written
+    model = ScriptedChatModel(script=[[("pay", {"card": "1"})]])
+    guard = ReplayGuard(GuardConfig(tools={"pay": "unsafe"}))
+    agent = create_agent(
+        model, [pay], middleware=[guard.middleware()], checkpointer=InMemorySaver()
+    )
+    config: Any = {"configurable": {"thread_id": "p"}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no store, no durable checkpointer: not the point
+        agent.invoke({"messages": [HumanMessage("pay")]}, config)
+    states = reversed(list(agent.get_state_history(config)))
+    history = [state.values.get("messages", []) for state in states]
+    (call,) = trajectory_from_history("p", history).trajectory["calls"]
+    assert call["result"] == "Not executed: the card was declined"
+    assert call["error"] is True
+    assert GUARD_FIELD not in call  # eval scores it: the guard never answered this call
