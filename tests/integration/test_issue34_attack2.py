@@ -367,3 +367,28 @@ def test_a_tools_own_error_worded_like_a_refusal_is_not_the_guards() -> None:
     assert call["result"] == "Not executed: the card was declined"
     assert call["error"] is True
     assert GUARD_FIELD not in call  # eval scores it: the guard never answered this call
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=ValueError,
+    reason=(
+        "one callback handler over two agents: check(agent) with get_order raises 'did you "
+        "mean get_order' for the policy of set_order, a tool of the agent checked next. "
+        "check(agent) decides alone, at once (its documented contract: a near miss in an "
+        "agent whose tools it knows all of is a ValueError); telling this from a typo needs "
+        "the handler to know every agent it will guard (check(*agents), or deferring the "
+        "stop to the first call as the middleware now does)"
+    ),
+)
+def test_one_callback_handler_checked_over_two_agents_runs() -> None:
+    from langgraph_replay_guard import ReplayGuardCallbackHandler
+
+    effects: list[str] = []
+    handler = ReplayGuardCallbackHandler(GuardConfig(tools={"set_order": "unsafe"}))
+    for name in ("get_order", "set_order"):
+        model = ScriptedChatModel(script=[[(name, {"key": "1"})]])
+        agent = create_agent(model, [_tool(name, effects)])
+        config: Any = {"callbacks": [handler.check(agent)], "metadata": {"thread_id": name}}
+        agent.invoke({"messages": [HumanMessage("go")]}, config)
+    assert effects == ["get_order:1", "set_order:1"]
