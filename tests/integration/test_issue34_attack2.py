@@ -392,3 +392,64 @@ def test_one_callback_handler_checked_over_two_agents_runs() -> None:
         config: Any = {"callbacks": [handler.check(agent)], "metadata": {"thread_id": name}}
         agent.invoke({"messages": [HumanMessage("go")]}, config)
     assert effects == ["get_order:1", "set_order:1"]
+
+
+# --- 8: the configuration classes as the docs write them pass mypy --strict -----------------
+
+DOCUMENTED_FORMS = """\
+from langgraph_replay_guard import ClassRule, GuardConfig, ToolPolicy
+GuardConfig(tools={"send_email": "unsafe"}, toolkits=["deepagents"], max_repeats=2)
+GuardConfig(tools={"run": {"replay": "unsafe"}}, default_policy={"replay": "unsafe"})
+ToolPolicy(replay="idempotent", ignore_args=["trace_id"], no_effect_errors=["GraphInterrupt"])
+ToolPolicy(classify=[ClassRule(arg="command", prefixes=["git status"], replay="pure")])
+GuardConfig(tools={"send_email": ToolPolicy(replay="unsafe")}).tools["send_email"].replay
+"""
+MISSPELT_FORMS = """\
+GuardConfig(max_repeat=3)
+ToolPolicy(replya="unsafe")
+ClassRule(prefixes=["git "])
+GuardConfig(tools={"send_email": "unsaef"})
+"""
+
+
+def test_the_configuration_classes_as_documented_pass_mypy_strict(tmp_path: Any) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    snippet = tmp_path / "configured.py"
+    snippet.write_text(DOCUMENTED_FORMS + MISSPELT_FORMS, encoding="utf-8")
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "mypy", "--strict", "--no-error-summary"),
+            *("--cache-dir", str(tmp_path / "mypy-cache"), str(snippet)),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MYPYPATH": str(root)},
+        cwd=tmp_path,
+        timeout=600,
+        check=False,
+    )
+    errors = [line for line in done.stdout.splitlines() if ": error:" in line]
+    documented = DOCUMENTED_FORMS.count("\n")
+    # The documented forms (a replay class as a string, lists, mappings) pass...
+    assert [e for e in errors if int(e.split(":")[1]) <= documented] == [], done.stdout
+    # ...and each misspelt one is still caught (a key, a value, a required rule argument).
+    lines = {int(e.split(":")[1]) for e in errors}
+    assert lines == set(range(documented + 1, documented + 1 + MISSPELT_FORMS.count("\n")))
+
+
+def test_the_typed_inputs_name_every_field() -> None:
+    import typing
+
+    from langgraph_replay_guard import ClassRule, ToolPolicy
+    from langgraph_replay_guard.policy.config import ClassRuleOptions, ToolPolicyOptions
+
+    for model, options in ((ToolPolicy, ToolPolicyOptions), (ClassRule, ClassRuleOptions)):
+        hints = typing.get_type_hints(options, include_extras=True)
+        assert list(hints) == list(model.model_fields)
+        required = {n for n, f in model.model_fields.items() if f.is_required()}
+        assert {n for n, h in hints.items() if typing.get_origin(h) is typing.Required} == required
