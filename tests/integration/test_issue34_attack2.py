@@ -19,6 +19,7 @@ from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
+from langgraph.graph import MessagesState
 
 from langgraph_replay_guard import GuardConfig, ReplayGuard, ReplayGuardWarning
 from langgraph_replay_guard.testing import ScriptedChatModel
@@ -453,3 +454,66 @@ def test_the_typed_inputs_name_every_field() -> None:
         assert list(hints) == list(model.model_fields)
         required = {n for n, f in model.model_fields.items() if f.is_required()}
         assert {n for n, h in hints.items() if typing.get_origin(h) is typing.Required} == required
+
+
+# --- 6: the channel declared in a sub-graph only ---------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason=(
+        "the guarded ToolNode runs in a sub-graph whose state declares the channel, called "
+        "from a parent graph whose state does not (MessagesState): the sub-graph starts from "
+        "the parent's state at each step, so the channel is empty at every call, every call "
+        "is a first call, and 10 identical reads all run, with no error and no warning. The "
+        "running graph has the channel with the reducer (the checks of item 6 pass); telling "
+        "a per-task sub-graph whose channel resets from a fresh sub-agent run (deepagents' "
+        "task, where a fresh channel is right) needs the parent's channels or the sub-graph's "
+        "checkpoint namespace, read in _compat.py"
+    ),
+)
+def test_a_channel_declared_in_a_sub_graph_only_is_not_silently_reset() -> None:
+    from langchain_core.messages import AIMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.prebuilt import ToolNode
+
+    from langgraph_replay_guard import ReplayGuardState
+
+    runs: list[str] = []
+
+    @tool
+    def lookup(id: str) -> str:
+        """Look a plan up."""
+        runs.append(id)
+        return "premium plan"
+
+    guard = ReplayGuard(GuardConfig(tools={"lookup": "pure"}))
+    model = ScriptedChatModel.looping("lookup", {"id": "1"}, times=10)
+    tools_graph = StateGraph(ReplayGuardState)
+    tools_graph.add_node("tools", guard.wrap(ToolNode([lookup])))
+    tools_graph.add_edge(START, "tools")
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    def route(state: MessagesState) -> str:
+        last = state["messages"][-1]
+        return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
+
+    parent = StateGraph(MessagesState)
+    parent.add_node("agent", agent)
+    parent.add_node("tools", tools_graph.compile())
+    parent.add_edge(START, "agent")
+    parent.add_conditional_edges("agent", route, ["tools", END])
+    parent.add_edge("tools", "agent")
+    graph = parent.compile(checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": "t"}, "recursion_limit": 100}
+    try:
+        graph.invoke({"messages": [HumanMessage("go")]}, config)
+    except ValueError as error:  # refused, naming the channel to declare in the parent
+        assert "replay_guard" in str(error)  # noqa: PT017 - the refusal is one outcome
+        assert len(runs) <= 1
+        return
+    assert runs == ["1"]  # or guarded: the repeats answered from the first, then the stop
