@@ -202,7 +202,7 @@ OTHER_APPS = [
 ]
 
 
-def _cli(*args: object) -> Any:
+def _cli(*args: object, timeout: float = 300) -> Any:
     import os
     import subprocess
     import sys
@@ -212,7 +212,7 @@ def _cli(*args: object) -> Any:
     env = {**os.environ, "LANGSMITH_TRACING": "false", "PYTHONPATH": str(root)}
     command = [sys.executable, "-m", "langgraph_replay_guard.cli.main", *map(str, args)]
     return subprocess.run(
-        command, cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False
+        command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout, check=False
     )
 
 
@@ -517,3 +517,25 @@ def test_a_channel_declared_in_a_sub_graph_only_is_not_silently_reset() -> None:
         assert len(runs) <= 1
         return
     assert runs == ["1"]  # or guarded: the repeats answered from the first, then the stop
+
+
+# --- 10: --calibrate into a FIFO fails before the search --------------------------------------
+
+
+def test_calibrate_into_a_fifo_fails_before_the_search(tmp_path: Any) -> None:
+    import os
+    from pathlib import Path
+
+    sample = Path(__file__).resolve().parents[2] / "langgraph_replay_guard/data/tau_sample.jsonl"
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("\n".join(sample.read_text(encoding="utf-8").splitlines()[:3]) + "\n")
+    fifo = tmp_path / "out.json"
+    os.mkfifo(fifo)
+    # Before: the whole search ran, then opening the FIFO to write waited for a reader forever.
+    done = _cli("eval", runs, "--calibrate", fifo, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"replay-guard eval: --calibrate {fifo}: is not a regular file; give the configuration "
+        "file's name (OUT.json)"
+    ]  # no "calibrate: pass 1 ..." line: the search never started
+    assert done.stdout == ""
