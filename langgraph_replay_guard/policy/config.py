@@ -644,6 +644,7 @@ class GuardConfig(BaseModel):
         # "unsafe"}, toolkits=["deepagents"])` passes `mypy --strict`. Pydantic's own
         # `__init__` runs; `tests/unit/test_typed_options.py` keeps the two in step.
         def __init__(self, **options: Unpack[GuardOptions]) -> None: ...
+
     # The policies MCP annotations give, in a guard's own copy (`with_annotations`) only.
     _annotated: dict[str, ToolPolicy] = PrivateAttr(default_factory=dict)
 
