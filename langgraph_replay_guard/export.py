@@ -41,6 +41,28 @@ _GUARD_TEXT = re.compile(
     r"^(?:Error: ToolCallBlockedError\((?:'|\")?)?(?:Not executed|Stopped): ",
 )
 
+# The engine's own wording after that prefix. A tool may fail with the same prefix (a
+# `ToolException("Not executed: the card was declined")` under `handle_tool_error=True`
+# reads as is): without a phrase the guard writes, an unmarked error is the tool's.
+_ENGINE_WORDING = re.compile(
+    "|".join(
+        re.escape(phrase)
+        for phrase in (
+            "loop guard",
+            "already succeeded with exactly these arguments",
+            "identical result again",
+            "times with the same arguments in this",
+            "round the cycle",
+            "is not a valid tool",
+            "tools that do not exist",
+            "an earlier call in this same batch",
+            "an earlier identical call of unsafe tool",
+            "Do not retry it with other arguments",
+        )
+    )
+    + r"|^Not executed: Argument '"
+)
+
 
 class LangSmithExportError(ValueError):
     """A LangSmith runs export that cannot be read."""
@@ -161,7 +183,12 @@ def _guard_reason(message: ToolMessage) -> str | None:
     if isinstance(reason, str) and reason:
         return reason
     content = message.content
-    if message.status == "error" and isinstance(content, str) and _GUARD_TEXT.match(content):
+    if (
+        message.status == "error"
+        and isinstance(content, str)
+        and _GUARD_TEXT.match(content)
+        and (content.startswith("Error: ToolCallBlockedError(") or _ENGINE_WORDING.search(content))
+    ):
         return _BY_TEXT
     return None
 

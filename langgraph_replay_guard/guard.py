@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Unpack
+from typing import TYPE_CHECKING, Any, Literal, Never, Unpack
 
 from langgraph_replay_guard.decisions.control import GuardControl
 from langgraph_replay_guard.policy.config import GuardConfig, GuardOptions
@@ -252,12 +253,15 @@ class ReplayGuard:
 
     # -- LangChain ----------------------------------------------------------------------------
 
-    def middleware(self, *, name: str | None = None) -> ReplayGuardMiddleware:
+    def middleware(self, *, name: str | None = None, **options: Never) -> ReplayGuardMiddleware:
         """The guard as `create_agent` middleware.
 
         Args:
             name: Instance name; several guard middlewares in one agent need distinct names
                 (each gets its own state channel).
+            **options: None: the middleware shares this guard's configuration (a
+                `GuardConfig` field here is a `TypeError` that says to give it to
+                `ReplayGuard(...)`; type checkers refuse any keyword but `name`).
 
         Returns:
             A `ReplayGuardMiddleware` sharing this guard's configuration.
@@ -266,13 +270,20 @@ class ReplayGuard:
             ReplayGuardMiddleware,
         )
 
-        return ReplayGuardMiddleware(
+        _refuse_options(options, "ReplayGuard.middleware", ("name",))
+        middleware = ReplayGuardMiddleware(
             self.config,
             store=self.store,
             name=name,
             namespace=self.namespace,
             record=self.record_setting,
         )
+        # One guard for several agents (one middleware each): the tool names every agent
+        # built so far are checked together (the agent with `set_order` may be built after
+        # the one with `get_order`), and each unclassified tool is listed once per guard.
+        middleware.guard._tool_names = self._tool_names
+        middleware.guard._unclassified = self._unclassified
+        return middleware
 
     # -- replay --------------------------------------------------------------------------------
 
@@ -345,6 +356,7 @@ class ReplayGuard:
         max_threads: int = 1000,
         store: BaseStore | None = None,
         namespace: Sequence[str] | None = None,
+        **options: Never,
     ) -> ReplayGuardCallbackHandler:
         """The guard as a callback handler, for agents whose graph you cannot change.
 
@@ -356,11 +368,18 @@ class ReplayGuard:
             store: The handler's store; this guard's when omitted.
             namespace: The handler's namespace; this guard's when omitted, so tenants stay
                 apart.
+            **options: None: the handler shares this guard's configuration (a
+                `GuardConfig` field here is a `TypeError` that says to give it to
+                `ReplayGuard(...)`).
 
         Returns:
             A `ReplayGuardCallbackHandler` sharing this guard's configuration.
         """
         from langgraph_replay_guard.integrations.callbacks import ReplayGuardCallbackHandler
+
+        _refuse_options(
+            options, "ReplayGuard.callback_handler", ("max_threads", "store", "namespace")
+        )
 
         return ReplayGuardCallbackHandler(
             self.config,
@@ -438,3 +457,32 @@ def _record_store(
             raise ValueError(msg)
         return RecordStore(store, namespace=(*namespace, "records"))
     return RecordStore(record, namespace=(*namespace, "records"))
+
+
+def _refuse_options(options: Mapping[str, object], owner: str, own: Sequence[str]) -> None:
+    """Refuse a keyword of a factory that shares the guard's configuration, naming the fix.
+
+    Python's own error ("got an unexpected keyword argument") says neither that a
+    `GuardConfig` option belongs to `ReplayGuard(...)` nor the name meant, for a misspelt one.
+
+    Raises:
+        TypeError: Any keyword in `options`.
+    """
+    fields = list(GuardConfig.model_fields)
+    for name in options:
+        head = f"{owner}() got an unexpected keyword argument {name!r}."
+        close = difflib.get_close_matches(name, [*own, *fields], n=1)
+        field = name if name in fields else close[0] if close else None
+        if field is None:
+            msg = f"{head} Its options: {', '.join(own)}."
+        elif field in own:
+            msg = f"{head} Did you mean {field!r}?"
+        else:
+            meant = "" if field == name else f" Did you mean {field!r}?"
+            msg = (
+                f"{head}{meant} {field!r} is a GuardConfig option, and this shares the "
+                f"guard's configuration: give {field}=... to ReplayGuard(...) (or "
+                "GuardConfig(...)), or build ReplayGuardMiddleware/ReplayGuardCallbackHandler "
+                "with it directly."
+            )
+        raise TypeError(msg)

@@ -442,6 +442,10 @@ def _check_writable(path: Path) -> None:
     where = f"--calibrate {path}"
     if path.is_dir():
         _fail(f"{where}: is a directory; give the configuration file's name (OUT.json)")
+    if path.is_fifo() or path.is_socket():
+        # Opening it to write the result would wait for a reader, after the whole search
+        # (a device such as /dev/null is taken: writing to it returns).
+        _fail(f"{where}: is not a regular file; give the configuration file's name (OUT.json)")
     parent = path.parent
     if not parent.is_dir():
         _fail(f"{where}: no directory {str(parent)!r}; create it or give another path")

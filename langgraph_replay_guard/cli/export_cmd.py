@@ -139,7 +139,7 @@ def _db_problem(db: str) -> str | None:
     """Why `--db` cannot be exported (it cannot be opened, or holds no checkpoints), or None."""
     try:
         with open_checkpointer(db, read_only=True) as saver:
-            return not_a_checkpoint_database(db) if missing_tables(saver) else None
+            return not_a_checkpoint_database(db, saver) if missing_tables(saver) else None
     except StoreURIError as exc:
         return str(exc)
 

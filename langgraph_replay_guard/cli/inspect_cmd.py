@@ -120,6 +120,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         with open_checkpointer(args.db, read_only=True) as saver:
             no_checkpoints = missing_tables(saver)
+            refusal = not_a_checkpoint_database(args.db, saver)
             latest = list(
                 read_checkpoints(saver, args.thread, limit=limit, uri=args.db, latest_only=True)
             )
@@ -130,7 +131,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             # wrong database, not an empty thread.
             other_store = args.store is not None and args.store != args.db
             if no_checkpoints and (other_store or missing_tables(store)):
-                print(f"{_NAME}: {not_a_checkpoint_database(args.db)}", file=err)
+                print(f"{_NAME}: {refusal}", file=err)
                 return 2
             ledger = ReplayLedger(store, namespace=namespace)
             rows, row_problems = read_ledger(store, ledger, args.thread, limit=limit, uri=store_uri)

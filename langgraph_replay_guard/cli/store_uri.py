@@ -195,19 +195,21 @@ def missing_tables(opened: object) -> bool:
     return isinstance(opened, _MissingStore | _MissingCheckpointer)
 
 
-def not_a_checkpoint_database(uri: str) -> str:
+def not_a_checkpoint_database(uri: str, opened: object = None) -> str:
     """Why a `--db` without LangGraph's checkpoint tables is refused, and what to give.
 
     Args:
         uri: The `--db` value (shown with its password masked).
+        opened: What `open_checkpointer` yielded for it, whose stand-in says what is
+            missing (a table, or a column of another application's table of that name).
 
     Returns:
         One line for the command's error.
     """
+    why = getattr(opened, "why", None) or f"it has no '{_TABLES['checkpointer']}' table"
     return (
-        f"{mask_uri(uri)} is not a LangGraph checkpoint database (it has no "
-        f"'{_TABLES['checkpointer']}' table): give --db the database your graph's "
-        "checkpointer (SqliteSaver, PostgresSaver) writes to"
+        f"{mask_uri(uri)} is not a LangGraph checkpoint database ({why}): give --db the "
+        "database your graph's checkpointer (SqliteSaver, PostgresSaver) writes to"
     )
 
 
@@ -220,6 +222,13 @@ _BACKENDS = {
 
 # The table each kind needs to be read (LangGraph's own names, the same in both backends).
 _TABLES = {"store": "store", "checkpointer": "checkpoints"}
+
+# Columns of that table the reads use (both backends): another application's database may
+# have a table of the same name, which is not a LangGraph database either.
+_COLUMNS = {
+    "store": ("prefix", "key", "value"),
+    "checkpointer": ("thread_id", "checkpoint_ns", "checkpoint_id", "checkpoint", "metadata"),
+}
 
 
 def _backend(kind: str, what: str) -> Any:
@@ -235,14 +244,31 @@ def _backend(kind: str, what: str) -> Any:
 class _MissingStore(InMemoryStore):
     """The empty store a read-only open yields for a database without a store table."""
 
+    why: str | None = None
+
 
 class _MissingCheckpointer(InMemorySaver):
     """The empty saver a read-only open yields for a database without checkpoint tables."""
 
+    why: str | None = None
 
-def _missing(what: str) -> Any:
+
+def _missing(what: str, why: str) -> Any:
     """An empty in-memory stand-in for a read-only database without the tables of `what`."""
-    return _MissingStore() if what == "store" else _MissingCheckpointer()
+    opened = _MissingStore() if what == "store" else _MissingCheckpointer()
+    opened.why = why
+    return opened
+
+
+def _lacks(table: str, has_table: bool, columns: set[str], what: str) -> str | None:
+    """What the database lacks for `what` (its table, or a column of it), or None."""
+    if not has_table:
+        return f"it has no {table!r} table"
+    # No columns read (a table only the search path shows): nothing is guessed.
+    missing = [c for c in _COLUMNS[what] if columns and c not in columns]
+    if missing:
+        return f"its {table!r} table is another application's: it has no {missing[0]!r} column"
+    return None
 
 
 def _make(kind: str, what: str, conn: Any, *, read_only: bool) -> Any:
@@ -272,8 +298,9 @@ def _open(
             # that creates nothing (no setup()); the checkpointer's session is read-only.
             server_read_only = read_only and what == "checkpointer"
             with _postgres_connection(uri, read_only=server_read_only) as conn:
-                if read_only and not _postgres_has_table(conn, _TABLES[what]):
-                    yield _missing(what)
+                why = _postgres_lacks(conn, what) if read_only else None
+                if why is not None:
+                    yield _missing(what, why)
                 else:
                     yield _make("postgres", what, conn, read_only=read_only)
         except StoreURIError:
@@ -300,8 +327,9 @@ def _open(
         msg = f"cannot open the SQLite database {mask_uri(str(path))!r}: {exc}"
         raise StoreURIError(msg) from None
     try:
-        if read_only and not _sqlite_has_table(conn, _TABLES[what]):
-            yield _missing(what)
+        why = _sqlite_lacks(conn, what) if read_only else None
+        if why is not None:
+            yield _missing(what, why)
         else:
             yield _make("sqlite", what, conn, read_only=read_only)
     except sqlite3.DatabaseError as exc:
@@ -326,6 +354,17 @@ def _sqlite_has_table(conn: sqlite3.Connection, table: str) -> bool:
     return conn.execute(query, (table,)).fetchone() is not None
 
 
+def _sqlite_lacks(conn: sqlite3.Connection, what: str) -> str | None:
+    table = _TABLES[what]
+    has_table = _sqlite_has_table(conn, table)
+    query = "SELECT name FROM pragma_table_info(?)"
+    columns = {row[0] for row in conn.execute(query, (table,))} if has_table else set()
+    lacks = _lacks(table, has_table, columns, what)
+    if lacks is None and what == "checkpointer" and not _sqlite_has_table(conn, "writes"):
+        return "it has no 'writes' table"  # SqliteSaver reads a checkpoint's writes there
+    return lacks
+
+
 @contextmanager
 def _postgres_connection(target: str, *, read_only: bool) -> Iterator[Any]:
     """A connection as `PostgresStore`/`PostgresSaver.from_conn_string` make it.
@@ -347,3 +386,14 @@ def _postgres_connection(target: str, *, read_only: bool) -> Iterator[Any]:
 def _postgres_has_table(conn: Any, table: str) -> bool:
     row = conn.execute("SELECT to_regclass(%s) IS NOT NULL AS found", (table,)).fetchone()
     return bool(row and row["found"])
+
+
+def _postgres_lacks(conn: Any, what: str) -> str | None:
+    table = _TABLES[what]
+    has_table = _postgres_has_table(conn, table)
+    query = (
+        "SELECT column_name FROM information_schema.columns "
+        "WHERE table_name = %s AND table_schema = current_schema()"
+    )
+    rows = conn.execute(query, (table,)).fetchall() if has_table else []
+    return _lacks(table, has_table, {row["column_name"] for row in rows}, what)

@@ -272,11 +272,11 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         names = self._learn(tools)
         # Listed once (refused with `require_classes`) when the agent is built.
         self.guard._unclassified.check(self._calls.learned.config, tools, where="the agent")
-        # A misspelt policy name fails `create_agent` itself (`strict_tool_names`), when the
-        # agent's tools node is every tool: another middleware's tool hook may serve more.
-        self.guard._tool_names.check(
-            names, where="the agent", warn=False, complete=not self._others_run_tools
-        )
+        # The names are only learned here (`warn=False`, `complete=False`): one guard may
+        # guard several agents (sub-agents, supervisor workers; docs/using-it-with.md), and
+        # the agent with `set_order` may be built after the one with `get_order`. The first
+        # model call checks them (`strict_tool_names`), when every agent built so far is known.
+        self.guard._tool_names.check(names, where="the agent", warn=False, complete=False)
 
     def _answered_elsewhere(self, request: ModelRequest[Any]) -> tuple[Any, list[Event]]:
         """The previous batch's calls that another piece answered, and the value with them.

@@ -9,7 +9,7 @@ import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Self, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, Required, Self, TypedDict, Unpack
 
 import annotated_types
 from pydantic import (
@@ -198,6 +198,10 @@ class ClassRule(BaseModel):
     replay: ReplayClass | None = None
     volatile: bool = False
 
+    if TYPE_CHECKING:
+        # The input types, for type checkers (`prefixes=["git "]` as the docs write it).
+        def __init__(self, **options: Unpack[ClassRuleOptions]) -> None: ...
+
     @field_validator("pattern")
     @classmethod
     def _check_pattern(cls, value: str | None) -> str | None:
@@ -316,6 +320,10 @@ class ToolPolicy(BaseModel):
     classifier: SkipJsonSchema[Callable[[Any], CallClass | None] | None] = Field(
         default=None, exclude=True, repr=False
     )
+
+    if TYPE_CHECKING:
+        # The input types, for type checkers (`ignore_args=["trace_id"]` as the docs write it).
+        def __init__(self, **options: Unpack[ToolPolicyOptions]) -> None: ...
 
     @field_validator("*", mode="before")
     @classmethod
@@ -575,10 +583,11 @@ class GuardConfig(BaseModel):
             see `policy_for`).
         strict_tool_names: A name in `tools` that matches no tool of the agent, while one
             of its tools without a policy is a near match (`send_email` for `send_mail`),
-            is an error that stops the first invoke before any tool runs (at build time
-            where the tools are known then): the real tool would silently get
+            is an error that stops the first invoke before any tool runs (`check(agent)`
+            and `control(tools=...)` raise it themselves): the real tool would silently get
             `default_policy`. Only where the guard knows every tool the graph can run
-            (`create_agent` without another middleware that has a tool hook, the callback
+            (`create_agent` without another middleware that has a tool hook, with the tools
+            of every agent built from the same guard, at the first model call; the callback
             handler's `check` on such an agent, `control(tools=...)`) and in enforce mode;
             elsewhere (`guard.wrap`, which sees one tools node of maybe several; a
             middleware that may serve tools itself; shadow mode) it is a
@@ -628,6 +637,14 @@ class GuardConfig(BaseModel):
 
     # The toolkits' policies, expanded once (the user's `tools` are looked up first).
     _toolkit_tools: dict[str, ToolPolicy] = PrivateAttr(default_factory=dict)
+
+    if TYPE_CHECKING:
+        # What type checkers see of the constructor: the types it accepts as input (the
+        # fields' are what it stores), so the documented `GuardConfig(tools={"send_email":
+        # "unsafe"}, toolkits=["deepagents"])` passes `mypy --strict`. Pydantic's own
+        # `__init__` runs; `tests/unit/test_typed_options.py` keeps the two in step.
+        def __init__(self, **options: Unpack[GuardOptions]) -> None: ...
+
     # The policies MCP annotations give, in a guard's own copy (`with_annotations`) only.
     _annotated: dict[str, ToolPolicy] = PrivateAttr(default_factory=dict)
 
@@ -880,6 +897,39 @@ class GuardConfig(BaseModel):
         if "default_policy" in data:
             update["default_policy"] = loaded.default_policy
         return self.model_copy(update=update)
+
+
+class ClassRuleOptions(TypedDict, total=False):
+    """`ClassRule`'s fields as keyword arguments, typed as it accepts them (for type checkers)."""
+
+    arg: Required[str]
+    pattern: str | None
+    prefixes: Sequence[str]
+    missing: bool
+    replay: ReplayClass | None
+    volatile: bool
+
+
+class ToolPolicyOptions(TypedDict, total=False):
+    """`ToolPolicy`'s fields as keyword arguments, typed as it accepts them (for type checkers).
+
+    Any sequence where it stores a tuple, a rule as a mapping; the attributes keep the
+    fields' types. `tests/integration/test_issue34_attack2.py` checks the keys agree.
+    """
+
+    replay: ReplayClass
+    max_repeats: int | None
+    max_same_failures: int | None
+    failure_pattern: str | None
+    ignore_args: Sequence[str]
+    idempotency_key_arg: str | None
+    volatile: bool
+    short_circuit: bool | None
+    classify: Sequence[ClassRule | Mapping[str, Any]]
+    preset: PresetName | None
+    command_arg: str | None
+    no_effect_errors: Sequence[str]
+    classifier: Callable[[Any], CallClass | None] | None
 
 
 class GuardOptions(TypedDict, total=False):

@@ -81,8 +81,11 @@ def test_create_agent_with_a_misspelt_policy_name_fails_before_any_tool_runs():
     model = ScriptedChatModel(script=[[("send_mail", {"to": "ann"})]])
     guard = ReplayGuard(TYPO)
     middleware = guard.middleware()
+    agent = create_agent(model, [_mail_tool(sent)], middleware=[middleware])
+    # At the first model call (not the build: one guard may guard several agents, and the
+    # one with the configured name may be built next), before any tool runs.
     with pytest.raises(ValueError, match="did you mean 'send_mail'") as raised:
-        create_agent(model, [_mail_tool(sent)], middleware=[middleware])  # at build time
+        agent.invoke({"messages": [HumanMessage("mail Ann")]})
     assert "strict_tool_names=False" in str(raised.value)
     assert sent == []
 

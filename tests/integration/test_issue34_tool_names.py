@@ -140,8 +140,11 @@ def test_a_typo_in_an_agent_whose_tools_the_guard_knows_all_of_still_stops() -> 
     effects: list[str] = []
     guard = ReplayGuard(GuardConfig(tools={"set_ordr": "unsafe"}))
     model = ScriptedChatModel(script=[[("set_order", {"key": "1"})]])
+    agent = create_agent(model, [_tool("set_order", effects)], middleware=[guard.middleware()])
+    # At the first model call, not at the build: the guard may guard another agent, built
+    # next, that has the configured name (test_issue34_attack2.py).
     with pytest.raises(ValueError, match="did you mean 'set_order'") as raised:
-        create_agent(model, [_tool("set_order", effects)], middleware=[guard.middleware()])
+        agent.invoke({"messages": [HumanMessage("go")]})
     assert "strict_tool_names=False" in str(raised.value)
     assert effects == []
 
