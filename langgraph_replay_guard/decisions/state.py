@@ -782,14 +782,17 @@ def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
     Returns:
         The new channel value.
     """
-    last = _LAST_MERGE[0]
-    if last is not None and last[1] is update and last[0] is current:
-        # The same merge again: its value was folded from `current` as checked then.
-        return last[2]
-    if isinstance(update, Mapping) and update.get("op") == SCRUB_OP:
-        return _trust(_scrubbed(load_state(current), update.get("previews")))
-    if isinstance(update, Mapping) and update.get("op") == SHOW_OP:
-        return _trust(_shown(load_state(current), update.get("previews")))
+    for last in _LAST_MERGES[0]:
+        if last[1] is update and last[0] is current:
+            # The same merge again: its value was folded from `current` as checked then.
+            return last[2]
+    if isinstance(update, Mapping) and update.get("op") in (SCRUB_OP, SHOW_OP):
+        edit = _scrubbed if update["op"] == SCRUB_OP else _shown
+        merged = _trust(edit(load_state(current), update.get("previews")))
+        # The model hook merges its scrub and show writes itself (to plan on the value the
+        # tools node will read); the channel's merge of the same writes returns that value.
+        _remember_merge(current, update, merged)
+        return merged
     unchanged = _unchanged(current)
     own = _own(update)
     if own is not None and unchanged:
@@ -800,7 +803,7 @@ def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
     else:
         merged = _trust(_merged(current, update, own))
     if unchanged and isinstance(update, Mapping) and update.get("op") == "events":
-        _LAST_MERGE[0] = (current, update, merged)
+        _remember_merge(current, update, merged)
     return merged
 
 
@@ -959,9 +962,15 @@ def _scrubbed(state: dict[str, Any], previews: Any) -> dict[str, Any]:
 # (current, update, merged) of the last guard write merged onto a checked value. LangGraph
 # merges a step's writes twice with the same objects: once for a conditional edge's fresh
 # read of the state, once into the channel; the second merge returns the first one's value.
+# A model call's scrub, show and events writes are merged in a row: the last few are kept.
 # One tuple, replaced atomically; it holds its objects, so their ids cannot be reused while
 # it does.
-_LAST_MERGE: list[tuple[Any, Any, dict[str, Any]] | None] = [None]
+_LAST_MERGES: list[tuple[tuple[Any, Any, dict[str, Any]], ...]] = [()]
+_MERGES_KEPT = 4
+
+
+def _remember_merge(current: Any, update: Any, merged: dict[str, Any]) -> None:
+    _LAST_MERGES[0] = ((current, update, merged), *_LAST_MERGES[0][: _MERGES_KEPT - 1])
 
 
 def _unchanged(current: Any) -> bool:

@@ -278,7 +278,9 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # model call checks them (`strict_tool_names`), when every agent built so far is known.
         self.guard._tool_names.check(names, where="the agent", warn=False, complete=False)
 
-    def _answered_elsewhere(self, request: ModelRequest[Any]) -> tuple[Any, list[Event]]:
+    def _answered_elsewhere(
+        self, request: ModelRequest[Any], value: Any
+    ) -> tuple[Any, list[Event]]:
         """The previous batch's calls that another piece answered, and the value with them.
 
         A HITL reject, `ToolCallLimitMiddleware(exit_behavior="continue")`, a structured
@@ -289,7 +291,6 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         holds them, so this model call's decisions count them too; `_write` records them.
         """
         state = request.state
-        value = state.get(self.channel)
         found = previous_batch(state.get("messages") or ())
         if found is None:
             return value, []
@@ -311,7 +312,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return value, []
         return merge_guard_state(value, own_update(fold_settings(config), events)), events
 
-    def _scrub(self, request: ModelRequest[Any]) -> None:
+    def _scrub(self, request: ModelRequest[Any], value: Any) -> Any:
         """Drop the result previews that no message of the thread holds any more.
 
         The tools node records a preview of what the tool returned; a middleware may change
@@ -320,10 +321,13 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         the guard's hooks). The model node runs after every `before_model`: the messages it
         reads are what the model is given, so the channel keeps no more of a result than
         they hold (its digest stays, for the loop layers). No I/O: one channel write.
+
+        Returns:
+            The channel value after the write (`value` when there is none).
         """
-        previews = held_previews(request.state.get(self.channel))
+        previews = held_previews(value)
         if not previews:
-            return
+            return value
         # Newest messages first, stopping once every preview is found: the channel keeps the
         # previews of the most recently used results, so they sit in the last few messages.
         # Reading every message for every preview made each step cost O(thread length).
@@ -332,13 +336,23 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             text = _text(message)
             missing = {p for p in missing if p not in text}
             if not missing:
-                return
-        gone = sorted(missing)
-        send = channel_writer(_run_config())
-        if send is not None:
-            send([(self.channel, scrub_update(gone))])
+                return value
+        return self._send(value, scrub_update(sorted(missing)))
 
-    def _show(self, request: ModelRequest[Any]) -> None:
+    def _send(self, value: Any, update: dict[str, Any]) -> Any:
+        """Write `update` beside the model node's output; the value the channel will hold.
+
+        Merged here with the very objects the channel's reducer gets, which then returns
+        this value (`merge_guard_state` remembers it): the batch this model call plans is
+        planned on the value the tools node reads, so it is planned once.
+        """
+        send = channel_writer(_run_config())
+        if send is None:
+            return value
+        send([(self.channel, update)])
+        return merge_guard_state(value, update)
+
+    def _show(self, request: ModelRequest[Any], value: Any) -> Any:
         """Give the last batch's results their previews, cut from what the model is given.
 
         The tools node records a result's digest and no text (`defer_previews`): a
@@ -347,23 +361,23 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         keep the raw preview. The model node runs after every `before_model`: a ToolMessage
         of the batch whose text still has the recorded digest reached the model unchanged
         and gets its preview; a changed one keeps its digest only. No I/O: one channel write.
+
+        Returns:
+            The channel value after the write (`value` when there is none).
         """
         config = self._calls.config
-        value = request.state.get(self.channel)
         if not config.store_previews or value is None:
-            return
+            return value
         unshown = unshown_hashes(value)
         if not unshown:
-            return
+            return value
         previews: dict[str, str] = {}
         for message in _last_batch(request.state.get("messages") or ()):
             text = _text(message)
             digest = content_hash(text)
             if digest in unshown:
                 previews[digest] = text[: config.result_preview_chars]
-        send = channel_writer(_run_config()) if previews else None
-        if send is not None:
-            send([(self.channel, show_update(previews))])
+        return self._send(value, show_update(previews)) if previews else value
 
     def _given(self, request: ModelRequest[Any]) -> tuple[BaseStore, Plan] | None:
         """The ledger plan that makes the last batch's rows hold what the model is given.
@@ -496,8 +510,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             # Its own message again: `add_messages` replaces it by id, and the run ends.
             return ModelResponse(result=[stop])
         self._check_tools(request)
-        self._scrub(request)
-        self._show(request)
+        shown = self._show(request, self._scrub(request, request.state.get(self.channel)))
         given = self._given(request)
         if given is not None:
             store, plan = given
@@ -505,7 +518,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 run_plan(store, plan)
             except Exception as exc:
                 _given_failed(exc)
-        value, answered = self._answered_elsewhere(request)
+        value, answered = self._answered_elsewhere(request, shown)
         result, stopped = self._stop_after(request, handler(self._with_reminder(request)), value)
         self._write(request, [*answered, *stopped])
         return result
@@ -522,8 +535,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             # Its own message again: `add_messages` replaces it by id, and the run ends.
             return ModelResponse(result=[stop])
         self._check_tools(request)
-        self._scrub(request)
-        self._show(request)
+        shown = self._show(request, self._scrub(request, request.state.get(self.channel)))
         given = self._given(request)
         if given is not None:
             store, plan = given
@@ -531,7 +543,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 await arun_plan(store, plan)
             except Exception as exc:
                 _given_failed(exc)
-        value, answered = self._answered_elsewhere(request)
+        value, answered = self._answered_elsewhere(request, shown)
         response = await handler(self._with_reminder(request))
         result, stopped = self._stop_after(request, response, value)
         self._write(request, [*answered, *stopped])
