@@ -532,14 +532,14 @@ def executed_event(
 
 
 def blocked_tool_message(
-    tool_call: ToolCall, content: str, *, reason: str, stop: str | None = None
+    tool_call: ToolCall, content: str, *, reason: str | None, stop: str | None = None
 ) -> ToolMessage:
     """The ToolMessage a blocked call is answered with.
 
-    `reason` is why this call was not run (marked `ANSWER_MARK`); `stop`, the reason its batch
-    stopped the run.
+    `reason` is why this call was not run (marked `ANSWER_MARK`; None, an answer the tools
+    node itself gives, unmarked); `stop`, the reason its batch stopped the run.
     """
-    marks = {ANSWER_MARK: reason}
+    marks = {} if reason is None else {ANSWER_MARK: reason}
     if stop is not None:
         marks[STOPPED_MARK] = stop
     return ToolMessage(
@@ -673,14 +673,15 @@ def blocked_answer(planned: PlannedCall, batch: Batch) -> tuple[ToolMessage, lis
     assert decision is not None
     abort = decision.verdict is Verdict.ABORT
     event = denied_event(planned, batch, decision.reason or "denied", abort=abort)
+    # The first call to a missing tool gets the tools node's own answer, as without the
+    # guard, unmarked too: a test or a user comparing messages sees no difference, and `eval`
+    # scores it as the tools node's error, which it is.
+    own_answer = decision.reason == UNKNOWN_TOOL and decision.count == 1 and not abort
     message = blocked_tool_message(
-        planned.tool_call, decision.message or "Not executed.", reason=decision.reason or "denied"
+        planned.tool_call,
+        decision.message or "Not executed.",
+        reason=None if own_answer else decision.reason or "denied",
     )
-    if decision.reason == UNKNOWN_TOOL and decision.count == 1 and not abort:
-        # The first call to a missing tool gets the tools node's own answer, as without the
-        # guard, unmarked too: a test or a user comparing messages sees no difference, and
-        # `eval` scores it as the tools node's error, which it is.
-        message.response_metadata = {}
     return message, [event]
 
 
