@@ -54,7 +54,14 @@ _PROGRESS_BYTES = 1_000_000  # show progress for inputs larger than this, on a t
 
 _HINT = "expected one JSON trajectory per line, see --help"
 
-_CLASS_ORDER = {"pure": 0, "pure volatile": 1, "idempotent": 2, "unsafe": 3}
+_CLASS_ORDER = {
+    "pure": 0,
+    "pure volatile": 1,
+    "idempotent": 2,
+    "idempotent volatile": 3,
+    "unsafe": 4,
+    "unsafe volatile": 5,
+}
 
 _LEGEND = (
     ("runs", "recorded runs (trajectories)"),

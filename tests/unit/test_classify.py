@@ -84,8 +84,10 @@ def test_bad_classification_names_the_tool_the_field_and_the_fix(policy, field, 
 
 def test_call_class_validates():
     assert CallClass("pure", volatile=True).rank == 1
-    with pytest.raises(ValueError, match="volatile"):
-        CallClass("unsafe", volatile=True)
+    # A command that acts on state its arguments do not name (SWE-agent's edit of the open
+    # file) is volatile too; it ranks as its replay class.
+    assert CallClass("unsafe", volatile=True).rank == CallClass("unsafe").rank == 3
+    assert CallClass("idempotent", volatile=True).rank == 2
     with pytest.raises(ValueError, match="'pure', 'idempotent' or 'unsafe'"):
         CallClass("read")  # type: ignore[arg-type]
 
