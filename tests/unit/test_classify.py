@@ -45,6 +45,15 @@ def test_classified_tool_defaults_to_unsafe_and_serializes_round_trip():
     assert again.tools["bash"].classify[0].prefixes == ("make lint",)
 
 
+def test_volatile_rule_with_a_side_effect_is_a_command_acting_on_hidden_state():
+    # `edit` in SWE-agent acts on the file open in the viewer: unsafe and volatile.
+    rule = {"arg": "c", "pattern": "x", "replay": "unsafe", "volatile": True}
+    config = GuardConfig(tools={"bash": {"classify": [rule]}})
+    policy = config.policy_for("bash")
+    assert policy.classifier_fn is not None
+    assert policy.classifier_fn("bash", {"c": "x"})[0] == CallClass("unsafe", volatile=True)
+
+
 @pytest.mark.parametrize(
     ("policy", "field", "fix"),
     [
@@ -60,11 +69,6 @@ def test_classified_tool_defaults_to_unsafe_and_serializes_round_trip():
             "exactly one",
         ),
         ({"classify": [{"arg": "command", "pattern": "^ls"}]}, "classify.0", "'replay'"),
-        (
-            {"classify": [{"arg": "c", "pattern": "x", "replay": "unsafe", "volatile": True}]},
-            "classify.0",
-            "replay='pure'",
-        ),
         (
             {"classify": [{"arg": "command", "prefixes": [" "], "replay": "pure"}]},
             "prefixes",
