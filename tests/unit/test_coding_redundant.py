@@ -77,7 +77,7 @@ def test_the_toolkit_window_only_fills_in_an_unset_history_window():
     assert GuardConfig(toolkits=["mini-swe-agent"], history_window=7).history_window == 7
     # SWE-agent elides observations older than its last few: the default stays.
     assert GuardConfig(toolkits=["swe-agent"]).history_window == 5
-    assert GuardConfig(toolkits=["swe-agent", "mini-swe-agent"]).history_window == 50
+    assert GuardConfig(toolkits=["langchain", "mini-swe-agent"]).history_window == 50
     added = GuardConfig().model_copy(update={"toolkits": ("mini-swe-agent",)})
     assert added.history_window == 50
     assert added.model_copy(update={"toolkits": ()}).history_window == 5
@@ -155,3 +155,26 @@ def test_swe_agent_same_edit_of_the_same_file_again_and_again_is_stopped(
     verdicts = [run(tool, args, shown) for _ in range(6)]
     assert verdicts[:4] == ["allow"] * 4  # the first result, then 3 repeats of it
     assert "allow" not in verdicts[4:]
+
+
+def test_mini_swe_agent_cd_lasts_one_call_so_a_cd_chain_of_reads_is_a_read():
+    # mini-swe-agent runs each action in a new subprocess: `cd` changes nothing the next
+    # call sees, so a re-read through the same `cd` is a duplicate...
+    run = _run(ReplayGuard(toolkits=["mini-swe-agent"]))
+    read = {"command": "cd /testbed && grep -n ttl src/cache.py"}
+    assert run("bash", read, "12: ttl = 60") == "allow"
+    assert run("bash", {"command": "cd /testbed"}, "") == "allow"
+    assert run("bash", read, "12: ttl = 60") == "deny"
+    # ...while a write through a `cd` is still a write, and the re-read after it runs.
+    write = {"command": "cd /testbed && sed -i 's/60/600/' src/cache.py"}
+    assert run("bash", write, "") == "allow"
+    assert run("bash", read, "12: ttl = 600") == "allow"
+
+
+def test_in_a_persistent_shell_cd_still_starts_a_new_epoch():
+    # OpenHands keeps one shell session: `cd` changes what later relative reads read.
+    run = _run(ReplayGuard(toolkits=["openhands"]))
+    read = {"command": "grep -n ttl cache.py"}
+    assert run("execute_bash", read, "12: ttl = 60") == "allow"
+    assert run("execute_bash", {"command": "cd /other"}, "") == "allow"
+    assert run("execute_bash", read, "3: ttl = 5") == "allow"
