@@ -755,7 +755,7 @@ def _print_missed(missed: list[MissedRead], show: int, line: Callable[[str], Non
         line("  reasons:")
         for reason in sorted(reasons):
             line(f"    {reason:<16} {MISSED_REASONS[reason]}")
-    line()
+    line("")
 
 
 def print_report(

@@ -146,9 +146,7 @@ def test_swe_agent_same_edit_after_another_open_is_a_new_call(tool: str, args: d
         ("insert", {"text": "import java.util.List;", "line": 2}),
     ],
 )
-def test_swe_agent_same_edit_of_the_same_file_again_and_again_is_stopped(
-    tool: str, args: dict
-):
+def test_swe_agent_same_edit_of_the_same_file_again_and_again_is_stopped(tool: str, args: dict):
     run = _run(ReplayGuard(toolkits=["swe-agent"]))
     assert run("open", {"path": "A.java"}, "[File: A.java]") == "allow"
     shown = "[File: /repo/A.java (40 lines total)]\n1:package app;"
