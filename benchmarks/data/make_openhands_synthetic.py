@@ -35,18 +35,24 @@ def convert(run: dict[str, Any]) -> dict[str, Any] | None:
         }
         for call in run["calls"]
     ]
-    return {**run, "source": f"{run.get('source', 'synthetic')} (OpenHands names)", "calls": calls}
+    return {**run, "calls": calls}
 
 
-def main() -> None:
-    lines = []
+def trajectories() -> list[dict[str, Any]]:
+    """The runs of `SOURCES` that OpenHands' tools can make, in its names."""
+    runs = []
     for name in SOURCES:
         for line in (HERE / name).read_text().splitlines():
             run = convert(json.loads(line))
             if run is not None:
-                lines.append(json.dumps(run))
-    OUT.write_text("\n".join(lines) + "\n")
-    print(f"wrote {len(lines)} runs to {OUT.name}")
+                runs.append(run)
+    return runs
+
+
+def main() -> None:
+    runs = trajectories()
+    OUT.write_text("".join(json.dumps(run) + "\n" for run in runs))
+    print(f"wrote {len(runs)} SYNTHETIC trajectories to {OUT.name}")
 
 
 if __name__ == "__main__":
