@@ -1,12 +1,15 @@
 """What the coding toolkits change on coding-agent runs, against the usual policies.
 
-Run: python benchmarks/eval_toolkits.py
+Run: python benchmarks/eval_toolkits.py [path/to/mini-swe-tune.jsonl]
 First table: the `swe-agent` toolkit against three usual policies on SWE-agent-style runs.
-Second: the agent's toolkit alone on each recorded set the project has (all SYNTHETIC, all
-in SWE-agent's tool names; no set here uses mini-swe-agent's or OpenHands' names):
-dedup blocks and the wrong ones, the redundant-read catch rate, loop stops and the wrong
-ones, the loop runs stopped, and the runs stopped that have no loop. Which runs loop is
-written in their ids by the generators (`LOOP_RUNS`).
+Second: each agent's toolkit alone on the sets in its tool names: `mini-swe-agent` on the 239
+real runs of mini-swe-tune (outside the repository: `../shared/data/mini-swe-tune.jsonl` of a
+checkout, or the path given), `swe-agent` on the project's SYNTHETIC SWE-agent-named sets,
+`openhands` on the SYNTHETIC runs in OpenHands' names: dedup blocks and the wrong ones, the
+redundant reads caught (a pure read repeated with the same result, nothing written since),
+the ones missed (`replay-guard eval --show-missed N` lists them with the reason), loop stops
+and the wrong ones, the loop runs stopped, and the runs stopped that have no loop. Which
+synthetic runs loop is written in their ids by the generators (`LOOP_RUNS`).
 Data: benchmarks/data/swe-synthetic.jsonl (SYNTHETIC trajectories; see
 benchmarks/data/make_swe_synthetic.py). Its `synthetic-swe-redundant` runs ask again for what
 they already have (every identical repeat there is a redundant read); its
@@ -17,6 +20,7 @@ numbers come from `replay-guard eval DATA --toolkit swe-agent --normalize 'in [0
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from langgraph_replay_guard import GuardConfig
@@ -44,46 +48,70 @@ def evaluate(config: GuardConfig, path: Path = TRAJECTORIES) -> EvalReport:
     return evaluate_file(path, config, normalize=NORMALIZE)
 
 
-TOOLKITS = ("swe-agent",)
 # The runs the generators (benchmarks/data/make_*.py) made as loops: a weak agent repeating
 # a failing call, paging forever, opening a missing file again and again.
 LOOP_RUNS = ("loop-", "weak-", "swe-scroll-loop-", "swe-open-missing-")
-SETS = ("swe-synthetic.jsonl", "coding-synthetic.jsonl", "coding-same-failure.jsonl")
+# Each agent's toolkit alone on the sets in its tool names: SWE-agent's on the project's
+# three SWE-agent-named sets, OpenHands' on those runs in OpenHands' names
+# (make_openhands_synthetic.py), mini-swe-agent's on the 239 real runs of mini-swe-tune
+# (kept outside the repository; see MINI_SWE_TUNE).
+SETS: tuple[tuple[str, str], ...] = (
+    ("swe-agent", "swe-synthetic.jsonl"),
+    ("swe-agent", "coding-synthetic.jsonl"),
+    ("swe-agent", "coding-same-failure.jsonl"),
+    ("openhands", "openhands-synthetic.jsonl"),
+)
+MINI_SWE_TUNE = Path(__file__).resolve().parent.parent.parent / "shared/data/mini-swe-tune.jsonl"
+"""Real mini-swe-agent runs (gemini-3-pro-preview, SWE-bench Verified; MIT): a checkout's
+`../shared/data/mini-swe-tune.jsonl`, or the path given as the script's first argument."""
 
 
-def toolkit_rows() -> list[tuple[str, str, EvalReport]]:
-    """The agent's toolkit, alone, on each recorded set."""
-    return [
-        (toolkit, name, evaluate(GuardConfig(toolkits=[toolkit]), DATA / name))
-        for name in SETS
-        for toolkit in TOOLKITS
-    ]
+def toolkit_rows(mini_swe: Path | None = None) -> list[tuple[str, str, EvalReport, set[str]]]:
+    """Each agent's toolkit, alone, on each set: (toolkit, set, report, ids of loop runs).
+
+    The synthetic sets name their loop runs (`LOOP_RUNS`); mini-swe-tune's runs are real
+    and none is known to loop, so every run it stops counts as a run without a loop.
+    """
+    rows = []
+    for toolkit, name in SETS:
+        path = DATA / name
+        ids = [json.loads(line)["id"] for line in path.read_text().splitlines()]
+        loops = {i for i in ids if i.startswith(LOOP_RUNS)}
+        rows.append((toolkit, name, evaluate(GuardConfig(toolkits=[toolkit]), path), loops))
+    if mini_swe is not None and mini_swe.is_file():
+        report = evaluate_file(mini_swe, GuardConfig(toolkits=["mini-swe-agent"]))
+        rows.insert(0, ("mini-swe-agent", mini_swe.name + " (real)", report, set()))
+    return rows
 
 
 def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
 
 
-def print_toolkit_rows() -> None:
+def print_toolkit_rows(mini_swe: Path | None = MINI_SWE_TUNE) -> None:
     """The second table (see the module docstring)."""
     print(
-        f"{'set':<26} {'toolkit':<15} {'dedup':>5} {'wrong':>5} {'reads caught':>12} "
-        f"{'stops':>5} {'wrong':>5} {'loops stopped':>13} {'stopped, no loop':>16}"
+        f"{'set':<32} {'toolkit':<15} {'dedup':>5} {'wrong':>5} {'reads caught':>14} "
+        f"{'missed':>6} {'stops':>5} {'wrong':>5} {'loops stopped':>13} {'stopped, no loop':>16}"
     )
-    for toolkit, name, report in toolkit_rows():
+    for toolkit, name, report, loops in toolkit_rows(mini_swe):
         total = report.total
-        ids = [json.loads(line)["id"] for line in (DATA / name).read_text().splitlines()]
-        loops = {i for i in ids if i.startswith(LOOP_RUNS)}
         stopped = {a.trajectory for a in report.aborts}
+        reads, caught = total.repeat_kinds.get("redundant_read", [0, 0])
+        rate = f"{caught}/{reads} {_rate(total.kind_rate('redundant_read'))}"
+        missed = sum(m.kind == "redundant_read" for m in report.missed_reads)
         print(
-            f"{name:<26} {toolkit:<15} {total.dedup.blocked:>5} {total.dedup.wrong:>5} "
-            f"{_rate(total.kind_rate('redundant_read')):>12} {total.stops.blocked:>5} "
-            f"{total.stops.wrong:>5} {f'{len(stopped & loops)}/{len(loops)}':>13} "
-            f"{len(stopped - loops):>16}"
+            f"{name:<32} {toolkit:<15} {total.dedup.blocked:>5} {total.dedup.wrong:>5} "
+            f"{rate:>14} {missed:>6} {total.stops.blocked:>5} {total.stops.wrong:>5} "
+            f"{f'{len(stopped & loops)}/{len(loops)}':>13} {len(stopped - loops):>16}"
         )
+    if mini_swe is not None and not mini_swe.is_file():
+        print(f"({mini_swe} not found: mini-swe-agent row left out; give its path)")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    mini_swe = Path(args[0]) if args else MINI_SWE_TUNE
     print(f"{TRAJECTORIES.name} (SYNTHETIC), normalize {NORMALIZE}")
     print(
         f"{'policy':<30} {'redundant reads caught':>22} {'look-alikes blocked':>19} "
@@ -102,7 +130,7 @@ def main() -> None:
     print("look-alikes blocked: calls of the look-alike runs blocked (each one wrong to block)")
     print("wrong: blocked calls whose recorded result was new")
     print()
-    print_toolkit_rows()
+    print_toolkit_rows(mini_swe)
 
 
 if __name__ == "__main__":

@@ -30,11 +30,13 @@ __all__ = [
     "DEDUP_REASONS",
     "DEFAULT_ERROR_PATTERN",
     "GUARD_FIELD",
+    "MISSED_REASONS",
     "UNKNOWN_TOOL_PATTERN",
     "WRONG_PREVIEW_CHARS",
     "Abort",
     "EvalReport",
     "LayerTally",
+    "MissedRead",
     "Tally",
     "WrongBlock",
     "evaluate_file",
@@ -215,6 +217,47 @@ class WrongBlock:
     result: str
 
 
+MISSED_REASONS = {
+    "window": "the earlier identical call ran more executed calls back than history_window",
+    "epoch": "a call the guard counts as a change (a non-pure success) ran since",
+    "earlier_failed": "the earlier identical call failed (by the error pattern): a retry runs",
+    "earlier_blocked": "the earlier identical call was blocked, so no result of it is known",
+    "volatile": "the call is classed volatile (its result may change on its own): always runs",
+    "dedup_off": "dedup is off in the configuration",
+}
+"""Why the guard let a redundant (or volatile) read run: `MissedRead.reason` codes."""
+
+
+@dataclass(frozen=True)
+class MissedRead:
+    """An identical read the guard let run although it returned the same result again.
+
+    Attributes:
+        trajectory: The run's id.
+        model: The run's model.
+        call_index: The call's position in the run (0 for the first).
+        tool: Tool name.
+        kind: `"redundant_read"` (blockable: a pure read, nothing written since) or
+            `"volatile_read"` (the same, but classed volatile).
+        reason: Why the guard let it run: a key of `MISSED_REASONS`.
+        detail: The reason in words, naming the calls it depends on.
+        args: The call's arguments as JSON, cut to `WRONG_PREVIEW_CHARS`.
+        earlier_index: The position of the previous identical call.
+        result: The (repeated) recorded result, after `normalize`, cut.
+    """
+
+    trajectory: str
+    model: str
+    call_index: int
+    tool: str
+    kind: str
+    reason: str
+    detail: str
+    args: str
+    earlier_index: int
+    result: str
+
+
 @dataclass
 class EvalReport:
     """Result of `replay-guard eval`.
@@ -233,6 +276,9 @@ class EvalReport:
     malformed: list[tuple[int, str]] = field(default_factory=list)
     wrong_blocks: list[WrongBlock] = field(default_factory=list)
     """Every wrong block, in the order met (`--show-wrong N` prints the first N)."""
+    missed_reads: list[MissedRead] = field(default_factory=list)
+    """Every redundant or volatile read the guard let run, in the order met, with the
+    reason (`--show-missed N` prints the first N)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Return the report as JSON data (`--json`)."""
@@ -259,6 +305,7 @@ class EvalReport:
             "malformed": [{"line": n, "error": e} for n, e in self.malformed],
             "dedup_reasons": sorted(DEDUP_REASONS),
             "wrong_blocks": [asdict(w) for w in self.wrong_blocks],
+            "missed_reads": [asdict(m) for m in self.missed_reads],
         }
 
 
@@ -415,6 +462,11 @@ def _evaluate_one(
     last_failure: dict[str, str] = {}
     cut_turn: Any = None
     cutting = False
+    # For `MissedRead`: per key, the index of its last executed call and how many calls had
+    # run before it; and the executed calls that started a guard epoch (index, class).
+    ran = 0
+    last_run: dict[str, tuple[int, int]] = {}
+    epoch_starts: list[tuple[int, str, str]] = []
     for index, call in enumerate(trajectory["calls"]):
         name = call["name"]
         answered_by = call.get(GUARD_FIELD)
@@ -480,7 +532,29 @@ def _evaluate_one(
             continue
         cutting = False
         decision = decide(state, facts, config, turn=str(turn))
+        if decision.executes and kind in _READ_KINDS and previous is not None:
+            reason, detail = _missed_reason(
+                state, facts, config, kind, previous[3], last_run.get(facts.key), ran, epoch_starts
+            )
+            report.missed_reads.append(
+                MissedRead(
+                    trajectory=ident,
+                    model=model,
+                    call_index=index,
+                    tool=name,
+                    kind=kind,
+                    reason=reason,
+                    detail=detail,
+                    args=_cut(_args_json(call)),
+                    earlier_index=previous[3],
+                    result=_cut(text),
+                )
+            )
         if decision.executes:
+            last_run[facts.key] = (index, ran)
+            ran += 1
+            if succeeded and facts.replay != "pure":
+                epoch_starts.append((index, f"{name} {_args_json(call)}", facts.replay))
             event = make_event(
                 facts,
                 "success" if succeeded else "failure",
@@ -520,6 +594,53 @@ def _evaluate_one(
                 t.cycles += 1
 
 
+_READ_KINDS = frozenset({"redundant_read", "volatile_read"})
+
+
+def _missed_reason(
+    state: Mapping[str, Any],
+    facts: CallFacts,
+    config: GuardConfig,
+    kind: str,
+    earlier: int,
+    run: tuple[int, int] | None,
+    ran: int,
+    epoch_starts: list[tuple[int, str, str]],
+) -> tuple[str, str]:
+    """Why the guard let a repeated read run: a `MISSED_REASONS` code and its details.
+
+    Read from the guard's state just before its decision, as the dedup layer reads it.
+    """
+    if kind == "volatile_read":
+        return "volatile", f"'{facts.tool}' gave this call a volatile class: it always runs"
+    if not config.dedup:
+        return "dedup_off", "GuardConfig.dedup is False"
+    entry = next((e for e in reversed(state["recent_calls"]) if e[0] == facts.key), None)
+    if entry is None:
+        if run is None:
+            return "earlier_blocked", f"call {earlier} was blocked: no result of it is known"
+        back = ran - run[1]
+        return (
+            "window",
+            f"call {run[0]} ran {back} executed calls back; history_window="
+            f"{config.history_window} looks back over the last {config.history_window}",
+        )
+    if entry[2] != "success":
+        return "earlier_failed", f"call {earlier} failed (error pattern): a retry is allowed"
+    since = [start for start in epoch_starts if start[0] > earlier]
+    if since:
+        index, what, replay = since[0]
+        return "epoch", f"call {index} ({replay}) started a new epoch: {_cut(what, 80)}"
+    return "epoch", "a new epoch started since"
+
+
+def _args_json(call: Mapping[str, Any]) -> str:
+    try:
+        return json.dumps(call.get("args", {}), ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError):
+        return repr(call.get("args", {}))
+
+
 def _wrong_block(
     ident: str,
     model: str,
@@ -531,10 +652,7 @@ def _wrong_block(
     text: str,
 ) -> WrongBlock:
     """A wrong block's entry, with short previews of its arguments and results."""
-    try:
-        args = json.dumps(call.get("args", {}), ensure_ascii=False, sort_keys=True)
-    except (TypeError, ValueError):
-        args = repr(call.get("args", {}))
+    args = _args_json(call)
     return WrongBlock(
         trajectory=ident,
         model=model,

@@ -14,8 +14,10 @@ Two kinds of runs, told apart by their `model`:
   in these runs is a redundant read a guard may answer from the earlier result.
 - `synthetic-swe-lookalike`: calls that look like repeats and must run: a search after an
   edit, `goto` and `scroll_*` moving through a file (a `goto` back to a line already seen
-  included), `open` of a file after an edit, the tests run again after each edit. Any block
-  in these runs is a wrong block.
+  included), `open` of a file after an edit, the tests run again after each edit, the same
+  `edit 1:1 ...` in each of several files in turn (SWE-agent's `edit` edits the file open in
+  the viewer, so after `open` of another file it is another edit). Any block in these runs is
+  a wrong block.
 """
 
 from __future__ import annotations
@@ -134,12 +136,35 @@ def lookalike_fix_and_retest(i: int) -> dict[str, Any]:
     return run.record()
 
 
+def java_repo(count: int) -> Repo:
+    """Java sources that all start with the same wrong package line."""
+    files = {
+        f"src/app/Part{n}.java": f"package old;\n\npublic class Part{n} {{\n}}\n"
+        for n in range(count)
+    }
+    return Repo(files, {})
+
+
+def lookalike_same_edit_each_file(i: int) -> dict[str, Any]:
+    files = 5 + i
+    run = SweRun(f"swe-lookalike-edit-each-file-{i}", LOOKALIKE, java_repo(files), 2500 + i)
+    run.swe("search_dir", search_term="package old;")
+    for n in range(files):
+        run.swe("open", path=f"src/app/Part{n}.java")
+        # The identical call in every file: the viewer's open file is what it edits.
+        run.swe("edit", start_line=1, end_line=1, replacement="package app;")
+    run.swe("search_dir", search_term="package old;")  # after the edits: must run
+    run.swe("submit")
+    return run.record()
+
+
 def trajectories() -> list[dict[str, Any]]:
     runs = [redundant_search(i) for i in range(6)]
     runs += [redundant_lost(i) for i in range(3)]
     runs += [lookalike_paging(i) for i in range(3)]
     runs += [lookalike_after_edit(i) for i in range(3)]
     runs += [lookalike_fix_and_retest(i) for i in range(3)]
+    runs += [lookalike_same_edit_each_file(i) for i in range(3)]
     return runs
 
 

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -27,7 +28,9 @@ from langgraph_replay_guard.calibration import (
 from langgraph_replay_guard.evaluation import (
     DEDUP_REASONS,
     DEFAULT_ERROR_PATTERN,
+    MISSED_REASONS,
     EvalReport,
+    MissedRead,
     Tally,
     Trajectory,
     WrongBlock,
@@ -51,7 +54,14 @@ _PROGRESS_BYTES = 1_000_000  # show progress for inputs larger than this, on a t
 
 _HINT = "expected one JSON trajectory per line, see --help"
 
-_CLASS_ORDER = {"pure": 0, "pure volatile": 1, "idempotent": 2, "unsafe": 3}
+_CLASS_ORDER = {
+    "pure": 0,
+    "pure volatile": 1,
+    "idempotent": 2,
+    "idempotent volatile": 3,
+    "unsafe": 4,
+    "unsafe volatile": 5,
+}
 
 _LEGEND = (
     ("runs", "recorded runs (trajectories)"),
@@ -141,6 +151,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="list the first N wrong blocks (run id, call index, tool, arguments, the earlier "
         "and the real result); 0 lists none",
+    )
+    parser.add_argument(
+        "--show-missed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="list the first N repeated reads the guard let run although they returned the "
+        "same result with nothing written since (redundant reads, and volatile ones), each "
+        "with the reason it ran: window, epoch, earlier_failed, earlier_blocked, volatile, "
+        "dedup_off (default: none)",
     )
     parser.add_argument(
         "--calibrate",
@@ -385,7 +405,11 @@ def run(args: argparse.Namespace) -> int:
         print()
     else:
         print_report(
-            report, source=source, show_aborts=args.show_aborts, show_wrong=args.show_wrong
+            report,
+            source=source,
+            show_aborts=args.show_aborts,
+            show_wrong=args.show_wrong,
+            show_missed=args.show_missed,
         )
     return 0
 
@@ -716,6 +740,24 @@ def _print_wrong(wrong: list[WrongBlock], show: int, line: Callable[[str], None]
         line(f"      {block.trajectory}")
 
 
+def _print_missed(missed: list[MissedRead], show: int, line: Callable[[str], None]) -> None:
+    """The first `show` missed reads: where, what was called, why the guard let it run."""
+    shown = min(show, len(missed))
+    reasons = Counter(m.reason for m in missed)
+    counts = ", ".join(f"{r} {n}" for r, n in sorted(reasons.items())) or "none"
+    line(f"Missed repeated reads ({len(missed)}: {counts}; first {shown}), with the run's id:")
+    for m in missed[:show]:
+        line(f"  call {m.call_index:>3} {m.tool} ({m.kind}, {m.reason}) {_short(m.args)}")
+        line(f"      same result as call {m.earlier_index}: {_short(m.result)}")
+        line(f"      why: {m.detail}")
+        line(f"      {m.trajectory}")
+    if missed[:show]:
+        line("  reasons:")
+        for reason in sorted(reasons):
+            line(f"    {reason:<16} {MISSED_REASONS[reason]}")
+    line("")
+
+
 def print_report(
     report: EvalReport,
     *,
@@ -723,6 +765,7 @@ def print_report(
     show_aborts: int = 10,
     show_wrong: int = 10,
     out: TextIO | None = None,
+    show_missed: int = 0,
 ) -> None:
     """Print a report as tables a person can read.
 
@@ -732,6 +775,7 @@ def print_report(
         show_aborts: How many aborts to list.
         show_wrong: How many wrong blocks to list.
         out: Where to print (stdout by default).
+        show_missed: How many missed repeated reads to list (`EvalReport.missed_reads`).
     """
     out = out or sys.stdout
     total = report.total
@@ -796,6 +840,8 @@ def print_report(
     _print_layers(report, line)
     if report.wrong_blocks and show_wrong > 0:
         _print_wrong(report.wrong_blocks, show_wrong, line)
+    if show_missed > 0:
+        _print_missed(report.missed_reads, show_missed, line)
     if report.aborts and show_aborts:
         shown = min(show_aborts, len(report.aborts))
         line(f"Aborts ({len(report.aborts)}; first {shown}), each with its run's id below:")

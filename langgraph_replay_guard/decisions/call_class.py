@@ -16,7 +16,16 @@ ReplayClass = Literal["pure", "idempotent", "unsafe"]
 """
 
 
-_RANKS = {("pure", False): 0, ("pure", True): 1, ("idempotent", False): 2, ("unsafe", False): 3}
+# A volatile call with a side effect ranks as its replay class: volatile only changes how its
+# repeats are counted, not what it may do.
+_RANKS = {
+    ("pure", False): 0,
+    ("pure", True): 1,
+    ("idempotent", False): 2,
+    ("idempotent", True): 2,
+    ("unsafe", False): 3,
+    ("unsafe", True): 3,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,11 +34,13 @@ class CallClass:
 
     Attributes:
         replay: `"pure"`, `"idempotent"` or `"unsafe"` (see `ReplayClass`).
-        volatile: A read whose result changes on its own: never deduplicated, still
-            counted (never short-circuited: see `ToolPolicy.volatile`). Only with `replay="pure"`.
+        volatile: What the call reads or acts on is state its arguments do not name (a
+            clock, a process, the file open in an editor's viewer): the same call may
+            return or do something else each time. Never deduplicated, still counted,
+            its count starting over when its result changes (see `ToolPolicy.volatile`).
 
     Raises:
-        ValueError: On an unknown replay class, or `volatile=True` with side effects.
+        ValueError: On an unknown replay class.
     """
 
     replay: ReplayClass
@@ -37,16 +48,10 @@ class CallClass:
 
     def __post_init__(self) -> None:
         if (self.replay, self.volatile) not in _RANKS:
-            if self.replay not in {"pure", "idempotent", "unsafe"}:
-                msg = (
-                    f"CallClass(replay={self.replay!r}): the replay class must be 'pure', "
-                    "'idempotent' or 'unsafe'."
-                )
-            else:
-                msg = (
-                    f"CallClass(replay={self.replay!r}, volatile=True): volatile describes a "
-                    "read; use replay='pure' with volatile=True, or drop volatile."
-                )
+            msg = (
+                f"CallClass(replay={self.replay!r}): the replay class must be 'pure', "
+                "'idempotent' or 'unsafe'."
+            )
             raise ValueError(msg)
 
     @property

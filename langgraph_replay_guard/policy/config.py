@@ -26,7 +26,11 @@ from pydantic.json_schema import SkipJsonSchema
 from langgraph_replay_guard.decisions.call_class import CallClass, ReplayClass
 from langgraph_replay_guard.decisions.failures import DEFAULT_MAX_SAME_FAILURES
 from langgraph_replay_guard.policy.patterns import SafePattern, compile_pattern
-from langgraph_replay_guard.policy.toolkit_data import known_toolkits, toolkit_policies
+from langgraph_replay_guard.policy.toolkit_data import (
+    known_toolkits,
+    load_toolkit,
+    toolkit_policies,
+)
 
 if TYPE_CHECKING:
     from langgraph_replay_guard.policy.classify import Classifier
@@ -41,6 +45,7 @@ __all__ = [
     "ReplayClass",
     "ToolPolicy",
     "ToolkitRef",
+    "toolkit_window",
 ]
 
 PolicySource = Literal["tools", "toolkit", "annotations", "default"]
@@ -181,7 +186,10 @@ class ClassRule(BaseModel):
         prefixes: Command prefixes.
         missing: Match a call that does not give the argument.
         replay: The class of a matching call. Defaults to `"pure"` when `volatile` is set.
-        volatile: The matching call is a read whose result changes on its own.
+        volatile: The matching call depends on state its arguments do not name: a read
+            whose result changes on its own, or (with `replay` "idempotent" or "unsafe") a
+            command that acts on such state, as SWE-agent's `edit` acts on the file open
+            in the viewer (see `ToolPolicy.volatile`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -230,12 +238,6 @@ class ClassRule(BaseModel):
                 "'idempotent' or 'unsafe') and/or 'volatile': true."
             )
             raise ValueError(msg)
-        if self.volatile and self.replay not in (None, "pure"):
-            msg = (
-                f"rule on arg {self.arg!r}: volatile=True describes a read, but replay is "
-                f"{self.replay!r}. Use replay='pure' (or leave it out) with volatile=True."
-            )
-            raise ValueError(msg)
         return self
 
     @property
@@ -273,6 +275,11 @@ class ToolPolicy(BaseModel):
             starts its own count over. The poll is stopped only once it returned the same
             result `max_repeats` times again in a row (with the default 3: the 5th poll
             after 4 identical answers); raise this tool's `max_repeats` for long jobs.
+            With `replay` "idempotent" or "unsafe": a command that acts on state its
+            arguments do not name (SWE-agent's `edit 1:1 ...` edits whichever file the
+            viewer has open): it is counted the same way, so an identical call whose
+            result changed (another file open) is a new call, not a repeat; its replay
+            class (and replay safety) is unchanged.
         short_circuit: Whether a call that returned the identical result twice in a row is
             answered from that result instead of running again. `None` (default) means yes
             for `"pure"` calls that are not volatile, and no for volatile reads and calls
@@ -372,12 +379,6 @@ class ToolPolicy(BaseModel):
             msg = (
                 f"command_arg={self.command_arg!r} tells a preset which argument to read, "
                 "but no preset is set. Add preset='shell' or 'editor', or drop command_arg."
-            )
-            raise ValueError(msg)
-        if self.volatile and self.replay != "pure":
-            msg = (
-                f"volatile=True describes a read whose result changes on its own, but replay is "
-                f"{self.replay!r}. Use replay='pure' with volatile=True, or drop volatile."
             )
             raise ValueError(msg)
         if self.idempotency_key_arg is not None and self.replay != "idempotent":
@@ -503,6 +504,30 @@ class ToolkitRef(BaseModel):
         return _known_toolkit(value)
 
 
+_DEFAULT_WINDOW = 5
+
+
+def toolkit_window(toolkits: Sequence[str | ToolkitRef]) -> int | None:
+    """The dedup window (`history_window`) the toolkits set, or None when none sets one.
+
+    A toolkit sets one when its agent shows the model more of its history than the
+    default window assumes; with several, the smallest wins (a shorter window only lets
+    more re-reads run).
+
+    Args:
+        toolkits: `GuardConfig.toolkits` entries.
+
+    Returns:
+        The smallest window the toolkits give, or None.
+    """
+    windows = [
+        load_toolkit(ref if isinstance(ref, str) else ref.name).get("history_window")
+        for ref in toolkits
+    ]
+    given = [w for w in windows if isinstance(w, int)]
+    return min(given) if given else None
+
+
 def _known_toolkit(name: str) -> str:
     if name not in known_toolkits():
         msg = (
@@ -518,6 +543,9 @@ class GuardConfig(BaseModel):
 
     Attributes:
         history_window: How many recent executed calls the dedup layer looks back over.
+            Not given, a toolkit may set it: one whose agent keeps its whole history in
+            the model's context (`mini-swe-agent`) widens it (the smallest of the
+            toolkits' windows; see `toolkit_window`).
         max_repeats: Identical attempts allowed per turn; the next one aborts.
         result_preview_chars: Length of the earlier result shown to the model when a call
             is answered from it.
@@ -610,7 +638,7 @@ class GuardConfig(BaseModel):
     def _known_keys(cls, data: Any) -> Any:
         return _check_keys(cls, data, ("on_abort",))
 
-    history_window: int = Field(default=5, ge=1, le=10_000)
+    history_window: int = Field(default=_DEFAULT_WINDOW, ge=1, le=10_000)
     max_repeats: int = Field(default=3, ge=1, le=_MAX_COUNT)
     result_preview_chars: int = Field(default=200, ge=0, le=100_000)
     store_previews: bool = True
@@ -753,7 +781,16 @@ class GuardConfig(BaseModel):
     @model_validator(mode="after")
     def _expand_toolkits(self) -> GuardConfig:
         self._toolkit_tools = _expand(self.toolkits, self.tools)
+        self._take_toolkit_window()
         return self
+
+    def _take_toolkit_window(self) -> None:
+        """Use the toolkits' dedup window when the configuration does not set its own."""
+        if "history_window" in self.model_fields_set:
+            return
+        window = toolkit_window(self.toolkits)
+        # Frozen model: set in place, still unset (written by `model_dump`, not "given").
+        object.__setattr__(self, "history_window", window or _DEFAULT_WINDOW)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         """Copy the configuration; the toolkits are expanded again for the copy.
@@ -764,6 +801,7 @@ class GuardConfig(BaseModel):
         copy = super().model_copy(update=update, deep=deep)
         if update and ("toolkits" in update or "tools" in update):
             copy._toolkit_tools = _expand(copy.toolkits, copy.tools)
+            copy._take_toolkit_window()
         copy._annotated = {}
         return copy
 

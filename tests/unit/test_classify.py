@@ -45,6 +45,15 @@ def test_classified_tool_defaults_to_unsafe_and_serializes_round_trip():
     assert again.tools["bash"].classify[0].prefixes == ("make lint",)
 
 
+def test_volatile_rule_with_a_side_effect_is_a_command_acting_on_hidden_state():
+    # `edit` in SWE-agent acts on the file open in the viewer: unsafe and volatile.
+    rule = {"arg": "c", "pattern": "x", "replay": "unsafe", "volatile": True}
+    config = GuardConfig(tools={"bash": {"classify": [rule]}})
+    policy = config.policy_for("bash")
+    assert policy.classifier_fn is not None
+    assert policy.classifier_fn("bash", {"c": "x"})[0] == CallClass("unsafe", volatile=True)
+
+
 @pytest.mark.parametrize(
     ("policy", "field", "fix"),
     [
@@ -60,11 +69,6 @@ def test_classified_tool_defaults_to_unsafe_and_serializes_round_trip():
             "exactly one",
         ),
         ({"classify": [{"arg": "command", "pattern": "^ls"}]}, "classify.0", "'replay'"),
-        (
-            {"classify": [{"arg": "c", "pattern": "x", "replay": "unsafe", "volatile": True}]},
-            "classify.0",
-            "replay='pure'",
-        ),
         (
             {"classify": [{"arg": "command", "prefixes": [" "], "replay": "pure"}]},
             "prefixes",
@@ -84,8 +88,10 @@ def test_bad_classification_names_the_tool_the_field_and_the_fix(policy, field, 
 
 def test_call_class_validates():
     assert CallClass("pure", volatile=True).rank == 1
-    with pytest.raises(ValueError, match="volatile"):
-        CallClass("unsafe", volatile=True)
+    # A command that acts on state its arguments do not name (SWE-agent's edit of the open
+    # file) is volatile too; it ranks as its replay class.
+    assert CallClass("unsafe", volatile=True).rank == CallClass("unsafe").rank == 3
+    assert CallClass("idempotent", volatile=True).rank == 2
     with pytest.raises(ValueError, match="'pure', 'idempotent' or 'unsafe'"):
         CallClass("read")  # type: ignore[arg-type]
 

@@ -501,8 +501,8 @@ def test_invalid_configuration_names_the_field(kwargs, field):
 
 
 def test_inconsistent_policies_are_rejected():
-    with pytest.raises(ValidationError, match="volatile"):
-        ToolPolicy(replay="unsafe", volatile=True)
+    with pytest.raises(ValidationError, match="volatile=True applies to every call"):
+        ToolPolicy(preset="shell", volatile=True)
     with pytest.raises(ValidationError, match="idempotency_key_arg"):
         ToolPolicy(replay="pure", idempotency_key_arg="key")
 

@@ -71,3 +71,15 @@ def test_cli_unknown_toolkit_names_the_known_ones(capsys: pytest.CaptureFixture[
     err = capsys.readouterr().err
     assert "--toolkit sweagent: unknown toolkit" in err
     assert "swe-agent" in err
+
+
+def test_the_same_edit_in_each_file_opened_in_turn_is_never_stopped():
+    # SWE-agent's `edit` edits the file open in the viewer: the same `edit 1:1 ...` after
+    # `open` of another file is another edit (issue 35: SWE-agent Java runs were stopped).
+    runs = {f"swe-lookalike-edit-each-file-{i}" for i in range(3)}
+    presets = evaluate(GuardConfig().with_policies(DATA / "coding-presets.json"))
+    assert {a.trajectory for a in presets.aborts} == runs  # edits unsafe, nothing more
+    toolkit = evaluate(GuardConfig(toolkits=["swe-agent"]))
+    assert toolkit.aborts == []
+    assert toolkit.by_tool["edit"].blocked == 0
+    assert set(toolkit.by_tool_class["edit"]) == {"unsafe volatile"}

@@ -17,6 +17,7 @@ DATA = Path(__file__).parent.parent.parent / "benchmarks" / "data"
         ("make_coding_synthetic.py", "coding-synthetic.jsonl"),
         ("make_swe_synthetic.py", "swe-synthetic.jsonl"),
         ("make_same_failure_synthetic.py", "coding-same-failure.jsonl"),
+        ("make_openhands_synthetic.py", "openhands-synthetic.jsonl"),
     ],
 )
 def test_the_data_file_is_what_its_generator_writes(generator, stored):

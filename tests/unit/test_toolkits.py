@@ -56,7 +56,7 @@ def test_every_shipped_toolkit_loads_with_a_one_line_reason_per_tool():
         assert config.tools == {}  # expanded beside the user's tools, not into them
 
 
-def test_swe_agent_viewers_are_volatile_searches_pure_edits_unsafe():
+def test_swe_agent_viewers_are_volatile_searches_pure_edits_unsafe_on_the_open_file():
     config = GuardConfig(toolkits=["swe-agent"])
     for tool in ("open", "goto", "scroll_up", "scroll_down"):
         assert call_class(config, tool) == VOLATILE
@@ -68,8 +68,11 @@ def test_swe_agent_viewers_are_volatile_searches_pure_edits_unsafe():
     assert call_class(config, "search_file", {"search_term": "ttl", "file": "a.py"}) == PURE
     assert call_class(config, "search_file", {"search_term": "ttl"}) == VOLATILE
     assert call_class(config, "search_file", {"search_term": "ttl", "file": " "}) == VOLATILE
-    for tool in ("edit", "create", "submit"):
+    for tool in ("create", "submit"):
         assert call_class(config, tool) == UNSAFE
+    # edit and insert act on the file open in the viewer, which `open` changes: volatile.
+    for tool in ("edit", "insert"):
+        assert call_class(config, tool) == CallClass("unsafe", volatile=True)
     assert call_class(config, "bash", {"command": "grep -rn ttl src"}) == PURE
     assert call_class(config, "bash", {"command": "python -m pytest -q"}) == IDEMPOTENT
     assert call_class(config, "bash", {"command": "rm -rf src"}) == UNSAFE
