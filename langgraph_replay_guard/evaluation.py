@@ -29,17 +29,21 @@ from langgraph_replay_guard.policy.patterns import SafePattern
 __all__ = [
     "DEDUP_REASONS",
     "DEFAULT_ERROR_PATTERN",
+    "DEFAULT_LOOP_CALLS",
     "GUARD_FIELD",
     "UNKNOWN_TOOL_PATTERN",
     "WRONG_PREVIEW_CHARS",
     "Abort",
     "EvalReport",
     "LayerTally",
+    "RecordingReading",
     "Tally",
     "WrongBlock",
     "evaluate_file",
     "evaluate_trajectories",
+    "find_loops",
     "iter_trajectories",
+    "loop_definition",
     "parse_line",
 ]
 
@@ -660,3 +664,161 @@ def evaluate_file(
         on_progress=on_progress,
         tools=tools,
     )
+
+
+DEFAULT_LOOP_CALLS = 4
+"""How many times a run must do the same thing in one user turn for the recording to count as a
+loop (`find_loops`): the 4th identical attempt is where the default `max_repeats=3` stops."""
+
+
+def loop_definition(loop_calls: int = DEFAULT_LOOP_CALLS) -> str:
+    """The loop definition `find_loops` implements, in words (quoted by `eval` and the docs).
+
+    Args:
+        loop_calls: How many times makes a loop.
+
+    Returns:
+        One sentence.
+    """
+    return (
+        f"the same call (same tool, same arguments as the guard keys them) returning the same "
+        f"result {loop_calls} times in a row in one user turn, whatever the tool's class, with "
+        f"no other successful world-changing call in between; or one tool failing the same way "
+        f"{loop_calls} times in a row, never succeeding after in that turn"
+    )
+
+
+@dataclass(frozen=True)
+class RecordingReading:
+    """How recorded runs are read: what a failure is, what a loop is, what results ignore.
+
+    Attributes:
+        loop_calls: How many times makes a loop (see `find_loops`).
+        error_pattern: Regular expression (case-insensitive) marking failed results.
+        normalize: Regular expressions removed from results before comparing them.
+        tools: The tool names the agents had, for runs that do not list theirs.
+    """
+
+    loop_calls: int = DEFAULT_LOOP_CALLS
+    error_pattern: str = DEFAULT_ERROR_PATTERN
+    normalize: tuple[str, ...] = ()
+    tools: frozenset[str] | None = None
+    _patterns: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
+    _failed: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Compiled once per reading, not once per pass over the runs.
+        object.__setattr__(self, "_patterns", tuple(re.compile(p) for p in self.normalize))
+        object.__setattr__(self, "_failed", re.compile(self.error_pattern, re.IGNORECASE))
+
+    def result(self, call: Mapping[str, Any]) -> str:
+        """The call's result text, `str(result)` with the `normalize` patterns removed."""
+        text = str(call.get("result", ""))
+        for pattern in self._patterns:
+            text = pattern.sub("", text)
+        return text
+
+    def failed(self, text: str) -> bool:
+        """Whether a result text marks a failure (`error_pattern`)."""
+        return self._failed.search(text) is not None
+
+    def calls(
+        self, trajectory: Trajectory, config: GuardConfig
+    ) -> Iterator[tuple[int, Mapping[str, Any], str, CallFacts]]:
+        """The run's calls to existing tools with valid arguments, as the guard sees them.
+
+        Calls to tools that do not exist are left out: the guard answers those itself,
+        whatever the thresholds. So are calls a guard answered when they were recorded
+        (`GUARD_FIELD`): their result is that guard's message, not the tool's.
+
+        Yields:
+            Each call's index in the run, the call, its result text and its facts.
+        """
+        listed = trajectory.get("tools")
+        names = frozenset(listed) if isinstance(listed, list) else self.tools
+        for index, call in enumerate(trajectory["calls"]):
+            if call.get(GUARD_FIELD):
+                continue  # the recording guard's own answer: the tool gave no result
+            try:
+                facts = call_facts(config, call["name"], call.get("args", {}), tools=names)
+            except InvalidArgumentsError:
+                continue
+            if not facts.unknown:
+                yield index, call, self.result(call), facts
+
+
+def find_loops(
+    trajectories: Iterable[Trajectory],
+    config: GuardConfig,
+    reading: RecordingReading = RecordingReading(),
+) -> list[frozenset[Any]]:
+    """Which user turns of each recorded run loop, read from the recording alone.
+
+    This is the project's one loop definition (`loop_definition` words it; `eval`,
+    calibration and the docs use it). A turn loops when, in it, the run
+
+    - makes the same call (same tool, same arguments as the guard keys them) and gets the
+      same result (after `normalize`) `loop_calls` times in a row, **whatever the tool's
+      class**: each time the previous identical call's result again, with no other
+      successful world-changing call (a non-`pure` call, other than this one, whose result
+      does not match `error_pattern`) in between, since that may change the answer. An
+      identical successful `unsafe` call repeated (`transfer_to_human_agents` 100 times)
+      is a loop: its own earlier runs changed nothing it could see. Other calls may come in
+      between (an A-B-A-B cycle loops on A); or
+    - gets the same failure (`error_pattern`, normalized as the same-failure layer does:
+      numbers, ids and echoed arguments ignored) from one tool `loop_calls` times in a row,
+      whatever the arguments (a success of that tool or a successful world-changing call
+      starts the row again), and that tool does not succeed later in the turn: a run that
+      got out of its failures by itself does not loop, so stopping it is a stop in a run
+      without a loop.
+
+    The guard's settings play no part, only its call keys (`ignore_args`, per-call
+    classification) and replay classes: the same runs loop whatever thresholds are tried.
+
+    Args:
+        trajectories: Parsed trajectories.
+        config: The configuration whose tool policies give the keys and classes.
+        reading: What a failure and a loop are, what results ignore, which tools existed.
+
+    Returns:
+        For each trajectory, in order, the set of its looping turns (empty: no loop).
+    """
+    found: list[frozenset[Any]] = []
+    for trajectory in trajectories:
+        # Per turn, what loops in it: ("same", key) or ("failure", tool).
+        looping: dict[Any, set[tuple[str, Any]]] = {}
+        # Per (turn, key): result, the world epoch right after that call, streak.
+        same: dict[tuple[Any, str], tuple[str, int, int]] = {}
+        failing: dict[tuple[Any, str], tuple[str, int, int]] = {}  # tool: signature, epoch, n
+        epoch = 0
+        for _, call, text, facts in reading.calls(trajectory, config):
+            name, turn = call["name"], call.get("turn", 0)
+            ok = not reading.failed(text)
+            writes = ok and facts.replay != "pure"
+            key = (turn, facts.key)
+            previous = same.get(key)
+            streak = 1
+            # The epoch is compared with the one right after the previous identical call,
+            # its own write included: only another call's write can change this answer.
+            if previous is not None and previous[0] == text and previous[1] == epoch:
+                streak = previous[2] + 1
+            if streak >= reading.loop_calls:
+                looping.setdefault(turn, set()).add(("same", facts.key))
+            if ok:
+                failing.pop((turn, name), None)
+                # The tool succeeded after its failures: the run got out by itself.
+                looping.get(turn, set()).discard(("failure", name))
+            else:
+                signature = failure_signature(text, call.get("args", {}))
+                earlier = failing.get((turn, name))
+                row = 1
+                if earlier is not None and earlier[0] == signature and earlier[1] == epoch:
+                    row = earlier[2] + 1
+                failing[(turn, name)] = (signature, epoch, row)
+                if row >= reading.loop_calls:
+                    looping.setdefault(turn, set()).add(("failure", name))
+            if writes:
+                epoch += 1
+            same[key] = (text, epoch, streak)
+        found.append(frozenset(turn for turn, why in looping.items() if why))
+    return found
