@@ -10,6 +10,7 @@ from typing import Any
 
 from langgraph_replay_guard.evaluation import (
     EvalReport,
+    LoopTally,
     RecordingReading,
     Trajectory,
     evaluate_trajectories,
@@ -323,44 +324,24 @@ def score(
     Returns:
         The score and the eval report.
     """
-    report = EvalReport()
-    total = report.total
-    seen = {"aborts": 0, "stops": 0, "answered": 0}
-    stopped = {"loops": 0, "healthy": 0}
-
-    def after_run(done: int) -> None:
-        # Called after each trajectory: what it added to the report is this run's.
-        index = done - 1
-        new_aborts = report.aborts[seen["aborts"] :]
-        answered = total.by_reason.get("unknown_tool", 0)
-        stops = total.stops.blocked - seen["stops"] - (answered - seen["answered"])
-        seen.update(aborts=len(report.aborts), stops=total.stops.blocked, answered=answered)
-        looping = loops[index]
-        if not looping:
-            stopped["healthy"] += bool(new_aborts) or stops > 0
-            return
-        calls = trajectories[index]["calls"]
-        turns = {calls[a.call_index].get("turn", 0) for a in new_aborts}
-        stopped["loops"] += bool(turns & looping)
-
-    evaluate_trajectories(
+    report = evaluate_trajectories(
         trajectories,
         config,
         error_pattern=reading.error_pattern,
         normalize=reading.normalize,
-        report=report,
-        on_progress=after_run,
         tools=reading.tools,
+        loops=loops,
     )
+    total, counted = report.total, report.loops or LoopTally()
     result = Score(
         runs=total.trajectories,
         loops=sum(1 for turns in loops if turns),
-        loops_stopped=stopped["loops"],
+        loops_stopped=counted.stopped,
         saved=total.blocked + total.cut,
         blocked=total.blocked,
         cut=total.cut,
         wrong=total.wrong,
-        healthy_stopped=stopped["healthy"],
+        healthy_stopped=counted.healthy_stopped,
         aborts=total.aborts,
     )
     return result, report

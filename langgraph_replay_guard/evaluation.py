@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ __all__ = [
     "Abort",
     "EvalReport",
     "LayerTally",
+    "LoopTally",
     "RecordingReading",
     "Tally",
     "WrongBlock",
@@ -177,6 +178,27 @@ class Tally:
         return self.dedup.wrong / self.dedup.blocked if self.dedup.blocked else None
 
 
+@dataclass
+class LoopTally:
+    """Runs read with the loop definition (`find_loops`), and what the guard did in them.
+
+    Attributes:
+        loop_calls: How many times made a loop.
+        runs: Runs whose recording has a loop.
+        stopped: Those the guard stops (an abort) in a turn that loops.
+        healthy_stopped: Runs without a loop that the guard stops (an abort) or where it
+            makes a loop stop (any block but a dedup answer or the answer to a call to a
+            tool that does not exist).
+        healthy_stopped_runs: Those runs' ids, in the order met.
+    """
+
+    loop_calls: int = 4
+    runs: int = 0
+    stopped: int = 0
+    healthy_stopped: int = 0
+    healthy_stopped_runs: list[str] = field(default_factory=list)
+
+
 @dataclass(frozen=True)
 class Abort:
     """Where the guard would have stopped a run."""
@@ -237,6 +259,8 @@ class EvalReport:
     malformed: list[tuple[int, str]] = field(default_factory=list)
     wrong_blocks: list[WrongBlock] = field(default_factory=list)
     """Every wrong block, in the order met (`--show-wrong N` prints the first N)."""
+    loops: LoopTally | None = None
+    """The runs with a loop and the runs without one stopped, when counted (`loop_calls`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Return the report as JSON data (`--json`)."""
@@ -263,6 +287,7 @@ class EvalReport:
             "malformed": [{"line": n, "error": e} for n, e in self.malformed],
             "dedup_reasons": sorted(DEDUP_REASONS),
             "wrong_blocks": [asdict(w) for w in self.wrong_blocks],
+            "loops": asdict(self.loops) if self.loops is not None else None,
         }
 
 
@@ -351,6 +376,8 @@ def evaluate_trajectories(
     report: EvalReport | None = None,
     on_progress: Callable[[int], None] | None = None,
     tools: Collection[str] | None = None,
+    loop_calls: int | None = None,
+    loops: Sequence[frozenset[Any]] | None = None,
 ) -> EvalReport:
     """Replay recorded trajectories through the engine and score what it would block.
 
@@ -378,21 +405,69 @@ def evaluate_trajectories(
         on_progress: Called with the number of trajectories done so far.
         tools: The names of the tools the recorded agents had, for trajectories that do not
             list theirs.
+        loop_calls: Count the runs with a loop (`find_loops`, this many times) and the runs
+            without one stopped, in `EvalReport.loops`. None: not counted.
+        loops: The `find_loops` of the same trajectories, already read (calibration reads
+            them once for every configuration it tries); counted as with `loop_calls`.
 
     Returns:
         The report.
     """
     report = report or EvalReport()
+    normalize = tuple(normalize)
     failed = re.compile(error_pattern, re.IGNORECASE)
     cleaners = [re.compile(p) for p in normalize]
     known = frozenset(tools) if tools is not None else None
+    reading: RecordingReading | None = None
+    if loop_calls is not None or loops is not None:
+        size = loop_calls if loop_calls is not None else DEFAULT_LOOP_CALLS
+        reading = RecordingReading(size, error_pattern, normalize, known)
+        report.loops = report.loops or LoopTally(loop_calls=size)
     for done, trajectory in enumerate(trajectories, start=1):
         listed = trajectory.get("tools")
         names = frozenset(listed) if isinstance(listed, list) else known
+        mark = _stop_mark(report)
         _evaluate_one(trajectory, config, failed, cleaners, report, names)
+        if reading is not None:
+            turns = loops[done - 1] if loops is not None else None
+            if turns is None:
+                turns = find_loops([trajectory], config, reading)[0]
+            _count_loops(report, trajectory, turns, mark)
         if on_progress is not None:
             on_progress(done)
     return report
+
+
+def _stop_mark(report: EvalReport) -> tuple[int, int, int]:
+    """Where the report's aborts, loop stops and unknown-tool answers stand before a run."""
+    total = report.total
+    return len(report.aborts), total.stops.blocked, total.by_reason.get("unknown_tool", 0)
+
+
+def _count_loops(
+    report: EvalReport,
+    trajectory: Trajectory,
+    turns: frozenset[Any],
+    mark: tuple[int, int, int],
+) -> None:
+    """Score one run's stops against its loops (what it added to the report since `mark`)."""
+    tally = report.loops
+    if tally is None:
+        return  # loops are not counted
+    aborts, stops, answered = mark
+    new_aborts = report.aborts[aborts:]
+    now = _stop_mark(report)
+    # A call to a tool that does not exist is answered whatever the run: not a stop.
+    new_stops = (now[1] - stops) - (now[2] - answered)
+    if not turns:
+        if new_aborts or new_stops > 0:
+            tally.healthy_stopped += 1
+            tally.healthy_stopped_runs.append(str(trajectory.get("id", "?")))
+        return
+    tally.runs += 1
+    calls = trajectory["calls"]
+    stopped = {calls[a.call_index].get("turn", 0) for a in new_aborts}
+    tally.stopped += bool(stopped & turns)
 
 
 def _evaluate_one(

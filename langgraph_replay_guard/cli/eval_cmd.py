@@ -176,9 +176,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_LOOP_CALLS,
         metavar="N",
-        help="with --calibrate: a run loops when it makes the same call with the same result, "
-        "or one tool fails the same way, N times in a turn (default: %(default)s; see "
-        "docs/tuning-with-eval.md)",
+        help="a run loops when it makes the same call with the same result, whatever the "
+        "tool's class, or one tool fails the same way, N times in a turn (default: "
+        "%(default)s; see docs/tuning-with-eval.md); eval counts the runs with a loop it stops "
+        "and the runs without one it stops, and --calibrate weighs them",
     )
     parser.add_argument(
         "--calibrate-budget",
@@ -344,6 +345,7 @@ def _evaluate_one(
                 report=report,
                 on_progress=progress,
                 tools=_tool_names(args.tools),
+                loop_calls=args.loop_calls,
             )
     except _NotJSONLinesError as exc:
         _fail(str(exc))
@@ -679,6 +681,22 @@ def print_calibration(
             line(f"  line {number}: {problem}")
 
 
+def _print_loops(report: EvalReport, line: Callable[[str], None]) -> None:
+    """The runs with a loop the guard stops, and the runs without one it stops."""
+    loops = report.loops
+    if loops is None:
+        return
+    runs = report.total.trajectories
+    line(
+        f"Runs with a loop: {loops.runs} of {runs}, stopped {loops.stopped}; runs without a "
+        f"loop stopped: {loops.healthy_stopped}"
+        + (f" ({', '.join(loops.healthy_stopped_runs[:3])}" if loops.healthy_stopped else "")
+        + (", ..." if loops.healthy_stopped > 3 else "")
+        + (")" if loops.healthy_stopped else "")
+    )
+    line(f"  a loop: {loop_definition(loops.loop_calls)}")
+
+
 def _print_checks(result: Calibration, start: str, line: Callable[[str], None]) -> None:
     """Each change the search proposed: what it gains and costs alone on the held-out part."""
     if not result.checks:
@@ -878,6 +896,7 @@ def print_report(
             f"{label:<{width}} {t.trajectories:>5} {t.calls:>6} {t.blocked:>8} {t.redundant:>9} "
             f"{t.wrong:>6} {t.aborts:>6} {t.cut:>5} {t.cycles:>6}"
         )
+    _print_loops(report, line)
     line()
     for column, meaning in _LEGEND:
         line(f"  {column:<10} {meaning}")
