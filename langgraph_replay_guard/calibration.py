@@ -554,7 +554,9 @@ def calibrate(
         reading: What a failure and a loop are, what results ignore, which tools existed.
         budget_seconds: Stop searching after this long (keeping the best found so far).
         on_progress: Called with a line of progress after each setting.
-        holdout: The share of runs held out to check the changes (0: no check).
+        holdout: The share of runs held out to check the changes (0: no check, every change
+            the search makes is kept; with too few runs to hold any out, a threshold change
+            is dropped: nothing confirms it).
         min_tool_runs: Runs with a repeated identical call a tool's own `max_repeats` needs.
 
     Returns:
@@ -616,8 +618,10 @@ def calibrate(
             why = "costs nothing on the held-out part (volatile: the recordings show it)"
         if not holds:
             why = _why_not(alone, held_base)
-        if not held_runs:
-            why = "no run held out: not checked"
+        if not held_runs and holdout == 0:
+            holds, why = True, "not checked (--holdout 0)"
+        elif not held_runs and fitted:
+            why = "no run could be held out (too few runs): unconfirmed"
         checks.append(
             ChangeCheck(_label(setting), _value(base, setting), value, held_base, alone, holds, why)
         )

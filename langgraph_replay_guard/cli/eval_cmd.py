@@ -579,8 +579,13 @@ def print_calibration(
                 f"model's runs and the runs with a loop in both parts (--holdout "
                 f"{result.holdout:g})."
             )
+        elif result.holdout == 0:
+            line(f"Chosen on all {chosen.runs} runs: --holdout 0, no change checked.")
         else:
-            line(f"Chosen on all {chosen.runs} runs: none held out, no change checked.")
+            line(
+                f"Chosen on all {chosen.runs} runs: too few to hold any out, so no threshold "
+                "change can be confirmed (each is dropped)."
+            )
     searched = "" if result.complete else " (time budget reached: best found so far)"
     line(f"Searched {result.evaluations} configurations in {result.seconds:.1f} s{searched}.")
     line()
