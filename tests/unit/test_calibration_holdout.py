@@ -198,3 +198,24 @@ def test_the_report_shows_both_parts_and_each_change_held_out(tmp_path, capsys):
     assert report["held_out"]["runs"] > 0
     assert report["checks"][0]["kept"] is False
     assert "book_reservation" in report["short_evidence"]
+
+
+def test_the_report_in_the_docs_is_the_one_the_command_prints(tmp_path, capsys, monkeypatch):
+    """docs/tuning-with-eval.md shows `eval --calibrate` on the shipped sample as it prints."""
+    docs = Path(__file__).resolve().parents[2] / "docs" / "tuning-with-eval.md"
+    text = docs.read_text(encoding="utf-8")
+    start = text.index("replay-guard eval --calibrate: 35 trajectories")
+    shown = text[start : text.index("```", start)].splitlines()
+    data = resources.files("langgraph_replay_guard") / "data"
+    monkeypatch.chdir(tmp_path)
+    with (
+        resources.as_file(data / "tau_sample.jsonl") as sample,
+        resources.as_file(data / "tau_tools.json") as tools,
+    ):
+        argv = ["eval", str(sample), "--policy", str(tools), "--calibrate", "calibrated.json"]
+        assert main(argv) == 0
+    printed = capsys.readouterr().out.splitlines()
+    # Everything but the time the search took.
+    assert [line for line in printed[: len(shown)] if not line.startswith("Searched ")] == [
+        line for line in shown if not line.startswith("Searched ")
+    ]
