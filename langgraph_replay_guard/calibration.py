@@ -1,4 +1,4 @@
-"""Calibration: search the guard's thresholds for the best configuration on recorded runs."""
+"""Calibration: search the guard's thresholds on part of the recorded runs, keep what holds out."""
 
 from __future__ import annotations
 
@@ -118,10 +118,13 @@ class ToolEvidence:
             classified per call).
         volatile: Whether its policy marks it volatile.
         calls: Recorded calls.
-        same_results: Identical calls (same tool and arguments, same user turn, no successful
-            world-changing call since) that returned the previous identical call's result.
-        changed_results: Identical calls, as above, that returned something else: the tool's
-            result changes on its own, so it is a volatile candidate.
+        same_results: Identical calls (same tool and arguments, same user turn, no other
+            successful world-changing call since) that returned the previous identical
+            call's result; for a world-changing tool, its own identical call repeated (as
+            `find_loops` reads it).
+        changed_results: Identical calls of a `pure` call, as above, that returned something
+            else: the tool's result changes on its own, so it is a volatile candidate (a
+            write answering otherwise the second time, a toggle, is not counted).
         example: The first changed result: `(run id, call index, earlier result, result)`.
         repeated_runs: Runs with at least one such identical call of the tool: the evidence
             a tool's own `max_repeats` needs (`MIN_TOOL_EVIDENCE_RUNS`).
