@@ -219,3 +219,29 @@ def test_the_report_in_the_docs_is_the_one_the_command_prints(tmp_path, capsys, 
     assert [line for line in printed[: len(shown)] if not line.startswith("Searched ")] == [
         line for line in shown if not line.startswith("Searched ")
     ]
+
+
+def test_eval_counts_loops_with_the_same_definition(tmp_path, capsys, tau_policy):
+    runs = [transfers("t1", 4), transfers("t2", 6), {"id": "ok", **transfers("x", 1)}]
+    data = tmp_path / "runs.jsonl"
+    data.write_text("".join(json.dumps(run) + "\n" for run in runs))
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"tools": {"transfer_to_human_agents": "unsafe"}}))
+    assert main(["eval", str(data), "--policy", str(policy)]) == 0
+    text = capsys.readouterr().out
+    assert "Runs with a loop: 2 of 3, stopped 2; runs without a loop stopped: 0" in text
+    assert "whatever the tool's class" in text
+    assert main(["eval", str(data), "--policy", str(policy), "--json", "--loop-calls", "5"]) == 0
+    loops = json.loads(capsys.readouterr().out)["loops"]
+    assert (loops["loop_calls"], loops["runs"], loops["stopped"]) == (5, 1, 1)
+    # The guard stops the 4-transfer run at its 4th: a run without a 5-call loop stopped.
+    assert loops["healthy_stopped_runs"] == ["t1"]
+
+
+def test_holdout_0_keeps_what_the_search_chose_unchecked(tau_policy):
+    slice_ = load("tau-gpt4o-slice.jsonl")
+    result = calibrate(slice_, tau_policy, holdout=0)
+    assert result.held_out is not None
+    assert result.held_out.runs == 0
+    assert result.config.max_repeats == 2, "the fit the held-out check drops by default"
+    assert [c.why for c in result.checks] == ["not checked (--holdout 0)"]
