@@ -1,44 +1,43 @@
-"""Calibration: search the guard's thresholds for the best configuration on recorded runs."""
+"""Calibration: search the guard's thresholds on part of the recorded runs, keep what holds out."""
 
 from __future__ import annotations
 
-import re
+import hashlib
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from langgraph_replay_guard.decisions.engine import CallFacts, call_facts
-from langgraph_replay_guard.decisions.failures import failure_signature
-from langgraph_replay_guard.errors import InvalidArgumentsError
 from langgraph_replay_guard.evaluation import (
-    DEFAULT_ERROR_PATTERN,
-    GUARD_FIELD,
     EvalReport,
+    LoopTally,
+    RecordingReading,
     Trajectory,
     evaluate_trajectories,
+    find_loops,
 )
 from langgraph_replay_guard.policy.config import GuardConfig, ToolPolicy
 
 __all__ = [
     "DEFAULT_BUDGET_SECONDS",
-    "DEFAULT_LOOP_CALLS",
+    "DEFAULT_HOLDOUT",
     "GLOBAL_CANDIDATES",
+    "LOOP_THRESHOLDS",
+    "MIN_TOOL_EVIDENCE_RUNS",
     "TOOL_MAX_REPEATS_CANDIDATES",
     "Calibration",
-    "RecordingReading",
+    "ChangeCheck",
+    "PartScores",
     "Score",
     "ToolEvidence",
     "calibrate",
     "config_data",
-    "find_loops",
     "score",
+    "split_runs",
     "tool_evidence",
 ]
-
-DEFAULT_LOOP_CALLS = 4
-"""How many times a run must do the same thing in one user turn for the recording to count as a
-loop (see `find_loops`)."""
+# The loop definition (`find_loops`) and `RecordingReading` live in evaluation, shared with
+# `eval`; they stay importable from here.
 
 DEFAULT_BUDGET_SECONDS = 120.0
 """The search stops after this long and keeps the best configuration found so far."""
@@ -55,6 +54,16 @@ TOOL_MAX_REPEATS_CANDIDATES: tuple[int | None, ...] = (None, 2, 3, 4, 5, 6, 8)
 """The values tried for a tool's own `max_repeats` (None: the configuration's). 1 is not tried
 (nor for the configuration's): it stops a run at its first identical repeat, which dedup
 already answers, and fits a small set's loops too closely."""
+
+_READING = RecordingReading()  # the default reading (a frozen dataclass)
+
+DEFAULT_HOLDOUT = 0.5
+"""The share of runs `calibrate` holds out to check its changes (`split_runs`)."""
+
+MIN_TOOL_EVIDENCE_RUNS = 5
+"""A tool's own `max_repeats` is searched only when its identical calls were repeated in at
+least this many runs of the part calibration chooses on: a per-tool threshold fitted on one or
+two runs stops the next run that needs one more try."""
 
 _MAX_PASSES = 3
 
@@ -109,11 +118,16 @@ class ToolEvidence:
             classified per call).
         volatile: Whether its policy marks it volatile.
         calls: Recorded calls.
-        same_results: Identical calls (same tool and arguments, same user turn, no successful
-            world-changing call since) that returned the previous identical call's result.
-        changed_results: Identical calls, as above, that returned something else: the tool's
-            result changes on its own, so it is a volatile candidate.
+        same_results: Identical calls (same tool and arguments, same user turn, no other
+            successful world-changing call since) that returned the previous identical
+            call's result; for a world-changing tool, its own identical call repeated (as
+            `find_loops` reads it).
+        changed_results: Identical calls of a `pure` call, as above, that returned something
+            else: the tool's result changes on its own, so it is a volatile candidate (a
+            write answering otherwise the second time, a toggle, is not counted).
         example: The first changed result: `(run id, call index, earlier result, result)`.
+        repeated_runs: Runs with at least one such identical call of the tool: the evidence
+            a tool's own `max_repeats` needs (`MIN_TOOL_EVIDENCE_RUNS`).
     """
 
     tool: str
@@ -124,11 +138,59 @@ class ToolEvidence:
     same_results: int = 0
     changed_results: int = 0
     example: tuple[str, int, str, str] | None = None
+    repeated_runs: int = 0
 
     @property
     def volatile_candidate(self) -> bool:
         """Identical calls with nothing written between them returned different results."""
         return self.changed_results > 0
+
+
+@dataclass(frozen=True)
+class PartScores:
+    """How the starting and the calibrated configurations do on one part of the runs.
+
+    Attributes:
+        runs: Runs in the part.
+        base: The starting configuration's score there.
+        calibrated: The calibrated configuration's score there.
+    """
+
+    runs: int
+    base: Score
+    calibrated: Score
+
+
+@dataclass(frozen=True)
+class ChangeCheck:
+    """One change the search proposed, checked alone on the held-out part.
+
+    Attributes:
+        setting: The setting (`tools.NAME.max_repeats` for a tool's own).
+        start: Its starting value.
+        value: The value the search chose.
+        base: The starting configuration's score on the held-out part.
+        alone: The score there of the starting configuration with only this change.
+        kept: Whether the calibration keeps it.
+        why: Why it is kept or dropped.
+    """
+
+    setting: str
+    start: Any
+    value: Any
+    base: Score
+    alone: Score
+    kept: bool
+    why: str
+
+    def gains(self) -> dict[str, int]:
+        """What the change gains (positive) or costs on the held-out part, per figure."""
+        return {
+            "loops stopped": self.alone.loops_stopped - self.base.loops_stopped,
+            "calls saved": self.alone.saved - self.base.saved,
+            "wrong blocks": self.base.wrong - self.alone.wrong,
+            "runs without a loop stopped": self.base.healthy_stopped - self.alone.healthy_stopped,
+        }
 
 
 @dataclass
@@ -149,6 +211,13 @@ class Calibration:
         evaluations: Configurations evaluated.
         seconds: Time the search took.
         complete: False when the time budget ended the search early.
+        chosen: The scores on the part of the runs the search ran on.
+        held_out: The scores on the part held out to check the changes.
+        checks: Every change the search proposed, checked on the held-out part.
+        short_evidence: Tools whose own `max_repeats` was not searched: their identical
+            calls were repeated in fewer than `min_tool_runs` runs of the choosing part.
+        min_tool_runs: The evidence a tool's own `max_repeats` needed.
+        holdout: The share of runs held out.
     """
 
     base: GuardConfig
@@ -163,6 +232,17 @@ class Calibration:
     evaluations: int = 0
     seconds: float = 0.0
     complete: bool = True
+    chosen: PartScores | None = None
+    held_out: PartScores | None = None
+    checks: list[ChangeCheck] = field(default_factory=list)
+    short_evidence: list[ToolEvidence] = field(default_factory=list)
+    min_tool_runs: int = 0
+    holdout: float = 0.0
+
+    @property
+    def no_loops(self) -> bool:
+        """No run has a loop: every loop threshold was kept."""
+        return not self.loop_runs
 
     @property
     def unknown_tools(self) -> list[ToolEvidence]:
@@ -175,138 +255,10 @@ class Calibration:
         return [e for e in self.evidence.values() if e.volatile_candidate and not e.volatile]
 
 
-@dataclass(frozen=True)
-class RecordingReading:
-    """How recorded runs are read: what a failure is, what a loop is, what results ignore.
-
-    Attributes:
-        loop_calls: How many times makes a loop (see `find_loops`).
-        error_pattern: Regular expression (case-insensitive) marking failed results.
-        normalize: Regular expressions removed from results before comparing them.
-        tools: The tool names the agents had, for runs that do not list theirs.
-    """
-
-    loop_calls: int = DEFAULT_LOOP_CALLS
-    error_pattern: str = DEFAULT_ERROR_PATTERN
-    normalize: tuple[str, ...] = ()
-    tools: frozenset[str] | None = None
-    _patterns: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
-    _failed: re.Pattern[str] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        # Compiled once per reading, not once per pass over the runs.
-        object.__setattr__(self, "_patterns", tuple(re.compile(p) for p in self.normalize))
-        object.__setattr__(self, "_failed", re.compile(self.error_pattern, re.IGNORECASE))
-
-    def result(self, call: Mapping[str, Any]) -> str:
-        """The call's result text, `str(result)` with the `normalize` patterns removed."""
-        text = str(call.get("result", ""))
-        for pattern in self._patterns:
-            text = pattern.sub("", text)
-        return text
-
-    def failed(self, text: str) -> bool:
-        """Whether a result text marks a failure (`error_pattern`)."""
-        return self._failed.search(text) is not None
-
-    def calls(
-        self, trajectory: Trajectory, config: GuardConfig
-    ) -> Iterator[tuple[int, Mapping[str, Any], str, CallFacts]]:
-        """The run's calls to existing tools with valid arguments, as the guard sees them.
-
-        Calls to tools that do not exist are left out: the guard answers those itself,
-        whatever the thresholds. So are calls a guard answered when they were recorded
-        (`GUARD_FIELD`): their result is that guard's message, not the tool's.
-
-        Yields:
-            Each call's index in the run, the call, its result text and its facts.
-        """
-        listed = trajectory.get("tools")
-        names = frozenset(listed) if isinstance(listed, list) else self.tools
-        for index, call in enumerate(trajectory["calls"]):
-            if call.get(GUARD_FIELD):
-                continue  # the recording guard's own answer: the tool gave no result
-            try:
-                facts = call_facts(config, call["name"], call.get("args", {}), tools=names)
-            except InvalidArgumentsError:
-                continue
-            if not facts.unknown:
-                yield index, call, self.result(call), facts
-
-
-def find_loops(
-    trajectories: Sequence[Trajectory],
-    config: GuardConfig,
-    reading: RecordingReading = RecordingReading(),
-) -> list[frozenset[Any]]:
-    """Which user turns of each recorded run loop, read from the recording alone.
-
-    A turn loops when, in it, the run
-
-    - makes the same call (same tool, same arguments as the guard keys them) and gets the
-      same result (after `normalize`) `loop_calls` times in a row: each time the previous
-      identical call's result again, with no successful world-changing call (a non-`pure`
-      tool whose result does not match `error_pattern`) in between, since that may change
-      the answer; other calls may come in between (an A-B-A-B cycle loops on A); or
-    - gets the same failure (`error_pattern`, normalized as the same-failure layer does:
-      numbers, ids and echoed arguments ignored) from one tool `loop_calls` times in a row,
-      whatever the arguments (a success of that tool or a successful world-changing call
-      starts the row again), and that tool does not succeed later in the turn: a run that
-      got out of its failures by itself does not loop, so stopping it is a stop in a run
-      without a loop.
-
-    The guard's settings play no part, only its call keys (`ignore_args`, per-call
-    classification) and replay classes: the same runs loop whatever thresholds are tried.
-
-    Args:
-        trajectories: Parsed trajectories.
-        config: The configuration whose tool policies give the keys and classes.
-        reading: What a failure and a loop are, what results ignore, which tools existed.
-
-    Returns:
-        For each trajectory, in order, the set of its looping turns (empty: no loop).
-    """
-    found: list[frozenset[Any]] = []
-    for trajectory in trajectories:
-        # Per turn, what loops in it: ("same", key) or ("failure", tool).
-        looping: dict[Any, set[tuple[str, Any]]] = {}
-        same: dict[tuple[Any, str], tuple[str, int, int]] = {}  # key: result, epoch, streak
-        failing: dict[tuple[Any, str], tuple[str, int, int]] = {}  # tool: signature, epoch, n
-        epoch = 0
-        for _, call, text, facts in reading.calls(trajectory, config):
-            name, turn = call["name"], call.get("turn", 0)
-            ok = not reading.failed(text)
-            key = (turn, facts.key)
-            previous = same.get(key)
-            streak = 1
-            if previous is not None and previous[0] == text and previous[1] == epoch:
-                streak = previous[2] + 1
-            same[key] = (text, epoch, streak)
-            if streak >= reading.loop_calls:
-                looping.setdefault(turn, set()).add(("same", facts.key))
-            if ok:
-                failing.pop((turn, name), None)
-                # The tool succeeded after its failures: the run got out by itself.
-                looping.get(turn, set()).discard(("failure", name))
-            else:
-                signature = failure_signature(text, call.get("args", {}))
-                earlier = failing.get((turn, name))
-                row = 1
-                if earlier is not None and earlier[0] == signature and earlier[1] == epoch:
-                    row = earlier[2] + 1
-                failing[(turn, name)] = (signature, epoch, row)
-                if row >= reading.loop_calls:
-                    looping.setdefault(turn, set()).add(("failure", name))
-            if ok and facts.replay != "pure":
-                epoch += 1
-        found.append(frozenset(turn for turn, why in looping.items() if why))
-    return found
-
-
 def tool_evidence(
     trajectories: Sequence[Trajectory],
     config: GuardConfig,
-    reading: RecordingReading = RecordingReading(),
+    reading: RecordingReading = _READING,
 ) -> dict[str, ToolEvidence]:
     """What the recordings say about each tool called (see `ToolEvidence`).
 
@@ -321,6 +273,7 @@ def tool_evidence(
     evidence: dict[str, ToolEvidence] = {}
     for trajectory in trajectories:
         last: dict[tuple[Any, str], tuple[str, int, int]] = {}
+        repeated: set[str] = set()
         epoch = 0
         for index, call, text, facts in reading.calls(trajectory, config):
             name, turn = call["name"], call.get("turn", 0)
@@ -338,16 +291,22 @@ def tool_evidence(
             key = (turn, facts.key)
             previous = last.get(key)
             if previous is not None and previous[1] == epoch:
+                repeated.add(name)
                 if previous[0] == text:
                     entry.same_results += 1
+                elif facts.replay != "pure":
+                    pass  # a write answering otherwise the 2nd time (a toggle): not volatile
                 else:
                     entry.changed_results += 1
                     if entry.example is None:
                         ident = str(trajectory.get("id", "?"))
                         entry.example = (ident, index, previous[0], text)
-            last[key] = (text, epoch, index)
             if facts.replay != "pure" and not reading.failed(text):
                 epoch += 1
+            # The epoch right after the call, its own write included (as `find_loops` reads).
+            last[key] = (text, epoch, index)
+        for name in repeated:
+            evidence[name].repeated_runs += 1
     return dict(sorted(evidence.items()))
 
 
@@ -355,7 +314,7 @@ def score(
     trajectories: Sequence[Trajectory],
     loops: Sequence[frozenset[Any]],
     config: GuardConfig,
-    reading: RecordingReading = RecordingReading(),
+    reading: RecordingReading = _READING,
 ) -> tuple[Score, EvalReport]:
     """Evaluate a configuration and score it against the recorded loops.
 
@@ -368,50 +327,34 @@ def score(
     Returns:
         The score and the eval report.
     """
-    report = EvalReport()
-    total = report.total
-    seen = {"aborts": 0, "stops": 0, "answered": 0}
-    stopped = {"loops": 0, "healthy": 0}
-
-    def after_run(done: int) -> None:
-        # Called after each trajectory: what it added to the report is this run's.
-        index = done - 1
-        new_aborts = report.aborts[seen["aborts"] :]
-        answered = total.by_reason.get("unknown_tool", 0)
-        stops = total.stops.blocked - seen["stops"] - (answered - seen["answered"])
-        seen.update(aborts=len(report.aborts), stops=total.stops.blocked, answered=answered)
-        looping = loops[index]
-        if not looping:
-            stopped["healthy"] += bool(new_aborts) or stops > 0
-            return
-        calls = trajectories[index]["calls"]
-        turns = {calls[a.call_index].get("turn", 0) for a in new_aborts}
-        stopped["loops"] += bool(turns & looping)
-
-    evaluate_trajectories(
+    report = evaluate_trajectories(
         trajectories,
         config,
         error_pattern=reading.error_pattern,
         normalize=reading.normalize,
-        report=report,
-        on_progress=after_run,
         tools=reading.tools,
+        loops=loops,
     )
+    total, counted = report.total, report.loops or LoopTally()
     result = Score(
         runs=total.trajectories,
         loops=sum(1 for turns in loops if turns),
-        loops_stopped=stopped["loops"],
+        loops_stopped=counted.stopped,
         saved=total.blocked + total.cut,
         blocked=total.blocked,
         cut=total.cut,
         wrong=total.wrong,
-        healthy_stopped=stopped["healthy"],
+        healthy_stopped=counted.healthy_stopped,
         aborts=total.aborts,
     )
     return result, report
 
 
 _Setting = tuple[str, str | None]  # (field, tool or None)
+
+LOOP_THRESHOLDS = ("max_repeats", "history_window", "max_same_failures", "max_cycle_period")
+"""The settings kept when the runs have no loop: with nothing to stop, a search could only
+weigh calls saved against stops it cannot see, and loosen them on no evidence."""
 
 
 def _value(config: GuardConfig, setting: _Setting) -> Any:
@@ -438,14 +381,19 @@ def _label(setting: _Setting) -> str:
 
 
 def _settings(
-    config: GuardConfig, evidence: Mapping[str, ToolEvidence]
+    config: GuardConfig,
+    evidence: Mapping[str, ToolEvidence],
+    *,
+    loops: bool = True,
+    min_tool_runs: int = 0,
 ) -> list[tuple[_Setting, tuple[Any, ...]]]:
     """The settings searched, in order, each with the values tried.
 
     A tool's own settings are searched only for tools the policy knows: the search never
     gives a tool the policy does not know a class. `volatile` is tried on `pure` tools
     classified as a whole whose recordings show changed results; a tool's `max_repeats` on
-    tools whose calls were repeated.
+    tools whose identical calls were repeated in at least `min_tool_runs` runs. Without a
+    loop (`loops` False) only `volatile` is searched (`LOOP_THRESHOLDS` are kept).
     """
     found: list[tuple[_Setting, tuple[Any, ...]]] = []
     for tool, entry in evidence.items():
@@ -454,11 +402,15 @@ def _settings(
             continue
         if entry.volatile_candidate and not policy.volatile:
             found.append((("volatile", tool), (False, True)))
+    if not loops:
+        return found
     for name, values in GLOBAL_CANDIDATES.items():
         start = getattr(config, name)
         found.append(((name, None), tuple(sorted({*values, start}))))
     for tool, entry in evidence.items():
         if entry.source == "default" or not (entry.same_results or entry.changed_results):
+            continue
+        if entry.repeated_runs < min_tool_runs:
             continue
         own = config.policy_for(tool).max_repeats
         numbers = {v for v in TOOL_MAX_REPEATS_CANDIDATES if v is not None}
@@ -468,23 +420,136 @@ def _settings(
     return found
 
 
+def split_runs(
+    trajectories: Sequence[Trajectory],
+    loops: Sequence[frozenset[Any]],
+    holdout: float = DEFAULT_HOLDOUT,
+) -> tuple[list[int], list[int]]:
+    """Split runs into the part a calibration is chosen on and the part it is checked on.
+
+    By run, stratified: the runs with a loop form one group, the runs without one a group
+    per model, so that each part has every model and, when there are two or more, runs with
+    a loop. In each group the runs are ordered by a hash of their id (deterministic, and
+    independent of the files' order) and the first `holdout` share of them (rounded down, at
+    least one of a group of two or more, never a group's last run) is held out: a single
+    run with a loop is always on the choosing side, where it can be weighed.
+
+    Args:
+        trajectories: Parsed trajectories.
+        loops: `find_loops` of the same trajectories.
+        holdout: The share of each group held out, from 0 (none) to below 1.
+
+    Returns:
+        The indexes of the runs chosen on and of the runs held out, each in input order.
+    """
+    if not 0 <= holdout < 1:
+        msg = f"holdout={holdout}: the share of runs held out must be at least 0 and below 1"
+        raise ValueError(msg)
+    groups: dict[tuple[bool, str], list[int]] = {}
+    for index, (trajectory, turns) in enumerate(zip(trajectories, loops, strict=True)):
+        model = "" if turns else str(trajectory.get("model", "unknown"))
+        groups.setdefault((bool(turns), model), []).append(index)
+    held: set[int] = set()
+    for _, members in sorted(groups.items()):
+
+        def order(index: int) -> tuple[str, int]:
+            ident = str(trajectories[index].get("id", index))
+            return hashlib.sha256(ident.encode("utf-8", "replace")).hexdigest(), index
+
+        members.sort(key=order)
+        count = int(len(members) * holdout)
+        if holdout > 0 and len(members) >= 2:
+            count = max(count, 1)
+        held.update(members[: min(count, len(members) - 1)])
+    chosen = [i for i in range(len(trajectories)) if i not in held]
+    return chosen, sorted(held)
+
+
+def _holds(got: Score, start: Score) -> bool:
+    """No more wrong blocks, no more runs without a loop stopped, no fewer loops stopped."""
+    return (
+        got.wrong <= start.wrong
+        and got.healthy_stopped <= start.healthy_stopped
+        and got.loops_stopped >= start.loops_stopped
+    )
+
+
+def _search(
+    runs: Sequence[Trajectory],
+    loops: Sequence[frozenset[Any]],
+    base: GuardConfig,
+    settings: list[tuple[_Setting, tuple[Any, ...]]],
+    reading: RecordingReading,
+    deadline: float,
+    progress: Callable[[str], None],
+) -> tuple[GuardConfig, int, bool]:
+    """The coordinate search; returns the best configuration, evaluations and completeness."""
+    started = time.perf_counter()
+    best_score, _ = score(runs, loops, base, reading)
+    best, evaluations, complete = base, 1, True
+    for number in range(1, _MAX_PASSES + 1):
+        changed = False
+        for setting, values in settings:
+            current = _value(best, setting)
+            tried = 0
+            for value in values:
+                if value == current:
+                    continue
+                if time.perf_counter() > deadline:
+                    complete = False
+                    break
+                candidate = _with(best, setting, value)
+                result, _ = score(runs, loops, candidate, reading)
+                evaluations += 1
+                tried += 1
+                if result.rank() > best_score.rank():
+                    best, best_score, changed = candidate, result, True
+            progress(
+                f"pass {number}: {_label(setting)} = {_value(best, setting)} (tried "
+                f"{tried} values; {evaluations} evaluations, "
+                f"{time.perf_counter() - started:.1f} s)"
+            )
+            if not complete:
+                break
+        if not changed or not complete:
+            break
+    return best, evaluations, complete
+
+
 def calibrate(
     trajectories: Sequence[Trajectory],
     base: GuardConfig,
-    reading: RecordingReading = RecordingReading(),
+    reading: RecordingReading = _READING,
     *,
     budget_seconds: float = DEFAULT_BUDGET_SECONDS,
     on_progress: Callable[[str], None] | None = None,
+    holdout: float = DEFAULT_HOLDOUT,
+    min_tool_runs: int = MIN_TOOL_EVIDENCE_RUNS,
 ) -> Calibration:
-    """Search the thresholds for the configuration that does best on recorded runs.
+    """Search the thresholds on part of the recorded runs and keep what holds on the rest.
 
-    A coordinate search from `base`: each setting in turn (per tool `volatile` where the
-    recordings show changed results, `max_repeats`, `history_window`, `max_same_failures`,
-    `max_cycle_period`, per tool `max_repeats`) is set to the value that ranks best
-    (`Score.rank`: no wrong block and no stop in a run without a loop first, then the most
-    loops stopped, then the most calls saved), the others held; ties keep the current value.
-    Passes repeat until none changes anything (at most 3). Deterministic: the same runs and
-    base give the same configuration. A tool's replay class is never changed.
+    The runs are split (`split_runs`): the search runs on one part, each change it makes is
+    checked on the held-out part, and only the changes that hold there are kept.
+
+    The search is a coordinate search from `base`: each setting in turn (per tool
+    `volatile` where the recordings show changed results, `max_repeats`, `history_window`,
+    `max_same_failures`, `max_cycle_period`, per tool `max_repeats`) is set to the value
+    that ranks best (`Score.rank`: no wrong block and no stop in a run without a loop first,
+    then the most loops stopped, then the most calls saved), the others held; ties keep the
+    current value. Passes repeat until none changes anything (at most 3). Deterministic: the
+    same runs and base give the same configuration. A tool's replay class is never changed.
+
+    - With no loop in the choosing part (`find_loops`), only `volatile` is searched: every
+      loop threshold (`LOOP_THRESHOLDS`, per tool `max_repeats`) is kept.
+    - A tool's own `max_repeats` is searched only when the tool's identical calls were
+      repeated in at least `min_tool_runs` runs of the choosing part (`short_evidence`
+      lists the others).
+    - A change is kept only when, applied alone to `base`, it holds on the held-out part:
+      no more wrong blocks, no more runs without a loop stopped, no fewer loops stopped
+      than `base` there, and a gain there (a loop stopped, a call saved, a wrong block or a
+      stop of a run without a loop avoided): a change that only the choosing part's runs
+      reward is fitted to them. The kept changes together must hold on both parts; the last
+      kept is dropped until they do.
 
     Args:
         trajectories: Parsed trajectories.
@@ -492,58 +557,105 @@ def calibrate(
         reading: What a failure and a loop are, what results ignore, which tools existed.
         budget_seconds: Stop searching after this long (keeping the best found so far).
         on_progress: Called with a line of progress after each setting.
+        holdout: The share of runs held out to check the changes (0: no check, every change
+            the search makes is kept; with too few runs to hold any out, a threshold change
+            is dropped: nothing confirms it).
+        min_tool_runs: Runs with a repeated identical call a tool's own `max_repeats` needs.
 
     Returns:
         The calibration.
     """
     started = time.perf_counter()
     loops = find_loops(trajectories, base, reading)
+    chosen, held = split_runs(trajectories, loops, holdout)
+    choose_runs = [trajectories[i] for i in chosen]
+    choose_loops = [loops[i] for i in chosen]
+    held_runs = [trajectories[i] for i in held]
+    held_loops = [loops[i] for i in held]
     evidence = tool_evidence(trajectories, base, reading)
-    base_score, base_report = score(trajectories, loops, base, reading)
-    best, best_score, best_report = base, base_score, base_report
-    evaluations = 1
-    complete = True
-    settings = _settings(base, evidence)
-    for number in range(1, _MAX_PASSES + 1):
-        changed = False
-        for setting, values in settings:
-            current = _value(best, setting)
-            tried: list[str] = []
-            for value in values:
-                if value == current:
-                    continue
-                if time.perf_counter() - started > budget_seconds:
-                    complete = False
-                    break
-                candidate = _with(best, setting, value)
-                result, report = score(trajectories, loops, candidate, reading)
-                evaluations += 1
-                tried.append(f"{value}")
-                if result.rank() > best_score.rank():
-                    best, best_score, best_report, changed = candidate, result, report, True
-            if on_progress is not None:
-                on_progress(
-                    f"pass {number}: {_label(setting)} = {_value(best, setting)} (tried "
-                    f"{len(tried)} values; {evaluations} evaluations, "
-                    f"{time.perf_counter() - started:.1f} s)"
-                )
-            if not complete:
-                break
-        if not changed or not complete:
-            break
-    changes = [
-        (_label(setting), _value(base, setting), _value(best, setting))
+    choose_evidence = tool_evidence(choose_runs, base, reading)
+    looping = any(choose_loops)
+    progress = on_progress or (lambda _: None)
+    deadline = started + budget_seconds
+    # `volatile` is a fact the recordings show about a tool (an identical call answered
+    # otherwise with nothing written between), not a fit: read from every run. The
+    # thresholds are fitted, on the choosing part only.
+    volatile = _settings(base, evidence, loops=False)
+    start, evaluations, complete = _search(
+        trajectories, loops, base, volatile, reading, deadline, progress
+    )
+    thresholds = _settings(base, choose_evidence, loops=looping, min_tool_runs=min_tool_runs)
+    thresholds = [entry for entry in thresholds if entry[0][0] != "volatile"]
+    settings = volatile + thresholds
+    searched = {setting for setting, _ in settings}
+    short = [
+        e
+        for e in choose_evidence.values()
+        if looping
+        and e.source != "default"
+        and (e.same_results or e.changed_results)
+        and ("max_repeats", e.tool) not in searched
+    ]
+    best, more, complete = _search(
+        choose_runs, choose_loops, start, thresholds, reading, deadline, progress
+    )
+    evaluations += more
+    proposed = [
+        (setting, _value(best, setting))
         for setting, _ in settings
         if _value(base, setting) != _value(best, setting)
     ]
+    # The held-out check: each change alone, then the kept ones together.
+    held_base, _ = score(held_runs, held_loops, base, reading)
+    choose_base, _ = score(choose_runs, choose_loops, base, reading)
+    checks: list[ChangeCheck] = []
+    kept: list[tuple[_Setting, Any]] = []
+    for setting, value in proposed:
+        alone, _ = score(held_runs, held_loops, _with(base, setting, value), reading)
+        evaluations += 1
+        # A threshold must also gain there; `volatile` (evidence, not a fit) must cost nothing.
+        fitted = setting[0] != "volatile"
+        holds = _holds(alone, held_base) and (not fitted or alone.rank() > held_base.rank())
+        why = "gains on the held-out part, costs nothing there"
+        if holds and alone.rank() <= held_base.rank():
+            why = "costs nothing on the held-out part (volatile: the recordings show it)"
+        if not holds:
+            why = _why_not(alone, held_base)
+        if not held_runs and holdout == 0:
+            holds, why = True, "not checked (--holdout 0)"
+        elif not held_runs and fitted:
+            why = "no run could be held out (too few runs): unconfirmed"
+        checks.append(
+            ChangeCheck(_label(setting), _value(base, setting), value, held_base, alone, holds, why)
+        )
+        if holds:
+            kept.append((setting, value))
+    while True:
+        config = base
+        for setting, value in kept:
+            config = _with(config, setting, value)
+        held_score, _ = score(held_runs, held_loops, config, reading)
+        choose_score, _ = score(choose_runs, choose_loops, config, reading)
+        evaluations += 2
+        if not kept or (_holds(held_score, held_base) and _holds(choose_score, choose_base)):
+            break
+        dropped = _label(kept.pop()[0])
+        for number, check in enumerate(checks):
+            if check.setting == dropped:
+                checks[number] = replace(
+                    check, kept=False, why="holds alone, not with the other changes kept"
+                )
+    base_score, base_report = score(trajectories, loops, base, reading)
+    final_score, final_report = score(trajectories, loops, config, reading)
+    evaluations += 2
     return Calibration(
         base=base,
-        config=best,
+        config=config,
         base_score=base_score,
-        score=best_score,
+        score=final_score,
         base_report=base_report,
-        report=best_report,
-        changes=changes,
+        report=final_report,
+        changes=[(_label(setting), _value(base, setting), value) for setting, value in kept],
         evidence=evidence,
         loop_runs=[
             str(t.get("id", "?")) for t, turns in zip(trajectories, loops, strict=True) if turns
@@ -551,7 +663,31 @@ def calibrate(
         evaluations=evaluations,
         seconds=time.perf_counter() - started,
         complete=complete,
+        chosen=PartScores(len(choose_runs), choose_base, choose_score),
+        held_out=PartScores(len(held_runs), held_base, held_score),
+        checks=checks,
+        short_evidence=short,
+        min_tool_runs=min_tool_runs,
+        holdout=holdout,
     )
+
+
+def _why_not(got: Score, start: Score) -> str:
+    """Why a change does not hold on the held-out part, in words."""
+    reasons = []
+    if got.healthy_stopped > start.healthy_stopped:
+        reasons.append(
+            f"stops {got.healthy_stopped - start.healthy_stopped} more run(s) without a loop"
+        )
+    if got.loops_stopped < start.loops_stopped:
+        reasons.append(f"stops {start.loops_stopped - got.loops_stopped} fewer loop(s)")
+    if got.wrong > start.wrong:
+        reasons.append(f"{got.wrong - start.wrong} more wrong block(s)")
+    if not reasons:
+        # Nothing there it helps (the loops it stops earlier are all on the choosing side):
+        # a change no unseen run confirms is fitted to the runs it was chosen on.
+        return "no gain on the held-out part: nothing unseen confirms it"
+    return "held out, it " + ", ".join(reasons)
 
 
 def config_data(config: GuardConfig) -> dict[str, Any]:

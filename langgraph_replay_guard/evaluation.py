@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from langgraph_replay_guard.policy.patterns import SafePattern
 __all__ = [
     "DEDUP_REASONS",
     "DEFAULT_ERROR_PATTERN",
+    "DEFAULT_LOOP_CALLS",
     "GUARD_FIELD",
     "MISSED_REASONS",
     "UNKNOWN_TOOL_PATTERN",
@@ -36,12 +37,16 @@ __all__ = [
     "Abort",
     "EvalReport",
     "LayerTally",
+    "LoopTally",
     "MissedRead",
+    "RecordingReading",
     "Tally",
     "WrongBlock",
     "evaluate_file",
     "evaluate_trajectories",
+    "find_loops",
     "iter_trajectories",
+    "loop_definition",
     "parse_line",
 ]
 
@@ -175,6 +180,27 @@ class Tally:
         return self.dedup.wrong / self.dedup.blocked if self.dedup.blocked else None
 
 
+@dataclass
+class LoopTally:
+    """Runs read with the loop definition (`find_loops`), and what the guard did in them.
+
+    Attributes:
+        loop_calls: How many times made a loop.
+        runs: Runs whose recording has a loop.
+        stopped: Those the guard stops (an abort) in a turn that loops.
+        healthy_stopped: Runs without a loop that the guard stops (an abort) or where it
+            makes a loop stop (any block but a dedup answer or the answer to a call to a
+            tool that does not exist).
+        healthy_stopped_runs: Those runs' ids, in the order met.
+    """
+
+    loop_calls: int = 4
+    runs: int = 0
+    stopped: int = 0
+    healthy_stopped: int = 0
+    healthy_stopped_runs: list[str] = field(default_factory=list)
+
+
 @dataclass(frozen=True)
 class Abort:
     """Where the guard would have stopped a run."""
@@ -279,6 +305,8 @@ class EvalReport:
     missed_reads: list[MissedRead] = field(default_factory=list)
     """Every redundant or volatile read the guard let run, in the order met, with the
     reason (`--show-missed N` prints the first N)."""
+    loops: LoopTally | None = None
+    """The runs with a loop and the runs without one stopped, when counted (`loop_calls`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Return the report as JSON data (`--json`)."""
@@ -306,6 +334,7 @@ class EvalReport:
             "dedup_reasons": sorted(DEDUP_REASONS),
             "wrong_blocks": [asdict(w) for w in self.wrong_blocks],
             "missed_reads": [asdict(m) for m in self.missed_reads],
+            "loops": asdict(self.loops) if self.loops is not None else None,
         }
 
 
@@ -394,6 +423,8 @@ def evaluate_trajectories(
     report: EvalReport | None = None,
     on_progress: Callable[[int], None] | None = None,
     tools: Collection[str] | None = None,
+    loop_calls: int | None = None,
+    loops: Sequence[frozenset[Any]] | None = None,
 ) -> EvalReport:
     """Replay recorded trajectories through the engine and score what it would block.
 
@@ -421,21 +452,69 @@ def evaluate_trajectories(
         on_progress: Called with the number of trajectories done so far.
         tools: The names of the tools the recorded agents had, for trajectories that do not
             list theirs.
+        loop_calls: Count the runs with a loop (`find_loops`, this many times) and the runs
+            without one stopped, in `EvalReport.loops`. None: not counted.
+        loops: The `find_loops` of the same trajectories, already read (calibration reads
+            them once for every configuration it tries); counted as with `loop_calls`.
 
     Returns:
         The report.
     """
     report = report or EvalReport()
+    normalize = tuple(normalize)
     failed = re.compile(error_pattern, re.IGNORECASE)
     cleaners = [re.compile(p) for p in normalize]
     known = frozenset(tools) if tools is not None else None
+    reading: RecordingReading | None = None
+    if loop_calls is not None or loops is not None:
+        size = loop_calls if loop_calls is not None else DEFAULT_LOOP_CALLS
+        reading = RecordingReading(size, error_pattern, normalize, known)
+        report.loops = report.loops or LoopTally(loop_calls=size)
     for done, trajectory in enumerate(trajectories, start=1):
         listed = trajectory.get("tools")
         names = frozenset(listed) if isinstance(listed, list) else known
+        mark = _stop_mark(report)
         _evaluate_one(trajectory, config, failed, cleaners, report, names)
+        if reading is not None:
+            turns = loops[done - 1] if loops is not None else None
+            if turns is None:
+                turns = find_loops([trajectory], config, reading)[0]
+            _count_loops(report, trajectory, turns, mark)
         if on_progress is not None:
             on_progress(done)
     return report
+
+
+def _stop_mark(report: EvalReport) -> tuple[int, int, int]:
+    """Where the report's aborts, loop stops and unknown-tool answers stand before a run."""
+    total = report.total
+    return len(report.aborts), total.stops.blocked, total.by_reason.get("unknown_tool", 0)
+
+
+def _count_loops(
+    report: EvalReport,
+    trajectory: Trajectory,
+    turns: frozenset[Any],
+    mark: tuple[int, int, int],
+) -> None:
+    """Score one run's stops against its loops (what it added to the report since `mark`)."""
+    tally = report.loops
+    if tally is None:
+        return  # loops are not counted
+    aborts, stops, answered = mark
+    new_aborts = report.aborts[aborts:]
+    now = _stop_mark(report)
+    # A call to a tool that does not exist is answered whatever the run: not a stop.
+    new_stops = (now[1] - stops) - (now[2] - answered)
+    if not turns:
+        if new_aborts or new_stops > 0:
+            tally.healthy_stopped += 1
+            tally.healthy_stopped_runs.append(str(trajectory.get("id", "?")))
+        return
+    tally.runs += 1
+    calls = trajectory["calls"]
+    stopped = {calls[a.call_index].get("turn", 0) for a in new_aborts}
+    tally.stopped += bool(stopped & turns)
 
 
 def _evaluate_one(
@@ -778,3 +857,161 @@ def evaluate_file(
         on_progress=on_progress,
         tools=tools,
     )
+
+
+DEFAULT_LOOP_CALLS = 4
+"""How many times a run must do the same thing in one user turn for the recording to count as a
+loop (`find_loops`): the 4th identical attempt is where the default `max_repeats=3` stops."""
+
+
+def loop_definition(loop_calls: int = DEFAULT_LOOP_CALLS) -> str:
+    """The loop definition `find_loops` implements, in words (quoted by `eval` and the docs).
+
+    Args:
+        loop_calls: How many times makes a loop.
+
+    Returns:
+        One sentence.
+    """
+    return (
+        f"the same call (same tool, same arguments as the guard keys them) returning the same "
+        f"result {loop_calls} times in a row in one user turn, whatever the tool's class, with "
+        f"no other successful world-changing call in between; or one tool failing the same way "
+        f"{loop_calls} times in a row, never succeeding after in that turn"
+    )
+
+
+@dataclass(frozen=True)
+class RecordingReading:
+    """How recorded runs are read: what a failure is, what a loop is, what results ignore.
+
+    Attributes:
+        loop_calls: How many times makes a loop (see `find_loops`).
+        error_pattern: Regular expression (case-insensitive) marking failed results.
+        normalize: Regular expressions removed from results before comparing them.
+        tools: The tool names the agents had, for runs that do not list theirs.
+    """
+
+    loop_calls: int = DEFAULT_LOOP_CALLS
+    error_pattern: str = DEFAULT_ERROR_PATTERN
+    normalize: tuple[str, ...] = ()
+    tools: frozenset[str] | None = None
+    _patterns: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
+    _failed: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Compiled once per reading, not once per pass over the runs.
+        object.__setattr__(self, "_patterns", tuple(re.compile(p) for p in self.normalize))
+        object.__setattr__(self, "_failed", re.compile(self.error_pattern, re.IGNORECASE))
+
+    def result(self, call: Mapping[str, Any]) -> str:
+        """The call's result text, `str(result)` with the `normalize` patterns removed."""
+        text = str(call.get("result", ""))
+        for pattern in self._patterns:
+            text = pattern.sub("", text)
+        return text
+
+    def failed(self, text: str) -> bool:
+        """Whether a result text marks a failure (`error_pattern`)."""
+        return self._failed.search(text) is not None
+
+    def calls(
+        self, trajectory: Trajectory, config: GuardConfig
+    ) -> Iterator[tuple[int, Mapping[str, Any], str, CallFacts]]:
+        """The run's calls to existing tools with valid arguments, as the guard sees them.
+
+        Calls to tools that do not exist are left out: the guard answers those itself,
+        whatever the thresholds. So are calls a guard answered when they were recorded
+        (`GUARD_FIELD`): their result is that guard's message, not the tool's.
+
+        Yields:
+            Each call's index in the run, the call, its result text and its facts.
+        """
+        listed = trajectory.get("tools")
+        names = frozenset(listed) if isinstance(listed, list) else self.tools
+        for index, call in enumerate(trajectory["calls"]):
+            if call.get(GUARD_FIELD):
+                continue  # the recording guard's own answer: the tool gave no result
+            try:
+                facts = call_facts(config, call["name"], call.get("args", {}), tools=names)
+            except InvalidArgumentsError:
+                continue
+            if not facts.unknown:
+                yield index, call, self.result(call), facts
+
+
+def find_loops(
+    trajectories: Iterable[Trajectory],
+    config: GuardConfig,
+    reading: RecordingReading = RecordingReading(),
+) -> list[frozenset[Any]]:
+    """Which user turns of each recorded run loop, read from the recording alone.
+
+    This is the project's one loop definition (`loop_definition` words it; `eval`,
+    calibration and the docs use it). A turn loops when, in it, the run
+
+    - makes the same call (same tool, same arguments as the guard keys them) and gets the
+      same result (after `normalize`) `loop_calls` times in a row, **whatever the tool's
+      class**: each time the previous identical call's result again, with no other
+      successful world-changing call (a non-`pure` call, other than this one, whose result
+      does not match `error_pattern`) in between, since that may change the answer. An
+      identical successful `unsafe` call repeated (`transfer_to_human_agents` 100 times)
+      is a loop: its own earlier runs changed nothing it could see. Other calls may come in
+      between (an A-B-A-B cycle loops on A); or
+    - gets the same failure (`error_pattern`, normalized as the same-failure layer does:
+      numbers, ids and echoed arguments ignored) from one tool `loop_calls` times in a row,
+      whatever the arguments (a success of that tool or a successful world-changing call
+      starts the row again), and that tool does not succeed later in the turn: a run that
+      got out of its failures by itself does not loop, so stopping it is a stop in a run
+      without a loop.
+
+    The guard's settings play no part, only its call keys (`ignore_args`, per-call
+    classification) and replay classes: the same runs loop whatever thresholds are tried.
+
+    Args:
+        trajectories: Parsed trajectories.
+        config: The configuration whose tool policies give the keys and classes.
+        reading: What a failure and a loop are, what results ignore, which tools existed.
+
+    Returns:
+        For each trajectory, in order, the set of its looping turns (empty: no loop).
+    """
+    found: list[frozenset[Any]] = []
+    for trajectory in trajectories:
+        # Per turn, what loops in it: ("same", key) or ("failure", tool).
+        looping: dict[Any, set[tuple[str, Any]]] = {}
+        # Per (turn, key): result, the world epoch right after that call, streak.
+        same: dict[tuple[Any, str], tuple[str, int, int]] = {}
+        failing: dict[tuple[Any, str], tuple[str, int, int]] = {}  # tool: signature, epoch, n
+        epoch = 0
+        for _, call, text, facts in reading.calls(trajectory, config):
+            name, turn = call["name"], call.get("turn", 0)
+            ok = not reading.failed(text)
+            writes = ok and facts.replay != "pure"
+            key = (turn, facts.key)
+            previous = same.get(key)
+            streak = 1
+            # The epoch is compared with the one right after the previous identical call,
+            # its own write included: only another call's write can change this answer.
+            if previous is not None and previous[0] == text and previous[1] == epoch:
+                streak = previous[2] + 1
+            if streak >= reading.loop_calls:
+                looping.setdefault(turn, set()).add(("same", facts.key))
+            if ok:
+                failing.pop((turn, name), None)
+                # The tool succeeded after its failures: the run got out by itself.
+                looping.get(turn, set()).discard(("failure", name))
+            else:
+                signature = failure_signature(text, call.get("args", {}))
+                earlier = failing.get((turn, name))
+                row = 1
+                if earlier is not None and earlier[0] == signature and earlier[1] == epoch:
+                    row = earlier[2] + 1
+                failing[(turn, name)] = (signature, epoch, row)
+                if row >= reading.loop_calls:
+                    looping.setdefault(turn, set()).add(("failure", name))
+            if writes:
+                epoch += 1
+            same[key] = (text, epoch, streak)
+        found.append(frozenset(turn for turn, why in looping.items() if why))
+    return found

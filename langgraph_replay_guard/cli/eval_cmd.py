@@ -17,10 +17,12 @@ from pydantic import ValidationError
 from langgraph_replay_guard import json_depth
 from langgraph_replay_guard.calibration import (
     DEFAULT_BUDGET_SECONDS,
-    DEFAULT_LOOP_CALLS,
+    DEFAULT_HOLDOUT,
     GLOBAL_CANDIDATES,
+    LOOP_THRESHOLDS,
+    MIN_TOOL_EVIDENCE_RUNS,
     Calibration,
-    RecordingReading,
+    Score,
     ToolEvidence,
     calibrate,
     config_data,
@@ -28,14 +30,17 @@ from langgraph_replay_guard.calibration import (
 from langgraph_replay_guard.evaluation import (
     DEDUP_REASONS,
     DEFAULT_ERROR_PATTERN,
+    DEFAULT_LOOP_CALLS,
     MISSED_REASONS,
     EvalReport,
     MissedRead,
+    RecordingReading,
     Tally,
     Trajectory,
     WrongBlock,
     evaluate_trajectories,
     iter_trajectories,
+    loop_definition,
     parse_line,
 )
 from langgraph_replay_guard.policy.config import GuardConfig
@@ -168,17 +173,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="OUT.json",
         help="search max_repeats, history_window, max_same_failures, max_cycle_period and per "
         "tool volatile and max_repeats for the configuration that stops the most loops and "
-        "saves the most calls with no wrong block and no stop in a run without a loop; write "
-        "it to OUT.json (a --config file) and print its report next to the starting one's",
+        "saves the most calls with no wrong block and no stop in a run without a loop, on part "
+        "of the runs; keep each change only when it holds on the runs held out; write it to "
+        "OUT.json (a --config file) and print its report next to the starting one's, per part",
+    )
+    parser.add_argument(
+        "--holdout",
+        type=float,
+        default=DEFAULT_HOLDOUT,
+        metavar="SHARE",
+        help="with --calibrate: the share of runs (of each model, and of the runs with a loop) "
+        "held out to check each change; 0 checks nothing (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--allow-no-loops",
+        action="store_true",
+        help="with --calibrate: exit 0 when no run has a loop (every loop threshold is kept "
+        "then, whatever this option; without it the exit status is 1)",
     )
     parser.add_argument(
         "--loop-calls",
         type=int,
         default=DEFAULT_LOOP_CALLS,
         metavar="N",
-        help="with --calibrate: a run loops when it makes the same call with the same result, "
-        "or one tool fails the same way, N times in a turn (default: %(default)s; see "
-        "docs/tuning-with-eval.md)",
+        help="a run loops when it makes the same call with the same result, whatever the "
+        "tool's class, or one tool fails the same way, N times in a turn (default: "
+        "%(default)s; see docs/tuning-with-eval.md); eval counts the runs with a loop it stops "
+        "and the runs without one it stops, and --calibrate weighs them",
     )
     parser.add_argument(
         "--calibrate-budget",
@@ -344,6 +365,7 @@ def _evaluate_one(
                 report=report,
                 on_progress=progress,
                 tools=_tool_names(args.tools),
+                loop_calls=args.loop_calls,
             )
     except _NotJSONLinesError as exc:
         _fail(str(exc))
@@ -420,6 +442,8 @@ def _calibrate(
     """`--calibrate OUT.json`: search, write the configuration, print it against the start."""
     if args.loop_calls < 2:
         _fail(f"--loop-calls {args.loop_calls}: a loop needs at least 2 calls")
+    if not 0 <= args.holdout < 1:
+        _fail(f"--holdout {args.holdout}: give a share of the runs from 0 to below 1, e.g. 0.5")
     _check_writable(args.calibrate)  # before a search of minutes, not after it
     trajectories, malformed = _read_all(paths)
 
@@ -438,6 +462,7 @@ def _calibrate(
         reading,
         budget_seconds=args.calibrate_budget,
         on_progress=progress,
+        holdout=args.holdout,
     )
     data = config_data(result.config)
     try:
@@ -457,7 +482,10 @@ def _calibrate(
             loop_calls=args.loop_calls,
             malformed=malformed,
             show_wrong=args.show_wrong,
+            allow_no_loops=args.allow_no_loops,
         )
+    if result.no_loops and not args.allow_no_loops:
+        return 1
     return 0 if result.score.safe else 1
 
 
@@ -487,6 +515,23 @@ def _calibration_json(
         "safe": result.score.safe,
         "changes": [{"setting": s, "start": a, "calibrated": b} for s, a, b in result.changes],
         "loop_runs": result.loop_runs,
+        "no_loops": result.no_loops,
+        "holdout": result.holdout,
+        "chosen_on": asdict(result.chosen) if result.chosen is not None else None,
+        "held_out": asdict(result.held_out) if result.held_out is not None else None,
+        "checks": [
+            {
+                "setting": c.setting,
+                "start": c.start,
+                "value": c.value,
+                "kept": c.kept,
+                "why": c.why,
+                "held_out_gains": c.gains(),
+            }
+            for c in result.checks
+        ],
+        "min_tool_runs": result.min_tool_runs,
+        "short_evidence": [e.tool for e in result.short_evidence],
         "tools": [asdict(e) for e in result.evidence.values()],
         "unknown_tools": [e.tool for e in result.unknown_tools],
         "volatile_candidates": [e.tool for e in result.volatile_candidates],
@@ -521,9 +566,10 @@ def print_calibration(
     loop_calls: int = DEFAULT_LOOP_CALLS,
     malformed: Sequence[tuple[int, str]] = (),
     show_wrong: int = 10,
+    allow_no_loops: bool = False,
     out: TextIO | None = None,
 ) -> None:
-    """Print a calibration: the settings and the report of each configuration side by side.
+    """Print a calibration: settings and figures of each configuration, per part, side by side.
 
     Args:
         result: The calibration.
@@ -533,6 +579,7 @@ def print_calibration(
         loop_calls: What made a loop, for the explanation.
         malformed: Malformed lines skipped.
         show_wrong: How many wrong blocks of the chosen configuration to list.
+        allow_no_loops: Whether `--allow-no-loops` was given (for the explanation).
         out: Where to print (stdout by default).
     """
     out = out or sys.stdout
@@ -545,11 +592,24 @@ def print_calibration(
     line(
         f"replay-guard eval --calibrate: {base.runs} trajectories, {total.calls:,} calls ({source})"
     )
-    line(
-        f"Runs with a loop in the recording: {base.loops} of {base.runs} (the same call with the "
-        f"same result {loop_calls} times in a turn, nothing written between; or one tool "
-        f"failing the same way {loop_calls} times in a row, never succeeding after)"
-    )
+    line(f"A loop: {loop_definition(loop_calls)}.")
+    line(f"Runs with a loop in the recording: {base.loops} of {base.runs}.")
+    chosen, held = result.chosen, result.held_out
+    if chosen is not None and held is not None:
+        if held.runs:
+            line(
+                f"Chosen on {chosen.runs} runs ({chosen.base.loops} with a loop), checked on "
+                f"{held.runs} held out ({held.base.loops} with a loop): split by run, each "
+                f"model's runs and the runs with a loop in both parts (--holdout "
+                f"{result.holdout:g})."
+            )
+        elif result.holdout == 0:
+            line(f"Chosen on all {chosen.runs} runs: --holdout 0, no change checked.")
+        else:
+            line(
+                f"Chosen on all {chosen.runs} runs: too few to hold any out, so no threshold "
+                "change can be confirmed (each is dropped)."
+            )
     searched = "" if result.complete else " (time budget reached: best found so far)"
     line(f"Searched {result.evaluations} configurations in {result.seconds:.1f} s{searched}.")
     line()
@@ -564,31 +624,59 @@ def print_calibration(
         mark = "" if before == after else "   changed"
         line(f"{name:<{width}} {_setting(before):>12} {_setting(after):>12}{mark}")
     line()
+    parts: list[tuple[str, Score, Score]] = []
+    if chosen is not None and held is not None and held.runs:
+        parts += [
+            (f"chosen on ({chosen.runs})", chosen.base, chosen.calibrated),
+            (f"held out ({held.runs})", held.base, held.calibrated),
+        ]
+    parts.append((f"all ({base.runs})", base, best))
+    heading = "".join(f" {name:>23}" for name, _, _ in parts)
+    line(f"{'report':<{width}}{heading}")
+    line(f"{'':<{width}}" + f" {start:>11} {'calibrated':>11}" * len(parts))
+    figures: list[tuple[str, Callable[[Score], str]]] = [
+        ("loops stopped", lambda s: f"{s.loops_stopped}/{s.loops}"),
+        ("calls saved (blocked + cut)", lambda s: f"{s.saved}"),
+        ("blocked", lambda s: f"{s.blocked}"),
+        ("cut", lambda s: f"{s.cut}"),
+        ("aborts", lambda s: f"{s.aborts}"),
+        ("wrong blocks", lambda s: f"{s.wrong}"),
+        ("runs without a loop stopped", lambda s: f"{s.healthy_stopped}"),
+    ]
+    for name, show in figures:
+        cells = "".join(f" {show(a):>11} {show(b):>11}" for _, a, b in parts)
+        line(f"{name:<{width}}{cells}")
     base_total = result.base_report.total
-    figures: list[tuple[str, str, str]] = [
-        (
-            "loops stopped",
-            f"{base.loops_stopped}/{base.loops}",
-            f"{best.loops_stopped}/{best.loops}",
-        ),
-        ("calls saved (blocked + cut)", f"{base.saved}", f"{best.saved}"),
-        ("blocked", f"{base.blocked}", f"{best.blocked}"),
-        ("  dedup", f"{base_total.dedup.blocked}", f"{total.dedup.blocked}"),
+    pad = " " * (24 * (len(parts) - 1))
+    for name, before, after in (
+        ("  dedup blocks", f"{base_total.dedup.blocked}", f"{total.dedup.blocked}"),
         ("  loop stops", f"{base_total.stops.blocked}", f"{total.stops.blocked}"),
-        ("cut", f"{base.cut}", f"{best.cut}"),
-        ("aborts", f"{base.aborts}", f"{best.aborts}"),
-        ("wrong blocks", f"{base.wrong}", f"{best.wrong}"),
-        ("runs without a loop stopped", f"{base.healthy_stopped}", f"{best.healthy_stopped}"),
         (
             "identical repeats caught",
             f"{base_total.caught}/{base_total.identical_repeats}",
             f"{total.caught}/{total.identical_repeats}",
         ),
-    ]
-    line(f"{'report':<{width}} {start:>12} {'calibrated':>12}")
-    for name, before, after in figures:
-        line(f"{name:<{width}} {before:>12} {after:>12}")
+    ):
+        line(f"{name:<{width}}{pad} {before:>11} {after:>11}")
     line()
+    _print_checks(result, start, line)
+    if result.no_loops:
+        line(
+            f"No run has a loop: every loop threshold is kept ({', '.join(LOOP_THRESHOLDS)}, "
+            "each tool's max_repeats); with nothing to stop, the search could only loosen them "
+            "on no evidence. Only volatile is searched."
+            + ("" if allow_no_loops else " Exit status 1: --allow-no-loops accepts it.")
+        )
+    if result.short_evidence:
+        names = ", ".join(
+            f"{e.tool} ({e.repeated_runs} run{'s' if e.repeated_runs != 1 else ''})"
+            for e in result.short_evidence
+        )
+        line(
+            f"Evidence short: a tool's own max_repeats needs its identical calls repeated in "
+            f"at least {result.min_tool_runs} runs of the part chosen on "
+            f"(MIN_TOOL_EVIDENCE_RUNS {MIN_TOOL_EVIDENCE_RUNS}); kept for: {names}."
+        )
     if best.safe:
         line(f"Wrote {out_path}: no wrong block, no run without a loop stopped.")
     else:
@@ -620,6 +708,61 @@ def print_calibration(
         line(f"Skipped {len(malformed)} malformed input(s):")
         for number, problem in malformed[:20]:
             line(f"  line {number}: {problem}")
+
+
+def _print_loops(report: EvalReport, line: Callable[[str], None]) -> None:
+    """The runs with a loop the guard stops, and the runs without one it stops."""
+    loops = report.loops
+    if loops is None:
+        return
+    runs = report.total.trajectories
+    line(
+        f"Runs with a loop: {loops.runs} of {runs}, stopped {loops.stopped}; runs without a "
+        f"loop stopped: {loops.healthy_stopped}"
+        + (f" ({', '.join(loops.healthy_stopped_runs[:3])}" if loops.healthy_stopped else "")
+        + (", ..." if loops.healthy_stopped > 3 else "")
+        + (")" if loops.healthy_stopped else "")
+    )
+    line(f"  a loop: {loop_definition(loops.loop_calls)}")
+
+
+def _print_checks(result: Calibration, start: str, line: Callable[[str], None]) -> None:
+    """Each change the search proposed: what it gains and costs alone on the held-out part."""
+    if not result.checks:
+        line("The search proposed no change.")
+        line("")
+        return
+    held = result.held_out
+    loops = held.base.loops if held is not None else 0
+    line(
+        f"Changes proposed on the part chosen on, each checked alone on the held-out part "
+        f"(+ gains, - costs, against {start} there):"
+    )
+    width = max(28, *(len(c.setting) + 12 for c in result.checks))
+    line(
+        f"  {'change':<{width}} {'loops stopped':>13} {'calls saved':>11} {'wrong blocks':>12} "
+        f"{'no-loop stops':>13}   verdict"
+    )
+    for check in result.checks:
+        gains = check.gains()
+        change = f"{check.setting} {_setting(check.start)} -> {_setting(check.value)}"
+        cells = " ".join(
+            f"{gains[name]:>+{size}d}"
+            for name, size in (
+                ("loops stopped", 13),
+                ("calls saved", 11),
+                ("wrong blocks", 12),
+                ("runs without a loop stopped", 13),
+            )
+        )
+        verdict = ("kept: " if check.kept else "dropped: ") + check.why
+        line(f"  {change:<{width}} {cells}   {verdict}")
+    if held is not None and held.runs and not loops and result.loop_runs:
+        line(
+            "  The held-out part has no run with a loop: it can only catch stops of runs "
+            "without a loop, not loops let through."
+        )
+    line("")
 
 
 def _setting(value: Any) -> str:
@@ -802,6 +945,7 @@ def print_report(
             f"{label:<{width}} {t.trajectories:>5} {t.calls:>6} {t.blocked:>8} {t.redundant:>9} "
             f"{t.wrong:>6} {t.aborts:>6} {t.cut:>5} {t.cycles:>6}"
         )
+    _print_loops(report, line)
     line()
     for column, meaning in _LEGEND:
         line(f"  {column:<10} {meaning}")
