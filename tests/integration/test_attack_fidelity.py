@@ -153,20 +153,13 @@ def test_decorations_that_held(decoration: str, order: str) -> None:
     assert (calls, reason) == (4, "repeat_limit")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "A middleware that changes an argument the model gave (here int -> str) makes a new "
-        "call, counted as it runs: the loop is stopped at the 4th call, but its duplicates "
-        "run (3 runs, not 1). `earlier_answer` finds the earlier result by the model's "
-        "arguments in the history's AIMessages, and the call as it ran is in no message; the "
-        "channel keeps keys, not tool_call_ids. Fix: remember the tool_call_id of each "
-        "executed key in the channel (a state-format change)."
-    ),
-)
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("order", ORDERS)
-def test_a_deterministic_coercion_keeps_dedup(order: str) -> None:
-    calls, reason, runs = _loop_under("coerced_only", HELD_DECORATIONS, order, "sync")
+def test_a_deterministic_coercion_keeps_dedup(order: str, mode: str) -> None:
+    # A middleware changes an argument the model gave (int -> str): a new call, counted as
+    # it runs. Its duplicates are answered with its result, found by the tool_call_id the
+    # channel remembers for it (no message holds the call as it ran).
+    calls, reason, runs = _loop_under("coerced_only", HELD_DECORATIONS, order, mode)
     assert (calls, reason, runs) == (4, "repeat_limit", 1)
 
 
