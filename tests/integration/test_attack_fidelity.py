@@ -166,10 +166,16 @@ def test_a_deterministic_coercion_keeps_dedup(order: str, mode: str) -> None:
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "Documented (how-it-decides, 'Which call each layer looks at'): a middleware that "
-        "overwrites an argument the model gave makes a new call, as a reviewer's edit does; "
-        "a fresh value there at every call makes every call new. The guard cannot tell a "
-        "trace id written over the model's `trace_id` from an edit."
+        "Kept as documented (how-it-decides, 'Which call each layer looks at'): a middleware "
+        "that overwrites an argument the model gave makes a new call, as a reviewer's edit "
+        "does, decided and counted as it runs; a fresh value there makes every call new. "
+        "Counting it as the model asked (its AIMessage call, found by tool_call_id) needs "
+        "each event to carry two keys: the asked key, under which `counters`, the cycle "
+        "`tail` and the progress reset fold and the engine's repeat layer counts, and the "
+        "as-run key, under which `recent_calls`/`results` fold for dedup (a reviewer's new "
+        "read must run, not be deduplicated as the model's repeat). That is a second key in "
+        "every event and a fold/engine change on every step's path (decisions/state.py, "
+        "engine.decide), not made while that path's cost is being cut."
     ),
 )
 def test_a_trace_id_written_over_the_models_own_is_still_a_loop() -> None:
