@@ -6,8 +6,10 @@ import functools
 import inspect
 import logging
 import sys
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 if TYPE_CHECKING:
@@ -42,6 +44,7 @@ __all__ = [
     "tool_error_content",
     "tool_node_settings",
     "tool_nodes",
+    "watching_model_requests",
     "with_channel_writer",
     "wrap_node_tools",
 ]
@@ -119,6 +122,54 @@ def create_agent_state_schema() -> Any:
     """
     found = _create_agent_locals()
     return found.get("state_schema") if found is not None else None
+
+
+_WATCHED_REQUESTS: ContextVar[list[Any] | None] = ContextVar(
+    "replay_guard_watched_requests", default=None
+)
+
+
+@functools.cache
+def _watched_request_class() -> type:
+    """A `ModelRequest` subclass whose instances add themselves to `_WATCHED_REQUESTS`."""
+    from langchain.agents.middleware import ModelRequest
+
+    class _WatchedModelRequest(ModelRequest):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            seen = _WATCHED_REQUESTS.get()
+            if seen is not None:
+                seen.append(self)
+
+    return _WatchedModelRequest
+
+
+@contextmanager
+def watching_model_requests(request: Any) -> Iterator[tuple[Any, list[Any]]]:
+    """`request` as a copy whose derived requests are collected while the block runs.
+
+    A middleware inside the guard's model hook changes the request with
+    `ModelRequest.override`, which is `dataclasses.replace`: the new request is built with
+    the class of the one it replaces. Handed this copy, the guard sees every request made
+    from it below, the model's own included: the tools a middleware inside it offers
+    (`wrap_model_call` adding one it serves itself) are in their `tools`. A request a
+    middleware builds from scratch is not seen.
+
+    Args:
+        request: The `ModelRequest` the guard hands down.
+
+    Yields:
+        The copy to hand down, and the list the requests made from it go to.
+    """
+    seen: list[Any] = []
+    token = _WATCHED_REQUESTS.set(seen)
+    try:
+        values = {f.name: getattr(request, f.name) for f in fields(request) if f.init}
+        handed = _watched_request_class()(**values)
+        seen.clear()  # the copy itself is the guard's request, not one made below
+        yield handed, seen
+    finally:
+        _WATCHED_REQUESTS.reset(token)
 
 
 def dynamic_tool_error(unknown: Sequence[str], registered: Collection[str]) -> str:

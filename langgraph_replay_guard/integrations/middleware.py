@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import operator
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired, Unpack, cast
 
 try:
@@ -41,6 +42,7 @@ from langgraph_replay_guard._compat import (
     dynamic_tool_error,
     run_checkpointer,
     signature_once,
+    watching_model_requests,
 )
 from langgraph_replay_guard.decisions.engine import fold_settings, loop_error, raises_on_abort
 from langgraph_replay_guard.decisions.keys import content_hash
@@ -519,7 +521,9 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             except Exception as exc:
                 _given_failed(exc)
         value, answered = self._answered_elsewhere(request, shown)
-        result, stopped = self._stop_after(request, handler(self._with_reminder(request)), value)
+        with self._handing(request) as handed:
+            response = handler(handed)
+        result, stopped = self._stop_after(request, response, value)
         self._write(request, [*answered, *stopped])
         return result
 
@@ -544,10 +548,35 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             except Exception as exc:
                 _given_failed(exc)
         value, answered = self._answered_elsewhere(request, shown)
-        response = await handler(self._with_reminder(request))
+        with self._handing(request) as handed:
+            response = await handler(handed)
         result, stopped = self._stop_after(request, response, value)
         self._write(request, [*answered, *stopped])
         return result
+
+    @contextmanager
+    def _handing(self, request: ModelRequest[Any]) -> Iterator[ModelRequest[Any]]:
+        """The request handed down (with the reminder); with `require_classes`, watched.
+
+        A middleware inside the guard may offer the model a tool no tools node has and
+        serve its calls itself; the guard's own request never shows it. With
+        `require_classes` the guard watches the requests made below its own
+        (`_compat.watching_model_requests`) and refuses an unclassified tool offered there
+        once the model call returns, before any of its calls reaches a tool hook.
+        """
+        handed = self._with_reminder(request)
+        if not self.guard.config.require_classes:
+            yield handed
+            return
+        with watching_model_requests(handed) as (watched, below):
+            yield watched
+        mine = {id(tool) for tool in request.tools}
+        added = [tool for made in below for tool in made.tools if id(tool) not in mine]
+        if added:
+            self._learn(added)
+            self.guard._unclassified.check(
+                self._calls.learned.config, added, where="a middleware inside the guard"
+            )
 
     def _check_tools(self, request: ModelRequest[Any]) -> None:
         """Learn the agent's tools; check the configured names it does not have, once.

@@ -144,24 +144,22 @@ class _OrderDesk(AgentMiddleware[Any, Any]):
         return ToolMessage("order set", tool_call_id=call["id"], name="set_order")
 
 
+class _AsyncOrderDesk(_OrderDesk):
+    """`_OrderDesk` with the async hooks."""
+
+    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return await handler(request.override(tools=[*request.tools, self.offered]))
+
+    async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        if request.tool_call["name"] != "set_order":
+            return await handler(request)
+        return self.wrap_tool_call(request, handler)
+
+
 @pytest.mark.parametrize(
     "guard_at",
     [
-        pytest.param(
-            "first",
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=AssertionError,
-                reason=(
-                    "guard first, a middleware inside it offers and serves `set_order`: the "
-                    "guard's model hook never sees the tool offered (the desk adds it inside), "
-                    "and its tool hook passes a call to a tool no tools node has on "
-                    "(request.tool is None, another middleware has a tool hook), so "
-                    "require_classes never refuses it; telling a served tool from a made-up "
-                    "name there needs the inner middlewares' offered tools (a bigger change)"
-                ),
-            ),
-        ),
+        "first",
         "last",
     ],
 )
@@ -182,6 +180,46 @@ def test_require_classes_refuses_a_tool_a_middleware_serves(guard_at: str) -> No
     assert refused is not None, effects
     assert "require_classes=True" in str(refused)
     assert "desk:1" not in effects
+
+
+def test_require_classes_refuses_a_tool_a_middleware_inside_serves_async() -> None:
+    import asyncio
+
+    effects: list[str] = []
+    guard = ReplayGuard(GuardConfig(tools={"get_order": "pure"}, require_classes=True))
+    script = [[("get_order", {"key": "1"})], [("set_order", {"key": "1"})]]
+    agent = create_agent(
+        ScriptedChatModel(script=script),
+        [_tool("get_order", effects)],
+        middleware=[guard.middleware(), _AsyncOrderDesk(effects)],
+    )
+    with pytest.raises(ValueError, match=r"require_classes=True") as refused:
+        asyncio.run(agent.ainvoke({"messages": [HumanMessage("go")]}))
+    assert "'set_order'" in str(refused.value)
+    assert "a middleware inside the guard" in str(refused.value)
+    assert effects == []
+
+
+@pytest.mark.parametrize("called", ["set_order", "made_up"])
+def test_require_classes_runs_a_classified_tool_a_middleware_inside_serves(called: str) -> None:
+    # Classified, the served tool runs; a made-up name is still the tools node's to answer.
+    effects: list[str] = []
+    guard = ReplayGuard(
+        GuardConfig(tools={"get_order": "pure", "set_order": "unsafe"}, require_classes=True)
+    )
+    script = [[(called, {"key": "1"})]]
+    agent = create_agent(
+        ScriptedChatModel(script=script),
+        [_tool("get_order", effects)],
+        middleware=[guard.middleware(), _OrderDesk(effects)],
+    )
+    out = agent.invoke({"messages": [HumanMessage("go")]})
+    answer = next(m for m in out["messages"] if isinstance(m, ToolMessage))
+    if called == "set_order":
+        assert (effects, answer.text) == (["desk:1"], "order set")
+    else:
+        assert effects == []
+        assert "made_up is not a valid tool" in answer.text
 
 
 # --- 10: a database of another application whose table has LangGraph's name ---------------

@@ -603,3 +603,20 @@ def test_strict_msgpack_accessors_read_langgraphs_allow_list():
     assert hook(0, refused) == "payload"  # a name off the list: its payload, never called
     allowed = ormsgpack.packb(["uuid", "UUID", "0" * 32])
     assert str(hook(0, allowed)) == "00000000-0000-0000-0000-000000000000"
+
+
+def test_watching_model_requests_sees_every_override_below():
+    from langchain.agents.middleware import ModelRequest
+
+    model = ScriptedChatModel(script=[])
+    request = ModelRequest(model=model, messages=[], tools=[])
+    offered = tool("set_order", description="Set an order.")(lambda key: key)
+    with _compat.watching_model_requests(request) as (handed, below):
+        assert isinstance(handed, ModelRequest)
+        assert below == []
+        inner = handed.override(tools=[offered])
+        innermost = inner.override(tool_choice="auto")
+    assert below == [inner, innermost]
+    assert innermost.tools == [offered]
+    request.override(tools=[])  # outside the block: nothing is collected
+    assert len(below) == 2
