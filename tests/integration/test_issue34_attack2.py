@@ -412,12 +412,16 @@ def test_a_tools_own_error_worded_like_a_refusal_is_not_the_guards() -> None:
     strict=True,
     raises=ValueError,
     reason=(
-        "one callback handler over two agents: check(agent) with get_order raises 'did you "
-        "mean get_order' for the policy of set_order, a tool of the agent checked next. "
-        "check(agent) decides alone, at once (its documented contract: a near miss in an "
-        "agent whose tools it knows all of is a ValueError); telling this from a typo needs "
-        "the handler to know every agent it will guard (check(*agents), or deferring the "
-        "stop to the first call as the middleware now does)"
+        "one callback handler, check(agent) of each agent just before its own invoke: "
+        "check(agent_1) sees only get_order and a policy for set_order, the shape of a typo "
+        "(tests/integration/test_issue27_policy.py::test_guard_wrap_warns_and_the_callback_"
+        "handler_refuses_a_misspelt_policy_name: one handler, check(agent) with send_mail "
+        "and a policy for send_email must raise). Nothing at that check tells the handler "
+        "that another agent follows, and deferring the stop to the first call does not help "
+        "(agent_1 runs before agent_2 is checked), so passing this would let that typo run "
+        "as default_policy. The fix offered: check the agents together, "
+        "handler.check(agent_1, agent_2) (test_one_callback_handler_checked_over_two_agents_"
+        "together_runs); the error raised here says so."
     ),
 )
 def test_one_callback_handler_checked_over_two_agents_runs() -> None:
@@ -431,6 +435,38 @@ def test_one_callback_handler_checked_over_two_agents_runs() -> None:
         config: Any = {"callbacks": [handler.check(agent)], "metadata": {"thread_id": name}}
         agent.invoke({"messages": [HumanMessage("go")]}, config)
     assert effects == ["get_order:1", "set_order:1"]
+
+
+def test_one_callback_handler_checked_over_two_agents_together_runs() -> None:
+    from langgraph_replay_guard import ReplayGuardCallbackHandler
+
+    effects: list[str] = []
+    handler = ReplayGuardCallbackHandler(GuardConfig(tools={"set_order": "unsafe"}))
+    agents = {}
+    for name in ("get_order", "set_order"):
+        model = ScriptedChatModel(script=[[(name, {"key": "1"})]])
+        agents[name] = create_agent(model, [_tool(name, effects)])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        checked = handler.check(*agents.values())
+    assert checked is handler
+    assert not [w for w in caught if "policy for 'set_order'" in str(w.message)]
+    for name, agent in agents.items():
+        config: Any = {"callbacks": [handler], "metadata": {"thread_id": name}}
+        agent.invoke({"messages": [HumanMessage("go")]}, config)
+    assert effects == ["get_order:1", "set_order:1"]
+
+
+def test_a_check_of_one_agent_names_checking_them_together() -> None:
+    from langgraph_replay_guard import ReplayGuardCallbackHandler
+
+    handler = ReplayGuardCallbackHandler(GuardConfig(tools={"set_order": "unsafe"}))
+    agent = create_agent(ScriptedChatModel(script=[]), [_tool("get_order", [])])
+    with pytest.raises(ValueError, match="did you mean 'get_order'") as raised:
+        handler.check(agent)
+    assert "handler.check(agent, other_agent)" in str(raised.value)
+    with pytest.raises(TypeError, match=r"check\(agent\)"):
+        handler.check()
 
 
 # --- 8: the configuration classes as the docs write them pass mypy --strict -----------------
