@@ -40,6 +40,7 @@ __all__ = [
     "scoped_tool_node",
     "signature_once",
     "strict_msgpack_ext_hook",
+    "subgraph_namespace",
     "task_run",
     "tool_error_content",
     "tool_node_settings",
@@ -312,6 +313,18 @@ def channel_writer(config: Mapping[str, Any] | None) -> ChannelWriter | None:
     writes a message this way).
     """
     return _task_function(config, "__pregel_send")
+
+
+def subgraph_namespace(config: Mapping[str, Any] | None) -> str | None:
+    """The running task's checkpoint namespace when it runs in a sub-graph; else None.
+
+    A task's namespace is its node and task id (`tools:<id>`), after its parent task's
+    own with `|` between them when its graph runs inside a task of another graph (a
+    sub-graph node, or a graph invoked in a tool's body).
+    """
+    configurable = config.get("configurable") if config else None
+    namespace = configurable.get("checkpoint_ns") if isinstance(configurable, Mapping) else None
+    return namespace if isinstance(namespace, str) and "|" in namespace else None
 
 
 def graph_has_channel(config: Mapping[str, Any] | None, channel: str) -> bool | None:

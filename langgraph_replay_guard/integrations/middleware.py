@@ -203,7 +203,11 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # Previews are written at the model call, from the messages the model is given:
         # a middleware may change a result after the tools node (`_show`).
         self._calls = ToolCallWrapper(
-            self.guard, channel=self.channel, end_batches=False, defer_previews=True
+            self.guard,
+            channel=self.channel,
+            end_batches=False,
+            defer_previews=True,
+            watch_resets=False,  # the agent loops inside one run of its graph
         )
         self._tools_checked = False
         self._agent_tools_learned = False

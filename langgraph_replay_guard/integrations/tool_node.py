@@ -66,6 +66,7 @@ from langgraph_replay_guard.integrations.calls import (
     turn_anchors,
     whole_duplicate_answer,
 )
+from langgraph_replay_guard.integrations.channel_resets import ResetWatch, reset_channel_message
 from langgraph_replay_guard.integrations.ledger_gate import (
     LedgerGate,
     RunTicket,
@@ -298,6 +299,9 @@ class ToolCallWrapper:
             change the result before the model sees it (`PIIMiddleware` in its
             `before_model`), so the caller adds the preview from what the model is given
             (`ReplayGuardMiddleware`), and no checkpoint holds more.
+        watch_resets: Refuse a channel that a sub-graph gets empty at every run
+            (`ResetWatch`): a `ToolNode` sub-graph run once per step of a parent graph
+            whose state lacks the channel. The middleware's agent loops inside one run.
     """
 
     def __init__(
@@ -314,9 +318,11 @@ class ToolCallWrapper:
         reads_graph_state: bool = False,
         passes_node_errors: bool = False,
         defer_previews: bool = False,
+        watch_resets: bool = True,
     ) -> None:
         """Create the wrapper."""
         self.defer_previews = defer_previews
+        self.resets = ResetWatch() if watch_resets else None
         self.passes_node_errors = passes_node_errors and inner is None
         self.raise_on_abort = raise_on_abort
         self.reads_graph_state = reads_graph_state
@@ -790,6 +796,12 @@ class ToolCallWrapper:
                 raise ValueError(unclassified_tool_error([name], "the graph"))
         state = self._decision_state(request)
         value = self._channel_value(request, state)
+        if value is None and self.resets is not None:  # a first call, or a channel reset
+            reset = self.resets.check(
+                _config(request), state, self.messages_key, request.tool_call.get("id")
+            )
+            if reset is not None:
+                raise ValueError(reset_channel_message(self.channel, reset))
         plan, asked = self._planned(request, tools, state, value)
         plan, planned, runs = self._as_it_runs(request, plan, asked, value, tools)
         # Counted as it runs: no message holds this call's key, so its id is remembered.

@@ -620,3 +620,29 @@ def test_watching_model_requests_sees_every_override_below():
     assert innermost.tools == [offered]
     request.override(tools=[])  # outside the block: nothing is collected
     assert len(below) == 2
+
+
+def test_subgraph_namespace_is_read_in_a_sub_graph_only():
+    seen: dict[str, object] = {}
+
+    def record(name: str):
+        def node(state: MessagesState) -> dict[str, list[object]]:
+            seen[name] = _compat.subgraph_namespace(get_config())
+            return {"messages": []}
+
+        return node
+
+    inner = StateGraph(MessagesState)
+    inner.add_node("inner", record("inner"))
+    inner.add_edge(START, "inner")
+    outer = StateGraph(MessagesState)
+    outer.add_node("top", record("top"))
+    outer.add_node("sub", inner.compile())
+    outer.add_edge(START, "top")
+    outer.add_edge("top", "sub")
+    outer.compile().invoke({"messages": []})
+    assert seen["top"] is None
+    assert isinstance(seen["inner"], str)
+    assert seen["inner"].startswith("sub:")
+    assert "|inner:" in seen["inner"]
+    assert _compat.subgraph_namespace(None) is None
