@@ -167,15 +167,17 @@ def test_a_deterministic_coercion_keeps_dedup(order: str, mode: str) -> None:
     strict=True,
     reason=(
         "Kept as documented (how-it-decides, 'Which call each layer looks at'): a middleware "
-        "that overwrites an argument the model gave makes a new call, as a reviewer's edit "
-        "does, decided and counted as it runs; a fresh value there makes every call new. "
+        "that overwrites an argument the model gave makes a new call, decided and counted as "
+        "it runs, as a reviewer's edit does, so a fresh value there makes every call new. "
         "Counting it as the model asked (its AIMessage call, found by tool_call_id) needs "
-        "each event to carry two keys: the asked key, under which `counters`, the cycle "
-        "`tail` and the progress reset fold and the engine's repeat layer counts, and the "
-        "as-run key, under which `recent_calls`/`results` fold for dedup (a reviewer's new "
-        "read must run, not be deduplicated as the model's repeat). That is a second key in "
-        "every event and a fold/engine change on every step's path (decisions/state.py, "
-        "engine.decide), not made while that path's cost is being cut."
+        "the changed call recorded under the model's key (counters, cycles, stops) while "
+        "dedup still compares the call as it runs: the result memo would name the key the "
+        "earlier call ran under beside its tool_call_id, and a duplicate of the model's key "
+        "would be answered only when this call runs as that one did (else it runs: a "
+        "reviewer's new read). That moves every changed call (HITL edits, redactions, "
+        "coercions) onto the model's counters, a behaviour change for the HITL and PII "
+        "compositions, made in ToolCallWrapper._as_it_runs, the per-step path another "
+        "change is cutting; not made here."
     ),
 )
 def test_a_trace_id_written_over_the_models_own_is_still_a_loop() -> None:
