@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import logging
 import operator
-from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired, Unpack, cast
 
 try:
@@ -525,8 +524,13 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             except Exception as exc:
                 _given_failed(exc)
         value, answered = self._answered_elsewhere(request, shown)
-        with self._handing(request) as handed:
+        handed = self._with_reminder(request)
+        if not self.guard.config.require_classes:
             response = handler(handed)
+        else:
+            with watching_model_requests(handed) as (watched, below):
+                response = handler(watched)
+            self._check_below(request, below)
         result, stopped = self._stop_after(request, response, value)
         self._write(request, [*answered, *stopped])
         return result
@@ -552,28 +556,29 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             except Exception as exc:
                 _given_failed(exc)
         value, answered = self._answered_elsewhere(request, shown)
-        with self._handing(request) as handed:
+        handed = self._with_reminder(request)
+        if not self.guard.config.require_classes:
             response = await handler(handed)
+        else:
+            with watching_model_requests(handed) as (watched, below):
+                response = await handler(watched)
+            self._check_below(request, below)
         result, stopped = self._stop_after(request, response, value)
         self._write(request, [*answered, *stopped])
         return result
 
-    @contextmanager
-    def _handing(self, request: ModelRequest[Any]) -> Iterator[ModelRequest[Any]]:
-        """The request handed down (with the reminder); with `require_classes`, watched.
+    def _check_below(self, request: ModelRequest[Any], below: Sequence[Any]) -> None:
+        """Refuse an unclassified tool a middleware inside the guard offered (`require_classes`).
 
         A middleware inside the guard may offer the model a tool no tools node has and
         serve its calls itself; the guard's own request never shows it. With
-        `require_classes` the guard watches the requests made below its own
-        (`_compat.watching_model_requests`) and refuses an unclassified tool offered there
-        once the model call returns, before any of its calls reaches a tool hook.
+        `require_classes` the model hook watches the requests made below its own
+        (`_compat.watching_model_requests`) and checks the tools they added once the model
+        call returns, before any of its calls reaches a tool hook.
+
+        Raises:
+            ValueError: An added tool is unclassified.
         """
-        handed = self._with_reminder(request)
-        if not self.guard.config.require_classes:
-            yield handed
-            return
-        with watching_model_requests(handed) as (watched, below):
-            yield watched
         mine = {id(tool) for tool in request.tools}
         added = [tool for made in below for tool in made.tools if id(tool) not in mine]
         if added:
