@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 __all__ = [
     "TaskScope",
     "ToolNodeSettings",
+    "at_first_step",
     "channel_without_reducer",
     "channel_writer",
     "checkpoint_thread_ids",
@@ -313,6 +314,20 @@ def channel_writer(config: Mapping[str, Any] | None) -> ChannelWriter | None:
     writes a message this way).
     """
     return _task_function(config, "__pregel_send")
+
+
+_FIRST_NODE_STEP = 1
+"""The scratchpad step of a graph run's first nodes (LangGraph 1.x: the input is step -1)."""
+
+
+def at_first_step(config: Mapping[str, Any] | None) -> bool | None:
+    """Whether the running task is of its graph run's first step; None outside a graph.
+
+    The scratchpad LangGraph hands a task counts the steps of the run of the task's own
+    graph (a sub-graph's count starts again at each of its runs).
+    """
+    step = getattr(task_run(config), "step", None)
+    return step == _FIRST_NODE_STEP if type(step) is int else None
 
 
 def subgraph_namespace(config: Mapping[str, Any] | None) -> str | None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage
 
-from langgraph_replay_guard._compat import subgraph_namespace
+from langgraph_replay_guard._compat import at_first_step, subgraph_namespace
 from langgraph_replay_guard.integrations.calls import state_messages
 
 __all__ = ["ResetWatch", "reset_channel_message"]
@@ -27,11 +27,13 @@ class ResetWatch:
     A guarded `ToolNode` in a sub-graph whose state declares the guard channel, called as a
     node of a parent graph whose state does not, starts from the parent's state at every
     parent step: its channel is empty at every call, and the messages carry the whole
-    thread. A call decided on an empty channel whose messages hold another AIMessage that
-    this wrapper already decided on an empty channel in the same thread is that reset. A
-    fresh sub-agent run (deepagents' `task`) starts from new messages: nothing it holds was
-    decided before, and it keeps its channel for the rest of its run. Only the calls that
-    find the channel empty are looked at: never a step of a graph whose channel works.
+    thread. A call decided on an empty channel at the sub-graph's first step (the tool
+    calls come from the parent's model) whose messages hold another AIMessage that this
+    wrapper already decided so in the same thread is that reset. A sub-agent that loops
+    inside its own run (a `create_react_agent` worker: its tools run after its own model)
+    keeps its channel for the run, and a fresh run (deepagents' `task`) starts from new
+    messages: neither is looked at. Only the calls that find the channel empty are: never
+    a step of a graph whose channel works.
     """
 
     def __init__(self) -> None:
@@ -55,7 +57,7 @@ class ResetWatch:
             decided on an empty channel too; None otherwise (also outside a sub-graph).
         """
         namespace = subgraph_namespace(config)
-        if namespace is None:
+        if namespace is None or not at_first_step(config):
             return None
         configurable = config.get("configurable") if config else None
         thread = configurable.get("thread_id") if isinstance(configurable, Mapping) else None

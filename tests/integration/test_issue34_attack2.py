@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any, NotRequired
 
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
+from langgraph.prebuilt.chat_agent_executor import AgentState
 
-from langgraph_replay_guard import GuardConfig, ReplayGuard, ReplayGuardWarning
+from langgraph_replay_guard import GuardConfig, ReplayGuard, ReplayGuardWarning, merge_guard_state
 from langgraph_replay_guard.testing import ScriptedChatModel
 
 # (the tool of the agent built first, the tool of the agent built next: named by the config)
@@ -601,6 +602,50 @@ def test_a_parent_that_declares_the_channel_is_guarded_across_its_steps() -> Non
     with pytest.raises(LoopAbortedError, match="on 'lookup'"):
         graph.invoke({"messages": [HumanMessage("go")]}, config)
     assert runs == ["1"]
+
+
+class _WorkerState(AgentState):  # type: ignore[misc]
+    """A `create_react_agent` state with the guard channel."""
+
+    replay_guard: NotRequired[Annotated[dict[str, Any] | None, merge_guard_state]]
+
+
+def test_a_worker_agent_sub_graph_run_again_by_its_parent_stays_silent() -> None:
+    # A create_react_agent worker (guard.wrap) as a node of a MessagesState parent that runs
+    # it twice: it loops inside each run with its own channel, as before.
+
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, create_react_agent
+
+    runs: list[str] = []
+
+    @tool
+    def lookup(id: str) -> str:
+        """Look a plan up."""
+        runs.append(id)
+        return "premium plan"
+
+    guard = ReplayGuard(GuardConfig(tools={"lookup": "pure"}))
+    model = ScriptedChatModel(script=[[("lookup", {"id": "1"})], [], [("lookup", {"id": "2"})], []])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # create_react_agent is deprecated in LangGraph 1
+        worker = create_react_agent(
+            model, guard.wrap(ToolNode([lookup])), state_schema=_WorkerState
+        )
+    visits: list[int] = []
+
+    def again(state: Any) -> str:
+        visits.append(1)
+        return "worker" if len(visits) < 2 else END
+
+    parent = StateGraph(MessagesState)
+    parent.add_node("worker", worker)
+    parent.add_edge(START, "worker")
+    parent.add_conditional_edges("worker", again, ["worker", END])
+    graph = parent.compile(checkpointer=InMemorySaver())
+    graph.invoke({"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "t"}})
+    assert runs == ["1", "2"]
 
 
 def test_a_fresh_sub_graph_run_per_call_of_a_task_tool_stays_silent() -> None:
