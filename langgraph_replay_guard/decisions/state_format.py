@@ -113,10 +113,6 @@ class ResultMemo(NamedTuple):
     preview: str | None
     call_id: str | None = None
 
-    def stored(self) -> list[Any]:
-        """The stored form: four entries, five with a `call_id`."""
-        return [*self] if self.call_id is not None else [*self][:4]
-
 
 class ExecutedCall(NamedTuple):
     """An entry of `recent_calls` (the dedup window), stored as `[key, tool, outcome, epoch]`."""

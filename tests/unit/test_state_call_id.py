@@ -70,6 +70,14 @@ def test_scrub_and_show_keep_the_id() -> None:
     assert ResultMemo(*scrubbed["results"][_key(1)]) == ResultMemo(
         *value["results"][_key(1)]
     )._replace(preview=None)
+    memo = ResultMemo(*scrubbed["results"][_key(1)])
+    shown = merge_guard_state(scrubbed, {"op": "show", "previews": {memo.result_hash: "p"}})
+    assert shown["results"][_key(1)] == [memo.result_hash, memo.epoch, memo.in_a_row, "p", "call-1"]
+    # A memo without an id stays four entries through both.
+    plain = write({}, event("read", 2))
+    text = ResultMemo(*plain["results"][_key(2)]).preview
+    again = merge_guard_state(plain, {"op": "scrub", "previews": [text]})
+    assert len(again["results"][_key(2)]) == 4
 
 
 @pytest.mark.parametrize("bad", [7, None, ["call-1"]])
