@@ -6,8 +6,10 @@ import functools
 import inspect
 import logging
 import sys
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 if TYPE_CHECKING:
@@ -16,6 +18,7 @@ if TYPE_CHECKING:
 __all__ = [
     "TaskScope",
     "ToolNodeSettings",
+    "at_first_step",
     "channel_without_reducer",
     "channel_writer",
     "checkpoint_thread_ids",
@@ -38,10 +41,12 @@ __all__ = [
     "scoped_tool_node",
     "signature_once",
     "strict_msgpack_ext_hook",
+    "subgraph_namespace",
     "task_run",
     "tool_error_content",
     "tool_node_settings",
     "tool_nodes",
+    "watching_model_requests",
     "with_channel_writer",
     "wrap_node_tools",
 ]
@@ -119,6 +124,54 @@ def create_agent_state_schema() -> Any:
     """
     found = _create_agent_locals()
     return found.get("state_schema") if found is not None else None
+
+
+_WATCHED_REQUESTS: ContextVar[list[Any] | None] = ContextVar(
+    "replay_guard_watched_requests", default=None
+)
+
+
+@functools.cache
+def _watched_request_class() -> type:
+    """A `ModelRequest` subclass whose instances add themselves to `_WATCHED_REQUESTS`."""
+    from langchain.agents.middleware import ModelRequest
+
+    class _WatchedModelRequest(ModelRequest):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            seen = _WATCHED_REQUESTS.get()
+            if seen is not None:
+                seen.append(self)
+
+    return _WatchedModelRequest
+
+
+@contextmanager
+def watching_model_requests(request: Any) -> Iterator[tuple[Any, list[Any]]]:
+    """`request` as a copy whose derived requests are collected while the block runs.
+
+    A middleware inside the guard's model hook changes the request with
+    `ModelRequest.override`, which is `dataclasses.replace`: the new request is built with
+    the class of the one it replaces. Handed this copy, the guard sees every request made
+    from it below, the model's own included: the tools a middleware inside it offers
+    (`wrap_model_call` adding one it serves itself) are in their `tools`. A request a
+    middleware builds from scratch is not seen.
+
+    Args:
+        request: The `ModelRequest` the guard hands down.
+
+    Yields:
+        The copy to hand down, and the list the requests made from it go to.
+    """
+    seen: list[Any] = []
+    token = _WATCHED_REQUESTS.set(seen)
+    try:
+        values = {f.name: getattr(request, f.name) for f in fields(request) if f.init}
+        handed = _watched_request_class()(**values)
+        seen.clear()  # the copy itself is the guard's request, not one made below
+        yield handed, seen
+    finally:
+        _WATCHED_REQUESTS.reset(token)
 
 
 def dynamic_tool_error(unknown: Sequence[str], registered: Collection[str]) -> str:
@@ -261,6 +314,32 @@ def channel_writer(config: Mapping[str, Any] | None) -> ChannelWriter | None:
     writes a message this way).
     """
     return _task_function(config, "__pregel_send")
+
+
+_FIRST_NODE_STEP = 1
+"""The scratchpad step of a graph run's first nodes (LangGraph 1.x: the input is step -1)."""
+
+
+def at_first_step(config: Mapping[str, Any] | None) -> bool | None:
+    """Whether the running task is of its graph run's first step; None outside a graph.
+
+    The scratchpad LangGraph hands a task counts the steps of the run of the task's own
+    graph (a sub-graph's count starts again at each of its runs).
+    """
+    step = getattr(task_run(config), "step", None)
+    return step == _FIRST_NODE_STEP if type(step) is int else None
+
+
+def subgraph_namespace(config: Mapping[str, Any] | None) -> str | None:
+    """The running task's checkpoint namespace when it runs in a sub-graph; else None.
+
+    A task's namespace is its node and task id (`tools:<id>`), after its parent task's
+    own with `|` between them when its graph runs inside a task of another graph (a
+    sub-graph node, or a graph invoked in a tool's body).
+    """
+    configurable = config.get("configurable") if config else None
+    namespace = configurable.get("checkpoint_ns") if isinstance(configurable, Mapping) else None
+    return namespace if isinstance(namespace, str) and "|" in namespace else None
 
 
 def graph_has_channel(config: Mapping[str, Any] | None, channel: str) -> bool | None:

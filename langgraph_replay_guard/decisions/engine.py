@@ -47,6 +47,7 @@ __all__ = [
     "Verdict",
     "call_facts",
     "decide",
+    "earlier_call_id",
     "fold_settings",
     "ignored_stop_error",
     "loop_error",
@@ -591,6 +592,23 @@ def _preview(view: Mapping[str, Any], key: str) -> str | None:
     return ResultMemo(*stored).preview if stored is not None else None
 
 
+def earlier_call_id(view: Mapping[str, Any], key: str) -> str | None:
+    """The tool_call_id of the call that gave `key`'s last result, when the state names it.
+
+    It does when that call ran under other arguments than the model asked (a middleware
+    changed one, `ResultMemo.call_id`): the model's messages cannot name it by its key.
+
+    Args:
+        view: A settled guard state.
+        key: The call key of a duplicate.
+
+    Returns:
+        The id, or None (find the earlier call by its key in the model's messages).
+    """
+    stored = view["results"].get(key)
+    return ResultMemo(*stored).call_id if stored is not None else None
+
+
 def _with_preview(preview: str | None, label: str) -> str:
     if preview is None:
         return ""
@@ -663,6 +681,7 @@ def make_event(
     index: int = 0,
     turn: str | None = None,
     batch_size: int | None = None,
+    call_id: str | None = None,
 ) -> Event:
     """Build the event that records a call.
 
@@ -679,6 +698,8 @@ def make_event(
         turn: Id of the current turn.
         batch_size: How many calls the batch has; with it, the batch is folded into the
             state as soon as every call reported (otherwise when the next batch arrives).
+        call_id: The call's tool_call_id, for a call that ran under other arguments than
+            the model asked (a success remembers it: `earlier_call_id`).
 
     Returns:
         The event.
@@ -706,6 +727,7 @@ def make_event(
         abort=abort,
         batch_size=batch_size,
         failure=failure,
+        call_id=call_id,
     ).encode()
 
 

@@ -478,8 +478,9 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
         if ev.volatile and changed and progress_resets:
             state["counters"][key] = [*CallCounter(1, tool)]  # a volatile read that changed
         in_a_row = previous.in_a_row + 1 if same and previous is not None else 1
-        memo = ResultMemo(ev.result_hash, state["epoch"], in_a_row, ev.preview)
-        _bump(state["results"], key, [*memo], MAX_RESULTS)
+        memo = ResultMemo(ev.result_hash, state["epoch"], in_a_row, ev.preview, ev.call_id)
+        # Four entries as before; the fifth only with an id (`ResultMemo.call_id`).
+        _bump(state["results"], key, [*memo][: 4 + (ev.call_id is not None)], MAX_RESULTS)
         if same and not ev.short_circuits and not ev.volatile and cfg.result_diff:
             # Side effects are never suppressed by result-diff: count and remind instead.
             # A poll that keeps its result is waiting, not looping, until its own limit.
@@ -924,8 +925,10 @@ def _shown(state: dict[str, Any], previews: Any) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for key, memo in state["results"].items():
         entry = ResultMemo(*memo)
-        shown = entry.preview is None and entry.result_hash in previews
-        results[key] = [*entry._replace(preview=previews[entry.result_hash])] if shown else memo
+        if entry.preview is None and entry.result_hash in previews:
+            # As long as it was: a memo without an id stays four entries.
+            memo = [*entry._replace(preview=previews[entry.result_hash])][: len(memo)]
+        results[key] = memo
     out["results"] = results
     pending = state["pending"]
     if pending:
@@ -950,7 +953,9 @@ def _scrubbed(state: dict[str, Any], previews: Any) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for key, memo in state["results"].items():
         entry = ResultMemo(*memo)
-        results[key] = [*entry._replace(preview=None)] if entry.preview in drop else memo
+        if entry.preview in drop:
+            memo = [*entry._replace(preview=None)][: len(memo)]
+        results[key] = memo
     out["results"] = results
     pending = state["pending"]
     if pending:

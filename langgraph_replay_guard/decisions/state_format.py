@@ -51,7 +51,7 @@ _MAX_CYCLE_PERIOD = 32
 
 _OUTCOMES = frozenset({"success", "failure", "timeout", "denied", "answered"})
 _EVENT_KEYS = frozenset({"b", "i", "t", "k", "n", "a", "c", "v", "s", "o", "h", "p", "r", "x"})
-_ALL_EVENT_KEYS = _EVENT_KEYS | {"m", "f"}  # `m` and `f` are optional
+_ALL_EVENT_KEYS = _EVENT_KEYS | {"m", "f", "d"}  # `m`, `f` and `d` are optional
 _CYCLE_KEYS = frozenset({"keys", "tools", "pos", "strikes"})
 _REMINDER_KEYS = frozenset({"reason", "tool", "args", "count", "batch"})
 _STOP_KEYS = frozenset({"reason", "tool", "count", "args"})
@@ -98,16 +98,20 @@ class CallCounter(NamedTuple):
 
 
 class ResultMemo(NamedTuple):
-    """`results[key]`, stored as `[result_hash, epoch, in_a_row, preview]`.
+    """`results[key]`, stored as `[result_hash, epoch, in_a_row, preview]` (`, call_id`).
 
     The last result of one distinct call, the epoch after it, how many identical results it
-    gave in a row, and a preview for the model.
+    gave in a row, and a preview for the model. `call_id` (a fifth entry, only when set) is
+    the tool_call_id of the call that gave it when that call ran under other arguments than
+    the model's message holds (a middleware changed one): the model's messages cannot name
+    that call by its key, so a duplicate finds the earlier answer by this id.
     """
 
     result_hash: str | None
     epoch: int
     in_a_row: int
     preview: str | None
+    call_id: str | None = None
 
 
 class ExecutedCall(NamedTuple):
@@ -168,6 +172,7 @@ class Event(TypedDict):
     x: bool
     m: NotRequired[int]
     f: NotRequired[list[Any]]
+    d: NotRequired[str]
 
 
 @dataclass(slots=True)
@@ -196,6 +201,8 @@ class CallEvent:
         failure: For a call that failed, `(signature, limit)`: its failure signature and the
             tool's same-failure threshold (stored as `f`; absent on a success, on a denied
             call and when the layer is off for the tool).
+        call_id: The tool_call_id of a call that ran under other arguments than the model
+            asked (stored as `d`, only then; see `ResultMemo.call_id`).
     """
 
     batch: str | None
@@ -214,6 +221,7 @@ class CallEvent:
     abort: bool
     batch_size: int | None = None
     failure: tuple[str, int] | None = None
+    call_id: str | None = None
 
     def encode(self) -> Event:
         """The stored form."""
@@ -237,6 +245,8 @@ class CallEvent:
             event["m"] = self.batch_size
         if self.failure is not None:
             event["f"] = [*self.failure]
+        if self.call_id is not None:
+            event["d"] = self.call_id
         return event
 
     @classmethod
@@ -245,7 +255,9 @@ class CallEvent:
         b, i, t, k, n, a, c, v, s, o, h, p, r, x = _EVENT_FIELDS(event)
         f = event.get("f")
         failure = (f[0], f[1]) if f is not None else None
-        return cls(b, i, t, k, n, a, c, v, s, o, h, p, r, x, event.get("m"), failure)
+        return cls(
+            b, i, t, k, n, a, c, v, s, o, h, p, r, x, event.get("m"), failure, event.get("d")
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -419,6 +431,7 @@ def _event_ok(event: Any) -> bool:
     b, i, t, k, n, a, c, v, s, o, h, p, r, x = _EVENT_FIELDS(event)
     size = event.get("m", _ABSENT)
     failure = event.get("f", _ABSENT)
+    call_id = event.get("d", _ABSENT)
     return (
         type(i) is int
         and i >= 0
@@ -426,6 +439,7 @@ def _event_ok(event: Any) -> bool:
         and o in _OUTCOMES
         and (size is _ABSENT or (type(size) is int and size >= 0))
         and (failure is _ABSENT or _failure_ok(failure))
+        and (call_id is _ABSENT or isinstance(call_id, str))
         and isinstance(k, str)
         and isinstance(n, str)
         and isinstance(a, str)
@@ -454,7 +468,7 @@ def _failure_ok(failure: Any) -> bool:
 
 def _event_problem(event: Any, path: str) -> NoReturn:
     if type(event) is not dict or not (_EVENT_KEYS <= event.keys() <= _ALL_EVENT_KEYS):
-        _fail(path, "a recorded call (keys b i t k n a c v s o h p r x, optional m f)", event)
+        _fail(path, "a recorded call (keys b i t k n a c v s o h p r x, optional m f d)", event)
     for key in ("k", "n", "a", "c"):
         if not isinstance(event[key], str):
             _fail(f"{path}.{key}", "a string", event[key])
@@ -468,6 +482,8 @@ def _event_problem(event: Any, path: str) -> NoReturn:
         _fail(f"{path}.o", "success, failure, timeout or denied", event["o"])
     if "f" in event and not _failure_ok(event["f"]):
         _fail(f"{path}.f", "[failure signature, limit >= 1]", event["f"])
+    if "d" in event and not isinstance(event["d"], str):
+        _fail(f"{path}.d", "a tool_call_id (a string)", event["d"])
     _fail(f"{path}.m", "the batch size (a whole number >= 0)", event.get("m"))
 
 
@@ -484,12 +500,14 @@ class _Entries:
     shape: str  # what an entry is, for the error message
     arity: int
     ok: Callable[..., bool]  # (the entry's key or position, *its fields) -> well formed
+    optional: int = 0  # trailing fields an entry may lack (absent in earlier releases)
 
 
 def _check_entries(entries: _Entries, items: Iterable[tuple[Any, Any]]) -> None:
     name, shape, arity, ok = entries.name, entries.shape, entries.arity, entries.ok
+    least = arity - entries.optional
     for where, entry in items:
-        if not (type(entry) in _SEQUENCES and len(entry) == arity and ok(where, *entry)):
+        if not (type(entry) in _SEQUENCES and least <= len(entry) <= arity and ok(where, *entry)):
             # `!r` of a list position is the number itself: `tail[3]`, `counters['k']`.
             _fail(f"{name}[{where!r}]", shape, entry)
 
@@ -526,13 +544,16 @@ def _counter_ok(key: Any, count: Any, tool: Any) -> bool:
     return type(count) is int and isinstance(tool, str) and isinstance(key, str)
 
 
-def _result_ok(key: Any, digest: Any, epoch: Any, in_a_row: Any, preview: Any) -> bool:
+def _result_ok(
+    key: Any, digest: Any, epoch: Any, in_a_row: Any, preview: Any, call_id: Any = None
+) -> bool:
     return (
         type(epoch) is int
         and type(in_a_row) is int
         and (digest is None or isinstance(digest, str))
         and (preview is None or isinstance(preview, str))
         and isinstance(key, str)
+        and (call_id is None or isinstance(call_id, str))
     )
 
 
@@ -550,7 +571,11 @@ def _failure_streak_ok(_: Any, signature: Any, in_a_row: Any) -> bool:
 
 _RECENT_CALLS = _Entries("recent_calls", "[key, tool, outcome, epoch]", 4, _recent_call_ok)
 _COUNTERS = _Entries("counters", "[count, tool]", 2, _counter_ok)
-_RESULTS = _Entries("results", "[result hash, epoch, same in a row, preview]", 4, _result_ok)
+# A fifth entry, the tool_call_id of a call that ran changed (`ResultMemo.call_id`), is
+# optional: absent in values of earlier releases and for calls that ran as asked.
+_RESULTS = _Entries(
+    "results", "[result hash, epoch, same in a row, preview(, call id)]", 5, _result_ok, 1
+)
 _TAIL = _Entries("tail", "[key, result hash, tool]", 3, _tail_item_ok)
 _BLOCKED = _Entries("blocked", "[tool, reason, count]", 3, _blocked_call_ok)
 # tool -> `[signature, in_a_row]`; absent in values of earlier releases.

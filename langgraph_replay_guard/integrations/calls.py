@@ -365,26 +365,41 @@ _RESULT_LOOKBACK = 400
 
 
 def earlier_answer(
-    config: GuardConfig, decision: Decision, state: Any, messages_key: str = "messages"
+    config: GuardConfig,
+    decision: Decision,
+    state: Any,
+    messages_key: str = "messages",
+    call_id: str | None = None,
 ) -> ToolMessage | None:
     """The thread's answer to a duplicate's earlier call, or None when it is gone.
 
     After Summarization (or a user) removed that exchange there is nothing to use, and the
     call runs. The earlier call is found by its call key among the AIMessages' calls, and
     its answer by tool_call_id (its content may have been rewritten since, by
-    `PIIMiddleware` for one: that is what the model saw).
+    `PIIMiddleware` for one: that is what the model saw). An earlier call that ran under
+    other arguments than the model asked (a middleware coerced one) has no message with
+    its key: the channel names its tool_call_id (`call_id`, `engine.earlier_call_id`).
 
     Args:
         config: Guard configuration (the call keys).
         decision: A `duplicate` decision of an earlier batch.
         state: The graph state.
         messages_key: Key of the message list.
+        call_id: The earlier call's tool_call_id, when the channel names it.
 
     Returns:
         The earlier call's ToolMessage, or None.
     """
     answers: dict[str, ToolMessage] = {}
     for message in reversed(state_messages(state, messages_key)[-_RESULT_LOOKBACK:]):
+        if call_id is not None:
+            if (
+                isinstance(message, ToolMessage)
+                and message.tool_call_id == call_id
+                and message.status != "error"
+            ):
+                return message
+            continue
         if isinstance(message, ToolMessage):
             # Only a successful run is the result: an error answer is a failed run or the
             # guard's own answer to an earlier repeat.
@@ -497,6 +512,7 @@ def executed_event(
     *,
     command: bool = False,
     preview: bool = True,
+    call_id: str | None = None,
 ) -> Event:
     """Event recording a call that ran.
 
@@ -505,7 +521,8 @@ def executed_event(
     after another state change runs again (`set_mode("a")`, `set_mode("b")`,
     `set_mode("a")` ends in mode a). With `preview=False` the event keeps the result's
     digest and no text, as with `GuardConfig(store_previews=False)`: the caller adds the
-    preview once it knows what the model is given (`ReplayGuardMiddleware`).
+    preview once it knows what the model is given (`ReplayGuardMiddleware`). `call_id` is
+    the call's tool_call_id when it ran under other arguments than the model asked.
     """
     facts = planned.facts
     assert facts is not None
@@ -528,6 +545,7 @@ def executed_event(
         index=planned.index,
         turn=batch.turn,
         batch_size=len(batch.tool_calls),
+        call_id=call_id,
     )
 
 

@@ -41,6 +41,7 @@ from langgraph_replay_guard._compat import (
     dynamic_tool_error,
     run_checkpointer,
     signature_once,
+    watching_model_requests,
 )
 from langgraph_replay_guard.decisions.engine import fold_settings, loop_error, raises_on_abort
 from langgraph_replay_guard.decisions.keys import content_hash
@@ -201,7 +202,11 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # Previews are written at the model call, from the messages the model is given:
         # a middleware may change a result after the tools node (`_show`).
         self._calls = ToolCallWrapper(
-            self.guard, channel=self.channel, end_batches=False, defer_previews=True
+            self.guard,
+            channel=self.channel,
+            end_batches=False,
+            defer_previews=True,
+            watch_resets=False,  # the agent loops inside one run of its graph
         )
         self._tools_checked = False
         self._agent_tools_learned = False
@@ -519,7 +524,14 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             except Exception as exc:
                 _given_failed(exc)
         value, answered = self._answered_elsewhere(request, shown)
-        result, stopped = self._stop_after(request, handler(self._with_reminder(request)), value)
+        handed = self._with_reminder(request)
+        if not self.guard.config.require_classes:
+            response = handler(handed)
+        else:
+            with watching_model_requests(handed) as (watched, below):
+                response = handler(watched)
+            self._check_below(request, below)
+        result, stopped = self._stop_after(request, response, value)
         self._write(request, [*answered, *stopped])
         return result
 
@@ -544,10 +556,36 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             except Exception as exc:
                 _given_failed(exc)
         value, answered = self._answered_elsewhere(request, shown)
-        response = await handler(self._with_reminder(request))
+        handed = self._with_reminder(request)
+        if not self.guard.config.require_classes:
+            response = await handler(handed)
+        else:
+            with watching_model_requests(handed) as (watched, below):
+                response = await handler(watched)
+            self._check_below(request, below)
         result, stopped = self._stop_after(request, response, value)
         self._write(request, [*answered, *stopped])
         return result
+
+    def _check_below(self, request: ModelRequest[Any], below: Sequence[Any]) -> None:
+        """Refuse an unclassified tool a middleware inside the guard offered (`require_classes`).
+
+        A middleware inside the guard may offer the model a tool no tools node has and
+        serve its calls itself; the guard's own request never shows it. With
+        `require_classes` the model hook watches the requests made below its own
+        (`_compat.watching_model_requests`) and checks the tools they added once the model
+        call returns, before any of its calls reaches a tool hook.
+
+        Raises:
+            ValueError: An added tool is unclassified.
+        """
+        mine = {id(tool) for tool in request.tools}
+        added = [tool for made in below for tool in made.tools if id(tool) not in mine]
+        if added:
+            self._learn(added)
+            self.guard._unclassified.check(
+                self._calls.learned.config, added, where="a middleware inside the guard"
+            )
 
     def _check_tools(self, request: ModelRequest[Any]) -> None:
         """Learn the agent's tools; check the configured names it does not have, once.

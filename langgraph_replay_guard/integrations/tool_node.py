@@ -33,6 +33,7 @@ from langgraph_replay_guard.decisions.engine import (
     Decision,
     PlannedCall,
     Verdict,
+    earlier_call_id,
     loop_error,
     raises_on_abort,
     stop_error,
@@ -65,6 +66,7 @@ from langgraph_replay_guard.integrations.calls import (
     turn_anchors,
     whole_duplicate_answer,
 )
+from langgraph_replay_guard.integrations.channel_resets import ResetWatch, reset_channel_message
 from langgraph_replay_guard.integrations.ledger_gate import (
     LedgerGate,
     RunTicket,
@@ -119,6 +121,9 @@ class _Allowed:
     runs: CallFacts | None = None
     """The facts of the call as it runs, when a middleware changed it after the model asked
     (see `ToolCallWrapper._as_it_runs`); None: it runs as asked."""
+    call_id: str | None = None
+    """The call's tool_call_id when it is counted as it runs, not as the model's message
+    holds it (its result is remembered by this id: `earlier_answer`)."""
 
     @property
     def facts(self) -> CallFacts:
@@ -294,6 +299,9 @@ class ToolCallWrapper:
             change the result before the model sees it (`PIIMiddleware` in its
             `before_model`), so the caller adds the preview from what the model is given
             (`ReplayGuardMiddleware`), and no checkpoint holds more.
+        watch_resets: Refuse a channel that a sub-graph gets empty at every run
+            (`ResetWatch`): a `ToolNode` sub-graph run once per step of a parent graph
+            whose state lacks the channel. The middleware's agent loops inside one run.
     """
 
     def __init__(
@@ -310,9 +318,11 @@ class ToolCallWrapper:
         reads_graph_state: bool = False,
         passes_node_errors: bool = False,
         defer_previews: bool = False,
+        watch_resets: bool = True,
     ) -> None:
         """Create the wrapper."""
         self.defer_previews = defer_previews
+        self.resets = ResetWatch() if watch_resets else None
         self.passes_node_errors = passes_node_errors and inner is None
         self.raise_on_abort = raise_on_abort
         self.reads_graph_state = reads_graph_state
@@ -786,24 +796,37 @@ class ToolCallWrapper:
                 raise ValueError(unclassified_tool_error([name], "the graph"))
         state = self._decision_state(request)
         value = self._channel_value(request, state)
-        plan, planned = self._planned(request, tools, state, value)
-        plan, planned, runs = self._as_it_runs(request, plan, planned, value, tools)
+        if value is None and self.resets is not None:  # a first call, or a channel reset
+            reset = self.resets.check(
+                _config(request), state, self.messages_key, request.tool_call.get("id")
+            )
+            if reset is not None:
+                raise ValueError(reset_channel_message(self.channel, reset))
+        plan, asked = self._planned(request, tools, state, value)
+        plan, planned, runs = self._as_it_runs(request, plan, asked, value, tools)
+        # Counted as it runs: no message holds this call's key, so its id is remembered.
+        call_id = request.tool_call.get("id") if planned is not asked else None
         decision = planned.decision
         if plan.abort is None and decision is not None and decision.verdict is Verdict.ALLOW:
             # Nothing in the batch stops the run and this call runs: every step's case.
             if request.tool is None and not _shadowed_unknown(planned):
                 return None
-            return _Allowed(planned, plan.batch, first=value is None, runs=runs)
-        prepared = self._decided(request, plan, planned, state)
+            return _Allowed(planned, plan.batch, first=value is None, runs=runs, call_id=call_id)
+        prepared = self._decided(request, plan, planned, state, value)
         if prepared is not None:
             prepared.first = value is None
             allowed = prepared if isinstance(prepared, _Allowed) else prepared.repeat
             if allowed is not None:
-                allowed.runs = runs
+                allowed.runs, allowed.call_id = runs, call_id
         return prepared
 
     def _decided(
-        self, request: ToolCallRequest, plan: BatchPlan, planned: PlannedCall, state: Any
+        self,
+        request: ToolCallRequest,
+        plan: BatchPlan,
+        planned: PlannedCall,
+        state: Any,
+        value: Any,
     ) -> _Allowed | _Blocked | None:
         """`_prepare` for a call that is blocked, or whose batch stops the run."""
         batch = plan.batch
@@ -852,7 +875,8 @@ class ToolCallWrapper:
             and decision.reason == "duplicate"
             and not _sibling_duplicate(plan, planned)
         ):
-            earlier = earlier_answer(config, decision, state, self.messages_key)
+            ran_as = earlier_call_id(snapshot(value, batch.batch_id), decision.call_key)
+            earlier = earlier_answer(config, decision, state, self.messages_key, ran_as)
             if earlier is None:
                 # A duplicate of a result the history no longer holds (summarized or
                 # removed): "use the earlier result" would point at nothing, so it runs.
@@ -966,6 +990,7 @@ class ToolCallWrapper:
             text,
             command=command,
             preview=not self.defer_previews,
+            call_id=run.call_id,
         )
         self._record(request, [event], first=run.first)
         return result

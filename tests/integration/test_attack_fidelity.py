@@ -153,30 +153,31 @@ def test_decorations_that_held(decoration: str, order: str) -> None:
     assert (calls, reason) == (4, "repeat_limit")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "A middleware that changes an argument the model gave (here int -> str) makes a new "
-        "call, counted as it runs: the loop is stopped at the 4th call, but its duplicates "
-        "run (3 runs, not 1). `earlier_answer` finds the earlier result by the model's "
-        "arguments in the history's AIMessages, and the call as it ran is in no message; the "
-        "channel keeps keys, not tool_call_ids. Fix: remember the tool_call_id of each "
-        "executed key in the channel (a state-format change)."
-    ),
-)
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("order", ORDERS)
-def test_a_deterministic_coercion_keeps_dedup(order: str) -> None:
-    calls, reason, runs = _loop_under("coerced_only", HELD_DECORATIONS, order, "sync")
+def test_a_deterministic_coercion_keeps_dedup(order: str, mode: str) -> None:
+    # A middleware changes an argument the model gave (int -> str): a new call, counted as
+    # it runs. Its duplicates are answered with its result, found by the tool_call_id the
+    # channel remembers for it (no message holds the call as it ran).
+    calls, reason, runs = _loop_under("coerced_only", HELD_DECORATIONS, order, mode)
     assert (calls, reason, runs) == (4, "repeat_limit", 1)
 
 
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "Documented (how-it-decides, 'Which call each layer looks at'): a middleware that "
-        "overwrites an argument the model gave makes a new call, as a reviewer's edit does; "
-        "a fresh value there at every call makes every call new. The guard cannot tell a "
-        "trace id written over the model's `trace_id` from an edit."
+        "Kept as documented (how-it-decides, 'Which call each layer looks at'): a middleware "
+        "that overwrites an argument the model gave makes a new call, decided and counted as "
+        "it runs, as a reviewer's edit does, so a fresh value there makes every call new. "
+        "Counting it as the model asked (its AIMessage call, found by tool_call_id) needs "
+        "the changed call recorded under the model's key (counters, cycles, stops) while "
+        "dedup still compares the call as it runs: the result memo would name the key the "
+        "earlier call ran under beside its tool_call_id, and a duplicate of the model's key "
+        "would be answered only when this call runs as that one did (else it runs: a "
+        "reviewer's new read). That moves every changed call (HITL edits, redactions, "
+        "coercions) onto the model's counters, a behaviour change for the HITL and PII "
+        "compositions, made in ToolCallWrapper._as_it_runs, the per-step path another "
+        "change is cutting; not made here."
     ),
 )
 def test_a_trace_id_written_over_the_models_own_is_still_a_loop() -> None:

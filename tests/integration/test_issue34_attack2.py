@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any, NotRequired
 
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
-from langgraph.graph import MessagesState
+from langgraph.prebuilt.chat_agent_executor import AgentState
 
-from langgraph_replay_guard import GuardConfig, ReplayGuard, ReplayGuardWarning
+from langgraph_replay_guard import GuardConfig, ReplayGuard, ReplayGuardWarning, merge_guard_state
 from langgraph_replay_guard.testing import ScriptedChatModel
 
 # (the tool of the agent built first, the tool of the agent built next: named by the config)
@@ -144,24 +144,22 @@ class _OrderDesk(AgentMiddleware[Any, Any]):
         return ToolMessage("order set", tool_call_id=call["id"], name="set_order")
 
 
+class _AsyncOrderDesk(_OrderDesk):
+    """`_OrderDesk` with the async hooks."""
+
+    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return await handler(request.override(tools=[*request.tools, self.offered]))
+
+    async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        if request.tool_call["name"] != "set_order":
+            return await handler(request)
+        return self.wrap_tool_call(request, handler)
+
+
 @pytest.mark.parametrize(
     "guard_at",
     [
-        pytest.param(
-            "first",
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=AssertionError,
-                reason=(
-                    "guard first, a middleware inside it offers and serves `set_order`: the "
-                    "guard's model hook never sees the tool offered (the desk adds it inside), "
-                    "and its tool hook passes a call to a tool no tools node has on "
-                    "(request.tool is None, another middleware has a tool hook), so "
-                    "require_classes never refuses it; telling a served tool from a made-up "
-                    "name there needs the inner middlewares' offered tools (a bigger change)"
-                ),
-            ),
-        ),
+        "first",
         "last",
     ],
 )
@@ -182,6 +180,46 @@ def test_require_classes_refuses_a_tool_a_middleware_serves(guard_at: str) -> No
     assert refused is not None, effects
     assert "require_classes=True" in str(refused)
     assert "desk:1" not in effects
+
+
+def test_require_classes_refuses_a_tool_a_middleware_inside_serves_async() -> None:
+    import asyncio
+
+    effects: list[str] = []
+    guard = ReplayGuard(GuardConfig(tools={"get_order": "pure"}, require_classes=True))
+    script = [[("get_order", {"key": "1"})], [("set_order", {"key": "1"})]]
+    agent = create_agent(
+        ScriptedChatModel(script=script),
+        [_tool("get_order", effects)],
+        middleware=[guard.middleware(), _AsyncOrderDesk(effects)],
+    )
+    with pytest.raises(ValueError, match=r"require_classes=True") as refused:
+        asyncio.run(agent.ainvoke({"messages": [HumanMessage("go")]}))
+    assert "'set_order'" in str(refused.value)
+    assert "a middleware inside the guard" in str(refused.value)
+    assert effects == []
+
+
+@pytest.mark.parametrize("called", ["set_order", "made_up"])
+def test_require_classes_runs_a_classified_tool_a_middleware_inside_serves(called: str) -> None:
+    # Classified, the served tool runs; a made-up name is still the tools node's to answer.
+    effects: list[str] = []
+    guard = ReplayGuard(
+        GuardConfig(tools={"get_order": "pure", "set_order": "unsafe"}, require_classes=True)
+    )
+    script = [[(called, {"key": "1"})]]
+    agent = create_agent(
+        ScriptedChatModel(script=script),
+        [_tool("get_order", effects)],
+        middleware=[guard.middleware(), _OrderDesk(effects)],
+    )
+    out = agent.invoke({"messages": [HumanMessage("go")]})
+    answer = next(m for m in out["messages"] if isinstance(m, ToolMessage))
+    if called == "set_order":
+        assert (effects, answer.text) == (["desk:1"], "order set")
+    else:
+        assert effects == []
+        assert "made_up is not a valid tool" in answer.text
 
 
 # --- 10: a database of another application whose table has LangGraph's name ---------------
@@ -374,12 +412,16 @@ def test_a_tools_own_error_worded_like_a_refusal_is_not_the_guards() -> None:
     strict=True,
     raises=ValueError,
     reason=(
-        "one callback handler over two agents: check(agent) with get_order raises 'did you "
-        "mean get_order' for the policy of set_order, a tool of the agent checked next. "
-        "check(agent) decides alone, at once (its documented contract: a near miss in an "
-        "agent whose tools it knows all of is a ValueError); telling this from a typo needs "
-        "the handler to know every agent it will guard (check(*agents), or deferring the "
-        "stop to the first call as the middleware now does)"
+        "one callback handler, check(agent) of each agent just before its own invoke: "
+        "check(agent_1) sees only get_order and a policy for set_order, the shape of a typo "
+        "(tests/integration/test_issue27_policy.py::test_guard_wrap_warns_and_the_callback_"
+        "handler_refuses_a_misspelt_policy_name: one handler, check(agent) with send_mail "
+        "and a policy for send_email must raise). Nothing at that check tells the handler "
+        "that another agent follows, and deferring the stop to the first call does not help "
+        "(agent_1 runs before agent_2 is checked), so passing this would let that typo run "
+        "as default_policy. The fix offered: check the agents together, "
+        "handler.check(agent_1, agent_2) (test_one_callback_handler_checked_over_two_agents_"
+        "together_runs); the error raised here says so."
     ),
 )
 def test_one_callback_handler_checked_over_two_agents_runs() -> None:
@@ -393,6 +435,38 @@ def test_one_callback_handler_checked_over_two_agents_runs() -> None:
         config: Any = {"callbacks": [handler.check(agent)], "metadata": {"thread_id": name}}
         agent.invoke({"messages": [HumanMessage("go")]}, config)
     assert effects == ["get_order:1", "set_order:1"]
+
+
+def test_one_callback_handler_checked_over_two_agents_together_runs() -> None:
+    from langgraph_replay_guard import ReplayGuardCallbackHandler
+
+    effects: list[str] = []
+    handler = ReplayGuardCallbackHandler(GuardConfig(tools={"set_order": "unsafe"}))
+    agents = {}
+    for name in ("get_order", "set_order"):
+        model = ScriptedChatModel(script=[[(name, {"key": "1"})]])
+        agents[name] = create_agent(model, [_tool(name, effects)])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        checked = handler.check(*agents.values())
+    assert checked is handler
+    assert not [w for w in caught if "policy for 'set_order'" in str(w.message)]
+    for name, agent in agents.items():
+        config: Any = {"callbacks": [handler], "metadata": {"thread_id": name}}
+        agent.invoke({"messages": [HumanMessage("go")]}, config)
+    assert effects == ["get_order:1", "set_order:1"]
+
+
+def test_a_check_of_one_agent_names_checking_them_together() -> None:
+    from langgraph_replay_guard import ReplayGuardCallbackHandler
+
+    handler = ReplayGuardCallbackHandler(GuardConfig(tools={"set_order": "unsafe"}))
+    agent = create_agent(ScriptedChatModel(script=[]), [_tool("get_order", [])])
+    with pytest.raises(ValueError, match="did you mean 'get_order'") as raised:
+        handler.check(agent)
+    assert "handler.check(agent, other_agent)" in str(raised.value)
+    with pytest.raises(TypeError, match=r"check\(agent\)"):
+        handler.check()
 
 
 # --- 8: the configuration classes as the docs write them pass mypy --strict -----------------
@@ -459,24 +533,127 @@ def test_the_typed_inputs_name_every_field() -> None:
 # --- 6: the channel declared in a sub-graph only ---------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "the guarded ToolNode runs in a sub-graph whose state declares the channel, called "
-        "from a parent graph whose state does not (MessagesState): the sub-graph starts from "
-        "the parent's state at each step, so the channel is empty at every call, every call "
-        "is a first call, and 10 identical reads all run, with no error and no warning. The "
-        "running graph has the channel with the reducer (the checks of item 6 pass); telling "
-        "a per-task sub-graph whose channel resets from a fresh sub-agent run (deepagents' "
-        "task, where a fresh channel is right) needs the parent's channels or the sub-graph's "
-        "checkpoint namespace, read in _compat.py"
-    ),
-)
-def test_a_channel_declared_in_a_sub_graph_only_is_not_silently_reset() -> None:
+def _sub_graph_app(parent_state: Any, runs: list[str], *, times: int = 10) -> Any:
+    """A parent graph whose `tools` node is a sub-graph running a guarded ToolNode."""
     from langchain_core.messages import AIMessage
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.graph import END, START, StateGraph
+    from langgraph.prebuilt import ToolNode
+
+    from langgraph_replay_guard import ReplayGuardState
+
+    @tool
+    def lookup(id: str) -> str:
+        """Look a plan up."""
+        runs.append(id)
+        return "premium plan"
+
+    guard = ReplayGuard(GuardConfig(tools={"lookup": "pure"}))
+    model = ScriptedChatModel.looping("lookup", {"id": "1"}, times=times)
+    tools_graph = StateGraph(ReplayGuardState)
+    tools_graph.add_node("tools", guard.wrap(ToolNode([lookup])))
+    tools_graph.add_edge(START, "tools")
+
+    def agent(state: Any) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    def route(state: Any) -> str:
+        last = state["messages"][-1]
+        return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
+
+    parent = StateGraph(parent_state)
+    parent.add_node("agent", agent)
+    parent.add_node("tools", tools_graph.compile())
+    parent.add_edge(START, "agent")
+    parent.add_conditional_edges("agent", route, ["tools", END])
+    parent.add_edge("tools", "agent")
+    return parent.compile(checkpointer=InMemorySaver())
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_channel_declared_in_a_sub_graph_only_is_not_silently_reset(mode: str) -> None:
+    import asyncio
+
+    from langgraph.graph import MessagesState
+
+    runs: list[str] = []
+    graph = _sub_graph_app(MessagesState, runs)
+    config: Any = {"configurable": {"thread_id": "t"}, "recursion_limit": 100}
+    inputs = {"messages": [HumanMessage("go")]}
+    # Refused at the second call (the first is a first call), naming the line to write.
+    run = graph.invoke if mode == "sync" else lambda *a: asyncio.run(graph.ainvoke(*a))
+    with pytest.raises(ValueError, match="the parent graph's state has no 'replay_guard'") as e:
+        run(inputs, config)
+    assert "node 'tools' of its parent graph" in str(e.value)
+    assert "merge_guard_state" in str(e.value)
+    assert runs == ["1"]
+
+
+def test_a_parent_that_declares_the_channel_is_guarded_across_its_steps() -> None:
+    from langgraph_replay_guard import ReplayGuardState
+
+    runs: list[str] = []
+    graph = _sub_graph_app(ReplayGuardState, runs)
+    config: Any = {"configurable": {"thread_id": "t"}, "recursion_limit": 100}
+    from langgraph_replay_guard import LoopAbortedError
+
+    # The repeats are answered from the first run, then the loop is stopped (a static
+    # `tools -> agent` edge: the come-back raises, as in any graph built that way).
+    with pytest.raises(LoopAbortedError, match="on 'lookup'"):
+        graph.invoke({"messages": [HumanMessage("go")]}, config)
+    assert runs == ["1"]
+
+
+class _WorkerState(AgentState):  # type: ignore[misc]
+    """A `create_react_agent` state with the guard channel."""
+
+    replay_guard: NotRequired[Annotated[dict[str, Any] | None, merge_guard_state]]
+
+
+def test_a_worker_agent_sub_graph_run_again_by_its_parent_stays_silent() -> None:
+    # A create_react_agent worker (guard.wrap) as a node of a MessagesState parent that runs
+    # it twice: it loops inside each run with its own channel, as before.
+
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, create_react_agent
+
+    runs: list[str] = []
+
+    @tool
+    def lookup(id: str) -> str:
+        """Look a plan up."""
+        runs.append(id)
+        return "premium plan"
+
+    guard = ReplayGuard(GuardConfig(tools={"lookup": "pure"}))
+    model = ScriptedChatModel(script=[[("lookup", {"id": "1"})], [], [("lookup", {"id": "2"})], []])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # create_react_agent is deprecated in LangGraph 1
+        worker = create_react_agent(
+            model, guard.wrap(ToolNode([lookup])), state_schema=_WorkerState
+        )
+    visits: list[int] = []
+
+    def again(state: Any) -> str:
+        visits.append(1)
+        return "worker" if len(visits) < 2 else END
+
+    parent = StateGraph(MessagesState)
+    parent.add_node("worker", worker)
+    parent.add_edge(START, "worker")
+    parent.add_conditional_edges("worker", again, ["worker", END])
+    graph = parent.compile(checkpointer=InMemorySaver())
+    graph.invoke({"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "t"}})
+    assert runs == ["1", "2"]
+
+
+def test_a_fresh_sub_graph_run_per_call_of_a_task_tool_stays_silent() -> None:
+    # deepagents' `task` shape with guard.wrap: a tool of the parent runs a guarded
+    # ToolNode sub-graph on new messages each time; its channel is fresh, and rightly so.
+    from langchain_core.messages import AIMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import START, StateGraph
     from langgraph.prebuilt import ToolNode
 
     from langgraph_replay_guard import ReplayGuardState
@@ -489,34 +666,33 @@ def test_a_channel_declared_in_a_sub_graph_only_is_not_silently_reset() -> None:
         runs.append(id)
         return "premium plan"
 
-    guard = ReplayGuard(GuardConfig(tools={"lookup": "pure"}))
-    model = ScriptedChatModel.looping("lookup", {"id": "1"}, times=10)
-    tools_graph = StateGraph(ReplayGuardState)
-    tools_graph.add_node("tools", guard.wrap(ToolNode([lookup])))
-    tools_graph.add_edge(START, "tools")
+    guard = ReplayGuard(GuardConfig(tools={"lookup": "pure", "task": "pure"}))
+    inner = StateGraph(ReplayGuardState)
+    inner.add_node("tools", guard.wrap(ToolNode([lookup])))
+    inner.add_edge(START, "tools")
+    worker = inner.compile()
 
-    def agent(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [model.invoke(state["messages"])]}
+    @tool
+    def task(description: str) -> str:
+        """Hand a task to a worker."""
+        call = AIMessage("", tool_calls=[{"name": "lookup", "args": {"id": "1"}, "id": "w1"}])
+        done = worker.invoke({"messages": [HumanMessage(description), call]})
+        return done["messages"][-1].text
 
-    def route(state: MessagesState) -> str:
-        last = state["messages"][-1]
-        return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
-
-    parent = StateGraph(MessagesState)
-    parent.add_node("agent", agent)
-    parent.add_node("tools", tools_graph.compile())
-    parent.add_edge(START, "agent")
-    parent.add_conditional_edges("agent", route, ["tools", END])
-    parent.add_edge("tools", "agent")
-    graph = parent.compile(checkpointer=InMemorySaver())
-    config: Any = {"configurable": {"thread_id": "t"}, "recursion_limit": 100}
-    try:
-        graph.invoke({"messages": [HumanMessage("go")]}, config)
-    except ValueError as error:  # refused, naming the channel to declare in the parent
-        assert "replay_guard" in str(error)  # noqa: PT017 - the refusal is one outcome
-        assert len(runs) <= 1
-        return
-    assert runs == ["1"]  # or guarded: the repeats answered from the first, then the stop
+    model = ScriptedChatModel(
+        script=[[("task", {"description": f"job {n}"})] for n in range(4)], final="Done."
+    )
+    outer = ReplayGuard(GuardConfig(tools={"task": "pure"}))
+    agent = create_agent(
+        model, [task], middleware=[outer.middleware()], checkpointer=InMemorySaver()
+    )
+    config: Any = {"configurable": {"thread_id": "t"}}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = agent.invoke({"messages": [HumanMessage("go")]}, config)
+    assert out["messages"][-1].text == "Done."
+    assert runs == ["1"] * 4
+    assert not [w for w in caught if issubclass(w.category, ReplayGuardWarning)]
 
 
 # --- 10: --calibrate into a FIFO fails before the search --------------------------------------

@@ -603,3 +603,54 @@ def test_strict_msgpack_accessors_read_langgraphs_allow_list():
     assert hook(0, refused) == "payload"  # a name off the list: its payload, never called
     allowed = ormsgpack.packb(["uuid", "UUID", "0" * 32])
     assert str(hook(0, allowed)) == "00000000-0000-0000-0000-000000000000"
+
+
+def test_watching_model_requests_sees_every_override_below():
+    from langchain.agents.middleware import ModelRequest
+
+    model = ScriptedChatModel(script=[])
+    request = ModelRequest(model=model, messages=[], tools=[])
+    offered = tool("set_order", description="Set an order.")(lambda key: key)
+    with _compat.watching_model_requests(request) as (handed, below):
+        assert isinstance(handed, ModelRequest)
+        assert below == []
+        inner = handed.override(tools=[offered])
+        innermost = inner.override(tool_choice="auto")
+    assert below == [inner, innermost]
+    assert innermost.tools == [offered]
+    request.override(tools=[])  # outside the block: nothing is collected
+    assert len(below) == 2
+
+
+def test_subgraph_namespace_and_first_step_are_read_in_a_running_graph():
+    seen: dict[str, object] = {}
+
+    def record(name: str):
+        def node(state: MessagesState) -> dict[str, list[object]]:
+            seen[name] = _compat.subgraph_namespace(get_config())
+            seen[f"{name} first"] = _compat.at_first_step(get_config())
+            return {"messages": []}
+
+        return node
+
+    inner = StateGraph(MessagesState)
+    inner.add_node("inner", record("inner"))
+    inner.add_node("later", record("later"))
+    inner.add_edge(START, "inner")
+    inner.add_edge("inner", "later")
+    outer = StateGraph(MessagesState)
+    outer.add_node("top", record("top"))
+    outer.add_node("sub", inner.compile())
+    outer.add_edge(START, "top")
+    outer.add_edge("top", "sub")
+    outer.compile(checkpointer=InMemorySaver()).invoke(
+        {"messages": []}, {"configurable": {"thread_id": "t"}}
+    )
+    assert seen["top"] is None
+    assert isinstance(seen["inner"], str)
+    assert seen["inner"].startswith("sub:")
+    assert "|inner:" in seen["inner"]
+    # A sub-graph's steps count from its own run: its first node is at the first step.
+    assert (seen["top first"], seen["inner first"], seen["later first"]) == (True, True, False)
+    assert _compat.subgraph_namespace(None) is None
+    assert _compat.at_first_step(None) is None

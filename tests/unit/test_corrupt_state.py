@@ -73,6 +73,9 @@ def _bases() -> dict[str, dict[str, Any]]:
         event("write", 101, batch="ai-9", index=1, batch_size=3),
     )
     was_reset = write(merge_guard_state(None, {"v": 0}), event("read", 5))
+    # A call that ran changed by a middleware: its result memo names its tool_call_id.
+    ran_changed = write(full, event("read", 200, call_id="call-200"))
+    assert len(next(reversed(ran_changed["results"].values()))) == 5
     assert full["cycle"] is not None
     assert full["reminder"] is not None
     assert stopped["stop"] is not None
@@ -84,6 +87,7 @@ def _bases() -> dict[str, dict[str, Any]]:
         "stopped": stopped,
         "pending": pending,
         "was_reset": was_reset,
+        "ran_changed": ran_changed,
     }
 
 

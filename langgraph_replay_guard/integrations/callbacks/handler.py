@@ -456,41 +456,57 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         """
         self._guard.resolve(_scope_key(thread_id, run_id), tool, args, outcome, result)
 
-    def check(self, agent: Any) -> ReplayGuardCallbackHandler:
-        """Fail now if `agent` would not hand the handler's refusals to the model.
+    def check(self, *agents: Any) -> ReplayGuardCallbackHandler:
+        """Fail now if an agent would not hand the handler's refusals to the model.
 
-        Lists the agent's tools that nothing classifies in an `UnclassifiedToolsWarning`
+        Lists the agents' tools that nothing classifies in an `UnclassifiedToolsWarning`
         (a `ValueError` with `GuardConfig(require_classes=True)`). Also checks each tool of
-        `config.tools` that the agent does not have: a typo there
-        would leave the real tool with the default policy. A name near a tool of the agent
-        that has no policy is a `ValueError` when the handler sees every tool the agent can
+        `config.tools` that the agents do not have: a typo there
+        would leave the real tool with the default policy. A name near a tool of the agents
+        that has no policy is a `ValueError` when the handler sees every tool they can
         run (no tools node with a `wrap_tool_call`, which may serve other tools) and
-        enforces (unless `strict_tool_names=False`); any other, a `ReplayGuardWarning`. And
-        learns the agent's tool names: a call to any other name is a tool that does not
-        exist (reason `unknown_tool`).
+        enforces (unless `strict_tool_names=False`); any other, a `ReplayGuardWarning`. A
+        handler shared by several agents checks them together (`check(agent_a, agent_b)`):
+        the tools of all of them are known at once, and a policy for one agent's tool is no
+        typo of the other's. And learns the agents' tool names: a call to any other name is
+        a tool that does not exist (reason `unknown_tool`).
 
         Args:
-            agent: A compiled LangGraph graph (`create_agent`, `StateGraph.compile()`) or a
-                `langchain_classic` `AgentExecutor`.
+            *agents: Compiled LangGraph graphs (`create_agent`, `StateGraph.compile()`) or
+                `langchain_classic` `AgentExecutor`s, at least one.
 
         Returns:
             The handler, so that `config={"callbacks": [handler.check(agent)]}` reads well.
 
         Raises:
-            ValueError: If the agent's error handling would fail the run on a refusal, or
+            ValueError: If an agent's error handling would fail the run on a refusal, or
                 would replace the refusal's text; or a policy name is a near miss of a tool
                 without a policy (`GuardConfig.strict_tool_names`); or a tool is
                 unclassified under `GuardConfig(require_classes=True)`.
-            TypeError: If `agent` is neither kind.
+            TypeError: If no agent is given, or one is neither kind.
         """
-        problems = enforcement_problems(agent)
-        tools = agent_tools(agent)
+        if not agents:
+            msg = "ReplayGuardCallbackHandler.check() needs the agent: check(agent)."
+            raise TypeError(msg)
+        problems = [problem for agent in agents for problem in enforcement_problems(agent)]
+        tools = [tool for agent in agents for tool in agent_tools(agent)]
         names = [tool.name for tool in tools]
-        self._tool_names.check(names, where="the agent", complete=all_tools_known(agent))
+        where = "the agent" if len(agents) == 1 else f"the {len(agents)} agents"
+        complete = all(all_tools_known(agent) for agent in agents)
+        try:
+            self._tool_names.check(names, where=where, complete=complete)
+        except ValueError as error:
+            if len(agents) > 1:
+                raise
+            msg = (
+                f"{error} If this handler also guards another agent that has that tool, "
+                "check them together: handler.check(agent, other_agent)."
+            )
+            raise ValueError(msg) from None
         self._guard.learn_tools(names)
         self._guard.learned.learn_tools(tools)
         # Asked for: every unclassified tool, listed again.
-        self._unclassified.check(self._guard.config, tools, where="the agent", again=True)
+        self._unclassified.check(self._guard.config, tools, where=where, again=True)
         if problems:
             msg = "ReplayGuardCallbackHandler cannot enforce its decisions here:\n- " + (
                 "\n- ".join(problems)
