@@ -140,9 +140,10 @@ def _shared_id_runs() -> list[dict]:
     """Two files' runs sharing ids: each id twice, with other calls (an odd number held out
     splits a pair)."""
     runs = []
-    for source in ("a", "b"):
+    for source, times in (("a", 2), ("b", 1)):
         for n in range(5):
-            calls = [{"name": "lookup", "args": {"q": f"{source}{n}"}, "result": source}]
+            # File a's runs re-read (a call saved), file b's do not.
+            calls = [{"name": "bash", "args": {"command": f"cat f{n}"}, "result": "x"}] * times
             runs.append({"id": f"run-{n}", "model": "m", "calls": calls})
     return runs
 
@@ -166,15 +167,18 @@ def test_the_calibration_file_does_not_depend_on_the_files_order(tmp_path: Path,
     first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     first.write_text("".join(json.dumps(r) + "\n" for r in runs[:5]), encoding="utf-8")
     second.write_text("".join(json.dumps(r) + "\n" for r in runs[5:]), encoding="utf-8")
-    outputs = []
+    outputs, tables = [], []
     for order in ((first, second), (second, first)):
         out = tmp_path / f"out-{order[0].stem}.json"
-        argv = ["eval", *map(str, order), "--calibrate", str(out), "--allow-no-loops"]
-        assert main(argv) == 0
+        argv = ["eval", *map(str, order), "--toolkit", "mini-swe-agent"]
+        assert main([*argv, "--calibrate", str(out), "--allow-no-loops"]) == 0
         outputs.append(json.loads(out.read_text(encoding="utf-8")))
         text = capsys.readouterr().out
         assert "held out (5)" in text
+        # The parts' figures (calls saved on each part) name the same runs.
+        tables.append([line for line in text.splitlines() if line.startswith("calls saved")])
     assert outputs[0] == outputs[1]
+    assert tables[0] == tables[1]
 
 
 @pytest.mark.parametrize(
