@@ -431,9 +431,10 @@ def split_runs(
     By run, stratified: the runs with a loop form one group, the runs without one a group
     per model, so that each part has every model and, when there are two or more, runs with
     a loop. In each group the runs are ordered by a hash of their id, then of their content
-    (deterministic, and independent of the files' order, also when files share ids) and the first `holdout` share of them (rounded down, at
-    least one of a group of two or more, never a group's last run) is held out: a single
-    run with a loop is always on the choosing side, where it can be weighed.
+    (deterministic, and independent of the files' order, also when files share ids) and
+    the first `holdout` share of them (rounded down, at least one of a group of two or
+    more, never a group's last run) is held out: a single run with a loop is always on the
+    choosing side, where it can be weighed.
 
     Args:
         trajectories: Parsed trajectories.

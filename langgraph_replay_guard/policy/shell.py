@@ -857,7 +857,8 @@ def _python_reads_only(code: str) -> bool:
                     return False
             elif not (isinstance(func, ast.Attribute) and func.attr in _SAFE_METHODS):
                 return False
-            elif func.attr in _NO_ARGUMENT_METHODS and (node.args or node.keywords):
+            no_argument = isinstance(func, ast.Attribute) and func.attr in _NO_ARGUMENT_METHODS
+            if no_argument and (node.args or node.keywords):
                 return False
         elif isinstance(node, ast.Attribute) and node.attr.startswith("__"):
             return False  # dunder access is how sandbox escapes start

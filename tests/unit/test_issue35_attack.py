@@ -50,8 +50,8 @@ WRITES = [
     "dd if=g of=f",
     "sort -o f f",
     "awk '{print > \"f\"}' g",
-    "python -c 'open(\"f\", \"w\").write(\"new\")'",
-    "python3 -c 'import pathlib; pathlib.Path(\"f\").write_text(\"new\")'",
+    'python -c \'open("f", "w").write("new")\'',
+    'python3 -c \'import pathlib; pathlib.Path("f").write_text("new")\'',
     "python -c 'import os; os.system(\"echo new > f\")'",
     "python -c 'import os; print(os.system(\"echo new > f\"))'",
     "python -c 'import os as platform; platform.system(\"echo new > f\")'",
@@ -140,7 +140,7 @@ def _shared_id_runs() -> list[dict]:
     """Two files' runs sharing ids: each id twice, with other calls (an odd number held out
     splits a pair)."""
     runs = []
-    for source, times in (("a", 2), ("b", 1)):
+    for times in (2, 1):
         for n in range(5):
             # File a's runs re-read (a call saved), file b's do not.
             calls = [{"name": "bash", "args": {"command": f"cat f{n}"}, "result": "x"}] * times
@@ -239,7 +239,8 @@ def test_a_tool_failing_by_its_own_failure_pattern_again_and_again_is_a_loop():
     report = evaluate_trajectories([run], config, loops=loops)
     assert report.total.aborts == 1  # the guard stops it: same_failure
     assert loops == [frozenset({0})]
-    assert report.loops is not None and report.loops.healthy_stopped == 0
+    assert report.loops is not None
+    assert report.loops.healthy_stopped == 0
 
 
 @pytest.mark.xfail(
@@ -258,7 +259,8 @@ def test_a_cycle_of_two_writes_with_the_same_results_is_a_loop():
     loops = find_loops([run], config)
     report = evaluate_trajectories([run], config, loops=loops)
     assert report.total.aborts == 1  # the guard stops it: cycle
-    assert report.loops is not None and report.loops.healthy_stopped == 0
+    assert report.loops is not None
+    assert report.loops.healthy_stopped == 0
 
 
 @pytest.mark.xfail(
