@@ -7,15 +7,18 @@ fixed here (see each reason).
 
 from __future__ import annotations
 
+import gzip
 import json
+import re
 from pathlib import Path
 
 import pytest
 
-from langgraph_replay_guard import GuardConfig
+from langgraph_replay_guard import GuardConfig, ReplayGuard
 from langgraph_replay_guard.calibration import find_loops
 from langgraph_replay_guard.cli.main import main
-from langgraph_replay_guard.evaluation import evaluate_trajectories
+from langgraph_replay_guard.decisions.engine import Verdict
+from langgraph_replay_guard.evaluation import DEFAULT_ERROR_PATTERN, evaluate_trajectories
 
 # Each agent's shell tool, in its toolkit.
 SHELLS = {"mini-swe-agent": "bash", "swe-agent": "bash", "openhands": "execute_bash"}
@@ -281,3 +284,73 @@ def test_a_failed_write_may_have_written():
         ("cat a.py", "new"),
     )
     assert evaluate_trajectories([run], config).total.wrong == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a job started in the background (`python server.py > out.log &`) keeps writing "
+    "after its call returned, but nothing marks the calls after it: `cat out.log` again "
+    "(after `sleep 5`, a volatile read, or at once) is answered with the old log. The "
+    "class is per call, so this needs state in the engine (reads volatile while a "
+    "background job may run): not a small fix.",
+)
+@pytest.mark.parametrize("toolkit", sorted(SHELLS))
+def test_a_log_read_again_while_a_background_job_writes_it_runs(toolkit):
+    run = _run(
+        SHELLS[toolkit],
+        ("nohup python server.py > out.log 2>&1 &", "[1] 4242"),
+        ("cat out.log", "starting"),
+        ("sleep 5", ""),
+        ("cat out.log", "starting\nready"),
+    )
+    assert evaluate_trajectories([run], GuardConfig(toolkits=[toolkit])).total.wrong == 0
+
+
+# -- the guard and eval decide alike ----------------------------------------------------------
+
+DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data"
+SAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "mini-swe-sample.jsonl.gz"
+
+
+def _coding_runs() -> list[tuple[str, dict]]:
+    found = []
+    for toolkit, name in [
+        ("swe-agent", "swe-synthetic.jsonl"),
+        ("swe-agent", "coding-synthetic.jsonl"),
+        ("swe-agent", "coding-same-failure.jsonl"),
+        ("openhands", "openhands-synthetic.jsonl"),
+    ]:
+        lines = (DATA / name).read_text(encoding="utf-8").splitlines()
+        found += [(toolkit, json.loads(line)) for line in lines if line.strip()]
+    with gzip.open(SAMPLE, "rt", encoding="utf-8") as lines:
+        found += [("mini-swe-agent", json.loads(line)) for line in lines if line.strip()]
+    return found
+
+
+def test_the_guard_stops_and_blocks_where_eval_says_on_the_coding_sets():
+    """Each run through the guard's own control, call by call, as a tool node would."""
+    failed = re.compile(DEFAULT_ERROR_PATTERN, re.IGNORECASE)
+    checked = 0
+    for toolkit, run in _coding_runs():
+        if len({call.get("turn", 0) for call in run["calls"]}) > 1:
+            continue  # the control has no user turns
+        control = ReplayGuard(toolkits=[toolkit]).control()
+        blocked, abort_at = 0, None
+        for index, call in enumerate(run["calls"]):
+            decision = control.evaluate(call["name"], call["args"])
+            text = str(call.get("result", ""))
+            if decision.executes and failed.search(text):
+                control.record_failure(call["name"], call["args"], error=text)
+            elif decision.executes:
+                control.record_success(call["name"], call["args"], result=text)
+            else:
+                blocked += 1
+                control.record_denied(call["name"], call["args"], decision)
+                if decision.verdict is Verdict.ABORT:
+                    abort_at = index
+                    break
+        report = evaluate_trajectories([run], GuardConfig(toolkits=[toolkit]))
+        said = report.aborts[0].call_index if report.aborts else None
+        assert (blocked, abort_at) == (report.total.blocked, said), run["id"]
+        checked += 1
+    assert checked >= 90
