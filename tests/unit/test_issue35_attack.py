@@ -354,3 +354,39 @@ def test_the_guard_stops_and_blocks_where_eval_says_on_the_coding_sets():
         assert (blocked, abort_at) == (report.total.blocked, said), run["id"]
         checked += 1
     assert checked >= 90
+
+
+# SWE-agent: commands that move the viewer, then one that reads or acts on the open file.
+MOVES = [
+    ("open", {"path": "b.py"}),
+    ("open", {"path": "a.py", "line_number": 200}),
+    ("goto", {"line_number": 300}),
+    ("scroll_down", {}),
+    ("scroll_up", {}),
+    ("create", {"filename": "c.py"}),
+]
+ON_THE_OPEN_FILE = [
+    ("search_file", {"search_term": "ttl"}),
+    ("edit", {"start_line": 1, "end_line": 1, "replacement_text": "x = 1"}),
+    ("edit", {"search": "ttl", "replace": "ttl2"}),
+    ("insert", {"line_number": 1, "text": "import os"}),
+    ("goto", {"line_number": 1}),
+    ("scroll_down", {}),
+]
+
+
+@pytest.mark.parametrize(("move", "move_args"), MOVES)
+@pytest.mark.parametrize(("act", "act_args"), ON_THE_OPEN_FILE)
+def test_swe_agent_commands_on_the_open_file_follow_the_viewer(move, move_args, act, act_args):
+    # The 4th identical act, each time on another file or window: no repeat of anything.
+    calls = [("open", {"path": "a.py"}, "[File: a.py (300 lines)]"), (act, act_args, "a.py: 0")]
+    for n in range(1, 4):
+        calls += [(move, move_args, f"[File: view {n}]"), (act, act_args, f"view {n}: {n}")]
+    run = {
+        "id": "viewer",
+        "model": "m",
+        "calls": [{"name": n, "args": a, "result": r} for n, a, r in calls],
+    }
+    report = evaluate_trajectories([run], GuardConfig(toolkits=["swe-agent"]))
+    assert report.total.wrong == 0, report.total.by_reason
+    assert report.total.aborts == 0
