@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -429,10 +430,11 @@ def split_runs(
 
     By run, stratified: the runs with a loop form one group, the runs without one a group
     per model, so that each part has every model and, when there are two or more, runs with
-    a loop. In each group the runs are ordered by a hash of their id (deterministic, and
-    independent of the files' order) and the first `holdout` share of them (rounded down, at
-    least one of a group of two or more, never a group's last run) is held out: a single
-    run with a loop is always on the choosing side, where it can be weighed.
+    a loop. In each group the runs are ordered by a hash of their id, then of their content
+    (deterministic, and independent of the files' order, also when files share ids) and
+    the first `holdout` share of them (rounded down, at least one of a group of two or
+    more, never a group's last run) is held out: a single run with a loop is always on the
+    choosing side, where it can be weighed.
 
     Args:
         trajectories: Parsed trajectories.
@@ -452,9 +454,16 @@ def split_runs(
     held: set[int] = set()
     for _, members in sorted(groups.items()):
 
-        def order(index: int) -> tuple[str, int]:
+        def order(index: int) -> tuple[str, str, int]:
             ident = str(trajectories[index].get("id", index))
-            return hashlib.sha256(ident.encode("utf-8", "replace")).hexdigest(), index
+            # Runs of several files may share an id: their content, not their place in
+            # the input, breaks the tie, so the files' order never changes the split.
+            content = json.dumps(trajectories[index], sort_keys=True, default=str)
+            return (
+                hashlib.sha256(ident.encode("utf-8", "replace")).hexdigest(),
+                hashlib.sha256(content.encode("utf-8", "replace")).hexdigest(),
+                index,
+            )
 
         members.sort(key=order)
         count = int(len(members) * holdout)

@@ -412,6 +412,14 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(args.config, args.policy, args.toolkit)
     except ValueError as exc:  # two toolkits disagree on a tool
         _fail(f"--toolkit: {exc}")
+    # Checked for plain eval too: it counts the runs with a loop with --loop-calls, and a
+    # negative --show-* count would slice its lists from the end.
+    if args.loop_calls < 2:
+        _fail(f"--loop-calls {args.loop_calls}: a loop needs at least 2 calls")
+    for option in ("show_aborts", "show_wrong", "show_missed"):
+        if getattr(args, option) < 0:
+            flag = "--" + option.replace("_", "-")
+            _fail(f"{flag} {getattr(args, option)}: give how many to list, 0 or more")
     paths: list[Path] = args.trajectories
     for path in paths:
         if path.is_dir():
@@ -440,8 +448,6 @@ def _calibrate(
     args: argparse.Namespace, config: GuardConfig, paths: list[Path], source: str
 ) -> int:
     """`--calibrate OUT.json`: search, write the configuration, print it against the start."""
-    if args.loop_calls < 2:
-        _fail(f"--loop-calls {args.loop_calls}: a loop needs at least 2 calls")
     if not 0 <= args.holdout < 1:
         _fail(f"--holdout {args.holdout}: give a share of the runs from 0 to below 1, e.g. 0.5")
     _check_writable(args.calibrate)  # before a search of minutes, not after it

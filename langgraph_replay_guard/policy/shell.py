@@ -59,6 +59,13 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PLAIN = re.compile(r"[^\s;&|()<>\\'\"$`]+")  # word characters with no special meaning
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
 _VERSIONED = re.compile(r"(python|pip|pytest)\d+(\.\d+)*")
+# A read of these gives another answer each time with nothing written: the shell's own
+# changing variables (`echo $RANDOM`, `$$`), the kernel's random devices and its live
+# /proc and /sys files. Such a line is volatile (still counted, never answered from memory).
+_VOLATILE_SOURCES = re.compile(
+    r"\$\{?(?:RANDOM|SRANDOM|BASHPID|SECONDS|EPOCHSECONDS|EPOCHREALTIME)\b|\$\$"
+    r"|/dev/u?random\b|(?<![\w.])/(?:proc|sys)(?![\w.-])"
+)
 # Reserved words of compound commands: what follows them (if anything) is a command.
 _RESERVED_WORDS = frozenset(
     {"!", "{", "}", "if", "then", "elif", "else", "fi", "do", "done", "while", "until"}
@@ -533,6 +540,8 @@ class _Classification:
         for command in parsed.commands:
             part = self.fallback if command.writes else self.command(command, depth)
             result = _worst(result, part)
+        if result == self.classes["read"] and _VOLATILE_SOURCES.search(text):
+            return self.classes["volatile"]
         return result
 
     def command(self, command: Command, depth: int) -> CallClass:
@@ -787,6 +796,11 @@ _SAFE_METHODS = frozenset(
         "cpu_count",
     }
 )
+# `platform`'s getters take no argument, and a call with one is another module's function of
+# the same name: `os.system("rm -rf x")` runs a shell command.
+_NO_ARGUMENT_METHODS = frozenset(
+    {"python_version", "python_implementation", "platform", "system", "machine", "release"}
+)
 _SAFE_NODES = (
     ast.Module,
     ast.Expr,
@@ -842,6 +856,9 @@ def _python_reads_only(code: str) -> bool:
                 if func.id not in _SAFE_CALLS:
                     return False
             elif not (isinstance(func, ast.Attribute) and func.attr in _SAFE_METHODS):
+                return False
+            no_argument = isinstance(func, ast.Attribute) and func.attr in _NO_ARGUMENT_METHODS
+            if no_argument and (node.args or node.keywords):
                 return False
         elif isinstance(node, ast.Attribute) and node.attr.startswith("__"):
             return False  # dunder access is how sandbox escapes start
