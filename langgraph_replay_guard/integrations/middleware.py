@@ -342,7 +342,8 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             # no preview. Most steps find every preview there; the rest are looked for
             # message by message.
             newest = messages[-(2 * len(previews) + 2) :]
-            joined = _SEPARATOR.join([_text(m) for m in newest])
+            texts = [getattr(m, "content", "") for m in newest]  # `_text`, inlined
+            joined = _SEPARATOR.join([t if isinstance(t, str) else repr(t) for t in texts])
             missing = {p for p in previews if p not in joined}
             if not missing:
                 return value
@@ -402,10 +403,12 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         digest the channel recorded are looked up, so an agent whose results reach the
         model unchanged does no store I/O here. The sync and async hooks run the plan.
         """
-        messages = request.state.get("messages") or ()
-        batch = _last_batch(messages)
         gate = self._calls.gate
         store = gate.store if gate.store is not None else getattr(request.runtime, "store", None)
+        if store is None:
+            return None
+        messages = request.state.get("messages") or ()
+        batch = _last_batch(messages)
         config = _run_config() or {}
         configurable = config.get("configurable", {})
         thread_id = configurable.get("thread_id")
