@@ -83,8 +83,9 @@ def bind_hooks(obj: Any, owner: type, names: Sequence[str]) -> None:
         names: The hooks' names.
     """
     for name in names:
-        func = getattr(owner, name)
-        if getattr(type(obj), name, None) is not func:
+        func: Callable[..., Any] = getattr(owner, name)
+        own: object = getattr(type(obj), name, None)
+        if own is not func:
             continue
         sig = inspect.signature(func)
         hook = functools.partial(func, obj)

@@ -334,7 +334,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # Newest messages first, stopping once every preview is found: the channel keeps the
         # previews of the most recently used results, so they sit in the last few messages.
         # Reading every message for every preview made each step cost O(thread length).
-        messages = request.state.get("messages") or ()
+        messages: Sequence[Any] = request.state.get("messages") or ()
         missing = previews
         if not any(_SEPARATOR in p for p in previews):
             # One substring search per preview in the newest messages' texts joined (two
