@@ -216,6 +216,13 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # The hooks as `create_agent` reads them (`m.wrap_model_call`): see `bind_hooks`.
         bind_hooks(self, ReplayGuardMiddleware, _HOOKS)
 
+    def __copy__(self) -> ReplayGuardMiddleware:
+        """A shallow copy whose hooks are its own (`bind_hooks`), as a bound method's are."""
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        bind_hooks(clone, ReplayGuardMiddleware, _HOOKS)
+        return clone
+
     @property
     def tools(self) -> Sequence[BaseTool]:
         """The guard adds no tools of its own.

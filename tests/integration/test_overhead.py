@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import cProfile
 import inspect
 import pstats
@@ -136,6 +137,8 @@ def test_create_agent_reads_the_hooks_signature_without_rebuilding_it() -> None:
         assert first is again, name
         assert list(first.parameters) == ["request", "handler"], name
         assert inspect.iscoroutinefunction(hook) == name.startswith("a"), name
+        # A copy's hook is the copy's, as a bound method would be.
+        assert getattr(copy.copy(middleware), name).args[0] is not middleware, name
 
 
 def test_a_subclass_keeps_its_own_hook() -> None:
