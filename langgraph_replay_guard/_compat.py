@@ -19,6 +19,7 @@ __all__ = [
     "TaskScope",
     "ToolNodeSettings",
     "at_first_step",
+    "bind_hooks",
     "channel_without_reducer",
     "channel_writer",
     "checkpoint_thread_ids",
@@ -69,6 +70,35 @@ def signature_once(hook: _Hook) -> _Hook:
     """
     setattr(hook, "__signature__", inspect.signature(hook))  # noqa: B010 (a function attribute)
     return hook
+
+
+def bind_hooks(obj: Any, owner: type, names: Sequence[str]) -> None:
+    """Give `obj` its own bound hooks, each with its signature computed once.
+
+    `create_agent` wraps `m.wrap_model_call` (a bound method) in `traceable`, which calls
+    `inspect.signature` on it twice per call; for a bound method that builds a new
+    signature without `self` each time (`signature_once` only spares the function's own).
+    A `functools.partial` carrying the signature without `self` is read as it is. The hook
+    is the same function, called with the same arguments. A subclass that defines a hook of
+    its own keeps its method.
+
+    Args:
+        obj: The middleware.
+        owner: The class whose hooks these are.
+        names: The hooks' names.
+    """
+    for name in names:
+        func: Callable[..., Any] = getattr(owner, name)
+        own: object = getattr(type(obj), name, None)
+        if own is not func:
+            continue
+        sig = inspect.signature(func)
+        hook = functools.partial(func, obj)
+        # Without `self`, as `inspect.signature` gives it for the bound method.
+        hook.__signature__ = sig.replace(  # type: ignore[attr-defined]
+            parameters=list(sig.parameters.values())[1:]
+        )
+        setattr(obj, name, hook)
 
 
 # `create_agent` reads `m.name` of every middleware inside a comprehension (its own frame

@@ -825,12 +825,7 @@ def held_previews(value: Any) -> set[str]:
     Returns:
         The non-empty previews.
     """
-    state = load_state(value)
-    previews = {ResultMemo(*memo).preview for memo in state["results"].values()}
-    pending = state["pending"]
-    if pending:
-        previews.update(ev.get("p") for ev in pending["events"])
-    return {p for p in previews if isinstance(p, str) and p}
+    return set(_preview_facts(value)[0])
 
 
 def recorded_hashes(value: Any) -> set[str]:
@@ -845,13 +840,57 @@ def recorded_hashes(value: Any) -> set[str]:
     Returns:
         The digests.
     """
-    state = load_state(value)
-    hashes = {ResultMemo(*memo).result_hash for memo in state["results"].values()}
-    hashes.update(TailItem(*item).result for item in state["tail"])
+    return set(_preview_facts(value)[2])
+
+
+_PreviewFacts = tuple[frozenset[str], frozenset[str], frozenset[str]]
+
+# (channel value, its previews, unshown digests, recorded digests) for the last value read:
+# a model call reads all three of the same value (`ReplayGuardMiddleware._scrub`, `_show`,
+# `_given`). Kept only for a value the reducer returned (`_trusted`: unmodified since). One
+# tuple, read and replaced atomically.
+_LAST_PREVIEW_FACTS: list[tuple[Any, _PreviewFacts | None]] = [(None, None)]
+
+
+def _preview_facts(value: Any) -> _PreviewFacts:
+    """`held_previews`, `unshown_hashes` and `recorded_hashes` of a value, in one read.
+
+    A value the reducer returned is read as it is (checked then; these only read it), any
+    other through `load_state`.
+    """
+    last_value, last_facts = _LAST_PREVIEW_FACTS[0]
+    trusted = _trusted(value)
+    if last_facts is not None and last_value is value and trusted is not None:
+        return last_facts
+    state = trusted if trusted is not None else load_state(value)
+    held: set[Any] = set()
+    unshown: set[Any] = set()
+    recorded: set[Any] = set()
+    # [result_hash, epoch, in_a_row, preview] (`ResultMemo`), read by position: checked.
+    for memo in state["results"].values():
+        digest, preview = memo[0], memo[3]
+        recorded.add(digest)
+        if preview is None:
+            unshown.add(digest)
+        else:
+            held.add(preview)
+    recorded.update(item[1] for item in state["tail"])  # `TailItem.result`
     pending = state["pending"]
     if pending:
-        hashes.update(ev.get("h") for ev in pending["events"])
-    return {h for h in hashes if isinstance(h, str)}
+        for ev in pending["events"]:
+            digest, preview = ev.get("h"), ev.get("p")
+            recorded.add(digest)
+            held.add(preview)
+            if preview is None and ev.get("o") == "success":
+                unshown.add(digest)
+    facts = (
+        frozenset(p for p in held if isinstance(p, str) and p),
+        frozenset(h for h in unshown if isinstance(h, str)),
+        frozenset(h for h in recorded if isinstance(h, str)),
+    )
+    if trusted is not None:
+        _LAST_PREVIEW_FACTS[0] = (value, facts)
+    return facts
 
 
 def scrub_update(previews: Collection[str]) -> dict[str, Any]:
@@ -884,20 +923,7 @@ def unshown_hashes(value: Any) -> set[str]:
     Returns:
         The digests.
     """
-    state = load_state(value)
-    hashes = {
-        memo.result_hash
-        for memo in (ResultMemo(*stored) for stored in state["results"].values())
-        if memo.preview is None
-    }
-    pending = state["pending"]
-    if pending:
-        hashes.update(
-            ev.get("h")
-            for ev in pending["events"]
-            if ev.get("p") is None and ev.get("o") == "success"
-        )
-    return {h for h in hashes if isinstance(h, str)}
+    return set(_preview_facts(value)[1])
 
 
 def show_update(previews: Mapping[str, str]) -> dict[str, Any]:
@@ -914,22 +940,21 @@ def show_update(previews: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _shown(state: dict[str, Any], previews: Any) -> dict[str, Any]:
-    """`state` with previews for the results that had none: new maps, the old value unchanged."""
+    """`state` with previews for the results that had none.
+
+    `state` is a private copy (`load_state`): its maps are its own, edited in place; the
+    entries it shares with the old value are replaced, never changed.
+    """
     if not isinstance(previews, Mapping) or not all(
         isinstance(h, str) and isinstance(p, str) for h, p in previews.items()
     ):
-        return _ignored(
-            _shallow(state), "that is not in the guard's format (a preview write without texts)"
-        )
-    out = _shallow(state)
-    results: dict[str, Any] = {}
-    for key, memo in state["results"].items():
-        entry = ResultMemo(*memo)
-        if entry.preview is None and entry.result_hash in previews:
-            # As long as it was: a memo without an id stays four entries.
-            memo = [*entry._replace(preview=previews[entry.result_hash])][: len(memo)]
-        results[key] = memo
-    out["results"] = results
+        return _ignored(state, "that is not in the guard's format (a preview write without texts)")
+    results = state["results"]
+    for key, memo in results.items():
+        # [result_hash, epoch, in_a_row, preview(, call_id)] (`ResultMemo`), read by position:
+        # checked. A memo without a call id stays four entries.
+        if memo[3] is None and memo[0] in previews:
+            results[key] = [memo[0], memo[1], memo[2], previews[memo[0]], *memo[4:]]
     pending = state["pending"]
     if pending:
         events = [
@@ -938,30 +963,24 @@ def _shown(state: dict[str, Any], previews: Any) -> dict[str, Any]:
             else ev
             for ev in pending["events"]
         ]
-        out["pending"] = {**pending, "events": events}
-    return out
+        state["pending"] = {**pending, "events": events}
+    return state
 
 
 def _scrubbed(state: dict[str, Any], previews: Any) -> dict[str, Any]:
-    """`state` without the given previews: new maps and lists, the old value unchanged."""
+    """`state` without the given previews (a private copy, edited as `_shown` edits it)."""
     if not isinstance(previews, list) or not all(isinstance(p, str) for p in previews):
-        return _ignored(
-            _shallow(state), "that is not in the guard's format (a scrub without previews)"
-        )
+        return _ignored(state, "that is not in the guard's format (a scrub without previews)")
     drop = set(previews)
-    out = _shallow(state)
-    results: dict[str, Any] = {}
-    for key, memo in state["results"].items():
-        entry = ResultMemo(*memo)
-        if entry.preview in drop:
-            memo = [*entry._replace(preview=None)][: len(memo)]
-        results[key] = memo
-    out["results"] = results
+    results = state["results"]
+    for key, memo in results.items():
+        if memo[3] in drop:
+            results[key] = [memo[0], memo[1], memo[2], None, *memo[4:]]
     pending = state["pending"]
     if pending:
         events = [{**ev, "p": None} if ev.get("p") in drop else ev for ev in pending["events"]]
-        out["pending"] = {**pending, "events": events}
-    return out
+        state["pending"] = {**pending, "events": events}
+    return state
 
 
 # (current, update, merged) of the last guard write merged onto a checked value. LangGraph

@@ -33,6 +33,7 @@ from langgraph.types import Command
 from typing_extensions import TypedDict
 
 from langgraph_replay_guard._compat import (
+    bind_hooks,
     channel_writer,
     create_agent_given_tools,
     create_agent_middleware,
@@ -217,6 +218,15 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # another middleware may run such tools, or no agent was built.
         self._node_tools: frozenset[str] | None = None
         self._others_run_tools = False
+        # The hooks as `create_agent` reads them (`m.wrap_model_call`): see `bind_hooks`.
+        bind_hooks(self, ReplayGuardMiddleware, _HOOKS)
+
+    def __copy__(self) -> ReplayGuardMiddleware:
+        """A shallow copy whose hooks are its own (`bind_hooks`), as a bound method's are."""
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        bind_hooks(clone, ReplayGuardMiddleware, _HOOKS)
+        return clone
 
     @property
     def tools(self) -> Sequence[BaseTool]:
@@ -336,8 +346,21 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # Newest messages first, stopping once every preview is found: the channel keeps the
         # previews of the most recently used results, so they sit in the last few messages.
         # Reading every message for every preview made each step cost O(thread length).
+        messages: Sequence[Any] = request.state.get("messages") or ()
         missing = previews
-        for message in reversed(request.state.get("messages") or ()):
+        if not any(_SEPARATOR in p for p in previews):
+            # One substring search per preview in the newest messages' texts joined (two
+            # messages per preview): a match cannot span two texts, as the separator is in
+            # no preview. Most steps find every preview there; the rest are looked for
+            # message by message.
+            newest = messages[-(2 * len(previews) + 2) :]
+            texts = [getattr(m, "content", "") for m in newest]  # `_text`, inlined
+            joined = _SEPARATOR.join([t if isinstance(t, str) else repr(t) for t in texts])
+            missing = {p for p in previews if p not in joined}
+            if not missing:
+                return value
+            messages = messages[: -len(newest)] if newest else messages
+        for message in reversed(messages):
             text = _text(message)
             missing = {p for p in missing if p not in text}
             if not missing:
@@ -392,10 +415,12 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         digest the channel recorded are looked up, so an agent whose results reach the
         model unchanged does no store I/O here. The sync and async hooks run the plan.
         """
-        messages = request.state.get("messages") or ()
-        batch = _last_batch(messages)
         gate = self._calls.gate
         store = gate.store if gate.store is not None else getattr(request.runtime, "store", None)
+        if store is None:
+            return None
+        messages = request.state.get("messages") or ()
+        batch = _last_batch(messages)
         config = _run_config() or {}
         configurable = config.get("configurable", {})
         thread_id = configurable.get("thread_id")
@@ -653,6 +678,9 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return request.override(system_message=message)
 
 
+_HOOKS = ("wrap_tool_call", "awrap_tool_call", "wrap_model_call", "awrap_model_call")
+
+
 class _ToolFreeReplayGuardMiddleware(ReplayGuardMiddleware):
     """The guard in an agent that gets no tools node: without its tool hooks.
 
@@ -839,6 +867,12 @@ def _given_failed(exc: Exception) -> None:
         type(exc).__name__,
         exc,
     )
+
+
+# `_scrub` first searches the newest messages' texts joined by a character tool results
+# hardly ever hold (the channel keeps the previews of the most recently used results: their
+# messages are among the last two per preview).
+_SEPARATOR = "\x00"
 
 
 def _text(message: Any) -> str:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import cProfile
+import inspect
 import pstats
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_replay_guard import ReplayGuardMiddleware
+from langgraph_replay_guard.decisions import state
 from langgraph_replay_guard.integrations import calls
 from langgraph_replay_guard.testing import ScriptedChatModel
 
@@ -121,3 +124,57 @@ def test_a_guarded_step_costs_the_same_late_in_a_long_thread() -> None:
     early, late = max(counts[10], counts[11]), max(counts[150], counts[151])
     assert early > 0
     assert late <= early + 10, counts
+
+
+def test_create_agent_reads_the_hooks_signature_without_rebuilding_it() -> None:
+    # create_agent wraps `m.wrap_model_call` in langsmith's `traceable`, which calls
+    # `inspect.signature` on it twice per call; a bound method's signature is rebuilt (its
+    # `self` dropped) each time. The guard's hooks carry theirs, read as they are.
+    middleware = ReplayGuardMiddleware()
+    for name in ("wrap_model_call", "awrap_model_call", "wrap_tool_call", "awrap_tool_call"):
+        hook = getattr(middleware, name)
+        first, again = inspect.signature(hook), inspect.signature(hook)
+        assert first is again, name
+        assert list(first.parameters) == ["request", "handler"], name
+        assert inspect.iscoroutinefunction(hook) == name.startswith("a"), name
+        # A copy's hook is the copy's, as a bound method would be.
+        assert getattr(copy.copy(middleware), name).args[0] is not middleware, name
+
+
+def test_a_subclass_keeps_its_own_hook() -> None:
+    calls_seen: list[str] = []
+
+    class Counting(ReplayGuardMiddleware):
+        def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+            calls_seen.append(request.tool_call["name"])
+            return super().wrap_tool_call(request, handler)
+
+    script: list[Any] = [[("lookup", {"id": "R1"})]]
+    agent = create_agent(
+        ScriptedChatModel(script=script),
+        [lookup],
+        middleware=[Counting()],
+        checkpointer=InMemorySaver(),
+    )
+    agent.invoke({"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "sub"}})
+    assert calls_seen == ["lookup"]
+
+
+def test_the_model_call_reads_previews_without_copying_the_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each model call reads the channel's previews and digests (`_scrub`, `_show`): a value
+    # the reducer returned is read as it is, in one pass, not copied for each read.
+    copies: list[int] = []
+    original = state._shallow
+
+    def counting(value: Any) -> dict[str, Any]:
+        copies.append(1)
+        return original(value)
+
+    value = state.merge_guard_state(None, state.show_update({}))
+    monkeypatch.setattr(state, "_shallow", counting)
+    assert state.held_previews(value) == set()
+    assert state.unshown_hashes(value) == set()
+    assert state.recorded_hashes(value) == set()
+    assert copies == []
