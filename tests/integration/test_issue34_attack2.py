@@ -408,35 +408,6 @@ def test_a_tools_own_error_worded_like_a_refusal_is_not_the_guards() -> None:
     assert GUARD_FIELD not in call  # eval scores it: the guard never answered this call
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason=(
-        "one callback handler, check(agent) of each agent just before its own invoke: "
-        "check(agent_1) sees only get_order and a policy for set_order, the shape of a typo "
-        "(tests/integration/test_issue27_policy.py::test_guard_wrap_warns_and_the_callback_"
-        "handler_refuses_a_misspelt_policy_name: one handler, check(agent) with send_mail "
-        "and a policy for send_email must raise). Nothing at that check tells the handler "
-        "that another agent follows, and deferring the stop to the first call does not help "
-        "(agent_1 runs before agent_2 is checked), so passing this would let that typo run "
-        "as default_policy. The fix offered: check the agents together, "
-        "handler.check(agent_1, agent_2) (test_one_callback_handler_checked_over_two_agents_"
-        "together_runs); the error raised here says so."
-    ),
-)
-def test_one_callback_handler_checked_over_two_agents_runs() -> None:
-    from langgraph_replay_guard import ReplayGuardCallbackHandler
-
-    effects: list[str] = []
-    handler = ReplayGuardCallbackHandler(GuardConfig(tools={"set_order": "unsafe"}))
-    for name in ("get_order", "set_order"):
-        model = ScriptedChatModel(script=[[(name, {"key": "1"})]])
-        agent = create_agent(model, [_tool(name, effects)])
-        config: Any = {"callbacks": [handler.check(agent)], "metadata": {"thread_id": name}}
-        agent.invoke({"messages": [HumanMessage("go")]}, config)
-    assert effects == ["get_order:1", "set_order:1"]
-
-
 def test_one_callback_handler_checked_over_two_agents_together_runs() -> None:
     from langgraph_replay_guard import ReplayGuardCallbackHandler
 
