@@ -14,6 +14,8 @@ here rather than in each module, so the list stays in one place:
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 # Modules whose tests start processes or servers (a test each, or a module-scoped one).
@@ -59,3 +61,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
         if module in GROUPED_MODULES:
             item.add_marker(pytest.mark.xdist_group(module))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the warm zygotes early when collected modules use them (they import meanwhile)."""
+    wanted = session.items and not session.config.option.collectonly
+    if wanted and "tests.warm_children" in sys.modules:
+        from tests import warm_children
+
+        warm_children.start()

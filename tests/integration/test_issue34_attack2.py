@@ -204,14 +204,15 @@ OTHER_APPS = [
 
 def _cli(*args: object, timeout: float = 300) -> Any:
     import os
-    import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "LANGSMITH_TRACING": "false", "PYTHONPATH": str(root)}
+    from tests import warm_children
+
     command = [sys.executable, "-m", "langgraph_replay_guard.cli.main", *map(str, args)]
-    return subprocess.run(
+    return warm_children.run(
         command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout, check=False
     )
 
