@@ -15,6 +15,7 @@ here rather than in each module, so the list stays in one place:
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -70,3 +71,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         from tests import warm_children
 
         warm_children.start()
+
+
+@pytest.fixture(scope="session")
+def mypy_cache_dir(worker_id: str) -> Path:
+    """A mypy cache kept between runs, one per xdist worker (mypy's cache is not shared safely).
+
+    mypy checks each cached module against its source's hash, so a kept cache gives the same
+    errors as a fresh one; it saves re-reading LangChain's and pydantic's stubs every run.
+    """
+    path = Path(__file__).resolve().parents[1] / ".mypy_cache" / f"pytest-{worker_id}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -56,6 +56,7 @@ PRELOAD = (
     "langgraph_replay_guard",
     "langgraph_replay_guard.cli.main",
     "tests.integration.replay_graphs",
+    "deepagents",
 )
 PRELOAD_PACKAGE = "langgraph_replay_guard"  # and every module in it (the CLI's commands...)
 _ZYGOTES = 2

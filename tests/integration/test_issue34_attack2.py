@@ -414,7 +414,9 @@ GuardConfig(tools={"send_email": "unsaef"})
 """
 
 
-def test_the_configuration_classes_as_documented_pass_mypy_strict(tmp_path: Any) -> None:
+def test_the_configuration_classes_as_documented_pass_mypy_strict(
+    tmp_path: Any, mypy_cache_dir: Any
+) -> None:
     import os
     import subprocess
     import sys
@@ -426,7 +428,7 @@ def test_the_configuration_classes_as_documented_pass_mypy_strict(tmp_path: Any)
     done = subprocess.run(
         [
             *(sys.executable, "-m", "mypy", "--strict", "--no-error-summary"),
-            *("--cache-dir", str(tmp_path / "mypy-cache"), str(snippet)),
+            *("--cache-dir", str(mypy_cache_dir), str(snippet)),
         ],
         capture_output=True,
         text=True,
