@@ -39,6 +39,7 @@ SLOW_MODULES = frozenset(
         "tests/integration/test_stack_mcp.py",
         "tests/integration/test_studio.py",
         "tests/unit/test_notebooks.py",
+        "tests/unit/test_warm_children.py",
     }
 )
 
