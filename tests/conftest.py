@@ -63,6 +63,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
         if module in GROUPED_MODULES:
             item.add_marker(pytest.mark.xdist_group(module))
+        elif "mypy_cache_dir" in getattr(item, "fixturenames", ()):
+            # The mypy tests on one worker share its cache: only the first reads the stubs.
+            item.add_marker(pytest.mark.xdist_group("mypy"))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
