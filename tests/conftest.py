@@ -54,6 +54,10 @@ GROUPED_MODULES = frozenset(
 )
 
 
+# tryfirst: pytest-xdist's worker reads the `xdist_group` marks in its own hook of the same
+# name, registered after this conftest and so called before it; without tryfirst it saw no
+# mark and every "grouped" module was spread over the workers after all.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the slow group and pin the modules that share a server to one xdist worker."""
     root = config.rootpath
@@ -66,6 +70,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         elif "mypy_cache_dir" in getattr(item, "fixturenames", ()):
             # The mypy tests on one worker share its cache: only the first reads the stubs.
             item.add_marker(pytest.mark.xdist_group("mypy"))
+    if getattr(config.option, "loadgroup", False):  # set in an xdist worker
+        _name_the_groups(items)
+
+
+def _name_the_groups(items: list[pytest.Item]) -> None:
+    """Put each item's xdist group in its node id, as pytest-xdist's worker means to.
+
+    pytest-xdist (3.8) groups by a `@group` suffix it writes to `item._nodeid`; pytest 9 reads
+    `Node.nodeid` from `_id` instead, so the suffix never reached the scheduler and
+    `--dist loadgroup` spread every group over the workers (each starting its own server).
+    Where the node id lives in `_id`, the suffix is written there; elsewhere xdist's works.
+    """
+    if not items or not hasattr(items[0], "_id"):
+        return
+    from _pytest.nodeid import coerce_node_id  # pytest >= 9: the node id object
+
+    for item in items:
+        groups = sorted(
+            {
+                str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                for mark in item.iter_markers("xdist_group")
+            }
+        )
+        suffix = f"@{'_'.join(groups)}"
+        if groups and not item.nodeid.endswith(suffix):
+            item._id = coerce_node_id(f"{item.nodeid}{suffix}")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
