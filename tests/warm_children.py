@@ -14,9 +14,12 @@ What differs from a cold start, and how it is kept out of the tests' way:
 - Hash randomization: every child of one zygote shares its hash seed. Two zygotes run with
   different seeds and each thread's consecutive children alternate between them, so a crash
   test's killed run and its resume still see different seeds (as two cold processes would).
-- Interpreter options read at start-up: a command with interpreter flags, or an environment
-  whose `PYTHON*` variables differ from the zygote's (other than `PYTHONWARNINGS`, which is
-  applied in the child), runs cold with `subprocess.run`. Tests that measure start-up itself
+- Interpreter options read at start-up: the child applies `PYTHONWARNINGS`,
+  `PYTHONUNBUFFERED` (its standard streams are rebuilt buffered as a fresh interpreter's),
+  `PYTHONDONTWRITEBYTECODE` and the `PYTHONPATH` entries it adds (a checkout's own directory:
+  the zygote imports from it already; an entry it lacks is not removed). A command with
+  interpreter flags, or any other `PYTHON*` variable that differs from the zygote's, runs cold
+  with `subprocess`. Tests that measure start-up itself
   (imports, memory, a missing extra) call `subprocess.run` directly.
 - `REPLAY_GUARD_TEST_COLD=1` runs every child cold (to compare, or to rule the zygote out).
 """
@@ -60,7 +63,8 @@ PRELOAD = (
 )
 PRELOAD_PACKAGE = "langgraph_replay_guard"  # and every module in it (the CLI's commands...)
 _ZYGOTES = 2
-_KEEP_COLD_VARS = ("PYTHONWARNINGS",)
+# Start-up variables a child applies itself (the rest must match the zygote's, or it runs cold).
+_APPLIED_VARS = ("PYTHONWARNINGS", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONPATH")
 
 
 # ---------------------------------------------------------------- the zygote (its own process)
@@ -80,6 +84,29 @@ def _apply_warnings(value: str | None, base: list[Any]) -> None:
             processing(options)
 
 
+def _reopen_stdio(unbuffered: bool) -> None:
+    """Standard streams on fds 0-2 buffered as a fresh interpreter's (`-u` / PYTHONUNBUFFERED)."""
+    import io
+
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        old = getattr(sys, name)
+        raw = io.FileIO(fd, "rb" if fd == 0 else "wb", closefd=False)
+        buffered: Any
+        if fd == 0:
+            buffered = io.BufferedReader(raw)
+        else:
+            buffered = raw if unbuffered else io.BufferedWriter(raw)
+        stream = io.TextIOWrapper(
+            buffered,
+            encoding=old.encoding,
+            errors=old.errors,
+            line_buffering=not unbuffered and (fd == 2 or (fd == 1 and raw.isatty())),
+            write_through=unbuffered and fd != 0,
+        )
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+
+
 def _child(request: dict[str, Any], fds: list[int], base_filters: list[Any]) -> None:
     """In the forked child: become the requested command, run it, exit as Python would."""
     import runpy
@@ -95,6 +122,8 @@ def _child(request: dict[str, Any], fds: list[int], base_filters: list[Any]) -> 
     os.environ.clear()
     os.environ.update(request["env"])
     _apply_warnings(request["env"].get("PYTHONWARNINGS"), base_filters)
+    _reopen_stdio(bool(request["env"].get("PYTHONUNBUFFERED")))
+    sys.dont_write_bytecode = bool(request["env"].get("PYTHONDONTWRITEBYTECODE"))
     for entry in reversed(_paths(request["env"].get("PYTHONPATH"))):
         if entry not in sys.path:
             sys.path.insert(1, entry)
@@ -289,7 +318,7 @@ def _warmable(env: Mapping[str, str], zygote_env: Mapping[str, str]) -> bool:
     """Whether a child with `env` starts as a zygote's child would (same interpreter options)."""
 
     def python_vars(source: Mapping[str, str]) -> dict[str, str]:
-        skip = (*_KEEP_COLD_VARS, "PYTHONHASHSEED", "PYTHONPATH")
+        skip = (*_APPLIED_VARS, "PYTHONHASHSEED")
         return {k: v for k, v in source.items() if k.startswith("PYTHON") and k not in skip}
 
     # A PYTHONPATH naming this checkout adds nothing: the zygote imports from it already.

@@ -150,3 +150,19 @@ def test_loadgroup_keeps_a_group_on_one_worker() -> None:
     assert len(ran) >= 4, done.stdout[-3000:]
     assert len({line.split()[0] for line in ran}) == 1, ran
     assert all("@tests/integration/test_cli_namespace.py" in line for line in ran), ran
+
+
+@pytest.mark.parametrize("unbuffered", ["1", None])
+def test_a_warm_childs_streams_are_buffered_as_a_cold_childs(unbuffered: str | None) -> None:
+    code = (
+        "import sys; print(type(sys.stdout.buffer).__name__, sys.stdout.write_through, "
+        "sys.stdout.line_buffering, sys.stderr.line_buffering, sys.dont_write_bytecode)"
+    )
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANGSMITH_TRACING": "false"}
+    env.update(
+        {"PYTHONUNBUFFERED": unbuffered, "PYTHONDONTWRITEBYTECODE": "1"} if unbuffered else {}
+    )
+    kwargs = {"capture_output": True, "text": True, "timeout": 120, "env": env}
+    warm = warm_children.run([sys.executable, "-c", code], **kwargs)  # type: ignore[arg-type]
+    cold = subprocess.run([sys.executable, "-c", code], check=False, **kwargs)  # type: ignore[call-overload]
+    assert warm.stdout == cold.stdout, (warm.stderr, cold.stderr)
