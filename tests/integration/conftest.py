@@ -94,7 +94,13 @@ class _Server:
 
     def start(self) -> str:
         self._run(self.initdb, "-D", str(self.data), "-A", "trust", "-U", "postgres")
-        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
+        # A throwaway server: nothing needs to survive a power cut (fsync, full pages), but a
+        # commit must survive the server's own crash (`pg_ctl -m immediate` in the tests), so
+        # synchronous_commit stays on.
+        options = (
+            f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off "
+            "-c full_page_writes=off"
+        )
         self._run(
             self.pg_ctl, "-D", str(self.data), "-o", options, "-l", str(self.log), "-w", "start"
         )

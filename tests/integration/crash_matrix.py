@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests import warm_children
+
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ("batch", "retry", "interrupt")
 BOUNDARIES = ("before_effect", "after_effect", "after_outcome", "after_checkpoint")
@@ -75,7 +77,9 @@ def _child(trial: Trial, thread: str, **extra: Any) -> subprocess.CompletedProce
         **extra,
     }
     env = {**os.environ, "LANGSMITH_TRACING": "false", "PYTHONWARNINGS": "ignore"}
-    return subprocess.run(
+    # A real process (its own pid, killed by its own SIGKILL), forked from a warm zygote so
+    # each of a trial's two or three processes skips LangGraph's imports (tests/warm_children.py).
+    return warm_children.run(
         [sys.executable, "-m", "tests.integration.crash_child", json.dumps(opts)],
         cwd=ROOT,
         env=env,

@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import shutil
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -33,6 +32,7 @@ from langgraph_replay_guard import (
 )
 from langgraph_replay_guard.integrations.callbacks import ToolCallBlockedError
 from langgraph_replay_guard.testing import ScriptedChatModel
+from tests import warm_children
 from tests.integration.graphs import POLICY, SYSTEM, ToolRuns, make_tools
 
 os.environ["LANGSMITH_TRACING"] = "false"
@@ -560,7 +560,7 @@ def test_processes_share_a_thread_through_a_sqlite_store(tmp_path):
     path = str(tmp_path / "guard.db")
 
     def run_process():
-        result = subprocess.run(
+        result = warm_children.run(
             [sys.executable, str(PROC_SCRIPT), path, "p", "1"],
             cwd=REPO_ROOT,
             capture_output=True,

@@ -37,6 +37,7 @@ from langgraph.store.sqlite import SqliteStore
 from langgraph_replay_guard import GuardConfig, ReplayGuardCallbackHandler
 from langgraph_replay_guard.integrations.callbacks import ToolCallBlockedError
 from langgraph_replay_guard.testing import ScriptedChatModel
+from tests import warm_children
 
 os.environ["LANGSMITH_TRACING"] = "false"
 
@@ -68,7 +69,7 @@ def _env() -> dict[str, str]:
 
 def run(files: Files, mode: str) -> dict[str, Any]:
     """Run the child to its end; its JSON line."""
-    done = subprocess.run(
+    done = warm_children.run(
         files.argv(mode), capture_output=True, text=True, timeout=120, env=_env(), check=False
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -77,7 +78,7 @@ def run(files: Files, mode: str) -> dict[str, Any]:
 
 def run_and_kill(files: Files, mode: str, line: str) -> None:
     """Run the child until it prints `line`, then kill it with SIGKILL."""
-    child = subprocess.Popen(
+    child = warm_children.popen(
         files.argv(mode), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
     )
     try:

@@ -26,6 +26,7 @@ from langchain_core.tools import tool
 
 from langgraph_replay_guard import GuardConfig, ReplayGuard
 from langgraph_replay_guard.testing import ScriptedChatModel
+from tests import warm_children
 
 from .replay_graphs import ask_once, replay_graph
 
@@ -45,7 +46,7 @@ MB = 1024 * 1024
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return warm_children.run(
         [sys.executable, "-m", "langgraph_replay_guard.cli.main", *args],
         env={**os.environ, "LANGSMITH_TRACING": "false"},
         capture_output=True,

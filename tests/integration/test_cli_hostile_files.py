@@ -12,13 +12,14 @@ import sys
 from pathlib import Path
 
 from langgraph_replay_guard.records import ExecutionRecord, RecordStore
+from tests import warm_children
 
 DEEP = "[" * 100_000 + "]" * 100_000
 """Nested past Python's recursion limit: `json.loads` raises RecursionError on it."""
 
 
 def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return warm_children.run(
         [sys.executable, "-m", "langgraph_replay_guard.cli.main", *args],
         env={**os.environ, "LANGSMITH_TRACING": "false"},
         capture_output=True,

@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 
 from langgraph_replay_guard.cli.main import main
+from tests import warm_children
 
 from .test_inspect_cli import _run_thread
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return warm_children.run(
         [sys.executable, "-m", "langgraph_replay_guard.cli.main", *args],
         capture_output=True,
         text=True,

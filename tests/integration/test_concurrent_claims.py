@@ -20,6 +20,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
 from langgraph_replay_guard import ReplayGuard, ReplayInFlightError
+from tests import warm_children
 
 from .claim_graphs import POLICY, claim_graph, effect_tools, sends
 
@@ -177,7 +178,7 @@ def test_worker_processes_resuming_one_thread_send_exactly_once(kind, mode, tmp_
     script = str(Path(__file__).with_name("proc_claim.py"))
     args = [mode, kind, target, store_target, thread, str(effects), str(barrier), str(WORKERS)]
     workers = [
-        subprocess.Popen(
+        warm_children.popen(
             [sys.executable, script, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
         )
         for _ in range(WORKERS)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import warm_children
+
 pytest.importorskip("deepagents", reason="the stacks extra: pip install -e '.[stacks]'")
 
 CHILD = Path(__file__).with_name("proc_deepagents.py")
@@ -17,7 +19,7 @@ CHILD = Path(__file__).with_name("proc_deepagents.py")
 
 def _child(phase: str, root: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "LANGSMITH_TRACING": "false"}
-    return subprocess.run(
+    return warm_children.run(
         [sys.executable, str(CHILD), phase, str(root)],
         capture_output=True,
         text=True,

@@ -36,6 +36,7 @@ from pydantic import BaseModel
 
 from langgraph_replay_guard import ReplayGuard, ReplayGuardMiddleware, ReplayUnsafeError
 from langgraph_replay_guard.testing import ScriptedChatModel
+from tests import warm_children
 from tests.integration.replay_graphs import asking_model, replay_graph
 
 os.environ["LANGSMITH_TRACING"] = "false"
@@ -428,7 +429,7 @@ def _child(
     case: str, order: str, phase: str, root: Path, mode: str = "sync"
 ) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "LANGSMITH_TRACING": "false"}
-    return subprocess.run(
+    return warm_children.run(
         [sys.executable, str(CHILD), case, order, phase, str(root), mode],
         capture_output=True,
         text=True,

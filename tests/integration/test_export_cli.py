@@ -19,6 +19,7 @@ from langchain_core.messages import HumanMessage
 from langgraph.types import Command
 
 from langgraph_replay_guard.testing import ScriptedChatModel
+from tests import warm_children
 from tests.integration.stacks import counted_tools
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +31,7 @@ runs with `trace_id`, `parent_run_id`, `dotted_order`), one tool failing."""
 
 
 def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return warm_children.run(
         [sys.executable, "-m", "langgraph_replay_guard.cli.main", *map(str, args)],
         cwd=REPO_ROOT,
         env=ENV,

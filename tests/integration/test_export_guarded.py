@@ -19,13 +19,14 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph_replay_guard import LoopAbortedError, ReplayGuard, ReplayGuardCallbackHandler
 from langgraph_replay_guard.export import trajectory_from_history
 from langgraph_replay_guard.testing import ScriptedChatModel
+from tests import warm_children
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "LANGSMITH_TRACING": "false", "PYTHONPATH": str(REPO_ROOT)}
 
 
 def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return warm_children.run(
         [sys.executable, "-m", "langgraph_replay_guard.cli.main", *map(str, args)],
         cwd=REPO_ROOT,
         env=ENV,

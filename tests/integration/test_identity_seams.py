@@ -34,6 +34,7 @@ from langgraph_replay_guard import (
     ReplayUnsafeError,
 )
 from langgraph_replay_guard.testing import ScriptedChatModel
+from tests import warm_children
 
 os.environ["LANGSMITH_TRACING"] = "false"
 
@@ -234,7 +235,7 @@ def test_one_label_stacked_twice_is_one_claim():
 
 def _child(phase: str, order: str, root: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "LANGSMITH_TRACING": "false"}
-    return subprocess.run(
+    return warm_children.run(
         [sys.executable, str(CHILD), phase, order, str(root)],
         capture_output=True,
         text=True,

@@ -15,12 +15,13 @@ from langgraph.types import RetryPolicy
 
 from langgraph_replay_guard import GuardConfig, ReplayGuard, ReplayUnsafeError
 from langgraph_replay_guard.testing import ScriptedChatModel
+from tests import warm_children
 
 from .replay_graphs import ask_once, replay_graph
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return warm_children.run(
         [sys.executable, "-m", "langgraph_replay_guard.cli.main", "inspect", *args],
         capture_output=True,
         text=True,

@@ -13,10 +13,11 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.store.sqlite import SqliteStore
 
 from langgraph_replay_guard import GuardConfig, ReplayGuardCallbackHandler
+from tests import warm_children
 
 
 def _inspect(db: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return warm_children.run(
         [sys.executable, "-m", "langgraph_replay_guard.cli.main", "inspect", "--db", db, *extra],
         capture_output=True,
         text=True,

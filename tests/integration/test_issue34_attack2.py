@@ -242,14 +242,15 @@ OTHER_APPS = [
 
 def _cli(*args: object, timeout: float = 300) -> Any:
     import os
-    import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "LANGSMITH_TRACING": "false", "PYTHONPATH": str(root)}
+    from tests import warm_children
+
     command = [sys.executable, "-m", "langgraph_replay_guard.cli.main", *map(str, args)]
-    return subprocess.run(
+    return warm_children.run(
         command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout, check=False
     )
 
@@ -458,7 +459,9 @@ GuardConfig(tools={"send_email": "unsaef"})
 """
 
 
-def test_the_configuration_classes_as_documented_pass_mypy_strict(tmp_path: Any) -> None:
+def test_the_configuration_classes_as_documented_pass_mypy_strict(
+    tmp_path: Any, mypy_cache_dir: Any
+) -> None:
     import os
     import subprocess
     import sys
@@ -470,7 +473,7 @@ def test_the_configuration_classes_as_documented_pass_mypy_strict(tmp_path: Any)
     done = subprocess.run(
         [
             *(sys.executable, "-m", "mypy", "--strict", "--no-error-summary"),
-            *("--cache-dir", str(tmp_path / "mypy-cache"), str(snippet)),
+            *("--cache-dir", str(mypy_cache_dir), str(snippet)),
         ],
         capture_output=True,
         text=True,

@@ -26,6 +26,7 @@ import pytest
 from langgraph_replay_guard import ReplayConflictError, ReplayGuard, ReplayInFlightError
 from langgraph_replay_guard.storage import store_cas
 from langgraph_replay_guard.storage.ledger_io import ReplayLedger
+from tests import warm_children
 
 from .claim_graphs import POLICY, claim_graph, effect_tools, sends
 from .proc_claim import open_backend
@@ -59,7 +60,7 @@ class _Thread:
     def spawn(self, action: str, *options: str) -> subprocess.Popen[bytes]:
         env = {**os.environ, "LANGSMITH_TRACING": "false", "PYTHONPATH": str(ROOT)}
         args = [action, self.kind, self.target, self.store_target, self.id, str(self.effects)]
-        return subprocess.Popen(
+        return warm_children.popen(
             [sys.executable, SCRIPT, *args, *options],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -24,6 +24,7 @@ from langgraph_replay_guard import ReplayGuard, ReplayUnsafeError
 from langgraph_replay_guard.replay import owners
 from langgraph_replay_guard.storage.ledger_io import ReplayLedger
 from langgraph_replay_guard.testing import ScriptedChatModel, agent_graph
+from tests import warm_children
 
 blockbuster = pytest.importorskip("blockbuster")
 pytestmark = pytest.mark.filterwarnings("ignore::langgraph_replay_guard.errors.ReplayGuardWarning")
@@ -196,7 +197,6 @@ agent.invoke(
 
 def test_a_dead_local_holder_is_checked_without_blocking_the_loop(tmp_path: Path) -> None:
     # The resume reads the dead holder's process start time (`/proc/<pid>/stat`) on the loop.
-    import subprocess
     import sys
 
     aiosqlite = pytest.importorskip("aiosqlite")
@@ -204,7 +204,7 @@ def test_a_dead_local_holder_is_checked_without_blocking_the_loop(tmp_path: Path
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
     from langgraph.store.sqlite.aio import AsyncSqliteStore
 
-    child = subprocess.run(
+    child = warm_children.run(
         [sys.executable, "-c", _CRASHING_CHILD, str(tmp_path)], check=False, timeout=120
     )
     assert child.returncode == -9  # SIGKILL inside the tool, after the effect

@@ -11,7 +11,6 @@ import asyncio
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -24,6 +23,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_replay_guard import GUARD_CHANNEL, GuardView, ReplayGuard
 from langgraph_replay_guard.testing import ScriptedChatModel
+from tests import warm_children
 from tests.integration.graphs import (
     POLICY,
     ToolRuns,
@@ -195,7 +195,7 @@ def test_agent_channel_is_checkpointed_but_not_in_the_output(backend: Backend, t
 
 def run_process(kind: str, target: str, thread_id: str, calls: int) -> dict[str, Any]:
     """One user turn in a fresh Python process (tests/integration/proc_resume.py)."""
-    result = subprocess.run(
+    result = warm_children.run(
         [sys.executable, str(PROC_SCRIPT), kind, target, thread_id, str(calls)],
         cwd=REPO_ROOT,
         capture_output=True,

@@ -41,6 +41,7 @@ from langgraph_replay_guard import (
     verify_record_integrity,
 )
 from langgraph_replay_guard.testing import ScriptedChatModel, agent_graph
+from tests import warm_children
 from tests.integration.graphs import POLICY, ToolRuns, build_agent, build_custom_graph, make_tools
 
 os.environ["LANGSMITH_TRACING"] = "false"
@@ -312,7 +313,7 @@ def test_sigkill_mid_run_leaves_execution_incomplete(tmp_path: Path) -> None:
     db = tmp_path / "records.db"
     ready = tmp_path / "ready"
     execution_id = str(uuid.uuid4())
-    proc = subprocess.Popen(
+    proc = warm_children.popen(
         [sys.executable, str(PROC_SCRIPT), str(db), str(ready), execution_id],
         cwd=REPO_ROOT,
         env={**os.environ, "LANGSMITH_TRACING": "false"},

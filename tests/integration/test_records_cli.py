@@ -18,6 +18,7 @@ from psycopg.conninfo import conninfo_to_dict
 from langgraph_replay_guard import LoopAbortedError, ReplayGuard
 from langgraph_replay_guard.records.recording import revive
 from langgraph_replay_guard.testing import ScriptedChatModel
+from tests import warm_children
 from tests.integration.graphs import POLICY, ToolRuns, build_agent, make_tools
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +27,7 @@ BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return warm_children.run(
         [sys.executable, "-m", "langgraph_replay_guard.cli.main", "records", *args],
         cwd=REPO_ROOT,
         env={**os.environ, "LANGSMITH_TRACING": "false"},

@@ -35,6 +35,7 @@ from langgraph.types import Command, interrupt
 
 from langgraph_replay_guard import GuardConfig, ReplayGuard, ReplayUnsafeError
 from langgraph_replay_guard.storage.ledger_io import ReplayLedger
+from tests import warm_children
 
 from .replay_graphs import asking_model, replay_graph
 from .test_inspect_cli import _run_thread
@@ -80,7 +81,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {"LANGSMITH_TRACING": "false", "PATH": "/usr/bin:/bin"}
     if "PYTHONPATH" in os.environ:  # a worktree's package wins, as in the parent
         env["PYTHONPATH"] = os.environ["PYTHONPATH"]
-    return subprocess.run(
+    return warm_children.run(
         [sys.executable, "-m", "langgraph_replay_guard.cli.main", *args],
         capture_output=True,
         text=True,

@@ -99,7 +99,7 @@ def test_a_misspelled_option_is_a_type_error_naming_the_option_meant(constructor
     assert (config.max_repeats, config.exit_behavior) == (2, "error")
 
 
-def test_mypy_strict_flags_a_misspelled_option(tmp_path: Path) -> None:
+def test_mypy_strict_flags_a_misspelled_option(tmp_path: Path, mypy_cache_dir: Path) -> None:
     snippet = tmp_path / "uses_the_guard.py"
     snippet.write_text(
         "from langgraph_replay_guard import ReplayGuard, ReplayGuardMiddleware\n"
@@ -119,7 +119,7 @@ def test_mypy_strict_flags_a_misspelled_option(tmp_path: Path) -> None:
             "--strict",
             "--no-error-summary",
             "--cache-dir",
-            str(tmp_path / "mypy-cache"),
+            str(mypy_cache_dir),
             str(snippet),
         ],
         capture_output=True,
