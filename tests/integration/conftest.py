@@ -206,3 +206,21 @@ def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
         with PostgresStore.from_conn_string(request.getfixturevalue("pg_uri")) as pg_store:
             pg_store.setup()
             yield pg_store
+
+
+@pytest.fixture(autouse=True)
+def warm_crashtest_servers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start `crashtest`'s phase servers from the warm zygote (`tests/warm_children.py`).
+
+    A phase server is a real process that forks a real process per phase, SIGKILLed at its crash
+    point, exactly as a cold one; started warm it skips LangGraph's imports (a few seconds each,
+    two servers per crash test). `tests/integration/test_crashtest.py`'s CLI tests and a server
+    that must start cold (interpreter flags, another `PYTHON*` variable) still start cold.
+    """
+    import types
+
+    from langgraph_replay_guard.crashtest import harness
+    from tests import warm_children
+
+    warm = types.SimpleNamespace(**{**vars(subprocess), "Popen": warm_children.popen})
+    monkeypatch.setattr(harness, "subprocess", warm)
