@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from langgraph_replay_guard.decisions.state import may_have_written
 from langgraph_replay_guard.evaluation import (
     EvalReport,
     LoopTally,
@@ -302,7 +303,7 @@ def tool_evidence(
                     if entry.example is None:
                         ident = str(trajectory.get("id", "?"))
                         entry.example = (ident, index, previous[0], text)
-            if facts.replay != "pure" and not reading.failed(text):
+            if may_have_written(facts.replay, reading.outcome(text)):
                 epoch += 1
             # The epoch right after the call, its own write included (as `find_loops` reads).
             last[key] = (text, epoch, index)

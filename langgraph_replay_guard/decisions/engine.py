@@ -46,6 +46,7 @@ __all__ = [
     "PlannedCall",
     "Verdict",
     "call_facts",
+    "call_failed",
     "decide",
     "earlier_call_id",
     "fold_settings",
@@ -706,7 +707,7 @@ def make_event(
     """
     executed_with_text = result is not None and outcome in {"success", "failure"}
     failure = None
-    if facts.max_same_failures and _failed(facts, outcome, result):
+    if facts.max_same_failures and call_failed(facts, outcome, result):
         failure = (failure_signature(result, facts.args), facts.max_same_failures)
     # The summary feeds reminders and stops only: denied calls and repeated side effects.
     needs_summary = outcome == "denied" or facts.replay != "pure"
@@ -745,11 +746,18 @@ def _event_preview(facts: CallFacts, outcome: Outcome, result: str | None) -> st
     return result[: facts.preview_chars]
 
 
-def _failed(facts: CallFacts, outcome: Outcome, result: str | None) -> bool:
-    """Whether an executed call failed, for the same-failure layer.
+def call_failed(facts: CallFacts, outcome: Outcome, result: str | None) -> bool:
+    """Whether an executed call failed, for the same-failure layer and the loop definition.
 
-    An error (an error ToolMessage, an exception), or a result that matches the configured
-    `failure_pattern` (a shell prints `command not found` in a normal result).
+    Args:
+        facts: The call's facts (its tool's `failure_pattern`).
+        outcome: `"failure"` for an error (an error ToolMessage, an exception; in a
+            recording, a result matching eval's error pattern), else `"success"`.
+        result: The result or error text.
+
+    Returns:
+        True for an error, or a result that matches the configured `failure_pattern` (a
+        shell prints `command not found` in a normal result).
     """
     if outcome == "failure":
         return True

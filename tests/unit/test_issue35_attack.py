@@ -223,15 +223,6 @@ def test_show_missed_on_runs_with_no_missed_read(tmp_path, capsys):
 # -- the loop definition and the guard disagree (not fixed here) ------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="find_loops reads a failure with eval's error_pattern only, while the guard's "
-    "same-failure layer also reads the tool's failure_pattern (the shell preset's 'command "
-    "not found'): 25 javac calls failing 'javac: command not found' are no loop by "
-    "find_loops, so the guard's same_failure stop counts as a run without a loop stopped "
-    "(benchmarks/data/coding-same-failure.jsonl loop-javac-flags-0/1; eval_toolkits.py "
-    "counts loops by run id instead and shows 0). Fixing it changes the loop definition.",
-)
 def test_a_tool_failing_by_its_own_failure_pattern_again_and_again_is_a_loop():
     config = GuardConfig(toolkits=["swe-agent"])
     run = _run(
@@ -246,15 +237,6 @@ def test_a_tool_failing_by_its_own_failure_pattern_again_and_again_is_a_loop():
     assert report.loops.healthy_stopped == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="find_loops breaks a streak at any other successful world-changing call, also "
-    "one that is itself an identical repeat with the same result: create(same file) -> "
-    "python reproduce.py (same traceback), 8 times, is no loop by the definition, and the "
-    "guard's cycle stop counts as a run without a loop stopped "
-    "(benchmarks/data/coding-synthetic.jsonl weak-same-create-0). Fixing it changes the "
-    "loop definition.",
-)
 def test_a_cycle_of_two_writes_with_the_same_results_is_a_loop():
     config = GuardConfig(toolkits=["mini-swe-agent"])
     pair = [("echo 'x = 1' > repro.py", ""), ("python repro.py", "Traceback ...\nwrong")]
@@ -266,15 +248,6 @@ def test_a_cycle_of_two_writes_with_the_same_results_is_a_loop():
     assert report.loops.healthy_stopped == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a write whose result matches the error pattern ('Error: ...', a partial write "
-    "such as sed on two files of which one is missing, a script that wrote then raised) is "
-    "a failure, and a failed world-changing call starts no new epoch, in the engine "
-    "(decisions/state.py: world_changed needs outcome 'success') and in find_loops: the "
-    "next read of the written file is answered with its old content. Fixing it changes "
-    "the engine's epoch and the loop definition.",
-)
 def test_a_failed_write_may_have_written():
     config = GuardConfig(toolkits=["mini-swe-agent"])
     run = _run(
