@@ -27,6 +27,7 @@ from langgraph_replay_guard.decisions.state import (
     fold_events,
     may_have_written,
     new_state,
+    state_for_turn,
 )
 from langgraph_replay_guard.errors import InvalidArgumentsError
 from langgraph_replay_guard.policy.config import GuardConfig
@@ -254,6 +255,7 @@ MISSED_REASONS = {
     "earlier_failed": "the earlier identical call failed (by the error pattern): a retry runs",
     "earlier_blocked": "the earlier identical call was blocked, so no result of it is known",
     "volatile": "the call is classed volatile (its result may change on its own): always runs",
+    "background": "a call that started background work ran before it: reads always run after",
     "dedup_off": "dedup is off in the configuration",
 }
 """Why the guard let a redundant (or volatile) read run: `MissedRead.reason` codes."""
@@ -589,6 +591,10 @@ def _evaluate_one(
         outcome: Outcome = "success" if succeeded else "failure"
         previous = last.get(stats_key)
         kind = _repeat_kind(previous, text, turn, world_epoch, facts, config)
+        if kind == "redundant_read" and state_for_turn(state, str(turn), config.scope).get(
+            "background"
+        ):
+            kind = "volatile_read"  # a job may be writing: the guard cannot know it is not
         last[stats_key] = (text, turn, world_epoch, index)
         # The call a block is judged against: the previous identical one, else the tool's last.
         earlier = (previous[3], previous[0]) if previous is not None else last_of_tool.get(name)
@@ -696,6 +702,8 @@ def _missed_reason(
 
     Read from the guard's state just before its decision, as the dedup layer reads it.
     """
+    if kind == "volatile_read" and not facts.volatile:
+        return "background", "a call that started background work ran earlier in the thread"
     if kind == "volatile_read":
         return "volatile", f"'{facts.tool}' gave this call a volatile class: it always runs"
     if not config.dedup:

@@ -133,6 +133,7 @@ def new_state() -> dict[str, Any]:
         "failures": {},  # tool -> [failure signature, same in a row], same-failure streaks
         "reminder": None,  # {"reason", "tool", "args", "count", "batch"} pending reminder
         "stop": None,  # {"reason", "tool", "count", "message"} after an abort
+        "background": False,  # a call started work that outlives it: reads are not deduped
         "blocked": [],  # [tool, reason, count] of recent blocked calls
         "totals": {"calls": 0, "blocked": 0, "aborts": 0},  # whole thread, never reset
         "pending": None,  # {"batch", "events"}: calls of the latest batch, not yet folded
@@ -404,6 +405,7 @@ def _enter_turn(state: dict[str, Any], turn: str | None, scope: str) -> None:
     state["results"] = {}
     state["tail"] = []
     state["cycle"] = None
+    state["background"] = False
 
 
 def _bump(mapping: dict[str, Any], key: str, value: Any, cap: int) -> None:
@@ -473,6 +475,8 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
 
     if may_have_written(ev.replay, outcome):
         state["epoch"] += 1
+    if executed and ev.background:
+        state["background"] = True  # whatever it returned: the job may run on
     if world_changed:
         if progress_resets:
             # Progress: the agent changed the world, so other calls' repeats start over.

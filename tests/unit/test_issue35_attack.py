@@ -259,14 +259,6 @@ def test_a_failed_write_may_have_written():
     assert evaluate_trajectories([run], config).total.wrong == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a job started in the background (`python server.py > out.log &`) keeps writing "
-    "after its call returned, but nothing marks the calls after it: `cat out.log` again "
-    "(after `sleep 5`, a volatile read, or at once) is answered with the old log. The "
-    "class is per call, so this needs state in the engine (reads volatile while a "
-    "background job may run): not a small fix.",
-)
 @pytest.mark.parametrize("toolkit", sorted(SHELLS))
 def test_a_log_read_again_while_a_background_job_writes_it_runs(toolkit):
     run = _run(
