@@ -402,7 +402,7 @@ def parse_script(text: str, null_targets: Iterable[str] = ("/dev/null",)) -> Scr
             continue
         if value in _SEPARATORS or value in _CASE_OPERATORS:
             script.unsupported |= value in _CASE_OPERATORS
-            script.background |= value == "&" and bool(current.words or current.writes)
+            script.background |= value == "&"  # `cmd &` (`&&`, `&>`, `>&` are other tokens)
             if current.words or current.writes:
                 script.commands.append(current)
             current = Command()
