@@ -263,3 +263,27 @@ def test_holdout_0_keeps_what_the_search_chose_unchecked(no_cycles):
     assert result.held_out.runs == 0
     assert result.config.max_repeats == 2, "the fit the held-out check drops by default"
     assert [c.why for c in result.checks] == ["not checked (--holdout 0)"]
+
+
+def test_calibration_keeps_the_same_failure_layer_the_javac_loops_need():
+    """The javac loops fail by the shell's own failure pattern: loops on both parts."""
+    from langgraph_replay_guard.calibration import split_runs
+    from langgraph_replay_guard.evaluation import RecordingReading
+
+    data = Path(__file__).resolve().parents[2] / "benchmarks" / "data"
+    lines = (data / "openhands-synthetic.jsonl").read_text(encoding="utf-8").splitlines()
+    runs = [json.loads(line) for line in lines if line.strip()]
+    base = GuardConfig(toolkits=("openhands",))
+    reading = RecordingReading(normalize=(r"in [0-9.]+s",))
+    loops = find_loops(runs, base, reading)
+    chosen, held = split_runs(runs, loops, 0.5)
+    for part in (chosen, held):
+        assert any(loops[i] and runs[i]["id"].startswith("loop-javac") for i in part)
+        part_runs, part_loops = [runs[i] for i in part], [loops[i] for i in part]
+        off = base.model_copy(update={"max_same_failures": 0})
+        kept, _ = score(part_runs, part_loops, base, reading)
+        dropped, _ = score(part_runs, part_loops, off, reading)
+        assert dropped.loops_stopped < kept.loops_stopped
+    result = calibrate(runs, base, reading)
+    assert result.config.max_same_failures != 0
+    assert result.score.loops_stopped == sum(map(bool, loops))
