@@ -121,7 +121,7 @@ class ToolEvidence:
         volatile: Whether its policy marks it volatile.
         calls: Recorded calls.
         same_results: Identical calls (same tool and arguments, same user turn, no other
-            successful world-changing call since) that returned the previous identical
+            world-changing call since, failed ones included) that returned the previous identical
             call's result; for a world-changing tool, its own identical call repeated (as
             `find_loops` reads it).
         changed_results: Identical calls of a `pure` call, as above, that returned something

@@ -111,9 +111,10 @@ class Tally:
         identical_repeats: Repeats whose recorded result equals the previous identical call's.
         repeat_kinds: Identical repeats by kind, each `[total, caught]`:
             `redundant_read` (a `pure`, non-volatile read in the guard's scope with no
-            successful world-changing call since: what the rules can know is redundant),
-            `volatile_read`, `side_effect` (a non-`pure` tool, never deduplicated),
-            `after_world_change` (a re-check after a successful write: allowed by design),
+            world-changing call since, failed ones included: what the rules can know is
+            redundant), `volatile_read` (also a read after a call that started background
+            work), `side_effect` (a non-`pure` tool, never deduplicated),
+            `after_world_change` (a re-check after a write: allowed by design),
             `new_turn` (the previous one was in an earlier user turn, `scope="turn"`),
             `unknown_tool` (a call to a tool that does not exist, again).
             Also `same_failure`: calls with other arguments whose recorded result is the

@@ -107,6 +107,8 @@ def may_have_written(replay: str, outcome: str) -> bool:
         True when the call starts a new world epoch.
     """
     return replay != "pure" and outcome in _EXECUTED
+
+
 _OUTCOME_RANK = {"answered": 0, "denied": 0, "timeout": 1, "failure": 2, "success": 3}
 
 
@@ -477,10 +479,9 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
         state["epoch"] += 1
     if executed and ev.background:
         state["background"] = True  # whatever it returned: the job may run on
-    if world_changed:
-        if progress_resets:
-            # Progress: the agent changed the world, so other calls' repeats start over.
-            state["counters"] = {key: state["counters"][key]}
+    if world_changed and progress_resets:
+        # Progress: the agent changed the world, so other calls' repeats start over.
+        state["counters"] = {key: state["counters"][key]}
 
     new_result = False
     if outcome == "success":
@@ -1143,7 +1144,8 @@ class GuardView:
 
     Attributes:
         turn: Id of the user message that opened the current turn.
-        epoch: How many successful world-changing calls the turn has made.
+        epoch: How many world-changing calls the turn has run (failed ones included: they
+            may have written part of their effect).
         calls: Calls recorded in the current turn (executed or not).
         recent_calls: The dedup window: recent executed calls, oldest first.
         counters: Repeat counts of recently seen distinct calls, most recent last.

@@ -173,6 +173,7 @@ class Event(TypedDict):
     m: NotRequired[int]
     f: NotRequired[list[Any]]
     d: NotRequired[str]
+    g: NotRequired[bool]
 
 
 @dataclass(slots=True)

@@ -737,9 +737,12 @@ def _detaches(words: Sequence[str]) -> bool:
     for word in words:
         if word in _DETACHING:
             return True
-        if word not in _BEFORE_DETACHING and not _ASSIGNMENT.match(word) and word not in (
-            _RESERVED_WORDS
-        ) and not word.startswith("-"):
+        if (
+            word not in _BEFORE_DETACHING
+            and not _ASSIGNMENT.match(word)
+            and word not in (_RESERVED_WORDS)
+            and not word.startswith("-")
+        ):
             return False
     return False
 

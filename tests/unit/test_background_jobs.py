@@ -15,12 +15,16 @@ from langchain.agents import create_agent
 from langchain_core.tools import tool
 
 from langgraph_replay_guard import GuardConfig, ReplayGuard
+from langgraph_replay_guard.decisions.call_class import CallClass
 from langgraph_replay_guard.decisions.engine import call_facts, fold_settings, make_event
 from langgraph_replay_guard.decisions.state import fold_events, load_state, new_state
-from langgraph_replay_guard.decisions.state_format import CallEvent, InvalidStateError, decode_events
+from langgraph_replay_guard.decisions.state_format import (
+    CallEvent,
+    InvalidStateError,
+    decode_events,
+)
 from langgraph_replay_guard.evaluation import evaluate_trajectories
 from langgraph_replay_guard.policy.classify import _shell
-from langgraph_replay_guard.decisions.call_class import CallClass
 from langgraph_replay_guard.testing import ScriptedChatModel
 
 SHELLS = {"mini-swe-agent": "bash", "swe-agent": "bash", "openhands": "execute_bash"}
@@ -64,7 +68,12 @@ def _run(tool: str, *calls: tuple[str, str], turn: int | None = None) -> dict:
         "id": "r",
         "model": "m",
         "calls": [
-            {"name": tool, "args": {"command": c}, "result": r, **({} if turn is None else {"turn": turn})}
+            {
+                "name": tool,
+                "args": {"command": c},
+                "result": r,
+                **({} if turn is None else {"turn": turn}),
+            }
             for c, r in calls
         ],
     }

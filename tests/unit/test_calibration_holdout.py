@@ -113,9 +113,7 @@ def test_loop_free_coding_runs_keep_every_loop_threshold(tmp_path, capsys):
     assert main([*argv, "--allow-no-loops"]) == 0
 
 
-def test_a_one_model_slice_does_not_fit_a_threshold_the_held_out_runs_refute(
-    tau_policy, no_cycles
-):
+def test_a_one_model_slice_does_not_fit_a_threshold_the_held_out_runs_refute(tau_policy, no_cycles):
     """Issue 35 repro 3: 50 gpt-4o runs with one book_reservation loop.
 
     Stopping that loop a call earlier (max_repeats 2, for every tool or for book_reservation)
