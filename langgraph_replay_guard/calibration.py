@@ -277,6 +277,7 @@ def tool_evidence(
         last: dict[tuple[Any, str], tuple[str, int, int]] = {}
         repeated: set[str] = set()
         epoch = 0
+        background = False  # a call started work that outlives it: reads may change
         for index, call, text, facts in reading.calls(trajectory, config):
             name, turn = call["name"], call.get("turn", 0)
             entry = evidence.get(name)
@@ -298,6 +299,8 @@ def tool_evidence(
                     entry.same_results += 1
                 elif facts.replay != "pure":
                     pass  # a write answering otherwise the 2nd time (a toggle): not volatile
+                elif background:
+                    pass  # a background job may have written since: no sign of volatility
                 else:
                     entry.changed_results += 1
                     if entry.example is None:
@@ -305,6 +308,7 @@ def tool_evidence(
                         entry.example = (ident, index, previous[0], text)
             if may_have_written(facts.replay, reading.outcome(text)):
                 epoch += 1
+            background = background or facts.background
             # The epoch right after the call, its own write included (as `find_loops` reads).
             last[key] = (text, epoch, index)
         for name in repeated:

@@ -1,8 +1,8 @@
 """Issue 35 attacked: coding toolkits never answer a changed read, calibration splits by content.
 
-Each test here broke what issue 35 promises on the merged fix (d0d2388); the `xfail` ones
-name a disagreement between the loop definition (`find_loops`) and the guard that is not
-fixed here (see each reason).
+Each test here broke what issue 35 promises on the merged fix (d0d2388). The four that were
+strict xfails (a disagreement between the loop definition, `find_loops`, and the guard) pass
+since branch i35-finish: the failure pattern, cycles, failed writes and background jobs.
 """
 
 from __future__ import annotations
@@ -220,7 +220,7 @@ def test_show_missed_on_runs_with_no_missed_read(tmp_path, capsys):
     assert "holds no trajectory" in capsys.readouterr().err
 
 
-# -- the loop definition and the guard disagree (not fixed here) ------------------------------
+# -- the loop definition and the guard agree (were strict xfails) -----------------------------
 
 
 def test_a_tool_failing_by_its_own_failure_pattern_again_and_again_is_a_loop():
