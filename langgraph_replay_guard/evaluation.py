@@ -252,7 +252,7 @@ class WrongBlock:
 
 MISSED_REASONS = {
     "window": "the earlier identical call ran more executed calls back than history_window",
-    "epoch": "a call the guard counts as a change (a non-pure success) ran since",
+    "epoch": "a call the guard counts as a change (a non-pure call, failed or not) ran since",
     "earlier_failed": "the earlier identical call failed (by the error pattern): a retry runs",
     "earlier_blocked": "the earlier identical call was blocked, so no result of it is known",
     "volatile": "the call is classed volatile (its result may change on its own): always runs",
@@ -544,7 +544,7 @@ def _evaluate_one(
     # call; per tool: the index and recorded result of its last call.
     last: dict[str, tuple[str, Any, int, int]] = {}
     last_of_tool: dict[str, tuple[int, str]] = {}
-    world_epoch = 0  # successful non-pure calls in the recording so far
+    world_epoch = 0  # non-pure calls that ran in the recording so far (`may_have_written`)
     # Per tool: the failure signature of its last recorded call, when that call failed.
     last_failure: dict[str, str] = {}
     cut_turn: Any = None
