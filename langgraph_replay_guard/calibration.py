@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from langgraph_replay_guard.decisions.state import may_have_written
 from langgraph_replay_guard.evaluation import (
     EvalReport,
     LoopTally,
@@ -120,7 +121,7 @@ class ToolEvidence:
         volatile: Whether its policy marks it volatile.
         calls: Recorded calls.
         same_results: Identical calls (same tool and arguments, same user turn, no other
-            successful world-changing call since) that returned the previous identical
+            world-changing call since, failed ones included) that returned the previous identical
             call's result; for a world-changing tool, its own identical call repeated (as
             `find_loops` reads it).
         changed_results: Identical calls of a `pure` call, as above, that returned something
@@ -276,6 +277,7 @@ def tool_evidence(
         last: dict[tuple[Any, str], tuple[str, int, int]] = {}
         repeated: set[str] = set()
         epoch = 0
+        background = False  # a call started work that outlives it: reads may change
         for index, call, text, facts in reading.calls(trajectory, config):
             name, turn = call["name"], call.get("turn", 0)
             entry = evidence.get(name)
@@ -297,13 +299,16 @@ def tool_evidence(
                     entry.same_results += 1
                 elif facts.replay != "pure":
                     pass  # a write answering otherwise the 2nd time (a toggle): not volatile
+                elif background:
+                    pass  # a background job may have written since: no sign of volatility
                 else:
                     entry.changed_results += 1
                     if entry.example is None:
                         ident = str(trajectory.get("id", "?"))
                         entry.example = (ident, index, previous[0], text)
-            if facts.replay != "pure" and not reading.failed(text):
+            if may_have_written(facts.replay, reading.outcome(text)):
                 epoch += 1
+            background = background or facts.background
             # The epoch right after the call, its own write included (as `find_loops` reads).
             last[key] = (text, epoch, index)
         for name in repeated:

@@ -14,6 +14,7 @@ from langgraph_replay_guard.decisions.engine import (
     CallFacts,
     Verdict,
     call_facts,
+    call_failed,
     decide,
     fold_settings,
     make_event,
@@ -21,10 +22,15 @@ from langgraph_replay_guard.decisions.engine import (
 )
 from langgraph_replay_guard.decisions.failures import failure_signature
 from langgraph_replay_guard.decisions.keys import call_key
-from langgraph_replay_guard.decisions.state import fold_events, new_state
+from langgraph_replay_guard.decisions.state import (
+    Outcome,
+    fold_events,
+    may_have_written,
+    new_state,
+    state_for_turn,
+)
 from langgraph_replay_guard.errors import InvalidArgumentsError
 from langgraph_replay_guard.policy.config import GuardConfig
-from langgraph_replay_guard.policy.patterns import SafePattern
 
 __all__ = [
     "DEDUP_REASONS",
@@ -105,9 +111,10 @@ class Tally:
         identical_repeats: Repeats whose recorded result equals the previous identical call's.
         repeat_kinds: Identical repeats by kind, each `[total, caught]`:
             `redundant_read` (a `pure`, non-volatile read in the guard's scope with no
-            successful world-changing call since: what the rules can know is redundant),
-            `volatile_read`, `side_effect` (a non-`pure` tool, never deduplicated),
-            `after_world_change` (a re-check after a successful write: allowed by design),
+            world-changing call since, failed ones included: what the rules can know is
+            redundant), `volatile_read` (also a read after a call that started background
+            work), `side_effect` (a non-`pure` tool, never deduplicated),
+            `after_world_change` (a re-check after a write: allowed by design),
             `new_turn` (the previous one was in an earlier user turn, `scope="turn"`),
             `unknown_tool` (a call to a tool that does not exist, again).
             Also `same_failure`: calls with other arguments whose recorded result is the
@@ -245,10 +252,11 @@ class WrongBlock:
 
 MISSED_REASONS = {
     "window": "the earlier identical call ran more executed calls back than history_window",
-    "epoch": "a call the guard counts as a change (a non-pure success) ran since",
+    "epoch": "a call the guard counts as a change (a non-pure call, failed or not) ran since",
     "earlier_failed": "the earlier identical call failed (by the error pattern): a retry runs",
     "earlier_blocked": "the earlier identical call was blocked, so no result of it is known",
     "volatile": "the call is classed volatile (its result may change on its own): always runs",
+    "background": "a call that started background work ran before it: reads always run after",
     "dedup_off": "dedup is off in the configuration",
 }
 """Why the guard let a redundant (or volatile) read run: `MissedRead.reason` codes."""
@@ -536,7 +544,7 @@ def _evaluate_one(
     # call; per tool: the index and recorded result of its last call.
     last: dict[str, tuple[str, Any, int, int]] = {}
     last_of_tool: dict[str, tuple[int, str]] = {}
-    world_epoch = 0  # successful non-pure calls in the recording so far
+    world_epoch = 0  # non-pure calls that ran in the recording so far (`may_have_written`)
     # Per tool: the failure signature of its last recorded call, when that call failed.
     last_failure: dict[str, str] = {}
     cut_turn: Any = None
@@ -581,20 +589,25 @@ def _evaluate_one(
             report.by_tool_class.setdefault(name, {}).setdefault(call_class, Tally()),
         )
         succeeded = not failed.search(text)
+        outcome: Outcome = "success" if succeeded else "failure"
         previous = last.get(stats_key)
         kind = _repeat_kind(previous, text, turn, world_epoch, facts, config)
+        if kind == "redundant_read" and state_for_turn(state, str(turn), config.scope).get(
+            "background"
+        ):
+            kind = "volatile_read"  # a job may be writing: the guard cannot know it is not
         last[stats_key] = (text, turn, world_epoch, index)
         # The call a block is judged against: the previous identical one, else the tool's last.
         earlier = (previous[3], previous[0]) if previous is not None else last_of_tool.get(name)
         last_of_tool[name] = (index, text)
         # A tool that does not exist never runs, so it has no failure of its own to repeat.
-        failure = not succeeded or _matches(facts.failure_pattern, text)
+        failure = call_failed(facts, outcome, text)
         error = text if failure and not facts.unknown else None
         failed_again = _failed_again(last_failure, name, error, call)
         if kind is None and failed_again:
             kind = _SAME_KIND  # not an identical repeat: a retry that failed the same way
-        if succeeded and facts.replay != "pure":
-            world_epoch += 1
+        if may_have_written(facts.replay, outcome):
+            world_epoch += 1  # as the guard's epoch: a failed write may have written too
         for t in tallies:
             t.calls += 1
             t.unknown_tools += facts.unknown
@@ -632,11 +645,11 @@ def _evaluate_one(
         if decision.executes:
             last_run[facts.key] = (index, ran)
             ran += 1
-            if succeeded and facts.replay != "pure":
+            if may_have_written(facts.replay, outcome):
                 epoch_starts.append((index, f"{name} {_args_json(call)}", facts.replay))
             event = make_event(
                 facts,
-                "success" if succeeded else "failure",
+                outcome,
                 result=text,
                 turn=str(turn),
             )
@@ -690,6 +703,8 @@ def _missed_reason(
 
     Read from the guard's state just before its decision, as the dedup layer reads it.
     """
+    if kind == "volatile_read" and not facts.volatile:
+        return "background", "a call that started background work ran earlier in the thread"
     if kind == "volatile_read":
         return "volatile", f"'{facts.tool}' gave this call a volatile class: it always runs"
     if not config.dedup:
@@ -749,10 +764,6 @@ def _wrong_block(
 def _cut(text: str, most: int = WRONG_PREVIEW_CHARS) -> str:
     """`text` up to `most` characters, ending with "..." when it was cut."""
     return text if len(text) <= most else text[: most - 3] + "..."
-
-
-def _matches(pattern: SafePattern | None, text: str) -> bool:
-    return pattern is not None and pattern.search(text) is not None
 
 
 def _failed_again(
@@ -876,8 +887,10 @@ def loop_definition(loop_calls: int = DEFAULT_LOOP_CALLS) -> str:
     return (
         f"the same call (same tool, same arguments as the guard keys them) returning the same "
         f"result {loop_calls} times in a row in one user turn, whatever the tool's class, with "
-        f"no other successful world-changing call in between; or one tool failing the same way "
-        f"{loop_calls} times in a row, never succeeding after in that turn"
+        f"no other world-changing call (failed ones included) in between; or a cycle of 2 to "
+        f"max_cycle_period calls going round {loop_calls} times with the same results; or one "
+        f"tool failing the same way (its error, or its own failure pattern) {loop_calls} times "
+        f"in a row, never succeeding after in that turn"
     )
 
 
@@ -914,6 +927,10 @@ class RecordingReading:
     def failed(self, text: str) -> bool:
         """Whether a result text marks a failure (`error_pattern`)."""
         return self._failed.search(text) is not None
+
+    def outcome(self, text: str) -> Outcome:
+        """The outcome the guard records for a call with this result (`error_pattern`)."""
+        return "failure" if self.failed(text) else "success"
 
     def calls(
         self, trajectory: Trajectory, config: GuardConfig
@@ -953,20 +970,28 @@ def find_loops(
     - makes the same call (same tool, same arguments as the guard keys them) and gets the
       same result (after `normalize`) `loop_calls` times in a row, **whatever the tool's
       class**: each time the previous identical call's result again, with no other
-      successful world-changing call (a non-`pure` call, other than this one, whose result
-      does not match `error_pattern`) in between, since that may change the answer. An
-      identical successful `unsafe` call repeated (`transfer_to_human_agents` 100 times)
-      is a loop: its own earlier runs changed nothing it could see. Other calls may come in
-      between (an A-B-A-B cycle loops on A); or
-    - gets the same failure (`error_pattern`, normalized as the same-failure layer does:
-      numbers, ids and echoed arguments ignored) from one tool `loop_calls` times in a row,
-      whatever the arguments (a success of that tool or a successful world-changing call
-      starts the row again), and that tool does not succeed later in the turn: a run that
-      got out of its failures by itself does not loop, so stopping it is a stop in a run
-      without a loop.
+      world-changing call in between (a non-`pure` call other than this one, failed or not:
+      a failed write may have written part of its effect, `may_have_written`), since that
+      may change the answer. An identical successful `unsafe` call repeated
+      (`transfer_to_human_agents` 100 times) is a loop: its own earlier runs changed
+      nothing it could see. Other calls may come in between (an A-B-A-B cycle of reads
+      loops on A); or
+    - goes round a cycle of 2 to `max_cycle_period` calls (not all the same call)
+      `loop_calls` times in a row with the same results each round, writes included (write
+      the same script, run it, the same traceback: the cycle's own writes change nothing
+      it sees); or
+    - gets the same failure (decided as the guard decides it, `call_failed`: the result
+      matches `error_pattern`, or the tool's own `failure_pattern`; normalized as the
+      same-failure layer does: numbers, ids and echoed arguments ignored) from one tool
+      `loop_calls` times in a row, whatever the arguments (a success of that tool or a
+      successful world-changing call starts the row again, as in the guard), and that tool
+      does not succeed later in the turn: a run that got out of its failures by itself
+      does not loop, so stopping it is a stop in a run without a loop.
 
-    The guard's settings play no part, only its call keys (`ignore_args`, per-call
-    classification) and replay classes: the same runs loop whatever thresholds are tried.
+    The guard's thresholds play no part, only its call keys (`ignore_args`, per-call
+    classification), replay classes, failure patterns and `max_cycle_period` of `config`
+    (calibration reads the loops once, with its base configuration): the same runs loop
+    whatever thresholds are tried.
 
     Args:
         trajectories: Parsed trajectories.
@@ -977,17 +1002,21 @@ def find_loops(
         For each trajectory, in order, the set of its looping turns (empty: no loop).
     """
     found: list[frozenset[Any]] = []
+    rounds = reading.loop_calls
+    periods = range(2, config.max_cycle_period + 1)
     for trajectory in trajectories:
-        # Per turn, what loops in it: ("same", key) or ("failure", tool).
+        # Per turn, what loops in it: ("same", key), ("cycle", keys) or ("failure", tool).
         looping: dict[Any, set[tuple[str, Any]]] = {}
         # Per (turn, key): result, the world epoch right after that call, streak.
         same: dict[tuple[Any, str], tuple[str, int, int]] = {}
-        failing: dict[tuple[Any, str], tuple[str, int, int]] = {}  # tool: signature, epoch, n
-        epoch = 0
+        failing: dict[tuple[Any, str], tuple[str, int, int]] = {}  # tool: signature, progress, n
+        tails: dict[Any, list[tuple[str, str]]] = {}  # per turn: its last calls, (key, result)
+        epoch = 0  # calls that may have written (`may_have_written`)
+        progress = 0  # successful world-changing calls: only they end another tool's row
         for _, call, text, facts in reading.calls(trajectory, config):
             name, turn = call["name"], call.get("turn", 0)
-            ok = not reading.failed(text)
-            writes = ok and facts.replay != "pure"
+            outcome = reading.outcome(text)
+            failed = call_failed(facts, outcome, text)
             key = (turn, facts.key)
             previous = same.get(key)
             streak = 1
@@ -995,9 +1024,15 @@ def find_loops(
             # its own write included: only another call's write can change this answer.
             if previous is not None and previous[0] == text and previous[1] == epoch:
                 streak = previous[2] + 1
-            if streak >= reading.loop_calls:
+            if streak >= rounds:
                 looping.setdefault(turn, set()).add(("same", facts.key))
-            if ok:
+            tail = tails.setdefault(turn, [])
+            tail.append((facts.key, text))
+            del tail[: -config.max_cycle_period * rounds]
+            cycle = _cycle(tail, periods, rounds)
+            if cycle is not None:
+                looping.setdefault(turn, set()).add(("cycle", cycle))
+            if not failed:
                 failing.pop((turn, name), None)
                 # The tool succeeded after its failures: the run got out by itself.
                 looping.get(turn, set()).discard(("failure", name))
@@ -1005,13 +1040,33 @@ def find_loops(
                 signature = failure_signature(text, call.get("args", {}))
                 earlier = failing.get((turn, name))
                 row = 1
-                if earlier is not None and earlier[0] == signature and earlier[1] == epoch:
+                if earlier is not None and earlier[0] == signature and earlier[1] == progress:
                     row = earlier[2] + 1
-                failing[(turn, name)] = (signature, epoch, row)
-                if row >= reading.loop_calls:
+                failing[(turn, name)] = (signature, progress, row)
+                if row >= rounds:
                     looping.setdefault(turn, set()).add(("failure", name))
-            if writes:
+            if may_have_written(facts.replay, outcome):
                 epoch += 1
+                progress += not failed and outcome == "success"
             same[key] = (text, epoch, streak)
         found.append(frozenset(turn for turn, why in looping.items() if why))
     return found
+
+
+def _cycle(
+    tail: Sequence[tuple[str, str]], periods: Iterable[int], rounds: int
+) -> tuple[str, ...] | None:
+    """The keys of a cycle the tail ends with, gone round `rounds` times, or None."""
+    last = tail[-1]
+    for period in periods:
+        size = period * rounds
+        if len(tail) < size:
+            break
+        if tail[-1 - period] != last:
+            continue  # cheap test before comparing whole rounds
+        block = tail[-period:]
+        if len({key for key, _ in block}) == 1:
+            continue  # a plain repeat: the same-call rule's
+        if all(tail[-size + i] == block[i % period] for i in range(size)):
+            return tuple(key for key, _ in block)
+    return None

@@ -38,6 +38,9 @@ class CallClass:
             clock, a process, the file open in an editor's viewer): the same call may
             return or do something else each time. Never deduplicated, still counted,
             its count starting over when its result changes (see `ToolPolicy.volatile`).
+        background: The call starts work that outlives it (a shell's `cmd &`, `nohup`,
+            `setsid`, `disown`): a job that may keep writing after the call returned, so
+            reads after it in the same thread (or turn) are no longer deduplicated.
 
     Raises:
         ValueError: On an unknown replay class.
@@ -45,6 +48,7 @@ class CallClass:
 
     replay: ReplayClass
     volatile: bool = False
+    background: bool = False
 
     def __post_init__(self) -> None:
         if (self.replay, self.volatile) not in _RANKS:

@@ -46,6 +46,7 @@ __all__ = [
     "PlannedCall",
     "Verdict",
     "call_facts",
+    "call_failed",
     "decide",
     "earlier_call_id",
     "fold_settings",
@@ -156,6 +157,9 @@ class CallFacts(NamedTuple):
     """`GuardConfig.result_preview_chars`: how much of a result its event keeps."""
     store_previews: bool = True
     """`GuardConfig.store_previews`: False, its event keeps no result text (a digest only)."""
+    background: bool = False
+    """The call starts work that outlives it (`CallClass.background`): once it ran, reads
+    are no longer deduplicated in the thread (or turn)."""
 
     @property
     def args_summary(self) -> str:
@@ -212,12 +216,14 @@ def call_facts(
     if classifier is None:
         key = call_key(tool, args, ignore_args=rules.ignore_args)
         replay, volatile, short_circuit = rules.replay, rules.volatile, rules.short_circuit
+        background = False
     else:
         # A multi-purpose tool (a shell, an editor): this call's own class and key.
         call_class, key_args = classifier(tool, args)
         key = call_key(tool, key_args, ignore_args=rules.ignore_args)
         replay, volatile = call_class.replay, call_class.volatile
         short_circuit = rules.policy.short_circuits(replay, volatile)
+        background = call_class.background
     return CallFacts(
         tool,
         key,
@@ -233,6 +239,7 @@ def call_facts(
         rules.source,
         config.result_preview_chars,
         config.store_previews,
+        background,
     )
 
 
@@ -434,7 +441,10 @@ def _decide(
     if failing is not None:
         return failing
 
-    if config.dedup and facts.replay == "pure" and not facts.volatile:
+    # After a call that started background work, a read may see what the job wrote since:
+    # it runs (still counted by the repeat limit, like a volatile read).
+    reads_settle = not view.get("background")
+    if config.dedup and facts.replay == "pure" and not facts.volatile and reads_settle:
         if in_batch:
             msg = (
                 f"Not executed: an earlier call in this same batch already calls '{_q(tool)}' "
@@ -459,7 +469,7 @@ def _decide(
                 )
             break  # the latest identical call failed or timed out: a retry is allowed
 
-    if config.result_diff and facts.short_circuit:
+    if config.result_diff and facts.short_circuit and (reads_settle or facts.replay != "pure"):
         stored = view["results"].get(key)
         memo = ResultMemo(*stored) if stored is not None else None
         if memo is not None and memo.in_a_row >= 2 and memo.epoch == view["epoch"]:
@@ -706,7 +716,7 @@ def make_event(
     """
     executed_with_text = result is not None and outcome in {"success", "failure"}
     failure = None
-    if facts.max_same_failures and _failed(facts, outcome, result):
+    if facts.max_same_failures and call_failed(facts, outcome, result):
         failure = (failure_signature(result, facts.args), facts.max_same_failures)
     # The summary feeds reminders and stops only: denied calls and repeated side effects.
     needs_summary = outcome == "denied" or facts.replay != "pure"
@@ -728,6 +738,7 @@ def make_event(
         batch_size=batch_size,
         failure=failure,
         call_id=call_id,
+        background=facts.background,
     ).encode()
 
 
@@ -745,11 +756,18 @@ def _event_preview(facts: CallFacts, outcome: Outcome, result: str | None) -> st
     return result[: facts.preview_chars]
 
 
-def _failed(facts: CallFacts, outcome: Outcome, result: str | None) -> bool:
-    """Whether an executed call failed, for the same-failure layer.
+def call_failed(facts: CallFacts, outcome: Outcome, result: str | None) -> bool:
+    """Whether an executed call failed, for the same-failure layer and the loop definition.
 
-    An error (an error ToolMessage, an exception), or a result that matches the configured
-    `failure_pattern` (a shell prints `command not found` in a normal result).
+    Args:
+        facts: The call's facts (its tool's `failure_pattern`).
+        outcome: `"failure"` for an error (an error ToolMessage, an exception; in a
+            recording, a result matching eval's error pattern), else `"success"`.
+        result: The result or error text.
+
+    Returns:
+        True for an error, or a result that matches the configured `failure_pattern` (a
+        shell prints `command not found` in a normal result).
     """
     if outcome == "failure":
         return True

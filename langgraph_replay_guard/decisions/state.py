@@ -50,6 +50,7 @@ __all__ = [
     "fold_events",
     "held_previews",
     "load_state",
+    "may_have_written",
     "merge_guard_state",
     "new_state",
     "own_update",
@@ -89,6 +90,25 @@ a structured-output retry, a cache): the attempt counts toward repeats and loops
 ran, nothing is cached and no reminder is armed by it alone."""
 
 _EXECUTED: frozenset[str] = frozenset({"success", "failure", "timeout"})
+
+
+def may_have_written(replay: str, outcome: str) -> bool:
+    """Whether a call may have changed the world: a non-`pure` call that ran, whatever it gave.
+
+    A write that failed or timed out may have written part of its effect (sed on two files
+    of which one is missing, a script that wrote then raised): the next identical read
+    must run. The one rule the engine's epoch and the loop definition (`find_loops`) share.
+
+    Args:
+        replay: The call's replay class.
+        outcome: `"success"`, `"failure"`, `"timeout"` or `"denied"`.
+
+    Returns:
+        True when the call starts a new world epoch.
+    """
+    return replay != "pure" and outcome in _EXECUTED
+
+
 _OUTCOME_RANK = {"answered": 0, "denied": 0, "timeout": 1, "failure": 2, "success": 3}
 
 
@@ -115,6 +135,7 @@ def new_state() -> dict[str, Any]:
         "failures": {},  # tool -> [failure signature, same in a row], same-failure streaks
         "reminder": None,  # {"reason", "tool", "args", "count", "batch"} pending reminder
         "stop": None,  # {"reason", "tool", "count", "message"} after an abort
+        "background": False,  # a call started work that outlives it: reads are not deduped
         "blocked": [],  # [tool, reason, count] of recent blocked calls
         "totals": {"calls": 0, "blocked": 0, "aborts": 0},  # whole thread, never reset
         "pending": None,  # {"batch", "events"}: calls of the latest batch, not yet folded
@@ -386,6 +407,7 @@ def _enter_turn(state: dict[str, Any], turn: str | None, scope: str) -> None:
     state["results"] = {}
     state["tail"] = []
     state["cycle"] = None
+    state["background"] = False
 
 
 def _bump(mapping: dict[str, Any], key: str, value: Any, cap: int) -> None:
@@ -444,17 +466,22 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
 
     epoch_before = state["epoch"]
     executed = outcome in _EXECUTED
+    # A failed write starts a new epoch (reads after it run again) but is no progress: it
+    # resets no repeat count and ends no failure streak, so a write failing again and again
+    # is still stopped by those layers.
     world_changed = outcome == "success" and ev.replay != "pure"
     progress_resets = cfg.repeat_reset == "progress"
     if executed:
         state["recent_calls"].append([*ExecutedCall(key, tool, outcome, epoch_before)])
         del state["recent_calls"][: -cfg.window]
 
-    if world_changed:
+    if may_have_written(ev.replay, outcome):
         state["epoch"] += 1
-        if progress_resets:
-            # Progress: the agent changed the world, so other calls' repeats start over.
-            state["counters"] = {key: state["counters"][key]}
+    if executed and ev.background:
+        state["background"] = True  # whatever it returned: the job may run on
+    if world_changed and progress_resets:
+        # Progress: the agent changed the world, so other calls' repeats start over.
+        state["counters"] = {key: state["counters"][key]}
 
     new_result = False
     if outcome == "success":
@@ -1136,7 +1163,8 @@ class GuardView:
 
     Attributes:
         turn: Id of the user message that opened the current turn.
-        epoch: How many successful world-changing calls the turn has made.
+        epoch: How many world-changing calls the turn has run (failed ones included: they
+            may have written part of their effect).
         calls: Calls recorded in the current turn (executed or not).
         recent_calls: The dedup window: recent executed calls, oldest first.
         counters: Repeat counts of recently seen distinct calls, most recent last.

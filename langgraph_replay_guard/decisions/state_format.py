@@ -51,7 +51,7 @@ _MAX_CYCLE_PERIOD = 32
 
 _OUTCOMES = frozenset({"success", "failure", "timeout", "denied", "answered"})
 _EVENT_KEYS = frozenset({"b", "i", "t", "k", "n", "a", "c", "v", "s", "o", "h", "p", "r", "x"})
-_ALL_EVENT_KEYS = _EVENT_KEYS | {"m", "f", "d"}  # `m`, `f` and `d` are optional
+_ALL_EVENT_KEYS = _EVENT_KEYS | {"m", "f", "d", "g"}  # `m`, `f`, `d` and `g` are optional
 _CYCLE_KEYS = frozenset({"keys", "tools", "pos", "strikes"})
 _REMINDER_KEYS = frozenset({"reason", "tool", "args", "count", "batch"})
 _STOP_KEYS = frozenset({"reason", "tool", "count", "args"})
@@ -173,6 +173,7 @@ class Event(TypedDict):
     m: NotRequired[int]
     f: NotRequired[list[Any]]
     d: NotRequired[str]
+    g: NotRequired[bool]
 
 
 @dataclass(slots=True)
@@ -203,6 +204,8 @@ class CallEvent:
             call and when the layer is off for the tool).
         call_id: The tool_call_id of a call that ran under other arguments than the model
             asked (stored as `d`, only then; see `ResultMemo.call_id`).
+        background: The call starts work that outlives it (stored as `g`, only then; see
+            `CallClass.background`).
     """
 
     batch: str | None
@@ -222,6 +225,7 @@ class CallEvent:
     batch_size: int | None = None
     failure: tuple[str, int] | None = None
     call_id: str | None = None
+    background: bool = False
 
     def encode(self) -> Event:
         """The stored form."""
@@ -247,6 +251,8 @@ class CallEvent:
             event["f"] = [*self.failure]
         if self.call_id is not None:
             event["d"] = self.call_id
+        if self.background:
+            event["g"] = True
         return event
 
     @classmethod
@@ -256,7 +262,24 @@ class CallEvent:
         f = event.get("f")
         failure = (f[0], f[1]) if f is not None else None
         return cls(
-            b, i, t, k, n, a, c, v, s, o, h, p, r, x, event.get("m"), failure, event.get("d")
+            b,
+            i,
+            t,
+            k,
+            n,
+            a,
+            c,
+            v,
+            s,
+            o,
+            h,
+            p,
+            r,
+            x,
+            event.get("m"),
+            failure,
+            event.get("d"),
+            event.get("g", False),
         )
 
 
@@ -432,6 +455,7 @@ def _event_ok(event: Any) -> bool:
     size = event.get("m", _ABSENT)
     failure = event.get("f", _ABSENT)
     call_id = event.get("d", _ABSENT)
+    background = event.get("g", _ABSENT)
     return (
         type(i) is int
         and i >= 0
@@ -440,6 +464,7 @@ def _event_ok(event: Any) -> bool:
         and (size is _ABSENT or (type(size) is int and size >= 0))
         and (failure is _ABSENT or _failure_ok(failure))
         and (call_id is _ABSENT or isinstance(call_id, str))
+        and (background is _ABSENT or background is True)
         and isinstance(k, str)
         and isinstance(n, str)
         and isinstance(a, str)
@@ -468,7 +493,7 @@ def _failure_ok(failure: Any) -> bool:
 
 def _event_problem(event: Any, path: str) -> NoReturn:
     if type(event) is not dict or not (_EVENT_KEYS <= event.keys() <= _ALL_EVENT_KEYS):
-        _fail(path, "a recorded call (keys b i t k n a c v s o h p r x, optional m f d)", event)
+        _fail(path, "a recorded call (keys b i t k n a c v s o h p r x, optional m f d g)", event)
     for key in ("k", "n", "a", "c"):
         if not isinstance(event[key], str):
             _fail(f"{path}.{key}", "a string", event[key])
@@ -484,6 +509,8 @@ def _event_problem(event: Any, path: str) -> NoReturn:
         _fail(f"{path}.f", "[failure signature, limit >= 1]", event["f"])
     if "d" in event and not isinstance(event["d"], str):
         _fail(f"{path}.d", "a tool_call_id (a string)", event["d"])
+    if "g" in event and event["g"] is not True:
+        _fail(f"{path}.g", "true (a call that starts background work), or absent", event["g"])
     _fail(f"{path}.m", "the batch size (a whole number >= 0)", event.get("m"))
 
 
@@ -730,6 +757,15 @@ def migrate(value: Mapping[str, Any]) -> Mapping[str, Any]:
     return migrated
 
 
+def _flag(value: Any, path: str) -> bool:
+    """A true/false field a value of an earlier release may lack (then false)."""
+    if value is None:
+        return False
+    if type(value) is not bool:
+        _fail(path, "true or false", value)
+    return value
+
+
 def decode_fields(
     value: Mapping[str, Any],
     *,
@@ -792,4 +828,5 @@ def decode_fields(
         "unknown": _unknown_marks(get("unknown")),
         "delivered": _delivered(get("delivered"), max_delivered),
         "shadow": _shadow(get("shadow")),
+        "background": _flag(get("background"), "background"),
     }

@@ -7,6 +7,7 @@ import json
 import logging
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -170,10 +171,12 @@ class Classifier:
             return self._command_line(value, name)
         if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
             worst = self._command_line(value[0], name)
+            background = worst.background
             for item in value[1:]:
                 found = self._command_line(item, name)
                 worst = found if found.rank > worst.rank else worst
-            return worst
+                background = background or found.background
+            return replace(worst, background=True) if background else worst
         return self.fallback
 
     def _command_line(self, text: str, name: str | None) -> CallClass:

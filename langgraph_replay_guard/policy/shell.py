@@ -6,7 +6,7 @@ import ast
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langgraph_replay_guard.decisions.call_class import CallClass
@@ -103,11 +103,13 @@ class Script:
             backticks, `<(...)`): they run too.
         unsupported: Set when the line uses a construct the parser does not analyse
             (`case`, an expanding heredoc with substitutions).
+        background: Set when a command is sent to the background (`cmd &`, not `&&`).
     """
 
     commands: list[Command] = field(default_factory=list)
     substitutions: list[str] = field(default_factory=list)
     unsupported: bool = False
+    background: bool = False
 
 
 # --- lexer -----------------------------------------------------------------------------------
@@ -400,6 +402,7 @@ def parse_script(text: str, null_targets: Iterable[str] = ("/dev/null",)) -> Scr
             continue
         if value in _SEPARATORS or value in _CASE_OPERATORS:
             script.unsupported |= value in _CASE_OPERATORS
+            script.background |= value == "&"  # `cmd &` (`&&`, `&>`, `>&` are other tokens)
             if current.words or current.writes:
                 script.commands.append(current)
             current = Command()
@@ -535,14 +538,19 @@ class _Classification:
         if parsed.unsupported:
             return self.fallback
         result = self.classes["read"]
+        background = parsed.background
         for inner in parsed.substitutions:
-            result = _worst(result, self.script(inner, depth + 1))
+            found = self.script(inner, depth + 1)
+            result, background = _worst(result, found), background or found.background
         for command in parsed.commands:
             part = self.fallback if command.writes else self.command(command, depth)
             result = _worst(result, part)
+            background = background or part.background or _detaches(command.words)
         if result == self.classes["read"] and _VOLATILE_SOURCES.search(text):
-            return self.classes["volatile"]
-        return result
+            result = self.classes["volatile"]
+        # A job that outlives the call may keep writing: the class says so, the engine
+        # stops deduplicating reads after it (see `CallClass.background`).
+        return replace(result, background=True) if background else result
 
     def command(self, command: Command, depth: int) -> CallClass:
         words, dynamic = list(command.words), list(command.dynamic)
@@ -716,6 +724,27 @@ def _check_kind(kind: str, where: str) -> None:
 
 def _worst(a: CallClass, b: CallClass) -> CallClass:
     return b if b.rank > a.rank else a
+
+
+# Programs that start a job that outlives the command (or let one outlive the shell).
+_DETACHING = frozenset({"nohup", "setsid", "disown"})
+# Words that may come before such a program on a command line.
+_BEFORE_DETACHING = frozenset({"sudo", "env", "nice", "ionice", "exec", "command", "time"})
+
+
+def _detaches(words: Sequence[str]) -> bool:
+    """Whether a simple command starts background work (`nohup cmd`, `sudo setsid cmd`)."""
+    for word in words:
+        if word in _DETACHING:
+            return True
+        if (
+            word not in _BEFORE_DETACHING
+            and not _ASSIGNMENT.match(word)
+            and word not in (_RESERVED_WORDS)
+            and not word.startswith("-")
+        ):
+            return False
+    return False
 
 
 # --- `python -c` ------------------------------------------------------------------------------

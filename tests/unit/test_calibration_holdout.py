@@ -30,6 +30,15 @@ def tau_policy() -> GuardConfig:
         return GuardConfig().with_policies(path)
 
 
+@pytest.fixture(scope="module")
+def no_cycles(tau_policy) -> GuardConfig:
+    # Since a failed write starts a new epoch (issue 35), the `think` between the slice's
+    # failing book_reservation calls runs again, and the default guard stops the loop by
+    # its cycle as early as max_repeats=2 would: nothing to fit. Without cycle detection
+    # the slice still fits max_repeats=2, which the held-out check must refuse.
+    return tau_policy.model_copy(update={"cycle_detection": False})
+
+
 def call(name, args, result, turn=0):
     return {"name": name, "args": args, "result": result, "turn": turn}
 
@@ -67,15 +76,16 @@ def test_an_identical_successful_unsafe_call_repeated_is_a_loop(tau_policy):
     assert result.score.loops_stopped == 3
     assert result.score.healthy_stopped == 0
     # A write between them (another tool's) may change the answer: not a loop.
+    # (Each round answers otherwise: the same answers each round would be a cycle, a loop.)
     toggled = {
         "id": "w",
         "calls": [
             c
-            for _ in range(4)
+            for n in range(4)
             for c in (
                 call("transfer_to_human_agents", {"summary": "stuck"}, "Transfer successful"),
-                call("toggle_data", {}, "Mobile Data is now ON"),
-                call("toggle_data", {}, "Mobile Data is now OFF"),
+                call("toggle_data", {}, f"Mobile Data is now ON ({n})"),
+                call("toggle_data", {}, f"Mobile Data is now OFF ({n})"),
             )
         ],
     }
@@ -103,7 +113,7 @@ def test_loop_free_coding_runs_keep_every_loop_threshold(tmp_path, capsys):
     assert main([*argv, "--allow-no-loops"]) == 0
 
 
-def test_a_one_model_slice_does_not_fit_a_threshold_the_held_out_runs_refute(tau_policy):
+def test_a_one_model_slice_does_not_fit_a_threshold_the_held_out_runs_refute(tau_policy, no_cycles):
     """Issue 35 repro 3: 50 gpt-4o runs with one book_reservation loop.
 
     Stopping that loop a call earlier (max_repeats 2, for every tool or for book_reservation)
@@ -113,6 +123,9 @@ def test_a_one_model_slice_does_not_fit_a_threshold_the_held_out_runs_refute(tau
     slice_, payment = load("tau-gpt4o-slice.jsonl"), load("tau-gpt4o-payment.jsonl")
     assert len(slice_) == 50
     assert {run["model"] for run in slice_} == {"gpt-4o"}
+    # The defaults stop the slice's loop by its cycle: nothing to fit, nothing changed.
+    assert calibrate(slice_, tau_policy).changes == []
+    tau_policy = no_cycles
     result = calibrate(slice_, tau_policy)
     assert result.config.max_repeats != 2
     assert result.config.policy_for("book_reservation").max_repeats in (None, 3)
@@ -179,9 +192,12 @@ def test_the_split_is_by_run_stratified_and_deterministic(tau_policy):
 def test_the_report_shows_both_parts_and_each_change_held_out(tmp_path, capsys):
     data = tmp_path / "runs.jsonl"
     data.write_text((SAMPLES / "tau-gpt4o-slice.jsonl").read_text(encoding="utf-8"))
+    config = tmp_path / "guard.json"
+    config.write_text(json.dumps({"cycle_detection": False}))  # see `no_cycles`
     tools = resources.files("langgraph_replay_guard") / "data" / "tau_tools.json"
     with resources.as_file(tools) as policy:
-        argv = ["eval", str(data), "--policy", str(policy), "--calibrate", str(tmp_path / "o")]
+        argv = ["eval", str(data), "--policy", str(policy), "--config", str(config)]
+        argv += ["--calibrate", str(tmp_path / "o")]
         assert main(argv) == 0
     text = capsys.readouterr().out
     assert "A loop: the same call (same tool, same arguments" in text
@@ -238,10 +254,34 @@ def test_eval_counts_loops_with_the_same_definition(tmp_path, capsys, tau_policy
     assert loops["healthy_stopped_runs"] == ["t1"]
 
 
-def test_holdout_0_keeps_what_the_search_chose_unchecked(tau_policy):
+def test_holdout_0_keeps_what_the_search_chose_unchecked(no_cycles):
     slice_ = load("tau-gpt4o-slice.jsonl")
-    result = calibrate(slice_, tau_policy, holdout=0)
+    result = calibrate(slice_, no_cycles, holdout=0)
     assert result.held_out is not None
     assert result.held_out.runs == 0
     assert result.config.max_repeats == 2, "the fit the held-out check drops by default"
     assert [c.why for c in result.checks] == ["not checked (--holdout 0)"]
+
+
+def test_calibration_keeps_the_same_failure_layer_the_javac_loops_need():
+    """The javac loops fail by the shell's own failure pattern: loops on both parts."""
+    from langgraph_replay_guard.calibration import split_runs
+    from langgraph_replay_guard.evaluation import RecordingReading
+
+    data = Path(__file__).resolve().parents[2] / "benchmarks" / "data"
+    lines = (data / "openhands-synthetic.jsonl").read_text(encoding="utf-8").splitlines()
+    runs = [json.loads(line) for line in lines if line.strip()]
+    base = GuardConfig(toolkits=("openhands",))
+    reading = RecordingReading(normalize=(r"in [0-9.]+s",))
+    loops = find_loops(runs, base, reading)
+    chosen, held = split_runs(runs, loops, 0.5)
+    for part in (chosen, held):
+        assert any(loops[i] and runs[i]["id"].startswith("loop-javac") for i in part)
+        part_runs, part_loops = [runs[i] for i in part], [loops[i] for i in part]
+        off = base.model_copy(update={"max_same_failures": 0})
+        kept, _ = score(part_runs, part_loops, base, reading)
+        dropped, _ = score(part_runs, part_loops, off, reading)
+        assert dropped.loops_stopped < kept.loops_stopped
+    result = calibrate(runs, base, reading)
+    assert result.config.max_same_failures != 0
+    assert result.score.loops_stopped == sum(map(bool, loops))

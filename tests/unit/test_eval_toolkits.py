@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -83,3 +84,23 @@ def test_the_same_edit_in_each_file_opened_in_turn_is_never_stopped():
     assert toolkit.aborts == []
     assert toolkit.by_tool["edit"].blocked == 0
     assert set(toolkit.by_tool_class["edit"]) == {"unsafe volatile"}
+
+
+def test_the_toolkit_table_counts_loops_with_the_loop_definition():
+    """Issue 35: the runs that loop are `find_loops`'s, not the ids' labels (which agree)."""
+    path = DATA.parent / "eval_toolkits.py"
+    spec = importlib.util.spec_from_file_location("eval_toolkits", path)
+    assert spec is not None
+    assert spec.loader is not None
+    eval_toolkits = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(eval_toolkits)
+    rows = eval_toolkits.toolkit_rows(mini_swe=None)
+    assert len(rows) == len(eval_toolkits.SETS)
+    for toolkit, name, report, labelled in rows:
+        loops = report.loops
+        assert loops is not None, name
+        assert loops.runs == len(labelled), name
+        assert loops.stopped == loops.runs, name
+        assert loops.healthy_stopped == 0, (name, loops.healthy_stopped_runs)
+        assert report.total.wrong == 0, name
+        assert eval_toolkits._disagreements(name, DATA / name, toolkit, labelled) == []

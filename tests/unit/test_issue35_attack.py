@@ -1,8 +1,8 @@
 """Issue 35 attacked: coding toolkits never answer a changed read, calibration splits by content.
 
-Each test here broke what issue 35 promises on the merged fix (d0d2388); the `xfail` ones
-name a disagreement between the loop definition (`find_loops`) and the guard that is not
-fixed here (see each reason).
+Each test here broke what issue 35 promises on the merged fix (d0d2388). The four that were
+strict xfails (a disagreement between the loop definition, `find_loops`, and the guard) pass
+since branch i35-finish: the failure pattern, cycles, failed writes and background jobs.
 """
 
 from __future__ import annotations
@@ -220,18 +220,9 @@ def test_show_missed_on_runs_with_no_missed_read(tmp_path, capsys):
     assert "holds no trajectory" in capsys.readouterr().err
 
 
-# -- the loop definition and the guard disagree (not fixed here) ------------------------------
+# -- the loop definition and the guard agree (were strict xfails) -----------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="find_loops reads a failure with eval's error_pattern only, while the guard's "
-    "same-failure layer also reads the tool's failure_pattern (the shell preset's 'command "
-    "not found'): 25 javac calls failing 'javac: command not found' are no loop by "
-    "find_loops, so the guard's same_failure stop counts as a run without a loop stopped "
-    "(benchmarks/data/coding-same-failure.jsonl loop-javac-flags-0/1; eval_toolkits.py "
-    "counts loops by run id instead and shows 0). Fixing it changes the loop definition.",
-)
 def test_a_tool_failing_by_its_own_failure_pattern_again_and_again_is_a_loop():
     config = GuardConfig(toolkits=["swe-agent"])
     run = _run(
@@ -246,15 +237,6 @@ def test_a_tool_failing_by_its_own_failure_pattern_again_and_again_is_a_loop():
     assert report.loops.healthy_stopped == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="find_loops breaks a streak at any other successful world-changing call, also "
-    "one that is itself an identical repeat with the same result: create(same file) -> "
-    "python reproduce.py (same traceback), 8 times, is no loop by the definition, and the "
-    "guard's cycle stop counts as a run without a loop stopped "
-    "(benchmarks/data/coding-synthetic.jsonl weak-same-create-0). Fixing it changes the "
-    "loop definition.",
-)
 def test_a_cycle_of_two_writes_with_the_same_results_is_a_loop():
     config = GuardConfig(toolkits=["mini-swe-agent"])
     pair = [("echo 'x = 1' > repro.py", ""), ("python repro.py", "Traceback ...\nwrong")]
@@ -266,15 +248,6 @@ def test_a_cycle_of_two_writes_with_the_same_results_is_a_loop():
     assert report.loops.healthy_stopped == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a write whose result matches the error pattern ('Error: ...', a partial write "
-    "such as sed on two files of which one is missing, a script that wrote then raised) is "
-    "a failure, and a failed world-changing call starts no new epoch, in the engine "
-    "(decisions/state.py: world_changed needs outcome 'success') and in find_loops: the "
-    "next read of the written file is answered with its old content. Fixing it changes "
-    "the engine's epoch and the loop definition.",
-)
 def test_a_failed_write_may_have_written():
     config = GuardConfig(toolkits=["mini-swe-agent"])
     run = _run(
@@ -286,14 +259,6 @@ def test_a_failed_write_may_have_written():
     assert evaluate_trajectories([run], config).total.wrong == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a job started in the background (`python server.py > out.log &`) keeps writing "
-    "after its call returned, but nothing marks the calls after it: `cat out.log` again "
-    "(after `sleep 5`, a volatile read, or at once) is answered with the old log. The "
-    "class is per call, so this needs state in the engine (reads volatile while a "
-    "background job may run): not a small fix.",
-)
 @pytest.mark.parametrize("toolkit", sorted(SHELLS))
 def test_a_log_read_again_while_a_background_job_writes_it_runs(toolkit):
     run = _run(
