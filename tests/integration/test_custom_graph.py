@@ -92,9 +92,11 @@ def test_failing_write_alternating_with_think_is_stopped():
     step = [("book_reservation", {"flight": "HAT030"})], [("think", {"thought": "retry it"})]
     model = ScriptedChatModel(script=[s for _ in range(10) for s in step])
     _, _, out, runs = run(ReplayGuard(POLICY), model)
-    assert runs["book_reservation"] == 3, "the 4th attempt of the failing write aborts"
-    assert runs["think"] == 1, "the identical thought is a duplicate"
-    assert out["messages"][-1].response_metadata["replay_guard_stop"] == "repeat_limit"
+    # A failed write may have written, so the thought after it runs again; the two calls then
+    # go round a cycle with identical results: reminded, the 3rd attempt denied, then stopped.
+    assert runs["book_reservation"] == 2, "the 3rd attempt of the failing write is denied"
+    assert runs["think"] == 2, "a thought after a failed write is not a duplicate"
+    assert out["messages"][-1].response_metadata["replay_guard_stop"] == "cycle"
 
 
 def test_a_b_a_b_cycle_is_reminded_then_denied_then_aborted():

@@ -50,7 +50,7 @@ def test_demo_shows_what_the_guard_saved():
         out,
     )
     assert saved is not None, out
-    assert saved.groups() == ("6", "373")
+    assert saved.groups() == ("6", "374")
 
     # The closing hint names the shipped sample as a command that runs from here.
     hint = out.rstrip().splitlines()[-1].strip()

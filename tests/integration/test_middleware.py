@@ -61,8 +61,10 @@ def test_cycle_with_a_failing_write():
     step = [("book_reservation", {"flight": "HAT030"})], [("think", {"thought": "hmm"})]
     model = ScriptedChatModel(script=[s for _ in range(10) for s in step])
     _, _, out, runs, _ = run_agent(model)
-    assert runs["book_reservation"] == 3
-    assert runs["think"] == 1
+    # The failed write may have written: the thought after it runs, and the cycle is stopped.
+    assert runs["book_reservation"] == 2
+    assert runs["think"] == 2
+    assert out["messages"][-1].response_metadata["replay_guard_stop"] == "cycle"
     assert "stopped" in out["messages"][-1].text
 
 
