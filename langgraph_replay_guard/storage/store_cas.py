@@ -38,8 +38,10 @@ __all__ = [
     "batch_store",
     "compare_and_set",
     "is_sync_only",
+    "listen_source",
     "prepare",
     "share_connection",
+    "write_rows",
 ]
 
 logger = logging.getLogger("langgraph_replay_guard")
@@ -62,6 +64,7 @@ _SQLITE_UPSERT = (
     "updated_at = CURRENT_TIMESTAMP, expires_at = NULL, ttl_minutes = NULL"
 )
 _PG_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+_PG_NOTIFY = "SELECT pg_notify(%s, %s)"
 _PG_SELECT = "SELECT value FROM store WHERE prefix = %s AND key = %s"
 _PG_UPSERT = (
     "INSERT INTO store (prefix, key, value, created_at, updated_at, expires_at, ttl_minutes) "
@@ -410,9 +413,12 @@ def _postgres_cas(store: Any, op: Update) -> tuple[bool, Any]:
     with (
         pool.connection() if pool is not None else contextlib.nullcontext(store.conn) as conn,
         store.lock if pool is None else contextlib.nullcontext(None),
+        _pipeline(store, conn),
         conn.transaction(),
         conn.cursor() as cur,
     ):
+        # Pipelined: BEGIN, the lock and the read go in one round trip (the read runs after
+        # the lock is granted, with a snapshot of its own), the writes and COMMIT in another.
         cur.execute(_PG_LOCK, (f"{prefix}/{op.key}",))
         cur.execute(_PG_SELECT, (prefix, op.key))
         written, current = _decide(_pg_value(cur.fetchone()), op)
@@ -420,6 +426,105 @@ def _postgres_cas(store: Any, op: Update) -> tuple[bool, Any]:
             for text, key, value in _rows(op):
                 cur.execute(_PG_UPSERT, (text, key, Jsonb(value)))
     return written, current
+
+
+def _pipeline(store: Any, conn: Any) -> Any:
+    """`conn.pipeline()` where libpq has pipeline mode (as `PostgresStore` checks), else none."""
+    if getattr(store, "supports_pipeline", False):
+        return conn.pipeline()
+    return contextlib.nullcontext()
+
+
+def write_rows(store: BaseStore, puts: Iterable[tuple[tuple[str, ...], str, Any]]) -> bool:
+    """Put ledger rows on PostgreSQL in one transaction that also wakes their waiters.
+
+    The transaction `pg_notify`s each row's channel (`wake.channel`), delivered when it
+    commits: a waiter that hears it reads the row as written. Other stores return False
+    (the caller writes with `store.batch`, and their waiters poll).
+
+    Raises:
+        Exception: The database's own errors.
+    """
+    inner = _unwrap(store)
+    if _kind_of(inner) != "postgres":
+        return False
+    from psycopg.types.json import Jsonb
+    from psycopg_pool import ConnectionPool
+
+    from langgraph_replay_guard.storage.wake import notes
+
+    puts = list(puts)
+    pool = inner.conn if isinstance(inner.conn, ConnectionPool) else None
+    with (
+        pool.connection() if pool is not None else contextlib.nullcontext(inner.conn) as conn,
+        inner.lock if pool is None else contextlib.nullcontext(None),
+        _pipeline(inner, conn),
+        conn.transaction(),
+        conn.cursor() as cur,
+    ):
+        for namespace, key, value in puts:
+            cur.execute(_PG_UPSERT, (_text(namespace), key, Jsonb(value)))
+        for name, note in notes(puts):
+            cur.execute(_PG_NOTIFY, (name, note))
+    return True
+
+
+async def awrite_rows(store: BaseStore, puts: Iterable[tuple[tuple[str, ...], str, Any]]) -> bool:
+    """Async `write_rows` (`AsyncPostgresStore`'s own connection; a sync one off the loop)."""
+    inner = _unwrap(store)
+    kind = _kind_of(inner)
+    if kind == "postgres":
+        return await asyncio.to_thread(write_rows, inner, list(puts))
+    if kind != "async_postgres":
+        return False
+    from psycopg.types.json import Jsonb
+    from psycopg_pool import AsyncConnectionPool
+
+    from langgraph_replay_guard.storage.wake import notes
+
+    puts = list(puts)
+    pool = inner.conn if isinstance(inner.conn, AsyncConnectionPool) else None
+    async with (
+        pool.connection() if pool is not None else contextlib.nullcontext(inner.conn) as conn,
+        inner.lock if pool is None else contextlib.nullcontext(None),
+        _pipeline(inner, conn),
+        conn.transaction(),
+        conn.cursor() as cur,
+    ):
+        for namespace, key, value in puts:
+            await cur.execute(_PG_UPSERT, (_text(namespace), key, Jsonb(value)))
+        for name, note in notes(puts):
+            await cur.execute(_PG_NOTIFY, (name, note))
+    return True
+
+
+def listen_source(
+    store: BaseStore,
+) -> tuple[Any, str, dict[str, Any], Any] | None:
+    """How to open a `LISTEN` connection beside a PostgreSQL store, or None for other stores.
+
+    Returns:
+        `(store, conninfo, connect kwargs, alive)`: the unwrapped store, the conninfo of its
+        connection or pool (with the password psycopg hides from `info.dsn`), and a function
+        that says whether the store's connection or pool is still open.
+    """
+    inner = _unwrap(store)
+    if _kind_of(inner) not in ("postgres", "async_postgres"):
+        return None
+    conn = inner.conn
+    kwargs: dict[str, Any] = {"connect_timeout": 5}
+    conninfo = getattr(conn, "conninfo", None)
+    if isinstance(conninfo, str):  # a pool: its conninfo and connection parameters
+        extra = getattr(conn, "kwargs", None) or {}
+        skip = ("autocommit", "prepare_threshold", "row_factory", "cursor_factory", "context")
+        kwargs.update({k: v for k, v in extra.items() if k not in skip})
+    else:
+        from psycopg.conninfo import make_conninfo
+
+        info = conn.info
+        password = info.password
+        conninfo = make_conninfo(info.dsn, password=password) if password else info.dsn
+    return inner, conninfo, kwargs, lambda: not conn.closed
 
 
 # -- async ----------------------------------------------------------------------------------------
@@ -472,6 +577,7 @@ async def _async_postgres_cas(store: Any, op: Update) -> tuple[bool, Any]:
     async with (
         pool.connection() if pool is not None else contextlib.nullcontext(store.conn) as conn,
         store.lock if pool is None else contextlib.nullcontext(None),
+        _pipeline(store, conn),
         conn.transaction(),
         conn.cursor() as cur,
     ):
