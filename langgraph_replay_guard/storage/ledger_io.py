@@ -88,6 +88,8 @@ def run_plan(
             return list(store_cas.batch_store(store, op.ops))
         if isinstance(op, Write) and store_cas.write_rows(store, op.puts):
             return None
+        if isinstance(op, Read) and (found := store_cas.read_rows(store, op.keys)) is not None:
+            return found
         if isinstance(op, _STORE_OPS):
             return _batch_answer(op, store_cas.batch_store(store, _batch_ops(op)))
         return _other(other, op)
@@ -123,6 +125,11 @@ async def arun_plan(
             return list(await abatch(store, op.ops))
         if isinstance(op, Write) and await store_cas.awrite_rows(store, op.puts):
             return None
+        if (
+            isinstance(op, Read)
+            and (found := await store_cas.aread_rows(store, op.keys)) is not None
+        ):
+            return found
         if isinstance(op, _STORE_OPS):
             return _batch_answer(op, await abatch(store, _batch_ops(op)))
         return await _other(other, op)

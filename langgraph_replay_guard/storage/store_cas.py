@@ -40,6 +40,7 @@ __all__ = [
     "is_sync_only",
     "listen_source",
     "prepare",
+    "read_rows",
     "share_connection",
     "write_rows",
 ]
@@ -65,7 +66,14 @@ _SQLITE_UPSERT = (
 )
 _PG_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 _PG_NOTIFY = "SELECT pg_notify(%s, %s)"
+# A ledger row is never given a TTL (the upserts clear it); a user's TTL sweeper may still
+# have marked one expired: read as the store's `get` would. One point lookup on the primary
+# key per row (a list of pairs would be planned as a scan of the thread's whole prefix).
 _PG_SELECT = "SELECT value FROM store WHERE prefix = %s AND key = %s"
+_PG_READ_ONE = (
+    "SELECT prefix, key, value FROM store WHERE prefix = %s AND key = %s "
+    "AND (expires_at IS NULL OR expires_at > NOW())"
+)
 _PG_UPSERT = (
     "INSERT INTO store (prefix, key, value, created_at, updated_at, expires_at, ttl_minutes) "
     "VALUES (%s, %s, %s, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, NULL, NULL) "
@@ -413,12 +421,9 @@ def _postgres_cas(store: Any, op: Update) -> tuple[bool, Any]:
     with (
         pool.connection() if pool is not None else contextlib.nullcontext(store.conn) as conn,
         store.lock if pool is None else contextlib.nullcontext(None),
-        _pipeline(store, conn),
         conn.transaction(),
         conn.cursor() as cur,
     ):
-        # Pipelined: BEGIN, the lock and the read go in one round trip (the read runs after
-        # the lock is granted, with a snapshot of its own), the writes and COMMIT in another.
         cur.execute(_PG_LOCK, (f"{prefix}/{op.key}",))
         cur.execute(_PG_SELECT, (prefix, op.key))
         written, current = _decide(_pg_value(cur.fetchone()), op)
@@ -428,11 +433,82 @@ def _postgres_cas(store: Any, op: Update) -> tuple[bool, Any]:
     return written, current
 
 
-def _pipeline(store: Any, conn: Any) -> Any:
-    """`conn.pipeline()` where libpq has pipeline mode (as `PostgresStore` checks), else none."""
-    if getattr(store, "supports_pipeline", False):
-        return conn.pipeline()
-    return contextlib.nullcontext()
+def _pg_connection(store: Any, pool_type: Any) -> Any:
+    """The store's connection (holding its lock), or one from its pool, as a context."""
+    if isinstance(store.conn, pool_type):
+        return store.conn.connection()
+    return _locked(store.lock, store.conn)
+
+
+@contextlib.contextmanager
+def _locked(lock: Any, conn: Any) -> Any:
+    with lock:
+        yield conn
+
+
+@contextlib.asynccontextmanager
+async def _alocked(lock: Any, conn: Any) -> Any:
+    async with lock:
+        yield conn
+
+
+def _apg_connection(store: Any, pool_type: Any) -> Any:
+    if isinstance(store.conn, pool_type):
+        return store.conn.connection()
+    return _alocked(store.lock, store.conn)
+
+
+def _read_query(keys: list[tuple[str, str]]) -> tuple[str, list[str]]:
+    query = " UNION ALL ".join([_PG_READ_ONE] * len(keys))
+    return query, [part for pair in keys for part in pair]
+
+
+def _read_answer(keys: list[tuple[str, str]], rows: Any) -> list[Any]:
+    found = {(row[0], row[1]): row[2] for row in rows}
+    return [_loads(found.get(k)) for k in keys]
+
+
+def read_rows(store: BaseStore, keys: Iterable[tuple[tuple[str, ...], str]]) -> list[Any] | None:
+    """The values of rows by key on PostgreSQL in one statement (None where absent).
+
+    `PostgresStore.get` runs a statement per namespace that also refreshes TTLs (a write):
+    a ledger read is one plain `SELECT`. Other stores return None (the caller uses
+    `store.batch`).
+
+    Raises:
+        Exception: The database's own errors.
+    """
+    inner = _unwrap(store)
+    if _kind_of(inner) != "postgres":
+        return None
+    from psycopg.rows import tuple_row
+    from psycopg_pool import ConnectionPool
+
+    wanted = [(_text(ns), key) for ns, key in keys]
+    with _pg_connection(inner, ConnectionPool) as conn, conn.cursor(row_factory=tuple_row) as cur:
+        return _read_answer(wanted, cur.execute(*_read_query(wanted)).fetchall())
+
+
+async def aread_rows(
+    store: BaseStore, keys: Iterable[tuple[tuple[str, ...], str]]
+) -> list[Any] | None:
+    """Async `read_rows` (`AsyncPostgresStore`'s own connection; a sync one off the loop)."""
+    inner = _unwrap(store)
+    kind = _kind_of(inner)
+    if kind == "postgres":
+        return await asyncio.to_thread(read_rows, inner, list(keys))
+    if kind != "async_postgres":
+        return None
+    from psycopg.rows import tuple_row
+    from psycopg_pool import AsyncConnectionPool
+
+    wanted = [(_text(ns), key) for ns, key in keys]
+    async with (
+        _apg_connection(inner, AsyncConnectionPool) as conn,
+        conn.cursor(row_factory=tuple_row) as cur,
+    ):
+        await cur.execute(*_read_query(wanted))
+        return _read_answer(wanted, await cur.fetchall())
 
 
 def write_rows(store: BaseStore, puts: Iterable[tuple[tuple[str, ...], str, Any]]) -> bool:
@@ -458,7 +534,6 @@ def write_rows(store: BaseStore, puts: Iterable[tuple[tuple[str, ...], str, Any]
     with (
         pool.connection() if pool is not None else contextlib.nullcontext(inner.conn) as conn,
         inner.lock if pool is None else contextlib.nullcontext(None),
-        _pipeline(inner, conn),
         conn.transaction(),
         conn.cursor() as cur,
     ):
@@ -487,7 +562,6 @@ async def awrite_rows(store: BaseStore, puts: Iterable[tuple[tuple[str, ...], st
     async with (
         pool.connection() if pool is not None else contextlib.nullcontext(inner.conn) as conn,
         inner.lock if pool is None else contextlib.nullcontext(None),
-        _pipeline(inner, conn),
         conn.transaction(),
         conn.cursor() as cur,
     ):
@@ -577,7 +651,6 @@ async def _async_postgres_cas(store: Any, op: Update) -> tuple[bool, Any]:
     async with (
         pool.connection() if pool is not None else contextlib.nullcontext(store.conn) as conn,
         store.lock if pool is None else contextlib.nullcontext(None),
-        _pipeline(store, conn),
         conn.transaction(),
         conn.cursor() as cur,
     ):

@@ -135,9 +135,12 @@ class Listener:
                     lambda: name in self._channels or self.broken, min(timeout, _SUBSCRIBE)
                 )
                 return name in self._channels and not self.broken
-            return self._cond.wait_for(
-                lambda: self._heard.get(note, -1.0) >= since or self.broken, timeout
-            ) and not self.broken
+            return (
+                self._cond.wait_for(
+                    lambda: self._heard.get(note, -1.0) >= since or self.broken, timeout
+                )
+                and not self.broken
+            )
 
 
 _listeners: weakref.WeakKeyDictionary[Any, Listener] = weakref.WeakKeyDictionary()
