@@ -65,7 +65,17 @@ _SQLITE_UPSERT = (
     "updated_at = CURRENT_TIMESTAMP, expires_at = NULL, ttl_minutes = NULL"
 )
 _PG_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
-_PG_NOTIFY = "SELECT pg_notify(%s, %s)"
+_PG_NOTIFY_MANY = (
+    "SELECT pg_notify(n.channel, n.payload) "
+    "FROM unnest(%s::text[], %s::text[]) AS n(channel, payload)"
+)
+_PG_ROW = "(%s, %s, %s, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, NULL, NULL)"
+_PG_UPSERT_MANY = (
+    "INSERT INTO store (prefix, key, value, created_at, updated_at, expires_at, ttl_minutes) "
+    "VALUES {values} "
+    "ON CONFLICT (prefix, key) DO UPDATE SET value = EXCLUDED.value, "
+    "updated_at = CURRENT_TIMESTAMP, expires_at = NULL, ttl_minutes = NULL"
+)
 # A ledger row is never given a TTL (the upserts clear it); a user's TTL sweeper may still
 # have marked one expired: read as the store's `get` would. One point lookup on the primary
 # key per row (a list of pairs would be planned as a scan of the thread's whole prefix).
@@ -73,12 +83,6 @@ _PG_SELECT = "SELECT value FROM store WHERE prefix = %s AND key = %s"
 _PG_READ_ONE = (
     "SELECT prefix, key, value FROM store WHERE prefix = %s AND key = %s "
     "AND (expires_at IS NULL OR expires_at > NOW())"
-)
-_PG_UPSERT = (
-    "INSERT INTO store (prefix, key, value, created_at, updated_at, expires_at, ttl_minutes) "
-    "VALUES (%s, %s, %s, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, NULL, NULL) "
-    "ON CONFLICT (prefix, key) DO UPDATE SET value = EXCLUDED.value, "
-    "updated_at = CURRENT_TIMESTAMP, expires_at = NULL, ttl_minutes = NULL"
 )
 
 
@@ -413,7 +417,6 @@ def _sqlite_cas(store: Any, op: Update) -> tuple[bool, Any]:
 
 
 def _postgres_cas(store: Any, op: Update) -> tuple[bool, Any]:
-    from psycopg.types.json import Jsonb
     from psycopg_pool import ConnectionPool
 
     prefix = _text(op.namespace)
@@ -428,9 +431,31 @@ def _postgres_cas(store: Any, op: Update) -> tuple[bool, Any]:
         cur.execute(_PG_SELECT, (prefix, op.key))
         written, current = _decide(_pg_value(cur.fetchone()), op)
         if written:
-            for text, key, value in _rows(op):
-                cur.execute(_PG_UPSERT, (text, key, Jsonb(value)))
+            cur.execute(*_upsert(_rows(op)))
     return written, current
+
+
+def _upsert(rows: Iterable[tuple[str, str, Any]]) -> tuple[str, list[Any]]:
+    """One statement putting every row (the last value of a key repeated wins).
+
+    One statement, not one per row: each statement is a round trip to the server.
+    """
+    from psycopg.types.json import Jsonb
+
+    unique = {(text, key): value for text, key, value in rows}
+    values = ", ".join([_PG_ROW] * len(unique))
+    params = [part for (text, key), value in unique.items() for part in (text, key, Jsonb(value))]
+    return _PG_UPSERT_MANY.format(values=values), params
+
+
+def _write_query(puts: list[tuple[tuple[str, ...], str, Any]]) -> tuple[str, list[Any]]:
+    """The rows' upsert and their notifications, one statement (one transaction, autocommit)."""
+    from langgraph_replay_guard.storage.wake import notes
+
+    upsert, params = _upsert([(_text(ns), key, value) for ns, key, value in puts])
+    heard = notes(puts)
+    query = f"WITH written AS ({upsert} RETURNING 1) {_PG_NOTIFY_MANY}"
+    return query, [*params, [n for n, _ in heard], [p for _, p in heard]]
 
 
 def _pg_connection(store: Any, pool_type: Any) -> Any:
@@ -524,23 +549,14 @@ def write_rows(store: BaseStore, puts: Iterable[tuple[tuple[str, ...], str, Any]
     inner = _unwrap(store)
     if _kind_of(inner) != "postgres":
         return False
-    from psycopg.types.json import Jsonb
     from psycopg_pool import ConnectionPool
 
-    from langgraph_replay_guard.storage.wake import notes
-
-    puts = list(puts)
-    pool = inner.conn if isinstance(inner.conn, ConnectionPool) else None
+    query, params = _write_query(list(puts))
     with (
-        pool.connection() if pool is not None else contextlib.nullcontext(inner.conn) as conn,
-        inner.lock if pool is None else contextlib.nullcontext(None),
-        conn.transaction(),
-        conn.cursor() as cur,
+        _pg_connection(inner, ConnectionPool) as conn,
+        contextlib.nullcontext() if conn.autocommit else conn.transaction(),
     ):
-        for namespace, key, value in puts:
-            cur.execute(_PG_UPSERT, (_text(namespace), key, Jsonb(value)))
-        for name, note in notes(puts):
-            cur.execute(_PG_NOTIFY, (name, note))
+        conn.execute(query, params)
     return True
 
 
@@ -552,23 +568,14 @@ async def awrite_rows(store: BaseStore, puts: Iterable[tuple[tuple[str, ...], st
         return await asyncio.to_thread(write_rows, inner, list(puts))
     if kind != "async_postgres":
         return False
-    from psycopg.types.json import Jsonb
     from psycopg_pool import AsyncConnectionPool
 
-    from langgraph_replay_guard.storage.wake import notes
-
-    puts = list(puts)
-    pool = inner.conn if isinstance(inner.conn, AsyncConnectionPool) else None
+    query, params = _write_query(list(puts))
     async with (
-        pool.connection() if pool is not None else contextlib.nullcontext(inner.conn) as conn,
-        inner.lock if pool is None else contextlib.nullcontext(None),
-        conn.transaction(),
-        conn.cursor() as cur,
+        _apg_connection(inner, AsyncConnectionPool) as conn,
+        contextlib.nullcontext() if conn.autocommit else conn.transaction(),
     ):
-        for namespace, key, value in puts:
-            await cur.execute(_PG_UPSERT, (_text(namespace), key, Jsonb(value)))
-        for name, note in notes(puts):
-            await cur.execute(_PG_NOTIFY, (name, note))
+        await conn.execute(query, params)
     return True
 
 
@@ -643,7 +650,6 @@ async def _async_sqlite_cas(store: Any, op: Update) -> tuple[bool, Any]:
 
 
 async def _async_postgres_cas(store: Any, op: Update) -> tuple[bool, Any]:
-    from psycopg.types.json import Jsonb
     from psycopg_pool import AsyncConnectionPool
 
     prefix = _text(op.namespace)
@@ -658,6 +664,5 @@ async def _async_postgres_cas(store: Any, op: Update) -> tuple[bool, Any]:
         await cur.execute(_PG_SELECT, (prefix, op.key))
         written, current = _decide(_pg_value(await cur.fetchone()), op)
         if written:
-            for text, key, value in _rows(op):
-                await cur.execute(_PG_UPSERT, (text, key, Jsonb(value)))
+            await cur.execute(*_upsert(_rows(op)))
     return written, current
