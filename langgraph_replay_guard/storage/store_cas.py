@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import sqlite3
 import threading
@@ -118,7 +119,13 @@ _SAVER_KINDS = (
 
 
 def _class_kind(obj: Any, kinds: tuple[tuple[str, str], ...], default: str) -> str:
-    names = {cls.__module__ + "." + cls.__name__ for cls in type(obj).__mro__}
+    return _type_kind(type(obj), kinds, default)
+
+
+@functools.lru_cache(maxsize=256)
+def _type_kind(of: type, kinds: tuple[tuple[str, str], ...], default: str) -> str:
+    # Cached by class: every plan op asks (the PostgreSQL paths are chosen per op).
+    names = {cls.__module__ + "." + cls.__name__ for cls in of.__mro__}
     return next((kind for name, kind in kinds if name in names), default)
 
 
