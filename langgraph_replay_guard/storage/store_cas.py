@@ -119,11 +119,12 @@ _SAVER_KINDS = (
 
 
 def _class_kind(obj: Any, kinds: tuple[tuple[str, str], ...], default: str) -> str:
-    return _type_kind(type(obj), kinds, default)
+    of: Any = type(obj)
+    return _type_kind(of, kinds, default)
 
 
 @functools.lru_cache(maxsize=256)
-def _type_kind(of: type, kinds: tuple[tuple[str, str], ...], default: str) -> str:
+def _type_kind(of: Any, kinds: tuple[tuple[str, str], ...], default: str) -> str:
     # Cached by class: every plan op asks (the PostgreSQL paths are chosen per op).
     names = {cls.__module__ + "." + cls.__name__ for cls in of.__mro__}
     return next((kind for name, kind in kinds if name in names), default)
