@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import os
 import threading
 import time
 import weakref
@@ -74,7 +75,10 @@ class Listener:
         """
         import psycopg
 
-        self._conn = psycopg.connect(conninfo, autocommit=True, **kwargs)
+        # Named, so an operator sees what the extra connection is (pg_stat_activity).
+        params = {**kwargs, "autocommit": True, "application_name": "replay-guard-listen"}
+        self._conn = psycopg.connect(conninfo, **params)
+        self.pid = os.getpid()
         self._alive = alive
         self._cond = threading.Condition()
         self._heard: OrderedDict[str, float] = OrderedDict()
@@ -156,6 +160,9 @@ def _listener(store: BaseStore) -> Listener | None:
     inner, conninfo, kwargs, alive = source
     with _guard:
         listener = _listeners.get(inner)
+        if listener is not None and listener.pid != os.getpid():
+            del _listeners[inner]  # a forked child: the thread and the socket are the parent's
+            listener = None
         if listener is not None:
             if not listener.broken:
                 return listener
