@@ -71,6 +71,11 @@ _PG_NOTIFY_MANY = (
     "FROM unnest(%s::text[], %s::text[]) AS n(channel, payload)"
 )
 _PG_ROW = "(%s, %s, %s, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, NULL, NULL)"
+_PG_ROW_LITERAL = "({}, {}, {}, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, NULL, NULL)"
+_PG_CLAIM = (
+    "BEGIN; SELECT pg_advisory_xact_lock(hashtextextended({lock}, 0)); "
+    "SELECT value FROM store WHERE prefix = {prefix} AND key = {key}"
+)
 _PG_UPSERT_MANY = (
     "INSERT INTO store (prefix, key, value, created_at, updated_at, expires_at, ttl_minutes) "
     "VALUES {values} "
@@ -427,19 +432,58 @@ def _sqlite_cas(store: Any, op: Update) -> tuple[bool, Any]:
 def _postgres_cas(store: Any, op: Update) -> tuple[bool, Any]:
     from psycopg_pool import ConnectionPool
 
+    with _pg_connection(store, ConnectionPool) as conn:
+        if conn.autocommit:
+            return _postgres_cas_2(conn, op)
+        prefix = _text(op.namespace)
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute(_PG_LOCK, (f"{prefix}/{op.key}",))
+            cur.execute(_PG_SELECT, (prefix, op.key))
+            written, current = _decide(_pg_value(cur.fetchone()), op)
+            if written:
+                cur.execute(*_upsert(_rows(op)))
+        return written, current
+
+
+def _postgres_cas_2(conn: Any, op: Update) -> tuple[bool, Any]:
+    """The compare-and-set in two round trips, on a connection in autocommit mode.
+
+    Each statement is a round trip, and a busy server makes each one wait for a core: `BEGIN`,
+    the lock and the read go in one simple query (the read runs after the lock is granted,
+    with a snapshot of its own), the writes and `COMMIT` in another. Values are sent as
+    literals quoted by psycopg (a simple query takes no parameters).
+    """
+    from psycopg import sql
+    from psycopg.pq import TransactionStatus
+    from psycopg.rows import tuple_row
+    from psycopg.types.json import Jsonb
+
     prefix = _text(op.namespace)
-    pool = store.conn if isinstance(store.conn, ConnectionPool) else None
-    with (
-        pool.connection() if pool is not None else contextlib.nullcontext(store.conn) as conn,
-        store.lock if pool is None else contextlib.nullcontext(None),
-        conn.transaction(),
-        conn.cursor() as cur,
-    ):
-        cur.execute(_PG_LOCK, (f"{prefix}/{op.key}",))
-        cur.execute(_PG_SELECT, (prefix, op.key))
-        written, current = _decide(_pg_value(cur.fetchone()), op)
-        if written:
-            cur.execute(*_upsert(_rows(op)))
+    claim = sql.SQL(_PG_CLAIM).format(
+        lock=sql.Literal(f"{prefix}/{op.key}"), prefix=sql.Literal(prefix), key=sql.Literal(op.key)
+    )
+    try:
+        with conn.cursor(row_factory=tuple_row) as cur:
+            cur.execute(claim, prepare=False)
+            while cur.nextset():
+                pass  # to the read's result
+            written, current = _decide(_pg_value(cur.fetchone()), op)
+            end: sql.Composable = sql.SQL("COMMIT")
+            if written:
+                unique = {(text, key): value for text, key, value in _rows(op)}
+                rows = sql.SQL(", ").join(
+                    sql.SQL(_PG_ROW_LITERAL).format(
+                        sql.Literal(text), sql.Literal(key), sql.Literal(Jsonb(value))
+                    )
+                    for (text, key), value in unique.items()
+                )
+                end = sql.SQL("{}; COMMIT").format(sql.SQL(_PG_UPSERT_MANY).format(values=rows))
+            cur.execute(end, prepare=False)
+    except BaseException:
+        if conn.info.transaction_status != TransactionStatus.IDLE:
+            with contextlib.suppress(Exception):
+                conn.execute("ROLLBACK")
+        raise
     return written, current
 
 
