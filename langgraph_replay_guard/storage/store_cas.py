@@ -433,7 +433,8 @@ def _postgres_cas(store: Any, op: Update) -> tuple[bool, Any]:
     from psycopg_pool import ConnectionPool
 
     with _pg_connection(store, ConnectionPool) as conn:
-        if conn.autocommit:
+        # Not in pipeline mode (`PostgresStore(pipeline=True)`): it has no simple queries.
+        if conn.autocommit and getattr(store, "pipe", None) is None:
             return _postgres_cas_2(conn, op)
         prefix = _text(op.namespace)
         with conn.transaction(), conn.cursor() as cur:
