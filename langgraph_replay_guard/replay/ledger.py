@@ -548,7 +548,11 @@ class Read:
 
 @dataclass(frozen=True)
 class Write:
-    """Put rows: `(namespace, key, value)`; the plan receives None."""
+    """Put rows: `(namespace, key, value)`; the plan receives None.
+
+    On PostgreSQL the rows are written in one transaction that also wakes the workers
+    waiting on them (`Sleep.wake`).
+    """
 
     puts: tuple[tuple[tuple[str, ...], str, dict[str, Any]], ...]
 
@@ -573,9 +577,15 @@ class Update:
 
 @dataclass(frozen=True)
 class Sleep:
-    """Wait before looking again (another worker holds the claim)."""
+    """Wait before looking again (another worker holds the claim).
+
+    `wake` names the row `(namespace, key)` whose next write ends the wait early: a driver
+    that hears of that write (PostgreSQL's `LISTEN`) returns as soon as it lands, one that
+    cannot sleeps `seconds` (polling). The plan reads the row again either way.
+    """
 
     seconds: float
+    wake: tuple[tuple[str, ...], str] | None = None
 
 
 @dataclass(frozen=True)
@@ -895,7 +905,7 @@ def admit(ctx: CallContext) -> Generator[Op, Any, Admission]:
             waited_from = ctx.elapsed() if waited_from is None else waited_from
             if ctx.elapsed() - waited_from >= ctx.wait:
                 raise _in_flight(ctx, step.row)
-            yield Sleep(pause)
+            yield Sleep(pause, wake=(ctx.rows_ns, ident.key))
             pause = min(pause * 2, LONGEST_PAUSE)
             (own_value,) = yield Read(((ctx.rows_ns, ident.key),))
             own = _entry(ident.key, own_value)
