@@ -564,7 +564,9 @@ def read_rows(store: BaseStore, keys: Iterable[tuple[tuple[str, ...], str]]) -> 
 
     wanted = [(_text(ns), key) for ns, key in keys]
     with _pg_connection(inner, ConnectionPool) as conn, conn.cursor(row_factory=tuple_row) as cur:
-        return _read_answer(wanted, cur.execute(*_read_query(wanted)).fetchall())
+        rows = cur.execute(*_read_query(wanted)).fetchall()
+        _end_pipelined(inner)
+        return _read_answer(wanted, rows)
 
 
 async def aread_rows(
@@ -586,7 +588,9 @@ async def aread_rows(
         conn.cursor(row_factory=tuple_row) as cur,
     ):
         await cur.execute(*_read_query(wanted))
-        return _read_answer(wanted, await cur.fetchall())
+        rows = await cur.fetchall()
+        await _aend_pipelined(inner)
+        return _read_answer(wanted, rows)
 
 
 def write_rows(store: BaseStore, puts: Iterable[tuple[tuple[str, ...], str, Any]]) -> bool:
@@ -610,6 +614,7 @@ def write_rows(store: BaseStore, puts: Iterable[tuple[tuple[str, ...], str, Any]
         contextlib.nullcontext() if conn.autocommit else conn.transaction(),
     ):
         conn.execute(query, params)
+        _end_pipelined(inner)
     return True
 
 
@@ -629,7 +634,26 @@ async def awrite_rows(store: BaseStore, puts: Iterable[tuple[tuple[str, ...], st
         contextlib.nullcontext() if conn.autocommit else conn.transaction(),
     ):
         await conn.execute(query, params)
+        await _aend_pipelined(inner)
     return True
+
+
+def _end_pipelined(store: Any) -> None:
+    """Sync a pipelined store's connection (`PostgresStore(pipeline=True)`), as its `batch` does.
+
+    In pipeline mode a statement's implicit transaction ends at the next sync, not when it
+    returns: without one an outcome is neither committed (lost if the process dies) nor
+    heard by the waiters, and its errors surface in some later statement.
+    """
+    pipe = getattr(store, "pipe", None)
+    if pipe is not None:
+        pipe.sync()
+
+
+async def _aend_pipelined(store: Any) -> None:
+    pipe = getattr(store, "pipe", None)
+    if pipe is not None:
+        await pipe.sync()
 
 
 def listen_source(

@@ -1,0 +1,193 @@
+"""Attacks on issue 36's PostgreSQL ledger paths: the wake-up, 2-round-trip claims, plain reads."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import HumanMessage, ToolMessage
+
+from langgraph_replay_guard import ReplayGuard
+
+from .claim_graphs import POLICY, claim_graph, effect_tools, sends
+
+pytestmark = pytest.mark.postgres
+
+
+def _config() -> dict[str, Any]:
+    return {"configurable": {"thread_id": f"t-{uuid.uuid4().hex[:8]}"}}
+
+
+def _outcome(result: Any) -> str:
+    if isinstance(result, BaseException):
+        return type(result).__name__
+    answers = [m for m in result["messages"] if isinstance(m, ToolMessage)]
+    meta = answers[-1].response_metadata.get("replay_guard")
+    return "replayed" if meta == "replayed" else "ran"
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+def test_fifty_gathered_async_waiters_answer_soon_after_the_holder(pg_uri, tmp_path, kind):
+    # Held on 39a49a7 (0.8 s for 50, sync and async stores): kept as a guard.
+    effects = tmp_path / "effects.txt"
+    hold = 0.3
+
+    async def scenario() -> tuple[list[str], float]:
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+        from langgraph.store.postgres import PostgresStore
+        from langgraph.store.postgres.aio import AsyncPostgresStore
+
+        async with AsyncPostgresSaver.from_conn_string(pg_uri) as saver:
+            await saver.setup()
+            if kind == "async":
+                cm: Any = AsyncPostgresStore.from_conn_string(pg_uri)
+                store = await cm.__aenter__()
+                await store.setup()
+            else:
+                cm = PostgresStore.from_conn_string(pg_uri)
+                store = cm.__enter__()
+                store.setup()
+            try:
+                guard = ReplayGuard(POLICY, store=store)
+                graph = claim_graph("wrap", guard, effect_tools(effects, seconds=hold), saver)
+                config = _config()
+                await graph.ainvoke({"messages": [HumanMessage("email Ann")]}, config)
+                started = time.monotonic()
+                results = await asyncio.gather(
+                    *(graph.ainvoke(None, config, durability="sync") for _ in range(50)),
+                    return_exceptions=True,
+                )
+                took = time.monotonic() - started
+            finally:
+                if kind == "async":
+                    await cm.__aexit__(None, None, None)
+                else:
+                    cm.__exit__(None, None, None)
+            return [_outcome(r) for r in results], took
+
+    # The async waits run `pause` in threads of the loop's default executor (6 on 2 cores),
+    # which the holder's sync tool also needs: they must not starve it.
+    outcomes, took = asyncio.run(scenario())
+    assert sends(effects) == 1
+    assert outcomes.count("ran") == 1, outcomes
+    assert took < 3.0, took
+
+
+def _nul_tools(effects: Path) -> list[Any]:
+    from langchain_core.tools import tool
+
+    @tool
+    def send_email(to: str) -> str:
+        """Send an email (unsafe)."""
+        with effects.open("a") as file:
+            file.write(f"{to!r}\n")
+        return "sent\x00 to " + to
+
+    return [send_email]
+
+
+def test_a_nul_in_the_result_is_recorded_and_replayed(pg_uri, tmp_path):
+    # Held on 39a49a7: jsonb refuses \u0000, the result codec escapes it before the upsert.
+    from .wake_graphs import pool_backend
+
+    effects = tmp_path / "effects.txt"
+    with pool_backend(pg_uri) as (saver, store):
+        graph = claim_graph("wrap", ReplayGuard(POLICY, store=store), _nul_tools(effects), saver)
+        config = _config()
+        graph.invoke({"messages": [HumanMessage("email Ann")]}, config)
+        result = graph.invoke(None, config, durability="sync")
+        assert [m.content for m in result["messages"] if isinstance(m, ToolMessage)] == [
+            "sent\x00 to ann@example.com"
+        ]
+        (row,) = _ledger_rows(pg_uri, config["configurable"]["thread_id"])
+        assert row["status"] == "completed"
+    assert sends(effects) == 1
+
+
+def test_an_outcome_on_a_pipelined_store_is_committed_when_recorded(pg_uri, tmp_path):
+    # PostgresStore(pipeline=True): a statement sent in pipeline mode commits at the
+    # pipeline's next sync, not when it returns. The holder's outcome must be visible (and
+    # durable) once its run returned, though its process lives on with the store open.
+    import signal
+
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.store.postgres import PostgresStore
+
+    from tests import warm_children
+
+    effects, done = tmp_path / "effects.txt", tmp_path / "done"
+    with (
+        PostgresSaver.from_conn_string(pg_uri) as saver,
+        PostgresStore.from_conn_string(pg_uri) as store,
+    ):
+        saver.setup()
+        store.setup()
+        graph = claim_graph("wrap", ReplayGuard(POLICY, store=store), effect_tools(effects), saver)
+        config = _config()
+        graph.invoke({"messages": [HumanMessage("email Ann")]}, config)
+        script = str(Path(__file__).with_name("proc_pipeline_holder.py"))
+        args = [pg_uri, config["configurable"]["thread_id"], str(effects), str(done)]
+        holder = warm_children.popen([sys.executable, script, *args], stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 60
+            while not done.exists():
+                assert holder.poll() is None, holder.communicate()[1].decode()[-2000:]
+                assert time.monotonic() < deadline, "the holder never finished its run"
+                time.sleep(0.02)
+        finally:
+            holder.send_signal(signal.SIGKILL)
+            holder.wait(timeout=30)
+        assert sends(effects) == 1
+        # The holder recorded its outcome before it stalled: the row holds it, not a claim.
+        (row,) = _ledger_rows(pg_uri, config["configurable"]["thread_id"])
+        assert row["status"] == "completed", row
+        assert "Email sent to ann@example.com" in json.dumps(row["result"])
+        # Resuming replays it (no second send, no "outcome unknown").
+        graph = claim_graph("wrap", ReplayGuard(POLICY, store=store), effect_tools(effects), saver)
+        result = graph.invoke(None, config, durability="sync")
+        answer = [m for m in result["messages"] if isinstance(m, ToolMessage)][-1]
+        assert answer.content == "Email sent to ann@example.com"
+        assert sends(effects) == 1
+
+
+def _ledger_rows(uri: str, thread: str) -> list[dict[str, Any]]:
+    import psycopg
+
+    with psycopg.connect(uri, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT value FROM store WHERE prefix = %s", (f"replay_guard.ledger.{thread}",)
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_row_written_on_a_pipelined_store_is_seen_by_another_connection(pg_uri, kind):
+    # The outcome's statement itself: committed (and its waiters notified) when it returns.
+    from langgraph.store.postgres import PostgresStore
+    from langgraph.store.postgres.aio import AsyncPostgresStore
+
+    from langgraph_replay_guard.storage import store_cas
+
+    ns = ("replay_guard", "ledger", f"t-{uuid.uuid4().hex[:8]}")
+    with PostgresStore.from_conn_string(pg_uri) as plain:
+        plain.setup()  # (its CREATE INDEX CONCURRENTLY cannot run in a pipeline)
+
+    async def write_async() -> None:
+        async with AsyncPostgresStore.from_conn_string(pg_uri, pipeline=True) as store:
+            assert await store_cas.awrite_rows(store, [(ns, "k", {"status": "completed"})])
+            assert _ledger_rows(pg_uri, ns[-1]) == [{"status": "completed"}]
+
+    if kind == "async":
+        asyncio.run(write_async())
+    else:
+        with PostgresStore.from_conn_string(pg_uri, pipeline=True) as store:
+            assert store_cas.write_rows(store, [(ns, "k", {"status": "completed"})])
+            assert _ledger_rows(pg_uri, ns[-1]) == [{"status": "completed"}]
+            assert store_cas.read_rows(store, [(ns, "k")]) == [{"status": "completed"}]
