@@ -90,6 +90,15 @@ _PG_READ_ONE = (
     "SELECT prefix, key, value FROM store WHERE prefix = %s AND key = %s "
     "AND (expires_at IS NULL OR expires_at > NOW())"
 )
+# Many rows (a ToolNode batch of hundreds of calls): the server plans each branch of a
+# UNION ALL (1,000 took 0.27 s here; 10,000 exceed its stack depth, 32,768 psycopg's
+# parameter limit), so one join of the pairs on the primary key instead (20 ms for 1,000).
+_PG_READ_POINTS = 64
+_PG_READ_MANY = (
+    "SELECT s.prefix, s.key, s.value FROM unnest(%s::text[], %s::text[]) AS k(prefix, key) "
+    "JOIN store s ON s.prefix = k.prefix AND s.key = k.key "
+    "WHERE (s.expires_at IS NULL OR s.expires_at > NOW())"
+)
 
 
 def _unwrap(store: Any) -> Any:
@@ -536,7 +545,9 @@ def _apg_connection(store: Any, pool_type: Any) -> Any:
     return _alocked(store.lock, store.conn)
 
 
-def _read_query(keys: list[tuple[str, str]]) -> tuple[str, list[str]]:
+def _read_query(keys: list[tuple[str, str]]) -> tuple[str, list[Any]]:
+    if len(keys) > _PG_READ_POINTS:
+        return _PG_READ_MANY, [[text for text, _ in keys], [key for _, key in keys]]
     query = " UNION ALL ".join([_PG_READ_ONE] * len(keys))
     return query, [part for pair in keys for part in pair]
 

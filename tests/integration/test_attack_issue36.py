@@ -191,3 +191,35 @@ def test_a_row_written_on_a_pipelined_store_is_seen_by_another_connection(pg_uri
             assert store_cas.write_rows(store, [(ns, "k", {"status": "completed"})])
             assert _ledger_rows(pg_uri, ns[-1]) == [{"status": "completed"}]
             assert store_cas.read_rows(store, [(ns, "k")]) == [{"status": "completed"}]
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_read_of_ten_thousand_rows_answers_as_the_store_does(pg_uri, kind):
+    # A ToolNode batch of many calls reads their rows in one Read: a UNION ALL of 10,000
+    # point lookups exceeded the server's stack depth (StatementTooComplex) on 39a49a7.
+    from langgraph.store.base import GetOp
+    from langgraph.store.postgres import PostgresStore
+    from langgraph.store.postgres.aio import AsyncPostgresStore
+
+    from langgraph_replay_guard.storage import store_cas
+
+    ns = ("replay_guard", "ledger", f"t-{uuid.uuid4().hex[:8]}")
+    keys = [(ns, f"k{i}") for i in range(10_000)]
+    with PostgresStore.from_conn_string(pg_uri) as store:
+        store.setup()
+        assert store_cas.write_rows(store, [(ns, f"k{i}", {"i": i}) for i in range(0, 10_000, 3)])
+        expected = [
+            None if item is None else item.value
+            for item in store.batch([GetOp(n, k) for n, k in keys])
+        ]
+        if kind == "sync":
+            assert store_cas.read_rows(store, keys) == expected
+
+    async def read_async() -> list[Any] | None:
+        async with AsyncPostgresStore.from_conn_string(pg_uri) as astore:
+            return await store_cas.aread_rows(astore, keys)
+
+    if kind == "async":
+        assert asyncio.run(read_async()) == expected
+    assert expected[3] == {"i": 3}
+    assert expected[4] is None
