@@ -152,6 +152,19 @@ _failed: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 _guard = threading.Lock()
 
 
+def _forked() -> None:
+    # A fork copies `_guard` as it is: held, when a parent thread was opening a LISTEN
+    # connection (up to its connect timeout), by a thread the child does not have. The
+    # child's first wait would block on it for good. (The parent's listeners are dropped
+    # at their next use: `_listener` compares pids.)
+    global _guard
+    _guard = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
 def _listener(store: BaseStore) -> Listener | None:
     """The store's listener (opened on first use), or None: not PostgreSQL, or unreachable."""
     source = store_cas.listen_source(store)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -223,3 +225,56 @@ def test_a_read_of_ten_thousand_rows_answers_as_the_store_does(pg_uri, kind):
         assert asyncio.run(read_async()) == expected
     assert expected[3] == {"i": 3}
     assert expected[4] is None
+
+
+def test_a_child_forked_while_a_listen_connection_opens_can_wait(pg_uri, tmp_path):
+    # A worker forks (a process pool, a pre-fork server) while another of its threads opens
+    # a LISTEN connection: that thread holds the module's lock for its connect (up to 5 s).
+    # The child inherits the lock held, by a thread it does not have: its first wait must
+    # not block on it for good.
+    import socket
+    import threading
+
+    from langgraph.store.postgres import PostgresStore
+    from psycopg_pool import ConnectionPool
+
+    from langgraph_replay_guard.replay.ledger import Sleep
+    from langgraph_replay_guard.storage import wake
+
+    with socket.socket() as silent:  # accepts a connection, never answers: a slow connect
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        conninfo = f"host=127.0.0.1 port={port} dbname=x"
+        pool = ConnectionPool(conninfo, kwargs={"connect_timeout": 2}, open=False)
+        slow = PostgresStore(pool)  # type: ignore[arg-type]
+        opening = threading.Thread(target=wake._listener, args=(slow,), daemon=True)
+        opening.start()
+        deadline = time.monotonic() + 10
+        while not wake._guard.locked():
+            assert time.monotonic() < deadline, "the listener never started to connect"
+            time.sleep(0.005)
+        pid = os.fork()
+        if pid == 0:  # the child: its own store, one short wait on a row nobody writes
+            code = 1
+            try:
+                with PostgresStore.from_conn_string(pg_uri) as store:
+                    op = Sleep(0.05, wake=(("replay_guard", "ledger", "t-fork"), "k"))
+                    wake.pause(store, op, time.monotonic())
+                code = 0
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 15
+        status = None
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.02)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            status = None
+        opening.join(timeout=10)
+    assert status is not None
+    assert os.waitstatus_to_exitcode(status) == 0, "the forked child's wait never returned"
