@@ -278,3 +278,27 @@ def test_a_child_forked_while_a_listen_connection_opens_can_wait(pg_uri, tmp_pat
         opening.join(timeout=10)
     assert status is not None
     assert os.waitstatus_to_exitcode(status) == 0, "the forked child's wait never returned"
+
+
+def test_fifty_waiting_threads_replay_the_one_run(pg_uri, tmp_path):
+    # Held on 39a49a7: 50 threads on one pooled store (4 connections), one LISTEN connection.
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .wake_graphs import pool_backend
+
+    effects = tmp_path / "effects.txt"
+    with pool_backend(pg_uri) as (saver, store):
+        guard = ReplayGuard(POLICY, store=store)
+        graph = claim_graph("wrap", guard, effect_tools(effects, seconds=0.3), saver)
+        config = _config()
+        graph.invoke({"messages": [HumanMessage("email Ann")]}, config)
+        started = time.monotonic()
+        with ThreadPoolExecutor(50) as pool:
+            futures = [
+                pool.submit(graph.invoke, None, config, durability="sync") for _ in range(50)
+            ]
+            outcomes = [_outcome(f.result()) for f in futures]
+        took = time.monotonic() - started
+    assert sends(effects) == 1
+    assert outcomes.count("ran") == 1, outcomes
+    assert took < 5.0, took
