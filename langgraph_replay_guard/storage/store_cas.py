@@ -363,7 +363,25 @@ def _pg_value(row: Any) -> Any:
     """The stored value of a fetched PostgreSQL row (a dict row or a tuple), or None."""
     if row is None:
         return None
-    return _loads(row["value"] if isinstance(row, Mapping) else row[0])
+    return _pg_loaded(row["value"] if isinstance(row, Mapping) else row[0])
+
+
+_NULL_ROW = "<a JSON null>"
+"""What a PostgreSQL row holding JSON `null` reads as: a damaged row, not an absent one."""
+
+
+def _pg_loaded(raw: Any) -> Any:
+    """The value of a PostgreSQL row that exists, as psycopg decoded its `jsonb`.
+
+    A `str` is the row's own JSON string and `None` its JSON `null`: a damaged row (the
+    ledger reads its outcome as unknown), never parsed again (a JSON string could not be
+    parsed: the read raised) nor taken for an absent row (the call ran again).
+    """
+    if raw is None:
+        return _NULL_ROW
+    if isinstance(raw, memoryview | bytes | bytearray):
+        return _loads(raw)
+    return raw
 
 
 def _warn_not_atomic(store: Any) -> None:
@@ -554,7 +572,7 @@ def _read_query(keys: list[tuple[str, str]]) -> tuple[str, list[Any]]:
 
 def _read_answer(keys: list[tuple[str, str]], rows: Any) -> list[Any]:
     found = {(row[0], row[1]): row[2] for row in rows}
-    return [_loads(found.get(k)) for k in keys]
+    return [_pg_loaded(found[k]) if k in found else None for k in keys]
 
 
 def read_rows(store: BaseStore, keys: Iterable[tuple[tuple[str, ...], str]]) -> list[Any] | None:

@@ -302,3 +302,38 @@ def test_fifty_waiting_threads_replay_the_one_run(pg_uri, tmp_path):
     assert sends(effects) == 1
     assert outcomes.count("ran") == 1, outcomes
     assert took < 5.0, took
+
+
+@pytest.mark.parametrize("damaged", ["not json", None, 42])
+def test_a_damaged_row_is_an_unknown_outcome_not_a_crash_or_a_new_call(pg_uri, tmp_path, damaged):
+    # A call's row holding a JSON string or JSON null (a hand edit, a bad migration): read
+    # and claimed as the damaged row it is. On 39a49a7 the string raised JSONDecodeError
+    # and null read as no row at all: the unsafe call ran (42 held: unknown).
+    import psycopg
+    from langchain_core.messages import AIMessage
+    from psycopg.types.json import Jsonb
+
+    from langgraph_replay_guard import ReplayUnsafeError
+
+    from .wake_graphs import pool_backend
+
+    effects = tmp_path / "effects.txt"
+    with pool_backend(pg_uri) as (saver, store):
+        guard = ReplayGuard(POLICY, store=store)
+        graph = claim_graph("wrap", guard, effect_tools(effects, seconds=0), saver)
+        config = _config()
+        first = graph.invoke({"messages": [HumanMessage("email Ann")]}, config)
+        ai = [m for m in first["messages"] if isinstance(m, AIMessage)][-1]
+        thread = config["configurable"]["thread_id"]
+        with psycopg.connect(pg_uri, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO store (prefix, key, value) VALUES (%s, %s, %s)",
+                (
+                    f"replay_guard.ledger.{thread}",
+                    f"tools/{ai.id}/{ai.tool_calls[0]['id']}",
+                    Jsonb(damaged),
+                ),
+            )
+        with pytest.raises(ReplayUnsafeError, match="outcome is unknown"):
+            graph.invoke(None, config, durability="sync")
+    assert sends(effects) == 0
