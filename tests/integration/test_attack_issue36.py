@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
+from langgraph.store.base import BaseStore
 
 from langgraph_replay_guard import ReplayGuard
 
@@ -337,3 +338,65 @@ def test_a_damaged_row_is_an_unknown_outcome_not_a_crash_or_a_new_call(pg_uri, t
         with pytest.raises(ReplayUnsafeError, match="outcome is unknown"):
             graph.invoke(None, config, durability="sync")
     assert sends(effects) == 0
+
+
+class _LateFirstRead(BaseStore):
+    """Wraps a store: its first read answers only once `effects` has a line (and then some).
+
+    It stands for a waiter thread that read a claim and lost the CPU until the holder, in
+    this process, had written its outcome and released its claim.
+    """
+
+    def __init__(self, store: Any, effects: Path) -> None:
+        self._store = store  # the claims go to it directly
+        self._effects = effects
+        self._first = True
+
+    def batch(self, ops: Any) -> Any:
+        results = self._store.batch(list(ops))
+        if self._first:
+            self._first = False
+            deadline = time.monotonic() + 30
+            while not sends(self._effects) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.5)  # the holder writes its outcome and releases its claim meanwhile
+        return results
+
+    async def abatch(self, ops: Any) -> Any:
+        return self.batch(ops)
+
+
+def test_a_holder_of_this_process_finishing_during_a_read_is_replayed_not_lost(pg_uri, tmp_path):
+    # Two threads of one worker on one call: the waiter reads the claim, the holder writes
+    # its outcome and releases the claim, then the waiter checks the holder: gone. It must
+    # read the row again (the outcome is there) before calling the outcome unknown. On
+    # 39a49a7 it raised ReplayUnsafeError (50 threads on one call hit it under load).
+    import threading
+
+    from .wake_graphs import pool_backend
+
+    effects = tmp_path / "effects.txt"
+    with pool_backend(pg_uri) as (saver, store):
+        holder = claim_graph(
+            "wrap", ReplayGuard(POLICY, store=store), effect_tools(effects, seconds=0.5), saver
+        )
+        config = _config()
+        holder.invoke({"messages": [HumanMessage("email Ann")]}, config)
+        late = _LateFirstRead(store, effects)
+        waiter = claim_graph("wrap", ReplayGuard(POLICY, store=late), effect_tools(effects), saver)
+        done: list[Any] = []
+        thread = threading.Thread(
+            target=lambda: done.append(holder.invoke(None, config, durability="sync"))
+        )
+        thread.start()
+        try:
+            deadline = time.monotonic() + 30
+            while not _ledger_rows(pg_uri, config["configurable"]["thread_id"]):
+                assert time.monotonic() < deadline, "the holder never claimed the call"
+                time.sleep(0.01)
+            result = waiter.invoke(None, config, durability="sync")
+        finally:
+            thread.join(timeout=60)
+    assert _outcome(done[0]) == "ran"
+    assert _outcome(result) == "replayed"
+    assert sends(effects) == 1
