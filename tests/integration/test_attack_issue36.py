@@ -80,7 +80,7 @@ def test_fifty_gathered_async_waiters_answer_soon_after_the_holder(pg_uri, tmp_p
     outcomes, took = asyncio.run(scenario())
     assert sends(effects) == 1
     assert outcomes.count("ran") == 1, outcomes
-    assert took < 3.0, took
+    assert took < 10.0, took  # (0.8 s here alone; a loose bound on a shared machine)
 
 
 def _nul_tools(effects: Path) -> list[Any]:
@@ -302,7 +302,7 @@ def test_fifty_waiting_threads_replay_the_one_run(pg_uri, tmp_path):
         took = time.monotonic() - started
     assert sends(effects) == 1
     assert outcomes.count("ran") == 1, outcomes
-    assert took < 5.0, took
+    assert took < 10.0, took
 
 
 @pytest.mark.parametrize("damaged", ["not json", None, 42])
