@@ -1,9 +1,11 @@
 """Cost of the replay ledger: first run, hit, growth over 10,000 calls, contended claims.
 
 Run: python benchmarks/bench_ledger.py [--pg URI] [--quick]
-Goals (issue 12): the per-call cost at call 10,000 within 1.2x of call 200 (unsafe tool,
-SqliteStore); 8 processes x 500 contended unsafe calls on PostgreSQL with 0 double effects and
-0 lost rows. Without --pg a throwaway PostgreSQL server is started from the local binaries.
+Goals (issues 12, 36): the per-call cost at call 10,000 within 1.2x of call 200 (unsafe tool,
+SqliteStore); on PostgreSQL 8 processes x 500 identical unsafe calls >= 1,000 calls/s with p99
+<= 10 ms, 8 x 500 distinct ones >= 1,500 calls/s, both with 0 double effects and 0 lost rows;
+the per-call cost of a first run and a hit on PostgreSQL beside SQLite's. Without --pg a
+throwaway PostgreSQL server is started from the local binaries.
 """
 
 from __future__ import annotations
@@ -113,7 +115,8 @@ def ledger_costs(store: Any, label: str, n: int) -> None:
         hit.append(time.perf_counter() - start)
     print(
         f"{label:<20} first run (claim + outcome) {_median_us(first):8.1f} us   "
-        f"hit (read + rebuild) {_median_us(hit):8.1f} us"
+        f"hit (read + rebuild) {_median_us(hit):8.1f} us",
+        flush=True,
     )
 
 
@@ -145,73 +148,106 @@ def growth(path: str, total: int, timed: int = 200) -> None:
     )
 
 
-def _worker(uri: str, calls: int, seed: int, effects: str, out: Any) -> None:
+def _worker(
+    uri: str, calls: int, seed: int, effects: str, out: Any, ready: Any, go: Any, distinct: bool
+) -> None:
     from langgraph.store.postgres import PostgresStore
 
     order = list(range(calls))
     random.Random(seed).shuffle(order)
+    thread = f"distinct-{seed}" if distinct else "contended"
 
     def effect(key: str) -> None:
         with open(effects, "a", encoding="utf-8") as file:
-            file.write(key + "\n")
+            file.write(f"{thread}/{key}\n")
 
     with PostgresStore.from_conn_string(uri) as store:
+        run_once(store, context("warm-up", seed, {"n": -seed}))  # connect, prepare, listen
+        ready.put(seed)
+        go.wait()  # the clock starts when every worker is connected (not at spawn)
         latencies, outcomes = [], {"ran": 0, "replayed": 0, "in_flight": 0}
+        begin = time.perf_counter()
         for i in order:
             start = time.perf_counter()
             try:
-                outcome = run_once(store, context("contended", i, {"n": i}), effect)
+                outcome = run_once(store, context(thread, i, {"n": i}), effect)
             except Exception as exc:  # ReplayInFlightError: counted, not a failure
                 outcome = "in_flight" if type(exc).__name__ == "ReplayInFlightError" else "error"
             latencies.append(time.perf_counter() - start)
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
-    out.put((latencies, outcomes))
+        end = time.perf_counter()
+    out.put((latencies, outcomes, begin, end))
 
 
-def contended(uri: str, workers: int, calls: int) -> None:
-    """`workers` processes each try to run the same `calls` unsafe calls, in random orders."""
+def contended(uri: str, workers: int, calls: int, *, distinct: bool = False) -> None:
+    """`workers` processes each try to run the same `calls` unsafe calls, in random orders.
+
+    With `distinct`, each process runs `calls` calls of its own thread (no contention).
+    Calls/s counts from the moment every worker is connected to the last one's end.
+    """
     from langgraph.store.postgres import PostgresStore
 
     with PostgresStore.from_conn_string(uri) as store:
         store.setup()
+    spawn = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory() as tmp:
         effects = os.path.join(tmp, "effects.txt")
-        queue: Any = multiprocessing.get_context("spawn").Queue()
+        queue: Any = spawn.Queue()
+        ready: Any = spawn.Queue()
+        go: Any = spawn.Event()
         procs = [
-            multiprocessing.get_context("spawn").Process(
-                target=_worker, args=(uri, calls, seed, effects, queue)
+            spawn.Process(
+                target=_worker, args=(uri, calls, seed, effects, queue, ready, go, distinct)
             )
             for seed in range(workers)
         ]
-        start = time.perf_counter()
         for proc in procs:
             proc.start()
+        for _ in procs:
+            ready.get()
+        go.set()
         results = [queue.get() for _ in procs]
         for proc in procs:
             proc.join()
-        wall = time.perf_counter() - start
         lines = Path(effects).read_text().splitlines() if os.path.exists(effects) else []
-    latencies = sorted(x for lat, _ in results for x in lat)
+    wall = max(r[3] for r in results) - min(r[2] for r in results)
+    latencies = sorted(x for lat, *_ in results for x in lat)
     totals: dict[str, int] = {}
-    for _, outcome in results:
+    for _, outcome, *_ in results:
         for key, value in outcome.items():
             totals[key] = totals.get(key, 0) + value
     doubles = len(lines) - len(set(lines))
+    threads = [f"distinct-{seed}" for seed in range(workers)] if distinct else ["contended"]
     with PostgresStore.from_conn_string(uri) as store:
         lost = 0
-        for i in range(calls):
-            ctx = context("contended", i, {"n": i})
-            item = store.get(ctx.rows_ns, ctx.identity.key)
-            if item is None or item.value.get("status") != "completed":
-                lost += 1
+        for thread in threads:
+            for i in range(calls):
+                ctx = context(thread, i, {"n": i})
+                item = store.get(ctx.rows_ns, ctx.identity.key)
+                if item is None or item.value.get("status") != "completed":
+                    lost += 1
     p50 = latencies[len(latencies) // 2] * 1e3
     p99 = latencies[int(len(latencies) * 0.99)] * 1e3
+    what = "distinct" if distinct else "identical"
     print(
-        f"contended claims (PostgreSQL, {workers} processes x {calls} identical unsafe calls): "
+        f"{'distinct' if distinct else 'contended'} claims (PostgreSQL, {workers} processes x "
+        f"{calls} {what} unsafe calls): "
         f"{len(latencies) / wall:.0f} calls/s, latency p50 {p50:.2f} ms p99 {p99:.2f} ms; "
-        f"effects {len(set(lines))}/{calls}, double effects {doubles}, lost rows {lost}; "
-        f"outcomes {totals}"
+        f"effects {len(set(lines))}/{calls * len(threads)}, double effects {doubles}, "
+        f"lost rows {lost}; outcomes {totals}",
+        flush=True,
     )
+
+
+def postgres(uri: str, workers: int, calls: int, n: int) -> None:
+    """Everything measured on PostgreSQL: per-call costs, contended and distinct claims."""
+    from langgraph.store.postgres import PostgresStore
+
+    with PostgresStore.from_conn_string(uri) as store:
+        store.setup()
+        ledger_costs(store, "PostgresStore", n)
+    contended(uri, workers, calls)
+    contended(uri, workers, calls, distinct=True)
 
 
 def main() -> None:
@@ -224,8 +260,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         ledger_costs(_sqlite_store(os.path.join(tmp, "ledger.db")), "SqliteStore (file)", n)
         growth(os.path.join(tmp, "growth.db"), 2000 if opts.quick else 10_000)
+    calls = 100 if opts.quick else 500
     if opts.pg:
-        contended(opts.pg, 8, 500)
+        postgres(opts.pg, 8, calls, n)
         return
     from tests.integration.conftest import _find_binary, _Server
 
@@ -235,7 +272,7 @@ def main() -> None:
         return
     server = _Server(initdb, pg_ctl)
     try:
-        contended(server.start(), 8, 100 if opts.quick else 500)
+        postgres(server.start(), 8, calls, n)
     finally:
         server.stop()
 

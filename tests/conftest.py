@@ -23,9 +23,11 @@ import pytest
 SLOW_MODULES = frozenset(
     {
         "tests/integration/test_attack_issue33.py",
+        "tests/integration/test_attack_issue36.py",
         "tests/integration/test_callbacks_never_forget.py",
         "tests/integration/test_coding_agent.py",
         "tests/integration/test_concurrent_claims.py",
+        "tests/integration/test_ledger_wake.py",
         "tests/integration/test_crash.py",
         "tests/integration/test_crash_deepagents.py",
         "tests/integration/test_crashtest.py",

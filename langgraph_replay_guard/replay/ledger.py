@@ -548,7 +548,11 @@ class Read:
 
 @dataclass(frozen=True)
 class Write:
-    """Put rows: `(namespace, key, value)`; the plan receives None."""
+    """Put rows: `(namespace, key, value)`; the plan receives None.
+
+    On PostgreSQL the rows are written in one transaction that also wakes the workers
+    waiting on them (`Sleep.wake`).
+    """
 
     puts: tuple[tuple[tuple[str, ...], str, dict[str, Any]], ...]
 
@@ -573,9 +577,15 @@ class Update:
 
 @dataclass(frozen=True)
 class Sleep:
-    """Wait before looking again (another worker holds the claim)."""
+    """Wait before looking again (another worker holds the claim).
+
+    `wake` names the row `(namespace, key)` whose next write ends the wait early: a driver
+    that hears of that write (PostgreSQL's `LISTEN`) returns as soon as it lands, one that
+    cannot sleeps `seconds` (polling). The plan reads the row again either way.
+    """
 
     seconds: float
+    wake: tuple[tuple[str, ...], str] | None = None
 
 
 @dataclass(frozen=True)
@@ -873,10 +883,21 @@ def admit(ctx: CallContext) -> Generator[Op, Any, Admission]:
     own = _entry(ident.key, own_value)
     waited_from: float | None = None
     pause = FIRST_PAUSE
+    confirmed: tuple[str | None] | None = None  # the revision whose holder was rechecked
     while True:
         step: _Step
         if own is not None:
             step = _after_own(ctx, own)
+            if _holder_gone(own, step) and confirmed != (own.rev,):
+                # Its holder may have recorded the outcome and ended between this read and
+                # the liveness check (a worker of this process releases its claim right
+                # after writing the outcome): read once more before calling the call lost.
+                confirmed = (own.rev,)
+                (own_value,) = yield Read(((ctx.rows_ns, ident.key),))
+                fresh = _entry(ident.key, own_value)
+                if fresh is None or fresh.rev != own.rev:
+                    own = fresh
+                    continue
         elif ctx.replay == "pure" or ident.variant:
             step = _MayRun()  # a variant is no new model call: no identical-call check
         else:
@@ -895,7 +916,7 @@ def admit(ctx: CallContext) -> Generator[Op, Any, Admission]:
             waited_from = ctx.elapsed() if waited_from is None else waited_from
             if ctx.elapsed() - waited_from >= ctx.wait:
                 raise _in_flight(ctx, step.row)
-            yield Sleep(pause)
+            yield Sleep(pause, wake=(ctx.rows_ns, ident.key))
             pause = min(pause * 2, LONGEST_PAUSE)
             (own_value,) = yield Read(((ctx.rows_ns, ident.key),))
             own = _entry(ident.key, own_value)
@@ -936,6 +957,13 @@ def admit(ctx: CallContext) -> Generator[Op, Any, Admission]:
         if claim.owner is not None:
             ctx.lost_owner(claim.owner)
         own = _entry(ident.key, current)  # look again
+
+
+def _holder_gone(own: LedgerEntry, step: _Step) -> bool:
+    """Whether `step` was decided on a claim whose holder was found not alive."""
+    return (
+        own.status == "started" and own.owner is not None and isinstance(step, Admission | _MayRun)
+    )
 
 
 def _variant_context(ctx: CallContext) -> Generator[Op, Any, CallContext]:

@@ -22,7 +22,7 @@ from langgraph_replay_guard.replay.ledger import (
     row_namespace,
     store_label,
 )
-from langgraph_replay_guard.storage import store_cas
+from langgraph_replay_guard.storage import store_cas, wake
 from langgraph_replay_guard.storage.plans import adrive, drive
 
 if TYPE_CHECKING:
@@ -76,14 +76,20 @@ def run_plan(
         Exception: Whatever the plan raises, and store errors the plan does not handle.
     """
     store_cas.prepare(store)
+    since = [time.monotonic()]
 
     def run(op: Any) -> Any:
         if isinstance(op, Sleep):
-            return time.sleep(op.seconds)
+            return wake.pause(store, op, since[0])
+        since[0] = time.monotonic()  # a wait after this read wakes on a write heard since
         if isinstance(op, Update):
             return store_cas.compare_and_set(store, op)
         if isinstance(op, Batch):
             return list(store_cas.batch_store(store, op.ops))
+        if isinstance(op, Write) and store_cas.write_rows(store, op.puts):
+            return None
+        if isinstance(op, Read) and (found := store_cas.read_rows(store, op.keys)) is not None:
+            return found
         if isinstance(op, _STORE_OPS):
             return _batch_answer(op, store_cas.batch_store(store, _batch_ops(op)))
         return _other(other, op)
@@ -107,14 +113,23 @@ async def arun_plan(
         Exception: Whatever the plan raises, and store errors the plan does not handle.
     """
     await store_cas.aprepare(store)
+    since = [time.monotonic()]
 
     async def run(op: Any) -> Any:
         if isinstance(op, Sleep):
-            return await asyncio.sleep(op.seconds)
+            return await wake.apause(store, op, since[0])
+        since[0] = time.monotonic()  # a wait after this read wakes on a write heard since
         if isinstance(op, Update):
             return await store_cas.acompare_and_set(store, op)
         if isinstance(op, Batch):
             return list(await abatch(store, op.ops))
+        if isinstance(op, Write) and await store_cas.awrite_rows(store, op.puts):
+            return None
+        if (
+            isinstance(op, Read)
+            and (found := await store_cas.aread_rows(store, op.keys)) is not None
+        ):
+            return found
         if isinstance(op, _STORE_OPS):
             return _batch_answer(op, await abatch(store, _batch_ops(op)))
         return await _other(other, op)
