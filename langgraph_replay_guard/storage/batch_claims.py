@@ -50,7 +50,7 @@ _GROUPABLE = ("sqlite", "postgres")
 
 
 class _Slot:
-    __slots__ = ("answer", "done", "error", "first", "op")
+    __slots__ = ("answer", "done", "error", "first", "leads", "op")
 
     def __init__(self, op: Update, *, first: bool) -> None:
         self.op = op
@@ -58,6 +58,7 @@ class _Slot:
         self.done = threading.Event()
         self.answer: tuple[bool, Any] | None = None
         self.error: BaseException | None = None
+        self.leads = False  # handed the writing of the next round
 
 
 class _Group:
@@ -67,9 +68,16 @@ class _Group:
         self.cond = threading.Condition()
         self.open = expected  # members that have neither claimed nor left
         self.waiting: list[_Slot] = []
-        self.gathering = False  # a leader is waiting for this round's claims
+        self.busy = False  # a round is being gathered or written
         self.rounds = 0  # after the first, a claim is written at once (a late sibling)
         self.born = time.monotonic()
+
+    def take(self) -> list[_Slot]:
+        """The claims waiting, as the next round (call holding `cond`)."""
+        taken, self.waiting = self.waiting, []
+        self.open -= sum(1 for s in taken if s.first)
+        self.rounds += 1
+        return taken
 
 
 _groups: dict[Hashable, _Group] = {}
@@ -89,6 +97,10 @@ class Member:
     def claim(self, store: BaseStore, op: Update) -> tuple[bool, Any]:
         """`store_cas.compare_and_set(store, op)`, written with the batch's other claims.
 
+        The first claim of the batch waits for its siblings' (see `WINDOW`); later ones are
+        written at once, or, while a round is being written, together in the next round
+        (group commit), whose writer is the first of them.
+
         Raises:
             Exception: The database's error writing the round's claims (none was written).
         """
@@ -98,22 +110,31 @@ class Member:
         with group.cond:
             group.waiting.append(slot)
             group.cond.notify_all()
-            leads = not group.gathering
+            leads = not group.busy
             if leads:
-                group.gathering = True
+                group.busy = True
                 deadline = time.monotonic() + (WINDOW if group.rounds == 0 else 0.0)
                 while len(group.waiting) < min(group.open, THREADS):
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
                     group.cond.wait(left)
-                taken, group.waiting = group.waiting, []
-                group.open -= sum(1 for s in taken if s.first)
-                group.gathering = False
-                group.rounds += 1
+                taken = group.take()
+        if not leads:
+            slot.done.wait()
+            if slot.leads:  # handed the next round: write it
+                slot.done.clear()
+                with group.cond:
+                    taken = group.take()
+                leads = True
         if leads:
             _write(store, taken)
-        slot.done.wait()
+            with group.cond:
+                if group.waiting:  # arrived while writing: the first of them writes next
+                    group.waiting[0].leads = True
+                    group.waiting[0].done.set()
+                else:
+                    group.busy = False
         if slot.error is not None:
             raise slot.error
         assert slot.answer is not None

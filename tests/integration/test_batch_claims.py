@@ -10,6 +10,7 @@ each call once.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -24,6 +25,7 @@ import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.types import Command
 
+from langgraph_replay_guard import ReplayGuardWarning
 from langgraph_replay_guard.storage.ledger_io import ReplayLedger
 from tests import warm_children
 
@@ -107,7 +109,12 @@ def test_a_duplicate_in_the_batch_is_answered_and_only_the_new_calls_are_claimed
         answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
         assert len(answers) == 5
         rows = _rows(store, config)
-        assert sorted(row.tool for row in rows) == ["lookup", "send_email", "send_email", "send_email"]
+        assert sorted(row.tool for row in rows) == [
+            "lookup",
+            "send_email",
+            "send_email",
+            "send_email",
+        ]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -175,3 +182,47 @@ def test_eight_workers_resuming_one_batch_run_each_call_once(kind, tmp_path, req
     assert sorted(effects_of(effects)) == sorted(args["to"] for _, args in SENDS)
     assert sum(r["ran"] for r in results) == 4, results
     assert {r["outcome"] for r in results} == {"ok"}, results
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_async_run_claims_its_batch_in_one_transaction(kind, tmp_path, request):
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    effects = tmp_path / "effects.txt"
+    with backend(kind, _target(kind, tmp_path, request)) as (_saver, store):
+        graph = batch_graph(batch_tools(effects), InMemorySaver(), store)
+        claims = _claims(kind, store)
+        config = _config()
+        with pytest.warns(ReplayGuardWarning, match="no durable checkpointer"):
+            asyncio.run(
+                graph.ainvoke({"messages": [HumanMessage("go")]}, config, durability="sync")
+            )
+        assert claims() == 1
+        assert len(effects_of(effects)) == 4
+
+
+def test_compare_and_set_many_decides_each_row_as_if_alone_in_order(any_store):
+    from langgraph_replay_guard.replay.ledger import Update
+    from langgraph_replay_guard.storage import store_cas
+
+    ns = ("replay_guard", "ledger", f"t-{uuid.uuid4().hex[:8]}")
+    store_cas.compare_and_set(any_store, Update(ns, "b", {"rev": "r1", "v": 1}, False, None))
+    ops = [
+        Update(ns, "a", {"rev": "a1"}, False, None, also=((ns, "idx", {"key": "a"}),)),
+        Update(ns, "b", {"rev": "r2"}, True, "r0"),  # an old revision: not written
+        Update(ns, "a", {"rev": "a2"}, False, None),  # absent no more: the first wrote it
+        Update(ns, "b", {"rev": "r2", "v": 2}, True, "r1"),
+    ]
+    answers = store_cas.compare_and_set_many(any_store, ops)
+    assert answers == [
+        (True, {"rev": "a1"}),
+        (False, {"rev": "r1", "v": 1}),
+        (False, {"rev": "a1"}),
+        (True, {"rev": "r2", "v": 2}),
+    ]
+    got = {key: any_store.get(ns, key) for key in ("a", "b", "idx")}
+    assert {key: item.value for key, item in got.items() if item} == {
+        "a": {"rev": "a1"},
+        "b": {"rev": "r2", "v": 2},
+        "idx": {"key": "a"},
+    }
