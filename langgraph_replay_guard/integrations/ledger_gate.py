@@ -758,7 +758,7 @@ class LedgerGate:
             self.pass_by(request, ai_message_id, batch_size)
             return None
         store, ctx, running = found
-        group = batch_claims.join(store, (ctx.rows_ns, ai_message_id), batch_size)
+        group = self._group(request, store, ctx.rows_ns, ai_message_id, batch_size)
         return run_plan(store, self._admit_plan(request, store, ctx, running), group=group)
 
     async def acheck(
@@ -777,7 +777,7 @@ class LedgerGate:
         # The claim's owner names this host and process: read those facts off the event loop
         # (once per process), so the plan's `new_owner`/`is_alive` do no blocking I/O on it.
         await owners.aready()
-        group = batch_claims.join(store, (ctx.rows_ns, ai_message_id), batch_size)
+        group = self._group(request, store, ctx.rows_ns, ai_message_id, batch_size)
         plan = self._admit_plan(request, store, ctx, running)
         return await arun_plan(store, plan, group=group)
 
@@ -800,18 +800,40 @@ class LedgerGate:
         thread_id = configurable.get("thread_id")
         if store is None or thread_id is None:
             return
-        if batch_size == 0:
-            tool_call_id = request.tool_call.get("id")
-            for message in reversed(state_messages(request.state, self.messages_key)):
-                if isinstance(message, AIMessage) and any(
-                    call.get("id") == tool_call_id for call in message.tool_calls
-                ):
-                    ai_message_id, batch_size = message.id, len(message.tool_calls)
-                    break
         rows_ns = row_namespace(self.prefix, str(thread_id))
-        member = batch_claims.join(store, (rows_ns, ai_message_id), batch_size)
+        member = self._group(request, store, rows_ns, ai_message_id, batch_size or 2)
         if member is not None:
             member.leave()
+
+    def _group(
+        self,
+        request: ToolCallRequest,
+        store: BaseStore,
+        rows_ns: tuple[str, ...],
+        ai_message_id: str | None,
+        batch_size: int,
+    ) -> batch_claims.Member | None:
+        """The call's place among the calls of its AIMessage still unanswered in the state.
+
+        Those are the calls that arrive (ToolNode, a `Send` each): a call a middleware
+        answered before (a human's rejection) or that finished before a crash does not.
+        """
+        if batch_size < 2:
+            return None
+        tool_call_id = request.tool_call.get("id")
+        answered: set[str] = set()
+        for message in reversed(state_messages(request.state, self.messages_key)):
+            if isinstance(message, ToolMessage):
+                answered.add(message.tool_call_id)
+            elif isinstance(message, AIMessage) and (
+                message.id == ai_message_id
+                if ai_message_id is not None
+                else any(call.get("id") == tool_call_id for call in message.tool_calls)
+            ):
+                ai_message_id = message.id
+                batch_size = sum(1 for c in message.tool_calls if c.get("id") not in answered)
+                break
+        return batch_claims.join(store, (rows_ns, ai_message_id), batch_size)
 
     def continued(self, ticket: RunTicket, request: ToolCallRequest) -> RunTicket:
         """The claim of a call handed down, for the call as it arrived where the tool runs.

@@ -62,6 +62,17 @@ def batch_graph(
     return replay_graph(guard, model, tools, checkpointer=checkpointer, store=store, **kw)
 
 
+def fan_out_agent(tools: list[Any], checkpointer: Any, store: Any) -> Any:
+    """`create_agent` with the guard's middleware: each call of the AIMessage is a `Send`."""
+    from langchain.agents import create_agent
+
+    model = ScriptedChatModel(script=[ask_once(SENDS)] * 10)
+    guard = ReplayGuard(POLICY, store=store)
+    return create_agent(
+        model, tools, middleware=[guard.middleware()], checkpointer=checkpointer, store=store
+    )
+
+
 @contextmanager
 def backend(kind: str, target: str) -> Iterator[tuple[Any, Any]]:
     """A durable checkpointer and store: SQLite files in folder `target`, or PostgreSQL."""

@@ -29,7 +29,7 @@ from langgraph_replay_guard import ReplayGuardWarning
 from langgraph_replay_guard.storage.ledger_io import ReplayLedger
 from tests import warm_children
 
-from .batch_graphs import SENDS, backend, batch_graph, batch_tools, effects_of
+from .batch_graphs import SENDS, backend, batch_graph, batch_tools, effects_of, fan_out_agent
 
 KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,11 +76,14 @@ def _rows(store: Any, config: dict[str, Any]) -> list[Any]:
     return [row for row in rows if row.tool]
 
 
+@pytest.mark.parametrize("graph_of", [batch_graph, fan_out_agent], ids=["toolnode", "send"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_batch_of_four_unsafe_calls_is_claimed_in_one_transaction(kind, tmp_path, request):
+def test_a_batch_of_four_unsafe_calls_is_claimed_in_one_transaction(
+    kind, graph_of, tmp_path, request
+):
     effects = tmp_path / "effects.txt"
     with backend(kind, _target(kind, tmp_path, request)) as (saver, store):
-        graph = batch_graph(batch_tools(effects), saver, store)
+        graph = graph_of(batch_tools(effects), saver, store)
         claims = _claims(kind, store)
         config = _config()
         graph.invoke({"messages": [HumanMessage("email them")]}, config, durability="sync")
