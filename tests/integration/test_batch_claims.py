@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -229,3 +230,58 @@ def test_compare_and_set_many_decides_each_row_as_if_alone_in_order(any_store):
         "b": {"rev": "r2", "v": 2},
         "idx": {"key": "a"},
     }
+
+
+def _sqlite(tmp_path: Path) -> Any:
+    from langgraph.store.sqlite import SqliteStore
+
+    conn = sqlite3.connect(tmp_path / "store.db", check_same_thread=False, isolation_level=None)
+    store = SqliteStore(conn)
+    store.setup()
+    return store
+
+
+def test_a_sibling_that_never_arrives_costs_at_most_the_window(tmp_path):
+    from langgraph_replay_guard.replay.ledger import Update
+    from langgraph_replay_guard.storage import batch_claims
+
+    store = _sqlite(tmp_path)
+    ns = ("replay_guard", "ledger", "t")
+    member = batch_claims.join(store, (ns, "ai-1"), 3)
+    assert member is not None
+    start = time.monotonic()
+    assert member.claim(store, Update(ns, "a", {"rev": "1"}, False, None)) == (True, {"rev": "1"})
+    waited = time.monotonic() - start
+    member.leave()
+    assert batch_claims.WINDOW * 0.9 <= waited < batch_claims.WINDOW + 2.0
+    assert store.get(ns, "a").value == {"rev": "1"}
+
+
+def test_an_error_writing_a_round_reaches_every_claim_of_it(tmp_path):
+    import threading
+
+    from langgraph_replay_guard.replay.ledger import Update
+    from langgraph_replay_guard.storage import batch_claims, store_cas
+
+    store = _sqlite(tmp_path)
+    store_cas.prepare(store)
+    store.conn.close()  # every write now fails
+    ns = ("replay_guard", "ledger", "t")
+    errors: list[BaseException] = []
+
+    def claim(key: str) -> None:
+        member = batch_claims.join(store, (ns, "ai-2"), 2)
+        assert member is not None
+        try:
+            member.claim(store, Update(ns, key, {"rev": "1"}, False, None))
+        except sqlite3.ProgrammingError as exc:
+            errors.append(exc)
+        finally:
+            member.leave()
+
+    threads = [threading.Thread(target=claim, args=(key,)) for key in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert len(errors) == 2
