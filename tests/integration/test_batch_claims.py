@@ -285,3 +285,20 @@ def test_an_error_writing_a_round_reaches_every_claim_of_it(tmp_path):
     for thread in threads:
         thread.join(timeout=10)
     assert len(errors) == 2
+
+
+@pytest.mark.postgres
+def test_compare_and_set_many_in_pipeline_mode_takes_the_transaction_path(pg_uri):
+    from langgraph.store.postgres import PostgresStore
+
+    from langgraph_replay_guard.replay.ledger import Update
+    from langgraph_replay_guard.storage import store_cas
+
+    with PostgresStore.from_conn_string(pg_uri) as plain:
+        plain.setup()  # its migrations cannot run in a pipeline
+    with PostgresStore.from_conn_string(pg_uri, pipeline=True) as store:
+        ns = ("replay_guard", "ledger", f"t-{uuid.uuid4().hex[:8]}")
+        ops = [Update(ns, key, {"rev": key}, False, None) for key in ("b", "a", "b")]
+        answers = store_cas.compare_and_set_many(store, ops)
+        assert answers == [(True, {"rev": "b"}), (True, {"rev": "a"}), (False, {"rev": "b"})]
+        assert store.get(ns, "a").value == {"rev": "a"}
