@@ -833,6 +833,9 @@ class LedgerGate:
                 ai_message_id = message.id
                 batch_size = sum(1 for c in message.tool_calls if c.get("id") not in answered)
                 break
+        limit = (getattr(request.runtime, "config", None) or {}).get("max_concurrency")
+        if isinstance(limit, int) and limit > 0:  # no more of them run at once
+            batch_size = min(batch_size, limit)
         return batch_claims.join(store, (rows_ns, ai_message_id), batch_size)
 
     def continued(self, ticket: RunTicket, request: ToolCallRequest) -> RunTicket:

@@ -71,6 +71,7 @@ class _Group:
         self.busy = False  # a round is being gathered or written
         self.rounds = 0  # after the first, a claim is written at once (a late sibling)
         self.born = time.monotonic()
+        self.closed = False
 
     def take(self) -> list[_Slot]:
         """The claims waiting, as the next round (call holding `cond`)."""
@@ -150,11 +151,9 @@ class Member:
             if not self.claimed:
                 group.open -= 1
                 group.cond.notify_all()
-            done = group.open <= 0 and not group.waiting
-        if done:
-            with _groups_lock:
-                if _groups.get(self.key) is group:
-                    del _groups[self.key]
+            # Every member came: a call of this batch arriving later (a second guard's view
+            # of one call, a retry of the node) is written alone, never waits on a new group.
+            group.closed = group.closed or (group.open <= 0 and not group.waiting)
 
 
 def _write(store: BaseStore, taken: list[_Slot]) -> None:
@@ -189,11 +188,13 @@ def join(store: BaseStore, batch: Hashable | None, size: int) -> Member | None:
         key = (id(store), batch)
         now = time.monotonic()
         with _groups_lock:
-            if len(_groups) > 256:  # groups whose members never all arrived (answered before)
+            if len(_groups) > 256:  # the batches of the last seconds are enough
                 for old in [k for k, g in _groups.items() if now - g.born > _STALE]:
                     del _groups[old]
             group = _groups.get(key)
             if group is None or now - group.born > _STALE:
                 group = _groups[key] = _Group(size)
+            elif group.closed:
+                return None
             return Member(key, group)
     return None
