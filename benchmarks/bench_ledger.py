@@ -1,10 +1,12 @@
 """Cost of the replay ledger: first run, hit, growth over 10,000 calls, contended claims.
 
-Run: python benchmarks/bench_ledger.py [--pg URI] [--quick]
+Run: python benchmarks/bench_ledger.py [--pg URI] [--quick] [--batches-only]
 Goals (issues 12, 36): the per-call cost at call 10,000 within 1.2x of call 200 (unsafe tool,
 SqliteStore); on PostgreSQL 8 processes x 500 identical unsafe calls >= 1,000 calls/s with p99
 <= 10 ms, 8 x 500 distinct ones >= 1,500 calls/s, both with 0 double effects and 0 lost rows;
-the per-call cost of a first run and a hit on PostgreSQL beside SQLite's. Without --pg a
+the per-call cost of a first run and a hit on PostgreSQL beside SQLite's; calls/s of batches of
+N = 1, 4, 16 parallel unsafe calls, their claims written together (issue 36 item 3) beside one
+claim per call, on SQLite and PostgreSQL. Without --pg a
 throwaway PostgreSQL server is started from the local binaries.
 """
 
@@ -20,6 +22,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,7 @@ from langgraph_replay_guard.replay.ledger import (
     index_namespace,
     row_namespace,
 )
+from langgraph_replay_guard.storage import batch_claims
 from langgraph_replay_guard.storage.ledger_io import run_plan
 
 ARGS = {"to": "ann@example.com", "subject": "Your order", "body": "x" * 200}
@@ -71,9 +75,9 @@ def context(thread: str, i: int, args: dict[str, Any] | None = None) -> CallCont
     )
 
 
-def run_once(store: Any, ctx: CallContext, effect: Any = None) -> str:
+def run_once(store: Any, ctx: CallContext, effect: Any = None, group: Any = None) -> str:
     """Admit a call; if this worker claims it, do the effect and record the outcome."""
-    admission = run_plan(store, admit(ctx))
+    admission = run_plan(store, admit(ctx), group=group)
     if admission.kind == "replay":
         assert admission.entry is not None
         replayed_message(admission.entry, {"name": ctx.tool, "id": ctx.identity.tool_call_id})
@@ -239,6 +243,50 @@ def contended(uri: str, workers: int, calls: int, *, distinct: bool = False) -> 
     )
 
 
+def batches(store: Any, label: str, calls: int, sizes: tuple[int, ...] = (1, 4, 16)) -> None:
+    """Calls/s of batches of N parallel unsafe calls, as ToolNode runs them (one thread each).
+
+    Each batch is one AIMessage's N calls, run on a thread pool sized as LangGraph's default
+    (`batch_claims.THREADS`); its claims are written together (`batch_claims.join`) or, for
+    the side-by-side figure, one transaction per call (as before issue 36 item 3). The two
+    ways alternate batch by batch, so the machine's noise falls on both alike.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    thread = f"batches-{label}-{time.monotonic_ns()}"
+    rows_ns = row_namespace(PREFIX, thread)
+    figures = []
+
+    def one(ctx: CallContext, ai: str, size: int, joins: bool) -> str:
+        group = batch_claims.join(store, (rows_ns, ai), size) if joins else None
+        return run_once(store, ctx, group=group)
+
+    with ThreadPoolExecutor(max_workers=batch_claims.THREADS) as pool:
+        for size in sizes:
+            spent = {False: 0.0, True: 0.0}
+            count = max(2, calls // size)
+            for b in range(count):
+                joins = b % 2 == 1
+                ai = f"ai-{size}-{b}"
+                ctxs = [
+                    replace(
+                        context(thread, b, {"size": size, "b": b, "j": j}),
+                        identity=CallIdentity(thread, "tools", ai, f"call-{ai}-{j}"),
+                    )
+                    for j in range(size)
+                ]
+                start = time.perf_counter()
+                ran = list(pool.map(one, ctxs, [ai] * size, [size] * size, [joins] * size))
+                spent[joins] += time.perf_counter() - start
+                assert set(ran) == {"ran"}
+            per_mode = (count // 2) * size
+            figures.append(
+                f"N={size}: {per_mode / spent[True]:.0f} together, "
+                f"{per_mode / spent[False]:.0f} one claim per call"
+            )
+    print(f"batches ({label}, calls/s): " + "; ".join(figures), flush=True)
+
+
 def postgres(uri: str, workers: int, calls: int, n: int) -> None:
     """Everything measured on PostgreSQL: per-call costs, contended and distinct claims."""
     from langgraph.store.postgres import PostgresStore
@@ -246,6 +294,7 @@ def postgres(uri: str, workers: int, calls: int, n: int) -> None:
     with PostgresStore.from_conn_string(uri) as store:
         store.setup()
         ledger_costs(store, "PostgresStore", n)
+        batches(store, "PostgresStore", calls * 2)
     contended(uri, workers, calls)
     contended(uri, workers, calls, distinct=True)
 
@@ -254,15 +303,37 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--pg", help="PostgreSQL URI (default: a throwaway local server)")
     parser.add_argument("--quick", action="store_true", help="smaller runs")
+    parser.add_argument(
+        "--batches-only", action="store_true", help="only the batch figures (SQLite, PostgreSQL)"
+    )
     opts = parser.parse_args()
     n = 300 if opts.quick else 2000
+    calls = 100 if opts.quick else 500
+    if opts.batches_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            batches(_sqlite_store(os.path.join(tmp, "batches.db")), "SqliteStore", calls * 2)
+        _with_postgres(opts.pg, lambda uri: _pg_batches(uri, calls * 2))
+        return
     ledger_costs(InMemoryStore(), "InMemoryStore", n)
     with tempfile.TemporaryDirectory() as tmp:
         ledger_costs(_sqlite_store(os.path.join(tmp, "ledger.db")), "SqliteStore (file)", n)
+        batches(_sqlite_store(os.path.join(tmp, "batches.db")), "SqliteStore", calls * 2)
         growth(os.path.join(tmp, "growth.db"), 2000 if opts.quick else 10_000)
-    calls = 100 if opts.quick else 500
-    if opts.pg:
-        postgres(opts.pg, 8, calls, n)
+    _with_postgres(opts.pg, lambda uri: postgres(uri, 8, calls, n))
+
+
+def _pg_batches(uri: str, calls: int) -> None:
+    from langgraph.store.postgres import PostgresStore
+
+    with PostgresStore.from_conn_string(uri) as store:
+        store.setup()
+        batches(store, "PostgresStore", calls)
+
+
+def _with_postgres(uri: str | None, run: Any) -> None:
+    """`run(uri)` on the given server, else on a throwaway local one."""
+    if uri:
+        run(uri)
         return
     from tests.integration.conftest import _find_binary, _Server
 
@@ -272,7 +343,7 @@ def main() -> None:
         return
     server = _Server(initdb, pg_ctl)
     try:
-        postgres(server.start(), 8, calls, n)
+        run(server.start())
     finally:
         server.stop()
 

@@ -65,7 +65,7 @@ from langgraph_replay_guard.replay.ledger import (
     unknown_facts,
 )
 from langgraph_replay_guard.replay.result_codec import decode_result, decode_update
-from langgraph_replay_guard.storage import store_cas
+from langgraph_replay_guard.storage import batch_claims, store_cas
 from langgraph_replay_guard.storage.ledger_io import arun_plan, run_plan
 
 if TYPE_CHECKING:
@@ -736,11 +736,17 @@ class LedgerGate:
         return RunTicket(run_request, store, ctx, admission.entry, running=running)
 
     def check(
-        self, request: ToolCallRequest, facts: CallFacts, ai_message_id: str | None
+        self,
+        request: ToolCallRequest,
+        facts: CallFacts,
+        ai_message_id: str | None,
+        batch_size: int = 1,
     ) -> RunTicket | LedgerEntry | None:
         """Admit an allowed call: a ticket to run it, a recorded entry to replay, or None.
 
-        None means there is no ledger (no store or no thread id): run as usual.
+        None means there is no ledger (no store or no thread id): run as usual. The claims
+        of the calls of one batch (`batch_size` calls of one AIMessage) arriving together
+        are written in one transaction (`storage.batch_claims`).
 
         Raises:
             ReplayUnsafeError: An unsafe call's outcome is unknown (`on_unsafe="raise"`).
@@ -749,22 +755,88 @@ class LedgerGate:
         """
         found = self._context(request, facts, ai_message_id)
         if found is None:
+            self.pass_by(request, ai_message_id, batch_size)
             return None
         store, ctx, running = found
-        return run_plan(store, self._admit_plan(request, store, ctx, running))
+        group = self._group(request, store, ctx.rows_ns, ai_message_id, batch_size)
+        return run_plan(store, self._admit_plan(request, store, ctx, running), group=group)
 
     async def acheck(
-        self, request: ToolCallRequest, facts: CallFacts, ai_message_id: str | None
+        self,
+        request: ToolCallRequest,
+        facts: CallFacts,
+        ai_message_id: str | None,
+        batch_size: int = 1,
     ) -> RunTicket | LedgerEntry | None:
         """Async `check`."""
         found = self._context(request, facts, ai_message_id)
         if found is None:
+            self.pass_by(request, ai_message_id, batch_size)
             return None
         store, ctx, running = found
         # The claim's owner names this host and process: read those facts off the event loop
         # (once per process), so the plan's `new_owner`/`is_alive` do no blocking I/O on it.
         await owners.aready()
-        return await arun_plan(store, self._admit_plan(request, store, ctx, running))
+        group = self._group(request, store, ctx.rows_ns, ai_message_id, batch_size)
+        plan = self._admit_plan(request, store, ctx, running)
+        return await arun_plan(store, plan, group=group)
+
+    def pass_by(
+        self, request: ToolCallRequest, ai_message_id: str | None = None, batch_size: int = 0
+    ) -> None:
+        """A call of a batch that claims nothing here: its siblings' claims stop waiting for it.
+
+        For a call the guard answers without running (a duplicate, a stop) and one that
+        needs no claim; the batch is read from the state when not given. No I/O.
+
+        Args:
+            request: The call.
+            ai_message_id: Id of its AIMessage, if known.
+            batch_size: How many calls that AIMessage has, if known.
+        """
+        runtime = request.runtime
+        configurable = (getattr(runtime, "config", None) or {}).get("configurable", {})
+        store = self.store if self.store is not None else getattr(runtime, "store", None)
+        thread_id = configurable.get("thread_id")
+        if store is None or thread_id is None:
+            return
+        rows_ns = row_namespace(self.prefix, str(thread_id))
+        member = self._group(request, store, rows_ns, ai_message_id, batch_size or 2)
+        if member is not None:
+            member.leave()
+
+    def _group(
+        self,
+        request: ToolCallRequest,
+        store: BaseStore,
+        rows_ns: tuple[str, ...],
+        ai_message_id: str | None,
+        batch_size: int,
+    ) -> batch_claims.Member | None:
+        """The call's place among the calls of its AIMessage still unanswered in the state.
+
+        Those are the calls that arrive (ToolNode, a `Send` each): a call a middleware
+        answered before (a human's rejection) or that finished before a crash does not.
+        """
+        if batch_size < 2:
+            return None
+        tool_call_id = request.tool_call.get("id")
+        answered: set[str] = set()
+        for message in reversed(state_messages(request.state, self.messages_key)):
+            if isinstance(message, ToolMessage):
+                answered.add(message.tool_call_id)
+            elif isinstance(message, AIMessage) and (
+                message.id == ai_message_id
+                if ai_message_id is not None
+                else any(call.get("id") == tool_call_id for call in message.tool_calls)
+            ):
+                ai_message_id = message.id
+                batch_size = sum(1 for c in message.tool_calls if c.get("id") not in answered)
+                break
+        limit = (getattr(request.runtime, "config", None) or {}).get("max_concurrency")
+        if isinstance(limit, int) and limit > 0:  # no more of them run at once
+            batch_size = min(batch_size, limit)
+        return batch_claims.join(store, (rows_ns, ai_message_id), batch_size)
 
     def continued(self, ticket: RunTicket, request: ToolCallRequest) -> RunTicket:
         """The claim of a call handed down, for the call as it arrived where the tool runs.

@@ -245,6 +245,8 @@ class _Check:
     request: ToolCallRequest
     facts: CallFacts
     batch_id: str | None
+    batch_size: int = 1
+    """How many calls the batch has: their claims are written together."""
 
 
 @dataclass(slots=True)
@@ -360,6 +362,7 @@ class ToolCallWrapper:
         return self._drive(
             self._call_plan(request, self._direct(execute)),
             lambda op: self._execute_op(op, run),
+            request,
         )
 
     async def awrap(self, request: ToolCallRequest, execute: AsyncExecute) -> ToolResult:
@@ -368,41 +371,66 @@ class ToolCallWrapper:
         return await self._adrive(
             self._call_plan(request, self._direct(execute)),
             lambda op: self._aexecute_op(op, run),
+            request,
         )
 
     def _drive(
-        self, plan: Generator[_Op, Any, ToolResult], run: Callable[[_Execute], Any]
+        self,
+        plan: Generator[_Op, Any, ToolResult],
+        run: Callable[[_Execute], Any],
+        batch: ToolCallRequest | None = None,
     ) -> ToolResult:
-        """Run a call plan: `run` executes the tool, the rest is the ledger and traces."""
+        """Run a call plan: `run` executes the tool, the rest is the ledger and traces.
+
+        `batch`: the call as the node got it; a plan that ends without admitting it at the
+        ledger (answered, stopped, handed down) lets its siblings' claims go without it.
+        """
+        checked = False
 
         def op_result(op: _Op) -> Any:
+            nonlocal checked
             if isinstance(op, _Execute):
                 with guarded_body(op.ticket):
                     return run(op)
             if isinstance(op, _Check):
-                return self.gate.check(op.request, op.facts, op.batch_id)
+                checked = True
+                return self.gate.check(op.request, op.facts, op.batch_id, op.batch_size)
             if isinstance(op, _Finish):
                 return self.gate.finish(op.ticket, op.result, op.error)
             return blocked_run(op)
 
-        return drive(plan, op_result)
+        try:
+            return drive(plan, op_result)
+        finally:
+            if batch is not None and not checked:
+                self.gate.pass_by(batch)
 
     async def _adrive(
-        self, plan: Generator[_Op, Any, ToolResult], run: Callable[[_Execute], Awaitable[Any]]
+        self,
+        plan: Generator[_Op, Any, ToolResult],
+        run: Callable[[_Execute], Awaitable[Any]],
+        batch: ToolCallRequest | None = None,
     ) -> ToolResult:
         """`_drive`, async."""
+        checked = False
 
         async def op_result(op: _Op) -> Any:
+            nonlocal checked
             if isinstance(op, _Execute):
                 with guarded_body(op.ticket):
                     return await run(op)
             if isinstance(op, _Check):
-                return await self.gate.acheck(op.request, op.facts, op.batch_id)
+                checked = True
+                return await self.gate.acheck(op.request, op.facts, op.batch_id, op.batch_size)
             if isinstance(op, _Finish):
                 return await self.gate.afinish(op.ticket, op.result, op.error)
             return await ablocked_run(op)
 
-        return await adrive(plan, op_result)
+        try:
+            return await adrive(plan, op_result)
+        finally:
+            if batch is not None and not checked:
+                self.gate.pass_by(batch)
 
     def _execute_op(self, op: _Execute, execute: Execute) -> Any:
         if not op.watch:
@@ -475,7 +503,10 @@ class ToolCallWrapper:
             ticket = self.gate.continued(hand.claim, request)
             hand.claim = None
         elif self.gate.involved(request, prepared.ledger_facts):
-            ticket = yield _Check(request, prepared.ledger_facts, prepared.batch.batch_id)
+            batch = prepared.batch
+            ticket = yield _Check(
+                request, prepared.ledger_facts, batch.batch_id, len(batch.tool_calls)
+            )
         if isinstance(ticket, LedgerEntry):
             replayed = self._replayed(request, prepared, ticket)
             yield _trace(request, prepared.trace("replayed"), _answer_of(replayed), None)
@@ -545,7 +576,8 @@ class ToolCallWrapper:
         hand = _Handed()
         facts = decided.ledger_facts
         if claims and facts.replay != "pure" and self.gate.involved(request, facts):
-            ticket = yield _Check(request, facts, decided.batch.batch_id)
+            batch = decided.batch
+            ticket = yield _Check(request, facts, batch.batch_id, len(batch.tool_calls))
             if isinstance(ticket, LedgerEntry) and ticket.answered_inside:
                 # A middleware inside answered it last time: its answer, not a second run.
                 replayed = self._replayed(request, decided, ticket)

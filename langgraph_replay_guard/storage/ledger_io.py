@@ -22,7 +22,7 @@ from langgraph_replay_guard.replay.ledger import (
     row_namespace,
     store_label,
 )
-from langgraph_replay_guard.storage import store_cas, wake
+from langgraph_replay_guard.storage import batch_claims, store_cas, wake
 from langgraph_replay_guard.storage.plans import adrive, drive
 
 if TYPE_CHECKING:
@@ -61,7 +61,11 @@ def _other(run: Callable[[Any], R] | None, op: Any) -> R:
 
 
 def run_plan(
-    store: BaseStore, plan: Generator[Any, Any, T], other: Callable[[Any], Any] | None = None
+    store: BaseStore,
+    plan: Generator[Any, Any, T],
+    other: Callable[[Any], Any] | None = None,
+    *,
+    group: batch_claims.Member | None = None,
 ) -> T:
     """Run a store plan (the ledger's, the record store's) with the store's sync API.
 
@@ -71,6 +75,8 @@ def run_plan(
         store: The store.
         plan: The plan.
         other: Runs the plan's ops that are not store ops (a recorded graph's run).
+        group: The plan's call in its batch (`batch_claims.join`): its claims are written
+            with its siblings'.
 
     Raises:
         Exception: Whatever the plan raises, and store errors the plan does not handle.
@@ -83,6 +89,8 @@ def run_plan(
             return wake.pause(store, op, since[0])
         since[0] = time.monotonic()  # a wait after this read wakes on a write heard since
         if isinstance(op, Update):
+            if group is not None:
+                return group.claim(store, op)
             return store_cas.compare_and_set(store, op)
         if isinstance(op, Batch):
             return list(store_cas.batch_store(store, op.ops))
@@ -94,13 +102,19 @@ def run_plan(
             return _batch_answer(op, store_cas.batch_store(store, _batch_ops(op)))
         return _other(other, op)
 
-    return drive(plan, run)
+    try:
+        return drive(plan, run)
+    finally:
+        if group is not None:
+            group.leave()
 
 
 async def arun_plan(
     store: BaseStore,
     plan: Generator[Any, Any, T],
     other: Callable[[Any], Awaitable[Any]] | None = None,
+    *,
+    group: batch_claims.Member | None = None,
 ) -> T:
     """Run a store plan with the store's async API (sync stores run off the event loop).
 
@@ -108,6 +122,7 @@ async def arun_plan(
         store: The store.
         plan: The plan.
         other: Runs the plan's ops that are not store ops, asynchronously.
+        group: As for `run_plan` (a sync store's claims, written off the loop).
 
     Raises:
         Exception: Whatever the plan raises, and store errors the plan does not handle.
@@ -120,6 +135,8 @@ async def arun_plan(
             return await wake.apause(store, op, since[0])
         since[0] = time.monotonic()  # a wait after this read wakes on a write heard since
         if isinstance(op, Update):
+            if group is not None:
+                return await asyncio.to_thread(group.claim, store, op)
             return await store_cas.acompare_and_set(store, op)
         if isinstance(op, Batch):
             return list(await abatch(store, op.ops))
@@ -134,7 +151,11 @@ async def arun_plan(
             return _batch_answer(op, await abatch(store, _batch_ops(op)))
         return await _other(other, op)
 
-    return await adrive(plan, run)
+    try:
+        return await adrive(plan, run)
+    finally:
+        if group is not None:
+            group.leave()
 
 
 async def abatch(store: BaseStore, ops: Sequence[Any]) -> Sequence[Any]:

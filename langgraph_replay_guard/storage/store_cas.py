@@ -38,6 +38,7 @@ __all__ = [
     "atomic_kind",
     "batch_store",
     "compare_and_set",
+    "compare_and_set_many",
     "is_sync_only",
     "listen_source",
     "prepare",
@@ -86,6 +87,7 @@ _PG_UPSERT_MANY = (
 # have marked one expired: read as the store's `get` would. One point lookup on the primary
 # key per row (a list of pairs would be planned as a scan of the thread's whole prefix).
 _PG_SELECT = "SELECT value FROM store WHERE prefix = %s AND key = %s"
+_PG_SELECT_ROW = "SELECT prefix, key, value FROM store WHERE prefix = %s AND key = %s"
 _PG_READ_ONE = (
     "SELECT prefix, key, value FROM store WHERE prefix = %s AND key = %s "
     "AND (expires_at IS NULL OR expires_at > NOW())"
@@ -456,6 +458,129 @@ def _sqlite_cas(store: Any, op: Update) -> tuple[bool, Any]:
     return written, current
 
 
+def compare_and_set_many(store: BaseStore, ops: list[Update]) -> list[tuple[bool, Any]]:
+    """`compare_and_set` of several rows in one transaction: one answer per op, in order.
+
+    The claims of a batch of parallel calls (`storage.batch_claims`): on PostgreSQL two
+    round trips and one commit for all of them, on SQLite one immediate transaction. Each op
+    is decided as if run alone in this order (a later op sees an earlier one's writes).
+    Other stores run the ops one by one.
+
+    Raises:
+        Exception: The database's own errors (then no op was written).
+    """
+    inner = _unwrap(store)
+    kind = _kind_of(inner)
+    if len(ops) == 1 or kind not in ("sqlite", "postgres"):
+        return [compare_and_set(store, op) for op in ops]
+    if kind == "sqlite":
+        return _sqlite_cas_many(inner, ops)
+    from psycopg_pool import ConnectionPool
+
+    with _pg_connection(inner, ConnectionPool) as conn:
+        if conn.autocommit and getattr(inner, "pipe", None) is None:
+            return _postgres_cas_many_2(conn, ops)
+        with conn.transaction(), conn.cursor() as cur:
+            for lock in sorted({f"{_text(op.namespace)}/{op.key}" for op in ops}):
+                cur.execute(_PG_LOCK, (lock,))
+            wanted = sorted({(_text(op.namespace), op.key) for op in ops})
+            found = _read_answer(wanted, cur.execute(*_read_query(wanted, plain=True)).fetchall())
+            answers, writes = _decide_many(dict(zip(wanted, found, strict=True)), ops)
+            if writes:
+                cur.execute(*_upsert(sorted_rows(writes)))
+        return answers
+
+
+def sorted_rows(writes: Mapping[tuple[str, str], Any]) -> list[tuple[str, str, Any]]:
+    """Rows to upsert, in key order: two transactions upserting the same rows never deadlock."""
+    return [(text, key, writes[(text, key)]) for text, key in sorted(writes)]
+
+
+def _decide_many(
+    current: dict[tuple[str, str], Any], ops: list[Update]
+) -> tuple[list[tuple[bool, Any]], dict[tuple[str, str], Any]]:
+    """Decide each op in order over the rows read; the answers and the rows to write."""
+    answers: list[tuple[bool, Any]] = []
+    writes: dict[tuple[str, str], Any] = {}
+    for op in ops:
+        answer = _decide(current.get((_text(op.namespace), op.key)), op)
+        if answer[0]:
+            for text, key, value in _rows(op):
+                current[(text, key)] = writes[(text, key)] = value
+        answers.append(answer)
+    return answers, writes
+
+
+def _sqlite_cas_many(store: Any, ops: list[Update]) -> list[tuple[bool, Any]]:
+    prepare(store)
+    conn = store.conn
+    with _outer_lock(store), store.lock:
+        _end_leftover(conn)
+        conn.execute("BEGIN IMMEDIATE")  # as `_sqlite_cas`: one write lock, one commit for all
+        try:
+            current: dict[tuple[str, str], Any] = {}
+            for op in ops:
+                pair = (_text(op.namespace), op.key)
+                row = conn.execute(_SQLITE_SELECT, pair).fetchone()
+                current.setdefault(pair, _loads(row[0]) if row else None)
+            answers, writes = _decide_many(current, ops)
+            for text, key, value in sorted_rows(writes):
+                conn.execute(_SQLITE_UPSERT, (text, key, orjson.dumps(value)))
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+    return answers
+
+
+def _postgres_cas_many_2(conn: Any, ops: list[Update]) -> list[tuple[bool, Any]]:
+    """`_postgres_cas_2` for several rows: the locks (in key order) and reads, then the writes."""
+    from psycopg import sql
+    from psycopg.pq import TransactionStatus
+    from psycopg.rows import tuple_row
+    from psycopg.types.json import Jsonb
+
+    wanted = sorted({(_text(op.namespace), op.key) for op in ops})
+    locks = sorted({f"{text}/{key}" for text, key in wanted})
+    # Each lock its own statement, in key order (no deadlock with another batch's claim).
+    parts: list[sql.Composable] = [sql.SQL("BEGIN")]
+    parts += [
+        sql.SQL("SELECT pg_advisory_xact_lock(hashtextextended({}, 0))").format(sql.Literal(lock))
+        for lock in locks
+    ]
+    parts.append(
+        sql.SQL(" UNION ALL ").join(
+            sql.SQL("SELECT prefix, key, value FROM store WHERE prefix = {} AND key = {}").format(
+                sql.Literal(text), sql.Literal(key)
+            )
+            for text, key in wanted
+        )
+    )
+    try:
+        with conn.cursor(row_factory=tuple_row) as cur:
+            cur.execute(sql.SQL("; ").join(parts), prepare=False)
+            while cur.nextset():
+                pass  # to the reads' result
+            found = _read_answer(wanted, cur.fetchall())
+            answers, writes = _decide_many(dict(zip(wanted, found, strict=True)), ops)
+            end: sql.Composable = sql.SQL("COMMIT")
+            if writes:
+                rows = sql.SQL(", ").join(
+                    sql.SQL(_PG_ROW_LITERAL).format(
+                        sql.Literal(text), sql.Literal(key), sql.Literal(Jsonb(value))
+                    )
+                    for text, key, value in sorted_rows(writes)
+                )
+                end = sql.SQL("{}; COMMIT").format(sql.SQL(_PG_UPSERT_MANY).format(values=rows))
+            cur.execute(end, prepare=False)
+    except BaseException:
+        if conn.info.transaction_status != TransactionStatus.IDLE:
+            with contextlib.suppress(Exception):
+                conn.execute("ROLLBACK")
+        raise
+    return answers
+
+
 def _postgres_cas(store: Any, op: Update) -> tuple[bool, Any]:
     from psycopg_pool import ConnectionPool
 
@@ -563,7 +688,11 @@ def _apg_connection(store: Any, pool_type: Any) -> Any:
     return _alocked(store.lock, store.conn)
 
 
-def _read_query(keys: list[tuple[str, str]]) -> tuple[str, list[Any]]:
+def _read_query(keys: list[tuple[str, str]], *, plain: bool = False) -> tuple[str, list[Any]]:
+    # `plain`: the rows as they are, for a compare-and-set (as `_PG_SELECT`); a claim's batch
+    # is one AIMessage's calls, so point lookups suffice there.
+    if plain:
+        return " UNION ALL ".join([_PG_SELECT_ROW] * len(keys)), [p for k in keys for p in k]
     if len(keys) > _PG_READ_POINTS:
         return _PG_READ_MANY, [[text for text, _ in keys], [key for _, key in keys]]
     query = " UNION ALL ".join([_PG_READ_ONE] * len(keys))
