@@ -350,17 +350,21 @@ class Hooks:
         finish, afinish = LedgerGate.finish, LedgerGate.afinish
         hooks = self
 
-        def hooked_check(gate: LedgerGate, request: Any, facts: Any, ai_id: Any) -> Any:
+        def hooked_check(
+            gate: LedgerGate, request: Any, facts: Any, ai_id: Any, batch_size: int = 1
+        ) -> Any:
             where = hooks._seen(request, facts)
             hooks._classified(gate.config, facts.tool)
-            result = check(gate, request, facts, ai_id)
+            result = check(gate, request, facts, ai_id, batch_size)
             hooks._admitted(where, facts, result)
             return result
 
-        async def hooked_acheck(gate: LedgerGate, request: Any, facts: Any, ai_id: Any) -> Any:
+        async def hooked_acheck(
+            gate: LedgerGate, request: Any, facts: Any, ai_id: Any, batch_size: int = 1
+        ) -> Any:
             where = hooks._seen(request, facts)
             hooks._classified(gate.config, facts.tool)
-            result = await acheck(gate, request, facts, ai_id)
+            result = await acheck(gate, request, facts, ai_id, batch_size)
             hooks._admitted(where, facts, result)
             return result
 

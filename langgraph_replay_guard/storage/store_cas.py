@@ -25,6 +25,7 @@ import orjson
 
 from langgraph_replay_guard._compat import delegate_store
 from langgraph_replay_guard.errors import ReplayGuardWarning
+from langgraph_replay_guard.storage.wake_names import notes
 
 if TYPE_CHECKING:
     from langgraph.store.base import BaseStore
@@ -655,8 +656,6 @@ def _upsert(rows: Iterable[tuple[str, str, Any]]) -> tuple[str, list[Any]]:
 
 def _write_query(puts: list[tuple[tuple[str, ...], str, Any]]) -> tuple[str, list[Any]]:
     """The rows' upsert and their notifications, one statement (one transaction, autocommit)."""
-    from langgraph_replay_guard.storage.wake import notes
-
     upsert, params = _upsert([(_text(ns), key, value) for ns, key, value in puts])
     heard = notes(puts)
     query = f"WITH written AS ({upsert} RETURNING 1) {_PG_NOTIFY_MANY}"
@@ -760,7 +759,7 @@ async def aread_rows(
 def write_rows(store: BaseStore, puts: Iterable[tuple[tuple[str, ...], str, Any]]) -> bool:
     """Put ledger rows on PostgreSQL in one transaction that also wakes their waiters.
 
-    The transaction `pg_notify`s each row's channel (`wake.channel`), delivered when it
+    The transaction `pg_notify`s each row's channel (`wake_names.channel`), delivered when it
     commits: a waiter that hears it reads the row as written. Other stores return False
     (the caller writes with `store.batch`, and their waiters poll).
 

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import os
 import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from langgraph_replay_guard.storage import store_cas
+from langgraph_replay_guard.storage.wake_names import channel, notes, payload
 
 if TYPE_CHECKING:
     from langgraph.store.base import BaseStore
@@ -33,28 +33,6 @@ _HEARD = 4096
 """Payloads remembered (the newest): a waiter only asks about the write it waits for."""
 _SUBSCRIBE = 1.0
 """Seconds a first wait on a channel waits for its `LISTEN` (then it polls this round)."""
-
-
-def channel(namespace: tuple[str, ...]) -> str:
-    """The `LISTEN` channel of a ledger namespace (a row's namespace without its last two parts).
-
-    One channel per ledger namespace (`("replay_guard", "<tenant>")`), so a worker hears
-    only its tenant's writes; hashed, since a channel name is an identifier of at most 63
-    bytes.
-    """
-    text = ".".join(namespace[:-2])
-    return "replay_guard_" + hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
-
-
-def payload(namespace: tuple[str, ...], key: str) -> str:
-    """The notification payload naming one row (hashed: short, and no text of the call)."""
-    text = ".".join(namespace) + "\x00" + key
-    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
-
-
-def notes(puts: Iterable[tuple[tuple[str, ...], str, Any]]) -> list[tuple[str, str]]:
-    """The `(channel, payload)` of each row a `Write` puts, once each."""
-    return list(dict.fromkeys((channel(ns), payload(ns, key)) for ns, key, _ in puts))
 
 
 class Listener:
