@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,23 +18,9 @@ import pytest
 from langgraph_replay_guard import GuardConfig, ReplayGuard
 from langgraph_replay_guard.cli.main import main
 from langgraph_replay_guard.evaluation import evaluate_file
+from tests.unit.engine_runs import run_through_engine
 
 SAMPLE = Path(__file__).parent.parent / "fixtures" / "mini-swe-sample.jsonl.gz"
-
-
-def _run(guard: ReplayGuard) -> Callable[[str, dict, str], str]:
-    """Run calls through the guard's engine: each returns its verdict."""
-    ctl = guard.control()
-
-    def run(tool: str, args: dict, result: str) -> str:
-        decision = ctl.evaluate(tool, args)
-        if decision.executes:
-            ctl.record_success(tool, args, result=result)
-        else:
-            ctl.record_denied(tool, args)
-        return decision.verdict.value
-
-    return run
 
 
 def test_mini_swe_sample_meets_the_goals_with_the_toolkit_alone():
@@ -53,7 +38,7 @@ def test_mini_swe_sample_meets_the_goals_with_the_toolkit_alone():
 def test_mini_swe_agent_dedup_reaches_back_over_its_whole_history():
     # mini-swe-agent keeps every observation in the model's context: a file read 10
     # commands ago, nothing written since, is still there.
-    run = _run(ReplayGuard(toolkits=["mini-swe-agent"]))
+    run = run_through_engine(ReplayGuard(toolkits=["mini-swe-agent"]))
     read = {"command": "cat src/cache.py"}
     assert run("bash", read, "<returncode>0</returncode>\nttl = 60") == "allow"
     for n in range(10):
@@ -62,7 +47,7 @@ def test_mini_swe_agent_dedup_reaches_back_over_its_whole_history():
 
 
 def test_mini_swe_agent_re_read_after_a_write_still_runs_however_far_back():
-    run = _run(ReplayGuard(toolkits=["mini-swe-agent"]))
+    run = run_through_engine(ReplayGuard(toolkits=["mini-swe-agent"]))
     read = {"command": "cat src/cache.py"}
     assert run("bash", read, "ttl = 60") == "allow"
     for n in range(8):
@@ -132,7 +117,7 @@ def test_show_missed_lists_each_missed_read_with_its_reason(tmp_path: Path, caps
 def test_swe_agent_same_edit_after_another_open_is_a_new_call(tool: str, args: dict):
     # SWE-agent's edit and insert act on the file open in the viewer: after `open` of
     # another file the identical call edits another file (SWE-agent Java runs).
-    run = _run(ReplayGuard(toolkits=["swe-agent"]))
+    run = run_through_engine(ReplayGuard(toolkits=["swe-agent"]))
     for name in ("A", "B", "C", "D", "E", "F"):
         assert run("open", {"path": f"{name}.java"}, f"[File: {name}.java]") == "allow"
         shown = f"[File: /repo/{name}.java (40 lines total)]\n1:package app;"
@@ -147,7 +132,7 @@ def test_swe_agent_same_edit_after_another_open_is_a_new_call(tool: str, args: d
     ],
 )
 def test_swe_agent_same_edit_of_the_same_file_again_and_again_is_stopped(tool: str, args: dict):
-    run = _run(ReplayGuard(toolkits=["swe-agent"]))
+    run = run_through_engine(ReplayGuard(toolkits=["swe-agent"]))
     assert run("open", {"path": "A.java"}, "[File: A.java]") == "allow"
     shown = "[File: /repo/A.java (40 lines total)]\n1:package app;"
     verdicts = [run(tool, args, shown) for _ in range(6)]
@@ -158,7 +143,7 @@ def test_swe_agent_same_edit_of_the_same_file_again_and_again_is_stopped(tool: s
 def test_mini_swe_agent_cd_lasts_one_call_so_a_cd_chain_of_reads_is_a_read():
     # mini-swe-agent runs each action in a new subprocess: `cd` changes nothing the next
     # call sees, so a re-read through the same `cd` is a duplicate...
-    run = _run(ReplayGuard(toolkits=["mini-swe-agent"]))
+    run = run_through_engine(ReplayGuard(toolkits=["mini-swe-agent"]))
     read = {"command": "cd /testbed && grep -n ttl src/cache.py"}
     assert run("bash", read, "12: ttl = 60") == "allow"
     assert run("bash", {"command": "cd /testbed"}, "") == "allow"
@@ -171,7 +156,7 @@ def test_mini_swe_agent_cd_lasts_one_call_so_a_cd_chain_of_reads_is_a_read():
 
 def test_in_a_persistent_shell_cd_still_starts_a_new_epoch():
     # OpenHands keeps one shell session: `cd` changes what later relative reads read.
-    run = _run(ReplayGuard(toolkits=["openhands"]))
+    run = run_through_engine(ReplayGuard(toolkits=["openhands"]))
     read = {"command": "grep -n ttl cache.py"}
     assert run("execute_bash", read, "12: ttl = 60") == "allow"
     assert run("execute_bash", {"command": "cd /other"}, "") == "allow"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from pydantic import ValidationError
 from langgraph_replay_guard import CallClass, GuardConfig, ReplayGuard, ToolPolicy
 from langgraph_replay_guard.policy.config import ToolkitRef
 from langgraph_replay_guard.policy.toolkit_data import known_toolkits, load_toolkit
+from tests.unit.engine_runs import run_through_engine
 
 DOCS = Path(__file__).parent.parent.parent / "docs"
 SHIPPED = {
@@ -80,7 +80,7 @@ def test_swe_agent_viewers_are_volatile_searches_pure_edits_unsafe_on_the_open_f
 
 def test_swe_agent_search_in_the_open_file_runs_again_after_another_open():
     # SWE-agent: `search_file x` without a file searches the file open in the viewer.
-    run = _run(ReplayGuard(toolkits=["swe-agent"]))
+    run = run_through_engine(ReplayGuard(toolkits=["swe-agent"]))
     assert run("open", {"path": "A.java"}, "[File: A.java]") == "allow"
     assert run("search_file", {"search_term": "ttl"}, "12: int ttl = 60;") == "allow"
     assert run("open", {"path": "B.java"}, "[File: B.java]") == "allow"
@@ -94,7 +94,7 @@ def test_swe_agent_search_in_the_open_file_runs_again_after_another_open():
 def test_swe_agent_tests_re_run_after_each_str_replace_edit_all_run():
     # SWE-agent 1.x edits with str_replace_editor: each edit is a write, so the tests run
     # again after it (they were stopped as a repeat when the edit counted as a read).
-    run = _run(ReplayGuard(toolkits=["swe-agent"]))
+    run = run_through_engine(ReplayGuard(toolkits=["swe-agent"]))
     tests = {"command": "python -m pytest -q"}
     for n in range(6):
         assert run("bash", tests, "F.\n1 failed") == "allow"
@@ -158,23 +158,8 @@ def test_openhands_tools_get_the_classes_their_definitions_document():
         assert call_class(config, "browser", {"code": code}) == UNSAFE
 
 
-def _run(guard: ReplayGuard) -> Callable[[str, dict, str], str]:
-    """Run calls through the guard's engine: each returns its verdict."""
-    ctl = guard.control()
-
-    def run(tool: str, args: dict, result: str) -> str:
-        decision = ctl.evaluate(tool, args)
-        if decision.executes:
-            ctl.record_success(tool, args, result=result)
-        else:
-            ctl.record_denied(tool, args)
-        return decision.verdict.value
-
-    return run
-
-
 def test_openhands_view_is_deduplicated_until_an_edit_of_the_file():
-    run = _run(ReplayGuard(toolkits=["openhands"]))
+    run = run_through_engine(ReplayGuard(toolkits=["openhands"]))
     view = {"command": "view", "path": "/workspace/cache.py", "security_risk": "LOW"}
     assert run("str_replace_editor", view, "1\tttl = 60") == "allow"
     # The model's own risk label is not part of the call: the same view again.
@@ -191,14 +176,14 @@ def test_openhands_view_is_deduplicated_until_an_edit_of_the_file():
 
 
 def test_openhands_finish_and_new_logs_always_run_and_a_repeated_thought_is_a_loop():
-    run = _run(ReplayGuard(toolkits=["openhands"]))
+    run = run_through_engine(ReplayGuard(toolkits=["openhands"]))
     assert run("finish", {"message": "done"}, "done") == "allow"
     assert run("finish", {"message": "done"}, "done") == "allow"  # counted, never deduplicated
-    run = _run(ReplayGuard(toolkits=["openhands"]))
+    run = run_through_engine(ReplayGuard(toolkits=["openhands"]))
     assert run("execute_bash", {"command": "python -m pytest"}, "exit code -1") == "allow"
     assert run("execute_bash", {"command": ""}, "collected 12 items") == "allow"
     assert run("execute_bash", {"command": ""}, "12 passed") == "allow"
-    run = _run(ReplayGuard(toolkits=["openhands"]))
+    run = run_through_engine(ReplayGuard(toolkits=["openhands"]))
     thought = {"thought": "maybe the ttl is wrong"}
     verdicts = [run("think", thought, "Your thought has been logged.") for _ in range(4)]
     assert verdicts[:3] == ["allow", "deny", "deny"]
