@@ -283,6 +283,7 @@ def test_a_child_forked_while_a_listen_connection_opens_can_wait(pg_uri, tmp_pat
 
 def test_fifty_waiting_threads_replay_the_one_run(pg_uri, tmp_path):
     # Held on 39a49a7: 50 threads on one pooled store (4 connections), one LISTEN connection.
+    import threading
     from concurrent.futures import ThreadPoolExecutor
 
     from .wake_graphs import pool_backend
@@ -290,14 +291,21 @@ def test_fifty_waiting_threads_replay_the_one_run(pg_uri, tmp_path):
     effects = tmp_path / "effects.txt"
     with pool_backend(pg_uri) as (saver, store):
         guard = ReplayGuard(POLICY, store=store)
-        graph = claim_graph("wrap", guard, effect_tools(effects, seconds=0.3), saver)
+        # The holder's call lasts 2 s and the 50 threads start together (a barrier): on a
+        # loaded machine a thread that started after the run ended would read the finished
+        # thread, whose answer is the holder's own, and be counted as a second "ran".
+        graph = claim_graph("wrap", guard, effect_tools(effects, seconds=2.0), saver)
         config = _config()
         graph.invoke({"messages": [HumanMessage("email Ann")]}, config)
+        barrier = threading.Barrier(50)
+
+        def resume() -> Any:
+            barrier.wait()
+            return graph.invoke(None, config, durability="sync")
+
         started = time.monotonic()
         with ThreadPoolExecutor(50) as pool:
-            futures = [
-                pool.submit(graph.invoke, None, config, durability="sync") for _ in range(50)
-            ]
+            futures = [pool.submit(resume) for _ in range(50)]
             outcomes = [_outcome(f.result()) for f in futures]
         took = time.monotonic() - started
     assert sends(effects) == 1
