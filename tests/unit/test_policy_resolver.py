@@ -186,9 +186,9 @@ def test_the_middleware_decides_with_the_users_configuration_after_learning():
     agent.invoke({"messages": [HumanMessage("delete T-7")]}, {"configurable": {"thread_id": "t"}})
     assert runs == ["T-7", "T-7"]  # unsafe from its hints: the repeat is not deduplicated
     calls = middleware._calls
-    assert calls.policies.policy_source("delete_ticket") == "annotations"
     assert calls.config is config
     assert calls.gate.config is config
+    assert calls.policies.policy_source("delete_ticket") == "annotations"
     assert middleware.guard.config is config
 
 
