@@ -17,7 +17,8 @@ from langgraph_replay_guard.policy.options import (
     guard_config,
     with_config_signature,
 )
-from langgraph_replay_guard.policy.tool_hints import LearnedPolicies
+from langgraph_replay_guard.policy.resolver import PolicyResolver
+from langgraph_replay_guard.policy.tool_hints import hinted_tools
 
 if TYPE_CHECKING:
     from langchain_core.messages import SystemMessage
@@ -89,8 +90,9 @@ class ReplayGuard:
         self._tool_names = ToolNameCheck(self.config)
         # The tools this guard listed as unclassified (once per tool and guard, not process).
         self._unclassified = UnclassifiedTools()
-        # Classes from the MCP annotations of the tools this guard sees; this guard's alone.
-        self._learned = LearnedPolicies(self.config)
+        # What class each call is: the configuration, then the classes the MCP annotations
+        # of the tools this guard sees give (learned here, this guard's alone).
+        self._policies = PolicyResolver(self.config)
 
     def control(self, *, tools: Sequence[str] | None = None) -> GuardControl:
         """Return a framework-free control for one turn (the seed's vocabulary).
@@ -109,11 +111,11 @@ class ReplayGuard:
         Raises:
             TypeError: If `tools` is a string or holds something that is not a string.
         """
-        control = GuardControl(self._learned.config, tools=tools)
+        control = GuardControl(self._policies, tools=tools)
         if tools is not None:
             # The caller's whole tool set: a near miss of a name there is a typo.
             self._tool_names.check(tools, where="control(tools=...)", complete=True)
-            self._unclassified.check(self._learned.config, tools, where="control(tools=...)")
+            self._unclassified.check(self._policies, tools, where="control(tools=...)")
         return control
 
     # -- LangGraph: custom StateGraph ------------------------------------------------------
@@ -158,11 +160,9 @@ class ReplayGuard:
             raise TypeError(msg)
         where = f"ToolNode {tool_node.name!r}"
         self._tool_names.check(tool_node.tools_by_name, where=where)
-        self._learned.learn_tools(tool_node.tools_by_name.values())
+        self._policies.learn(hinted_tools(tool_node.tools_by_name.values()))
         # After learning: a tool its MCP annotations classify is not listed.
-        self._unclassified.check(
-            self._learned.config, tool_node.tools_by_name.values(), where=where
-        )
+        self._unclassified.check(self._policies, tool_node.tools_by_name.values(), where=where)
         return guarded_tool_node(self, tool_node)
 
     def tool_node(self, tools: Sequence[BaseTool | Callable[..., Any]], **kwargs: Any) -> ToolNode:

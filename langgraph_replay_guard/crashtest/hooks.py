@@ -255,7 +255,7 @@ class Hooks:
 
         def hooked_tool_start(decider: CallbackDecider, key: Any, call: Any, **kw: Any) -> Any:
             where = hooks._locate_call(call[0], call[1], call[2])
-            hooks._classified(decider.config, str(call[0]))
+            hooks._classified(decider.policies, str(call[0]))
             hooks._point("before_claim", where)
             result = tool_start(decider, key, call, **kw)
             if isinstance(result, Admitted):
@@ -329,9 +329,9 @@ class Hooks:
             self._keys[str(result.request.tool_call.get("id") or "")] = key
         self._point("after_claim", where)
 
-    def _classified(self, config: Any, tool: str) -> None:
+    def _classified(self, policies: Any, tool: str) -> None:
         """Note a tool that nothing classified (the report lists them)."""
-        if config.policy_source(tool) == "default":
+        if policies.policy_source(tool) == "default":
             with self._lock:
                 self.unclassified.add(tool)
 
@@ -354,7 +354,7 @@ class Hooks:
             gate: LedgerGate, request: Any, facts: Any, ai_id: Any, batch_size: int = 1
         ) -> Any:
             where = hooks._seen(request, facts)
-            hooks._classified(gate.config, facts.tool)
+            hooks._classified(gate.policies, facts.tool)
             result = check(gate, request, facts, ai_id, batch_size)
             hooks._admitted(where, facts, result)
             return result
@@ -363,7 +363,7 @@ class Hooks:
             gate: LedgerGate, request: Any, facts: Any, ai_id: Any, batch_size: int = 1
         ) -> Any:
             where = hooks._seen(request, facts)
-            hooks._classified(gate.config, facts.tool)
+            hooks._classified(gate.policies, facts.tool)
             result = await acheck(gate, request, facts, ai_id, batch_size)
             hooks._admitted(where, facts, result)
             return result

@@ -22,6 +22,7 @@ from langgraph_replay_guard.decisions.engine import (
 from langgraph_replay_guard.decisions.keys import canonical_json
 from langgraph_replay_guard.decisions.state import GuardView, Outcome, fold_events, new_state
 from langgraph_replay_guard.policy.config import GuardConfig
+from langgraph_replay_guard.policy.resolver import PolicyResolver, resolver_of
 
 __all__ = ["GuardControl"]
 
@@ -67,11 +68,14 @@ class GuardControl:
         ```
     """
 
-    def __init__(self, config: GuardConfig, *, tools: Sequence[str] | None = None) -> None:
+    def __init__(
+        self, config: GuardConfig | PolicyResolver, *, tools: Sequence[str] | None = None
+    ) -> None:
         """Create a control with an empty state.
 
         Args:
-            config: Guard configuration.
+            config: Guard configuration, or a guard's `PolicyResolver` (its configuration
+                and the classes it learned from MCP annotations: `guard.control()`).
             tools: The names of the tools that exist. A call to any other name is a tool
                 that does not exist (reason `"unknown_tool"`: never to be run, one loop per
                 turn whatever the name). None (the default): every name is taken as a tool.
@@ -79,9 +83,10 @@ class GuardControl:
         Raises:
             TypeError: If `tools` is a string or holds something that is not a string.
         """
-        self._config = config
+        self._policies = resolver_of(config)
+        self._config = self._policies.config
         self._tools = _tool_names(tools)
-        self._settings = fold_settings(config)
+        self._settings = fold_settings(self._config)
         self._state = new_state()
         self._seen: set[str] = set()
         self._lock = threading.RLock()
@@ -188,7 +193,7 @@ class GuardControl:
             self._fold(facts, outcome, result=result, reason=reason, abort=aborts)
 
     def _facts(self, name: str, args: Any) -> CallFacts:
-        return call_facts(self._config, name, args, tools=self._tools)
+        return call_facts(self._policies, name, args, tools=self._tools)
 
     def _fold(
         self,

@@ -11,7 +11,6 @@ from typing import Any, NamedTuple
 
 from langgraph_replay_guard.decisions.failures import SAME_FAILURE, failure_signature
 from langgraph_replay_guard.decisions.keys import call_key, content_hash
-from langgraph_replay_guard.decisions.memo import IdentityMemo
 from langgraph_replay_guard.decisions.state import (
     UNKNOWN_TOOL,
     Event,
@@ -29,8 +28,9 @@ from langgraph_replay_guard.decisions.state_format import (
     ResultMemo,
 )
 from langgraph_replay_guard.errors import InvalidArgumentsError, LoopAbortedError
-from langgraph_replay_guard.policy.config import GuardConfig, PolicySource, ToolPolicy
+from langgraph_replay_guard.policy.config import GuardConfig, PolicySource
 from langgraph_replay_guard.policy.patterns import SafePattern
+from langgraph_replay_guard.policy.resolver import PolicyResolver, resolver_of
 
 __all__ = [
     "ANSWERED_FIX",
@@ -174,7 +174,11 @@ class CallFacts(NamedTuple):
 
 
 def call_facts(
-    config: GuardConfig, tool: str, args: Any, *, tools: Collection[str] | None = None
+    policies: GuardConfig | PolicyResolver,
+    tool: str,
+    args: Any,
+    *,
+    tools: Collection[str] | None = None,
 ) -> CallFacts:
     """Classify a call and compute its key.
 
@@ -184,7 +188,8 @@ def call_facts(
     (`UNKNOWN_TOOL_KEY`).
 
     Args:
-        config: Guard configuration.
+        policies: The guard's `PolicyResolver` (with the classes it learned), or a
+            configuration on its own (its `GuardConfig.resolver`).
         tool: Tool name.
         args: Tool arguments.
         tools: The names of the tools that exist (the tools node's), when the caller knows
@@ -197,6 +202,9 @@ def call_facts(
         InvalidArgumentsError: If the arguments cannot be hashed (the message names the
             tool and the argument).
     """
+    # `resolver_of`, inline: this runs for every call.
+    resolver = policies if isinstance(policies, PolicyResolver) else policies.resolver
+    config = resolver.config
     if tools is not None and tool not in tools:
         return CallFacts(
             tool=tool,
@@ -211,7 +219,7 @@ def call_facts(
             preview_chars=config.result_preview_chars,
             store_previews=config.store_previews,
         )
-    rules = _tool_rules(config, tool)
+    rules = resolver.rules(tool)
     classifier = rules.policy.classifier_fn
     if classifier is None:
         key = call_key(tool, args, ignore_args=rules.ignore_args)
@@ -241,54 +249,6 @@ def call_facts(
         config.store_previews,
         background,
     )
-
-
-class _ToolRules(NamedTuple):
-    """What a tool's policy says about every call of it (`call_facts` reads it per call)."""
-
-    policy: ToolPolicy
-    replay: str
-    volatile: bool
-    short_circuit: bool
-    max_repeats: int
-    ignore_args: tuple[str, ...]
-    max_same_failures: int
-    failure_pattern: SafePattern | None
-    source: PolicySource
-
-
-# Per configuration (by identity: a config is frozen, and a copy is a new object), the rules
-# of each tool seen: a handful of policy lookups that every call of the tool would repeat.
-# A guard that learns a class from MCP annotations decides with a new copy
-# (`tool_hints.LearnedPolicies`), so rules cached before it learned are never read again.
-# A few configurations at most (the guards of one process), the oldest dropped first; a
-# bounded number of names each (a model inventing names must not grow it without end).
-_RULES: IdentityMemo[dict[str, _ToolRules]] = IdentityMemo(16)
-_MAX_RULES_PER_TABLE = 1024
-
-
-def _tool_rules(config: GuardConfig, tool: str) -> _ToolRules:
-    table = _RULES.recall(config)
-    if table is None:
-        table = {}
-        _RULES.remember(config, table)
-    rules = table.get(tool)
-    if rules is None:
-        policy = config.policy_for(tool)
-        rules = _ToolRules(
-            policy=policy,
-            replay=policy.replay,
-            volatile=policy.volatile,
-            short_circuit=policy.short_circuits(),
-            max_repeats=policy.max_repeats or config.max_repeats,
-            ignore_args=tuple(policy.key_ignore_args),
-            max_same_failures=config.same_failure_limit(tool),
-            failure_pattern=config.failure_regex_for(tool),
-            source=config.policy_source(tool),
-        )
-        if len(table) < _MAX_RULES_PER_TABLE:
-            table[tool] = rules
-    return rules
 
 
 def fold_settings(config: GuardConfig) -> dict[str, Any]:
@@ -1108,7 +1068,7 @@ class CallPlan:
 
 
 def plan_calls(
-    config: GuardConfig,
+    policies: GuardConfig | PolicyResolver,
     state: Mapping[str, Any],
     tool_calls: Sequence[Mapping[str, Any]],
     turn: str | None,
@@ -1119,7 +1079,8 @@ def plan_calls(
     """Decide calls by position against one state (identical calls: the first one runs).
 
     Args:
-        config: Guard configuration.
+        policies: The guard's `PolicyResolver`, or a configuration on its own (see
+            `call_facts`).
         state: Settled guard state.
         tool_calls: The calls, in order; `args` may be a plain string (executors pass one).
         turn: The current turn.
@@ -1130,11 +1091,13 @@ def plan_calls(
     Returns:
         One planned call per tool call.
     """
+    resolver = resolver_of(policies)
+    config = resolver.config
     earlier: list[str] = []
     calls = []
     for index, tool_call in enumerate(tool_calls):
         try:
-            facts = call_facts(config, tool_call["name"], tool_call.get("args", {}), tools=tools)
+            facts = call_facts(resolver, tool_call["name"], tool_call.get("args", {}), tools=tools)
         except InvalidArgumentsError as exc:
             calls.append(PlannedCall(tool_call, index, None, None, exc))
             continue

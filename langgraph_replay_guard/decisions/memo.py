@@ -16,7 +16,7 @@ class IdentityMemo(Generic[V]):
     Each entry holds its object, so the object's `id` cannot be reused by another one while
     the entry lives, and a recall checks it is the very same object. Used where a per-call
     path must know at once that it has met an object before: a channel value the reducer
-    checked, a write the guard built, a configuration's per-tool rules.
+    checked, a write the guard built.
 
     Args:
         cap: Most objects remembered.

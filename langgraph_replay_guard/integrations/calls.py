@@ -35,6 +35,7 @@ from langgraph_replay_guard.decisions.state import (
     settled,
     stored_state,
 )
+from langgraph_replay_guard.policy.resolver import PolicyResolver, resolver_of
 
 if TYPE_CHECKING:
     from langgraph_replay_guard.policy.config import GuardConfig
@@ -244,7 +245,7 @@ class BatchPlan(CallPlan):
 
 
 def plan_batch(
-    config: GuardConfig,
+    policies: GuardConfig | PolicyResolver,
     state: Mapping[str, Any],
     batch: Batch,
     tools: Collection[str] | None = None,
@@ -252,7 +253,7 @@ def plan_batch(
     """Decide every call of a batch by position (identical calls: the first one runs).
 
     Args:
-        config: Guard configuration.
+        policies: The guard's `PolicyResolver`, or a configuration on its own.
         state: Settled guard state (from `snapshot`).
         batch: The batch.
         tools: Names of the tools that exist, when known (a call to another name is an
@@ -262,12 +263,13 @@ def plan_batch(
         The plan.
     """
     calls = plan_calls(
-        config, state, batch.tool_calls, batch.turn, batch_id=batch.batch_id, tools=tools
+        policies, state, batch.tool_calls, batch.turn, batch_id=batch.batch_id, tools=tools
     )
     return BatchPlan(calls=calls, batch=batch, stop_was_ignored=stop_was_ignored(state))
 
 
-_Planned = tuple["GuardConfig", Any, AIMessage, str | None, BatchPlan, tuple[str, ...] | None]
+# (resolver, value, AIMessage, turn, plan, tools, what the resolver had learned: its version)
+_Planned = tuple[PolicyResolver, Any, AIMessage, str | None, BatchPlan, tuple[str, ...] | None, int]
 
 
 class PlanCache:
@@ -289,15 +291,17 @@ class PlanCache:
 
     def plan(
         self,
-        config: GuardConfig,
+        policies: GuardConfig | PolicyResolver,
         value: Any,
         batch: Batch,
         tools: tuple[str, ...] | None = None,
     ) -> BatchPlan:
-        """`plan_batch(config, snapshot(value, batch.batch_id), batch, tools)`, cached.
+        """`plan_batch(policies, snapshot(value, batch.batch_id), batch, tools)`, cached.
+
+        A plan made before the resolver learned a class is not reused (its version).
 
         Args:
-            config: Guard configuration (fixed for the guard that owns the cache).
+            policies: The guard's `PolicyResolver` (fixed for the guard that owns the cache).
             value: The channel value from the graph state.
             batch: The batch.
             tools: Names of the tools that exist, when known.
@@ -305,18 +309,21 @@ class PlanCache:
         Returns:
             The plan.
         """
+        resolver = resolver_of(policies)
+        version = resolver.version  # before planning: a class learned meanwhile replans
         last = self._last
         if (
             last is not None
-            and last[0] is config
+            and last[0] is resolver
+            and last[6] == version
             and last[1] is value
             and last[2] is batch.ai_message
             and last[3] == batch.turn
             and last[5] == tools
         ):
             return last[4]
-        plan = plan_batch(config, snapshot(value, batch.batch_id), batch, tools)
-        self._last = (config, value, batch.ai_message, batch.turn, plan, tools)
+        plan = plan_batch(resolver, snapshot(value, batch.batch_id), batch, tools)
+        self._last = (resolver, value, batch.ai_message, batch.turn, plan, tools, version)
         return plan
 
     def planned(
@@ -365,7 +372,7 @@ _RESULT_LOOKBACK = 400
 
 
 def earlier_answer(
-    config: GuardConfig,
+    policies: GuardConfig | PolicyResolver,
     decision: Decision,
     state: Any,
     messages_key: str = "messages",
@@ -381,7 +388,7 @@ def earlier_answer(
     its key: the channel names its tool_call_id (`call_id`, `engine.earlier_call_id`).
 
     Args:
-        config: Guard configuration (the call keys).
+        policies: The guard's `PolicyResolver` (the call keys).
         decision: A `duplicate` decision of an earlier batch.
         state: The graph state.
         messages_key: Key of the message list.
@@ -411,7 +418,7 @@ def earlier_answer(
                 if call["name"] != decision.tool or answer is None:
                     continue
                 try:
-                    key = call_facts(config, call["name"], call["args"]).key
+                    key = call_facts(policies, call["name"], call["args"]).key
                 except Exception:
                     continue
                 if key == decision.call_key:
@@ -516,7 +523,8 @@ def executed_event(
 ) -> Event:
     """Event recording a call that ran.
 
-    A tool without a policy of its own that returned a `Command` changed the graph's
+    A tool without a policy of its own (its facts' `source` is `"default"`: no `tools`
+    entry, toolkit or MCP annotations) that returned a `Command` changed the graph's
     state: it is recorded as a world-changing call (not a pure read), so an identical call
     after another state change runs again (`set_mode("a")`, `set_mode("b")`,
     `set_mode("a")` ends in mode a). With `preview=False` the event keeps the result's
@@ -528,11 +536,7 @@ def executed_event(
     assert facts is not None
     if not preview:
         facts = facts._replace(store_previews=False)
-    if (
-        command
-        and facts.replay == "pure"
-        and config.policy_for(facts.tool) is config.default_policy
-    ):
+    if command and facts.replay == "pure" and facts.source == "default":
         facts = facts._replace(replay="idempotent")
     shadowed = planned.decision.shadowed if planned.decision is not None else None
     return make_event(

@@ -74,7 +74,7 @@ if TYPE_CHECKING:
 
     from langgraph_replay_guard.decisions.engine import CallFacts
     from langgraph_replay_guard.policy.config import GuardConfig
-    from langgraph_replay_guard.policy.tool_hints import LearnedPolicies
+    from langgraph_replay_guard.policy.resolver import PolicyResolver
 
 __all__ = [
     "IDEMPOTENCY_KEY_CONFIG",
@@ -510,7 +510,8 @@ class LedgerGate:
     """The ledger side of the tool-call wrapper; one plan per call, a sync and an async driver.
 
     Args:
-        policies: The guard's configuration, with what it learned from MCP annotations.
+        policies: The guard's `PolicyResolver` (its configuration, and what it learned from
+            MCP annotations).
         store: The store given to the guard; when None, the graph's store (`compile(store=)`,
             `create_agent(store=)`) is used; without either there is no ledger.
         namespace: Namespace prefix of the ledger rows.
@@ -520,7 +521,7 @@ class LedgerGate:
 
     def __init__(
         self,
-        policies: LearnedPolicies,
+        policies: PolicyResolver,
         *,
         store: Any = None,
         namespace: tuple[str, ...] = ("replay_guard",),
@@ -541,7 +542,7 @@ class LedgerGate:
 
     @property
     def config(self) -> GuardConfig:
-        """The configuration the guard decides with (see `LearnedPolicies.config`)."""
+        """The guard's configuration (what class a call is: ask `policies`)."""
         return self.policies.config
 
     # -- the call's context ---------------------------------------------------------------------
@@ -579,7 +580,7 @@ class LedgerGate:
         # guard's transactions must not interleave with the checkpointer's commits.
         store_cas.share_connection(store, run_checkpointer(configurable))
         tool_call = request.tool_call
-        key_arg = self.config.policy_for(facts.tool).idempotency_key_arg
+        key_arg = self.policies.policy_for(facts.tool).idempotency_key_arg
         if facts.replay != "pure" and _rejected_before_run(request.tool, tool_call, key_arg):
             return None  # the tool body cannot start: nothing to claim, nothing can happen
         thread, node = str(thread_id), node_path(configurable.get("checkpoint_ns"))
@@ -874,7 +875,7 @@ class LedgerGate:
         raise ValueError(msg)
 
     def _deliver_key(self, request: ToolCallRequest, tool: str, key: str) -> ToolCallRequest:
-        policy = self.config.policy_for(tool)
+        policy = self.policies.policy_for(tool)
         if policy.idempotency_key_arg:
             call = request.tool_call
             args = {**call.get("args", {}), policy.idempotency_key_arg: key}
@@ -937,7 +938,7 @@ class LedgerGate:
             # `ParentCommand`, a sub-agent's interrupt), may come after the effect: unknown,
             # unless the framework provably refused the call before the tool's function
             # started (an async-only tool run through `invoke`) or the policy says so.
-            no_effect = ticket.runs.body is False or self.config.policy_for(
+            no_effect = ticket.runs.body is False or self.policies.policy_for(
                 ctx.tool
             ).raised_before_effect(error)
             return escaped_entry(ticket.entry, error, no_effect=no_effect)

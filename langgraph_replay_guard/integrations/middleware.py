@@ -86,6 +86,7 @@ from langgraph_replay_guard.integrations.tool_node import (
 from langgraph_replay_guard.integrations.tracing import BlockedRun, blocked_run
 from langgraph_replay_guard.policy.config import GuardConfig, GuardOptions
 from langgraph_replay_guard.policy.options import guard_config, with_config_signature
+from langgraph_replay_guard.policy.tool_hints import hinted_tools
 from langgraph_replay_guard.replay.ledger import (
     CallIdentity,
     args_digest,
@@ -286,7 +287,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         )
         names = self._learn(tools)
         # Listed once (refused with `require_classes`) when the agent is built.
-        self.guard._unclassified.check(self._calls.learned.config, tools, where="the agent")
+        self.guard._unclassified.check(self._calls.policies, tools, where="the agent")
         # The names are only learned here (`warn=False`, `complete=False`): one guard may
         # guard several agents (sub-agents, supervisor workers; docs/using-it-with.md), and
         # the agent with `set_order` may be built after the one with `get_order`. The first
@@ -315,7 +316,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return value, []
         config = self._calls.config
         batch = Batch(ai, current_turn(state, anchors=turn_anchors(value)))
-        plan = self._calls.plans.plan(config, value, batch, self._calls.tools)
+        plan = self._calls.plans.plan(self._calls.policies, value, batch, self._calls.tools)
         events = [
             answered_event(planned, batch)
             for planned in plan.calls
@@ -475,7 +476,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         config = self._calls.config
         # The answer is the batch; its turn is that of the messages it answers.
         batch = Batch(ai, current_turn(request.state, anchors=turn_anchors(value)))
-        plan = self._calls.plans.plan(config, value, batch, self._calls.tools)
+        plan = self._calls.plans.plan(self._calls.policies, value, batch, self._calls.tools)
         aborting = plan.abort
         if aborting is None or aborting.decision is None:
             return result, []
@@ -609,7 +610,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if added:
             self._learn(added)
             self.guard._unclassified.check(
-                self._calls.learned.config, added, where="a middleware inside the guard"
+                self._calls.policies, added, where="a middleware inside the guard"
             )
 
     def _check_tools(self, request: ModelRequest[Any]) -> None:
@@ -632,7 +633,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         names = self._learn(offered)
         # Tools first seen here (no agent built, or added at model-call time); not the
         # structured output's, which `create_agent` answers itself.
-        self.guard._unclassified.check(self._calls.learned.config, request.tools, where="the agent")
+        self.guard._unclassified.check(self._calls.policies, request.tools, where="the agent")
         if not self._tools_checked:
             # Raises for a misspelt policy name (`strict_tool_names`): before any tool runs,
             # and again at every invoke until the name is fixed.
@@ -665,7 +666,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         """Learn tools that exist: their names, and the classes their MCP annotations give."""
         names = [n for n in map(_tool_name, tools) if n]
         self._calls.learn_tools(names)
-        self._calls.learned.learn_tools(tools)
+        self._calls.policies.learn(hinted_tools(tools))
         return names
 
     def _with_reminder(self, request: ModelRequest[Any]) -> ModelRequest[Any]:

@@ -336,9 +336,9 @@ class ToolCallWrapper:
         self.channel = channel
         self.end_batches = end_batches
         self.plans = PlanCache()  # shared with the middleware's after_model: one plan a step
-        self.learned = guard._learned
+        self.policies = guard._policies
         self.gate = LedgerGate(
-            self.learned,
+            self.policies,
             store=guard.store,
             namespace=guard.namespace,
             messages_key=messages_key,
@@ -347,12 +347,8 @@ class ToolCallWrapper:
 
     @property
     def config(self) -> GuardConfig:
-        """The configuration calls are decided with.
-
-        The guard's, plus the classes the MCP annotations of its tools give: a new object
-        whenever the guard learns one, so read it at each use.
-        """
-        return self.learned.config
+        """The guard's configuration (what class a call is: ask `policies`)."""
+        return self.policies.config
 
     # -- one plan, a sync and an async driver -----------------------------------------------
 
@@ -627,7 +623,7 @@ class ToolCallWrapper:
 
     def _deciding_tool(self, request: ToolCallRequest, tool: BaseTool, hand: _Handed) -> BaseTool:
         """A copy of a tool whose run is the guard's whole plan for the call, where it runs."""
-        key_arg = self.config.policy_for(request.tool_call["name"]).idempotency_key_arg
+        key_arg = self.policies.policy_for(request.tool_call["name"]).idempotency_key_arg
 
         def here(input: Any) -> ToolCallRequest:
             hand.arrived = True
@@ -751,7 +747,7 @@ class ToolCallWrapper:
         if batch is None:  # a ToolNode called with bare tool calls: a batch of one
             turn = current_turn(state, self.messages_key, anchors)
             batch = Batch(AIMessage(content="", tool_calls=[request.tool_call]), turn)
-        plan = self.plans.plan(self.config, value, batch, tools)
+        plan = self.plans.plan(self.policies, value, batch, tools)
         return plan, plan.call(tool_call_id) or plan.calls[-1]
 
     def _as_it_runs(
@@ -814,7 +810,7 @@ class ToolCallWrapper:
             call if i == planned.index else other for i, other in enumerate(plan.batch.tool_calls)
         ]
         edited = Batch(ai.model_copy(update={"tool_calls": calls}), plan.batch.turn)
-        replanned = plan_batch(self.config, snapshot(value, edited.batch_id), edited, tools)
+        replanned = plan_batch(self.policies, snapshot(value, edited.batch_id), edited, tools)
         return replanned, replanned.calls[planned.index]
 
     def _prepare(self, request: ToolCallRequest) -> _Allowed | _Blocked | None:
@@ -824,7 +820,7 @@ class ToolCallWrapper:
             return None
         if request.tool is not None and self.config.require_classes:
             name = request.tool_call["name"]
-            if self.config.policy_source(name) == "default":  # a tool added after the build
+            if self.policies.policy_source(name) == "default":  # a tool added after the build
                 raise ValueError(unclassified_tool_error([name], "the graph"))
         state = self._decision_state(request)
         value = self._channel_value(request, state)
@@ -908,7 +904,7 @@ class ToolCallWrapper:
             and not _sibling_duplicate(plan, planned)
         ):
             ran_as = earlier_call_id(snapshot(value, batch.batch_id), decision.call_key)
-            earlier = earlier_answer(config, decision, state, self.messages_key, ran_as)
+            earlier = earlier_answer(self.policies, decision, state, self.messages_key, ran_as)
             if earlier is None:
                 # A duplicate of a result the history no longer holds (summarized or
                 # removed): "use the earlier result" would point at nothing, so it runs.

@@ -26,6 +26,7 @@ from pydantic.json_schema import SkipJsonSchema
 from langgraph_replay_guard.decisions.call_class import CallClass, ReplayClass
 from langgraph_replay_guard.decisions.failures import DEFAULT_MAX_SAME_FAILURES
 from langgraph_replay_guard.policy.patterns import SafePattern, compile_pattern
+from langgraph_replay_guard.policy.resolver import PolicyResolver, compile_failure_pattern
 from langgraph_replay_guard.policy.toolkit_data import (
     known_toolkits,
     load_toolkit,
@@ -49,7 +50,7 @@ __all__ = [
 ]
 
 PolicySource = Literal["tools", "toolkit", "annotations", "default"]
-"""Where a tool's policy comes from, first match wins (`GuardConfig.policy_source`).
+"""Where a tool's policy comes from, first match wins (`PolicyResolver.policy_source`).
 
 - `"tools"`: the user's own entry in `GuardConfig.tools`.
 - `"toolkit"`: a toolkit named in `GuardConfig.toolkits`.
@@ -673,9 +674,6 @@ class GuardConfig(BaseModel):
         # `__init__` runs; `tests/unit/test_typed_options.py` keeps the two in step.
         def __init__(self, **options: Unpack[GuardOptions]) -> None: ...
 
-    # The policies MCP annotations give, in a guard's own copy (`with_annotations`) only.
-    _annotated: dict[str, ToolPolicy] = PrivateAttr(default_factory=dict)
-
     @model_validator(mode="before")
     @classmethod
     def _deprecated_on_abort(cls, data: Any) -> Any:
@@ -714,7 +712,7 @@ class GuardConfig(BaseModel):
         """`failure_pattern`, compiled (case-insensitive; cached by pattern)."""
         if self.failure_pattern is None:
             return None
-        return _compile_failure_pattern(self.failure_pattern)
+        return compile_failure_pattern(self.failure_pattern)
 
     def failure_regex_for(self, tool: str) -> SafePattern | None:
         """What makes a result of `tool` a failure: its own pattern and the configuration's.
@@ -727,14 +725,7 @@ class GuardConfig(BaseModel):
         Returns:
             The compiled patterns, either matching (case-insensitive), or None.
         """
-        policy = self.policy_for(tool)
-        own = policy.failure_pattern or _preset_failure_pattern(policy.preset)
-        patterns = [p for p in (own, self.failure_pattern) if p]
-        if not patterns:
-            return None
-        if len(patterns) == 1:
-            return _compile_failure_pattern(patterns[0])
-        return _compile_failure_pattern("|".join(f"(?:{p})" for p in patterns))
+        return self.resolver.failure_regex_for(tool)
 
     def same_failure_limit(self, tool: str) -> int:
         """The same-failure threshold of a tool (0: the layer is off for it).
@@ -745,8 +736,7 @@ class GuardConfig(BaseModel):
         Returns:
             The tool policy's `max_same_failures` when set, else the configuration's.
         """
-        own = self.policy_for(tool).max_same_failures
-        return self.max_same_failures if own is None else own
+        return self.resolver.same_failure_limit(tool)
 
     @property
     def on_abort(self) -> str:
@@ -793,35 +783,24 @@ class GuardConfig(BaseModel):
         object.__setattr__(self, "history_window", window or _DEFAULT_WINDOW)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
-        """Copy the configuration; the toolkits are expanded again for the copy.
-
-        The copy has no policies from MCP annotations: those belong to the guard that
-        learned them (`with_annotations`), not to the configuration.
-        """
+        """Copy the configuration; the toolkits are expanded again for the copy."""
         copy = super().model_copy(update=update, deep=deep)
         if update and ("toolkits" in update or "tools" in update):
             copy._toolkit_tools = _expand(copy.toolkits, copy.tools)
             copy._take_toolkit_window()
-        copy._annotated = {}
+        copy.__dict__.pop("resolver", None)  # the copy answers through a resolver of its own
         return copy
 
-    def with_annotations(self, policies: Mapping[str, ToolPolicy]) -> GuardConfig:
-        """A copy that gives tools the policies their MCP annotations give.
+    @functools.cached_property
+    def resolver(self) -> PolicyResolver:
+        """The `PolicyResolver` that answers for this configuration alone.
 
-        `policy_for` consults them after `tools` and the toolkits, before
-        `default_policy`. A guard keeps its own copy (guards sharing a configuration learn
-        apart), and the copy serializes as this configuration does: the annotations' policies
-        are never written to JSON or YAML, nor kept by `model_copy`.
-
-        Args:
-            policies: Policies by tool name (see `tool_hints.policy_from_hints`).
-
-        Returns:
-            A new configuration (a new object: caches keyed by the configuration start afresh).
+        Its `tools`, then its toolkits, then `default_policy`: it never learns (a guard
+        learns the classes MCP annotations give in a resolver of its own, so the
+        configuration is never changed nor copied). Built on first use and kept on the
+        instance; it keeps the per-tool rules `call_facts(config, ...)` reads.
         """
-        copy = super().model_copy()
-        copy._annotated = dict(policies)
-        return copy
+        return PolicyResolver(self, learns=False)
 
     @property
     def toolkit_tools(self) -> Mapping[str, ToolPolicy]:
@@ -835,24 +814,11 @@ class GuardConfig(BaseModel):
             tool: Tool name.
 
         Returns:
-            The tool's own policy (`tools`), else its toolkit policy (`toolkits`), else the
-            policy its MCP annotations give (in a guard's copy, see `with_annotations`),
-            else `default_policy`.
+            The tool's own policy (`tools`), else its toolkit policy (`toolkits`), else
+            `default_policy`. A guard also reads the policy a tool's MCP annotations give,
+            before `default_policy`, in its own `PolicyResolver`.
         """
-        policy = self.tools.get(tool)
-        if policy is not None:
-            return policy
-        # The private tables through the slot that holds them: `self._x` is a __getattr__
-        # call, ten times the cost of this whole lookup.
-        tables = self.__pydantic_private__
-        assert tables is not None  # set at validation: the model has private attributes
-        if self.toolkits:
-            toolkit_tools: dict[str, ToolPolicy] = tables["_toolkit_tools"]
-            policy = toolkit_tools.get(tool)
-            if policy is not None:
-                return policy
-        annotated: dict[str, ToolPolicy] = tables["_annotated"]
-        return annotated.get(tool, self.default_policy) if annotated else self.default_policy
+        return self.resolver.policy_for(tool)
 
     def policy_source(self, tool: str) -> PolicySource:
         """Say where the policy `policy_for` returns for a tool comes from.
@@ -861,15 +827,10 @@ class GuardConfig(BaseModel):
             tool: Tool name.
 
         Returns:
-            `"tools"`, `"toolkit"`, `"annotations"` (MCP annotations) or `"default"`.
+            `"tools"`, `"toolkit"` or `"default"` (a guard's own resolver also says
+            `"annotations"`, for a class learned from MCP annotations).
         """
-        if tool in self.tools:
-            return "tools"
-        if tool in self._toolkit_tools:
-            return "toolkit"
-        if tool in self._annotated:
-            return "annotations"
-        return "default"
+        return self.resolver.policy_source(tool)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> GuardConfig:
@@ -1050,23 +1011,6 @@ def _summary(policy: ToolPolicy) -> str:
     if policy.preset is not None:
         return f"preset={policy.preset!r}"
     return f"replay={policy.replay!r}" + (", volatile" if policy.volatile else "")
-
-
-@functools.cache
-def _preset_failure_pattern(preset: str | None) -> str | None:
-    if preset is None:
-        return None
-    from langgraph_replay_guard.policy.classify import load_preset
-
-    pattern = load_preset(preset).get("failure_pattern")
-    return pattern if isinstance(pattern, str) else None
-
-
-def _compile_failure_pattern(pattern: str) -> SafePattern:
-    # Not cached on the config: `model_copy(update=...)` would keep a stale one (the
-    # compiled patterns are cached by `compile_pattern`). Multiline: a tool's output has
-    # many lines, and `^` means "a line that starts with". RE2: linear in the result.
-    return compile_pattern(pattern, "failure_pattern", ignore_case=True)
 
 
 def _read_mapping(path: Path) -> dict[str, Any]:

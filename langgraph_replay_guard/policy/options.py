@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 from langgraph_replay_guard.errors import ReplayGuardWarning, UnclassifiedToolsWarning
 from langgraph_replay_guard.policy.config import GuardConfig, GuardOptions, did_you_mean
+from langgraph_replay_guard.policy.resolver import PolicyResolver, resolver_of
 from langgraph_replay_guard.policy.tool_hints import replay_class_from_hints, tool_hints
 from langgraph_replay_guard.policy.toolkit_data import known_toolkits, load_toolkit
 
@@ -448,13 +449,18 @@ class UnclassifiedTools:
         self._lock = threading.Lock()
 
     def check(
-        self, config: GuardConfig, tools: Iterable[object], *, where: str, again: bool = False
+        self,
+        policies: GuardConfig | PolicyResolver,
+        tools: Iterable[object],
+        *,
+        where: str,
+        again: bool = False,
     ) -> list[str]:
         """Warn about the unclassified tools among `tools`; refuse them with `require_classes`.
 
         Args:
-            config: The configuration the guard decides with (with the classes it learned
-                from MCP annotations).
+            policies: The guard's `PolicyResolver` (its configuration and the classes it
+                learned from MCP annotations).
             tools: Tool names or tool objects (whose `metadata` may hold MCP annotations).
             where: What holds them, for the message (e.g. "ToolNode 'tools'").
             again: List every unclassified tool, warned before or not (`check(agent)`,
@@ -466,8 +472,10 @@ class UnclassifiedTools:
         Raises:
             ValueError: `GuardConfig(require_classes=True)` and a tool is unclassified.
         """
+        resolver = resolver_of(policies)
+        config = resolver.config
         found = _names(tools)
-        unclassified = [n for n in sorted(found) if config.policy_source(n) == "default"]
+        unclassified = [n for n in sorted(found) if resolver.policy_source(n) == "default"]
         if not unclassified:
             return []
         if config.require_classes:

@@ -1,17 +1,17 @@
-"""MCP tool annotations as replay classes, and the policies one guard learned from them."""
+"""MCP tool annotations as replay classes: the policies a guard learns from its tools."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from langgraph_replay_guard.decisions.call_class import ReplayClass
-from langgraph_replay_guard.policy.config import GuardConfig, ToolPolicy
+from langgraph_replay_guard.policy.config import ToolPolicy
 
 __all__ = [
     "MCP_HINTS",
-    "LearnedPolicies",
+    "hinted",
+    "hinted_tools",
     "policy_from_hints",
     "replay_class_from_hints",
     "tool_hints",
@@ -81,60 +81,33 @@ def tool_hints(tool: object) -> tuple[str, Mapping[str, Any]] | None:
     return None
 
 
-class LearnedPolicies:
-    """The policies one guard learned from the MCP annotations of the tools it saw.
+def hinted(tools: Iterable[tuple[str, Mapping[str, Any] | None]]) -> dict[str, ToolPolicy]:
+    """The policies tools' MCP annotations give, by name; tools without annotations are left out.
 
-    Each guard (and callback handler) has its own: guards that share a `GuardConfig` learn
-    apart, and the shared configuration is never changed. `config` is what the guard decides
-    with: its configuration until a tool's annotations give it a class, then a copy that
-    gives it (`GuardConfig.with_annotations`). Every change makes a new copy, so the engine's
-    per-configuration caches never serve a class learned before.
+    What a guard learns (`PolicyResolver.learn`): it reads them for tools its configuration
+    names nowhere.
 
     Args:
-        config: The guard's configuration.
+        tools: `(name, metadata)` pairs (`tool_hints` of each tool).
+
+    Returns:
+        Shared, frozen policies by tool name.
     """
+    found: dict[str, ToolPolicy] = {}
+    for name, hints in tools:
+        policy = policy_from_hints(hints)
+        if policy is not None:
+            found[name] = policy
+    return found
 
-    __slots__ = ("_base", "_lock", "_policies", "config")
 
-    def __init__(self, config: GuardConfig) -> None:
-        """Start with nothing learned."""
-        self._base = config
-        self._policies: dict[str, ToolPolicy] = {}
-        self._lock = threading.Lock()
-        self.config = config
-        """The configuration the guard decides with (read it at each use: it is replaced)."""
+def hinted_tools(tools: Iterable[object]) -> dict[str, ToolPolicy]:
+    """`hinted` for tool objects (`BaseTool`s: their `name` and `metadata`).
 
-    def learn(self, tools: Iterable[tuple[str, Mapping[str, Any] | None]]) -> bool:
-        """Learn the class each tool's annotations give; tools without annotations are skipped.
+    Args:
+        tools: The tools (anything else a model may be offered is skipped).
 
-        A tool the configuration names (`tools`, a toolkit) keeps that policy: `policy_for`
-        reads the learned one only for tools it names nowhere.
-
-        Args:
-            tools: `(name, metadata)` pairs (`tool_hints` of each tool).
-
-        Returns:
-            True when something new was learned (`config` is then a new object).
-        """
-        found: dict[str, ToolPolicy] = {}
-        for name, hints in tools:
-            policy = policy_from_hints(hints)
-            if policy is not None and self._policies.get(name) is not policy:
-                found[name] = policy
-        if not found:
-            return False
-        with self._lock:
-            self._policies = {**self._policies, **found}
-            self.config = self._base.with_annotations(self._policies)
-        return True
-
-    def learn_tools(self, tools: Iterable[object]) -> bool:
-        """`learn` from tool objects (`BaseTool`s: their `name` and `metadata`).
-
-        Args:
-            tools: The tools.
-
-        Returns:
-            True when something new was learned.
-        """
-        return self.learn(found for found in map(tool_hints, tools) if found is not None)
+    Returns:
+        Shared, frozen policies by tool name.
+    """
+    return hinted(found for found in map(tool_hints, tools) if found is not None)

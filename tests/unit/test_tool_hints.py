@@ -7,9 +7,10 @@ from langchain_core.tools import StructuredTool
 from langgraph.prebuilt import ToolNode
 
 from langgraph_replay_guard import GuardConfig, ReplayGuard, ToolPolicy, Verdict
-from langgraph_replay_guard.decisions.engine import call_facts
+from langgraph_replay_guard.policy.resolver import PolicyResolver
 from langgraph_replay_guard.policy.tool_hints import (
-    LearnedPolicies,
+    hinted,
+    hinted_tools,
     policy_from_hints,
     replay_class_from_hints,
     tool_hints,
@@ -59,68 +60,32 @@ def test_a_tool_without_mcp_hints_has_no_class_from_them(hints):
     assert policy_from_hints(hints) is None
 
 
-def test_the_lookup_order_is_tools_then_toolkits_then_annotations_then_default():
-    config = GuardConfig(
-        tools={"mine": "idempotent"},
-        toolkits=["deepagents"],
-        default_policy=ToolPolicy(replay="unsafe"),
-    )
-    hinted = config.with_annotations(
-        {name: ToolPolicy(replay="pure") for name in ("mine", "write_file", "mcp_read")}
-    )
-    assert hinted.policy_for("mine").replay == "idempotent"  # the user's entry wins
-    assert hinted.policy_for("write_file") == config.toolkit_tools["write_file"]  # the toolkit's
-    assert hinted.policy_for("mcp_read").replay == "pure"  # the annotations'
-    assert hinted.policy_for("other") is config.default_policy
-    assert [hinted.policy_source(t) for t in ("mine", "write_file", "mcp_read", "other")] == [
-        "tools",
-        "toolkit",
-        "annotations",
-        "default",
-    ]
-    assert config.policy_for("mcp_read").replay == "unsafe"  # the user's config is unchanged
-    assert config.policy_source("mcp_read") == "default"
-
-
-def test_learned_policies_never_reach_json_a_copy_or_the_shared_config():
+def test_learned_policies_never_reach_the_configuration_its_json_or_a_copy():
+    # The order, the cache and the guards' own resolvers: tests/unit/test_policy_resolver.py.
     config = GuardConfig(max_repeats=2, tools={"send": "unsafe"})
-    hinted = config.with_annotations({"mcp_delete": ToolPolicy(replay="unsafe")})
-    assert hinted.model_dump_json() == config.model_dump_json()
-    assert hinted.model_dump() == config.model_dump()
-    reloaded = GuardConfig.from_json(hinted.model_dump_json())
-    assert reloaded == config
-    assert reloaded.policy_source("mcp_delete") == "default"
-    assert hinted.model_copy().policy_source("mcp_delete") == "default"
-    copied = hinted.model_copy(update={"max_repeats": 5})
-    assert copied.policy_for("mcp_delete").replay == "pure"
+    resolver = PolicyResolver(config)
+    assert resolver.learn(hinted([("mcp_delete", {"destructiveHint": True})]))
+    assert resolver.policy_source("mcp_delete") == "annotations"
+    assert resolver.config is config
+    assert (
+        config.model_dump_json()
+        == GuardConfig(max_repeats=2, tools={"send": "unsafe"}).model_dump_json()
+    )
+    assert config.policy_source("mcp_delete") == "default"
+    assert config.model_copy().policy_source("mcp_delete") == "default"
+    assert GuardConfig.from_json(config.model_dump_json()).policy_source("mcp_delete") == "default"
 
 
-def test_learning_makes_a_new_config_only_when_a_class_is_new():
-    config = GuardConfig()
-    learned = LearnedPolicies(config)
-    assert learned.config is config
-    assert not learned.learn([("search", None), ("plain", {"owner": "me"})])
-    assert learned.config is config
-    assert learned.learn([("delete", {"destructiveHint": True})])
-    first = learned.config
-    assert first is not config
-    assert first.policy_for("delete").replay == "unsafe"
-    assert not learned.learn([("delete", {"destructiveHint": True, "readOnlyHint": False})])
-    assert learned.config is first  # same class again: nothing new, the same object
-    assert learned.learn([("delete", {"readOnlyHint": True})])  # the server changed its mind
-    assert learned.config.policy_for("delete").replay == "pure"
-    assert config.policy_source("delete") == "default"
-
-
-def test_a_class_learned_after_a_decision_is_not_hidden_by_the_rules_cache():
-    config = GuardConfig()
-    learned = LearnedPolicies(config)
-    before = call_facts(learned.config, "delete", {"id": 1})  # caches the tool's rules
-    assert (before.replay, before.source) == ("pure", "default")
-    learned.learn([("delete", {"destructiveHint": True})])
-    after = call_facts(learned.config, "delete", {"id": 1})
-    assert (after.replay, after.source) == ("unsafe", "annotations")
-    assert call_facts(config, "delete", {"id": 1}).replay == "pure"
+def test_hinted_keeps_the_tools_with_annotations_only():
+    tools = [annotated_tool("lookup", readOnlyHint=True), annotated_tool("delete_ticket")]
+    bare = StructuredTool.from_function(lambda: "x", name="bare", description="x")
+    assert hinted_tools([*tools, bare, {"type": "web_search"}]) == {
+        "lookup": ToolPolicy(replay="pure"),
+        "delete_ticket": ToolPolicy(replay="unsafe"),
+    }
+    assert hinted([("a", None), ("b", {"owner": "me"}), ("c", {"idempotentHint": True})]) == {
+        "c": ToolPolicy(replay="idempotent")
+    }
 
 
 def annotated_tool(name: str, **hints: object) -> StructuredTool:

@@ -48,7 +48,7 @@ from langgraph_replay_guard.integrations.calls import (
     guard_update,
     snapshot,
 )
-from langgraph_replay_guard.policy.tool_hints import LearnedPolicies
+from langgraph_replay_guard.policy.resolver import PolicyResolver
 
 if TYPE_CHECKING:
     from langgraph_replay_guard.policy.config import GuardConfig
@@ -123,8 +123,9 @@ class CallbackDecider:
 
     def __init__(self, config: GuardConfig, scopes: ScopeTable) -> None:
         """Create the guard."""
-        self.learned = LearnedPolicies(config)
-        """The classes the MCP annotations of the agent's tools give (this handler's own)."""
+        self.policies = PolicyResolver(config)
+        """What class each call is: the configuration, then the classes the MCP annotations
+        of the agent's tools give (learned by this handler, its own)."""
         self.scopes = scopes
         self.tools: tuple[str, ...] | None = None
         """Names of the agent's tools, once known (`check(agent)`, an executor's report)."""
@@ -134,8 +135,8 @@ class CallbackDecider:
 
     @property
     def config(self) -> GuardConfig:
-        """The configuration calls are decided with (see `LearnedPolicies.config`)."""
-        return self.learned.config
+        """The handler's configuration (what class a call is: ask `policies`)."""
+        return self.policies.config
 
     def learn_tools(self, names: Sequence[str]) -> None:
         """Add tool names that exist: a call to any other name is an unknown tool.
@@ -253,7 +254,7 @@ class CallbackDecider:
                 if planned.index in scope.taken or tool_call["name"] != name:
                     continue
                 scope.taken.add(planned.index)
-                facts = call_facts(self.config, name, tool_call["args"], tools=self.tools)
+                facts = call_facts(self.policies, name, tool_call["args"], tools=self.tools)
                 # Shadow mode: the executor answered; enforcing would have refused it.
                 shadow = self.config.mode == "shadow"
                 event = make_event(
@@ -413,7 +414,7 @@ class CallbackDecider:
         if (
             facts is not None
             and facts.replay == "unsafe"
-            and not self.config.policy_for(facts.tool).raised_before_effect(error)
+            and not self.policies.policy_for(facts.tool).raised_before_effect(error)
         ):
             # The mark first: it protects a side effect, the event only counts the call.
             self._mark(admitted.scope, facts, error)
@@ -508,7 +509,7 @@ class CallbackDecider:
         if outcome not in RESOLUTIONS:
             msg = f"outcome={outcome!r}: use 'succeeded', 'failed' or 'retry'."
             raise ValueError(msg)
-        facts = call_facts(self.config, tool, args)
+        facts = call_facts(self.policies, tool, args)
         scope = self.scopes.get(key)
         with scope.lock:
             state = self.scopes.read(scope)
@@ -594,7 +595,7 @@ class CallbackDecider:
         batch = Batch(AIMessage(content="", id=batch_id), scope.turn)
         tool_calls = [as_tool_call(call) for call in calls]
         calls_planned = plan_calls(
-            config, state, tool_calls, scope.turn, batch_id=batch_id, tools=self.tools
+            self.policies, state, tool_calls, scope.turn, batch_id=batch_id, tools=self.tools
         )
         plan = BatchPlan(calls=calls_planned, batch=batch)
         scope.last_batch = batch_id

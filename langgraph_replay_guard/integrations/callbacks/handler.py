@@ -61,6 +61,7 @@ from langgraph_replay_guard.policy.options import (
     unclassified_tool_error,
     with_config_signature,
 )
+from langgraph_replay_guard.policy.tool_hints import hinted, hinted_tools
 
 if TYPE_CHECKING:
     from langgraph.store.base import BaseStore
@@ -504,9 +505,9 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
             )
             raise ValueError(msg) from None
         self._guard.learn_tools(names)
-        self._guard.learned.learn_tools(tools)
+        self._guard.policies.learn(hinted_tools(tools))
         # Asked for: every unclassified tool, listed again.
-        self._unclassified.check(self._guard.config, tools, where=where, again=True)
+        self._unclassified.check(self._guard.policies, tools, where=where, again=True)
         if problems:
             msg = "ReplayGuardCallbackHandler cannot enforce its decisions here:\n- " + (
                 "\n- ".join(problems)
@@ -673,19 +674,19 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
         if not nested and metadata:
             # A tool's run carries its metadata, MCP annotations included: its later batches
             # get their class (this one was decided when the model answered).
-            self._guard.learned.learn([(name, metadata)])
+            self._guard.policies.learn(hinted([(name, metadata)]))
         if not nested and name == "invalid_tool" and isinstance(inputs, dict):
             self._invalid_tool(info.scope, inputs)
         if nested or name in _EXECUTOR_TOOLS:
             return  # a tool used inside a tool is part of the outer call
-        config = self._guard.config
-        if config.policy_source(name) == "default":
-            if config.require_classes:
+        policies = self._guard.policies
+        if policies.policy_source(name) == "default":
+            if policies.config.require_classes:
                 # Refused like any call the guard does not let run: a callback can only raise.
                 self._runs.end(run_id)
                 text = unclassified_tool_error([name], "the agent")
                 raise ToolCallBlockedError(text, tool_name=name)
-            self._unclassified.check(config, [name], where="the agent")
+            self._unclassified.check(policies, [name], where="the agent")
         call: Call = (name, inputs if inputs is not None else input_str, kwargs.get("tool_call_id"))
         try:
             admitted = self._guard.tool_start(
@@ -763,8 +764,8 @@ class ReplayGuardCallbackHandler(BaseCallbackHandler):
 
     def _class_of(self, tool: str) -> tuple[str, str]:
         """A tool's class and where it comes from, for `trace_info`."""
-        config = self._guard.config
-        return config.policy_for(tool).replay, config.policy_source(tool)
+        policies = self._guard.policies
+        return policies.policy_for(tool).replay, policies.policy_source(tool)
 
     def _report_refused(self, call: Call, trace: dict[str, Any], error: BaseException) -> None:
         """Report a refused call as an errored tool run carrying the decision, for tracers.
