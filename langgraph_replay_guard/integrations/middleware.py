@@ -33,12 +33,10 @@ from langgraph.types import Command
 from typing_extensions import TypedDict
 
 from langgraph_replay_guard._compat import (
+    agent_build,
     bind_hooks,
+    channel_without_reducer,
     channel_writer,
-    create_agent_given_tools,
-    create_agent_middleware,
-    create_agent_state_schema,
-    create_agent_tools,
     dynamic_tool_error,
     run_checkpointer,
     signature_once,
@@ -70,7 +68,6 @@ from langgraph_replay_guard.integrations.calls import (
     previous_batch,
     turn_anchors,
 )
-from langgraph_replay_guard.integrations.graph_state import declared_without_reducer
 from langgraph_replay_guard.integrations.ledger_gate import given_update
 from langgraph_replay_guard.integrations.prompt import (
     next_call_reminder,
@@ -108,6 +105,29 @@ __all__ = ["ReplayGuardMiddleware"]
 logger = logging.getLogger("langgraph_replay_guard")
 
 _DEFAULT_NAME = "ReplayGuardMiddleware"
+
+
+class _InstanceName(str):
+    """A guard middleware's name: equal to another guard's name only when it is that name.
+
+    `create_agent` refuses two middlewares with equal names with "Please remove duplicate
+    middleware instances.", which names neither the class nor the fix. Two guards' names
+    are never equal here, so the build goes on and the guard's own check at the first model
+    call (`_check_unique_name`) names the shared channel and `name=`. Anywhere else it is
+    the `str` it holds (traces, `middleware.name == "ReplayGuardMiddleware"`).
+    """
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _InstanceName):
+            return self is other
+        return str.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = str.__hash__
 
 TOOLS_NODE = "tools"
 """The name of `create_agent`'s tools node (its `ToolNode`, where the guard records calls)."""
@@ -177,6 +197,9 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         ValueError: `record=True` without a `store`, or an empty `namespace`.
     """
 
+    # A plain attribute (each instance sets its own), over `AgentMiddleware`'s property.
+    name: str = _DEFAULT_NAME
+
     @with_config_signature
     def __init__(
         self,
@@ -197,7 +220,11 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             own=("config", "store", "name", "namespace", "record"),
         )
         self.guard = ReplayGuard(checked, store=store, namespace=namespace, record=record)
-        self._name = name or _DEFAULT_NAME
+        # Plain attributes, as LangChain's own middlewares have them: `create_agent` reads
+        # them and tells the guard nothing, so what the guard needs to know of the agent it
+        # learns at its first model call (`_check_agent`).
+        self.name: str = _InstanceName(name or _DEFAULT_NAME)
+        self.tools: list[BaseTool] = []  # the guard adds no tools of its own
         self.channel = GUARD_CHANNEL if name is None else f"{GUARD_CHANNEL}__{name}"
         self.state_schema = _state_schema(self.channel)
         # Previews are written at the model call, from the messages the model is given:
@@ -228,69 +255,46 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         bind_hooks(clone, ReplayGuardMiddleware, _HOOKS)
         return clone
 
-    @property
-    def tools(self) -> Sequence[BaseTool]:
-        """The guard adds no tools of its own.
+    def _check_agent(self, handler: Callable[..., Any]) -> None:
+        """Check the agent this model call runs in, and learn every tool it has.
 
-        `create_agent` reads this first while it builds an agent, before it looks for tool
-        hooks: an agent without tools whose other middlewares have no tools and no tool
-        hook gets no tools node, and the guard then takes its own tool hooks away so that
-        it does not add one (see `_ToolFreeReplayGuardMiddleware`).
-        """
-        if _fit_tool_hooks(self):
-            self._agent_tools_learned = False  # a new agent: learn its tools too
-        return []
-
-    @tools.setter
-    def tools(self, tools: Sequence[BaseTool]) -> None:
-        if tools:
-            msg = "ReplayGuardMiddleware has no tools of its own; give tools to create_agent"
-            raise TypeError(msg)
-
-    @property
-    def name(self) -> str:
-        """The instance name (distinct per instance in one agent).
+        Runs at the guard's first model call in an agent (`_check_tools`), before the model
+        is called and before any tool runs: `create_agent` tells a middleware nothing when
+        it builds the agent. A request offers the tools a middleware outside the guard left
+        it (a tool selector offers a selection); the agent's tools node still runs the
+        others, so they exist (`_compat.agent_build` reads them, with the middlewares whose
+        tool hooks the node runs).
 
         Raises:
-            ValueError: Read by `create_agent` while another guard middleware of the same
-                agent has the same name (two unnamed instances share the default name and
-                the `replay_guard` channel).
+            ValueError: The user's `state_schema` declares the guard's channel without its
+                reducer; another guard middleware of the agent has the same name;
+                `require_classes` and a tool of the agent is unclassified.
         """
-        _check_unique_name(self)
-        self._learn_agent_tools()
-        return self._name
-
-    def _learn_agent_tools(self) -> None:
-        """Learn every tool of the agent `create_agent` is building, if it is building one.
-
-        A model request offers the tools a middleware outside the guard left it (a tool
-        selector offers a selection); the agent's tools node still runs the others, so they
-        exist. Read once the node is built; the model calls then add what they offer.
-        """
-        if self._agent_tools_learned:
-            return
-        tools = create_agent_tools()
-        if tools is None:
-            return
-        self._agent_tools_learned = True
-        if declared_without_reducer(create_agent_state_schema(), self.channel):
+        kind = channel_without_reducer(_run_config(), self.channel, merge_guard_state)
+        if kind is not None:
             # `create_agent` merges the user's schema last: its key would be a last-value
-            # channel, and the guard would stop no loop. The first call checks it too.
-            raise ValueError(misdeclared_channel_message(self.channel, "LastValue"))
-        others = create_agent_middleware() or []
-        if any(_has_tool_hook(m) for m in others if not isinstance(m, ReplayGuardMiddleware)):
+            # channel, and the guard would stop no loop.
+            raise ValueError(misdeclared_channel_message(self.channel, kind))
+        build = agent_build(handler)
+        if build is None:
+            return
+        _check_unique_name(self, build.tool_hook_owners)
+        self._agent_tools_learned = True
+        if any(not isinstance(m, ReplayGuardMiddleware) for m in build.tool_hook_owners):
             self._others_run_tools = True
-        node_tools = frozenset(t.name for t in tools if isinstance(t, BaseTool))
+        tools = list(build.tools)
         self._node_tools = (
-            None if self._others_run_tools else node_tools | (self._node_tools or frozenset())
+            None
+            if self._others_run_tools
+            else frozenset(t.name for t in tools if isinstance(t, BaseTool))
         )
         names = self._learn(tools)
-        # Listed once (refused with `require_classes`) when the agent is built.
+        # Listed once (refused with `require_classes`).
         self.guard._unclassified.check(self._calls.learned.config, tools, where="the agent")
         # The names are only learned here (`warn=False`, `complete=False`): one guard may
         # guard several agents (sub-agents, supervisor workers; docs/using-it-with.md), and
-        # the agent with `set_order` may be built after the one with `get_order`. The first
-        # model call checks them (`strict_tool_names`), when every agent built so far is known.
+        # the agent with `set_order` may run after the one with `get_order`. `_check_tools`
+        # checks them (`strict_tool_names`), when every agent run so far is known.
         self.guard._tool_names.check(names, where="the agent", warn=False, complete=False)
 
     def _answered_elsewhere(
@@ -539,7 +543,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if stop is not None:
             # Its own message again: `add_messages` replaces it by id, and the run ends.
             return ModelResponse(result=[stop])
-        self._check_tools(request)
+        self._check_tools(request, handler)
         shown = self._show(request, self._scrub(request, request.state.get(self.channel)))
         given = self._given(request)
         if given is not None:
@@ -571,7 +575,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if stop is not None:
             # Its own message again: `add_messages` replaces it by id, and the run ends.
             return ModelResponse(result=[stop])
-        self._check_tools(request)
+        self._check_tools(request, handler)
         shown = self._show(request, self._scrub(request, request.state.get(self.channel)))
         given = self._given(request)
         if given is not None:
@@ -612,11 +616,11 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 self._calls.learned.config, added, where="a middleware inside the guard"
             )
 
-    def _check_tools(self, request: ModelRequest[Any]) -> None:
+    def _check_tools(self, request: ModelRequest[Any], handler: Callable[..., Any]) -> None:
         """Learn the agent's tools; check the configured names it does not have, once.
 
         `create_agent` tells a middleware nothing about the agent's tools at build time;
-        the model calls' requests are the first place they are seen. A tool call to any
+        the model calls are the first place they are seen (`_check_agent`). A tool call to any
         other name is a call to a tool that does not exist (reason `unknown_tool`). A tool
         with MCP annotations in its `metadata` that the configuration does not name gets
         the class they give, from this model call's batch on.
@@ -627,7 +631,8 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         seen = self._offered
         if seen is not None and len(offered) == len(seen) and all(map(operator.is_, offered, seen)):
             return  # the same tools as at the last model call (create_agent passes one list)
-        # Checked once per new list: tools that passed stay known (a later build only adds).
+        # Checked once per new list: tools that passed stay known (another agent only adds).
+        self._check_agent(handler)
         self._check_dynamic_tools(request.tools)
         names = self._learn(offered)
         # Tools first seen here (no agent built, or added at model-call time); not the
@@ -681,18 +686,6 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 _HOOKS = ("wrap_tool_call", "awrap_tool_call", "wrap_model_call", "awrap_model_call")
 
 
-class _ToolFreeReplayGuardMiddleware(ReplayGuardMiddleware):
-    """The guard in an agent that gets no tools node: without its tool hooks.
-
-    `create_agent` adds a tools node whenever a middleware has a tool hook, even to an agent
-    without tools, which changes its graph and its routing. `_fit_tool_hooks` switches an
-    instance to this class while such an agent is built, and back for the next build.
-    """
-
-    wrap_tool_call = AgentMiddleware.wrap_tool_call
-    awrap_tool_call = AgentMiddleware.awrap_tool_call
-
-
 def _stop_by_tools(request: ModelRequest[Any]) -> AIMessage | None:
     """The guard's final message, when the tools node just ended the run with it.
 
@@ -711,47 +704,22 @@ def _stop_by_tools(request: ModelRequest[Any]) -> AIMessage | None:
     return last if STOP_MARK in last.response_metadata else None
 
 
-def _has_tool_hook(middleware: Any) -> bool:
-    """Whether `create_agent` sees a tool hook on a middleware (its own test)."""
-    cls = type(middleware)
-    return (
-        getattr(cls, "wrap_tool_call", None) is not AgentMiddleware.wrap_tool_call
-        or getattr(cls, "awrap_tool_call", None) is not AgentMiddleware.awrap_tool_call
-    )
+def _check_unique_name(middleware: ReplayGuardMiddleware, owners: Sequence[Any]) -> None:
+    """Name the fix when an agent has two guard middlewares with one name (one channel).
 
+    Args:
+        middleware: The guard checking.
+        owners: The middlewares whose tool hooks the agent's tools node runs (every guard).
 
-def _fit_tool_hooks(middleware: ReplayGuardMiddleware) -> bool:
-    """Give the guard its tool hooks exactly when the agent being built has a tools node.
-
-    Returns:
-        Whether a `create_agent` build is reading the middleware.
+    Raises:
+        ValueError: Another guard of the agent keeps its state in the same channel.
     """
-    given = create_agent_given_tools()
-    others = create_agent_middleware()
-    if given is None or others is None:
-        return False
-    if type(middleware) not in (ReplayGuardMiddleware, _ToolFreeReplayGuardMiddleware):
-        return True  # a subclass keeps what it defines
-    tool_free = not any(not isinstance(t, dict) for t in given) and not any(
-        _has_tool_hook(m) or getattr(m, "tools", None)
-        for m in others
-        if not isinstance(m, ReplayGuardMiddleware)
-    )
-    middleware.__class__ = _ToolFreeReplayGuardMiddleware if tool_free else ReplayGuardMiddleware
-    return True
-
-
-def _check_unique_name(middleware: ReplayGuardMiddleware) -> None:
-    """Name the fix when `create_agent` gets two guard middlewares with one name."""
-    siblings = create_agent_middleware()
-    if not siblings:
-        return
     same = [
-        m for m in siblings if isinstance(m, ReplayGuardMiddleware) and m._name == middleware._name
+        m for m in owners if isinstance(m, ReplayGuardMiddleware) and m.channel == middleware.channel
     ]
     if len(same) < 2:
         return
-    if middleware._name == _DEFAULT_NAME:
+    if middleware.channel == GUARD_CHANNEL:
         msg = (
             f"create_agent got {len(same)} ReplayGuardMiddleware instances without a name; "
             "they would share the default name and the 'replay_guard' state channel. Pass a "
@@ -761,7 +729,7 @@ def _check_unique_name(middleware: ReplayGuardMiddleware) -> None:
     else:
         msg = (
             f"create_agent got {len(same)} ReplayGuardMiddleware instances named "
-            f"{middleware._name!r}; give each a distinct name= (each name is its own state "
+            f"{str(middleware.name)!r}; give each a distinct name= (each name is its own state "
             "channel, replay_guard__<name>)."
         )
     raise ValueError(msg)

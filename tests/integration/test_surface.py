@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage, ToolMessage
@@ -73,20 +75,37 @@ def test_two_named_middleware_instances_keep_separate_channels_in_one_agent():
 
 
 def test_two_unnamed_middleware_instances_fail_naming_the_fix():
-    model = ScriptedChatModel(script=[[("lookup", {"id": "P1"})]])
+    # At the first model call, before the model is called and before any tool runs:
+    # `create_agent` reads a plain `name` and tells the guard nothing at build time.
+    runs: list[str] = []
+
+    @tool
+    def counted(id: str) -> str:
+        """Read a record."""
+        runs.append(id)
+        return id
+
+    model = ScriptedChatModel(script=[[("counted", {"id": "P1"})]])
+    agent = create_agent(
+        model, [counted], middleware=[ReplayGuardMiddleware(), ReplayGuardMiddleware()]
+    )
     with pytest.raises(ValueError, match="without a name") as caught:
-        create_agent(model, [lookup], middleware=[ReplayGuardMiddleware(), ReplayGuardMiddleware()])
+        agent.invoke({"messages": [HumanMessage("look")]})
     assert "name=" in str(caught.value)
-    with pytest.raises(ValueError, match="named 'x'"):
-        create_agent(
-            model,
-            [lookup],
-            middleware=[ReplayGuardMiddleware(name="x"), ReplayGuardMiddleware(name="x")],
+    named = [ReplayGuardMiddleware(name="x"), ReplayGuardMiddleware(name="x")]
+    with pytest.raises(ValueError, match="named 'x'.*distinct name="):
+        asyncio.run(
+            create_agent(model, [counted], middleware=named).ainvoke({"messages": [("user", "a")]})
         )
-    # One unnamed instance next to a named one, and one instance reused by two agents, build.
+    assert runs == []
+    assert model.calls == 0
+    # One unnamed instance next to a named one, and one instance reused by two agents, run.
     shared = ReplayGuardMiddleware()
-    create_agent(model, [lookup], middleware=[shared, ReplayGuardMiddleware(name="writes")])
-    create_agent(model, [lookup], middleware=[shared])
+    script = [[("counted", {"id": "P1"})], "Done."]
+    for middleware in ([shared, ReplayGuardMiddleware(name="writes")], [shared]):
+        agent = create_agent(ScriptedChatModel(script=script), [counted], middleware=middleware)
+        agent.invoke({"messages": [HumanMessage("look")]})
+    assert runs == ["P1", "P1"]
 
 
 def test_public_exports():

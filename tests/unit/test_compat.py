@@ -83,25 +83,6 @@ def test_run_checkpointer_and_durability_are_read_inside_a_node():
     assert seen == {"checkpointer": saver, "durability": "sync"}
 
 
-def test_create_agent_middleware_sees_the_list_being_built():
-    seen = []
-
-    class Probe(AgentMiddleware):
-        @property
-        def name(self) -> str:
-            seen.append(_compat.create_agent_middleware())
-            return "Probe"
-
-        def wrap_tool_call(self, request, handler):
-            return handler(request)
-
-    probe = Probe()
-    create_agent(ScriptedChatModel(script=[AIMessage("done")]), [lookup], middleware=[probe])
-    assert seen
-    assert all(found == [probe] for found in seen)
-    assert _compat.create_agent_middleware() is None
-
-
 @pytest.mark.parametrize("flag", [True, "text", (ValueError,)])
 def test_non_callable_flags_are_not_the_default_handler(flag):
     assert not _compat.is_default_tool_error_handler(flag)
@@ -332,29 +313,6 @@ def test_injected_arg_names_are_the_arguments_tool_node_adds():
     assert seen == [{"text"} | _compat.injected_arg_names(note)]
 
 
-def test_create_agent_tools_sees_every_tool_once_the_tools_node_is_built():
-    seen = []
-
-    class Probe(AgentMiddleware):
-        def __init__(self) -> None:
-            super().__init__()
-            self.tools = [note]
-
-        @property
-        def name(self) -> str:
-            seen.append(_compat.create_agent_tools())
-            return "Probe"
-
-        def wrap_tool_call(self, request, handler):
-            return handler(request)
-
-    create_agent(ScriptedChatModel(script=[AIMessage("done")]), [lookup], middleware=[Probe()])
-    built = [found for found in seen if found is not None]
-    assert built
-    assert all({t.name for t in found} == {"lookup", "note"} for found in built)
-    assert _compat.create_agent_tools() is None
-
-
 def test_tool_nodes_are_found_and_their_tools_replaced_in_place():
     from langgraph_replay_guard import ReplayGuard
 
@@ -383,41 +341,74 @@ def test_tool_nodes_are_found_and_their_tools_replaced_in_place():
     assert seen == ["P1"]
 
 
-def test_create_agent_given_tools_is_read_while_middleware_tools_are_collected():
-    seen = []
+@pytest.mark.parametrize("run", ["invoke", "ainvoke"])
+def test_agent_build_reads_the_tools_node_and_the_tool_hooks_from_the_model_handler(run):
+    """LangChain tells a middleware nothing of the agent it is in (issue 37 item 1).
 
-    class Probe(AgentMiddleware):
-        @property
-        def tools(self):
-            seen.append(_compat.create_agent_given_tools())
-            return []
-
-    create_agent(ScriptedChatModel(script=[AIMessage("done")]), [lookup], middleware=[Probe()])
-    assert seen
-    assert seen[0] == [lookup]  # read before create_agent decides on a tools node
-    assert _compat.create_agent_given_tools() is None
-
-
-def test_create_agent_state_schema_is_read_while_the_agent_is_built():
-    from langchain.agents import AgentState
-
-    class MyState(AgentState):
-        note: str
+    `create_agent` reads a middleware's plain `name`, `tools` and `state_schema`; a model
+    request holds only the tools the middlewares outside left it. `_compat.agent_build`
+    reads the tools node and the composed tool hooks from the closure of `create_agent`'s
+    own `_get_bound_model`, reached from the model hook's handler. When LangChain changes
+    that, this test fails: the guard would then lose its checks that need the whole agent
+    (two guards with one name, offered tools nothing runs, `strict_tool_names` errors).
+    """
+    import asyncio
 
     seen = []
 
     class Probe(AgentMiddleware):
-        @property
-        def tools(self):
-            seen.append(_compat.create_agent_state_schema())
-            return []
+        def __init__(self) -> None:
+            super().__init__()
+            self.tools = [note]
 
-    model = ScriptedChatModel(script=[AIMessage("done")])
-    create_agent(model, [lookup], middleware=[Probe()], state_schema=MyState)
-    create_agent(model, [lookup], middleware=[Probe()])
-    assert seen[0] is MyState
-    assert seen[-1] is None  # none given
-    assert _compat.create_agent_state_schema() is None
+        def wrap_model_call(self, request, handler):
+            seen.append(_compat.agent_build(handler))
+            return handler(request)
+
+        async def awrap_model_call(self, request, handler):
+            seen.append(_compat.agent_build(handler))
+            return await handler(request)
+
+    class Runs(AgentMiddleware):
+        def wrap_tool_call(self, request, handler):
+            return handler(request)
+
+        async def awrap_tool_call(self, request, handler):
+            return await handler(request)
+
+    class Outer(AgentMiddleware):
+        def wrap_model_call(self, request, handler):
+            return handler(request)
+
+        async def awrap_model_call(self, request, handler):
+            return await handler(request)
+
+    probe, runs = Probe(), Runs()
+    model = ScriptedChatModel(script=[AIMessage("done")] * 3)
+    for middleware, owners in (([probe], ()), ([Outer(), probe, runs], (runs,))):
+        agent = create_agent(model, [lookup], middleware=middleware)
+        inputs = {"messages": [("user", "go")]}
+        agent.invoke(inputs) if run == "invoke" else asyncio.run(agent.ainvoke(inputs))
+        found = seen.pop()
+        assert found is not None, "LangChain changed create_agent: see _compat.agent_build"
+        assert {t.name for t in found.tools} == {"lookup", "note"}
+        assert found.tool_hook_owners == owners
+    probe.tools = []
+    tool_free = create_agent(model, [], middleware=[probe])
+    tool_free.invoke({"messages": [("user", "go")]})
+    assert seen.pop() == _compat.AgentBuild(tools=(), tool_hook_owners=())
+    assert _compat.agent_build(lambda request: request) is None  # not create_agent's
+
+
+def test_no_frame_is_read_anywhere_in_the_package():
+    """Issue 37 item 1: `create_agent`'s locals were read through `sys._getframe`."""
+    from pathlib import Path
+
+    import langgraph_replay_guard
+
+    root = Path(langgraph_replay_guard.__file__).parent
+    readers = [p.name for p in root.rglob("*.py") if "_getframe" in p.read_text()]
+    assert readers == []
 
 
 def test_dynamic_tool_error_is_create_agents_own_message():
