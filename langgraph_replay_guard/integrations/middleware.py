@@ -641,7 +641,14 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if not self._tools_checked:
             # Raises for a misspelt policy name (`strict_tool_names`): before any tool runs,
             # and again at every invoke until the name is fixed.
-            complete = self._agent_tools_learned and not self._others_run_tools
+            # Every tool the graph can run is known when the guard saw its whole agent, no
+            # other middleware serves tools, and no other middleware of the same guard is in
+            # an agent that has not run yet (each learns its agent at its first model call).
+            complete = (
+                self._agent_tools_learned
+                and not self._others_run_tools
+                and self.guard._tool_names.middlewares <= 1
+            )
             self.guard._tool_names.check(
                 self._calls.tools or names, where="the agent", complete=complete
             )
