@@ -182,7 +182,10 @@ def agent_build(handler: Callable[..., Any]) -> AgentBuild | None:
         cells = dict(zip(code.co_freevars, found.__closure__ or (), strict=False))
         try:
             node = cells["tool_node"].cell_contents
-            hooks = [cells[n].cell_contents for n in ("wrap_tool_call_wrapper", "awrap_tool_call_wrapper")]
+            hooks = [
+                cells[n].cell_contents
+                for n in ("wrap_tool_call_wrapper", "awrap_tool_call_wrapper")
+            ]
         except (KeyError, ValueError):
             return None
         tools = tuple(getattr(node, "tools_by_name", {}).values()) if node is not None else ()

@@ -129,6 +129,7 @@ class _InstanceName(str):
 
     __hash__ = str.__hash__
 
+
 TOOLS_NODE = "tools"
 """The name of `create_agent`'s tools node (its `ToolNode`, where the guard records calls)."""
 
@@ -722,7 +723,9 @@ def _check_unique_name(middleware: ReplayGuardMiddleware, owners: Sequence[Any])
         ValueError: Another guard of the agent keeps its state in the same channel.
     """
     same = [
-        m for m in owners if isinstance(m, ReplayGuardMiddleware) and m.channel == middleware.channel
+        m
+        for m in owners
+        if isinstance(m, ReplayGuardMiddleware) and m.channel == middleware.channel
     ]
     if len(same) < 2:
         return

@@ -93,7 +93,7 @@ def test_two_unnamed_middleware_instances_fail_naming_the_fix():
         agent.invoke({"messages": [HumanMessage("look")]})
     assert "name=" in str(caught.value)
     named = [ReplayGuardMiddleware(name="x"), ReplayGuardMiddleware(name="x")]
-    with pytest.raises(ValueError, match="named 'x'.*distinct name="):
+    with pytest.raises(ValueError, match=r"named 'x'.*distinct name="):
         asyncio.run(
             create_agent(model, [counted], middleware=named).ainvoke({"messages": [("user", "a")]})
         )
@@ -117,3 +117,17 @@ def test_public_exports():
 
     assert testing.ScriptedChatModel is ScriptedChatModel
     assert set(testing.__all__) >= {"ScriptedChatModel", "tool_call"}
+
+
+def test_name_and_tools_are_plain_attributes():
+    """Issue 37 item 1: reading them ran code (a class swap, `create_agent`'s frame read)."""
+    import inspect
+
+    guard = ReplayGuardMiddleware()
+    for attribute in ("name", "tools"):
+        assert not isinstance(inspect.getattr_static(ReplayGuardMiddleware, attribute), property)
+    assert vars(guard)["name"] == "ReplayGuardMiddleware"
+    assert vars(guard)["tools"] == []
+    create_agent(ScriptedChatModel(final="hi"), tools=[], middleware=[guard])
+    assert type(guard) is ReplayGuardMiddleware  # no class swap while the agent is built
+    assert ReplayGuardMiddleware(name="billing").name == "billing"
