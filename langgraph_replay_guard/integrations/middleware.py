@@ -240,12 +240,8 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self._tools_checked = False
         self._agent_tools_learned = False
         self._offered: tuple[Any, ...] | None = None  # the tools the last model call offered
-        # The tools the agent's tools node runs (of every agent built with this instance),
-        # when no other middleware has a tool hook: create_agent then checks each model
-        # request for tools nothing runs (see `_check_dynamic_tools`). None: no check, as
-        # another middleware may run such tools, or no agent was built.
-        self._node_tools: frozenset[str] | None = None
         self._others_run_tools = False
+        self._build_unread = False  # said once: `_compat.agent_build` found no agent
         # The hooks as `create_agent` reads them (`m.wrap_model_call`): see `bind_hooks`.
         bind_hooks(self, ReplayGuardMiddleware, _HOOKS)
 
@@ -256,7 +252,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         bind_hooks(clone, ReplayGuardMiddleware, _HOOKS)
         return clone
 
-    def _check_agent(self, handler: Callable[..., Any]) -> None:
+    def _check_agent(self, handler: Callable[..., Any]) -> frozenset[str] | None:
         """Check the agent this model call runs in, and learn every tool it has.
 
         Runs at the guard's first model call in an agent (`_check_tools`), before the model
@@ -265,6 +261,12 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         it (a tool selector offers a selection); the agent's tools node still runs the
         others, so they exist (`_compat.agent_build` reads them, with the middlewares whose
         tool hooks the node runs).
+
+        Returns:
+            The names of the tools the agent's tools node runs, when the guard's tool hooks
+            are its only ones (`create_agent` then checks each model request for tools
+            nothing runs: see `_check_dynamic_tools`); None: no such check, as another
+            middleware may run such tools, or the agent could not be read.
 
         Raises:
             ValueError: The user's `state_schema` declares the guard's channel without its
@@ -278,17 +280,20 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             raise ValueError(misdeclared_channel_message(self.channel, kind))
         build = agent_build(handler)
         if build is None:
-            return
+            if not self._build_unread:
+                self._build_unread = True
+                logger.warning(
+                    "langgraph-replay-guard: %s could not read the tools node of its agent "
+                    "(a create_agent this version does not know): two guards with one name, "
+                    "offered tools nothing runs and strict_tool_names typos are not checked",
+                    str(self.name),
+                )
+            return None
         _check_unique_name(self, build.tool_hook_owners)
         self._agent_tools_learned = True
-        if any(not isinstance(m, ReplayGuardMiddleware) for m in build.tool_hook_owners):
-            self._others_run_tools = True
+        others = any(not isinstance(m, ReplayGuardMiddleware) for m in build.tool_hook_owners)
+        self._others_run_tools = self._others_run_tools or others
         tools = list(build.tools)
-        self._node_tools = (
-            None
-            if self._others_run_tools
-            else frozenset(t.name for t in tools if isinstance(t, BaseTool))
-        )
         names = self._learn(tools)
         # Listed once (refused with `require_classes`).
         self.guard._unclassified.check(self._calls.learned.config, tools, where="the agent")
@@ -297,6 +302,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # the agent with `set_order` may run after the one with `get_order`. `_check_tools`
         # checks them (`strict_tool_names`), when every agent run so far is known.
         self.guard._tool_names.check(names, where="the agent", warn=False, complete=False)
+        return None if others else frozenset(t.name for t in tools if isinstance(t, BaseTool))
 
     def _answered_elsewhere(
         self, request: ModelRequest[Any], value: Any
@@ -633,8 +639,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if seen is not None and len(offered) == len(seen) and all(map(operator.is_, offered, seen)):
             return  # the same tools as at the last model call (create_agent passes one list)
         # Checked once per new list: tools that passed stay known (another agent only adds).
-        self._check_agent(handler)
-        self._check_dynamic_tools(request.tools)
+        self._check_dynamic_tools(request.tools, self._check_agent(handler))
         names = self._learn(offered)
         # Tools first seen here (no agent built, or added at model-call time); not the
         # structured output's, which `create_agent` answers itself.
@@ -656,7 +661,9 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             self._tools_checked = True
         self._offered = tuple(offered)
 
-    def _check_dynamic_tools(self, offered: Sequence[Any]) -> None:
+    def _check_dynamic_tools(
+        self, offered: Sequence[Any], registered: frozenset[str] | None
+    ) -> None:
         """Raise `create_agent`'s own error for offered tools that nothing would run.
 
         `create_agent` skips that check when any middleware has a tool hook, since such a
@@ -664,10 +671,13 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         hooks are the only ones it makes the check itself, on the request it sees: the
         final one when it is last in the middleware list.
 
+        Args:
+            offered: The tools the request offers.
+            registered: The tools of the agent's tools node (None: no check).
+
         Raises:
             ValueError: A tool the request offers is not in the agent's tools node.
         """
-        registered = self._node_tools
         if registered is None:
             return
         unknown = [t.name for t in offered if isinstance(t, BaseTool) and t.name not in registered]

@@ -125,7 +125,8 @@ def test_name_and_tools_are_plain_attributes():
 
     guard = ReplayGuardMiddleware()
     for attribute in ("name", "tools"):
-        assert not isinstance(inspect.getattr_static(ReplayGuardMiddleware, attribute), property)
+        found = inspect.getattr_static(ReplayGuardMiddleware, attribute, None)
+        assert not isinstance(found, property)
     assert vars(guard)["name"] == "ReplayGuardMiddleware"
     assert vars(guard)["tools"] == []
     create_agent(ScriptedChatModel(final="hi"), tools=[], middleware=[guard])
