@@ -193,7 +193,8 @@ def agent_build(handler: Callable[..., Any]) -> AgentBuild | None:
         for hook in hooks:
             for reached in _reached(hook) if hook is not None else ():
                 owner = _hook_owner(reached)
-                if owner is not None and owner not in owners and hasattr(owner, "wrap_tool_call"):
+                known = any(owner is seen for seen in owners)  # by identity, not `__eq__`
+                if owner is not None and not known and hasattr(owner, "wrap_tool_call"):
                     owners.append(owner)
         if any(hook is not None for hook in hooks) and not owners:
             return None  # hooks LangChain composes another way: nothing is guessed
