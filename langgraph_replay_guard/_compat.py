@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import sys
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -16,9 +17,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AgentBuild",
+    "AgentInputs",
     "TaskScope",
     "ToolNodeSettings",
     "agent_build",
+    "agent_being_built",
     "at_first_step",
     "bind_hooks",
     "channel_without_reducer",
@@ -96,6 +99,61 @@ def bind_hooks(obj: Any, owner: type, names: Sequence[str]) -> None:
             parameters=list(sig.parameters.values())[1:]
         )
         setattr(obj, name, hook)
+
+
+@dataclass(frozen=True)
+class AgentInputs:
+    """What the `create_agent` call running now was given: its `tools` and `middleware`."""
+
+    tools: tuple[Any, ...]
+    """The `tools` argument (empty when None was given)."""
+    middleware: tuple[Any, ...]
+    """The `middleware` argument, in order."""
+
+
+# `create_agent` reads `getattr(m, "tools", [])` of every middleware inside a comprehension
+# (its own frame before Python 3.12), under the middleware's property and the caller here.
+_MAX_FRAMES_UP = 4
+_CREATE_AGENT_MODULE = "langchain.agents.factory"
+
+
+def agent_being_built() -> AgentInputs | None:
+    """The `tools` and `middleware` of the `create_agent` call reading a middleware now.
+
+    The one frame read of the package (tests/unit/test_compat.py allows no other), and the
+    one thing LangChain gives no public way to know: whether the agent being built gets a
+    tools node. `create_agent` adds one whenever a middleware's CLASS has a tool hook, even
+    to an agent without tools (its graph and its routing change), and reads each
+    middleware's `tools` (langchain/agents/factory.py, `middleware_tools = [...]`) before
+    it looks at the tool hooks and before its duplicate-name check. A middleware whose
+    `tools` property calls this can fit its tool hooks to the agent and name a problem in
+    its own words first.
+
+    Reads the local variables `tools` and `middleware` of
+    `langchain.agents.factory.create_agent`, at most a few frames up. When LangChain renames
+    them or moves the read, this returns None (the guard keeps its tool hooks, and
+    `create_agent`'s own duplicate check applies), and
+    `test_agent_being_built_is_read_before_create_agent_looks_at_tool_hooks` fails.
+
+    Returns:
+        The arguments of the `create_agent` call running now, or None outside one.
+    """
+    frame = sys._getframe(1)
+    for _ in range(_MAX_FRAMES_UP + 1):
+        frame_back = frame.f_back
+        if frame_back is None:
+            return None
+        frame = frame_back
+        if frame.f_code.co_name != "create_agent":
+            continue
+        if frame.f_globals.get("__name__") != _CREATE_AGENT_MODULE:
+            continue
+        found = frame.f_locals
+        tools, middleware = found.get("tools"), found.get("middleware")
+        if not isinstance(tools, (list, tuple)) or not isinstance(middleware, (list, tuple)):
+            return None
+        return AgentInputs(tools=tuple(tools), middleware=tuple(middleware))
+    return None
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from langgraph.types import Command
 from typing_extensions import TypedDict
 
 from langgraph_replay_guard._compat import (
+    agent_being_built,
     agent_build,
     bind_hooks,
     channel_without_reducer,
@@ -95,6 +96,8 @@ from langgraph_replay_guard.storage.ledger_io import arun_plan, run_plan
 
 if TYPE_CHECKING:
     from langgraph.prebuilt.tool_node import ToolCallRequest
+
+    from langgraph_replay_guard._compat import AgentInputs
     from langgraph.store.base import BaseStore
     from langgraph.types import Command
 
@@ -105,29 +108,6 @@ __all__ = ["ReplayGuardMiddleware"]
 logger = logging.getLogger("langgraph_replay_guard")
 
 _DEFAULT_NAME = "ReplayGuardMiddleware"
-
-
-class _InstanceName(str):
-    """A guard middleware's name: equal to another guard's name only when it is that name.
-
-    `create_agent` refuses two middlewares with equal names with "Please remove duplicate
-    middleware instances.", which names neither the class nor the fix. Two guards' names
-    are never equal here, so the build goes on and the guard's own check at the first model
-    call (`_check_unique_name`) names the shared channel and `name=`. Anywhere else it is
-    the `str` it holds (traces, `middleware.name == "ReplayGuardMiddleware"`).
-    """
-
-    __slots__ = ()
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, _InstanceName):
-            return self is other
-        return str.__eq__(self, other)
-
-    def __ne__(self, other: object) -> bool:
-        return not self == other
-
-    __hash__ = str.__hash__
 
 
 TOOLS_NODE = "tools"
@@ -221,11 +201,10 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             own=("config", "store", "name", "namespace", "record"),
         )
         self.guard = ReplayGuard(checked, store=store, namespace=namespace, record=record)
-        # Plain attributes, as LangChain's own middlewares have them: `create_agent` reads
-        # them and tells the guard nothing, so what the guard needs to know of the agent it
-        # learns at its first model call (`_check_agent`).
-        self.name: str = _InstanceName(name or _DEFAULT_NAME)
-        self.tools: list[BaseTool] = []  # the guard adds no tools of its own
+        # A plain attribute, as LangChain's own middlewares have it: what the guard needs to
+        # know of the agent it learns at its first model call (`_check_agent`), but for
+        # what `tools` fits while the agent is built.
+        self.name: str = name or _DEFAULT_NAME
         self.channel = GUARD_CHANNEL if name is None else f"{GUARD_CHANNEL}__{name}"
         self.state_schema = _state_schema(self.channel)
         # Previews are written at the model call, from the messages the model is given:
@@ -252,6 +231,38 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         bind_hooks(clone, ReplayGuardMiddleware, _HOOKS)
         return clone
 
+    @property
+    def tools(self) -> Sequence[BaseTool]:
+        """The guard adds no tools of its own (always empty).
+
+        A property for one job, which LangChain gives no public way to do: `create_agent`
+        reads `m.tools` of every middleware first while it builds an agent, before it looks
+        for tool hooks and before its duplicate-name check. Read there (and only there:
+        `_compat.agent_being_built`, the one frame read of the package), it fits the
+        instance's tool hooks to the agent being built: an agent without tools whose other
+        middlewares have no tools and no tool hook gets no tools node, and the guard then
+        leaves its own tool hooks out so that it does not add one (its class is
+        `_ToolFreeReplayGuardMiddleware` until a build with tools reads it again). Anywhere
+        else, reading it does nothing.
+
+        Raises:
+            ValueError: Read by `create_agent` while another guard middleware of the same
+                agent has the same name (two unnamed instances share the default name and
+                the `replay_guard` channel), naming `name=` before LangChain's generic
+                "Please remove duplicate middleware instances.".
+        """
+        building = agent_being_built()
+        if building is not None:
+            _check_unique_name(self, building.middleware)
+            _fit_tool_hooks(self, building)
+        return []
+
+    @tools.setter
+    def tools(self, tools: Sequence[BaseTool]) -> None:
+        if tools:
+            msg = "ReplayGuardMiddleware has no tools of its own; give tools to create_agent"
+            raise TypeError(msg)
+
     def _check_agent(self, handler: Callable[..., Any]) -> frozenset[str] | None:
         """Check the agent this model call runs in, and learn every tool it has.
 
@@ -270,8 +281,8 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
         Raises:
             ValueError: The user's `state_schema` declares the guard's channel without its
-                reducer; another guard middleware of the agent has the same name;
-                `require_classes` and a tool of the agent is unclassified.
+                reducer; `require_classes` and a tool of the agent is unclassified. (Two
+                guards with one name are refused while the agent is built: `tools`.)
         """
         kind = channel_without_reducer(_run_config(), self.channel, merge_guard_state)
         if kind is not None:
@@ -284,12 +295,11 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 self._build_unread = True
                 logger.warning(
                     "langgraph-replay-guard: %s could not read the tools node of its agent "
-                    "(a create_agent this version does not know): two guards with one name, "
-                    "offered tools nothing runs and strict_tool_names typos are not checked",
-                    str(self.name),
+                    "(a create_agent this version does not know): offered tools nothing "
+                    "runs and strict_tool_names typos are not checked",
+                    self.name,
                 )
             return None
-        _check_unique_name(self, build.tool_hook_owners)
         self._agent_tools_learned = True
         others = any(not isinstance(m, ReplayGuardMiddleware) for m in build.tool_hook_owners)
         self._others_run_tools = self._others_run_tools or others
@@ -704,6 +714,19 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 _HOOKS = ("wrap_tool_call", "awrap_tool_call", "wrap_model_call", "awrap_model_call")
 
 
+class _ToolFreeReplayGuardMiddleware(ReplayGuardMiddleware):
+    """The guard in an agent that gets no tools node: without its tool hooks.
+
+    `create_agent` adds a tools node whenever a middleware's class has a tool hook, even to
+    an agent without tools, which changes its graph and its routing. `_fit_tool_hooks`
+    switches an instance to this class while such an agent is built, and back for the next
+    build that has tools.
+    """
+
+    wrap_tool_call = AgentMiddleware.wrap_tool_call
+    awrap_tool_call = AgentMiddleware.awrap_tool_call
+
+
 def _stop_by_tools(request: ModelRequest[Any]) -> AIMessage | None:
     """The guard's final message, when the tools node just ended the run with it.
 
@@ -722,19 +745,45 @@ def _stop_by_tools(request: ModelRequest[Any]) -> AIMessage | None:
     return last if STOP_MARK in last.response_metadata else None
 
 
-def _check_unique_name(middleware: ReplayGuardMiddleware, owners: Sequence[Any]) -> None:
-    """Name the fix when an agent has two guard middlewares with one name (one channel).
+def _has_tool_hook(middleware: Any) -> bool:
+    """Whether `create_agent` sees a tool hook on a middleware (its own test, on the class)."""
+    cls = type(middleware)
+    return (
+        getattr(cls, "wrap_tool_call", None) is not AgentMiddleware.wrap_tool_call
+        or getattr(cls, "awrap_tool_call", None) is not AgentMiddleware.awrap_tool_call
+    )
+
+
+def _fit_tool_hooks(middleware: ReplayGuardMiddleware, building: AgentInputs) -> None:
+    """Give the guard its tool hooks exactly when the agent being built has a tools node.
 
     Args:
-        middleware: The guard checking.
-        owners: The middlewares whose tool hooks the agent's tools node runs (every guard).
+        middleware: The guard `create_agent` is reading.
+        building: The `tools` and `middleware` given to that `create_agent`.
+    """
+    if type(middleware) not in (ReplayGuardMiddleware, _ToolFreeReplayGuardMiddleware):
+        return  # a subclass keeps what it defines
+    tool_free = not any(not isinstance(t, dict) for t in building.tools) and not any(
+        _has_tool_hook(m) or getattr(m, "tools", None)
+        for m in building.middleware
+        if not isinstance(m, ReplayGuardMiddleware)
+    )
+    middleware.__class__ = _ToolFreeReplayGuardMiddleware if tool_free else ReplayGuardMiddleware
+
+
+def _check_unique_name(middleware: ReplayGuardMiddleware, siblings: Sequence[Any]) -> None:
+    """Name the fix when `create_agent` gets two guard middlewares with one name (one channel).
+
+    Args:
+        middleware: The guard `create_agent` is reading.
+        siblings: The middleware list given to that `create_agent`.
 
     Raises:
         ValueError: Another guard of the agent keeps its state in the same channel.
     """
     same = [
         m
-        for m in owners
+        for m in siblings
         if isinstance(m, ReplayGuardMiddleware) and m.channel == middleware.channel
     ]
     if len(same) < 2:
@@ -749,7 +798,7 @@ def _check_unique_name(middleware: ReplayGuardMiddleware, owners: Sequence[Any])
     else:
         msg = (
             f"create_agent got {len(same)} ReplayGuardMiddleware instances named "
-            f"{str(middleware.name)!r}; give each a distinct name= (each name is its own state "
+            f"{middleware.name!r}; give each a distinct name= (each name is its own state "
             "channel, replay_guard__<name>)."
         )
     raise ValueError(msg)

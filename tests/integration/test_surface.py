@@ -75,8 +75,8 @@ def test_two_named_middleware_instances_keep_separate_channels_in_one_agent():
 
 
 def test_two_unnamed_middleware_instances_fail_naming_the_fix():
-    # At the first model call, before the model is called and before any tool runs:
-    # `create_agent` reads a plain `name` and tells the guard nothing at build time.
+    # While `create_agent` builds the agent (it reads the guard's `tools` first), before
+    # LangChain's generic "Please remove duplicate middleware instances.".
     runs: list[str] = []
 
     @tool
@@ -86,17 +86,12 @@ def test_two_unnamed_middleware_instances_fail_naming_the_fix():
         return id
 
     model = ScriptedChatModel(script=[[("counted", {"id": "P1"})]])
-    agent = create_agent(
-        model, [counted], middleware=[ReplayGuardMiddleware(), ReplayGuardMiddleware()]
-    )
     with pytest.raises(ValueError, match="without a name") as caught:
-        agent.invoke({"messages": [HumanMessage("look")]})
+        create_agent(model, [counted], middleware=[ReplayGuardMiddleware(), ReplayGuardMiddleware()])
     assert "name=" in str(caught.value)
     named = [ReplayGuardMiddleware(name="x"), ReplayGuardMiddleware(name="x")]
     with pytest.raises(ValueError, match=r"named 'x'.*distinct name="):
-        asyncio.run(
-            create_agent(model, [counted], middleware=named).ainvoke({"messages": [("user", "a")]})
-        )
+        create_agent(model, [counted], middleware=named)
     assert runs == []
     assert model.calls == 0
     # One unnamed instance next to a named one, and one instance reused by two agents, run.
@@ -119,16 +114,29 @@ def test_public_exports():
     assert set(testing.__all__) >= {"ScriptedChatModel", "tool_call"}
 
 
-def test_name_and_tools_are_plain_attributes():
-    """Issue 37 item 1: reading them ran code (a class swap, `create_agent`'s frame read)."""
+def test_name_is_a_plain_str_and_tools_only_fits_the_tool_hooks():
+    """Issue 37 item 1: reading `name` ran code; reading `tools` did more than fit hooks.
+
+    `name` is a plain `str` attribute. `tools` is always empty; outside a `create_agent`
+    build, reading it does nothing, and inside one it only fits the instance's tool hooks
+    to the agent (`_compat.agent_being_built`).
+    """
     import inspect
 
+    from langgraph_replay_guard.integrations.middleware import _ToolFreeReplayGuardMiddleware
+
     guard = ReplayGuardMiddleware()
-    for attribute in ("name", "tools"):
-        found = inspect.getattr_static(ReplayGuardMiddleware, attribute, None)
-        assert not isinstance(found, property)
+    assert not isinstance(inspect.getattr_static(ReplayGuardMiddleware, "name"), property)
+    assert type(vars(guard)["name"]) is str
     assert vars(guard)["name"] == "ReplayGuardMiddleware"
-    assert vars(guard)["tools"] == []
-    create_agent(ScriptedChatModel(final="hi"), tools=[], middleware=[guard])
-    assert type(guard) is ReplayGuardMiddleware  # no class swap while the agent is built
     assert ReplayGuardMiddleware(name="billing").name == "billing"
+    assert guard.tools == []
+    assert type(guard) is ReplayGuardMiddleware  # read outside a build: nothing changes
+    with pytest.raises(TypeError, match="no tools of its own"):
+        guard.tools = [lookup]
+    create_agent(ScriptedChatModel(final="hi"), tools=[], middleware=[guard])
+    assert type(guard) is _ToolFreeReplayGuardMiddleware
+    assert guard.tools == []
+    assert type(guard) is _ToolFreeReplayGuardMiddleware  # fitted by the build, not the read
+    create_agent(ScriptedChatModel(final="hi"), tools=[lookup], middleware=[guard])
+    assert type(guard) is ReplayGuardMiddleware
