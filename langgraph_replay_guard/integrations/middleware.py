@@ -96,11 +96,10 @@ from langgraph_replay_guard.storage.ledger_io import arun_plan, run_plan
 
 if TYPE_CHECKING:
     from langgraph.prebuilt.tool_node import ToolCallRequest
-
-    from langgraph_replay_guard._compat import AgentInputs
     from langgraph.store.base import BaseStore
     from langgraph.types import Command
 
+    from langgraph_replay_guard._compat import AgentInputs
     from langgraph_replay_guard.replay.ledger import Plan
 
 __all__ = ["ReplayGuardMiddleware"]

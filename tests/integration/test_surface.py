@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage, ToolMessage
@@ -87,7 +85,9 @@ def test_two_unnamed_middleware_instances_fail_naming_the_fix():
 
     model = ScriptedChatModel(script=[[("counted", {"id": "P1"})]])
     with pytest.raises(ValueError, match="without a name") as caught:
-        create_agent(model, [counted], middleware=[ReplayGuardMiddleware(), ReplayGuardMiddleware()])
+        create_agent(
+            model, [counted], middleware=[ReplayGuardMiddleware(), ReplayGuardMiddleware()]
+        )
     assert "name=" in str(caught.value)
     named = [ReplayGuardMiddleware(name="x"), ReplayGuardMiddleware(name="x")]
     with pytest.raises(ValueError, match=r"named 'x'.*distinct name="):

@@ -444,6 +444,7 @@ def test_agent_being_built_is_read_before_create_agent_looks_at_tool_hooks():
     model = ScriptedChatModel(script=[AIMessage("done")] * 2)
     probe = Probe("probe")
     agent = create_agent(model, [lookup], middleware=[probe])
+    assert seen, "create_agent no longer reads `tools` first: see _compat.agent_being_built"
     assert seen[0] is not None, "LangChain changed create_agent: see _compat.agent_being_built"
     assert seen[0] == _compat.AgentInputs(tools=(lookup,), middleware=(probe,))
     assert type(probe) is Probe
@@ -489,9 +490,8 @@ def _frame_readers(root: Path) -> list[str]:
 
 def test_only_agent_being_built_reads_a_frame():
     """Issue 37 item 1: `create_agent`'s locals were read through `sys._getframe` from
-    `name`, `tools` and several `_compat` functions. One read is left, in
-    `_compat.agent_being_built` (why: `test_agent_being_built_is_read_before_create_agent_looks_at_tool_hooks`);
-    any other fails here.
+    `name`, `tools` and four `_compat` functions. One read is left, in
+    `_compat.agent_being_built` (why: the test above); any other fails here.
     """
     import langgraph_replay_guard
 
