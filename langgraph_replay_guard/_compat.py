@@ -16,17 +16,17 @@ if TYPE_CHECKING:
     from langgraph.prebuilt import ToolNode
 
 __all__ = [
+    "AgentBuild",
+    "AgentInputs",
     "TaskScope",
     "ToolNodeSettings",
+    "agent_being_built",
+    "agent_build",
     "at_first_step",
     "bind_hooks",
     "channel_without_reducer",
     "channel_writer",
     "checkpoint_thread_ids",
-    "create_agent_given_tools",
-    "create_agent_middleware",
-    "create_agent_state_schema",
-    "create_agent_tools",
     "delegate_store",
     "dynamic_tool_error",
     "graph_has_channel",
@@ -101,59 +101,163 @@ def bind_hooks(obj: Any, owner: type, names: Sequence[str]) -> None:
         setattr(obj, name, hook)
 
 
-# `create_agent` reads `m.name` of every middleware inside a comprehension (its own frame
-# before Python 3.12), so the building call is at most a few frames up.
+@dataclass(frozen=True)
+class AgentInputs:
+    """What the `create_agent` call running now was given: its `tools` and `middleware`."""
+
+    tools: tuple[Any, ...]
+    """The `tools` argument (empty when None was given)."""
+    middleware: tuple[Any, ...]
+    """The `middleware` argument, in order."""
+
+
+# `create_agent` reads `getattr(m, "tools", [])` of every middleware inside a comprehension
+# (its own frame before Python 3.12), under the middleware's property and the caller here.
 _MAX_FRAMES_UP = 4
+_CREATE_AGENT_MODULE = "langchain.agents.factory"
 
 
-def _create_agent_locals() -> Mapping[str, Any] | None:
-    """The local variables of the `langchain.agents.create_agent` call running now, if any."""
-    frame = sys._getframe(2)
+def agent_being_built() -> AgentInputs | None:
+    """The `tools` and `middleware` of the `create_agent` call reading a middleware now.
+
+    The one frame read of the package (tests/unit/test_compat.py allows no other), and the
+    one thing LangChain gives no public way to know: whether the agent being built gets a
+    tools node. `create_agent` adds one whenever a middleware's CLASS has a tool hook, even
+    to an agent without tools (its graph and its routing change), and reads each
+    middleware's `tools` (langchain/agents/factory.py, `middleware_tools = [...]`) before
+    it looks at the tool hooks and before its duplicate-name check. A middleware whose
+    `tools` property calls this can fit its tool hooks to the agent and name a problem in
+    its own words first.
+
+    Reads the local variables `tools` and `middleware` of
+    `langchain.agents.factory.create_agent`, at most a few frames up. When LangChain renames
+    them or moves the read, this returns None (the guard keeps its tool hooks, and
+    `create_agent`'s own duplicate check applies), and
+    `test_agent_being_built_is_read_before_create_agent_looks_at_tool_hooks` fails.
+
+    Returns:
+        The arguments of the `create_agent` call running now, or None outside one.
+    """
+    frame = sys._getframe(1)
     for _ in range(_MAX_FRAMES_UP + 1):
         frame_back = frame.f_back
         if frame_back is None:
             return None
         frame = frame_back
-        code = frame.f_code
-        if code.co_name == "create_agent" and frame.f_globals.get("__name__") == (
-            "langchain.agents.factory"
-        ):
-            return frame.f_locals
+        if frame.f_code.co_name != "create_agent":
+            continue
+        if frame.f_globals.get("__name__") != _CREATE_AGENT_MODULE:
+            continue
+        found = frame.f_locals
+        tools, middleware = found.get("tools"), found.get("middleware")
+        if not isinstance(tools, (list, tuple)) or not isinstance(middleware, (list, tuple)):
+            return None
+        return AgentInputs(tools=tuple(tools), middleware=tuple(middleware))
     return None
 
 
-def create_agent_middleware() -> list[Any] | None:
-    """The middleware list of the `langchain.agents.create_agent` call running now, if any.
+@dataclass(frozen=True)
+class AgentBuild:
+    """What `create_agent` built around a model call: its tools node and its tool hooks."""
 
-    Used to name the problem when two guard middlewares would collide, before LangChain's
-    generic "Please remove duplicate middleware instances." Reads a local variable of
-    `langchain.agents.factory.create_agent`; when LangChain renames it, this returns None and
-    LangChain's own check still applies.
+    tools: tuple[Any, ...]
+    """The tools the agent's tools node runs (the user's and the middlewares'); none
+    without a tools node."""
+    tool_hook_owners: tuple[Any, ...]
+    """The middlewares whose `wrap_tool_call`/`awrap_tool_call` the tools node runs."""
+
+
+# How far `agent_build` follows closures: the model call's handler chain is two closures
+# per middleware inside the caller, and the tool hook chain two per middleware.
+_MAX_REACHED = 400
+
+_BOUND_MODEL = "create_agent.<locals>._get_bound_model"
+
+
+def _reached(start: Any) -> Iterator[Any]:
+    """Every function, bound method and partial reachable from `start` through closures."""
+    seen: set[int] = set()
+    stack = [start]
+    while stack and len(seen) < _MAX_REACHED:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        yield obj
+        if isinstance(obj, functools.partial):
+            stack.extend([obj.func, *obj.args])
+            continue
+        method_self = getattr(obj, "__self__", None)
+        method_func = getattr(obj, "__func__", None)
+        if method_func is not None and method_self is not None:  # a bound method
+            stack.append(method_func)
+            continue
+        wrapped = getattr(obj, "__wrapped__", None)
+        if wrapped is not None:
+            stack.append(wrapped)
+        if inspect.isfunction(obj):
+            for cell in obj.__closure__ or ():
+                try:
+                    content = cell.cell_contents
+                except ValueError:  # a cell not filled yet
+                    continue
+                if callable(content) and not isinstance(content, type):
+                    stack.append(content)
+
+
+def _hook_owner(obj: Any) -> Any:
+    """The object a hook is bound to: a bound method's `self`, a partial's first argument."""
+    if isinstance(obj, functools.partial):
+        return obj.args[0] if obj.args else None
+    return getattr(obj, "__self__", None) if getattr(obj, "__func__", None) else None
+
+
+def agent_build(handler: Callable[..., Any]) -> AgentBuild | None:
+    """The tools node and the tool hooks of the agent a model call's `handler` belongs to.
+
+    LangChain gives a middleware no public way to learn the agent it is in: `create_agent`
+    reads `m.name`, `m.tools` and `m.state_schema` of each middleware and tells it nothing;
+    a model request holds the tools a middleware outside this one left it (a tool selector
+    offers a selection), and nothing says whether another middleware runs tools itself.
+    The model call's handler leads to `create_agent`'s own model function, whose
+    closure (`_get_bound_model`) holds the tools node and the composed tool hooks it
+    checks offered tools against. tests/unit/test_compat.py fails when LangChain changes
+    this; here it returns None and the guard treats the agent as one it cannot see whole
+    (warnings instead of errors, no check for offered tools nothing runs).
+
+    Args:
+        handler: The handler `create_agent` passed to the middleware's model hook.
+
+    Returns:
+        The agent's tools node's tools and the owners of its tool hooks, or None.
     """
-    found = _create_agent_locals()
-    middleware = found.get("middleware") if found is not None else None
-    return list(middleware) if isinstance(middleware, (list, tuple)) else None
-
-
-def create_agent_given_tools() -> list[Any] | None:
-    """The `tools` given to the `create_agent` call running now (None: none is building).
-
-    Read while `create_agent` collects its middlewares' own tools, before it decides whether
-    the agent gets a tools node.
-    """
-    found = _create_agent_locals()
-    tools = found.get("tools") if found is not None else None
-    return list(tools) if isinstance(tools, (list, tuple)) else None
-
-
-def create_agent_state_schema() -> Any:
-    """The `state_schema` given to the `create_agent` call running now (None: none given).
-
-    `create_agent` merges it last, over the middlewares' own state schemas: a key it declares
-    again is built as it declares it.
-    """
-    found = _create_agent_locals()
-    return found.get("state_schema") if found is not None else None
+    for found in _reached(handler):
+        code = getattr(found, "__code__", None)
+        if code is None or found.__qualname__ != _BOUND_MODEL:
+            continue
+        if getattr(found, "__module__", None) != "langchain.agents.factory":
+            continue
+        cells = dict(zip(code.co_freevars, found.__closure__ or (), strict=False))
+        try:
+            node = cells["tool_node"].cell_contents
+            hooks = [
+                cells[n].cell_contents
+                for n in ("wrap_tool_call_wrapper", "awrap_tool_call_wrapper")
+            ]
+        except (KeyError, ValueError):
+            return None
+        tools = tuple(getattr(node, "tools_by_name", {}).values()) if node is not None else ()
+        owners: list[Any] = []
+        for hook in hooks:
+            for reached in _reached(hook) if hook is not None else ():
+                owner = _hook_owner(reached)
+                known = any(owner is seen for seen in owners)  # by identity, not `__eq__`
+                if owner is not None and not known and hasattr(owner, "wrap_tool_call"):
+                    owners.append(owner)
+        if any(hook is not None for hook in hooks) and not owners:
+            return None  # hooks LangChain composes another way: nothing is guessed
+        return AgentBuild(tools=tools, tool_hook_owners=tuple(owners))
+    return None
 
 
 _WATCHED_REQUESTS: ContextVar[list[Any] | None] = ContextVar(
@@ -219,19 +323,6 @@ def dynamic_tool_error(unknown: Sequence[str], registered: Collection[str]) -> s
     return DYNAMIC_TOOL_ERROR_TEMPLATE.format(
         unknown_tool_names=list(unknown), available_tool_names=sorted(registered)
     )
-
-
-def create_agent_tools() -> list[Any] | None:
-    """Every tool of the `create_agent` call running now, once it has built its tools node.
-
-    `default_tools`: the tools node's tools (the user's and the middlewares') and the
-    provider's built-in ones, what a model request offers before any middleware narrows it
-    (`LLMToolSelectorMiddleware` offers the model a selection; the other tools still exist).
-    None before the tools node is built, or when LangChain renames the variable.
-    """
-    found = _create_agent_locals()
-    tools = found.get("default_tools") if found is not None else None
-    return list(tools) if isinstance(tools, (list, tuple)) else None
 
 
 @dataclass(frozen=True)

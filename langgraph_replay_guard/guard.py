@@ -278,10 +278,11 @@ class ReplayGuard:
             namespace=self.namespace,
             record=self.record_setting,
         )
-        # One guard for several agents (one middleware each): the tool names every agent
-        # built so far are checked together (the agent with `set_order` may be built after
-        # the one with `get_order`), and each unclassified tool is listed once per guard.
+        # One guard for several agents (one middleware each): the tool names of every agent
+        # run so far are checked together (the agent with `set_order` may run after the one
+        # with `get_order`), and each unclassified tool is listed once per guard.
         middleware.guard._tool_names = self._tool_names
+        self._tool_names.middlewares += 1
         middleware.guard._unclassified = self._unclassified
         return middleware
 

@@ -33,12 +33,11 @@ from langgraph.types import Command
 from typing_extensions import TypedDict
 
 from langgraph_replay_guard._compat import (
+    agent_being_built,
+    agent_build,
     bind_hooks,
+    channel_without_reducer,
     channel_writer,
-    create_agent_given_tools,
-    create_agent_middleware,
-    create_agent_state_schema,
-    create_agent_tools,
     dynamic_tool_error,
     run_checkpointer,
     signature_once,
@@ -70,7 +69,6 @@ from langgraph_replay_guard.integrations.calls import (
     previous_batch,
     turn_anchors,
 )
-from langgraph_replay_guard.integrations.graph_state import declared_without_reducer
 from langgraph_replay_guard.integrations.ledger_gate import given_update
 from langgraph_replay_guard.integrations.prompt import (
     next_call_reminder,
@@ -102,6 +100,7 @@ if TYPE_CHECKING:
     from langgraph.store.base import BaseStore
     from langgraph.types import Command
 
+    from langgraph_replay_guard._compat import AgentInputs
     from langgraph_replay_guard.replay.ledger import Plan
 
 __all__ = ["ReplayGuardMiddleware"]
@@ -109,6 +108,7 @@ __all__ = ["ReplayGuardMiddleware"]
 logger = logging.getLogger("langgraph_replay_guard")
 
 _DEFAULT_NAME = "ReplayGuardMiddleware"
+
 
 TOOLS_NODE = "tools"
 """The name of `create_agent`'s tools node (its `ToolNode`, where the guard records calls)."""
@@ -178,6 +178,9 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         ValueError: `record=True` without a `store`, or an empty `namespace`.
     """
 
+    # A plain attribute (each instance sets its own), over `AgentMiddleware`'s property.
+    name: str = _DEFAULT_NAME
+
     @with_config_signature
     def __init__(
         self,
@@ -198,7 +201,10 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             own=("config", "store", "name", "namespace", "record"),
         )
         self.guard = ReplayGuard(checked, store=store, namespace=namespace, record=record)
-        self._name = name or _DEFAULT_NAME
+        # A plain attribute, as LangChain's own middlewares have it: what the guard needs to
+        # know of the agent it learns at its first model call (`_check_agent`), but for
+        # what `tools` fits while the agent is built.
+        self.name: str = name or _DEFAULT_NAME
         self.channel = GUARD_CHANNEL if name is None else f"{GUARD_CHANNEL}__{name}"
         self.state_schema = _state_schema(self.channel)
         # Previews are written at the model call, from the messages the model is given:
@@ -213,12 +219,8 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self._tools_checked = False
         self._agent_tools_learned = False
         self._offered: tuple[Any, ...] | None = None  # the tools the last model call offered
-        # The tools the agent's tools node runs (of every agent built with this instance),
-        # when no other middleware has a tool hook: create_agent then checks each model
-        # request for tools nothing runs (see `_check_dynamic_tools`). None: no check, as
-        # another middleware may run such tools, or no agent was built.
-        self._node_tools: frozenset[str] | None = None
         self._others_run_tools = False
+        self._build_unread = False  # said once: `_compat.agent_build` found no agent
         # The hooks as `create_agent` reads them (`m.wrap_model_call`): see `bind_hooks`.
         bind_hooks(self, ReplayGuardMiddleware, _HOOKS)
 
@@ -231,15 +233,28 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     @property
     def tools(self) -> Sequence[BaseTool]:
-        """The guard adds no tools of its own.
+        """The guard adds no tools of its own (always empty).
 
-        `create_agent` reads this first while it builds an agent, before it looks for tool
-        hooks: an agent without tools whose other middlewares have no tools and no tool
-        hook gets no tools node, and the guard then takes its own tool hooks away so that
-        it does not add one (see `_ToolFreeReplayGuardMiddleware`).
+        A property for one job, which LangChain gives no public way to do: `create_agent`
+        reads `m.tools` of every middleware first while it builds an agent, before it looks
+        for tool hooks and before its duplicate-name check. Read there (and only there:
+        `_compat.agent_being_built`, the one frame read of the package), it fits the
+        instance's tool hooks to the agent being built: an agent without tools whose other
+        middlewares have no tools and no tool hook gets no tools node, and the guard then
+        leaves its own tool hooks out so that it does not add one (its class is
+        `_ToolFreeReplayGuardMiddleware` until a build with tools reads it again). Anywhere
+        else, reading it does nothing.
+
+        Raises:
+            ValueError: Read by `create_agent` while another guard middleware of the same
+                agent has the same name (two unnamed instances share the default name and
+                the `replay_guard` channel), naming `name=` before LangChain's generic
+                "Please remove duplicate middleware instances.".
         """
-        if _fit_tool_hooks(self):
-            self._agent_tools_learned = False  # a new agent: learn its tools too
+        building = agent_being_built()
+        if building is not None:
+            _check_unique_name(self, building.middleware)
+            _fit_tool_hooks(self, building)
         return []
 
     @tools.setter
@@ -248,51 +263,56 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             msg = "ReplayGuardMiddleware has no tools of its own; give tools to create_agent"
             raise TypeError(msg)
 
-    @property
-    def name(self) -> str:
-        """The instance name (distinct per instance in one agent).
+    def _check_agent(self, handler: Callable[..., Any]) -> frozenset[str] | None:
+        """Check the agent this model call runs in, and learn every tool it has.
+
+        Runs at the guard's first model call in an agent (`_check_tools`), before the model
+        is called and before any tool runs: `create_agent` tells a middleware nothing when
+        it builds the agent. A request offers the tools a middleware outside the guard left
+        it (a tool selector offers a selection); the agent's tools node still runs the
+        others, so they exist (`_compat.agent_build` reads them, with the middlewares whose
+        tool hooks the node runs).
+
+        Returns:
+            The names of the tools the agent's tools node runs, when the guard's tool hooks
+            are its only ones (`create_agent` then checks each model request for tools
+            nothing runs: see `_check_dynamic_tools`); None: no such check, as another
+            middleware may run such tools, or the agent could not be read.
 
         Raises:
-            ValueError: Read by `create_agent` while another guard middleware of the same
-                agent has the same name (two unnamed instances share the default name and
-                the `replay_guard` channel).
+            ValueError: The user's `state_schema` declares the guard's channel without its
+                reducer; `require_classes` and a tool of the agent is unclassified. (Two
+                guards with one name are refused while the agent is built: `tools`.)
         """
-        _check_unique_name(self)
-        self._learn_agent_tools()
-        return self._name
-
-    def _learn_agent_tools(self) -> None:
-        """Learn every tool of the agent `create_agent` is building, if it is building one.
-
-        A model request offers the tools a middleware outside the guard left it (a tool
-        selector offers a selection); the agent's tools node still runs the others, so they
-        exist. Read once the node is built; the model calls then add what they offer.
-        """
-        if self._agent_tools_learned:
-            return
-        tools = create_agent_tools()
-        if tools is None:
-            return
-        self._agent_tools_learned = True
-        if declared_without_reducer(create_agent_state_schema(), self.channel):
+        kind = channel_without_reducer(_run_config(), self.channel, merge_guard_state)
+        if kind is not None:
             # `create_agent` merges the user's schema last: its key would be a last-value
-            # channel, and the guard would stop no loop. The first call checks it too.
-            raise ValueError(misdeclared_channel_message(self.channel, "LastValue"))
-        others = create_agent_middleware() or []
-        if any(_has_tool_hook(m) for m in others if not isinstance(m, ReplayGuardMiddleware)):
-            self._others_run_tools = True
-        node_tools = frozenset(t.name for t in tools if isinstance(t, BaseTool))
-        self._node_tools = (
-            None if self._others_run_tools else node_tools | (self._node_tools or frozenset())
-        )
+            # channel, and the guard would stop no loop.
+            raise ValueError(misdeclared_channel_message(self.channel, kind))
+        build = agent_build(handler)
+        if build is None:
+            if not self._build_unread:
+                self._build_unread = True
+                logger.warning(
+                    "langgraph-replay-guard: %s could not read the tools node of its agent "
+                    "(a create_agent this version does not know): offered tools nothing "
+                    "runs and strict_tool_names typos are not checked",
+                    self.name,
+                )
+            return None
+        self._agent_tools_learned = True
+        others = any(not isinstance(m, ReplayGuardMiddleware) for m in build.tool_hook_owners)
+        self._others_run_tools = self._others_run_tools or others
+        tools = list(build.tools)
         names = self._learn(tools)
-        # Listed once (refused with `require_classes`) when the agent is built.
+        # Listed once (refused with `require_classes`).
         self.guard._unclassified.check(self._calls.policies, tools, where="the agent")
         # The names are only learned here (`warn=False`, `complete=False`): one guard may
         # guard several agents (sub-agents, supervisor workers; docs/using-it-with.md), and
-        # the agent with `set_order` may be built after the one with `get_order`. The first
-        # model call checks them (`strict_tool_names`), when every agent built so far is known.
+        # the agent with `set_order` may run after the one with `get_order`. `_check_tools`
+        # checks them (`strict_tool_names`), when every agent run so far is known.
         self.guard._tool_names.check(names, where="the agent", warn=False, complete=False)
+        return None if others else frozenset(t.name for t in tools if isinstance(t, BaseTool))
 
     def _answered_elsewhere(
         self, request: ModelRequest[Any], value: Any
@@ -540,7 +560,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if stop is not None:
             # Its own message again: `add_messages` replaces it by id, and the run ends.
             return ModelResponse(result=[stop])
-        self._check_tools(request)
+        self._check_tools(request, handler)
         shown = self._show(request, self._scrub(request, request.state.get(self.channel)))
         given = self._given(request)
         if given is not None:
@@ -572,7 +592,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if stop is not None:
             # Its own message again: `add_messages` replaces it by id, and the run ends.
             return ModelResponse(result=[stop])
-        self._check_tools(request)
+        self._check_tools(request, handler)
         shown = self._show(request, self._scrub(request, request.state.get(self.channel)))
         given = self._given(request)
         if given is not None:
@@ -613,11 +633,11 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 self._calls.policies, added, where="a middleware inside the guard"
             )
 
-    def _check_tools(self, request: ModelRequest[Any]) -> None:
+    def _check_tools(self, request: ModelRequest[Any], handler: Callable[..., Any]) -> None:
         """Learn the agent's tools; check the configured names it does not have, once.
 
         `create_agent` tells a middleware nothing about the agent's tools at build time;
-        the model calls' requests are the first place they are seen. A tool call to any
+        the model calls are the first place they are seen (`_check_agent`). A tool call to any
         other name is a call to a tool that does not exist (reason `unknown_tool`). A tool
         with MCP annotations in its `metadata` that the configuration does not name gets
         the class they give, from this model call's batch on.
@@ -628,8 +648,8 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         seen = self._offered
         if seen is not None and len(offered) == len(seen) and all(map(operator.is_, offered, seen)):
             return  # the same tools as at the last model call (create_agent passes one list)
-        # Checked once per new list: tools that passed stay known (a later build only adds).
-        self._check_dynamic_tools(request.tools)
+        # Checked once per new list: tools that passed stay known (another agent only adds).
+        self._check_dynamic_tools(request.tools, self._check_agent(handler))
         names = self._learn(offered)
         # Tools first seen here (no agent built, or added at model-call time); not the
         # structured output's, which `create_agent` answers itself.
@@ -637,14 +657,23 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if not self._tools_checked:
             # Raises for a misspelt policy name (`strict_tool_names`): before any tool runs,
             # and again at every invoke until the name is fixed.
-            complete = self._agent_tools_learned and not self._others_run_tools
+            # Every tool the graph can run is known when the guard saw its whole agent, no
+            # other middleware serves tools, and no other middleware of the same guard is in
+            # an agent that has not run yet (each learns its agent at its first model call).
+            complete = (
+                self._agent_tools_learned
+                and not self._others_run_tools
+                and self.guard._tool_names.middlewares <= 1
+            )
             self.guard._tool_names.check(
                 self._calls.tools or names, where="the agent", complete=complete
             )
             self._tools_checked = True
         self._offered = tuple(offered)
 
-    def _check_dynamic_tools(self, offered: Sequence[Any]) -> None:
+    def _check_dynamic_tools(
+        self, offered: Sequence[Any], registered: frozenset[str] | None
+    ) -> None:
         """Raise `create_agent`'s own error for offered tools that nothing would run.
 
         `create_agent` skips that check when any middleware has a tool hook, since such a
@@ -652,10 +681,13 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         hooks are the only ones it makes the check itself, on the request it sees: the
         final one when it is last in the middleware list.
 
+        Args:
+            offered: The tools the request offers.
+            registered: The tools of the agent's tools node (None: no check).
+
         Raises:
             ValueError: A tool the request offers is not in the agent's tools node.
         """
-        registered = self._node_tools
         if registered is None:
             return
         unknown = [t.name for t in offered if isinstance(t, BaseTool) and t.name not in registered]
@@ -685,9 +717,10 @@ _HOOKS = ("wrap_tool_call", "awrap_tool_call", "wrap_model_call", "awrap_model_c
 class _ToolFreeReplayGuardMiddleware(ReplayGuardMiddleware):
     """The guard in an agent that gets no tools node: without its tool hooks.
 
-    `create_agent` adds a tools node whenever a middleware has a tool hook, even to an agent
-    without tools, which changes its graph and its routing. `_fit_tool_hooks` switches an
-    instance to this class while such an agent is built, and back for the next build.
+    `create_agent` adds a tools node whenever a middleware's class has a tool hook, even to
+    an agent without tools, which changes its graph and its routing. `_fit_tool_hooks`
+    switches an instance to this class while such an agent is built, and back for the next
+    build that has tools.
     """
 
     wrap_tool_call = AgentMiddleware.wrap_tool_call
@@ -713,7 +746,7 @@ def _stop_by_tools(request: ModelRequest[Any]) -> AIMessage | None:
 
 
 def _has_tool_hook(middleware: Any) -> bool:
-    """Whether `create_agent` sees a tool hook on a middleware (its own test)."""
+    """Whether `create_agent` sees a tool hook on a middleware (its own test, on the class)."""
     cls = type(middleware)
     return (
         getattr(cls, "wrap_tool_call", None) is not AgentMiddleware.wrap_tool_call
@@ -721,38 +754,41 @@ def _has_tool_hook(middleware: Any) -> bool:
     )
 
 
-def _fit_tool_hooks(middleware: ReplayGuardMiddleware) -> bool:
+def _fit_tool_hooks(middleware: ReplayGuardMiddleware, building: AgentInputs) -> None:
     """Give the guard its tool hooks exactly when the agent being built has a tools node.
 
-    Returns:
-        Whether a `create_agent` build is reading the middleware.
+    Args:
+        middleware: The guard `create_agent` is reading.
+        building: The `tools` and `middleware` given to that `create_agent`.
     """
-    given = create_agent_given_tools()
-    others = create_agent_middleware()
-    if given is None or others is None:
-        return False
     if type(middleware) not in (ReplayGuardMiddleware, _ToolFreeReplayGuardMiddleware):
-        return True  # a subclass keeps what it defines
-    tool_free = not any(not isinstance(t, dict) for t in given) and not any(
+        return  # a subclass keeps what it defines
+    tool_free = not any(not isinstance(t, dict) for t in building.tools) and not any(
         _has_tool_hook(m) or getattr(m, "tools", None)
-        for m in others
+        for m in building.middleware
         if not isinstance(m, ReplayGuardMiddleware)
     )
     middleware.__class__ = _ToolFreeReplayGuardMiddleware if tool_free else ReplayGuardMiddleware
-    return True
 
 
-def _check_unique_name(middleware: ReplayGuardMiddleware) -> None:
-    """Name the fix when `create_agent` gets two guard middlewares with one name."""
-    siblings = create_agent_middleware()
-    if not siblings:
-        return
+def _check_unique_name(middleware: ReplayGuardMiddleware, siblings: Sequence[Any]) -> None:
+    """Name the fix when `create_agent` gets two guard middlewares with one name (one channel).
+
+    Args:
+        middleware: The guard `create_agent` is reading.
+        siblings: The middleware list given to that `create_agent`.
+
+    Raises:
+        ValueError: Another guard of the agent keeps its state in the same channel.
+    """
     same = [
-        m for m in siblings if isinstance(m, ReplayGuardMiddleware) and m._name == middleware._name
+        m
+        for m in siblings
+        if isinstance(m, ReplayGuardMiddleware) and m.channel == middleware.channel
     ]
     if len(same) < 2:
         return
-    if middleware._name == _DEFAULT_NAME:
+    if middleware.channel == GUARD_CHANNEL:
         msg = (
             f"create_agent got {len(same)} ReplayGuardMiddleware instances without a name; "
             "they would share the default name and the 'replay_guard' state channel. Pass a "
@@ -762,7 +798,7 @@ def _check_unique_name(middleware: ReplayGuardMiddleware) -> None:
     else:
         msg = (
             f"create_agent got {len(same)} ReplayGuardMiddleware instances named "
-            f"{middleware._name!r}; give each a distinct name= (each name is its own state "
+            f"{middleware.name!r}; give each a distinct name= (each name is its own state "
             "channel, replay_guard__<name>)."
         )
     raise ValueError(msg)

@@ -289,6 +289,10 @@ class ToolNameCheck:
         self._known: set[str] = set()
         self._warned: set[str] = set()
         self._lock = threading.Lock()
+        # The middlewares sharing this check (`ReplayGuard.middleware`, one per agent): each
+        # learns its agent's tools at its first model call, so while there are several, an
+        # agent that has not run yet may have the name.
+        self.middlewares = 0
 
     def check(
         self, tools: Iterable[str], *, where: str, warn: bool = True, complete: bool = False
@@ -362,8 +366,9 @@ class ToolNameCheck:
             return text
         if not strict:
             return (
-                f"{text} (If {name!r} is a tool that another tools node or a middleware "
-                "runs, ignore this: the guard does not see every tool of the graph here.)"
+                f"{text} (If {name!r} is a tool that another tools node, an agent of this guard "
+                "that has not run yet or a middleware runs, ignore this: the guard does not see "
+                "every tool of the graph here.)"
             )
         return (
             f"{text} (The guard stops here, before any tool runs: it knows every tool of "

@@ -47,7 +47,7 @@ def test_one_guard_over_two_agents_runs_whichever_is_built_first(
     other: str, named: str, first_built: str
 ) -> None:
     # docs/using-it-with.md: "One ReplayGuard for the application ... one middleware per
-    # agent". The guard cannot know at the first agent's build that the next has `named`.
+    # agent". The guard cannot know at the first agent's run that the next has `named`.
     effects: list[str] = []
     guard = ReplayGuard(GuardConfig(tools={named: "unsafe"}))
     order = [other, named] if first_built == "without_the_name" else [named, other]
@@ -63,7 +63,12 @@ def test_one_guard_over_two_agents_runs_whichever_is_built_first(
         for w in caught
         if issubclass(w.category, ReplayGuardWarning) and f"policy for {named!r}" in str(w.message)
     ]
-    assert near == []  # every agent is built before any runs: the guard knows the name
+    # Issue 37 item 1: `create_agent` tells a middleware nothing when it builds the agent, so
+    # each middleware learns its agent's tools at its first model call. The agent without the
+    # name runs first while another middleware of the guard has not run: one warning.
+    assert len(near) == (1 if first_built == "without_the_name" else 0), near
+    if near:
+        assert f"did you mean {other!r}?" in near[0]
 
 
 @pytest.mark.parametrize(("other", "named"), PAIRS)

@@ -121,47 +121,33 @@ def test_a_pydantic_state_with_the_reducer_stops_the_loop() -> None:
     assert guard.inspect(out["replay_guard"]).stop_reason == "repeat_limit"
 
 
+@pytest.mark.parametrize("run", ["invoke", "ainvoke"])
 @pytest.mark.parametrize("guard_at", ["alone", "first", "last"])
-def test_create_agent_refuses_a_state_schema_that_redeclares_the_channel(guard_at: str) -> None:
+def test_create_agent_refuses_a_state_schema_that_redeclares_the_channel(
+    guard_at: str, run: str
+) -> None:
+    # At the first model call, before the model is called: `create_agent` merges the
+    # user's schema last, and tells a middleware nothing when it builds the agent.
     runs: list[str] = []
     guard = ReplayGuard().middleware()
     other = ModelCallLimitMiddleware(run_limit=50)
     middleware = {"alone": [guard], "first": [guard, other], "last": [other, guard]}[guard_at]
     model = ScriptedChatModel.looping("lookup", {"q": "x"}, times=LOOP)
-    with pytest.raises(ValueError, match=ERROR):  # at build: create_agent merges it last
-        create_agent(
-            model, [_lookup(runs)], middleware=middleware, state_schema=_AgentStateNoReducer
-        )
+    agent = create_agent(
+        model, [_lookup(runs)], middleware=middleware, state_schema=_AgentStateNoReducer
+    )
+    inputs = {"messages": [HumanMessage("go")]}
+    with pytest.raises(ValueError, match=ERROR) as raised:
+        agent.invoke(inputs) if run == "invoke" else asyncio.run(agent.ainvoke(inputs))
+    assert "replay_guard: NotRequired[Annotated[dict[str, Any] | None, merge_guard_state]]" in str(
+        raised.value
+    )
     assert runs == []
+    assert model.calls == 0
 
 
 class _AgentStateWithReducer(AgentState[Any]):
     replay_guard: NotRequired[Annotated[dict[str, Any] | None, merge_guard_state]]
-
-
-def test_create_agent_refuses_it_at_the_first_call_where_the_build_cannot_tell(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # A schema whose annotations cannot be resolved at build time: the first call checks.
-    from langgraph_replay_guard.integrations import graph_state
-
-    def unreadable(*args: Any, **kwargs: Any) -> Any:
-        msg = "an unresolved forward reference"
-        raise NameError(msg)
-
-    runs: list[str] = []
-    model = ScriptedChatModel.looping("lookup", {"q": "x"}, times=LOOP)
-    with monkeypatch.context() as patched:
-        patched.setattr(graph_state, "get_type_hints", unreadable)
-        agent = create_agent(
-            model,
-            [_lookup(runs)],
-            middleware=[ReplayGuard().middleware()],
-            state_schema=_AgentStateNoReducer,
-        )
-    with pytest.raises(ValueError, match=ERROR):
-        agent.invoke({"messages": [HumanMessage("go")]})
-    assert runs == []
 
 
 def test_create_agent_with_a_state_schema_that_declares_the_reducer_stops_the_loop() -> None:

@@ -90,7 +90,7 @@ def test_a_fully_classified_guard_says_nothing() -> None:
 
 
 @pytest.mark.parametrize("guard_at", ["alone", "first", "last"])
-def test_create_agent_lists_them_when_the_agent_is_built(guard_at: str) -> None:
+def test_create_agent_lists_them_at_the_first_model_call(guard_at: str) -> None:
     from langchain.agents.middleware import ModelCallLimitMiddleware
 
     effects: list[str] = []
@@ -102,14 +102,15 @@ def test_create_agent_lists_them_when_the_agent_is_built(guard_at: str) -> None:
     with warnings.catch_warnings(record=True) as built:
         warnings.simplefilter("always")
         agent = create_agent(model, _tools(effects), middleware=middleware)
-    (text,) = _listed(built)
-    assert "of the agent have no replay class" in text
-    assert "'lookup'" in text
+    # `create_agent` tells a middleware nothing at build time: the first model call does.
+    assert _listed(built) == []
     with warnings.catch_warnings(record=True) as ran:
         warnings.simplefilter("always")
         agent.invoke({"messages": [HumanMessage("go")]})
         agent.invoke({"messages": [HumanMessage("again")]})
-    assert _listed(ran) == []  # once
+    (text,) = _listed(ran)  # once
+    assert "of the agent have no replay class" in text
+    assert "'lookup'" in text
     assert effects == ["lookup:a", "lookup:b"]  # off by default: they run as before
 
 
@@ -130,7 +131,7 @@ def _require(**fields: Any) -> GuardConfig:
     return GuardConfig(**{"tools": {"send_email": "unsafe"}, **fields, "require_classes": True})
 
 
-def test_require_classes_refuses_at_wrap_and_at_build() -> None:
+def test_require_classes_refuses_at_wrap_and_at_the_first_model_call() -> None:
     with pytest.raises(ValueError, match="require_classes=True\\) refuses") as raised:
         ReplayGuard(_require()).wrap(ToolNode(_tools([])))
     text = str(raised.value)
@@ -138,8 +139,10 @@ def test_require_classes_refuses_at_wrap_and_at_build() -> None:
     assert "GuardConfig(tools={'lookup': 'unsafe', 'write_file': 'unsafe'})" in text
     effects: list[str] = []
     model = ScriptedChatModel(script=[[("lookup", {"key": "a"})]])
+    agent = create_agent(model, _tools(effects), middleware=[ReplayGuard(_require()).middleware()])
     with pytest.raises(ValueError, match="the agent has 2: 'lookup'"):
-        create_agent(model, _tools(effects), middleware=[ReplayGuard(_require()).middleware()])
+        agent.invoke({"messages": [HumanMessage("go")]})
+    assert model.calls == 0  # before the model is called
     with pytest.raises(ValueError, match="the agent has 2: 'lookup'"):
         ReplayGuardCallbackHandler(_require()).check(create_agent(model, _tools(effects)))
     assert effects == []

@@ -73,20 +73,34 @@ def test_two_named_middleware_instances_keep_separate_channels_in_one_agent():
 
 
 def test_two_unnamed_middleware_instances_fail_naming_the_fix():
-    model = ScriptedChatModel(script=[[("lookup", {"id": "P1"})]])
+    # While `create_agent` builds the agent (it reads the guard's `tools` first), before
+    # LangChain's generic "Please remove duplicate middleware instances.".
+    runs: list[str] = []
+
+    @tool
+    def counted(id: str) -> str:
+        """Read a record."""
+        runs.append(id)
+        return id
+
+    model = ScriptedChatModel(script=[[("counted", {"id": "P1"})]])
     with pytest.raises(ValueError, match="without a name") as caught:
-        create_agent(model, [lookup], middleware=[ReplayGuardMiddleware(), ReplayGuardMiddleware()])
-    assert "name=" in str(caught.value)
-    with pytest.raises(ValueError, match="named 'x'"):
         create_agent(
-            model,
-            [lookup],
-            middleware=[ReplayGuardMiddleware(name="x"), ReplayGuardMiddleware(name="x")],
+            model, [counted], middleware=[ReplayGuardMiddleware(), ReplayGuardMiddleware()]
         )
-    # One unnamed instance next to a named one, and one instance reused by two agents, build.
+    assert "name=" in str(caught.value)
+    named = [ReplayGuardMiddleware(name="x"), ReplayGuardMiddleware(name="x")]
+    with pytest.raises(ValueError, match=r"named 'x'.*distinct name="):
+        create_agent(model, [counted], middleware=named)
+    assert runs == []
+    assert model.calls == 0
+    # One unnamed instance next to a named one, and one instance reused by two agents, run.
     shared = ReplayGuardMiddleware()
-    create_agent(model, [lookup], middleware=[shared, ReplayGuardMiddleware(name="writes")])
-    create_agent(model, [lookup], middleware=[shared])
+    script = [[("counted", {"id": "P1"})], "Done."]
+    for middleware in ([shared, ReplayGuardMiddleware(name="writes")], [shared]):
+        agent = create_agent(ScriptedChatModel(script=script), [counted], middleware=middleware)
+        agent.invoke({"messages": [HumanMessage("look")]})
+    assert runs == ["P1", "P1"]
 
 
 def test_public_exports():
@@ -98,3 +112,31 @@ def test_public_exports():
 
     assert testing.ScriptedChatModel is ScriptedChatModel
     assert set(testing.__all__) >= {"ScriptedChatModel", "tool_call"}
+
+
+def test_name_is_a_plain_str_and_tools_only_fits_the_tool_hooks():
+    """Issue 37 item 1: reading `name` ran code; reading `tools` did more than fit hooks.
+
+    `name` is a plain `str` attribute. `tools` is always empty; outside a `create_agent`
+    build, reading it does nothing, and inside one it only fits the instance's tool hooks
+    to the agent (`_compat.agent_being_built`).
+    """
+    import inspect
+
+    from langgraph_replay_guard.integrations.middleware import _ToolFreeReplayGuardMiddleware
+
+    guard = ReplayGuardMiddleware()
+    assert not isinstance(inspect.getattr_static(ReplayGuardMiddleware, "name"), property)
+    assert type(vars(guard)["name"]) is str
+    assert vars(guard)["name"] == "ReplayGuardMiddleware"
+    assert ReplayGuardMiddleware(name="billing").name == "billing"
+    assert guard.tools == []
+    assert type(guard) is ReplayGuardMiddleware  # read outside a build: nothing changes
+    with pytest.raises(TypeError, match="no tools of its own"):
+        guard.tools = [lookup]
+    create_agent(ScriptedChatModel(final="hi"), tools=[], middleware=[guard])
+    assert type(guard) is _ToolFreeReplayGuardMiddleware
+    assert guard.tools == []
+    assert type(guard) is _ToolFreeReplayGuardMiddleware  # fitted by the build, not the read
+    create_agent(ScriptedChatModel(final="hi"), tools=[lookup], middleware=[guard])
+    assert type(guard) is ReplayGuardMiddleware

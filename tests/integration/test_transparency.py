@@ -504,14 +504,35 @@ def _nodes(agent) -> list[str]:
 
 @pytest.mark.parametrize("first", [True, False])
 def test_an_agent_without_tools_gets_the_graph_it_gets_without_the_guard(first):
+    """No tools node for the guard's tool hooks alone (issue 37 item 1 kept this).
+
+    `create_agent` adds a tools node whenever a middleware's class has a tool hook, which
+    changes the graph and the routing. The guard's `tools`, read first while the agent is
+    built, leaves its tool hooks out of an agent that would get no tools node without it
+    (`_compat.agent_being_built`); the same instance guards an agent with tools again.
+    """
     guard = ReplayGuardMiddleware()
     stack = [guard, Noop()] if first else [Noop(), guard]
     unguarded = create_agent(ScriptedChatModel(final="hi"), tools=[], middleware=[Noop()])
     guarded = create_agent(ScriptedChatModel(final="hi"), tools=[], middleware=stack)
     assert "tools" not in _nodes(unguarded)
     assert _nodes(guarded) == _nodes(unguarded)
-    result = guarded.invoke({"messages": [HumanMessage("hello")]})
-    assert result["messages"][-1].content == "hi"
+    chunks = {}
+    for label, agent in (("unguarded", unguarded), ("guarded", guarded)):
+        updates = agent.stream({"messages": [HumanMessage("hello")]}, stream_mode="updates")
+        chunks[label] = [{node: _texts(update) for node, update in c.items()} for c in updates]
+    assert chunks["guarded"] == chunks["unguarded"]
+    assert chunks["guarded"][-1]["model"] == ["hi"]
+
+    # A made-up tool call ends the run on the call, as without the guard (no tools node).
+    ends = {}
+    for label, middleware in (("unguarded", [Noop()]), ("guarded", stack)):
+        model = ScriptedChatModel(script=[[("ghost", {"a": 1})]], final="done")
+        agent = create_agent(model, tools=[], middleware=middleware)
+        out = agent.invoke({"messages": [HumanMessage("x")]})
+        ends[label] = [(type(m).__name__, m.content) for m in out["messages"]]
+        assert not any(isinstance(m, ToolMessage) for m in out["messages"])
+    assert ends["guarded"] == ends["unguarded"]
 
     # The same instance in an agent with tools guards them again.
     script = ScriptedChatModel(script=[[("lookup", {"id": "P1"})]] * 3, final="done")
@@ -520,6 +541,13 @@ def test_an_agent_without_tools_gets_the_graph_it_gets_without_the_guard(first):
     result = agent.invoke({"messages": [HumanMessage("who")]}, {"configurable": {"thread_id": "t"}})
     runs = [m for m in result["messages"] if isinstance(m, ToolMessage) and m.status != "error"]
     assert len(runs) == 1  # the two identical repeats were answered by the guard
+    # And the agent without tools built first still runs as it did.
+    assert guarded.invoke({"messages": [HumanMessage("again")]})["messages"][-1].content == "hi"
+
+
+def _texts(update: Any) -> list[str]:
+    messages = update.get("messages", []) if isinstance(update, dict) else []
+    return [str(m.content) for m in messages]
 
 
 @tool

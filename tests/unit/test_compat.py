@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import re
 from importlib.metadata import version
+from pathlib import Path
 from typing import Annotated
 
 import pytest
@@ -81,25 +82,6 @@ def test_run_checkpointer_and_durability_are_read_inside_a_node():
     graph = StateGraph(MessagesState).add_node("n", node).add_edge(START, "n").compile(saver)
     graph.invoke({"messages": []}, {"configurable": {"thread_id": "t"}}, durability="sync")
     assert seen == {"checkpointer": saver, "durability": "sync"}
-
-
-def test_create_agent_middleware_sees_the_list_being_built():
-    seen = []
-
-    class Probe(AgentMiddleware):
-        @property
-        def name(self) -> str:
-            seen.append(_compat.create_agent_middleware())
-            return "Probe"
-
-        def wrap_tool_call(self, request, handler):
-            return handler(request)
-
-    probe = Probe()
-    create_agent(ScriptedChatModel(script=[AIMessage("done")]), [lookup], middleware=[probe])
-    assert seen
-    assert all(found == [probe] for found in seen)
-    assert _compat.create_agent_middleware() is None
 
 
 @pytest.mark.parametrize("flag", [True, "text", (ValueError,)])
@@ -332,29 +314,6 @@ def test_injected_arg_names_are_the_arguments_tool_node_adds():
     assert seen == [{"text"} | _compat.injected_arg_names(note)]
 
 
-def test_create_agent_tools_sees_every_tool_once_the_tools_node_is_built():
-    seen = []
-
-    class Probe(AgentMiddleware):
-        def __init__(self) -> None:
-            super().__init__()
-            self.tools = [note]
-
-        @property
-        def name(self) -> str:
-            seen.append(_compat.create_agent_tools())
-            return "Probe"
-
-        def wrap_tool_call(self, request, handler):
-            return handler(request)
-
-    create_agent(ScriptedChatModel(script=[AIMessage("done")]), [lookup], middleware=[Probe()])
-    built = [found for found in seen if found is not None]
-    assert built
-    assert all({t.name for t in found} == {"lookup", "note"} for found in built)
-    assert _compat.create_agent_tools() is None
-
-
 def test_tool_nodes_are_found_and_their_tools_replaced_in_place():
     from langgraph_replay_guard import ReplayGuard
 
@@ -383,41 +342,161 @@ def test_tool_nodes_are_found_and_their_tools_replaced_in_place():
     assert seen == ["P1"]
 
 
-def test_create_agent_given_tools_is_read_while_middleware_tools_are_collected():
-    seen = []
+@pytest.mark.parametrize("run", ["invoke", "ainvoke"])
+def test_agent_build_reads_the_tools_node_and_the_tool_hooks_from_the_model_handler(run):
+    """LangChain tells a middleware nothing of the agent it is in (issue 37 item 1).
 
-    class Probe(AgentMiddleware):
-        @property
-        def tools(self):
-            seen.append(_compat.create_agent_given_tools())
-            return []
-
-    create_agent(ScriptedChatModel(script=[AIMessage("done")]), [lookup], middleware=[Probe()])
-    assert seen
-    assert seen[0] == [lookup]  # read before create_agent decides on a tools node
-    assert _compat.create_agent_given_tools() is None
-
-
-def test_create_agent_state_schema_is_read_while_the_agent_is_built():
-    from langchain.agents import AgentState
-
-    class MyState(AgentState):
-        note: str
+    `create_agent` reads a middleware's plain `name`, `tools` and `state_schema`; a model
+    request holds only the tools the middlewares outside left it. `_compat.agent_build`
+    reads the tools node and the composed tool hooks from the closure of `create_agent`'s
+    own `_get_bound_model`, reached from the model hook's handler. When LangChain changes
+    that, this test fails: the guard would then lose its checks that need the whole agent
+    (offered tools nothing runs, `strict_tool_names` errors).
+    """
+    import asyncio
 
     seen = []
 
     class Probe(AgentMiddleware):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tools = [note]
+
+        def wrap_model_call(self, request, handler):
+            seen.append(_compat.agent_build(handler))
+            return handler(request)
+
+        async def awrap_model_call(self, request, handler):
+            seen.append(_compat.agent_build(handler))
+            return await handler(request)
+
+    class Runs(AgentMiddleware):
+        def wrap_tool_call(self, request, handler):
+            return handler(request)
+
+        async def awrap_tool_call(self, request, handler):
+            return await handler(request)
+
+    class Outer(AgentMiddleware):
+        def wrap_model_call(self, request, handler):
+            return handler(request)
+
+        async def awrap_model_call(self, request, handler):
+            return await handler(request)
+
+    probe, runs = Probe(), Runs()
+    model = ScriptedChatModel(script=[AIMessage("done")] * 3)
+    for middleware, owners in (([probe], ()), ([Outer(), probe, runs], (runs,))):
+        agent = create_agent(model, [lookup], middleware=middleware)
+        inputs = {"messages": [("user", "go")]}
+        agent.invoke(inputs) if run == "invoke" else asyncio.run(agent.ainvoke(inputs))
+        found = seen.pop()
+        assert found is not None, "LangChain changed create_agent: see _compat.agent_build"
+        assert {t.name for t in found.tools} == {"lookup", "note"}
+        assert found.tool_hook_owners == owners
+    probe.tools = []
+    tool_free = create_agent(model, [], middleware=[probe])
+    tool_free.invoke({"messages": [("user", "go")]})
+    assert seen.pop() == _compat.AgentBuild(tools=(), tool_hook_owners=())
+    assert _compat.agent_build(lambda request: request) is None  # not create_agent's
+
+
+def test_agent_being_built_is_read_before_create_agent_looks_at_tool_hooks():
+    """The one frame read of the package, and why (issue 37 item 1).
+
+    LangChain gives a middleware no public way to know, while `create_agent` builds an
+    agent, whether the agent gets a tools node: it adds one whenever a middleware's class
+    has a tool hook, even to an agent without tools. `create_agent` reads each middleware's
+    `tools` before it looks at the tool hooks and before its duplicate-name check, so the
+    guard's `tools` property reads the `tools` and `middleware` given to the running
+    `create_agent` (`_compat.agent_being_built`), leaves its tool hooks out of an agent that
+    gets no tools node otherwise, and names two guards with one name in its own words. When
+    LangChain renames those variables or moves the read, this fails here, loudly, instead of
+    agents without tools silently getting a tools node again.
+    """
+    seen = []
+
+    class Probe(AgentMiddleware):
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self._probe_name = name
+
+        @property
+        def name(self) -> str:
+            return self._probe_name
+
         @property
         def tools(self):
-            seen.append(_compat.create_agent_state_schema())
+            found = _compat.agent_being_built()
+            seen.append(found)
+            if found is None:
+                return []
+            if sum(getattr(m, "name", None) == self.name for m in found.middleware) > 1:
+                raise ValueError(f"two probes named {self.name!r}")
+            if not found.tools:
+                self.__class__ = HookedProbe  # read before create_agent looks at the class
             return []
 
-    model = ScriptedChatModel(script=[AIMessage("done")])
-    create_agent(model, [lookup], middleware=[Probe()], state_schema=MyState)
-    create_agent(model, [lookup], middleware=[Probe()])
-    assert seen[0] is MyState
-    assert seen[-1] is None  # none given
-    assert _compat.create_agent_state_schema() is None
+    class HookedProbe(Probe):
+        def wrap_tool_call(self, request, handler):
+            return handler(request)
+
+    model = ScriptedChatModel(script=[AIMessage("done")] * 2)
+    probe = Probe("probe")
+    agent = create_agent(model, [lookup], middleware=[probe])
+    assert seen, "create_agent no longer reads `tools` first: see _compat.agent_being_built"
+    assert seen[0] is not None, "LangChain changed create_agent: see _compat.agent_being_built"
+    assert seen[0] == _compat.AgentInputs(tools=(lookup,), middleware=(probe,))
+    assert type(probe) is Probe
+    tool_free = create_agent(model, [], middleware=[Probe("other")])
+    assert "tools" in tool_free.get_graph().nodes  # the class read after `tools` was fitted
+    with pytest.raises(ValueError, match="two probes named 'p'"):  # not LangChain's own
+        create_agent(model, [lookup], middleware=[Probe("p"), Probe("p")])
+    assert "tools" in agent.get_graph().nodes
+    assert _compat.agent_being_built() is None  # outside a build
+
+
+# What reading a caller's frame takes: `sys._getframe`, `inspect.currentframe`, a frame's
+# `f_back`/`f_locals`, a traceback's `tb_frame`.
+_FRAME_READS = {"_getframe", "currentframe", "f_back", "f_locals", "tb_frame"}
+
+
+def _frame_readers(root: Path) -> list[str]:
+    """Every function of the package that reads a frame, as `file:function` (innermost)."""
+    import ast
+
+    readers: set[str] = set()
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        functions = [
+            n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        ]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute):
+                read = node.attr
+            elif isinstance(node, ast.Name):
+                read = node.id
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                read = node.value  # `getattr(sys, "_getframe")`
+            else:
+                continue
+            if read not in _FRAME_READS:
+                continue
+            around = [f for f in functions if f.lineno <= node.lineno <= (f.end_lineno or 0)]
+            inner = max(around, key=lambda f: f.lineno).name if around else "<module>"
+            readers.add(f"{path.relative_to(root).as_posix()}:{inner}")
+    return sorted(readers)
+
+
+def test_only_agent_being_built_reads_a_frame():
+    """Issue 37 item 1: `create_agent`'s locals were read through `sys._getframe` from
+    `name`, `tools` and four `_compat` functions. One read is left, in
+    `_compat.agent_being_built` (why: the test above); any other fails here.
+    """
+    import langgraph_replay_guard
+
+    root = Path(langgraph_replay_guard.__file__).parent
+    assert _frame_readers(root) == ["_compat.py:agent_being_built"]
 
 
 def test_dynamic_tool_error_is_create_agents_own_message():
