@@ -88,8 +88,8 @@ _PG_CLAIM_NEW = (
     "SELECT %s, %s, %s::jsonb, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, NULL, NULL FROM locked "
     "ON CONFLICT (prefix, key) DO NOTHING RETURNING 1), "
     f"also AS (INSERT INTO store {_PG_COLUMNS} "
-    "SELECT a.prefix, a.key, a.value::jsonb, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, NULL, NULL "
-    "FROM claimed, unnest(%s::text[], %s::text[], %s::text[]) AS a(prefix, key, value) "
+    "SELECT a->>0, a->>1, a->2, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, NULL, NULL "
+    "FROM claimed, jsonb_array_elements(%s::jsonb) AS a "
     f"{_PG_REFRESH} RETURNING 1) "
     "SELECT count(*) AS claimed FROM claimed"
 )
@@ -664,16 +664,10 @@ def _postgres_claim_new(conn: Any, op: Update) -> bool:
     from psycopg.rows import tuple_row
 
     prefix = _text(op.namespace)
-    also = [(_text(ns), key, _json(value)) for ns, key, value in op.also]
-    params = (
-        f"{prefix}/{op.key}",
-        prefix,
-        op.key,
-        _json(op.value),
-        [row[0] for row in also],
-        [row[1] for row in also],
-        [row[2] for row in also],
-    )
+    # The other rows as one JSON array of `[prefix, key, value]`: psycopg quotes text arrays
+    # with a regular expression per element, a JSON document is passed as it is.
+    also = _json([[_text(ns), key, value] for ns, key, value in op.also])
+    params = (f"{prefix}/{op.key}", prefix, op.key, _json(op.value), also)
     with conn.cursor(row_factory=tuple_row) as cur:
         row = cur.execute(_PG_CLAIM_NEW, params).fetchone()
     return bool(row and row[0])
