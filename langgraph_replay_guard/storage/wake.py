@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from langgraph_replay_guard.replay.ledger import Sleep
 
-__all__ = ["Listener", "apause", "channel", "notes", "pause"]
+__all__ = ["Listener", "apause", "channel", "listen", "notes", "pause"]
 
 logger = logging.getLogger("langgraph_replay_guard")
 
@@ -196,6 +196,19 @@ def _listener(store: BaseStore) -> Listener | None:
         _listeners[inner] = listener
         weakref.finalize(inner, listener.close)
         return listener
+
+
+def listen(store: BaseStore, namespace: tuple[str, ...], timeout: float = 5.0) -> bool:
+    """Listen on a ledger namespace's channel now, opening the store's listener if needed.
+
+    A worker's first wait otherwise opens the connection and subscribes while it waits (a
+    long-running worker pays that once; a benchmark's warm-up calls this).
+
+    Returns:
+        Whether this process now listens there (False: not PostgreSQL, or unreachable).
+    """
+    listener = _listener(store)
+    return listener is not None and listener.subscribe(channel(namespace), timeout)
 
 
 def pause(store: BaseStore, op: Sleep, since: float) -> None:
