@@ -255,9 +255,11 @@ async def apause(store: BaseStore, op: Sleep, since: float) -> None:
             marked = await _amarked(store_cas.amark_waiting(store, namespace, key))
             if marked is False:
                 return
-            note, left = payload(namespace, key), _left(op, started)
-            if marked and await asyncio.to_thread(listener.wait, note, since, left):
-                return
+            if marked:
+                note, left = payload(namespace, key), _left(op, started)
+                woken: bool = await asyncio.to_thread(listener.wait, note, since, left)
+                if woken:
+                    return
     rest = _left(op, started)
     if rest > 0:
         await asyncio.sleep(rest)
