@@ -909,21 +909,23 @@ async def awrite_rows(store: BaseStore, puts: Iterable[tuple[tuple[str, ...], st
     return True
 
 
-def mark_waiting(store: BaseStore, namespace: tuple[str, ...], key: str) -> bool:
+def mark_waiting(store: BaseStore, namespace: tuple[str, ...], key: str) -> bool | None:
     """Mark a claim on PostgreSQL as waited for, so its outcome notifies (`_write_query`).
 
     Call it once listening on the row's channel, then wait for the row's notification.
 
     Returns:
         True when the row is a claim in flight carrying the mark (wait for its
-        notification); False when it is no longer in flight (read it again now).
+        notification); False when it is no longer in flight (read it again now); None
+        when the store's outcomes never notify (not a `PostgresStore` as given, such as a
+        store wrapping one, whose outcomes go through its own `batch`): poll.
 
     Raises:
         Exception: The database's own errors.
     """
     inner = store  # as `write_rows`: the store given, whose outcome writes the row
     if _kind_of(inner) != "postgres":
-        return False
+        return None
     from psycopg.rows import tuple_row
     from psycopg_pool import ConnectionPool
 
@@ -937,14 +939,14 @@ def mark_waiting(store: BaseStore, namespace: tuple[str, ...], key: str) -> bool
     return bool(row and row[0])
 
 
-async def amark_waiting(store: BaseStore, namespace: tuple[str, ...], key: str) -> bool:
+async def amark_waiting(store: BaseStore, namespace: tuple[str, ...], key: str) -> bool | None:
     """Async `mark_waiting` (`AsyncPostgresStore`'s own connection; a sync one off the loop)."""
     inner = store
     kind = _kind_of(inner)
     if kind == "postgres":
         return await asyncio.to_thread(mark_waiting, inner, namespace, key)
     if kind != "async_postgres":
-        return False
+        return None
     from psycopg.rows import tuple_row
     from psycopg_pool import AsyncConnectionPool
 

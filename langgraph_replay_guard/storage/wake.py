@@ -269,8 +269,8 @@ def _left(op: Sleep, started: float) -> float:
     return op.seconds - (time.monotonic() - started)
 
 
-def _marked(mark: Callable[[], bool]) -> bool | None:
-    """The mark's answer, or None when it failed (the wait polls; the next read reports it)."""
+def _marked(mark: Callable[[], bool | None]) -> bool | None:
+    """The mark's answer; None when it cannot mark or failed (the wait polls)."""
     try:
         return mark()
     except Exception as exc:
@@ -278,7 +278,7 @@ def _marked(mark: Callable[[], bool]) -> bool | None:
         return None
 
 
-async def _amarked(mark: Awaitable[bool]) -> bool | None:
+async def _amarked(mark: Awaitable[bool | None]) -> bool | None:
     try:
         return await mark
     except Exception as exc:
