@@ -270,3 +270,33 @@ def test_eight_processes_racing_new_claims_run_each_call_once(pg_uri, tmp_path, 
             pointer = store.get(ctx.index_ns, f"tc/call-{i}")
             assert pointer is not None
             assert pointer.value["key"] == ctx.identity.key
+
+
+def test_a_waiter_on_a_store_wrapping_postgres_polls(pg_uri):
+    """A wrapping store's outcomes go through its own `batch` (no notification): no mark, a poll."""
+    from langgraph.store.base import BaseStore
+    from langgraph.store.postgres import PostgresStore
+
+    class Wrapping(BaseStore):  # as `langgraph dev`'s batching store: the real one in `_store`
+        def __init__(self, inner: Any) -> None:
+            self._store = inner
+
+        def batch(self, ops: Any) -> Any:
+            return self._store.batch(ops)
+
+        async def abatch(self, ops: Any) -> Any:
+            return await self._store.abatch(ops)
+
+    thread = _thread()
+    with PostgresStore.from_conn_string(pg_uri) as store:
+        store.setup()
+        ctx, row = _claim(store, thread)
+        wrapper = Wrapping(store)
+        started = time.monotonic()
+        wake.pause(wrapper, Sleep(0.3, wake=(ctx.rows_ns, row.key)), started)
+        # The claim is still in flight: the wait lasts its pause, never returns at once (the
+        # plan would read again in a loop), and the row is not marked.
+        assert time.monotonic() - started >= 0.25
+        item = store.get(ctx.rows_ns, row.key)
+        assert item is not None
+        assert store_cas.WAITING not in item.value
