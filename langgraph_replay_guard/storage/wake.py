@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import select
+import socket
 import threading
 import time
 import weakref
@@ -63,10 +64,11 @@ class Listener:
         self._heard: OrderedDict[str, float] = OrderedDict()
         self._channels: set[str] = set()
         self._wanted: set[str] = set()
-        # A wait asking for a new channel wakes the thread through this pipe: it would
-        # otherwise see the channel at its next tick, and a first wait would last that long.
-        self._bell_r, self._bell_w = os.pipe()
-        os.set_blocking(self._bell_w, False)
+        # A wait asking for a new channel wakes the thread through this socket pair (a pipe
+        # `select` takes on every platform): it would otherwise see the channel at its next
+        # tick, and a first wait would last that long.
+        self._bell_r, self._bell_w = socket.socketpair()
+        self._bell_w.setblocking(False)
         self.broken = False
         self._closed = False
         self._thread = threading.Thread(
@@ -81,7 +83,7 @@ class Listener:
 
     def _ring(self) -> None:
         with contextlib.suppress(OSError):  # full (it rang already) or closed (it stopped)
-            os.write(self._bell_w, b"x")
+            self._bell_w.send(b"x")
 
     def _run(self) -> None:
         try:
@@ -95,9 +97,10 @@ class Listener:
                     with self._cond:
                         self._channels |= new
                         self._cond.notify_all()
-                ready, _, _ = select.select([self._conn.fileno(), self._bell_r], [], [], TICK)
-                if self._bell_r in ready:
-                    os.read(self._bell_r, 4096)
+                ring = self._bell_r.fileno()
+                ready, _, _ = select.select([self._conn.fileno(), ring], [], [], TICK)
+                if ring in ready:
+                    self._bell_r.recv(4096)
                 # Notifications that came during a `LISTEN` wait in psycopg's backlog: taken
                 # here too (a zero timeout reads what is there and returns).
                 notes = list(self._conn.notifies(timeout=0))
@@ -118,9 +121,8 @@ class Listener:
                 self._cond.notify_all()
             with contextlib.suppress(Exception):
                 self._conn.close()
-            for fd in (self._bell_r, self._bell_w):
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+            for bell in (self._bell_r, self._bell_w):
+                bell.close()
 
     def subscribe(self, name: str, timeout: float) -> bool:
         """Listen on channel `name` (at once when it is already); False if not done in time."""
