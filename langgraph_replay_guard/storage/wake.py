@@ -98,11 +98,13 @@ class Listener:
                         self._channels |= new
                         self._cond.notify_all()
                 ring = self._bell_r.fileno()
-                ready, _, _ = select.select([self._conn.fileno(), ring], [], [], TICK)
+                # After a `LISTEN`, notifications it read wait in psycopg's backlog (the
+                # socket is not readable for them): take them at once.
+                tick = 0.0 if new else TICK
+                ready, _, _ = select.select([self._conn.fileno(), ring], [], [], tick)
                 if ring in ready:
                     self._bell_r.recv(4096)
-                # Notifications that came during a `LISTEN` wait in psycopg's backlog: taken
-                # here too (a zero timeout reads what is there and returns).
+                # A zero timeout reads what is there (and the backlog) and returns.
                 notes = list(self._conn.notifies(timeout=0))
                 if notes:
                     heard = time.monotonic()
