@@ -44,7 +44,7 @@ from langgraph_replay_guard.replay.ledger import (
     index_namespace,
     row_namespace,
 )
-from langgraph_replay_guard.storage import batch_claims
+from langgraph_replay_guard.storage import batch_claims, wake
 from langgraph_replay_guard.storage.ledger_io import run_plan
 
 ARGS = {"to": "ann@example.com", "subject": "Your order", "body": "x" * 200}
@@ -166,10 +166,13 @@ def _worker(
             file.write(f"{thread}/{key}\n")
 
     with PostgresStore.from_conn_string(uri) as store:
-        run_once(store, context("warm-up", seed, {"n": -seed}))  # connect, prepare, listen
+        run_once(store, context("warm-up", seed, {"n": -seed}))  # connect, prepare
+        wake.listen(store, row_namespace(PREFIX, thread))  # a running worker listens already
+        backend = store.conn.execute("SELECT pg_backend_pid() AS pid").fetchone()["pid"]
         ready.put(seed)
         go.wait()  # the clock starts when every worker is connected (not at spawn)
         latencies, outcomes = [], {"ran": 0, "replayed": 0, "in_flight": 0}
+        cpu = time.process_time(), _cpu_seconds(backend)
         begin = time.perf_counter()
         for i in order:
             start = time.perf_counter()
@@ -180,7 +183,17 @@ def _worker(
             latencies.append(time.perf_counter() - start)
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
         end = time.perf_counter()
-    out.put((latencies, outcomes, begin, end))
+        spent = (time.process_time() - cpu[0], _cpu_seconds(backend) - cpu[1])
+    out.put((latencies, outcomes, begin, end, spent))
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU seconds a process on this machine used (its server backend's), 0 where unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def contended(uri: str, workers: int, calls: int, *, distinct: bool = False) -> None:
@@ -215,6 +228,8 @@ def contended(uri: str, workers: int, calls: int, *, distinct: bool = False) -> 
             proc.join()
         lines = Path(effects).read_text().splitlines() if os.path.exists(effects) else []
     wall = max(r[3] for r in results) - min(r[2] for r in results)
+    client = sum(r[4][0] for r in results)
+    server = sum(r[4][1] for r in results)
     latencies = sorted(x for lat, *_ in results for x in lat)
     totals: dict[str, int] = {}
     for _, outcome, *_ in results:
@@ -230,6 +245,7 @@ def contended(uri: str, workers: int, calls: int, *, distinct: bool = False) -> 
                 item = store.get(ctx.rows_ns, ctx.identity.key)
                 if item is None or item.value.get("status") != "completed":
                     lost += 1
+    calls_made = len(latencies)
     p50 = latencies[len(latencies) // 2] * 1e3
     p99 = latencies[int(len(latencies) * 0.99)] * 1e3
     what = "distinct" if distinct else "identical"
@@ -238,7 +254,8 @@ def contended(uri: str, workers: int, calls: int, *, distinct: bool = False) -> 
         f"{calls} {what} unsafe calls): "
         f"{len(latencies) / wall:.0f} calls/s, latency p50 {p50:.2f} ms p99 {p99:.2f} ms; "
         f"effects {len(set(lines))}/{calls * len(threads)}, double effects {doubles}, "
-        f"lost rows {lost}; outcomes {totals}",
+        f"lost rows {lost}; outcomes {totals}; CPU a call: workers {client / calls_made * 1e3:.2f} "
+        f"ms, their server backends {server / calls_made * 1e3:.2f} ms",
         flush=True,
     )
 

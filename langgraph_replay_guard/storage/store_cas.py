@@ -25,7 +25,7 @@ import orjson
 
 from langgraph_replay_guard._compat import delegate_store
 from langgraph_replay_guard.errors import ReplayGuardWarning
-from langgraph_replay_guard.storage.wake_names import notes
+from langgraph_replay_guard.storage.wake_names import channel, payload
 
 if TYPE_CHECKING:
     from langgraph.store.base import BaseStore
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "abatch_store",
     "acompare_and_set",
+    "amark_waiting",
     "aprepare",
     "atomic_kind",
     "batch_store",
@@ -42,6 +43,7 @@ __all__ = [
     "compare_and_set_many",
     "is_sync_only",
     "listen_source",
+    "mark_waiting",
     "prepare",
     "read_rows",
     "share_connection",
@@ -68,11 +70,43 @@ _SQLITE_UPSERT = (
     "updated_at = CURRENT_TIMESTAMP, expires_at = NULL, ttl_minutes = NULL"
 )
 _PG_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
-_PG_NOTIFY_MANY = (
-    "SELECT pg_notify(n.channel, n.payload) "
-    "FROM unnest(%s::text[], %s::text[]) AS n(channel, payload)"
-)
 _PG_ROW = "(%s, %s, %s, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, NULL, NULL)"
+_PG_COLUMNS = "(prefix, key, value, created_at, updated_at, expires_at, ttl_minutes)"
+_PG_REFRESH = (
+    "ON CONFLICT (prefix, key) DO UPDATE SET value = EXCLUDED.value, "
+    "updated_at = CURRENT_TIMESTAMP, expires_at = NULL, ttl_minutes = NULL"
+)
+# A claim of a row that is not there, in one autocommit statement (one round trip, prepared):
+# the row's advisory lock first, as the two-round-trip path takes it, then an insert that does
+# nothing when the row exists (ON CONFLICT sees rows committed after the statement's snapshot,
+# while it waited for the lock), then the lookup rows, written only with the claim. A path that
+# read the row absent under the lock has committed before this insert runs; one that reads
+# after it waits for this commit. Nothing inserted: the caller decides on the locked read.
+_PG_CLAIM_NEW = (
+    "WITH locked AS (SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))), "
+    f"claimed AS (INSERT INTO store {_PG_COLUMNS} "
+    "SELECT %s, %s, %s::jsonb, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, NULL, NULL FROM locked "
+    "ON CONFLICT (prefix, key) DO NOTHING RETURNING 1), "
+    f"also AS (INSERT INTO store {_PG_COLUMNS} "
+    "SELECT a->>0, a->>1, a->2, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, NULL, NULL "
+    "FROM claimed, jsonb_array_elements(%s::jsonb) AS a "
+    f"{_PG_REFRESH} RETURNING 1) "
+    "SELECT count(*) AS claimed FROM claimed"
+)
+WAITING = "waiting"
+"""Key a waiting worker adds to a claim's value on PostgreSQL: its outcome must notify."""
+# A waiter's mark on the row it waits for (autocommit, one round trip). True when the row is a
+# claim still in flight that carries the mark now: marked here, or by an earlier waiter in a
+# commit this statement sees (that mark came before the outcome's lock on the row, so the
+# outcome notifies). False when the row is no longer in flight (an outcome, even one
+# committed while this statement waited for the row): read it again, do not wait.
+_PG_MARK = (
+    "WITH marked AS (UPDATE store SET value = value || jsonb_build_object(%s::text, true) "
+    "WHERE prefix = %s AND key = %s AND value->>'status' = 'started' "
+    "AND NOT value ? %s RETURNING 1) "
+    "SELECT EXISTS (SELECT 1 FROM marked) OR EXISTS (SELECT 1 FROM store WHERE prefix = %s "
+    "AND key = %s AND value->>'status' = 'started' AND value ? %s) AS waiting"
+)
 _PG_ROW_LITERAL = "({}, {}, {}, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, NULL, NULL)"
 _PG_CLAIM = (
     "BEGIN; SELECT pg_advisory_xact_lock(hashtextextended({lock}, 0)); "
@@ -588,6 +622,8 @@ def _postgres_cas(store: Any, op: Update) -> tuple[bool, Any]:
     with _pg_connection(store, ConnectionPool) as conn:
         # Not in pipeline mode (`PostgresStore(pipeline=True)`): it has no simple queries.
         if conn.autocommit and getattr(store, "pipe", None) is None:
+            if _claims_new_row(op) and _postgres_claim_new(conn, op):
+                return True, op.value
             return _postgres_cas_2(conn, op)
         prefix = _text(op.namespace)
         with conn.transaction(), conn.cursor() as cur:
@@ -597,6 +633,44 @@ def _postgres_cas(store: Any, op: Update) -> tuple[bool, Any]:
             if written:
                 cur.execute(*_upsert(_rows(op)))
         return written, current
+
+
+def _claims_new_row(op: Update) -> bool:
+    """Whether `op` is a claim of an absent row that `_postgres_claim_new` can write.
+
+    Its other rows must be other keys, once each: one statement cannot write a row twice.
+    """
+    if op.expect_exists:
+        return False
+    keys = [(op.namespace, op.key), *((ns, key) for ns, key, _ in op.also)]
+    return len(set(keys)) == len(keys)
+
+
+def _json(value: Any) -> str:
+    """A value as JSON text for a `::jsonb` parameter.
+
+    orjson, as the SQLite paths write: psycopg's `Jsonb` runs the standard library's
+    encoder, several times the cost for a ledger row, on every claim and outcome.
+    """
+    return orjson.dumps(value).decode()
+
+
+def _postgres_claim_new(conn: Any, op: Update) -> bool:
+    """Claim an absent row in one round trip (`_PG_CLAIM_NEW`); False when it exists.
+
+    Raises:
+        Exception: The database's own errors (then nothing was written).
+    """
+    from psycopg.rows import tuple_row
+
+    prefix = _text(op.namespace)
+    # The other rows as one JSON array of `[prefix, key, value]`: psycopg quotes text arrays
+    # with a regular expression per element, a JSON document is passed as it is.
+    also = _json([[_text(ns), key, value] for ns, key, value in op.also])
+    params = (f"{prefix}/{op.key}", prefix, op.key, _json(op.value), also)
+    with conn.cursor(row_factory=tuple_row) as cur:
+        row = cur.execute(_PG_CLAIM_NEW, params).fetchone()
+    return bool(row and row[0])
 
 
 def _postgres_cas_2(conn: Any, op: Update) -> tuple[bool, Any]:
@@ -655,11 +729,45 @@ def _upsert(rows: Iterable[tuple[str, str, Any]]) -> tuple[str, list[Any]]:
 
 
 def _write_query(puts: list[tuple[tuple[str, ...], str, Any]]) -> tuple[str, list[Any]]:
-    """The rows' upsert and their notifications, one statement (one transaction, autocommit)."""
-    upsert, params = _upsert([(_text(ns), key, value) for ns, key, value in puts])
-    heard = notes(puts)
-    query = f"WITH written AS ({upsert} RETURNING 1) {_PG_NOTIFY_MANY}"
-    return query, [*params, [n for n, _ in heard], [p for _, p in heard]]
+    """The rows' upsert, notifying the rows a waiter marked: one statement, one transaction.
+
+    Each row is locked first (`FOR UPDATE`, before the upsert: its input waits for the
+    locks), which reads its newest version even when a waiter's mark (`_PG_MARK`) committed
+    after this statement's snapshot; a row carrying the mark gets its `pg_notify`. A row
+    without one has nobody waiting (a waiter marks it before it waits), and a notification
+    costs every committing transaction that sends one a turn on the server's one
+    notification lock. The text depends only on the number of rows (prepared once each).
+    """
+    unique = {(_text(ns), key): (ns, key, value) for ns, key, value in puts}
+    rows = list(unique.values())
+    values = ", ".join(["(%s, %s, %s::jsonb)"] * len(rows))
+    points = " OR ".join(["(prefix = %s AND key = %s)"] * len(rows))
+    named = ", ".join(["(%s, %s, %s, %s)"] * len(rows))
+    query = (
+        f"WITH put (prefix, key, value) AS (VALUES {values}), "
+        "waited AS MATERIALIZED (SELECT prefix, key, value ? %s AS waiting FROM store "
+        f"WHERE {points} FOR UPDATE), "
+        f"written AS (INSERT INTO store {_PG_COLUMNS} "
+        "SELECT prefix, key, value, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, NULL, NULL FROM put "
+        f"WHERE (SELECT count(*) FROM waited) >= 0 {_PG_REFRESH} RETURNING 1) "
+        "SELECT pg_notify(n.channel, n.payload) FROM waited w "
+        f"JOIN (VALUES {named}) AS n(prefix, key, channel, payload) "
+        "ON w.prefix = n.prefix AND w.key = n.key WHERE w.waiting"
+    )
+    params: list[Any] = []
+    for (text, key), (_ns, _key, value) in unique.items():
+        params += (text, key, _json(value))
+    params.append(WAITING)
+    for text, key in unique:
+        params += (text, key)
+    for (text, key), (ns, _key, _value) in unique.items():
+        params += (text, key, channel(ns), payload(ns, key))
+    return query, params
+
+
+def _mark_params(namespace: tuple[str, ...], key: str) -> tuple[str, ...]:
+    prefix = _text(namespace)
+    return (WAITING, prefix, key, WAITING, prefix, key, WAITING)
 
 
 def _pg_connection(store: Any, pool_type: Any) -> Any:
@@ -799,6 +907,58 @@ async def awrite_rows(store: BaseStore, puts: Iterable[tuple[tuple[str, ...], st
         await conn.execute(query, params)
         await _aend_pipelined(inner)
     return True
+
+
+def mark_waiting(store: BaseStore, namespace: tuple[str, ...], key: str) -> bool | None:
+    """Mark a claim on PostgreSQL as waited for, so its outcome notifies (`_write_query`).
+
+    Call it once listening on the row's channel, then wait for the row's notification.
+
+    Returns:
+        True when the row is a claim in flight carrying the mark (wait for its
+        notification); False when it is no longer in flight (read it again now); None
+        when the store's outcomes never notify (not a `PostgresStore` as given, such as a
+        store wrapping one, whose outcomes go through its own `batch`): poll.
+
+    Raises:
+        Exception: The database's own errors.
+    """
+    inner = store  # as `write_rows`: the store given, whose outcome writes the row
+    if _kind_of(inner) != "postgres":
+        return None
+    from psycopg.rows import tuple_row
+    from psycopg_pool import ConnectionPool
+
+    with (
+        _pg_connection(inner, ConnectionPool) as conn,
+        contextlib.nullcontext() if conn.autocommit else conn.transaction(),
+        conn.cursor(row_factory=tuple_row) as cur,
+    ):
+        row = cur.execute(_PG_MARK, _mark_params(namespace, key)).fetchone()
+        _end_pipelined(inner)
+    return bool(row and row[0])
+
+
+async def amark_waiting(store: BaseStore, namespace: tuple[str, ...], key: str) -> bool | None:
+    """Async `mark_waiting` (`AsyncPostgresStore`'s own connection; a sync one off the loop)."""
+    inner = store
+    kind = _kind_of(inner)
+    if kind == "postgres":
+        return await asyncio.to_thread(mark_waiting, inner, namespace, key)
+    if kind != "async_postgres":
+        return None
+    from psycopg.rows import tuple_row
+    from psycopg_pool import AsyncConnectionPool
+
+    async with (
+        _apg_connection(inner, AsyncConnectionPool) as conn,
+        contextlib.nullcontext() if conn.autocommit else conn.transaction(),
+        conn.cursor(row_factory=tuple_row) as cur,
+    ):
+        await cur.execute(_PG_MARK, _mark_params(namespace, key))
+        row = await cur.fetchone()
+        await _aend_pipelined(inner)
+    return bool(row and row[0])
 
 
 def _end_pipelined(store: Any) -> None:

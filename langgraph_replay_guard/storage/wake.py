@@ -6,11 +6,13 @@ import asyncio
 import contextlib
 import logging
 import os
+import select
+import socket
 import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from langgraph_replay_guard.storage import store_cas
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
 
     from langgraph_replay_guard.replay.ledger import Sleep
 
-__all__ = ["Listener", "apause", "channel", "notes", "pause"]
+__all__ = ["Listener", "apause", "channel", "listen", "notes", "pause"]
 
 logger = logging.getLogger("langgraph_replay_guard")
 
@@ -62,6 +64,11 @@ class Listener:
         self._heard: OrderedDict[str, float] = OrderedDict()
         self._channels: set[str] = set()
         self._wanted: set[str] = set()
+        # A wait asking for a new channel wakes the thread through this socket pair (a pipe
+        # `select` takes on every platform): it would otherwise see the channel at its next
+        # tick, and a first wait would last that long.
+        self._bell_r, self._bell_w = socket.socketpair()
+        self._bell_w.setblocking(False)
         self.broken = False
         self._closed = False
         self._thread = threading.Thread(
@@ -72,6 +79,11 @@ class Listener:
     def close(self) -> None:
         """Stop the thread (at its next tick), which closes the connection."""
         self._closed = True
+        self._ring()
+
+    def _ring(self) -> None:
+        with contextlib.suppress(OSError):  # full (it rang already) or closed (it stopped)
+            self._bell_w.send(b"x")
 
     def _run(self) -> None:
         try:
@@ -85,11 +97,21 @@ class Listener:
                     with self._cond:
                         self._channels |= new
                         self._cond.notify_all()
-                for note in self._conn.notifies(timeout=TICK):
+                ring = self._bell_r.fileno()
+                # After a `LISTEN`, notifications it read wait in psycopg's backlog (the
+                # socket is not readable for them): take them at once.
+                tick = 0.0 if new else TICK
+                ready, _, _ = select.select([self._conn.fileno(), ring], [], [], tick)
+                if ring in ready:
+                    self._bell_r.recv(4096)
+                # A zero timeout reads what is there (and the backlog) and returns.
+                notes = list(self._conn.notifies(timeout=0))
+                if notes:
                     heard = time.monotonic()
                     with self._cond:
-                        self._heard[note.payload] = heard
-                        self._heard.move_to_end(note.payload)
+                        for note in notes:
+                            self._heard[note.payload] = heard
+                            self._heard.move_to_end(note.payload)
                         while len(self._heard) > _HEARD:
                             self._heard.popitem(last=False)
                         self._cond.notify_all()
@@ -101,22 +123,27 @@ class Listener:
                 self._cond.notify_all()
             with contextlib.suppress(Exception):
                 self._conn.close()
+            for bell in (self._bell_r, self._bell_w):
+                bell.close()
 
-    def wait(self, name: str, note: str, since: float, timeout: float) -> bool:
+    def subscribe(self, name: str, timeout: float) -> bool:
+        """Listen on channel `name` (at once when it is already); False if not done in time."""
+        with self._cond:
+            if name in self._channels:
+                return not self.broken
+            self._wanted.add(name)
+            self._ring()
+            self._cond.wait_for(lambda: name in self._channels or self.broken, timeout)
+            return name in self._channels and not self.broken
+
+    def wait(self, note: str, since: float, timeout: float) -> bool:
         """Wait until `note` is heard after `since` (monotonic), at most `timeout` seconds.
 
         Returns:
-            True when the wait ended by the row's write, or at once on a channel just
-            subscribed (the row is read again: its write may have come before the
-            `LISTEN`); False when the caller must poll (broken, or the time ran out).
+            True when the wait ended by the row's write; False when the caller must poll
+            (broken, or the time ran out).
         """
         with self._cond:
-            if name not in self._channels:
-                self._wanted.add(name)
-                self._cond.wait_for(
-                    lambda: name in self._channels or self.broken, min(timeout, _SUBSCRIBE)
-                )
-                return name in self._channels and not self.broken
             return (
                 self._cond.wait_for(
                     lambda: self._heard.get(note, -1.0) >= since or self.broken, timeout
@@ -175,8 +202,27 @@ def _listener(store: BaseStore) -> Listener | None:
         return listener
 
 
+def listen(store: BaseStore, namespace: tuple[str, ...], timeout: float = 5.0) -> bool:
+    """Listen on a ledger namespace's channel now, opening the store's listener if needed.
+
+    A worker's first wait otherwise opens the connection and subscribes while it waits (a
+    long-running worker pays that once; a benchmark's warm-up calls this).
+
+    Returns:
+        Whether this process now listens there (False: not PostgreSQL, or unreachable).
+    """
+    listener = _listener(store)
+    return listener is not None and listener.subscribe(channel(namespace), timeout)
+
+
 def pause(store: BaseStore, op: Sleep, since: float) -> None:
     """Run a plan's `Sleep`: until its row is written (PostgreSQL) or `op.seconds` passed.
+
+    On PostgreSQL the wait listens on the row's channel, then marks the row as waited for
+    (`store_cas.mark_waiting`: only a marked row's outcome notifies), then waits for its
+    notification. The mark comes after the `LISTEN`, so the notification of an outcome
+    written after the mark is heard; an outcome written before it is found by the mark
+    itself (the row is no longer in flight): the plan reads it again at once.
 
     Args:
         store: The store the plan runs on.
@@ -188,16 +234,57 @@ def pause(store: BaseStore, op: Sleep, since: float) -> None:
     listener = None if op.wake is None else _listener(store)
     if listener is not None and op.wake is not None:
         namespace, key = op.wake
-        if listener.wait(channel(namespace), payload(namespace, key), since, op.seconds):
-            return
-    rest = op.seconds - (time.monotonic() - started)
+        if listener.subscribe(channel(namespace), min(op.seconds, _SUBSCRIBE)):
+            marked = _marked(lambda: store_cas.mark_waiting(store, namespace, key))
+            if marked is False:
+                return
+            if marked and listener.wait(payload(namespace, key), since, _left(op, started)):
+                return
+    rest = _left(op, started)
     if rest > 0:
         time.sleep(rest)
 
 
 async def apause(store: BaseStore, op: Sleep, since: float) -> None:
-    """Async `pause` (the wait runs in a thread, off the event loop)."""
+    """Async `pause`: the same steps, the mark on the store's async API, waits off the loop."""
     if op.wake is None or store_cas.listen_source(store) is None:
         await asyncio.sleep(op.seconds)
         return
-    await asyncio.to_thread(pause, store, op, since)
+    started = time.monotonic()
+    listener = await asyncio.to_thread(_listener, store)
+    if listener is not None:
+        namespace, key = op.wake
+        name, timeout = channel(namespace), min(op.seconds, _SUBSCRIBE)
+        if await asyncio.to_thread(listener.subscribe, name, timeout):
+            marked = await _amarked(store_cas.amark_waiting(store, namespace, key))
+            if marked is False:
+                return
+            if marked:
+                note, left = payload(namespace, key), _left(op, started)
+                woken: bool = await asyncio.to_thread(listener.wait, note, since, left)
+                if woken:
+                    return
+    rest = _left(op, started)
+    if rest > 0:
+        await asyncio.sleep(rest)
+
+
+def _left(op: Sleep, started: float) -> float:
+    return op.seconds - (time.monotonic() - started)
+
+
+def _marked(mark: Callable[[], bool | None]) -> bool | None:
+    """The mark's answer; None when it cannot mark or failed (the wait polls)."""
+    try:
+        return mark()
+    except Exception as exc:
+        logger.debug("replay ledger: cannot mark a row as waited for (%s); polling", exc)
+        return None
+
+
+async def _amarked(mark: Awaitable[bool | None]) -> bool | None:
+    try:
+        return await mark
+    except Exception as exc:
+        logger.debug("replay ledger: cannot mark a row as waited for (%s); polling", exc)
+        return None

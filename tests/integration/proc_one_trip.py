@@ -1,0 +1,103 @@
+"""A worker racing others on the same new unsafe calls through the ledger's admit plan.
+
+Usage: python tests/integration/proc_one_trip.py URI THREAD CALLS EFFECTS BARRIER N PATH
+
+Every worker admits calls 0 .. CALLS-1 of THREAD on PostgreSQL in the same order, after all N
+workers marked themselves ready in the folder BARRIER, so they race on each call's claim. A
+worker that is told to run a call appends `<thread>/<call>` to EFFECTS (its effect), then
+records the outcome. PATH `one` claims as shipped (one statement for an absent row); `two`
+forces the two-round-trip claim, to race the two against each other. Prints one JSON line:
+`{"ran": [...], "replayed": [...]}` (the calls' indexes).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ["LANGSMITH_TRACING"] = "false"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
+
+from langgraph.store.postgres import PostgresStore
+
+from langgraph_replay_guard.replay import owners
+from langgraph_replay_guard.replay.ledger import (
+    CallContext,
+    CallIdentity,
+    Write,
+    admit,
+    args_digest,
+    finished_entry,
+    index_namespace,
+    row_namespace,
+)
+from langgraph_replay_guard.storage import store_cas
+from langgraph_replay_guard.storage.ledger_io import run_plan
+
+PREFIX = ("replay_guard",)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def context(thread: str, i: int) -> CallContext:
+    """Call `i` of a thread, as the gate builds it (one AIMessage per call)."""
+    args = {"to": f"user{i}@example.com"}
+    return CallContext(
+        identity=CallIdentity(thread, "tools", f"ai-{i}", f"call-{i}"),
+        tool="send_email",
+        replay="unsafe",
+        args=args,
+        args_hash=args_digest(args),
+        rows_ns=row_namespace(PREFIX, thread),
+        index_ns=index_namespace(PREFIX, thread),
+        wait=60.0,
+        is_answered=lambda _tc, _ai: True,
+        is_alive=lambda owner: owners.is_alive(owner, _now()),
+        new_owner=lambda: owners.REGISTRY.new_owner(900.0, _now()),
+        now=_now,
+        elapsed=time.monotonic,
+    )
+
+
+def _outcome(ctx: CallContext, entry: Any) -> Any:
+    yield Write(((ctx.rows_ns, entry.key, entry.to_value()),))
+
+
+def main(argv: list[str]) -> None:
+    uri, thread, calls, effects, barrier, workers, path = argv
+    if path == "two":
+        store_cas._claims_new_row = lambda _op: False  # type: ignore[assignment]
+    ran: list[int] = []
+    replayed: list[int] = []
+    with PostgresStore.from_conn_string(uri) as store:
+        (Path(barrier) / str(os.getpid())).touch()
+        deadline = time.monotonic() + 60
+        while len(list(Path(barrier).iterdir())) < int(workers):
+            assert time.monotonic() < deadline, "the other workers never came"
+            time.sleep(0.005)
+        for i in range(int(calls)):
+            ctx = context(thread, i)
+            admission = run_plan(store, admit(ctx))
+            if admission.kind == "replay":
+                replayed.append(i)
+                continue
+            assert admission.kind == "run", admission
+            assert admission.entry is not None
+            with open(effects, "a", encoding="utf-8") as file:
+                file.write(f"{thread}/{i}\n")
+            done = finished_entry(admission.entry, f"sent {i}", None, "success")
+            run_plan(store, _outcome(ctx, done))
+            owners.REGISTRY.release(admission.entry.owner)
+            ran.append(i)
+    print(json.dumps({"ran": ran, "replayed": replayed}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
