@@ -816,7 +816,7 @@ def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
             return last[2]
     if isinstance(update, Mapping) and update.get("op") in (SCRUB_OP, SHOW_OP):
         edit = _scrubbed if update["op"] == SCRUB_OP else _shown
-        merged = _trust(edit(load_state(current), update.get("previews")))
+        merged = _trust(edit(_results_copy(current), update.get("previews")))
         # The model hook merges its scrub and show writes itself (to plan on the value the
         # tools node will read); the channel's merge of the same writes returns that value.
         _remember_merge(current, update, merged)
@@ -833,6 +833,21 @@ def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
     if unchanged and isinstance(update, Mapping) and update.get("op") == "events":
         _remember_merge(current, update, merged)
     return merged
+
+
+def _results_copy(value: Any) -> dict[str, Any]:
+    """A private state for a preview edit (`_shown`, `_scrubbed`): `load_state(value)`.
+
+    Those edits replace entries of `results`, and `pending` and `notice` whole, and change
+    nothing else: a value the reducer returned needs only its `results` copied (every
+    step's preview write), not every map and list (`_shallow`).
+    """
+    trusted = _trusted(value)
+    if trusted is None:
+        return load_state(value)
+    state = dict(trusted)
+    state["results"] = state["results"].copy()
+    return state
 
 
 SCRUB_OP = "scrub"
@@ -890,20 +905,16 @@ def _preview_facts(value: Any) -> _PreviewFacts:
     if last_facts is not None and last_value is value and trusted is not None:
         return last_facts
     state = trusted if trusted is not None else load_state(value)
-    held: set[Any] = set()
-    unshown: set[Any] = set()
-    recorded: set[Any] = set()
-    # [result_hash, epoch, in_a_row, preview] (`ResultMemo`), read by position: checked.
-    for memo in state["results"].values():
-        digest, preview = memo[0], memo[3]
-        recorded.add(digest)
-        if preview is None:
-            unshown.add(digest)
-        else:
-            held.add(preview)
-    recorded.update(item[1] for item in state["tail"])  # `TailItem.result`
+    # [result_hash, epoch, in_a_row, preview] (`ResultMemo`), read by position: checked
+    # (a digest is a string or None, a preview a string or None).
+    memos = state["results"].values()
+    held = {memo[3] for memo in memos if memo[3]}
+    unshown = {memo[0] for memo in memos if memo[3] is None and memo[0] is not None}
+    recorded = {memo[0] for memo in memos}
+    recorded.update([item[1] for item in state["tail"]])  # `TailItem.result`
     pending = state["pending"]
     if pending:
+        # Pending events are checked too, but read with `get` as before (absent keys).
         for ev in pending["events"]:
             digest, preview = ev.get("h"), ev.get("p")
             recorded.add(digest)
@@ -911,9 +922,9 @@ def _preview_facts(value: Any) -> _PreviewFacts:
             if preview is None and ev.get("o") == "success":
                 unshown.add(digest)
     facts = (
-        frozenset(p for p in held if isinstance(p, str) and p),
-        frozenset(h for h in unshown if isinstance(h, str)),
-        frozenset(h for h in recorded if isinstance(h, str)),
+        frozenset([p for p in held if isinstance(p, str) and p]),
+        frozenset([h for h in unshown if isinstance(h, str)]),
+        frozenset([h for h in recorded if isinstance(h, str)]),
     )
     if trusted is not None:
         _LAST_PREVIEW_FACTS[0] = (value, facts)
