@@ -51,4 +51,4 @@ bench: $(STAMP)
 	PYTHONPATH=. $(BIN)/python benchmarks/bench_ledger.py
 
 clean:
-	rm -rf $(VENV) site .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist
+	rm -rf $(VENV) .venv-newest site .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist
