@@ -116,8 +116,13 @@ def _name_the_groups(items: list[pytest.Item]) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start the warm zygotes early when collected modules use them (they import meanwhile)."""
-    wanted = session.items and not session.config.option.collectonly
+    """Start the warm zygotes early when collected modules use them (they import meanwhile).
+
+    Only for a session of more than one test: a single test (a nested pytest checking the
+    suite's own set-up) has nothing to overlap the imports with, and starts them on demand if
+    it forks a child at all.
+    """
+    wanted = len(session.items) > 1 and not session.config.option.collectonly
     if wanted and "tests.warm_children" in sys.modules:
         from tests import warm_children
 
