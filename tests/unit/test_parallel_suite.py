@@ -101,3 +101,34 @@ def test_a_postgres_server_that_is_not_there_fails_under_ci_and_skips_otherwise(
     failed = _pytest("-q", PG_TEST, env={**closed, "CI": "true"})
     assert failed.returncode == 1, failed.stdout
     assert "CI=true: Postgres tests must not be skipped" in failed.stdout
+
+
+def test_ci_draws_every_property_example_and_make_test_a_quarter():
+    # `make test` draws a quarter of each property test's examples; CI (`CI=true`, set by
+    # .ci/run) draws the full count written in the test, and the full default profile.
+    code = (
+        "from hypothesis import settings\n"
+        "import tests.conftest\n"
+        "from tests.hypothesis_budget import examples\n"
+        "print(examples(200), examples(20), settings.default.max_examples)\n"
+    )
+    base = {k: v for k, v in os.environ.items() if k not in ("CI", "REPLAY_GUARD_TEST_FULL")}
+    counts = {}
+    for name, extra in {
+        "ci": {"CI": "true"},
+        "full": {"REPLAY_GUARD_TEST_FULL": "1"},
+        "dev": {},
+    }.items():
+        done = warm_children.run(
+            [sys.executable, "-c", code],
+            cwd=REPO_ROOT,
+            env={**base, **extra},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        counts[name] = done.stdout.split()
+    assert counts["ci"] == counts["full"] == ["200", "20", "100"]
+    assert counts["dev"] == ["50", "10", "25"]
