@@ -144,7 +144,7 @@ def mypy_cache_dir(worker_id: str) -> Path:
 # ------------------------------------------------- where the suite's time goes, per test file
 # `REPLAY_GUARD_TEST_CPU=dir` writes, per worker, each test file's wall time and CPU time (this
 # process's plus its reaped children's: a cold `subprocess.run` counts, a warm zygote's fork
-# does not, it is the zygote's child) to dir/<worker>.json; `python -m tests.cpu_table dir`
+# does not, it is the zygote's child) to dir/<worker>-<pid>.json; `python -m tests.cpu_table dir`
 # sums them. Off by default (two clock reads per test).
 _CPU_DIR = os.environ.get("REPLAY_GUARD_TEST_CPU")
 _CPU: dict[str, list[float]] = {}
@@ -178,4 +178,5 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         out = Path(_CPU_DIR)
         out.mkdir(parents=True, exist_ok=True)
-        (out / f"{worker}.json").write_text(json.dumps(_CPU))
+        # The pid too: a second process that reaches this hook never overwrites a worker's.
+        (out / f"{worker}-{os.getpid()}.json").write_text(json.dumps(_CPU))
