@@ -89,16 +89,19 @@ def _run(
 
 
 @pytest.fixture(scope="session")
-def _shared_reports(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
-    """A directory every xdist worker of this run shares (the run's base temporary directory).
+def _shared_reports(
+    tmp_path_factory: pytest.TempPathFactory, worker_id: str, testrun_uid: str
+) -> Path:
+    """A directory every xdist worker of this run shares (under the run's base temporary one).
 
     Each composition's crash test runs once per run, not once per worker that draws one of its
     cells: the first worker to need it runs it under a file lock and leaves the report there,
     the others read it (the cells of one composition also go to one worker, `xdist_group`).
+    Named by the run's id, so a reused `--basetemp` never hands over an earlier run's report.
     """
     base = tmp_path_factory.getbasetemp()
     root = base.parent if worker_id != "master" else base
-    directory = root / "seam-matrix-reports"
+    directory = root / f"seam-matrix-reports-{testrun_uid}"
     directory.mkdir(exist_ok=True)
     return directory
 
