@@ -24,10 +24,14 @@ demo: $(STAMP)
 # The whole suite in parallel (pytest-xdist: one worker per core; `--dist loadgroup` keeps a
 # module that shares a server on one worker), slow group included, then the 15 slowest tests.
 # TEST_WORKERS=0 runs it in one process; `pytest -m "not slow"` is the quick loop.
+# Property tests draw a quarter of their examples here and all of them under CI=true (.ci/run;
+# tests/hypothesis_budget.py). PYTHONDONTWRITEBYTECODE is cleared for the run: without .pyc
+# files every worker and every child process compiles the package and rewrites the test
+# modules' asserts again (about 9 s of CPU per worker, more per child).
 TEST_WORKERS ?= auto
 test: $(STAMP)
-	LANGSMITH_TRACING=false $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup \
-		--durations=15
+	LANGSMITH_TRACING=false PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q \
+		-n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 lint: $(STAMP)
 	$(BIN)/ruff check langgraph_replay_guard tests benchmarks examples notebooks

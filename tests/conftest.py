@@ -14,10 +14,24 @@ here rather than in each module, so the list stays in one place:
 
 from __future__ import annotations
 
+import json
+import os
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+from tests import hypothesis_budget
+
+# Property tests: the full example counts in CI (`CI=true`, which .ci/run sets), a quarter in a
+# local `make test` (tests/hypothesis_budget.py); this profile covers the tests that keep
+# Hypothesis's default count (100 in CI, 25 here).
+settings.register_profile("ci", max_examples=100)
+settings.register_profile("dev", max_examples=25)
+settings.load_profile(hypothesis_budget.PROFILE)
 
 # Modules whose tests start processes or servers (a test each, or a module-scoped one).
 SLOW_MODULES = frozenset(
@@ -103,8 +117,13 @@ def _name_the_groups(items: list[pytest.Item]) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start the warm zygotes early when collected modules use them (they import meanwhile)."""
-    wanted = session.items and not session.config.option.collectonly
+    """Start the warm zygotes early when collected modules use them (they import meanwhile).
+
+    Only for a session of more than one test: a single test (a nested pytest checking the
+    suite's own set-up) has nothing to overlap the imports with, and starts them on demand if
+    it forks a child at all.
+    """
+    wanted = len(session.items) > 1 and not session.config.option.collectonly
     if wanted and "tests.warm_children" in sys.modules:
         from tests import warm_children
 
@@ -121,3 +140,44 @@ def mypy_cache_dir(worker_id: str) -> Path:
     path = Path(__file__).resolve().parents[1] / ".mypy_cache" / f"pytest-{worker_id}"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+# ------------------------------------------------- where the suite's time goes, per test file
+# `REPLAY_GUARD_TEST_CPU=dir` writes, per worker, each test file's wall time and CPU time (this
+# process's plus its reaped children's: a cold `subprocess.run` counts, a warm zygote's fork
+# does not, it is the zygote's child) to dir/<worker>-<pid>.json; `python -m tests.cpu_table dir`
+# sums them. Off by default (two clock reads per test).
+_CPU_DIR = os.environ.get("REPLAY_GUARD_TEST_CPU")
+_CPU: dict[str, list[float]] = {}
+
+
+def _cpu_now() -> tuple[float, float]:
+    import resource
+
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.perf_counter(), time.process_time() + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Add the test's wall and CPU time to its file's (only under REPLAY_GUARD_TEST_CPU)."""
+    if not _CPU_DIR:
+        yield
+        return
+    wall, cpu = _cpu_now()
+    yield
+    wall_after, cpu_after = _cpu_now()
+    entry = _CPU.setdefault(item.path.as_posix(), [0.0, 0.0, 0])
+    entry[0] += wall_after - wall
+    entry[1] += cpu_after - cpu
+    entry[2] += 1
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Write this worker's per-file times (only under REPLAY_GUARD_TEST_CPU)."""
+    if _CPU_DIR and _CPU:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        out = Path(_CPU_DIR)
+        out.mkdir(parents=True, exist_ok=True)
+        # The pid too: a second process that reaches this hook never overwrites a worker's.
+        (out / f"{worker}-{os.getpid()}.json").write_text(json.dumps(_CPU))

@@ -93,7 +93,8 @@ class _Server:
             raise RuntimeError(msg)
 
     def start(self) -> str:
-        self._run(self.initdb, "-D", str(self.data), "-A", "trust", "-U", "postgres")
+        # --no-sync: a throwaway cluster need not wait for its files to reach the disk.
+        self._run(self.initdb, "--no-sync", "-D", str(self.data), "-A", "trust", "-U", "postgres")
         # A throwaway server: nothing needs to survive a power cut (fsync, full pages), but a
         # commit must survive the server's own crash (`pg_ctl -m immediate` in the tests), so
         # synchronous_commit stays on.

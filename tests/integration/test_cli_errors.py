@@ -20,6 +20,7 @@ import pytest
 
 from langgraph_replay_guard import ExecutionRecord, RecordStore, compute_envelope_hash
 from langgraph_replay_guard.records import FinalResponse, RecordHeader
+from tests import warm_children
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
@@ -31,7 +32,9 @@ HINT = "expected one JSON trajectory per line"
 
 
 def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    # A real process forked from the warm zygote (tests/warm_children.py): its own pid, streams
+    # and exit status, without paying LangGraph's imports in each of the 30-odd commands.
+    return warm_children.run(
         [*COMMAND, *map(str, args)],
         cwd=REPO_ROOT,
         env=ENV,
@@ -281,7 +284,7 @@ def test_a_working_conninfo_with_a_password(pg_uri: str) -> None:
 
 def run_with_closed_stdout(args: Sequence[str | Path]) -> tuple[int, str]:
     """Run the command with its stdout a pipe whose only reader has gone away."""
-    proc = subprocess.Popen(
+    proc = warm_children.popen(
         [*COMMAND, *map(str, args)],
         cwd=REPO_ROOT,
         env=ENV,

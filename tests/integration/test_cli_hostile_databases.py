@@ -231,7 +231,8 @@ _MEASURED = (
 
 
 def _peak_kb(*args: str) -> tuple[int, subprocess.CompletedProcess[str]]:
-    result = subprocess.run(
+    # A warm child (forked after the imports) measures the same: tracemalloc starts after them.
+    result = warm_children.run(
         [sys.executable, "-c", _MEASURED, *args],
         env={**os.environ, "LANGSMITH_TRACING": "false"},
         capture_output=True,

@@ -56,6 +56,10 @@ def repo(tmp_path: Path) -> Path:
 def coding_tools(repo: Path, ran: list[str]) -> list[BaseTool]:
     """The two tools of a typical coding agent; both really act on `repo`."""
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    # No .pyc for the repository's modules: CPython checks a cached module by its source's
+    # mtime in whole seconds and its size, so an edit of the same size within the second
+    # (`a - b` to `a + b`) would rerun the stale code (make test lets Python write bytecode).
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
 
     @tool
     def bash(command: str) -> str:

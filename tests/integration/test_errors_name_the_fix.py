@@ -16,6 +16,7 @@ from langgraph.graph import MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 
 from langgraph_replay_guard import ReplayGuard
+from tests import warm_children
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = REPO_ROOT / "langgraph_replay_guard" / "data" / "tau_sample.jsonl"
@@ -39,7 +40,10 @@ def run(
             f"import sys\nsys.modules[{blocked!r}] = None\n", encoding="utf-8"
         )
         env["PYTHONPATH"] = f"{site}{os.pathsep}{REPO_ROOT}"
-    return subprocess.run(
+    # Without a block, a real process forked from the warm zygote (tests/warm_children.py);
+    # a block's sitecustomize runs at interpreter start-up, so that child starts cold.
+    start = subprocess.run if blocked is not None else warm_children.run
+    return start(
         [sys.executable, "-m", "langgraph_replay_guard.cli.main", *map(str, args)],
         cwd=cwd,
         env=env,

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from langgraph.store.base import BaseStore
 
 from langgraph_replay_guard.replay.result_codec import decode_result, encode_result
+from tests.hypothesis_budget import examples
 from tests.result_values import CASES, any_value, same
 
 BIG = 50 * 1024 * 1024
@@ -118,7 +119,7 @@ def test_an_unstorable_artifact_is_dropped_and_the_content_kept(store: BaseStore
     assert back["artifact_dropped"] == "dict"
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(content=any_value, artifact=any_value, status=st.sampled_from(["success", "error"]))
 def test_any_value_comes_back_from_each_store(
     store: BaseStore, content: Any, artifact: Any, status: str

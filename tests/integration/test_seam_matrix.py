@@ -22,8 +22,13 @@ the one table the lead flips after merging.
 
 from __future__ import annotations
 
+import fcntl
+import os
+import pickle
 import time
+from collections.abc import Callable
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -51,13 +56,13 @@ TWICE_SAMPLE = ["guard_first", "interrupt_tool"]
 """Compositions also run with two crashes per trial (the first resume dies at the point too)."""
 
 _timings: dict[str, float] = {}
+_memo: dict[str, CrashReport | CrashTestError] = {}
 
 
-@cache
-def _report(
+def _run(
     name: str, postgres: str | None = None, mode: str = "sync"
-) -> CrashReport | CrashTestError:
-    """The composition's crash test, run once per session, backend and mode.
+) -> tuple[CrashReport | CrashTestError, float]:
+    """The composition's crash test and the seconds it took.
 
     `mode`: `sync` (`invoke`, one crash per trial), `async` (`ainvoke`) or `twice` (two
     crashes at the trial's point before the last resume).
@@ -66,7 +71,7 @@ def _report(
     points = None if postgres is None else [p for n, p in POSTGRES_SAMPLE if n == name]
     started = time.monotonic()
     try:
-        return crashtest(
+        report: CrashReport | CrashTestError = crashtest(
             composition.build,
             answer=composition.answer,
             allow_rerun=composition.allow_rerun,
@@ -79,15 +84,66 @@ def _report(
             timeout=60,
         )
     except CrashTestError as exc:
-        return exc
-    finally:
-        label = name + ("" if postgres is None else " (postgres)")
-        _timings[label + ("" if mode == "sync" else f" ({mode})")] = time.monotonic() - started
+        report = exc
+    return report, time.monotonic() - started
 
 
-def _seam(name: str, point: str | None) -> list[Any]:
+@pytest.fixture(scope="session")
+def _shared_reports(
+    tmp_path_factory: pytest.TempPathFactory, worker_id: str, testrun_uid: str
+) -> Path:
+    """A directory every xdist worker of this run shares (under the run's base temporary one).
+
+    Each composition's crash test runs once per run, not once per worker that draws one of its
+    cells: the first worker to need it runs it under a file lock and leaves the report there,
+    the others read it (the cells of one composition also go to one worker, `xdist_group`).
+    Named by the run's id, so a reused `--basetemp` never hands over an earlier run's report.
+    """
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if worker_id != "master" else base
+    directory = root / f"seam-matrix-reports-{testrun_uid}"
+    directory.mkdir(exist_ok=True)
+    return directory
+
+
+@cache
+def _postgres_report(name: str, postgres: str) -> CrashReport | CrashTestError:
+    """The PostgreSQL sample's crash test (per worker: each worker has its own server)."""
+    report, seconds = _run(name, postgres)
+    _timings[f"{name} (postgres)"] = seconds
+    return report
+
+
+@pytest.fixture
+def report(_shared_reports: Path) -> Callable[..., CrashReport | CrashTestError]:
+    """`report(name, mode="sync")`: the composition's crash test, run once per test run."""
+
+    def get(name: str, mode: str = "sync") -> CrashReport | CrashTestError:
+        label = name + ("" if mode == "sync" else f" ({mode})")
+        if label in _memo:
+            return _memo[label]
+        path = _shared_reports / f"{name}-{mode}.pickle"
+        with (_shared_reports / f"{name}-{mode}.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            if path.exists():
+                found, seconds = pickle.loads(path.read_bytes())
+            else:
+                found, seconds = _run(name, mode=mode)
+                partial = path.with_suffix(f".{os.getpid()}")
+                partial.write_bytes(pickle.dumps((found, seconds)))
+                partial.replace(path)
+        _memo[label] = found
+        _timings[label] = seconds
+        return found
+
+    return get
+
+
+def _seam(name: str, point: str | None, mode: str = "sync") -> list[Any]:
     reason = SEAMS.get((name, point)) or SEAMS.get((name, ALL))
-    return [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+    # One composition's cells (in one mode) on one xdist worker: its crash test runs there once.
+    group = pytest.mark.xdist_group(f"seam-matrix-{name}-{mode}")
+    return [group, pytest.mark.xfail(strict=True, reason=reason)] if reason else [group]
 
 
 CELLS = [
@@ -98,12 +154,12 @@ CELLS = [
 
 
 ASYNC_CELLS = [
-    pytest.param(name, point, id=f"{name}-{point}", marks=_seam(name, point))
+    pytest.param(name, point, id=f"{name}-{point}", marks=_seam(name, point, "async"))
     for name in ASYNC_SAMPLE
     for point in POINTS
 ]
 TWICE_CELLS = [
-    pytest.param(name, point, id=f"{name}-{point}", marks=_seam(name, point))
+    pytest.param(name, point, id=f"{name}-{point}", marks=_seam(name, point, "twice"))
     for name in TWICE_SAMPLE
     for point in POINTS
 ]
@@ -119,51 +175,51 @@ def _check(report: CrashReport | CrashTestError, point: str) -> None:
 
 
 @pytest.mark.parametrize(("name", "point"), CELLS)
-def test_cell(name: str, point: str) -> None:
-    _check(_report(name), point)
+def test_cell(name: str, point: str, report: Callable[..., Any]) -> None:
+    _check(report(name), point)
 
 
 @pytest.mark.parametrize(
     "name",
     [pytest.param(name, marks=_seam(name, "learning")) for name in COMPOSITIONS],
 )
-def test_the_clean_run_ran_each_unsafe_body_once(name: str) -> None:
+def test_the_clean_run_ran_each_unsafe_body_once(name: str, report: Callable[..., Any]) -> None:
     """No crash needed: a middleware inside the guard must not run a body twice either."""
-    report = _report(name)
-    if isinstance(report, CrashTestError):
-        raise report
-    assert not report.learning, report.learning
+    found = report(name)
+    if isinstance(found, CrashTestError):
+        raise found
+    assert not found.learning, found.learning
 
 
 @pytest.mark.parametrize(("name", "point"), ASYNC_CELLS)
-def test_async_cell(name: str, point: str) -> None:
-    _check(_report(name, mode="async"), point)
+def test_async_cell(name: str, point: str, report: Callable[..., Any]) -> None:
+    _check(report(name, mode="async"), point)
 
 
 @pytest.mark.parametrize(("name", "point"), TWICE_CELLS)
-def test_cell_crashed_twice(name: str, point: str) -> None:
-    _check(_report(name, mode="twice"), point)
+def test_cell_crashed_twice(name: str, point: str, report: Callable[..., Any]) -> None:
+    _check(report(name, mode="twice"), point)
 
 
 @pytest.mark.parametrize(
     "name",
     [pytest.param(name, marks=_seam(name, None)) for name in COMPOSITIONS],
 )
-def test_without_the_guard_the_clean_run_is_the_same(name: str) -> None:
-    report = _report(name)
-    if isinstance(report, CrashTestError):
-        raise report
-    assert report.unguarded is None, report.unguarded
+def test_without_the_guard_the_clean_run_is_the_same(name: str, report: Callable[..., Any]) -> None:
+    found = report(name)
+    if isinstance(found, CrashTestError):
+        raise found
+    assert found.unguarded is None, found.unguarded
 
 
-def test_every_crash_point_is_reached_somewhere() -> None:
+def test_every_crash_point_is_reached_somewhere(report: Callable[..., Any]) -> None:
     """The matrix crashes something at every point (a point no composition reaches tests
     nothing): the compositions that run on this branch reach all four."""
     reached = {
         t.point
         for name in COMPOSITIONS
-        if not isinstance(report := _report(name), CrashTestError)
-        for t in report.trials
+        if not isinstance(found := report(name), CrashTestError)
+        for t in found.trials
         if t.killed
     }
     assert reached == set(POINTS)
@@ -171,15 +227,17 @@ def test_every_crash_point_is_reached_somewhere() -> None:
 
 @pytest.mark.parametrize(("name", "point"), POSTGRES_SAMPLE)
 def test_postgres_sample(name: str, point: str, postgres_uri: str) -> None:
-    _check(_report(name, postgres_uri), point)
+    _check(_postgres_report(name, postgres_uri), point)
 
 
-def test_matrix_size_and_time(capsys: pytest.CaptureFixture[str]) -> None:
+def test_matrix_size_and_time(
+    capsys: pytest.CaptureFixture[str], report: Callable[..., Any]
+) -> None:
     """Prints the matrix's size and time (the cells above ran first; this only reports)."""
     for name in COMPOSITIONS:
-        _report(name)
+        report(name)
     trials = sum(
-        len(r.trials) for n in COMPOSITIONS if not isinstance(r := _report(n), CrashTestError)
+        len(r.trials) for n in COMPOSITIONS if not isinstance(r := report(n), CrashTestError)
     )
     total = sum(_timings.values())
     samples = len(ASYNC_CELLS) + len(TWICE_CELLS) + len(POSTGRES_SAMPLE)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests import warm_children
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,7 +62,9 @@ def test_the_example_runs_and_prints_its_result(name, tmp_path):
     if missing:
         pytest.skip(f"{name} needs {missing}: pip install -e '.[stacks]'")
     env = {**os.environ, "LANGSMITH_TRACING": "false", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
+    # A real process forked from the warm zygote (tests/warm_children.py): the script runs as
+    # `python examples/NAME` would, without importing LangGraph again.
+    done = warm_children.run(
         [sys.executable, str(ROOT / "examples" / name)],
         cwd=tmp_path,
         env=env,

@@ -42,6 +42,7 @@ from langgraph_replay_guard.decisions.state import (
 from langgraph_replay_guard.integrations.callbacks.decisions import CallbackDecider, Refusal
 from langgraph_replay_guard.integrations.callbacks.scopes import ScopeTable
 from langgraph_replay_guard.integrations.calls import find_batch, plan_batch, snapshot, turn_anchors
+from tests.hypothesis_budget import examples
 
 CONFIG = GuardConfig(tools={"write": "unsafe"})
 CFG = fold_settings(CONFIG)
@@ -242,13 +243,13 @@ def exercise_callback_handler(value: Any) -> None:
         assert_in_format(stored)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(corrupt_values())
 def test_a_mutated_channel_value_never_raises_from_any_entry_point(value):
     exercise(value)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(base=st.sampled_from(sorted(BASES)), data=st.data())
 def test_a_malformed_write_is_ignored_and_the_state_kept(base, data):
     update = {"op": "events", "cfg": dict(CFG), "events": [event("read", 3)]}

@@ -27,6 +27,7 @@ from langgraph_replay_guard.decisions.keys import (
     sha256_json,
 )
 from langgraph_replay_guard.errors import InvalidArgumentsError
+from tests.hypothesis_budget import examples
 
 HEX32 = re.compile(r"[0-9a-f]{32}")
 MEMORY_ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,}")
@@ -442,7 +443,7 @@ def _stdlib_key(tool, args):
     return xxhash.xxh3_128_hexdigest(tool.encode() + b"\x00" + _stdlib_json(args))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(_PLAIN)
 def test_plain_arguments_keep_the_key_the_standard_encoder_gave(args):
     # Keys are stored in checkpoints and ledgers: a faster encoder must not change one.

@@ -10,12 +10,16 @@ import sys
 import tomllib
 from pathlib import Path
 
+from tests import warm_children
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PG_TEST = "tests/integration/test_export_cli.py::test_export_postgres_threads_and_evaluate_them"
 
 
 def _pytest(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    # A nested pytest in a real process forked from the warm zygote (tests/warm_children.py):
+    # it collects the same files without importing LangGraph again.
+    return warm_children.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
         cwd=REPO_ROOT,
         env={**os.environ, "LANGSMITH_TRACING": "false", **(env or {})},
@@ -56,8 +60,9 @@ def test_the_slow_group_holds_the_process_and_postgres_tests():
     selected = [line for line in slow.stdout.splitlines() if "::" in line]
     assert PG_TEST in selected
     assert any(line.startswith(crash) for line in selected)
-    quick = _pytest("--collect-only", "-q", "-m", "not slow", crash, PG_TEST)
-    assert quick.returncode == 5, quick.stdout  # nothing left: all of them are slow
+    # Nothing left for `-m "not slow"`: all of them are slow (pytest counts what -m left out).
+    assert "deselected" not in slow.stdout, slow.stdout
+    assert slow.stdout.rstrip().splitlines()[-1].startswith(f"{len(selected)} tests collected")
 
 
 def test_ci_run_exports_ci_true(tmp_path):
@@ -96,3 +101,34 @@ def test_a_postgres_server_that_is_not_there_fails_under_ci_and_skips_otherwise(
     failed = _pytest("-q", PG_TEST, env={**closed, "CI": "true"})
     assert failed.returncode == 1, failed.stdout
     assert "CI=true: Postgres tests must not be skipped" in failed.stdout
+
+
+def test_ci_draws_every_property_example_and_make_test_a_quarter():
+    # `make test` draws a quarter of each property test's examples; CI (`CI=true`, set by
+    # .ci/run) draws the full count written in the test, and the full default profile.
+    code = (
+        "from hypothesis import settings\n"
+        "import tests.conftest\n"
+        "from tests.hypothesis_budget import examples\n"
+        "print(examples(200), examples(20), settings.default.max_examples)\n"
+    )
+    base = {k: v for k, v in os.environ.items() if k not in ("CI", "REPLAY_GUARD_TEST_FULL")}
+    counts = {}
+    for name, extra in {
+        "ci": {"CI": "true"},
+        "full": {"REPLAY_GUARD_TEST_FULL": "1"},
+        "dev": {},
+    }.items():
+        done = warm_children.run(
+            [sys.executable, "-c", code],
+            cwd=REPO_ROOT,
+            env={**base, **extra},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        counts[name] = done.stdout.split()
+    assert counts["ci"] == counts["full"] == ["200", "20", "100"]
+    assert counts["dev"] == ["50", "10", "25"]

@@ -20,8 +20,9 @@ from langgraph_replay_guard.decisions.state import (
     settled,
 )
 from langgraph_replay_guard.policy.config import GuardConfig
+from tests.hypothesis_budget import examples
 
-PROPERTY = settings(max_examples=200, deadline=None)
+PROPERTY = settings(max_examples=examples(200), deadline=None)
 
 # --- 1. key canonicalization ------------------------------------------------------------
 

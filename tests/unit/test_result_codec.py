@@ -20,9 +20,10 @@ from langgraph_replay_guard.replay.result_codec import (
     decode_result,
     encode_result,
 )
+from tests.hypothesis_budget import examples
 from tests.result_values import CASES, any_value, assert_store_safe, same
 
-PROPERTY = settings(max_examples=300, deadline=None)
+PROPERTY = settings(max_examples=examples(300), deadline=None)
 
 
 def through_sqlite_json(value: dict[str, Any]) -> Any:

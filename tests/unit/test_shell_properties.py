@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 from langgraph_replay_guard import GuardConfig
 from langgraph_replay_guard.decisions.engine import call_facts
 from langgraph_replay_guard.policy.classify import load_preset
+from tests.hypothesis_budget import examples
 
-PROPERTY = settings(max_examples=300, deadline=None)
+PROPERTY = settings(max_examples=examples(300), deadline=None)
 CONFIG = GuardConfig(tools={"bash": {"preset": "shell"}})
 RULES_ONLY = GuardConfig(
     tools={"run": {"classify": [{"arg": "command", "prefixes": ["cat", "ls"], "replay": "pure"}]}}

@@ -133,7 +133,8 @@ def test_loadgroup_keeps_a_group_on_one_worker() -> None:
     # pytest 9 reads a node id from `_id`, where pytest-xdist 3.8 does not write its `@group`
     # suffix: without tests/conftest.py writing it, `--dist loadgroup` spread every group.
     root = Path(__file__).resolve().parents[2]
-    done = subprocess.run(
+    # The nested pytest's controller is forked warm; its two xdist workers start cold (execnet).
+    done = warm_children.run(
         [
             *(sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "-n", "2"),
             *("--dist", "loadgroup", "tests/integration/test_cli_namespace.py", "-k", "parse"),
