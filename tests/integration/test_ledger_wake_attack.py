@@ -1,0 +1,333 @@
+"""Attacks on issue 36's marked wake-ups and one-statement claim, on real PostgreSQL.
+
+A waiter listens, marks the claim it waits for, then waits; only a marked claim's outcome
+notifies. These tests look for the waits that rule can lose (a claim taken over from a dead
+holder, two tenants in one store, a holder killed after the mark) and for values the JSON-text
+claim could change on the way into the database.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from langgraph_replay_guard.replay import ledger, owners
+from langgraph_replay_guard.replay.ledger import (
+    Sleep,
+    Update,
+    Write,
+    admit,
+    finished_entry,
+    index_namespace,
+    row_namespace,
+    started_entry,
+)
+from langgraph_replay_guard.storage import store_cas, wake
+from langgraph_replay_guard.storage.ledger_io import run_plan
+from langgraph_replay_guard.storage.wake_names import channel
+
+from .proc_one_trip import context
+
+pytestmark = pytest.mark.postgres
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = str(Path(__file__).with_name("proc_wake_attack.py"))
+MARK = "waiting"  # store_cas.WAITING (spelled here: the test also runs against 66baf92)
+
+
+def _thread() -> str:
+    return f"t-{uuid.uuid4().hex[:8]}"
+
+
+def _subscribed(store: Any, namespace: tuple[str, ...]) -> None:
+    """Have this process listen on the namespace's channel (a first, short wait)."""
+    wake.pause(store, Sleep(0.05, wake=(namespace, "no-such-row")), time.monotonic())
+
+
+def _holder(uri: str, thread: str, replay: str) -> subprocess.Popen[bytes]:
+    """A worker process holding call 0 of `thread` (its tool body hangs until killed)."""
+    env = {**os.environ, "LANGSMITH_TRACING": "false", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, SCRIPT, uri, thread, replay],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # blocks until the claim is stored (or the child died)
+    assert line.strip() == b"claimed", proc.communicate(timeout=30)[1].decode()[-2000:]
+    return proc
+
+
+def _wait_for_mark(store: Any, namespace: tuple[str, ...], key: str) -> bool:
+    """Whether a waiter marked the row within a second (66baf92 never marks: then False)."""
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        item = store.get(namespace, key)
+        if item is not None and item.value.get(MARK):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def _record(ctx: Any, done: Any) -> Any:
+    yield Write(((ctx.rows_ns, done.key, done.to_value()),))
+
+
+class _Waiter(threading.Thread):
+    """A worker of this process admitting a call: it finds the claim in flight and waits."""
+
+    def __init__(self, store: Any, ctx: Any) -> None:
+        super().__init__(daemon=True)
+        self.store, self.ctx = store, ctx
+        self.answer: Any = None
+        self.error: BaseException | None = None
+        self.done_at = 0.0
+
+    def run(self) -> None:
+        try:
+            self.answer = run_plan(self.store, admit(self.ctx))
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+        self.done_at = time.monotonic()
+
+
+def test_a_waiter_marked_on_a_dead_holders_claim_wakes_on_the_takeovers_outcome(
+    pg_uri, monkeypatch
+):
+    """A claim taken over from a dead holder keeps the waiters' mark: its outcome wakes them.
+
+    An idempotent call's holder is SIGKILLed while a waiter sleeps marked on its claim;
+    another worker takes the row over (the locked read-then-write, a new claim) and records
+    the outcome at once. The waiter must hear that outcome, not sleep out its pause (the
+    takeover's claim overwrote the mark, so the outcome sent no notification: a 3 s sleep).
+    """
+    from langgraph.store.postgres import PostgresStore
+
+    monkeypatch.setattr(ledger, "FIRST_PAUSE", 3.0)
+    monkeypatch.setattr(ledger, "LONGEST_PAUSE", 3.0)
+    thread = _thread()
+    with PostgresStore.from_conn_string(pg_uri) as store:
+        store.setup()
+    holder = _holder(pg_uri, thread, "idempotent")
+    ctx = dataclasses.replace(context(thread, 0), replay="idempotent")
+    try:
+        with (
+            PostgresStore.from_conn_string(pg_uri) as mine,
+            PostgresStore.from_conn_string(pg_uri) as other,
+        ):
+            _subscribed(mine, ctx.rows_ns)
+            waiter = _Waiter(mine, ctx)
+            waiter.start()
+            _wait_for_mark(other, ctx.rows_ns, ctx.identity.key)
+            time.sleep(0.1)  # the waiter is in its 3 s wait
+            holder.send_signal(signal.SIGKILL)
+            holder.wait(timeout=30)
+            # Another worker finds the holder dead and takes the call over (idempotent: it
+            # runs again with the same key), then records its outcome.
+            admission = run_plan(other, admit(ctx))
+            assert admission.kind == "run", admission
+            assert admission.entry is not None
+            done = finished_entry(admission.entry, "sent", None, "success")
+            run_plan(other, _record(ctx, done))
+            recorded = time.monotonic()
+            owners.REGISTRY.release(admission.entry.owner)
+            waiter.join(timeout=10)
+            assert not waiter.is_alive()
+            assert waiter.error is None, waiter.error
+            assert waiter.answer.kind == "replay", waiter.answer
+            late = waiter.done_at - recorded
+            assert late < 1.0, f"the waiter answered {late:.2f} s after the outcome"
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+
+
+def test_a_waiter_marked_on_a_killed_unsafe_holder_answers_unknown_by_polling(
+    pg_uri, tmp_path, monkeypatch
+):
+    """A holder SIGKILLed after a waiter marked its claim: no outcome will ever notify.
+
+    The waiter falls back to polling: it answers "unknown" within its pause (never runs the
+    unsafe call again, never waits for its whole `wait`).
+    """
+    from langgraph.store.postgres import PostgresStore
+
+    monkeypatch.setattr(ledger, "FIRST_PAUSE", 0.5)
+    monkeypatch.setattr(ledger, "LONGEST_PAUSE", 0.5)
+    thread = _thread()
+    with PostgresStore.from_conn_string(pg_uri) as store:
+        store.setup()
+    holder = _holder(pg_uri, thread, "unsafe")
+    ctx = context(thread, 0)
+    try:
+        with PostgresStore.from_conn_string(pg_uri) as mine:
+            _subscribed(mine, ctx.rows_ns)
+            waiter = _Waiter(mine, ctx)
+            waiter.start()
+            _wait_for_mark(mine, ctx.rows_ns, ctx.identity.key)
+            holder.send_signal(signal.SIGKILL)
+            holder.wait(timeout=30)
+            killed = time.monotonic()
+            waiter.join(timeout=20)
+            assert not waiter.is_alive(), "the waiter never answered"
+            assert waiter.error is None, waiter.error
+            assert waiter.answer.kind == "unknown", waiter.answer
+            assert waiter.done_at - killed < 2.0
+            item = mine.get(ctx.rows_ns, ctx.identity.key)
+            assert item is not None
+            assert item.value["status"] == "started"  # nobody ran it again
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+
+
+def _tenant_ctx(tenant: str, thread: str) -> Any:
+    prefix = ("replay_guard", tenant)
+    return dataclasses.replace(
+        context(thread, 0),
+        rows_ns=row_namespace(prefix, thread),
+        index_ns=index_namespace(prefix, thread),
+    )
+
+
+def _claim(store: Any, ctx: Any) -> Any:
+    row = started_entry(ctx, args=ctx.args, idempotency_key=None, owner=ctx.new_owner())
+    update = Update(ctx.rows_ns, row.key, row.to_value(), False, None)
+    written, _ = store_cas.compare_and_set(store, update)
+    assert written
+    return row
+
+
+def _outcome(ctx: Any, row: Any) -> list[tuple[tuple[str, ...], str, Any]]:
+    done = finished_entry(row, "sent", None, "success")
+    return [(ctx.rows_ns, row.key, done.to_value())]
+
+
+def test_two_tenants_in_one_store_never_wake_each_other(pg_uri):
+    """Same thread, same call, two tenants (ledger prefixes): a mark and an outcome stay in one."""
+    import psycopg
+    from langgraph.store.postgres import PostgresStore
+
+    thread = _thread()
+    ours, theirs = _tenant_ctx("a", thread), _tenant_ctx("b", thread)
+    assert channel(ours.rows_ns) != channel(theirs.rows_ns)
+    with (
+        PostgresStore.from_conn_string(pg_uri) as store,
+        psycopg.connect(pg_uri, autocommit=True) as spy,
+    ):
+        store.setup()
+        spy.execute(f'LISTEN "{channel(theirs.rows_ns)}"')
+        our_row, their_row = _claim(store, ours), _claim(store, theirs)
+        assert our_row.key == their_row.key
+        _subscribed(store, ours.rows_ns)
+        times: list[float] = []
+        waiter = threading.Thread(
+            target=lambda: (
+                wake.pause(store, Sleep(4.0, wake=(ours.rows_ns, our_row.key)), time.monotonic()),
+                times.append(time.monotonic()),
+            ),
+            daemon=True,
+        )
+        waiter.start()
+        with PostgresStore.from_conn_string(pg_uri) as other:
+            assert _wait_for_mark(other, ours.rows_ns, our_row.key)
+            item = other.get(theirs.rows_ns, their_row.key)
+            assert item is not None
+            assert MARK not in item.value  # the mark is on our tenant's row only
+            # Their outcome: no notification (nobody waits there), and ours keeps waiting.
+            assert store_cas.write_rows(other, _outcome(theirs, their_row))
+            assert [n.payload for n in spy.notifies(timeout=0.3)] == []
+            assert waiter.is_alive()
+            assert store_cas.write_rows(other, _outcome(ours, our_row))
+            recorded = time.monotonic()
+        waiter.join(timeout=10)
+        assert times
+        assert times[0] - recorded < 1.0
+        for ctx, row in ((ours, our_row), (theirs, their_row)):
+            owners.REGISTRY.release(row.owner)
+            item = store.get(ctx.rows_ns, row.key)
+            assert item is not None
+            assert item.value["status"] == "completed"
+            assert MARK not in item.value
+
+
+HOSTILE_THREADS = [
+    "quote ' and \" and \\ backslash",
+    "unicode üñí 𝄞 \u2028 \u2029 é",
+    "json-ish {\"a\": [1]} ->> 0 ; DROP TABLE store; --",
+    "x" * 2000,
+]
+
+HOSTILE_VALUE: dict[str, Any] = {
+    "quotes": "' \" \\ \\\\ \\u0000 (a literal backslash-u, not a NUL)",
+    "unicode": "𝄞 \u2028 \u2029 \ufeff é ü",
+    "ints": [0, -1, 2**53 + 1, 2**63 - 1, -(2**63), 2**64 - 1],
+    "floats": [0.1, 0.1 + 0.2, 1e-300, 1.5e15, -2.5],
+    "nested": {"a": [{"b": None, "c": True, "d": False}], "": "empty key"},
+    "big": "y" * 200_000,
+}
+
+
+@pytest.mark.parametrize("thread_text", HOSTILE_THREADS, ids=range(len(HOSTILE_THREADS)))
+def test_odd_rows_round_trip_through_the_one_statement_claim(pg_uri, thread_text):
+    """A claim and its lookup rows, with hostile text and numbers, read back exactly."""
+    from langgraph.store.postgres import PostgresStore
+
+    ctx = context(thread_text, 0)
+    value = {**HOSTILE_VALUE, "status": "started", "rev": "r1"}
+    also_value = {"key": ctx.identity.key, "odd": HOSTILE_VALUE["quotes"], "n": 2**64 - 1}
+    also = ((ctx.index_ns, "tc/" + thread_text[:100], also_value),)
+    with PostgresStore.from_conn_string(pg_uri) as store:
+        store.setup()
+        update = Update(ctx.rows_ns, ctx.identity.key, value, False, None, also=also)
+        assert store_cas.compare_and_set(store, update)[0]
+        item = store.get(ctx.rows_ns, ctx.identity.key)
+        assert item is not None
+        assert item.value == value
+        pointer = store.get(ctx.index_ns, "tc/" + thread_text[:100])
+        assert pointer is not None
+        assert pointer.value == also_value
+        # A second claim of the same row finds it (no overwrite) and returns it as stored.
+        written, current = store_cas.compare_and_set(store, update)
+        assert not written
+        assert current == value
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param("nul \x00 inside", id="nul"),
+        pytest.param("lone \ud800 surrogate", id="surrogate"),
+        pytest.param(2**64, id="int-past-u64"),
+    ],
+)
+def test_a_claim_of_a_value_postgres_cannot_store_writes_nothing(pg_uri, bad):
+    """An unstorable value fails the claim loudly, with neither the row nor its lookup written."""
+    from langgraph.store.postgres import PostgresStore
+
+    ctx = context(_thread(), 0)
+    value = {"status": "started", "rev": "r1", "odd": bad}
+    also = ((ctx.index_ns, "tc/call-0", {"key": ctx.identity.key}),)
+    with PostgresStore.from_conn_string(pg_uri) as store:
+        store.setup()
+        update = Update(ctx.rows_ns, ctx.identity.key, value, False, None, also=also)
+        with pytest.raises(Exception):  # noqa: B017, PT011  (orjson's or PostgreSQL's error)
+            store_cas.compare_and_set(store, update)
+        assert store.get(ctx.rows_ns, ctx.identity.key) is None
+        assert store.get(ctx.index_ns, "tc/call-0") is None
+        # The connection is still usable (no transaction left open by the failed claim).
+        ok = Update(ctx.rows_ns, ctx.identity.key, {"status": "started", "rev": "r2"}, False, None)
+        assert store_cas.compare_and_set(store, ok)[0]
