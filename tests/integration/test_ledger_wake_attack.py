@@ -331,3 +331,92 @@ def test_a_claim_of_a_value_postgres_cannot_store_writes_nothing(pg_uri, bad):
         # The connection is still usable (no transaction left open by the failed claim).
         ok = Update(ctx.rows_ns, ctx.identity.key, {"status": "started", "rev": "r2"}, False, None)
         assert store_cas.compare_and_set(store, ok)[0]
+
+
+def test_sync_and_async_waiters_of_one_row_all_wake_on_its_outcome(pg_uri):
+    """Two sync waiters and two async ones (each API its own listener) hear one outcome."""
+    import asyncio
+
+    from langgraph.store.postgres import PostgresStore
+    from langgraph.store.postgres.aio import AsyncPostgresStore
+
+    ctx = context(_thread(), 0)
+    woken: list[float] = []
+    lock = threading.Lock()
+
+    def stamp() -> None:
+        with lock:
+            woken.append(time.monotonic())
+
+    with PostgresStore.from_conn_string(pg_uri) as store:
+        store.setup()
+        row = _claim(store, ctx)
+        _subscribed(store, ctx.rows_ns)
+        since = time.monotonic()
+
+        def sync_wait() -> None:
+            wake.pause(store, Sleep(5.0, wake=(ctx.rows_ns, row.key)), since)
+            stamp()
+
+        async def async_waits() -> None:
+            async with AsyncPostgresStore.from_conn_string(pg_uri) as astore:
+                await wake.apause(astore, Sleep(0.05, wake=(ctx.rows_ns, "no-such-row")), 0)
+
+                async def one() -> None:
+                    await wake.apause(astore, Sleep(5.0, wake=(ctx.rows_ns, row.key)), since)
+                    stamp()
+
+                await asyncio.gather(one(), one())
+
+        workers = [threading.Thread(target=sync_wait, daemon=True) for _ in range(2)]
+        workers.append(threading.Thread(target=asyncio.run, args=(async_waits(),), daemon=True))
+        for worker in workers:
+            worker.start()
+        time.sleep(1.0)  # every waiter listens, has marked the row and waits
+        item = store.get(ctx.rows_ns, row.key)
+        assert item is not None
+        assert item.value.get(MARK) is True
+        with PostgresStore.from_conn_string(pg_uri) as other:
+            assert store_cas.write_rows(other, _outcome(ctx, row))
+        recorded = time.monotonic()
+        for worker in workers:
+            worker.join(timeout=10)
+        owners.REGISTRY.release(row.owner)
+    assert len(woken) == 4
+    assert max(woken) - recorded < 1.0, [round(t - recorded, 3) for t in woken]
+
+
+def test_a_waiter_whose_listen_connection_is_killed_after_its_mark_polls(pg_uri):
+    """The LISTEN backend terminated between the mark and the outcome: a poll, never forever."""
+    import psycopg
+    from langgraph.store.postgres import PostgresStore
+
+    ctx = context(_thread(), 0)
+    with PostgresStore.from_conn_string(pg_uri) as store, psycopg.connect(
+        pg_uri, autocommit=True
+    ) as admin:
+        store.setup()
+        row = _claim(store, ctx)
+        _subscribed(store, ctx.rows_ns)
+        done: list[float] = []
+        waiter = threading.Thread(
+            target=lambda: (
+                wake.pause(store, Sleep(2.0, wake=(ctx.rows_ns, row.key)), time.monotonic()),
+                done.append(time.monotonic()),
+            ),
+            daemon=True,
+        )
+        started = time.monotonic()
+        waiter.start()
+        assert _wait_for_mark(store, ctx.rows_ns, row.key)
+        killed = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND query LIKE 'LISTEN%%'"
+        ).fetchall()
+        assert killed
+        assert store_cas.write_rows(store, _outcome(ctx, row))
+        waiter.join(timeout=10)
+        assert done, "the waiter never returned"
+        # It polls out the rest of its pause (2 s): not woken, not stuck past it.
+        assert done[0] - started < 3.0
+        owners.REGISTRY.release(row.owner)
