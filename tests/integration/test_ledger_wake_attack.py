@@ -267,7 +267,7 @@ def test_two_tenants_in_one_store_never_wake_each_other(pg_uri):
 HOSTILE_THREADS = [
     "quote ' and \" and \\ backslash",
     "unicode üñí 𝄞 \u2028 \u2029 é",
-    "json-ish {\"a\": [1]} ->> 0 ; DROP TABLE store; --",
+    'json-ish {"a": [1]} ->> 0 ; DROP TABLE store; --',
     "x" * 2000,
 ]
 
@@ -392,9 +392,10 @@ def test_a_waiter_whose_listen_connection_is_killed_after_its_mark_polls(pg_uri)
     from langgraph.store.postgres import PostgresStore
 
     ctx = context(_thread(), 0)
-    with PostgresStore.from_conn_string(pg_uri) as store, psycopg.connect(
-        pg_uri, autocommit=True
-    ) as admin:
+    with (
+        PostgresStore.from_conn_string(pg_uri) as store,
+        psycopg.connect(pg_uri, autocommit=True) as admin,
+    ):
         store.setup()
         row = _claim(store, ctx)
         _subscribed(store, ctx.rows_ns)
@@ -420,3 +421,51 @@ def test_a_waiter_whose_listen_connection_is_killed_after_its_mark_polls(pg_uri)
         # It polls out the rest of its pause (2 s): not woken, not stuck past it.
         assert done[0] - started < 3.0
         owners.REGISTRY.release(row.owner)
+
+
+def test_workers_racing_to_take_over_a_killed_holders_call_run_it_once(pg_uri, tmp_path):
+    """Six processes at a barrier admit an idempotent call whose holder was SIGKILLed.
+
+    One takes it over and runs it (the locked read-then-write decides on the row's
+    revision); the others wait on its claim and replay its outcome, woken by it (their
+    pauses are 3 s: a lost wake-up answers seconds late).
+    """
+    import json
+
+    from langgraph.store.postgres import PostgresStore
+
+    thread, workers = _thread(), 6
+    with PostgresStore.from_conn_string(pg_uri) as store:
+        store.setup()
+    holder = _holder(pg_uri, thread, "idempotent")
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=30)
+    effects, barrier = tmp_path / "effects.txt", tmp_path / "ready"
+    barrier.mkdir()
+    env = {**os.environ, "LANGSMITH_TRACING": "false", "PYTHONPATH": str(ROOT)}
+    args = [pg_uri, thread, "idempotent", str(effects), str(barrier), str(workers)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, SCRIPT, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        for _ in range(workers)
+    ]
+    answers = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err.decode()[-2000:]
+        answers.append(json.loads(out.decode().strip().splitlines()[-1]))
+    assert len(effects.read_text().splitlines()) == 1  # run once, by one of them
+    kinds = sorted(a["kind"] for a in answers)
+    assert kinds == ["replay"] * (workers - 1) + ["run"], kinds
+    ran_at = next(a["at"] for a in answers if a["kind"] == "run")
+    late = [a["at"] - ran_at for a in answers if a["kind"] == "replay"]
+    assert max(late) < 1.0, sorted(late)
+    ctx = context(thread, 0)
+    with PostgresStore.from_conn_string(pg_uri) as store:
+        item = store.get(ctx.rows_ns, ctx.identity.key)
+        assert item is not None
+        assert item.value["status"] == "completed"
