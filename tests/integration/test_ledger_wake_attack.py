@@ -469,3 +469,31 @@ def test_workers_racing_to_take_over_a_killed_holders_call_run_it_once(pg_uri, t
         item = store.get(ctx.rows_ns, ctx.identity.key)
         assert item is not None
         assert item.value["status"] == "completed"
+
+
+def test_a_waiter_gives_up_at_its_wait_not_a_pause_later(pg_uri):
+    """A live holder never finishes: the waiter raises at `wait` seconds, not after a long pause.
+
+    Its pauses double (20 ms ... 0.5 s); the last one was not cut to the time left, so a
+    0.7 s wait raised after about 1.1 s (a whole pause past it).
+    """
+    from langgraph.store.postgres import PostgresStore
+
+    from langgraph_replay_guard.errors import ReplayInFlightError
+
+    thread = _thread()
+    with PostgresStore.from_conn_string(pg_uri) as store:
+        store.setup()
+    holder = _holder(pg_uri, thread, "unsafe")
+    try:
+        ctx = dataclasses.replace(context(thread, 0), wait=0.7)
+        with PostgresStore.from_conn_string(pg_uri) as store:
+            _subscribed(store, ctx.rows_ns)
+            started = time.monotonic()
+            with pytest.raises(ReplayInFlightError):
+                run_plan(store, admit(ctx))
+            took = time.monotonic() - started
+        assert 0.7 <= took < 0.9, f"gave up after {took:.2f} s of a 0.7 s wait"
+    finally:
+        holder.kill()
+        holder.wait()
