@@ -284,6 +284,7 @@ HOSTILE_VALUE: dict[str, Any] = {
 @pytest.mark.parametrize("thread_text", HOSTILE_THREADS, ids=range(len(HOSTILE_THREADS)))
 def test_odd_rows_round_trip_through_the_one_statement_claim(pg_uri, thread_text):
     """A claim and its lookup rows, with hostile text and numbers, read back exactly."""
+    import psycopg
     from langgraph.store.postgres import PostgresStore
 
     ctx = context(thread_text, 0)
@@ -304,6 +305,16 @@ def test_odd_rows_round_trip_through_the_one_statement_claim(pg_uri, thread_text
         written, current = store_cas.compare_and_set(store, update)
         assert not written
         assert current == value
+        # The same value as the store's own `put` writes it (the standard library's encoder,
+        # as 66baf92 wrote ledger rows): the same jsonb, so old rows and new compare equal.
+        store.put(("old",), "row", value)
+        with psycopg.connect(pg_uri) as conn:
+            row = conn.execute(
+                "SELECT a.value = b.value FROM store a, store b "
+                "WHERE a.prefix = %s AND a.key = %s AND b.prefix = 'old' AND b.key = 'row'",
+                (".".join(ctx.rows_ns), ctx.identity.key),
+            ).fetchone()
+        assert row == (True,)
 
 
 @pytest.mark.parametrize(
