@@ -508,3 +508,62 @@ def test_a_waiter_gives_up_at_its_wait_not_a_pause_later(pg_uri):
     finally:
         holder.kill()
         holder.wait()
+
+
+def _takeover(ctx: Any, row: Any) -> Update:
+    """A new claim of `row` (another owner, same revision compared), as `admit` writes it."""
+    new = started_entry(ctx, args=ctx.args, idempotency_key=None, owner=None)
+    return Update(ctx.rows_ns, row.key, new.to_value(), True, row.rev)
+
+
+@pytest.mark.parametrize("path", ["autocommit", "batch", "pipeline", "async"])
+def test_every_compare_and_set_path_keeps_the_mark_on_a_takeover(pg_uri, path):
+    """The takeover's claim keeps the mark on each PostgreSQL compare-and-set path.
+
+    A settled value written over a marked claim (a resolution) drops it: it is no claim.
+    """
+    import asyncio
+
+    from langgraph.store.postgres import PostgresStore
+    from langgraph.store.postgres.aio import AsyncPostgresStore
+
+    ctx = context(_thread(), 0)
+    other = context(ctx.identity.thread_id, 1)
+    with PostgresStore.from_conn_string(pg_uri) as store:
+        store.setup()  # not in pipeline mode (its migrations cannot run there)
+    with PostgresStore.from_conn_string(pg_uri, pipeline=path == "pipeline") as store:
+        row = _claim(store, ctx)
+        owners.REGISTRY.release(row.owner)
+        assert store_cas.mark_waiting(store, ctx.rows_ns, row.key)
+        update = _takeover(ctx, row)
+        if path == "batch":
+            fresh = started_entry(other, args=other.args, idempotency_key=None, owner=None)
+            claim_other = Update(other.rows_ns, fresh.key, fresh.to_value(), False, None)
+            answers = store_cas.compare_and_set_many(store, [update, claim_other])
+            assert [written for written, _ in answers] == [True, True]
+        elif path == "async":
+
+            async def run() -> tuple[bool, Any]:
+                async with AsyncPostgresStore.from_conn_string(pg_uri) as astore:
+                    return await store_cas.acompare_and_set(astore, update)
+
+            assert asyncio.run(run())[0]
+        else:
+            assert store_cas.compare_and_set(store, update)[0]
+        item = store.get(ctx.rows_ns, row.key)
+        assert item is not None
+        assert item.value["rev"] == update.value["rev"] != row.rev
+        assert item.value.get(MARK) is True
+        # A resolution (a settled value) over the marked claim: no mark kept.
+        settled = finished_entry(_entry_of(item.value, row.key), "done", None, "success")
+        resolved = Update(ctx.rows_ns, row.key, settled.to_value(), True, item.value["rev"])
+        assert store_cas.compare_and_set(store, resolved)[0]
+        item = store.get(ctx.rows_ns, row.key)
+        assert item is not None
+        assert MARK not in item.value
+
+
+def _entry_of(value: dict[str, Any], key: str) -> Any:
+    from langgraph_replay_guard.replay.ledger import LedgerEntry
+
+    return LedgerEntry.from_value(key, value)
