@@ -567,3 +567,38 @@ def _entry_of(value: dict[str, Any], key: str) -> Any:
     from langgraph_replay_guard.replay.ledger import LedgerEntry
 
     return LedgerEntry.from_value(key, value)
+
+
+def test_a_mark_committed_between_the_takeovers_read_and_write_is_kept(pg_uri, monkeypatch):
+    """A waiter marks the old claim after the takeover read it under the lock, before it wrote.
+
+    The mark takes no advisory lock, so it commits in that gap; the takeover's upsert reads
+    the row's newest version and keeps it (its outcome then notifies that waiter).
+    """
+    from langgraph.store.postgres import PostgresStore
+
+    ctx = context(_thread(), 0)
+    with (
+        PostgresStore.from_conn_string(pg_uri) as store,
+        PostgresStore.from_conn_string(pg_uri) as waiter,
+    ):
+        store.setup()
+        row = _claim(store, ctx)
+        owners.REGISTRY.release(row.owner)
+        decide = store_cas._decide
+        marked: list[bool | None] = []
+
+        def decide_then_mark(current: Any, op: Update) -> tuple[bool, Any]:
+            answer = decide(current, op)
+            assert current is not None
+            assert MARK not in current  # read before the mark
+            marked.append(store_cas.mark_waiting(waiter, ctx.rows_ns, row.key))
+            return answer
+
+        monkeypatch.setattr(store_cas, "_decide", decide_then_mark)
+        assert store_cas.compare_and_set(store, _takeover(ctx, row))[0]
+        assert marked == [True]
+        item = store.get(ctx.rows_ns, row.key)
+        assert item is not None
+        assert item.value["rev"] != row.rev
+        assert item.value.get(MARK) is True
