@@ -44,6 +44,7 @@ SLOW_MODULES = frozenset(
         "tests/integration/test_concurrent_claims.py",
         "tests/integration/test_ledger_one_trip.py",
         "tests/integration/test_ledger_wake.py",
+        "tests/integration/test_ledger_wake_attack.py",
         "tests/integration/test_crash.py",
         "tests/integration/test_crash_deepagents.py",
         "tests/integration/test_crashtest.py",

@@ -914,9 +914,11 @@ def admit(ctx: CallContext) -> Generator[Op, Any, Admission]:
             return step if ctx is given else replace(step, context=ctx)
         if isinstance(step, _Wait):
             waited_from = ctx.elapsed() if waited_from is None else waited_from
-            if ctx.elapsed() - waited_from >= ctx.wait:
+            left = ctx.wait - (ctx.elapsed() - waited_from)
+            if left <= 0:
                 raise _in_flight(ctx, step.row)
-            yield Sleep(pause, wake=(ctx.rows_ns, ident.key))
+            # The last pause ends at the wait's end (a whole pause past it before: up to 0.5 s).
+            yield Sleep(min(pause, left), wake=(ctx.rows_ns, ident.key))
             pause = min(pause * 2, LONGEST_PAUSE)
             (own_value,) = yield Read(((ctx.rows_ns, ident.key),))
             own = _entry(ident.key, own_value)

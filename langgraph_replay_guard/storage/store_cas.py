@@ -112,10 +112,16 @@ _PG_CLAIM = (
     "BEGIN; SELECT pg_advisory_xact_lock(hashtextextended({lock}, 0)); "
     "SELECT value FROM store WHERE prefix = {prefix} AND key = {key}"
 )
+# A compare-and-set's rows. A new claim written over a claim that waiters marked (a takeover
+# of a dead or expired holder's row) keeps the mark: those waiters sleep on the row, and only
+# a marked row's outcome notifies (`_write_query`); without it they would sleep out their
+# pause. The row's newest version is the one compared (a mark committed after the read).
 _PG_UPSERT_MANY = (
     "INSERT INTO store (prefix, key, value, created_at, updated_at, expires_at, ttl_minutes) "
     "VALUES {values} "
-    "ON CONFLICT (prefix, key) DO UPDATE SET value = EXCLUDED.value, "
+    f"ON CONFLICT (prefix, key) DO UPDATE SET value = CASE WHEN store.value ? '{WAITING}' "
+    "AND EXCLUDED.value->>'status' = 'started' "
+    f"THEN EXCLUDED.value || jsonb_build_object('{WAITING}', true) ELSE EXCLUDED.value END, "
     "updated_at = CURRENT_TIMESTAMP, expires_at = NULL, ttl_minutes = NULL"
 )
 # A ledger row is never given a TTL (the upserts clear it); a user's TTL sweeper may still
