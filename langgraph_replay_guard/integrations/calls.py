@@ -92,7 +92,7 @@ The final AIMessage is written once, after the batch's last call; a tools task s
 
 
 @dataclass(frozen=True)
-class Batch:
+class ToolCallBatch:
     """Where a tool call sits: its AIMessage, its position and the user turn."""
 
     ai_message: AIMessage
@@ -165,7 +165,7 @@ def find_batch(
     tool_call_id: str | None,
     messages_key: str = "messages",
     anchors: Mapping[str, str | None] | None = None,
-) -> Batch | None:
+) -> ToolCallBatch | None:
     """Find the AIMessage that asked for a tool call, and the turn it belongs to.
 
     Args:
@@ -191,7 +191,7 @@ def find_batch(
     turn = _turn_before(messages, ai_index, anchors or {})
     ai = messages[ai_index]
     assert isinstance(ai, AIMessage)
-    return Batch(ai_message=ai, turn=turn)
+    return ToolCallBatch(ai_message=ai, turn=turn)
 
 
 def current_turn(
@@ -239,7 +239,7 @@ def snapshot(value: Any, batch_id: str | None) -> Mapping[str, Any]:
 class BatchPlan(CallPlan):
     """Decisions for every call of one AIMessage, all against the same snapshot."""
 
-    batch: Batch
+    batch: ToolCallBatch
     stop_was_ignored: bool = False
     """The turn's stop is a come-back the guard already answered: the next one raises."""
 
@@ -247,7 +247,7 @@ class BatchPlan(CallPlan):
 def plan_batch(
     policies: GuardConfig | PolicyResolver,
     state: Mapping[str, Any],
-    batch: Batch,
+    batch: ToolCallBatch,
     tools: Collection[str] | None = None,
 ) -> BatchPlan:
     """Decide every call of a batch by position (identical calls: the first one runs).
@@ -293,7 +293,7 @@ class PlanCache:
         self,
         policies: GuardConfig | PolicyResolver,
         value: Any,
-        batch: Batch,
+        batch: ToolCallBatch,
         tools: tuple[str, ...] | None = None,
     ) -> BatchPlan:
         """`plan_batch(policies, snapshot(value, batch.batch_id), batch, tools)`, cached.
@@ -447,7 +447,7 @@ def whole_duplicate_answer(
     return answer.model_copy(update={"content": text})
 
 
-def denied_event(planned: PlannedCall, batch: Batch, reason: str, *, abort: bool) -> Event:
+def denied_event(planned: PlannedCall, batch: ToolCallBatch, reason: str, *, abort: bool) -> Event:
     """Event recording a call that was not executed."""
     assert planned.facts is not None
     return make_event(
@@ -462,7 +462,7 @@ def denied_event(planned: PlannedCall, batch: Batch, reason: str, *, abort: bool
     )
 
 
-def answered_event(planned: PlannedCall, batch: Batch, *, shadowed: bool = False) -> Event:
+def answered_event(planned: PlannedCall, batch: ToolCallBatch, *, shadowed: bool = False) -> Event:
     """Event recording a call another piece answered (the tool never ran through the guard).
 
     In shadow mode, a call that enforcing would have answered itself carries enforcing's
@@ -513,7 +513,7 @@ def previous_batch(messages: Sequence[BaseMessage]) -> tuple[AIMessage, set[str]
 def executed_event(
     config: GuardConfig,
     planned: PlannedCall,
-    batch: Batch,
+    batch: ToolCallBatch,
     outcome: str,
     text: str | None,
     *,
@@ -588,7 +588,7 @@ def stopped_here(state: Any, messages_key: str = "messages") -> bool:
     return isinstance(marks, Mapping) and (STOP_MARK in marks or STOPPED_MARK in marks)
 
 
-def final_ai_message(decision: Decision, batch: Batch) -> AIMessage:
+def final_ai_message(decision: Decision, batch: ToolCallBatch) -> AIMessage:
     """The AIMessage that ends a run the guard stopped (`exit_behavior="end"`).
 
     It carries the name of the AIMessage that asked for the stopped batch: supervisors and
@@ -627,7 +627,7 @@ def final_ai_message(decision: Decision, batch: Batch) -> AIMessage:
 
 
 def abort_answer(
-    planned: PlannedCall, aborting: PlannedCall, batch: Batch
+    planned: PlannedCall, aborting: PlannedCall, batch: ToolCallBatch
 ) -> tuple[ToolMessage, list[Event]]:
     """Answer one call of a batch that aborts the run, and the events that record it.
 
@@ -671,7 +671,7 @@ def abort_answer(
     return blocked_tool_message(planned.tool_call, content, reason=answered, stop=reason), events
 
 
-def blocked_answer(planned: PlannedCall, batch: Batch) -> tuple[ToolMessage, list[Event]]:
+def blocked_answer(planned: PlannedCall, batch: ToolCallBatch) -> tuple[ToolMessage, list[Event]]:
     """Answer a call that its plan does not let run, and the events that record it.
 
     A call whose arguments could not be keyed is told why (and logged); it records nothing.

@@ -60,7 +60,7 @@ from langgraph_replay_guard.guard import ReplayGuard
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
     STOP_MARK,
-    Batch,
+    ToolCallBatch,
     abort_answer,
     answered_event,
     current_turn,
@@ -335,7 +335,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if not missing:
             return value, []
         config = self._calls.config
-        batch = Batch(ai, current_turn(state, anchors=turn_anchors(value)))
+        batch = ToolCallBatch(ai, current_turn(state, anchors=turn_anchors(value)))
         plan = self._calls.plans.plan(self._calls.policies, value, batch, self._calls.tools)
         events = [
             answered_event(planned, batch)
@@ -495,7 +495,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return result, []
         config = self._calls.config
         # The answer is the batch; its turn is that of the messages it answers.
-        batch = Batch(ai, current_turn(request.state, anchors=turn_anchors(value)))
+        batch = ToolCallBatch(ai, current_turn(request.state, anchors=turn_anchors(value)))
         plan = self._calls.plans.plan(self._calls.policies, value, batch, self._calls.tools)
         aborting = plan.abort
         if aborting is None or aborting.decision is None:

@@ -23,8 +23,8 @@ from langgraph_replay_guard.decisions.state import fold_events, new_state, settl
 from langgraph_replay_guard.integrations.calls import (
     ANSWER_MARK,
     STOPPED_MARK,
-    Batch,
     BatchPlan,
+    ToolCallBatch,
     abort_answer,
     blocked_answer,
     executed_event,
@@ -44,7 +44,7 @@ def run_batch(
 ) -> tuple[BatchPlan, list[ToolMessage | None]]:
     """Plan, answer and record one batch the way the guarded ToolNode does."""
     ai = AIMessage("", id=batch_id, tool_calls=[tool_call(name, args) for name, args in calls])
-    batch = Batch(ai, turn)
+    batch = ToolCallBatch(ai, turn)
     plan = plan_batch(CONFIG, snapshot(state, batch_id), batch)
     events, answers = [], []
     for planned in plan.calls:

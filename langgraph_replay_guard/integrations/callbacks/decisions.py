@@ -38,8 +38,8 @@ from langgraph_replay_guard.decisions.state_format import CallEvent
 from langgraph_replay_guard.integrations.callbacks.marks import RAISED, STARTED, MarkBook
 from langgraph_replay_guard.integrations.callbacks.scopes import Scope, ScopeKey, ScopeTable
 from langgraph_replay_guard.integrations.calls import (
-    Batch,
     BatchPlan,
+    ToolCallBatch,
     abort_answer,
     answered_event,
     blocked_answer,
@@ -592,7 +592,7 @@ class CallbackDecider:
         config = self.config
         state = snapshot(self.scopes.read(scope), batch_id)
         # The batch's AIMessage only carries the id: executor calls may have string args.
-        batch = Batch(AIMessage(content="", id=batch_id), scope.turn)
+        batch = ToolCallBatch(AIMessage(content="", id=batch_id), scope.turn)
         tool_calls = [as_tool_call(call) for call in calls]
         calls_planned = plan_calls(
             self.policies, state, tool_calls, scope.turn, batch_id=batch_id, tools=self.tools
