@@ -57,18 +57,14 @@ from langgraph_replay_guard.decisions.state import (
     unshown_hashes,
 )
 from langgraph_replay_guard.guard import ReplayGuard
-from langgraph_replay_guard.integrations.calls import (
-    GUARD_CHANNEL,
-    STOP_MARK,
+from langgraph_replay_guard.integrations.answers import STOP_MARK, abort_answer, final_ai_message
+from langgraph_replay_guard.integrations.batches import (
     ToolCallBatch,
-    abort_answer,
-    answered_event,
     current_turn,
-    emit,
-    final_ai_message,
     previous_batch,
     turn_anchors,
 )
+from langgraph_replay_guard.integrations.calls import GUARD_CHANNEL, answered_event, emit
 from langgraph_replay_guard.integrations.ledger_gate import given_update
 from langgraph_replay_guard.integrations.prompt import (
     next_call_reminder,

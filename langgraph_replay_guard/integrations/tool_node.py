@@ -42,29 +42,33 @@ from langgraph_replay_guard.decisions.state import Event, merge_guard_state, set
 from langgraph_replay_guard.errors import (
     LoopAbortedError,
 )
+from langgraph_replay_guard.integrations.answers import (
+    abort_answer,
+    blocked_answer,
+    earlier_answer,
+    final_ai_message,
+    stopped_here,
+    whole_duplicate_answer,
+)
+from langgraph_replay_guard.integrations.batches import (
+    ToolCallBatch,
+    current_turn,
+    find_batch,
+    state_field,
+    state_messages,
+    turn_anchors,
+)
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
     BatchPlan,
     PlanCache,
-    ToolCallBatch,
-    abort_answer,
     answered_event,
-    blocked_answer,
-    current_turn,
-    earlier_answer,
     emit,
     executed_event,
-    final_ai_message,
-    find_batch,
     plan_batch,
     result_outcome,
     snapshot,
-    state_field,
-    state_messages,
-    stopped_here,
     tool_message,
-    turn_anchors,
-    whole_duplicate_answer,
 )
 from langgraph_replay_guard.integrations.channel_resets import ResetWatch, reset_channel_message
 from langgraph_replay_guard.integrations.ledger_gate import (

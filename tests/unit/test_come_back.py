@@ -20,13 +20,15 @@ from langgraph_replay_guard.decisions.engine import (
     stop_was_ignored,
 )
 from langgraph_replay_guard.decisions.state import fold_events, new_state, settled
-from langgraph_replay_guard.integrations.calls import (
+from langgraph_replay_guard.integrations.answers import (
     ANSWER_MARK,
     STOPPED_MARK,
-    BatchPlan,
-    ToolCallBatch,
     abort_answer,
     blocked_answer,
+)
+from langgraph_replay_guard.integrations.batches import ToolCallBatch
+from langgraph_replay_guard.integrations.calls import (
+    BatchPlan,
     executed_event,
     plan_batch,
     snapshot,

@@ -18,7 +18,8 @@ from langgraph_replay_guard import GuardConfig
 from langgraph_replay_guard.decisions.engine import call_facts, fold_settings, make_event
 from langgraph_replay_guard.decisions.memo import IdentityMemo
 from langgraph_replay_guard.decisions.state import Event, merge_guard_state, own_update
-from langgraph_replay_guard.integrations.calls import PlanCache, ToolCallBatch
+from langgraph_replay_guard.integrations.batches import ToolCallBatch
+from langgraph_replay_guard.integrations.calls import PlanCache
 
 CONFIG = GuardConfig(tools={"write": "unsafe"}, max_repeats=2)
 CFG = fold_settings(CONFIG)

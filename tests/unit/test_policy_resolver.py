@@ -20,7 +20,8 @@ from langgraph_replay_guard import (
 )
 from langgraph_replay_guard.decisions.engine import call_facts
 from langgraph_replay_guard.decisions.state import new_state
-from langgraph_replay_guard.integrations.calls import PlanCache, ToolCallBatch
+from langgraph_replay_guard.integrations.batches import ToolCallBatch
+from langgraph_replay_guard.integrations.calls import PlanCache
 from langgraph_replay_guard.policy.resolver import PolicyResolver, resolver_of
 from langgraph_replay_guard.policy.tool_hints import hinted, hinted_tools
 from langgraph_replay_guard.testing import ScriptedChatModel

@@ -35,14 +35,13 @@ from langgraph_replay_guard.decisions.state import (
     state_for_turn,
 )
 from langgraph_replay_guard.decisions.state_format import CallEvent
+from langgraph_replay_guard.integrations.answers import abort_answer, blocked_answer
+from langgraph_replay_guard.integrations.batches import ToolCallBatch
 from langgraph_replay_guard.integrations.callbacks.marks import RAISED, STARTED, MarkBook
 from langgraph_replay_guard.integrations.callbacks.scopes import Scope, ScopeKey, ScopeTable
 from langgraph_replay_guard.integrations.calls import (
     BatchPlan,
-    ToolCallBatch,
-    abort_answer,
     answered_event,
-    blocked_answer,
     denied_event,
     executed_event,
     guard_update,
