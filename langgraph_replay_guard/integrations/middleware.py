@@ -97,7 +97,7 @@ if TYPE_CHECKING:
     from langgraph.types import Command
 
     from langgraph_replay_guard._compat import AgentInputs
-    from langgraph_replay_guard.replay.ledger import Plan
+    from langgraph_replay_guard.replay.ledger import LedgerPlan
 
 __all__ = ["ReplayGuardMiddleware"]
 
@@ -424,7 +424,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 previews[digest] = text[: config.result_preview_chars]
         return self._send(value, show_update(previews)) if previews else value
 
-    def _given(self, request: ModelRequest[Any]) -> tuple[BaseStore, Plan] | None:
+    def _given(self, request: ModelRequest[Any]) -> tuple[BaseStore, LedgerPlan] | None:
         """The ledger plan that makes the last batch's rows hold what the model is given.
 
         The ledger records what the tool returned, in the tools node; a middleware may

@@ -40,8 +40,8 @@ UNREADABLE_VALUE = "__replay_guard_unreadable__"
 """Key of the stand-in value `load_store_value` returns for a row that is not a JSON object."""
 
 T = TypeVar("T")
-Plan = Generator[StoreOps, list[Any], T]
-"""A store operation as a generator: yields batches of ops, receives their results."""
+RecordStorePlan = Generator[StoreOps, list[Any], T]
+"""A record-store operation as a generator: yields `StoreOps`, receives their results."""
 
 FORMAT_VERSION = 1
 DEFAULT_CHUNK_CHARS = 4 * 1024 * 1024
@@ -199,7 +199,9 @@ class RecordStore:
 
     # -- plans: generators that yield store operations and receive their results -----------
 
-    def put_plan(self, record: ExecutionRecord, *, previous_chunks: int | None = None) -> Plan[int]:
+    def put_plan(
+        self, record: ExecutionRecord, *, previous_chunks: int | None = None
+    ) -> RecordStorePlan[int]:
         """The plan `put` runs (for a caller that runs it inside a plan of its own)."""
         header, chunks = self._encode(record)
         if previous_chunks is None:
@@ -208,7 +210,7 @@ class RecordStore:
         yield StoreOps(tuple(self._put_ops(record.execution_id, header, chunks, previous_chunks)))
         return len(chunks)
 
-    def _get_plan(self, execution_id: str) -> Plan[ExecutionRecord | None]:
+    def _get_plan(self, execution_id: str) -> RecordStorePlan[ExecutionRecord | None]:
         try:
             stored = (yield StoreOps((self._header_get(execution_id),)))[0]
         except Exception as exc:  # an undecodable row: the backend fails to parse it
@@ -232,7 +234,7 @@ class RecordStore:
             return _corrupted(execution_id, header, [f"the stored body cannot be read: {exc}"])
         return _decode(execution_id, header, stored, chunks, count)
 
-    def _list_plan(self, limit: int | None) -> Plan[list[StoredRecordInfo]]:
+    def _list_plan(self, limit: int | None) -> RecordStorePlan[list[StoredRecordInfo]]:
         items: list[Item] = []
         offset = 0
         while True:
@@ -242,23 +244,23 @@ class RecordStore:
                 return _infos(self.namespace, items, limit)
             offset += _PAGE
 
-    def _invalidate_plan(self, execution_id: str) -> Plan[RecordHeader]:
+    def _invalidate_plan(self, execution_id: str) -> RecordStorePlan[RecordHeader]:
         stored = (yield StoreOps((self._header_get(execution_id),)))[0]
         value, header = _invalidated(execution_id, stored)
         yield StoreOps((PutOp(self.namespace, execution_id, value, index=False),))
         return header
 
-    def _delete_plan(self, execution_id: str) -> Plan[bool]:
+    def _delete_plan(self, execution_id: str) -> RecordStorePlan[bool]:
         stored = (yield StoreOps((self._header_get(execution_id),)))[0]
         if stored is None:
             return False
         yield StoreOps(tuple(self._delete_ops(execution_id, stored)))
         return True
 
-    def _run(self, plan: Plan[T]) -> T:
+    def _run(self, plan: RecordStorePlan[T]) -> T:
         return run_plan(self.store, plan)
 
-    async def _arun(self, plan: Plan[T]) -> T:
+    async def _arun(self, plan: RecordStorePlan[T]) -> T:
         return await arun_plan(self.store, plan)
 
     def _header_get(self, execution_id: str) -> GetOp:

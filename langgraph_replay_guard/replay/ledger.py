@@ -613,7 +613,8 @@ class StoreOps:
 
 
 Op = Read | Write | Update | Sleep | Search | StoreOps
-Plan = Generator[Op, Any, Any]
+LedgerPlan = Generator[Op, Any, Any]
+"""A ledger operation as a generator: yields `Op`s, receives their answers (`storage.ledger_io`)."""
 
 
 @dataclass(frozen=True)
