@@ -13,7 +13,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 
 from langgraph_replay_guard import json_depth
 from langgraph_replay_guard.evaluation import GUARD_FIELD
-from langgraph_replay_guard.integrations.calls import ANSWER_MARK
+from langgraph_replay_guard.integrations.answers import ANSWER_MARK
 
 __all__ = [
     "ExportedThread",

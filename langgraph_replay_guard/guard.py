@@ -95,7 +95,7 @@ class ReplayGuard:
         self._policies = PolicyResolver(self.config)
 
     def control(self, *, tools: Sequence[str] | None = None) -> GuardControl:
-        """Return a framework-free control for one turn (the seed's vocabulary).
+        """Return a framework-free control for one turn (`should_skip`, `record_*`, `evaluate`).
 
         Args:
             tools: The names of the tools that exist (your loop's whole tool set). A call to

@@ -1,4 +1,4 @@
-"""Framework-free, per-turn guard control in the seed's vocabulary."""
+"""Framework-free, per-turn guard control: `should_skip`, `record_*`, `evaluate`, `reminder`."""
 
 from __future__ import annotations
 

@@ -1113,7 +1113,7 @@ def _shadow_the_batch_stop(calls: list[PlannedCall]) -> None:
     """Shadow mode: the other calls of a batch that enforcing would stop were `stopped`.
 
     Enforcing answers every call of a batch that aborts, the aborting one with its reason
-    and the others with `"stopped"` (`integrations.calls.abort_answer`); in shadow mode they
+    and the others with `"stopped"` (`integrations.answers.abort_answer`); in shadow mode they
     all run, and each carries what enforcing would have done with it.
     """
     aborting = next(

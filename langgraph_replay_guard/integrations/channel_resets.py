@@ -10,7 +10,7 @@ from typing import Any
 from langchain_core.messages import AIMessage
 
 from langgraph_replay_guard._compat import at_first_step, subgraph_namespace
-from langgraph_replay_guard.integrations.calls import state_messages
+from langgraph_replay_guard.integrations.batches import state_messages
 
 __all__ = ["ResetWatch", "reset_channel_message"]
 

@@ -30,12 +30,8 @@ from langgraph_replay_guard._compat import (
 )
 from langgraph_replay_guard.decisions.state import delivered
 from langgraph_replay_guard.errors import ReplayGuardError, ReplayGuardWarning
-from langgraph_replay_guard.integrations.calls import (
-    GUARD_CHANNEL,
-    state_field,
-    state_messages,
-    tool_message,
-)
+from langgraph_replay_guard.integrations.batches import state_field, state_messages
+from langgraph_replay_guard.integrations.calls import GUARD_CHANNEL, tool_message
 from langgraph_replay_guard.integrations.ledgered_tool import ToolRuns
 from langgraph_replay_guard.integrations.signals import as_signal
 from langgraph_replay_guard.replay import owners

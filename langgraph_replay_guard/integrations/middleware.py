@@ -57,18 +57,14 @@ from langgraph_replay_guard.decisions.state import (
     unshown_hashes,
 )
 from langgraph_replay_guard.guard import ReplayGuard
-from langgraph_replay_guard.integrations.calls import (
-    GUARD_CHANNEL,
-    STOP_MARK,
-    Batch,
-    abort_answer,
-    answered_event,
+from langgraph_replay_guard.integrations.answers import STOP_MARK, abort_answer, final_ai_message
+from langgraph_replay_guard.integrations.batches import (
+    ToolCallBatch,
     current_turn,
-    emit,
-    final_ai_message,
     previous_batch,
     turn_anchors,
 )
+from langgraph_replay_guard.integrations.calls import GUARD_CHANNEL, answered_event, emit
 from langgraph_replay_guard.integrations.ledger_gate import given_update
 from langgraph_replay_guard.integrations.prompt import (
     next_call_reminder,
@@ -101,7 +97,7 @@ if TYPE_CHECKING:
     from langgraph.types import Command
 
     from langgraph_replay_guard._compat import AgentInputs
-    from langgraph_replay_guard.replay.ledger import Plan
+    from langgraph_replay_guard.replay.ledger import LedgerPlan
 
 __all__ = ["ReplayGuardMiddleware"]
 
@@ -335,7 +331,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if not missing:
             return value, []
         config = self._calls.config
-        batch = Batch(ai, current_turn(state, anchors=turn_anchors(value)))
+        batch = ToolCallBatch(ai, current_turn(state, anchors=turn_anchors(value)))
         plan = self._calls.plans.plan(self._calls.policies, value, batch, self._calls.tools)
         events = [
             answered_event(planned, batch)
@@ -428,7 +424,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 previews[digest] = text[: config.result_preview_chars]
         return self._send(value, show_update(previews)) if previews else value
 
-    def _given(self, request: ModelRequest[Any]) -> tuple[BaseStore, Plan] | None:
+    def _given(self, request: ModelRequest[Any]) -> tuple[BaseStore, LedgerPlan] | None:
         """The ledger plan that makes the last batch's rows hold what the model is given.
 
         The ledger records what the tool returned, in the tools node; a middleware may
@@ -495,7 +491,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return result, []
         config = self._calls.config
         # The answer is the batch; its turn is that of the messages it answers.
-        batch = Batch(ai, current_turn(request.state, anchors=turn_anchors(value)))
+        batch = ToolCallBatch(ai, current_turn(request.state, anchors=turn_anchors(value)))
         plan = self._calls.plans.plan(self._calls.policies, value, batch, self._calls.tools)
         aborting = plan.abort
         if aborting is None or aborting.decision is None:

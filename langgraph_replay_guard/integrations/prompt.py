@@ -9,13 +9,13 @@ from langchain_core.messages import SystemMessage
 
 from langgraph_replay_guard.decisions.engine import render_reminder, state_view, stop_was_ignored
 from langgraph_replay_guard.decisions.state import GuardView, settled
-from langgraph_replay_guard.integrations.calls import (
-    GUARD_CHANNEL,
+from langgraph_replay_guard.integrations.batches import (
     current_turn,
     last_ai_id,
     state_field,
     turn_anchors,
 )
+from langgraph_replay_guard.integrations.calls import GUARD_CHANNEL
 
 __all__ = ["guard_view", "ignored_stop", "next_call_reminder", "system_prompt_with_reminder"]
 

@@ -42,29 +42,33 @@ from langgraph_replay_guard.decisions.state import Event, merge_guard_state, set
 from langgraph_replay_guard.errors import (
     LoopAbortedError,
 )
+from langgraph_replay_guard.integrations.answers import (
+    abort_answer,
+    blocked_answer,
+    earlier_answer,
+    final_ai_message,
+    stopped_here,
+    whole_duplicate_answer,
+)
+from langgraph_replay_guard.integrations.batches import (
+    ToolCallBatch,
+    current_turn,
+    find_batch,
+    state_field,
+    state_messages,
+    turn_anchors,
+)
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
-    Batch,
     BatchPlan,
     PlanCache,
-    abort_answer,
     answered_event,
-    blocked_answer,
-    current_turn,
-    earlier_answer,
     emit,
     executed_event,
-    final_ai_message,
-    find_batch,
     plan_batch,
     result_outcome,
     snapshot,
-    state_field,
-    state_messages,
-    stopped_here,
     tool_message,
-    turn_anchors,
-    whole_duplicate_answer,
 )
 from langgraph_replay_guard.integrations.channel_resets import ResetWatch, reset_channel_message
 from langgraph_replay_guard.integrations.ledger_gate import (
@@ -83,7 +87,7 @@ from langgraph_replay_guard.integrations.task_writes import TaskWrites, write_ev
 from langgraph_replay_guard.integrations.tool_errors import watch_tool_errors
 from langgraph_replay_guard.integrations.tracing import (
     BlockedRun,
-    LedgerStatus,
+    LedgerAction,
     ablocked_run,
     blocked_run,
     trace_info,
@@ -115,7 +119,7 @@ class _Allowed:
     """A call the guard lets run; what to record once it returns."""
 
     planned: PlannedCall
-    batch: Batch
+    batch: ToolCallBatch
     first: bool = False
     """The guard channel held nothing when the call was decided (see `state.seed_write`)."""
     runs: CallFacts | None = None
@@ -136,7 +140,7 @@ class _Allowed:
         """The facts of the call as it runs: its class and name at the replay ledger."""
         return self.runs if self.runs is not None else self.facts
 
-    def trace(self, ledger: LedgerStatus) -> dict[str, Any]:
+    def trace(self, ledger: LedgerAction) -> dict[str, Any]:
         """The decision for the run's metadata; a ledger replay is a `replay` verdict."""
         facts = self.ledger_facts
         if ledger == "replayed":
@@ -746,7 +750,7 @@ class ToolCallWrapper:
         batch = find_batch(state, tool_call_id, self.messages_key, anchors)
         if batch is None:  # a ToolNode called with bare tool calls: a batch of one
             turn = current_turn(state, self.messages_key, anchors)
-            batch = Batch(AIMessage(content="", tool_calls=[request.tool_call]), turn)
+            batch = ToolCallBatch(AIMessage(content="", tool_calls=[request.tool_call]), turn)
         plan = self.plans.plan(self.policies, value, batch, tools)
         return plan, plan.call(tool_call_id) or plan.calls[-1]
 
@@ -809,7 +813,7 @@ class ToolCallWrapper:
         calls = [
             call if i == planned.index else other for i, other in enumerate(plan.batch.tool_calls)
         ]
-        edited = Batch(ai.model_copy(update={"tool_calls": calls}), plan.batch.turn)
+        edited = ToolCallBatch(ai.model_copy(update={"tool_calls": calls}), plan.batch.turn)
         replanned = plan_batch(self.policies, snapshot(value, edited.batch_id), edited, tools)
         return replanned, replanned.calls[planned.index]
 

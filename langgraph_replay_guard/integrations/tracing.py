@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "TRACE_KEY",
     "BlockedRun",
-    "LedgerStatus",
+    "LedgerAction",
     "ablocked_run",
     "blocked_run",
     "trace_info",
@@ -39,7 +39,7 @@ M = TypeVar("M", bound=BaseCallbackManager)
 TRACE_KEY = "replay_guard"
 """The run metadata key holding the guard's decision."""
 
-LedgerStatus = Literal["claimed", "replayed", "none"]
+LedgerAction = Literal["claimed", "replayed", "none"]
 """`claimed`: the ledger recorded the call before it ran; `replayed`: the ledger answered it
 without running the tool; `none`: the ledger was not involved (no store or thread id, or the
 call did not run)."""
@@ -50,7 +50,7 @@ def trace_info(
     *,
     replay: str | None,
     source: str | None = None,
-    ledger: LedgerStatus = "none",
+    ledger: LedgerAction = "none",
     verdict: str | None = None,
     reason: str | None = None,
 ) -> dict[str, Any]:

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
     from langchain_core.runnables import RunnableConfig
 
-    from langgraph_replay_guard.records.store import Plan, RecordStore
+    from langgraph_replay_guard.records.store import RecordStore, RecordStorePlan
 
 __all__ = ["RecordedGraph", "RecordingHandler", "build_envelope", "revive", "to_json"]
 
@@ -538,7 +538,9 @@ class _RecordedInvoke:
 
     # Writing never raises: the user's run matters more than its record.
 
-    def write_plan(self, record_of: Callable[[], ExecutionRecord], what: str) -> Plan[None]:
+    def write_plan(
+        self, record_of: Callable[[], ExecutionRecord], what: str
+    ) -> RecordStorePlan[None]:
         """Save the record `record_of()` builds; a failure is noted, never raised."""
         try:
             record = record_of()

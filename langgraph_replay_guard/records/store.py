@@ -19,7 +19,7 @@ from langgraph_replay_guard.records.model import (
     first_validation_error,
     invalidate_record,
 )
-from langgraph_replay_guard.replay.ledger import Batch, store_label
+from langgraph_replay_guard.replay.ledger import StoreOps, store_label
 from langgraph_replay_guard.storage.ledger_io import arun_plan, run_plan
 
 if TYPE_CHECKING:
@@ -40,8 +40,8 @@ UNREADABLE_VALUE = "__replay_guard_unreadable__"
 """Key of the stand-in value `load_store_value` returns for a row that is not a JSON object."""
 
 T = TypeVar("T")
-Plan = Generator[Batch, list[Any], T]
-"""A store operation as a generator: yields batches of ops, receives their results."""
+RecordStorePlan = Generator[StoreOps, list[Any], T]
+"""A record-store operation as a generator: yields `StoreOps`, receives their results."""
 
 FORMAT_VERSION = 1
 DEFAULT_CHUNK_CHARS = 4 * 1024 * 1024
@@ -199,18 +199,20 @@ class RecordStore:
 
     # -- plans: generators that yield store operations and receive their results -----------
 
-    def put_plan(self, record: ExecutionRecord, *, previous_chunks: int | None = None) -> Plan[int]:
+    def put_plan(
+        self, record: ExecutionRecord, *, previous_chunks: int | None = None
+    ) -> RecordStorePlan[int]:
         """The plan `put` runs (for a caller that runs it inside a plan of its own)."""
         header, chunks = self._encode(record)
         if previous_chunks is None:
-            previous = (yield Batch((self._header_get(record.execution_id),)))[0]
+            previous = (yield StoreOps((self._header_get(record.execution_id),)))[0]
             previous_chunks = _chunk_count(previous)
-        yield Batch(tuple(self._put_ops(record.execution_id, header, chunks, previous_chunks)))
+        yield StoreOps(tuple(self._put_ops(record.execution_id, header, chunks, previous_chunks)))
         return len(chunks)
 
-    def _get_plan(self, execution_id: str) -> Plan[ExecutionRecord | None]:
+    def _get_plan(self, execution_id: str) -> RecordStorePlan[ExecutionRecord | None]:
         try:
-            stored = (yield Batch((self._header_get(execution_id),)))[0]
+            stored = (yield StoreOps((self._header_get(execution_id),)))[0]
         except Exception as exc:  # an undecodable row: the backend fails to parse it
             return _corrupted(execution_id, None, [f"the stored header cannot be read: {exc}"])
         if stored is None:
@@ -224,7 +226,7 @@ class RecordStore:
         try:
             for start in range(0, count, _PAGE):
                 stop = min(count, start + _PAGE)
-                page = yield Batch(tuple(self._chunk_gets(execution_id, start, stop)))
+                page = yield StoreOps(tuple(self._chunk_gets(execution_id, start, stop)))
                 chunks.extend(page)
                 if any(chunk is None for chunk in page):
                     break
@@ -232,33 +234,33 @@ class RecordStore:
             return _corrupted(execution_id, header, [f"the stored body cannot be read: {exc}"])
         return _decode(execution_id, header, stored, chunks, count)
 
-    def _list_plan(self, limit: int | None) -> Plan[list[StoredRecordInfo]]:
+    def _list_plan(self, limit: int | None) -> RecordStorePlan[list[StoredRecordInfo]]:
         items: list[Item] = []
         offset = 0
         while True:
-            page = (yield Batch((SearchOp(self.namespace, limit=_PAGE, offset=offset),)))[0]
+            page = (yield StoreOps((SearchOp(self.namespace, limit=_PAGE, offset=offset),)))[0]
             items.extend(page)
             if len(page) < _PAGE:
                 return _infos(self.namespace, items, limit)
             offset += _PAGE
 
-    def _invalidate_plan(self, execution_id: str) -> Plan[RecordHeader]:
-        stored = (yield Batch((self._header_get(execution_id),)))[0]
+    def _invalidate_plan(self, execution_id: str) -> RecordStorePlan[RecordHeader]:
+        stored = (yield StoreOps((self._header_get(execution_id),)))[0]
         value, header = _invalidated(execution_id, stored)
-        yield Batch((PutOp(self.namespace, execution_id, value, index=False),))
+        yield StoreOps((PutOp(self.namespace, execution_id, value, index=False),))
         return header
 
-    def _delete_plan(self, execution_id: str) -> Plan[bool]:
-        stored = (yield Batch((self._header_get(execution_id),)))[0]
+    def _delete_plan(self, execution_id: str) -> RecordStorePlan[bool]:
+        stored = (yield StoreOps((self._header_get(execution_id),)))[0]
         if stored is None:
             return False
-        yield Batch(tuple(self._delete_ops(execution_id, stored)))
+        yield StoreOps(tuple(self._delete_ops(execution_id, stored)))
         return True
 
-    def _run(self, plan: Plan[T]) -> T:
+    def _run(self, plan: RecordStorePlan[T]) -> T:
         return run_plan(self.store, plan)
 
-    async def _arun(self, plan: Plan[T]) -> T:
+    async def _arun(self, plan: RecordStorePlan[T]) -> T:
         return await arun_plan(self.store, plan)
 
     def _header_get(self, execution_id: str) -> GetOp:

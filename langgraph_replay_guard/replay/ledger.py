@@ -30,14 +30,14 @@ __all__ = [
     "INTERRUPT_KIND",
     "LEDGER_VERSION",
     "Admission",
-    "Batch",
     "CallContext",
     "CallIdentity",
     "LedgerEntry",
-    "LedgerStatus",
+    "LedgerRowStatus",
     "Read",
     "Search",
     "Sleep",
+    "StoreOps",
     "Update",
     "UpdateRewrite",
     "Write",
@@ -66,7 +66,7 @@ LEDGER_VERSION = 1
 INTERRUPT_KIND = "replay_guard.unknown_outcome"
 """`"kind"` of the value of the guard's `interrupt()` for an unknown outcome."""
 
-LedgerStatus = Literal["started", "completed", "failed", "interrupted", "blocked", "retry"]
+LedgerRowStatus = Literal["started", "completed", "failed", "interrupted", "blocked", "retry"]
 """Status of a ledger row.
 
 - `started`: a non-`pure` tool is running (its row names the worker holding the claim) or
@@ -231,7 +231,7 @@ class LedgerEntry:
 
     Attributes:
         key: Row key (`CallIdentity.key`).
-        status: See `LedgerStatus`; `"corrupt"` for a row that could not be read.
+        status: See `LedgerRowStatus`; `"corrupt"` for a row that could not be read.
         tool: Tool name.
         replay: The call's replay class when it was recorded.
         args_hash: `"sha256:"` hash of the canonical arguments.
@@ -602,7 +602,7 @@ class Search:
 
 
 @dataclass(frozen=True)
-class Batch:
+class StoreOps:
     """Run LangGraph store operations as they are (`GetOp`, `PutOp`, `SearchOp`...).
 
     The plan receives the store's results, one per operation. For plans that work with
@@ -612,8 +612,9 @@ class Batch:
     ops: tuple[Any, ...]
 
 
-Op = Read | Write | Update | Sleep | Search | Batch
-Plan = Generator[Op, Any, Any]
+Op = Read | Write | Update | Sleep | Search | StoreOps
+LedgerPlan = Generator[Op, Any, Any]
+"""A ledger operation as a generator: yields `Op`s, receives their answers (`storage.ledger_io`)."""
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from langgraph.store.base import GetOp, PutOp, SearchOp
 
 from langgraph_replay_guard.replay.ledger import (
-    Batch,
     LedgerEntry,
     Read,
     Search,
     Sleep,
+    StoreOps,
     Update,
     Write,
     find_by_tool_call_id,
@@ -92,7 +92,7 @@ def run_plan(
             if group is not None:
                 return group.claim(store, op)
             return store_cas.compare_and_set(store, op)
-        if isinstance(op, Batch):
+        if isinstance(op, StoreOps):
             return list(store_cas.batch_store(store, op.ops))
         if isinstance(op, Write) and store_cas.write_rows(store, op.puts):
             return None
@@ -138,7 +138,7 @@ async def arun_plan(
             if group is not None:
                 return await asyncio.to_thread(group.claim, store, op)
             return await store_cas.acompare_and_set(store, op)
-        if isinstance(op, Batch):
+        if isinstance(op, StoreOps):
             return list(await abatch(store, op.ops))
         if isinstance(op, Write) and await store_cas.awrite_rows(store, op.puts):
             return None

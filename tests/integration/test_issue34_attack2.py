@@ -342,7 +342,7 @@ def _history_of(mode: str, script: list[list[tuple[str, dict[str, Any]]]]) -> li
 
 def _unmarked(history: list[list[Any]]) -> list[list[Any]]:
     """The history as a guard that did not mark its answers yet wrote it (old files)."""
-    from langgraph_replay_guard.integrations.calls import ANSWER_MARK
+    from langgraph_replay_guard.integrations.answers import ANSWER_MARK
 
     def strip(message: Any) -> Any:
         if isinstance(message, ToolMessage) and ANSWER_MARK in message.response_metadata:
@@ -358,7 +358,7 @@ def _unmarked(history: list[list[Any]]) -> list[list[Any]]:
 def test_export_marks_exactly_the_guards_answers_marked_or_old(stop: str, mode: str) -> None:
     from langgraph_replay_guard.evaluation import GUARD_FIELD
     from langgraph_replay_guard.export import trajectory_from_history
-    from langgraph_replay_guard.integrations.calls import ANSWER_MARK
+    from langgraph_replay_guard.integrations.answers import ANSWER_MARK
 
     history = _history_of(mode, SCRIPTS[stop])
     answered = {

@@ -20,13 +20,15 @@ from langgraph_replay_guard.decisions.engine import (
     stop_was_ignored,
 )
 from langgraph_replay_guard.decisions.state import fold_events, new_state, settled
-from langgraph_replay_guard.integrations.calls import (
+from langgraph_replay_guard.integrations.answers import (
     ANSWER_MARK,
     STOPPED_MARK,
-    Batch,
-    BatchPlan,
     abort_answer,
     blocked_answer,
+)
+from langgraph_replay_guard.integrations.batches import ToolCallBatch
+from langgraph_replay_guard.integrations.calls import (
+    BatchPlan,
     executed_event,
     plan_batch,
     snapshot,
@@ -44,7 +46,7 @@ def run_batch(
 ) -> tuple[BatchPlan, list[ToolMessage | None]]:
     """Plan, answer and record one batch the way the guarded ToolNode does."""
     ai = AIMessage("", id=batch_id, tool_calls=[tool_call(name, args) for name, args in calls])
-    batch = Batch(ai, turn)
+    batch = ToolCallBatch(ai, turn)
     plan = plan_batch(CONFIG, snapshot(state, batch_id), batch)
     events, answers = [], []
     for planned in plan.calls:

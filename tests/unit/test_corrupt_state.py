@@ -39,9 +39,10 @@ from langgraph_replay_guard.decisions.state import (
     new_state,
     settled,
 )
+from langgraph_replay_guard.integrations.batches import find_batch, turn_anchors
 from langgraph_replay_guard.integrations.callbacks.decisions import CallbackDecider, Refusal
 from langgraph_replay_guard.integrations.callbacks.scopes import ScopeTable
-from langgraph_replay_guard.integrations.calls import find_batch, plan_batch, snapshot, turn_anchors
+from langgraph_replay_guard.integrations.calls import plan_batch, snapshot
 from tests.hypothesis_budget import examples
 
 CONFIG = GuardConfig(tools={"write": "unsafe"})

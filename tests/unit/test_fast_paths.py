@@ -18,7 +18,8 @@ from langgraph_replay_guard import GuardConfig
 from langgraph_replay_guard.decisions.engine import call_facts, fold_settings, make_event
 from langgraph_replay_guard.decisions.memo import IdentityMemo
 from langgraph_replay_guard.decisions.state import Event, merge_guard_state, own_update
-from langgraph_replay_guard.integrations.calls import Batch, PlanCache
+from langgraph_replay_guard.integrations.batches import ToolCallBatch
+from langgraph_replay_guard.integrations.calls import PlanCache
 
 CONFIG = GuardConfig(tools={"write": "unsafe"}, max_repeats=2)
 CFG = fold_settings(CONFIG)
@@ -109,7 +110,7 @@ def plan_setup() -> tuple[PlanCache, dict[str, Any], AIMessage, list[Any]]:
     )
     value = merge_guard_state(None, own_update(CFG, [event("read", 7, batch="ai-0")]))
     cache = PlanCache()
-    cache.plan(CONFIG, value, Batch(ai, "h1"), ("read", "write"))
+    cache.plan(CONFIG, value, ToolCallBatch(ai, "h1"), ("read", "write"))
     return cache, value, ai, [HumanMessage("go", id="h1"), ai]
 
 

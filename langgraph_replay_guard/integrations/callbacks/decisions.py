@@ -35,14 +35,13 @@ from langgraph_replay_guard.decisions.state import (
     state_for_turn,
 )
 from langgraph_replay_guard.decisions.state_format import CallEvent
+from langgraph_replay_guard.integrations.answers import abort_answer, blocked_answer
+from langgraph_replay_guard.integrations.batches import ToolCallBatch
 from langgraph_replay_guard.integrations.callbacks.marks import RAISED, STARTED, MarkBook
 from langgraph_replay_guard.integrations.callbacks.scopes import Scope, ScopeKey, ScopeTable
 from langgraph_replay_guard.integrations.calls import (
-    Batch,
     BatchPlan,
-    abort_answer,
     answered_event,
-    blocked_answer,
     denied_event,
     executed_event,
     guard_update,
@@ -592,7 +591,7 @@ class CallbackDecider:
         config = self.config
         state = snapshot(self.scopes.read(scope), batch_id)
         # The batch's AIMessage only carries the id: executor calls may have string args.
-        batch = Batch(AIMessage(content="", id=batch_id), scope.turn)
+        batch = ToolCallBatch(AIMessage(content="", id=batch_id), scope.turn)
         tool_calls = [as_tool_call(call) for call in calls]
         calls_planned = plan_calls(
             self.policies, state, tool_calls, scope.turn, batch_id=batch_id, tools=self.tools
