@@ -18,7 +18,7 @@ import sqlite3
 import threading
 import warnings
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -577,9 +577,7 @@ def _sqlite_cas_many(store: Any, ops: list[Update]) -> list[tuple[bool, Any]]:
 def _postgres_cas_many_2(conn: Any, ops: list[Update]) -> list[tuple[bool, Any]]:
     """`_postgres_cas_2` for several rows: the locks (in key order) and reads, then the writes."""
     from psycopg import sql
-    from psycopg.pq import TransactionStatus
     from psycopg.rows import tuple_row
-    from psycopg.types.json import Jsonb
 
     wanted = sorted({(_text(op.namespace), op.key) for op in ops})
     locks = sorted({f"{text}/{key}" for text, key in wanted})
@@ -597,28 +595,13 @@ def _postgres_cas_many_2(conn: Any, ops: list[Update]) -> list[tuple[bool, Any]]
             for text, key in wanted
         )
     )
-    try:
-        with conn.cursor(row_factory=tuple_row) as cur:
-            cur.execute(sql.SQL("; ").join(parts), prepare=False)
-            while cur.nextset():
-                pass  # to the reads' result
-            found = _read_answer(wanted, cur.fetchall())
-            answers, writes = _decide_many(dict(zip(wanted, found, strict=True)), ops)
-            end: sql.Composable = sql.SQL("COMMIT")
-            if writes:
-                rows = sql.SQL(", ").join(
-                    sql.SQL(_PG_ROW_LITERAL).format(
-                        sql.Literal(text), sql.Literal(key), sql.Literal(Jsonb(value))
-                    )
-                    for text, key, value in sorted_rows(writes)
-                )
-                end = sql.SQL("{}; COMMIT").format(sql.SQL(_PG_UPSERT_MANY).format(values=rows))
-            cur.execute(end, prepare=False)
-    except BaseException:
-        if conn.info.transaction_status != TransactionStatus.IDLE:
-            with contextlib.suppress(Exception):
-                conn.execute("ROLLBACK")
-        raise
+    with _pg_rolled_back(conn), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(sql.SQL("; ").join(parts), prepare=False)
+        while cur.nextset():
+            pass  # to the reads' result
+        found = _read_answer(wanted, cur.fetchall())
+        answers, writes = _decide_many(dict(zip(wanted, found, strict=True)), ops)
+        cur.execute(_pg_commit(sorted_rows(writes)), prepare=False)
     return answers
 
 
@@ -688,37 +671,50 @@ def _postgres_cas_2(conn: Any, op: Update) -> tuple[bool, Any]:
     literals quoted by psycopg (a simple query takes no parameters).
     """
     from psycopg import sql
-    from psycopg.pq import TransactionStatus
     from psycopg.rows import tuple_row
-    from psycopg.types.json import Jsonb
 
     prefix = _text(op.namespace)
     claim = sql.SQL(_PG_CLAIM).format(
         lock=sql.Literal(f"{prefix}/{op.key}"), prefix=sql.Literal(prefix), key=sql.Literal(op.key)
     )
+    with _pg_rolled_back(conn), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(claim, prepare=False)
+        while cur.nextset():
+            pass  # to the read's result
+        written, current = _decide(_pg_value(cur.fetchone()), op)
+        # One row per key (the last value wins): an upsert may not touch a row twice.
+        rows = sorted_rows({(t, k): v for t, k, v in _rows(op)}) if written else []
+        cur.execute(_pg_commit(rows), prepare=False)
+    return written, current
+
+
+@contextlib.contextmanager
+def _pg_rolled_back(conn: Any) -> Iterator[None]:
+    """Roll back the transaction a simple query left open when anything in the block raises."""
+    from psycopg.pq import TransactionStatus
+
     try:
-        with conn.cursor(row_factory=tuple_row) as cur:
-            cur.execute(claim, prepare=False)
-            while cur.nextset():
-                pass  # to the read's result
-            written, current = _decide(_pg_value(cur.fetchone()), op)
-            end: sql.Composable = sql.SQL("COMMIT")
-            if written:
-                unique = {(text, key): value for text, key, value in _rows(op)}
-                rows = sql.SQL(", ").join(
-                    sql.SQL(_PG_ROW_LITERAL).format(
-                        sql.Literal(text), sql.Literal(key), sql.Literal(Jsonb(value))
-                    )
-                    for (text, key), value in unique.items()
-                )
-                end = sql.SQL("{}; COMMIT").format(sql.SQL(_PG_UPSERT_MANY).format(values=rows))
-            cur.execute(end, prepare=False)
+        yield
     except BaseException:
         if conn.info.transaction_status != TransactionStatus.IDLE:
             with contextlib.suppress(Exception):
                 conn.execute("ROLLBACK")
         raise
-    return written, current
+
+
+def _pg_commit(rows: Iterable[tuple[str, str, Any]]) -> Any:
+    """`COMMIT`, after one upsert of `rows` (values quoted as literals) when there are any."""
+    from psycopg import sql
+    from psycopg.types.json import Jsonb
+
+    values = [
+        sql.SQL(_PG_ROW_LITERAL).format(sql.Literal(text), sql.Literal(key), sql.Literal(Jsonb(v)))
+        for text, key, v in rows
+    ]
+    if not values:
+        return sql.SQL("COMMIT")
+    upsert = sql.SQL(_PG_UPSERT_MANY).format(values=sql.SQL(", ").join(values))
+    return sql.SQL("{}; COMMIT").format(upsert)
 
 
 def _upsert(rows: Iterable[tuple[str, str, Any]]) -> tuple[str, list[Any]]:
