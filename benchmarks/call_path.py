@@ -208,6 +208,8 @@ WALKS: list[tuple[str, Callable[[], Callable[[], Any]], set[tuple[str, str]]]] =
     ("callbacks", handler_turn, _CALLBACKS),
     ("cb+ledger", ledger_handler_turn, _CALLBACKS),
 ]
+
+
 def traced_calls(turn: Callable[[], Any], entries: set[tuple[str, str]]) -> list[list[str]]:
     """Run a turn; for each call of an entry (module, function), the package modules its
     code entered, in order (a module once per stay), the entry's own module first."""

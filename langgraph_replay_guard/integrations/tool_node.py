@@ -60,12 +60,12 @@ from langgraph_replay_guard.integrations.batches import (
 )
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
-    BatchPlan,
-    PlanCache,
+    BatchDecisions,
+    DecisionCache,
     answered_event,
+    decide_batch,
     emit,
     executed_event,
-    plan_batch,
     result_outcome,
     snapshot,
     tool_message,
@@ -103,7 +103,13 @@ if TYPE_CHECKING:
     from langgraph_replay_guard.guard import ReplayGuard
     from langgraph_replay_guard.policy.config import GuardConfig
 
-__all__ = ["ToolCallWrapper", "guarded_tool_node", "route_after_tools"]
+__all__ = [
+    "ToolCallWrapper",
+    "abort_trace",
+    "guarded_tool_node",
+    "misdeclared_channel_message",
+    "route_after_tools",
+]
 
 logger = logging.getLogger("langgraph_replay_guard")
 
@@ -339,7 +345,8 @@ class ToolCallWrapper:
         self.messages_key = messages_key
         self.channel = channel
         self.end_batches = end_batches
-        self.plans = PlanCache()  # shared with the middleware's after_model: one plan a step
+        # Shared with the middleware's after_model: a batch is decided once a step.
+        self.decisions = DecisionCache()
         self.policies = guard._policies
         self.gate = LedgerGate(
             self.policies,
@@ -739,11 +746,11 @@ class ToolCallWrapper:
 
     def _planned(
         self, request: ToolCallRequest, tools: tuple[str, ...] | None, state: Any, value: Any
-    ) -> tuple[BatchPlan, PlannedCall]:
+    ) -> tuple[BatchDecisions, PlannedCall]:
         """The plan of the call's batch (made once per batch) and the call's entry in it."""
         tool_call_id = request.tool_call.get("id")
         history = state_messages(state, self.messages_key)
-        cached = self.plans.planned(value, history, tool_call_id, tools)
+        cached = self.decisions.decided(value, history, tool_call_id, tools)
         if cached is not None:  # planned by the model call or a sibling: the common case
             return cached
         anchors = turn_anchors(value)
@@ -751,17 +758,17 @@ class ToolCallWrapper:
         if batch is None:  # a ToolNode called with bare tool calls: a batch of one
             turn = current_turn(state, self.messages_key, anchors)
             batch = ToolCallBatch(AIMessage(content="", tool_calls=[request.tool_call]), turn)
-        plan = self.plans.plan(self.policies, value, batch, tools)
+        plan = self.decisions.decide(self.policies, value, batch, tools)
         return plan, plan.call(tool_call_id) or plan.calls[-1]
 
     def _as_it_runs(
         self,
         request: ToolCallRequest,
-        plan: BatchPlan,
+        plan: BatchDecisions,
         planned: PlannedCall,
         value: Any,
         tools: tuple[str, ...] | None,
-    ) -> tuple[BatchPlan, PlannedCall, CallFacts | None]:
+    ) -> tuple[BatchDecisions, PlannedCall, CallFacts | None]:
         """The call's plan, and its facts as it runs when a middleware only added arguments.
 
         The batch is planned from the AIMessage in the state: what the model asked, as the
@@ -802,19 +809,19 @@ class ToolCallWrapper:
 
     def _replanned(
         self,
-        plan: BatchPlan,
+        plan: BatchDecisions,
         planned: PlannedCall,
         call: ToolCall,
         value: Any,
         tools: tuple[str, ...] | None,
-    ) -> tuple[BatchPlan, PlannedCall]:
+    ) -> tuple[BatchDecisions, PlannedCall]:
         """The batch planned again with `call` in the place of the planned one."""
         ai = plan.batch.ai_message
         calls = [
             call if i == planned.index else other for i, other in enumerate(plan.batch.tool_calls)
         ]
         edited = ToolCallBatch(ai.model_copy(update={"tool_calls": calls}), plan.batch.turn)
-        replanned = plan_batch(self.policies, snapshot(value, edited.batch_id), edited, tools)
+        replanned = decide_batch(self.policies, snapshot(value, edited.batch_id), edited, tools)
         return replanned, replanned.calls[planned.index]
 
     def _prepare(self, request: ToolCallRequest) -> _Allowed | _Blocked | None:
@@ -855,7 +862,7 @@ class ToolCallWrapper:
     def _decided(
         self,
         request: ToolCallRequest,
-        plan: BatchPlan,
+        plan: BatchDecisions,
         planned: PlannedCall,
         state: Any,
         value: Any,
@@ -1081,7 +1088,7 @@ def _without_added(asked: Any, runs: Any) -> Any:
     return {k: _without_added(asked[k], v) for k, v in runs.items() if k in asked}
 
 
-def _sibling_duplicate(plan: BatchPlan, planned: PlannedCall) -> bool:
+def _sibling_duplicate(plan: BatchDecisions, planned: PlannedCall) -> bool:
     """Whether an earlier call of the same batch has this call's key (it runs, this one not)."""
     decision = planned.decision
     if decision is None:
