@@ -206,6 +206,11 @@ class _Handed:
     copy that gets the call plus arguments a middleware added replays it (see `_call_plan`)."""
     asked: Mapping[str, Any] | None = None
     """The call as the hook saw it, when `recorded` is set."""
+    decided: _Allowed | _Blocked | None = None
+    """The hook's decision, for a copy that gets the very call the hook decided (the same
+    name and arguments): it runs it without deciding again (`ToolCallWrapper._arrived`)."""
+    call: Mapping[str, Any] | None = None
+    """The call the hook decided (`decided`)."""
 
 
 @dataclass
@@ -367,7 +372,7 @@ class ToolCallWrapper:
         """`wrap_tool_call` for a ToolNode."""
         run = _passing_node_errors(execute) if self.passes_node_errors else execute
         return self._drive(
-            self._call_plan(request, self._direct(execute)),
+            self._call_plan(request, self._decide(request), self._direct(execute)),
             lambda op: self._execute_op(op, run),
             request,
         )
@@ -376,7 +381,7 @@ class ToolCallWrapper:
         """`awrap_tool_call` for a ToolNode."""
         run = _passing_node_errors(execute) if self.passes_node_errors else execute
         return await self._adrive(
-            self._call_plan(request, self._direct(execute)),
+            self._call_plan(request, self._decide(request), self._direct(execute)),
             lambda op: self._aexecute_op(op, run),
             request,
         )
@@ -459,14 +464,20 @@ class ToolCallWrapper:
         return self.inner is None and runs_the_tool_itself(execute)
 
     def _call_plan(
-        self, request: ToolCallRequest, direct: bool = False, hand: _Handed | None = None
+        self,
+        request: ToolCallRequest,
+        prepared: _Allowed | _Blocked | None,
+        direct: bool = False,
+        hand: _Handed | None = None,
     ) -> Generator[_Op, Any, ToolResult]:
-        """Decide, run or answer, and record one call; yields what needs I/O.
+        """Run, answer or stop one call as `_decide` decided it, and record it; yields I/O.
 
-        The drivers (`wrap`, `awrap`) run each op and send back its answer; an exception an
+        The one runner of a call: the hook runs it on the call it got, a deciding copy of
+        the tool handed down (`hand`) on the call as it arrives there, with the hook's own
+        decision when the call arrives unchanged (`_arrived`). The drivers (`wrap`, `awrap`,
+        the copy's `invoke`/`ainvoke`) run each op and send back its answer; an exception an
         op raised is thrown back in, so the plan records an unknown outcome before it goes on.
         """
-        prepared = self._prepare(request)
         if prepared is None:
             # A name the node lacks: its own wrapper may serve it, or the node answers.
             result: ToolResult = yield _Execute(request)
@@ -474,8 +485,7 @@ class ToolCallWrapper:
         if not direct and request.tool is not None:
             where = prepared if isinstance(prepared, _Allowed) else prepared.repeat
             if where is not None:
-                claims = where is prepared
-                return (yield from self._decided_where_it_runs(request, where, claims=claims))
+                return (yield from self._decided_where_it_runs(request, prepared, where))
         if isinstance(prepared, _Allowed) and request.tool is None:
             return (yield from self._shadowed_unknown(request, prepared))
         if isinstance(prepared, _Blocked):
@@ -562,7 +572,7 @@ class ToolCallWrapper:
         return served
 
     def _decided_where_it_runs(
-        self, request: ToolCallRequest, decided: _Allowed, *, claims: bool = True
+        self, request: ToolCallRequest, prepared: _Allowed | _Blocked, decided: _Allowed
     ) -> Generator[_Op, Any, ToolResult]:
         """Hand a call to the middlewares inside the guard; decide it where the tool runs.
 
@@ -576,13 +586,14 @@ class ToolCallWrapper:
         copy continues under that claim; when no copy runs (a middleware answered), the
         answer it returned is the call's outcome, and an exception leaves it unknown. A
         call that never arrives counts as an attempt (`answered`), never as the tool's
-        result in the channel. Stops were decided already, before anything ran.
+        result in the channel. Stops were decided already, before anything ran. A copy that
+        gets the call unchanged runs it as decided here (`prepared`, carried in `_Handed`).
         """
         tool = request.tool
         assert tool is not None
-        hand = _Handed()
+        hand = _Handed(decided=prepared, call=request.tool_call)
         facts = decided.ledger_facts
-        if claims and facts.replay != "pure" and self.gate.involved(request, facts):
+        if decided is prepared and facts.replay != "pure" and self.gate.involved(request, facts):
             batch = decided.batch
             ticket = yield _Check(request, facts, batch.batch_id, len(batch.tool_calls))
             if isinstance(ticket, LedgerEntry) and ticket.answered_inside:
@@ -671,7 +682,7 @@ class ToolCallWrapper:
                 )
                 return (result, None) if op.watch else result
 
-            return self._drive(self._call_plan(here(input), direct=True, hand=hand), run)
+            return self._drive(self._arrived(here(input), hand), run)
 
         async def ainvoke(input: Any, config: Any = None, **kwargs: Any) -> Any:
             async def run(op: _Execute) -> Any:
@@ -680,12 +691,30 @@ class ToolCallWrapper:
                 )
                 return (result, None) if op.watch else result
 
-            return await self._adrive(self._call_plan(here(input), direct=True, hand=hand), run)
+            return await self._adrive(self._arrived(here(input), hand), run)
 
         copy = cast("BaseTool", with_invoke(tool, invoke, ainvoke))
         if copy is not tool:
             object.__setattr__(copy, _DECIDING_MARK, True)
         return copy
+
+    def _arrived(self, request: ToolCallRequest, hand: _Handed) -> Generator[_Op, Any, ToolResult]:
+        """The plan of a call that arrived where a tool runs (a deciding copy's run).
+
+        The call the hook decided, unchanged (the same name and arguments), runs as the hook
+        decided it: deciding it again would read the same state and plan to the same answer.
+        A call a middleware changed on the way (a HITL edit, a redaction, another tool) is a
+        call of its own, decided here.
+        """
+        call = hand.call
+        same = (
+            call is not None
+            and hand.decided is not None
+            and call["name"] == request.tool_call["name"]
+            and call.get("args") == request.tool_call.get("args")
+        )
+        decided = hand.decided if same else self._decide(request)
+        return self._call_plan(request, decided, direct=True, hand=hand)
 
     # -- deciding -----------------------------------------------------------------------------
 
@@ -824,8 +853,12 @@ class ToolCallWrapper:
         replanned = decide_batch(self.policies, snapshot(value, edited.batch_id), edited, tools)
         return replanned, replanned.calls[planned.index]
 
-    def _prepare(self, request: ToolCallRequest) -> _Allowed | _Blocked | None:
-        """Decide a call: `_Allowed` to execute it, `_Blocked` to answer it, None to pass it on."""
+    def _decide(self, request: ToolCallRequest) -> _Allowed | _Blocked | None:
+        """Decide a call: `_Allowed` to execute it, `_Blocked` to answer it, None to pass it on.
+
+        The decide step of one call: it reads the state and the batch's decisions (made once
+        a step, `DecisionCache`), writes nothing and runs nothing; `_call_plan` runs it.
+        """
         tools = self._known_tools(request)
         if request.tool is None and tools is None:
             return None
@@ -867,7 +900,7 @@ class ToolCallWrapper:
         state: Any,
         value: Any,
     ) -> _Allowed | _Blocked | None:
-        """`_prepare` for a call that is blocked, or whose batch stops the run."""
+        """`_decide` for a call that is blocked, or whose batch stops the run."""
         batch = plan.batch
         config = self.config
         last = planned.index == len(batch.tool_calls) - 1
