@@ -80,11 +80,11 @@ from langgraph_replay_guard.integrations.ledger_gate import (
 from langgraph_replay_guard.integrations.ledgered_tool import (
     ledgered_tool,
     model_args,
+    watch_tool_errors,
     with_invoke,
 )
 from langgraph_replay_guard.integrations.signals import NodeErrorPassage, as_signal
 from langgraph_replay_guard.integrations.task_writes import TaskWrites, write_events
-from langgraph_replay_guard.integrations.tool_errors import watch_tool_errors
 from langgraph_replay_guard.integrations.tracing import (
     BlockedRun,
     LedgerAction,
