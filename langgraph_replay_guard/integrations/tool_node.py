@@ -486,54 +486,56 @@ class ToolCallWrapper:
             where = prepared if isinstance(prepared, _Allowed) else prepared.repeat
             if where is not None:
                 return (yield from self._decided_where_it_runs(request, prepared, where))
-        if isinstance(prepared, _Allowed) and request.tool is None:
-            return (yield from self._shadowed_unknown(request, prepared))
         if isinstance(prepared, _Blocked):
-            if prepared.probe:
-                # LangGraph defers its unknown-name check past the wrappers so that an inner
-                # wrapper (a middleware's dynamic tool) may serve the name: let it. Nothing
-                # runs for a name nobody serves; the node only answers "not a valid tool".
-                served: ToolResult = yield _Execute(request)
-                if not _refused_as_unknown(served, request.tool_call["name"]):
-                    self.learn_tools([request.tool_call["name"]])
-                    return served
-            if prepared.error is not None:
-                yield _trace(request, prepared.trace, None, prepared.error)
-                raise prepared.error
-            answer = self._answer(request, prepared)
-            yield _trace(request, prepared.trace, _answer_of(answer), None)
-            return answer
-        if hand is not None and hand.recorded is not None:
-            recorded, asked, hand.recorded = hand.recorded, hand.asked, None
-            if asked is not None and _ran_as_recorded(asked, request.tool_call, recorded):
-                # The hook's call, resumed, as it ran before but for what a middleware added:
-                # a fresh trace id is new in every process, so no row has these arguments,
-                # and checked anew the call would run a second time. The hook's row is its
-                # outcome.
-                replayed = self._replayed(request, prepared, recorded)
-                yield _trace(request, prepared.trace("replayed"), _answer_of(replayed), None)
-                return replayed
-        ticket = None
-        if hand is not None and hand.claim is not None:
+            return (yield from self._refused(request, prepared))
+        if request.tool is None:
+            return (yield from self._shadowed_unknown(request, prepared))
+        return (yield from self._allowed(request, prepared, hand))
+
+    def _refused(
+        self, request: ToolCallRequest, blocked: _Blocked
+    ) -> Generator[_Op, Any, ToolResult]:
+        """Answer a call the guard does not run (from memory, or a refusal), or stop the run."""
+        if blocked.probe:
+            # LangGraph defers its unknown-name check past the wrappers so that an inner
+            # wrapper (a middleware's dynamic tool) may serve the name: let it. Nothing
+            # runs for a name nobody serves; the node only answers "not a valid tool".
+            served: ToolResult = yield _Execute(request)
+            if not _refused_as_unknown(served, request.tool_call["name"]):
+                self.learn_tools([request.tool_call["name"]])
+                return served
+        if blocked.error is not None:
+            yield _trace(request, blocked.trace, None, blocked.error)
+            raise blocked.error
+        answer = self._answer(request, blocked)
+        yield _trace(request, blocked.trace, _answer_of(answer), None)
+        return answer
+
+    def _allowed(
+        self, request: ToolCallRequest, allowed: _Allowed, hand: _Handed | None
+    ) -> Generator[_Op, Any, ToolResult]:
+        """Run a call the guard lets run: through the ledger gate, or a recorded outcome."""
+        ticket: RunTicket | LedgerEntry | None = _recorded_run(request, hand)
+        if ticket is None and hand is not None and hand.claim is not None:
             # The guard's hook claimed the call before handing it down: the tool runs under
             # that claim, with the arguments it arrived with (`ran_args` when edited).
             ticket = self.gate.continued(hand.claim, request)
             hand.claim = None
-        elif self.gate.involved(request, prepared.ledger_facts):
-            batch = prepared.batch
+        elif ticket is None and self.gate.involved(request, allowed.ledger_facts):
+            batch = allowed.batch
             ticket = yield _Check(
-                request, prepared.ledger_facts, batch.batch_id, len(batch.tool_calls)
+                request, allowed.ledger_facts, batch.batch_id, len(batch.tool_calls)
             )
         if isinstance(ticket, LedgerEntry):
-            replayed = self._replayed(request, prepared, ticket)
-            yield _trace(request, prepared.trace("replayed"), _answer_of(replayed), None)
+            replayed = self._replayed(request, allowed, ticket)
+            yield _trace(request, allowed.trace("replayed"), _answer_of(replayed), None)
             return replayed
         if ticket is None:
             # Nothing sits between here and the tool (a call with middlewares inside the
-            # guard was handed down above, to be planned where it runs).
-            result = yield _Execute(traced_request(request, lambda: prepared.trace("none")))
-            return self._finish(request, prepared, result)
-        traced = traced_request(ticket.request, lambda: prepared.trace("claimed"))
+            # guard was handed down, to be run where it arrives).
+            result = yield _Execute(traced_request(request, lambda: allowed.trace("none")))
+            return self._finish(request, allowed, result)
+        traced = traced_request(ticket.request, lambda: allowed.trace("claimed"))
         if traced.tool is not None:
             # The ledger sees the tool's runs whole: its state writes beside its answer.
             tool = ledgered_tool(traced.tool, runs=ticket.runs, sends=ticket.sends)
@@ -545,7 +547,7 @@ class ToolCallWrapper:
             raise
         yield _Finish(ticket, result, tool_error)
         ran = ticket.runs.started or traced.tool is None
-        return self._finish(request, prepared, result, ran=ran)
+        return self._finish(request, allowed, result, ran=ran)
 
     def _shadowed_unknown(
         self, request: ToolCallRequest, shadowed: _Allowed
@@ -1095,6 +1097,22 @@ async def _passing_awaited(result: Awaitable[ToolResult]) -> ToolResult:
         return await result
     except Exception as exc:
         raise NodeErrorPassage(exc) from None
+
+
+def _recorded_run(request: ToolCallRequest, hand: _Handed | None) -> LedgerEntry | None:
+    """The hook's recorded outcome of a call a deciding copy got, if it is this very run.
+
+    The hook's call, resumed, as it ran before but for what a middleware added: a fresh
+    trace id is new in every process, so no row has these arguments, and checked anew the
+    call would run a second time. The hook's row is its outcome (taken once: a retry below
+    asks the ledger).
+    """
+    if hand is None or hand.recorded is None:
+        return None
+    recorded, asked, hand.recorded = hand.recorded, hand.asked, None
+    if asked is not None and _ran_as_recorded(asked, request.tool_call, recorded):
+        return recorded
+    return None
 
 
 def _ran_as_recorded(asked: Mapping[str, Any], runs: Mapping[str, Any], row: LedgerEntry) -> bool:
