@@ -165,7 +165,7 @@ class _Allowed:
 
 @dataclass(slots=True)
 class _Blocked:
-    """A call the guard answers without running the tool, or stops the run on.
+    """A call the guard answers without running the tool: from memory, or a refusal.
 
     Nothing is recorded or reported until the plan answers with it (`ToolCallWrapper._answer`):
     a probed name that another wrapper serves was never blocked.
@@ -174,7 +174,6 @@ class _Blocked:
     messages: list[Any]
     """The answer: the call's ToolMessage, then the stop's final AIMessage if any."""
     events: list[Event]
-    error: LoopAbortedError | None
     trace: dict[str, Any]
     probe: bool = False
     """A call to a name the node lacks: hand it on first, answer it only if nobody serves it."""
@@ -186,6 +185,19 @@ class _Blocked:
     """For a repeat the guard would answer (not a stop): the call, to record as `answered`
     when a middleware inside the guard answers it first (see `_decided_where_it_runs`)."""
 
+
+@dataclass(slots=True)
+class _Stop:
+    """A call on which the guard stops the run by raising (`exit_behavior="error"`)."""
+
+    error: LoopAbortedError
+    """The stop, a LangGraph control-flow signal (`as_signal`)."""
+    trace: dict[str, Any]
+
+
+_Decided = _Allowed | _Blocked | _Stop | None
+"""What `ToolCallWrapper._decide` decided for a call: run it, answer it, stop the run on it,
+or (None) pass it on to the node, whose name it is not."""
 
 _DECIDING_MARK = "_replay_guard_deciding"
 """Set on a tool copy whose `invoke` is the guard's plan (`ToolCallWrapper._deciding_tool`)."""
@@ -206,7 +218,7 @@ class _Handed:
     copy that gets the call plus arguments a middleware added replays it (see `_call_plan`)."""
     asked: Mapping[str, Any] | None = None
     """The call as the hook saw it, when `recorded` is set."""
-    decided: _Allowed | _Blocked | None = None
+    decided: _Decided = None
     """The hook's decision, for a copy that gets the very call the hook decided (the same
     name and arguments): it runs it without deciding again (`ToolCallWrapper._arrived`)."""
     call: Mapping[str, Any] | None = None
@@ -466,7 +478,7 @@ class ToolCallWrapper:
     def _call_plan(
         self,
         request: ToolCallRequest,
-        prepared: _Allowed | _Blocked | None,
+        prepared: _Decided,
         direct: bool = False,
         hand: _Handed | None = None,
     ) -> Generator[_Op, Any, ToolResult]:
@@ -482,6 +494,9 @@ class ToolCallWrapper:
             # A name the node lacks: its own wrapper may serve it, or the node answers.
             result: ToolResult = yield _Execute(request)
             return result
+        if isinstance(prepared, _Stop):
+            yield _trace(request, prepared.trace, None, prepared.error)
+            raise prepared.error
         if not direct and request.tool is not None:
             where = prepared if isinstance(prepared, _Allowed) else prepared.repeat
             if where is not None:
@@ -495,7 +510,7 @@ class ToolCallWrapper:
     def _refused(
         self, request: ToolCallRequest, blocked: _Blocked
     ) -> Generator[_Op, Any, ToolResult]:
-        """Answer a call the guard does not run (from memory, or a refusal), or stop the run."""
+        """Answer a call the guard does not run: from memory, or a refusal."""
         if blocked.probe:
             # LangGraph defers its unknown-name check past the wrappers so that an inner
             # wrapper (a middleware's dynamic tool) may serve the name: let it. Nothing
@@ -504,9 +519,6 @@ class ToolCallWrapper:
             if not _refused_as_unknown(served, request.tool_call["name"]):
                 self.learn_tools([request.tool_call["name"]])
                 return served
-        if blocked.error is not None:
-            yield _trace(request, blocked.trace, None, blocked.error)
-            raise blocked.error
         answer = self._answer(request, blocked)
         yield _trace(request, blocked.trace, _answer_of(answer), None)
         return answer
@@ -855,11 +867,12 @@ class ToolCallWrapper:
         replanned = decide_batch(self.policies, snapshot(value, edited.batch_id), edited, tools)
         return replanned, replanned.calls[planned.index]
 
-    def _decide(self, request: ToolCallRequest) -> _Allowed | _Blocked | None:
-        """Decide a call: `_Allowed` to execute it, `_Blocked` to answer it, None to pass it on.
+    def _decide(self, request: ToolCallRequest) -> _Decided:
+        """Decide a call: run it, answer it, stop the run on it, or pass it on (None).
 
-        The decide step of one call: it reads the state and the batch's decisions (made once
-        a step, `DecisionCache`), writes nothing and runs nothing; `_call_plan` runs it.
+        `_Allowed`, `_Blocked` or `_Stop` (`_Decided`). The decide step of one call: it reads
+        the state and the batch's decisions (made once a step, `DecisionCache`), writes
+        nothing and runs nothing; `_call_plan` runs it.
         """
         tools = self._known_tools(request)
         if request.tool is None and tools is None:
@@ -887,7 +900,7 @@ class ToolCallWrapper:
                 return None
             return _Allowed(planned, plan.batch, first=value is None, runs=runs, call_id=call_id)
         prepared = self._decided(request, plan, planned, state, value)
-        if prepared is not None:
+        if isinstance(prepared, _Allowed | _Blocked):
             prepared.first = value is None
             allowed = prepared if isinstance(prepared, _Allowed) else prepared.repeat
             if allowed is not None:
@@ -901,7 +914,7 @@ class ToolCallWrapper:
         planned: PlannedCall,
         state: Any,
         value: Any,
-    ) -> _Allowed | _Blocked | None:
+    ) -> _Decided:
         """`_decide` for a call that is blocked, or whose batch stops the run."""
         batch = plan.batch
         config = self.config
@@ -926,13 +939,13 @@ class ToolCallWrapper:
         if aborting is not None and aborting.decision is not None:
             trace = abort_trace(planned, aborting)
             if raises_on_abort(config) and self.raise_on_abort:
-                return _Blocked([], [], as_signal(loop_error(aborting.decision)), trace)
+                return _Stop(as_signal(loop_error(aborting.decision)), trace)
             answer, events = abort_answer(planned, aborting, batch)
             notice = aborting.decision if planned is aborting else None
             messages: list[Any] = [answer]
             if last:
                 messages.append(final_ai_message(aborting.decision, batch))
-            return _Blocked(messages, events, None, trace, notice=notice)
+            return _Blocked(messages, events, trace, notice=notice)
 
         decision = planned.decision
         if decision is not None and decision.verdict is Verdict.ALLOW:
@@ -960,7 +973,7 @@ class ToolCallWrapper:
             answer = whole_duplicate_answer(answer, decision, earlier)
         if decision is None:  # `planned.error`: arguments that could not be keyed
             trace = trace_info(None, replay=None, verdict="deny", reason="invalid_arguments")
-            return _Blocked([answer], events, None, trace)
+            return _Blocked([answer], events, trace)
         messages = [answer]
         if decision.verdict is Verdict.ABORT and last:
             messages.append(final_ai_message(decision, batch))
@@ -973,7 +986,7 @@ class ToolCallWrapper:
             and decision.verdict is Verdict.DENY
         )
         repeat = None if decision.verdict is Verdict.ABORT else _Allowed(planned, batch)
-        return _Blocked(messages, events, None, trace, probe, notice=decision, repeat=repeat)
+        return _Blocked(messages, events, trace, probe, notice=decision, repeat=repeat)
 
     def _known_tools(self, request: ToolCallRequest) -> tuple[str, ...] | None:
         """The node's tool names, counting a name the node answers (`request.tool` set)."""
