@@ -105,7 +105,7 @@ def _instrument() -> None:
         _timed(guard_mw, name, f"  model hook: {name}")
     wrapper = tool_node.ToolCallWrapper
     _excluding(wrapper, "wrap", "tool hook, excl. the tool", 2)
-    for name in ("_prepare", "_finish"):
+    for name in ("_decide", "_finish"):
         _timed(wrapper, name, f"  tool hook: {name}")
     _timed(state, "fold_events", "reducer: fold_events")
     _timed(run_helpers, "_setup_run", "langsmith traceable: _setup_run (both hooks)")

@@ -4,6 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
+__all__ = [
+    "InvalidArgumentsError",
+    "LoopAbortedError",
+    "NotReplayableError",
+    "ReplayConflictError",
+    "ReplayGuardError",
+    "ReplayGuardWarning",
+    "ReplayHashMismatchError",
+    "ReplayInFlightError",
+    "ReplayUnsafeError",
+    "UnclassifiedToolsWarning",
+]
+
 
 class ReplayGuardError(Exception):
     """Base class of every error the replay guard raises."""

@@ -1,1 +1,3 @@
 """The `replay-guard` command line."""
+
+__all__: list[str] = []

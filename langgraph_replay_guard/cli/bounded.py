@@ -25,10 +25,12 @@ __all__ = [
     "add_max_item_bytes_option",
     "add_max_record_bytes_option",
     "describe",
+    "human",
     "parse_bytes",
     "read_checkpoints",
     "read_ledger",
     "read_store_item",
+    "too_big",
 ]
 
 DEFAULT_MAX_ITEM_BYTES = 16 * 1024 * 1024

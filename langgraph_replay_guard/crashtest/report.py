@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["POINTS", "CallSeen", "CrashReport", "Trial"]
+__all__ = ["POINTS", "PURE_HINT", "CallSeen", "CrashReport", "Trial"]
 
 POINTS: dict[str, str] = {
     "before_claim": "before the claim",

@@ -24,7 +24,7 @@ from langgraph_replay_guard.decisions.state import GuardView, Outcome, fold_even
 from langgraph_replay_guard.policy.config import GuardConfig
 from langgraph_replay_guard.policy.resolver import PolicyResolver, resolver_of
 
-__all__ = ["GuardControl"]
+__all__ = ["GuardControl", "result_text"]
 
 
 def result_text(result: Any) -> str | None:

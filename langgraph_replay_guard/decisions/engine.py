@@ -40,20 +40,22 @@ __all__ = [
     "STOP_IGNORED",
     "UNKNOWN_TOOL",
     "UNKNOWN_TOOL_KEY",
+    "CallDecisions",
     "CallFacts",
-    "CallPlan",
     "Decision",
     "PlannedCall",
     "Verdict",
     "call_facts",
     "call_failed",
     "decide",
+    "decide_calls",
+    "duplicate_message",
     "earlier_call_id",
     "fold_settings",
     "ignored_stop_error",
     "loop_error",
     "make_event",
-    "plan_calls",
+    "prompt_name",
     "raises_on_abort",
     "render_reminder",
     "state_view",
@@ -1033,7 +1035,7 @@ class PlannedCall:
 
 
 @dataclass(frozen=True)
-class CallPlan:
+class CallDecisions:
     """Decisions for the calls of one model answer, all against the same state."""
 
     calls: list[PlannedCall]
@@ -1067,7 +1069,7 @@ class CallPlan:
         return None
 
 
-def plan_calls(
+def decide_calls(
     policies: GuardConfig | PolicyResolver,
     state: Mapping[str, Any],
     tool_calls: Sequence[Mapping[str, Any]],

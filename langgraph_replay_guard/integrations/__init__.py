@@ -1,1 +1,3 @@
 """LangGraph and LangChain integrations of the guard (thin layers over the engine)."""
+
+__all__: list[str] = []

@@ -12,13 +12,13 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolCall, ToolMessag
 from langgraph.types import Command
 
 from langgraph_replay_guard.decisions.engine import (
-    CallPlan,
+    CallDecisions,
     Decision,
     PlannedCall,
     Verdict,
+    decide_calls,
     fold_settings,
     make_event,
-    plan_calls,
     stop_was_ignored,
 )
 from langgraph_replay_guard.decisions.state import (
@@ -38,14 +38,14 @@ if TYPE_CHECKING:
 __all__ = [
     "DECISION_EVENT",
     "GUARD_CHANNEL",
-    "BatchPlan",
-    "PlanCache",
+    "BatchDecisions",
+    "DecisionCache",
     "answered_event",
+    "decide_batch",
     "denied_event",
     "emit",
     "executed_event",
     "guard_update",
-    "plan_batch",
     "result_outcome",
     "snapshot",
     "tool_message",
@@ -86,7 +86,7 @@ def snapshot(value: Any, batch_id: str | None) -> Mapping[str, Any]:
 
 
 @dataclass(frozen=True)
-class BatchPlan(CallPlan):
+class BatchDecisions(CallDecisions):
     """Decisions for every call of one AIMessage, all against the same snapshot."""
 
     batch: ToolCallBatch
@@ -94,12 +94,12 @@ class BatchPlan(CallPlan):
     """The turn's stop is a come-back the guard already answered: the next one raises."""
 
 
-def plan_batch(
+def decide_batch(
     policies: GuardConfig | PolicyResolver,
     state: Mapping[str, Any],
     batch: ToolCallBatch,
     tools: Collection[str] | None = None,
-) -> BatchPlan:
+) -> BatchDecisions:
     """Decide every call of a batch by position (identical calls: the first one runs).
 
     Args:
@@ -112,17 +112,19 @@ def plan_batch(
     Returns:
         The plan.
     """
-    calls = plan_calls(
+    calls = decide_calls(
         policies, state, batch.tool_calls, batch.turn, batch_id=batch.batch_id, tools=tools
     )
-    return BatchPlan(calls=calls, batch=batch, stop_was_ignored=stop_was_ignored(state))
+    return BatchDecisions(calls=calls, batch=batch, stop_was_ignored=stop_was_ignored(state))
 
 
-_Planned = tuple[PolicyResolver, Any, AIMessage, str | None, BatchPlan, tuple[str, ...] | None, int]
+_Planned = tuple[
+    PolicyResolver, Any, AIMessage, str | None, BatchDecisions, tuple[str, ...] | None, int
+]
 
 
-class PlanCache:
-    """The last batch plan of one guard, reused while the channel value and batch are the same.
+class DecisionCache:
+    """The last batch decisions of one guard, reused while the channel value and batch are the same.
 
     A step plans its batch in the model call (the middleware) or at its first tool call,
     and each of its tool calls reads the plan again; all see the same channel value object
@@ -138,14 +140,14 @@ class PlanCache:
         """Create an empty cache."""
         self._last: _Planned | None = None
 
-    def plan(
+    def decide(
         self,
         policies: GuardConfig | PolicyResolver,
         value: Any,
         batch: ToolCallBatch,
         tools: tuple[str, ...] | None = None,
-    ) -> BatchPlan:
-        """`plan_batch(policies, snapshot(value, batch.batch_id), batch, tools)`, cached.
+    ) -> BatchDecisions:
+        """`decide_batch(policies, snapshot(value, batch.batch_id), batch, tools)`, cached.
 
         A plan made before the resolver learned a class is not reused (its version).
 
@@ -171,17 +173,17 @@ class PlanCache:
             and last[5] == tools
         ):
             return last[4]
-        plan = plan_batch(resolver, snapshot(value, batch.batch_id), batch, tools)
+        plan = decide_batch(resolver, snapshot(value, batch.batch_id), batch, tools)
         self._last = (resolver, value, batch.ai_message, batch.turn, plan, tools, version)
         return plan
 
-    def planned(
+    def decided(
         self,
         value: Any,
         messages: Sequence[BaseMessage],
         tool_call_id: str | None,
         tools: tuple[str, ...] | None,
-    ) -> tuple[BatchPlan, PlannedCall] | None:
+    ) -> tuple[BatchDecisions, PlannedCall] | None:
         """The cached plan of a tool call whose AIMessage is the last message, if there is one.
 
         A tool call's state ends with the AIMessage that asked for it: when that message and
@@ -195,7 +197,7 @@ class PlanCache:
             tools: Names of the tools that exist, when known.
 
         Returns:
-            The plan and the call's entry, or None (plan it with `plan`).
+            The decisions and the call's entry, or None (decide it with `decide`).
         """
         last = self._last
         if (

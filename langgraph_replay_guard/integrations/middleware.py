@@ -332,7 +332,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return value, []
         config = self._calls.config
         batch = ToolCallBatch(ai, current_turn(state, anchors=turn_anchors(value)))
-        plan = self._calls.plans.plan(self._calls.policies, value, batch, self._calls.tools)
+        plan = self._calls.decisions.decide(self._calls.policies, value, batch, self._calls.tools)
         events = [
             answered_event(planned, batch)
             for planned in plan.calls
@@ -492,7 +492,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         config = self._calls.config
         # The answer is the batch; its turn is that of the messages it answers.
         batch = ToolCallBatch(ai, current_turn(request.state, anchors=turn_anchors(value)))
-        plan = self._calls.plans.plan(self._calls.policies, value, batch, self._calls.tools)
+        plan = self._calls.decisions.decide(self._calls.policies, value, batch, self._calls.tools)
         aborting = plan.abort
         if aborting is None or aborting.decision is None:
             return result, []

@@ -60,12 +60,12 @@ from langgraph_replay_guard.integrations.batches import (
 )
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
-    BatchPlan,
-    PlanCache,
+    BatchDecisions,
+    DecisionCache,
     answered_event,
+    decide_batch,
     emit,
     executed_event,
-    plan_batch,
     result_outcome,
     snapshot,
     tool_message,
@@ -80,11 +80,11 @@ from langgraph_replay_guard.integrations.ledger_gate import (
 from langgraph_replay_guard.integrations.ledgered_tool import (
     ledgered_tool,
     model_args,
+    watch_tool_errors,
     with_invoke,
 )
 from langgraph_replay_guard.integrations.signals import NodeErrorPassage, as_signal
 from langgraph_replay_guard.integrations.task_writes import TaskWrites, write_events
-from langgraph_replay_guard.integrations.tool_errors import watch_tool_errors
 from langgraph_replay_guard.integrations.tracing import (
     BlockedRun,
     LedgerAction,
@@ -103,7 +103,13 @@ if TYPE_CHECKING:
     from langgraph_replay_guard.guard import ReplayGuard
     from langgraph_replay_guard.policy.config import GuardConfig
 
-__all__ = ["ToolCallWrapper", "guarded_tool_node", "route_after_tools"]
+__all__ = [
+    "ToolCallWrapper",
+    "abort_trace",
+    "guarded_tool_node",
+    "misdeclared_channel_message",
+    "route_after_tools",
+]
 
 logger = logging.getLogger("langgraph_replay_guard")
 
@@ -159,7 +165,7 @@ class _Allowed:
 
 @dataclass(slots=True)
 class _Blocked:
-    """A call the guard answers without running the tool, or stops the run on.
+    """A call the guard answers without running the tool: from memory, or a refusal.
 
     Nothing is recorded or reported until the plan answers with it (`ToolCallWrapper._answer`):
     a probed name that another wrapper serves was never blocked.
@@ -168,7 +174,6 @@ class _Blocked:
     messages: list[Any]
     """The answer: the call's ToolMessage, then the stop's final AIMessage if any."""
     events: list[Event]
-    error: LoopAbortedError | None
     trace: dict[str, Any]
     probe: bool = False
     """A call to a name the node lacks: hand it on first, answer it only if nobody serves it."""
@@ -180,6 +185,19 @@ class _Blocked:
     """For a repeat the guard would answer (not a stop): the call, to record as `answered`
     when a middleware inside the guard answers it first (see `_decided_where_it_runs`)."""
 
+
+@dataclass(slots=True)
+class _Stop:
+    """A call on which the guard stops the run by raising (`exit_behavior="error"`)."""
+
+    error: LoopAbortedError
+    """The stop, a LangGraph control-flow signal (`as_signal`)."""
+    trace: dict[str, Any]
+
+
+_Decided = _Allowed | _Blocked | _Stop | None
+"""What `ToolCallWrapper._decide` decided for a call: run it, answer it, stop the run on it,
+or (None) pass it on to the node, whose name it is not."""
 
 _DECIDING_MARK = "_replay_guard_deciding"
 """Set on a tool copy whose `invoke` is the guard's plan (`ToolCallWrapper._deciding_tool`)."""
@@ -200,6 +218,11 @@ class _Handed:
     copy that gets the call plus arguments a middleware added replays it (see `_call_plan`)."""
     asked: Mapping[str, Any] | None = None
     """The call as the hook saw it, when `recorded` is set."""
+    decided: _Decided = None
+    """The hook's decision, for a copy that gets the very call the hook decided (the same
+    name and arguments): it runs it without deciding again (`ToolCallWrapper._arrived`)."""
+    call: Mapping[str, Any] | None = None
+    """The call the hook decided (`decided`)."""
 
 
 @dataclass
@@ -339,7 +362,8 @@ class ToolCallWrapper:
         self.messages_key = messages_key
         self.channel = channel
         self.end_batches = end_batches
-        self.plans = PlanCache()  # shared with the middleware's after_model: one plan a step
+        # Shared with the middleware's after_model: a batch is decided once a step.
+        self.decisions = DecisionCache()
         self.policies = guard._policies
         self.gate = LedgerGate(
             self.policies,
@@ -360,7 +384,7 @@ class ToolCallWrapper:
         """`wrap_tool_call` for a ToolNode."""
         run = _passing_node_errors(execute) if self.passes_node_errors else execute
         return self._drive(
-            self._call_plan(request, self._direct(execute)),
+            self._call_plan(request, self._decide(request), self._direct(execute)),
             lambda op: self._execute_op(op, run),
             request,
         )
@@ -369,7 +393,7 @@ class ToolCallWrapper:
         """`awrap_tool_call` for a ToolNode."""
         run = _passing_node_errors(execute) if self.passes_node_errors else execute
         return await self._adrive(
-            self._call_plan(request, self._direct(execute)),
+            self._call_plan(request, self._decide(request), self._direct(execute)),
             lambda op: self._aexecute_op(op, run),
             request,
         )
@@ -452,71 +476,78 @@ class ToolCallWrapper:
         return self.inner is None and runs_the_tool_itself(execute)
 
     def _call_plan(
-        self, request: ToolCallRequest, direct: bool = False, hand: _Handed | None = None
+        self,
+        request: ToolCallRequest,
+        prepared: _Decided,
+        direct: bool = False,
+        hand: _Handed | None = None,
     ) -> Generator[_Op, Any, ToolResult]:
-        """Decide, run or answer, and record one call; yields what needs I/O.
+        """Run, answer or stop one call as `_decide` decided it, and record it; yields I/O.
 
-        The drivers (`wrap`, `awrap`) run each op and send back its answer; an exception an
+        The one runner of a call: the hook runs it on the call it got, a deciding copy of
+        the tool handed down (`hand`) on the call as it arrives there, with the hook's own
+        decision when the call arrives unchanged (`_arrived`). The drivers (`wrap`, `awrap`,
+        the copy's `invoke`/`ainvoke`) run each op and send back its answer; an exception an
         op raised is thrown back in, so the plan records an unknown outcome before it goes on.
         """
-        prepared = self._prepare(request)
         if prepared is None:
             # A name the node lacks: its own wrapper may serve it, or the node answers.
             result: ToolResult = yield _Execute(request)
             return result
+        if isinstance(prepared, _Stop):
+            yield _trace(request, prepared.trace, None, prepared.error)
+            raise prepared.error
         if not direct and request.tool is not None:
             where = prepared if isinstance(prepared, _Allowed) else prepared.repeat
             if where is not None:
-                claims = where is prepared
-                return (yield from self._decided_where_it_runs(request, where, claims=claims))
-        if isinstance(prepared, _Allowed) and request.tool is None:
-            return (yield from self._shadowed_unknown(request, prepared))
+                return (yield from self._decided_where_it_runs(request, prepared, where))
         if isinstance(prepared, _Blocked):
-            if prepared.probe:
-                # LangGraph defers its unknown-name check past the wrappers so that an inner
-                # wrapper (a middleware's dynamic tool) may serve the name: let it. Nothing
-                # runs for a name nobody serves; the node only answers "not a valid tool".
-                served: ToolResult = yield _Execute(request)
-                if not _refused_as_unknown(served, request.tool_call["name"]):
-                    self.learn_tools([request.tool_call["name"]])
-                    return served
-            if prepared.error is not None:
-                yield _trace(request, prepared.trace, None, prepared.error)
-                raise prepared.error
-            answer = self._answer(request, prepared)
-            yield _trace(request, prepared.trace, _answer_of(answer), None)
-            return answer
-        if hand is not None and hand.recorded is not None:
-            recorded, asked, hand.recorded = hand.recorded, hand.asked, None
-            if asked is not None and _ran_as_recorded(asked, request.tool_call, recorded):
-                # The hook's call, resumed, as it ran before but for what a middleware added:
-                # a fresh trace id is new in every process, so no row has these arguments,
-                # and checked anew the call would run a second time. The hook's row is its
-                # outcome.
-                replayed = self._replayed(request, prepared, recorded)
-                yield _trace(request, prepared.trace("replayed"), _answer_of(replayed), None)
-                return replayed
-        ticket = None
-        if hand is not None and hand.claim is not None:
+            return (yield from self._refused(request, prepared))
+        if request.tool is None:
+            return (yield from self._shadowed_unknown(request, prepared))
+        return (yield from self._allowed(request, prepared, hand))
+
+    def _refused(
+        self, request: ToolCallRequest, blocked: _Blocked
+    ) -> Generator[_Op, Any, ToolResult]:
+        """Answer a call the guard does not run: from memory, or a refusal."""
+        if blocked.probe:
+            # LangGraph defers its unknown-name check past the wrappers so that an inner
+            # wrapper (a middleware's dynamic tool) may serve the name: let it. Nothing
+            # runs for a name nobody serves; the node only answers "not a valid tool".
+            served: ToolResult = yield _Execute(request)
+            if not _refused_as_unknown(served, request.tool_call["name"]):
+                self.learn_tools([request.tool_call["name"]])
+                return served
+        answer = self._answer(request, blocked)
+        yield _trace(request, blocked.trace, _answer_of(answer), None)
+        return answer
+
+    def _allowed(
+        self, request: ToolCallRequest, allowed: _Allowed, hand: _Handed | None
+    ) -> Generator[_Op, Any, ToolResult]:
+        """Run a call the guard lets run: through the ledger gate, or a recorded outcome."""
+        ticket: RunTicket | LedgerEntry | None = _recorded_run(request, hand)
+        if ticket is None and hand is not None and hand.claim is not None:
             # The guard's hook claimed the call before handing it down: the tool runs under
             # that claim, with the arguments it arrived with (`ran_args` when edited).
             ticket = self.gate.continued(hand.claim, request)
             hand.claim = None
-        elif self.gate.involved(request, prepared.ledger_facts):
-            batch = prepared.batch
+        elif ticket is None and self.gate.involved(request, allowed.ledger_facts):
+            batch = allowed.batch
             ticket = yield _Check(
-                request, prepared.ledger_facts, batch.batch_id, len(batch.tool_calls)
+                request, allowed.ledger_facts, batch.batch_id, len(batch.tool_calls)
             )
         if isinstance(ticket, LedgerEntry):
-            replayed = self._replayed(request, prepared, ticket)
-            yield _trace(request, prepared.trace("replayed"), _answer_of(replayed), None)
+            replayed = self._replayed(request, allowed, ticket)
+            yield _trace(request, allowed.trace("replayed"), _answer_of(replayed), None)
             return replayed
         if ticket is None:
             # Nothing sits between here and the tool (a call with middlewares inside the
-            # guard was handed down above, to be planned where it runs).
-            result = yield _Execute(traced_request(request, lambda: prepared.trace("none")))
-            return self._finish(request, prepared, result)
-        traced = traced_request(ticket.request, lambda: prepared.trace("claimed"))
+            # guard was handed down, to be run where it arrives).
+            result = yield _Execute(traced_request(request, lambda: allowed.trace("none")))
+            return self._finish(request, allowed, result)
+        traced = traced_request(ticket.request, lambda: allowed.trace("claimed"))
         if traced.tool is not None:
             # The ledger sees the tool's runs whole: its state writes beside its answer.
             tool = ledgered_tool(traced.tool, runs=ticket.runs, sends=ticket.sends)
@@ -528,7 +559,7 @@ class ToolCallWrapper:
             raise
         yield _Finish(ticket, result, tool_error)
         ran = ticket.runs.started or traced.tool is None
-        return self._finish(request, prepared, result, ran=ran)
+        return self._finish(request, allowed, result, ran=ran)
 
     def _shadowed_unknown(
         self, request: ToolCallRequest, shadowed: _Allowed
@@ -555,7 +586,7 @@ class ToolCallWrapper:
         return served
 
     def _decided_where_it_runs(
-        self, request: ToolCallRequest, decided: _Allowed, *, claims: bool = True
+        self, request: ToolCallRequest, prepared: _Allowed | _Blocked, decided: _Allowed
     ) -> Generator[_Op, Any, ToolResult]:
         """Hand a call to the middlewares inside the guard; decide it where the tool runs.
 
@@ -569,13 +600,14 @@ class ToolCallWrapper:
         copy continues under that claim; when no copy runs (a middleware answered), the
         answer it returned is the call's outcome, and an exception leaves it unknown. A
         call that never arrives counts as an attempt (`answered`), never as the tool's
-        result in the channel. Stops were decided already, before anything ran.
+        result in the channel. Stops were decided already, before anything ran. A copy that
+        gets the call unchanged runs it as decided here (`prepared`, carried in `_Handed`).
         """
         tool = request.tool
         assert tool is not None
-        hand = _Handed()
+        hand = _Handed(decided=prepared, call=request.tool_call)
         facts = decided.ledger_facts
-        if claims and facts.replay != "pure" and self.gate.involved(request, facts):
+        if decided is prepared and facts.replay != "pure" and self.gate.involved(request, facts):
             batch = decided.batch
             ticket = yield _Check(request, facts, batch.batch_id, len(batch.tool_calls))
             if isinstance(ticket, LedgerEntry) and ticket.answered_inside:
@@ -664,7 +696,7 @@ class ToolCallWrapper:
                 )
                 return (result, None) if op.watch else result
 
-            return self._drive(self._call_plan(here(input), direct=True, hand=hand), run)
+            return self._drive(self._arrived(here(input), hand), run)
 
         async def ainvoke(input: Any, config: Any = None, **kwargs: Any) -> Any:
             async def run(op: _Execute) -> Any:
@@ -673,12 +705,30 @@ class ToolCallWrapper:
                 )
                 return (result, None) if op.watch else result
 
-            return await self._adrive(self._call_plan(here(input), direct=True, hand=hand), run)
+            return await self._adrive(self._arrived(here(input), hand), run)
 
         copy = cast("BaseTool", with_invoke(tool, invoke, ainvoke))
         if copy is not tool:
             object.__setattr__(copy, _DECIDING_MARK, True)
         return copy
+
+    def _arrived(self, request: ToolCallRequest, hand: _Handed) -> Generator[_Op, Any, ToolResult]:
+        """The plan of a call that arrived where a tool runs (a deciding copy's run).
+
+        The call the hook decided, unchanged (the same name and arguments), runs as the hook
+        decided it: deciding it again would read the same state and plan to the same answer.
+        A call a middleware changed on the way (a HITL edit, a redaction, another tool) is a
+        call of its own, decided here.
+        """
+        call = hand.call
+        same = (
+            call is not None
+            and hand.decided is not None
+            and call["name"] == request.tool_call["name"]
+            and call.get("args") == request.tool_call.get("args")
+        )
+        decided = hand.decided if same else self._decide(request)
+        return self._call_plan(request, decided, direct=True, hand=hand)
 
     # -- deciding -----------------------------------------------------------------------------
 
@@ -739,11 +789,11 @@ class ToolCallWrapper:
 
     def _planned(
         self, request: ToolCallRequest, tools: tuple[str, ...] | None, state: Any, value: Any
-    ) -> tuple[BatchPlan, PlannedCall]:
+    ) -> tuple[BatchDecisions, PlannedCall]:
         """The plan of the call's batch (made once per batch) and the call's entry in it."""
         tool_call_id = request.tool_call.get("id")
         history = state_messages(state, self.messages_key)
-        cached = self.plans.planned(value, history, tool_call_id, tools)
+        cached = self.decisions.decided(value, history, tool_call_id, tools)
         if cached is not None:  # planned by the model call or a sibling: the common case
             return cached
         anchors = turn_anchors(value)
@@ -751,17 +801,17 @@ class ToolCallWrapper:
         if batch is None:  # a ToolNode called with bare tool calls: a batch of one
             turn = current_turn(state, self.messages_key, anchors)
             batch = ToolCallBatch(AIMessage(content="", tool_calls=[request.tool_call]), turn)
-        plan = self.plans.plan(self.policies, value, batch, tools)
+        plan = self.decisions.decide(self.policies, value, batch, tools)
         return plan, plan.call(tool_call_id) or plan.calls[-1]
 
     def _as_it_runs(
         self,
         request: ToolCallRequest,
-        plan: BatchPlan,
+        plan: BatchDecisions,
         planned: PlannedCall,
         value: Any,
         tools: tuple[str, ...] | None,
-    ) -> tuple[BatchPlan, PlannedCall, CallFacts | None]:
+    ) -> tuple[BatchDecisions, PlannedCall, CallFacts | None]:
         """The call's plan, and its facts as it runs when a middleware only added arguments.
 
         The batch is planned from the AIMessage in the state: what the model asked, as the
@@ -802,23 +852,28 @@ class ToolCallWrapper:
 
     def _replanned(
         self,
-        plan: BatchPlan,
+        plan: BatchDecisions,
         planned: PlannedCall,
         call: ToolCall,
         value: Any,
         tools: tuple[str, ...] | None,
-    ) -> tuple[BatchPlan, PlannedCall]:
+    ) -> tuple[BatchDecisions, PlannedCall]:
         """The batch planned again with `call` in the place of the planned one."""
         ai = plan.batch.ai_message
         calls = [
             call if i == planned.index else other for i, other in enumerate(plan.batch.tool_calls)
         ]
         edited = ToolCallBatch(ai.model_copy(update={"tool_calls": calls}), plan.batch.turn)
-        replanned = plan_batch(self.policies, snapshot(value, edited.batch_id), edited, tools)
+        replanned = decide_batch(self.policies, snapshot(value, edited.batch_id), edited, tools)
         return replanned, replanned.calls[planned.index]
 
-    def _prepare(self, request: ToolCallRequest) -> _Allowed | _Blocked | None:
-        """Decide a call: `_Allowed` to execute it, `_Blocked` to answer it, None to pass it on."""
+    def _decide(self, request: ToolCallRequest) -> _Decided:
+        """Decide a call: run it, answer it, stop the run on it, or pass it on (None).
+
+        `_Allowed`, `_Blocked` or `_Stop` (`_Decided`). The decide step of one call: it reads
+        the state and the batch's decisions (made once a step, `DecisionCache`), writes
+        nothing and runs nothing; `_call_plan` runs it.
+        """
         tools = self._known_tools(request)
         if request.tool is None and tools is None:
             return None
@@ -845,7 +900,7 @@ class ToolCallWrapper:
                 return None
             return _Allowed(planned, plan.batch, first=value is None, runs=runs, call_id=call_id)
         prepared = self._decided(request, plan, planned, state, value)
-        if prepared is not None:
+        if isinstance(prepared, _Allowed | _Blocked):
             prepared.first = value is None
             allowed = prepared if isinstance(prepared, _Allowed) else prepared.repeat
             if allowed is not None:
@@ -855,12 +910,12 @@ class ToolCallWrapper:
     def _decided(
         self,
         request: ToolCallRequest,
-        plan: BatchPlan,
+        plan: BatchDecisions,
         planned: PlannedCall,
         state: Any,
         value: Any,
-    ) -> _Allowed | _Blocked | None:
-        """`_prepare` for a call that is blocked, or whose batch stops the run."""
+    ) -> _Decided:
+        """`_decide` for a call that is blocked, or whose batch stops the run."""
         batch = plan.batch
         config = self.config
         last = planned.index == len(batch.tool_calls) - 1
@@ -884,13 +939,13 @@ class ToolCallWrapper:
         if aborting is not None and aborting.decision is not None:
             trace = abort_trace(planned, aborting)
             if raises_on_abort(config) and self.raise_on_abort:
-                return _Blocked([], [], as_signal(loop_error(aborting.decision)), trace)
+                return _Stop(as_signal(loop_error(aborting.decision)), trace)
             answer, events = abort_answer(planned, aborting, batch)
             notice = aborting.decision if planned is aborting else None
             messages: list[Any] = [answer]
             if last:
                 messages.append(final_ai_message(aborting.decision, batch))
-            return _Blocked(messages, events, None, trace, notice=notice)
+            return _Blocked(messages, events, trace, notice=notice)
 
         decision = planned.decision
         if decision is not None and decision.verdict is Verdict.ALLOW:
@@ -918,7 +973,7 @@ class ToolCallWrapper:
             answer = whole_duplicate_answer(answer, decision, earlier)
         if decision is None:  # `planned.error`: arguments that could not be keyed
             trace = trace_info(None, replay=None, verdict="deny", reason="invalid_arguments")
-            return _Blocked([answer], events, None, trace)
+            return _Blocked([answer], events, trace)
         messages = [answer]
         if decision.verdict is Verdict.ABORT and last:
             messages.append(final_ai_message(decision, batch))
@@ -931,7 +986,7 @@ class ToolCallWrapper:
             and decision.verdict is Verdict.DENY
         )
         repeat = None if decision.verdict is Verdict.ABORT else _Allowed(planned, batch)
-        return _Blocked(messages, events, None, trace, probe, notice=decision, repeat=repeat)
+        return _Blocked(messages, events, trace, probe, notice=decision, repeat=repeat)
 
     def _known_tools(self, request: ToolCallRequest) -> tuple[str, ...] | None:
         """The node's tool names, counting a name the node answers (`request.tool` set)."""
@@ -1057,6 +1112,22 @@ async def _passing_awaited(result: Awaitable[ToolResult]) -> ToolResult:
         raise NodeErrorPassage(exc) from None
 
 
+def _recorded_run(request: ToolCallRequest, hand: _Handed | None) -> LedgerEntry | None:
+    """The hook's recorded outcome of a call a deciding copy got, if it is this very run.
+
+    The hook's call, resumed, as it ran before but for what a middleware added: a fresh
+    trace id is new in every process, so no row has these arguments, and checked anew the
+    call would run a second time. The hook's row is its outcome (taken once: a retry below
+    asks the ledger).
+    """
+    if hand is None or hand.recorded is None:
+        return None
+    recorded, asked, hand.recorded = hand.recorded, hand.asked, None
+    if asked is not None and _ran_as_recorded(asked, request.tool_call, recorded):
+        return recorded
+    return None
+
+
 def _ran_as_recorded(asked: Mapping[str, Any], runs: Mapping[str, Any], row: LedgerEntry) -> bool:
     """Whether a call runs as its recorded run did, but for keys a middleware added.
 
@@ -1081,7 +1152,7 @@ def _without_added(asked: Any, runs: Any) -> Any:
     return {k: _without_added(asked[k], v) for k, v in runs.items() if k in asked}
 
 
-def _sibling_duplicate(plan: BatchPlan, planned: PlannedCall) -> bool:
+def _sibling_duplicate(plan: BatchDecisions, planned: PlannedCall) -> bool:
     """Whether an earlier call of the same batch has this call's key (it runs, this one not)."""
     decision = planned.decision
     if decision is None:

@@ -46,6 +46,7 @@ __all__ = [
     "ReplayClass",
     "ToolPolicy",
     "ToolkitRef",
+    "did_you_mean",
     "toolkit_window",
 ]
 

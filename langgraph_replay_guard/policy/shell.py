@@ -11,7 +11,15 @@ from typing import Any
 
 from langgraph_replay_guard.decisions.call_class import CallClass
 
-__all__ = ["MAX_SCRIPT_CHARS", "Command", "Script", "ShellPreset", "Unparsable", "parse_script"]
+__all__ = [
+    "MAX_SCRIPT_CHARS",
+    "Command",
+    "PartRule",
+    "Script",
+    "ShellPreset",
+    "Unparsable",
+    "parse_script",
+]
 
 MAX_SCRIPT_CHARS = 100_000
 """Longest command line analysed; a longer one is unrecognised (never `pure`)."""

@@ -29,6 +29,7 @@ __all__ = [
     "RECORDS_NAMESPACE",
     "UNREADABLE_VALUE",
     "RecordStore",
+    "RecordStorePlan",
     "StoredRecordInfo",
     "load_store_value",
 ]

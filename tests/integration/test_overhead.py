@@ -29,13 +29,13 @@ def lookup(id: str) -> str:
 
 def _count_plans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     planned: list[int] = []
-    original = calls.plan_batch
+    original = calls.decide_batch
 
-    def counting(*args: Any, **kwargs: Any) -> calls.BatchPlan:
+    def counting(*args: Any, **kwargs: Any) -> calls.BatchDecisions:
         planned.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(calls, "plan_batch", counting)
+    monkeypatch.setattr(calls, "decide_batch", counting)
     return planned
 
 

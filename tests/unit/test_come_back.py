@@ -28,9 +28,9 @@ from langgraph_replay_guard.integrations.answers import (
 )
 from langgraph_replay_guard.integrations.batches import ToolCallBatch
 from langgraph_replay_guard.integrations.calls import (
-    BatchPlan,
+    BatchDecisions,
+    decide_batch,
     executed_event,
-    plan_batch,
     snapshot,
 )
 from langgraph_replay_guard.integrations.tool_node import route_after_tools
@@ -43,11 +43,11 @@ THINK = ("think", {"thought": "again"})
 
 def run_batch(
     state: dict[str, Any], batch_id: str, calls: list[tuple[str, dict[str, Any]]], turn: str
-) -> tuple[BatchPlan, list[ToolMessage | None]]:
+) -> tuple[BatchDecisions, list[ToolMessage | None]]:
     """Plan, answer and record one batch the way the guarded ToolNode does."""
     ai = AIMessage("", id=batch_id, tool_calls=[tool_call(name, args) for name, args in calls])
     batch = ToolCallBatch(ai, turn)
-    plan = plan_batch(CONFIG, snapshot(state, batch_id), batch)
+    plan = decide_batch(CONFIG, snapshot(state, batch_id), batch)
     events, answers = [], []
     for planned in plan.calls:
         answer: ToolMessage | None = None

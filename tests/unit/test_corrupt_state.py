@@ -4,7 +4,7 @@ Property: random mutations of valid channel values (keys deleted, values replace
 JSON of another type, lists and strings truncated, junk added, numbers out of range) go
 through the reducer, `load_state`, `settled`, `GuardView.from_state`, `guard.inspect`,
 `guard.system_prompt`, the router, the turn lookup, the decision for a batch (`snapshot` +
-`plan_batch`) and the callback handler's scope state, and none of them raises. Oversize maps
+`decide_batch`) and the callback handler's scope state, and none of them raises. Oversize maps
 are trimmed once on load.
 """
 
@@ -42,7 +42,7 @@ from langgraph_replay_guard.decisions.state import (
 from langgraph_replay_guard.integrations.batches import find_batch, turn_anchors
 from langgraph_replay_guard.integrations.callbacks.decisions import CallbackDecider, Refusal
 from langgraph_replay_guard.integrations.callbacks.scopes import ScopeTable
-from langgraph_replay_guard.integrations.calls import plan_batch, snapshot
+from langgraph_replay_guard.integrations.calls import decide_batch, snapshot
 from tests.hypothesis_budget import examples
 
 CONFIG = GuardConfig(tools={"write": "unsafe"})
@@ -216,7 +216,7 @@ def exercise(value: Any) -> None:
     batch = find_batch(graph_state, "c2", anchors=turn_anchors(value))
     assert batch is not None
     for batch_id in ("ai-9", "ai-other"):
-        plan = plan_batch(CONFIG, snapshot(value, batch_id), batch)
+        plan = decide_batch(CONFIG, snapshot(value, batch_id), batch)
         assert len(plan.calls) == len(TOOL_CALLS)
     exercise_callback_handler(value)
 

@@ -1,7 +1,7 @@
 """The per-step fast paths give exactly what the checked paths give, and fall back when unsure.
 
 The reducer takes the guard's own writes (`own_update`) without checking them again, and the
-tool calls of a step reuse the plan their model call made (`PlanCache.planned`). Each is kept
+tool calls of a step reuse the plan their model call made (`DecisionCache.planned`). Each is kept
 honest here: same value as the slow path, and the slow path whenever a value, a write or a
 message is not the very object the shortcut was made for.
 """
@@ -19,7 +19,7 @@ from langgraph_replay_guard.decisions.engine import call_facts, fold_settings, m
 from langgraph_replay_guard.decisions.memo import IdentityMemo
 from langgraph_replay_guard.decisions.state import Event, merge_guard_state, own_update
 from langgraph_replay_guard.integrations.batches import ToolCallBatch
-from langgraph_replay_guard.integrations.calls import PlanCache
+from langgraph_replay_guard.integrations.calls import DecisionCache
 
 CONFIG = GuardConfig(tools={"write": "unsafe"}, max_repeats=2)
 CFG = fold_settings(CONFIG)
@@ -99,7 +99,7 @@ def test_a_step_merged_twice_gives_one_value():
     assert merge_guard_state(value, update) is merge_guard_state(value, update)
 
 
-def plan_setup() -> tuple[PlanCache, dict[str, Any], AIMessage, list[Any]]:
+def plan_setup() -> tuple[DecisionCache, dict[str, Any], AIMessage, list[Any]]:
     ai = AIMessage(
         content="",
         id="ai-1",
@@ -109,14 +109,14 @@ def plan_setup() -> tuple[PlanCache, dict[str, Any], AIMessage, list[Any]]:
         ],
     )
     value = merge_guard_state(None, own_update(CFG, [event("read", 7, batch="ai-0")]))
-    cache = PlanCache()
-    cache.plan(CONFIG, value, ToolCallBatch(ai, "h1"), ("read", "write"))
+    cache = DecisionCache()
+    cache.decide(CONFIG, value, ToolCallBatch(ai, "h1"), ("read", "write"))
     return cache, value, ai, [HumanMessage("go", id="h1"), ai]
 
 
 def test_tool_calls_reuse_the_plan_of_their_model_call():
     cache, value, _ai, messages = plan_setup()
-    found = cache.planned(value, messages, "c2", ("read", "write"))
+    found = cache.decided(value, messages, "c2", ("read", "write"))
     assert found is not None
     plan, planned = found
     assert planned.index == 1
@@ -128,12 +128,12 @@ def test_tool_calls_reuse_the_plan_of_their_model_call():
 def test_the_plan_is_not_reused_for_another_value_message_call_or_tool_set():
     cache, value, ai, messages = plan_setup()
     tools = ("read", "write")
-    assert cache.planned(copy.deepcopy(value), messages, "c1", tools) is None
+    assert cache.decided(copy.deepcopy(value), messages, "c1", tools) is None
     answered = [*messages, ToolMessage("x", tool_call_id="c1")]
-    assert cache.planned(value, answered, "c1", tools) is None
-    assert cache.planned(value, [messages[0], copy.copy(ai)], "c1", tools) is None
-    assert cache.planned(value, messages, "c9", tools) is None
-    assert cache.planned(value, messages, "c1", ("read",)) is None
+    assert cache.decided(value, answered, "c1", tools) is None
+    assert cache.decided(value, [messages[0], copy.copy(ai)], "c1", tools) is None
+    assert cache.decided(value, messages, "c9", tools) is None
+    assert cache.decided(value, messages, "c1", ("read",)) is None
 
 
 def test_an_identity_memo_knows_only_the_very_objects_it_met_and_keeps_at_most_its_cap():

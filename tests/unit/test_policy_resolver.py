@@ -21,7 +21,7 @@ from langgraph_replay_guard import (
 from langgraph_replay_guard.decisions.engine import call_facts
 from langgraph_replay_guard.decisions.state import new_state
 from langgraph_replay_guard.integrations.batches import ToolCallBatch
-from langgraph_replay_guard.integrations.calls import PlanCache
+from langgraph_replay_guard.integrations.calls import DecisionCache
 from langgraph_replay_guard.policy.resolver import PolicyResolver, resolver_of
 from langgraph_replay_guard.policy.tool_hints import hinted, hinted_tools
 from langgraph_replay_guard.testing import ScriptedChatModel
@@ -116,17 +116,17 @@ def test_learning_only_what_is_new_drops_the_cache():
 
 def test_a_plan_made_before_a_hint_was_learned_is_not_reused():
     resolver = PolicyResolver(GuardConfig())
-    cache = PlanCache()
+    cache = DecisionCache()
     value = new_state()
     ai = AIMessage(
         content="", id="ai-1", tool_calls=[{"name": "delete", "args": {"id": 7}, "id": "c1"}]
     )
     batch = ToolCallBatch(ai, "turn-1")
-    before = cache.plan(resolver, value, batch)
-    assert cache.plan(resolver, value, batch) is before  # cached while nothing is learned
+    before = cache.decide(resolver, value, batch)
+    assert cache.decide(resolver, value, batch) is before  # cached while nothing is learned
     assert before.calls[0].facts.replay == "pure"
     resolver.learn(hinted([("delete", UNSAFE)]))
-    after = cache.plan(resolver, value, batch)
+    after = cache.decide(resolver, value, batch)
     assert after is not before
     assert after.calls[0].facts.replay == "unsafe"
 

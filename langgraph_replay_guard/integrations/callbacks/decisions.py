@@ -17,9 +17,9 @@ from langgraph_replay_guard.decisions.engine import (
     PlannedCall,
     Verdict,
     call_facts,
+    decide_calls,
     loop_error,
     make_event,
-    plan_calls,
     raises_on_abort,
     render_reminder,
     state_view,
@@ -40,7 +40,7 @@ from langgraph_replay_guard.integrations.batches import ToolCallBatch
 from langgraph_replay_guard.integrations.callbacks.marks import RAISED, STARTED, MarkBook
 from langgraph_replay_guard.integrations.callbacks.scopes import Scope, ScopeKey, ScopeTable
 from langgraph_replay_guard.integrations.calls import (
-    BatchPlan,
+    BatchDecisions,
     answered_event,
     denied_event,
     executed_event,
@@ -77,7 +77,7 @@ class Admitted:
     """A call the guard lets run; what to record once it ends."""
 
     scope: Scope
-    plan: BatchPlan
+    plan: BatchDecisions
     planned: PlannedCall
     claim: dict[str, Any] | None = None
     """An `unsafe` call's mark, written before the body ran, to settle when it ends."""
@@ -213,7 +213,7 @@ class CallbackDecider:
         """
         scope = self.scopes.get(key)
         with scope.lock:
-            plan = self._plan(scope, batch_id, calls, keep=True)
+            plan = self._decide(scope, batch_id, calls, keep=True)
             recorded: list[tuple[Decision, ToolCall]] = []
             events: list[Event] = []
             for planned in plan.calls:
@@ -299,7 +299,7 @@ class CallbackDecider:
             scope.actions = step
             plan = scope.plan
             if plan is None or not _same_calls(plan, step_id, calls):
-                plan = self._plan(scope, step_id, calls, keep=True)
+                plan = self._decide(scope, step_id, calls, keep=True)
             scope.executor = True
             answers = [self._answer(scope, plan, planned) for planned in plan.calls]
             if all(message is None for message, _ in answers):
@@ -587,16 +587,18 @@ class CallbackDecider:
         if events:
             self.scopes.write(scope, guard_update(self.config, events))
 
-    def _plan(self, scope: Scope, batch_id: str, calls: Sequence[Call], *, keep: bool) -> BatchPlan:
+    def _decide(
+        self, scope: Scope, batch_id: str, calls: Sequence[Call], *, keep: bool
+    ) -> BatchDecisions:
         config = self.config
         state = snapshot(self.scopes.read(scope), batch_id)
         # The batch's AIMessage only carries the id: executor calls may have string args.
         batch = ToolCallBatch(AIMessage(content="", id=batch_id), scope.turn)
         tool_calls = [as_tool_call(call) for call in calls]
-        calls_planned = plan_calls(
+        calls_planned = decide_calls(
             self.policies, state, tool_calls, scope.turn, batch_id=batch_id, tools=self.tools
         )
-        plan = BatchPlan(calls=calls_planned, batch=batch)
+        plan = BatchDecisions(calls=calls_planned, batch=batch)
         scope.last_batch = batch_id
         come_back = plan.stop_ignored
         if come_back is not None and come_back.decision is not None:
@@ -613,7 +615,7 @@ class CallbackDecider:
 
     def _claim(
         self, scope: Scope, call: Call, fallback_id: str, fallback_turn: str
-    ) -> tuple[BatchPlan, PlannedCall]:
+    ) -> tuple[BatchDecisions, PlannedCall]:
         """The planned call a tool run is; a batch of one when it belongs to no known batch."""
         name, args, call_id = call
         plan = scope.plan
@@ -634,13 +636,13 @@ class CallbackDecider:
                     return plan, planned
         if scope.turn is None:
             scope.turn = fallback_turn
-        single = self._plan(scope, call_id or fallback_id, [call], keep=False)
+        single = self._decide(scope, call_id or fallback_id, [call], keep=False)
         return single, single.calls[0]
 
     def _answer(
         self,
         scope: Scope,
-        plan: BatchPlan,
+        plan: BatchDecisions,
         planned: PlannedCall,
         *,
         claim: dict[str, Any] | None = None,
@@ -664,7 +666,7 @@ class CallbackDecider:
     def _unknown_answer(
         self,
         scope: Scope,
-        plan: BatchPlan,
+        plan: BatchDecisions,
         planned: PlannedCall,
         *,
         claim: dict[str, Any] | None,
@@ -708,7 +710,7 @@ def _refusal_decision(planned: PlannedCall, events: list[Event]) -> Decision | N
     )
 
 
-def _same_calls(plan: BatchPlan, batch_id: str, calls: Sequence[Call]) -> bool:
+def _same_calls(plan: BatchDecisions, batch_id: str, calls: Sequence[Call]) -> bool:
     """Whether a plan (made when the model answered) already covers an executor step."""
     if plan.batch.batch_id != batch_id or len(plan.calls) != len(calls):
         return False
@@ -724,7 +726,7 @@ _CALLBACK_FIX = (
 )
 
 
-def _step_message(plan: BatchPlan, messages: list[str | None]) -> str:
+def _step_message(plan: BatchDecisions, messages: list[str | None]) -> str:
     """The observation of a refused `AgentExecutor` step."""
     if len(plan.calls) == 1 and messages[0] is not None:
         return messages[0]

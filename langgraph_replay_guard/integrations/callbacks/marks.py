@@ -18,7 +18,15 @@ if TYPE_CHECKING:
 
     from langgraph_replay_guard.integrations.callbacks.scopes import ScopeKey
 
-__all__ = ["STARTED", "MarkBook", "UnknownOutcome", "mark_from"]
+__all__ = [
+    "RAISED",
+    "STARTED",
+    "HeldOutcomes",
+    "MarkBook",
+    "UnknownOutcome",
+    "mark_from",
+    "outcome_of",
+]
 
 logger = logging.getLogger("langgraph_replay_guard")
 

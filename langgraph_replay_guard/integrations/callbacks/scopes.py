@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from langgraph.store.base import BaseStore
 
     from langgraph_replay_guard.integrations.callbacks.decisions import Admitted
-    from langgraph_replay_guard.integrations.calls import BatchPlan
+    from langgraph_replay_guard.integrations.calls import BatchDecisions
 
 __all__ = ["RunInfo", "RunTree", "Scope", "ScopeKey", "ScopeTable", "scopes_namespace"]
 
@@ -130,7 +130,7 @@ class Scope:
     """The guard state, in the channel's format; replaced on every write, never mutated."""
     turn: str | None = None
     """Id of the user message of the model call seen last."""
-    plan: BatchPlan | None = None
+    plan: BatchDecisions | None = None
     """Decisions for the batch of tool calls the model asked for last."""
     executor: bool = False
     """The plan came from an `AgentExecutor` step (its refusals were raised already)."""

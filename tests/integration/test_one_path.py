@@ -1,0 +1,87 @@
+"""One path per call (issue 37 item 3): a call handed down to the middlewares inside the guard
+is decided once, by the hook; the copy of the tool that gets it runs that decision."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware, ToolRetryMiddleware
+from langchain_core.messages import HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.store.memory import InMemoryStore
+
+from langgraph_replay_guard import ReplayGuardMiddleware
+from langgraph_replay_guard.integrations import tool_node
+from langgraph_replay_guard.testing import ScriptedChatModel
+
+os.environ["LANGSMITH_TRACING"] = "false"
+
+
+def _agent(path: Path, inner: AgentMiddleware[Any, Any]) -> Any:
+    @tool
+    def send(to: str) -> str:
+        """Send a note."""
+        with path.open("a") as file:
+            file.write(f"{to}\n")
+        return f"sent to {to}"
+
+    model = ScriptedChatModel(
+        script=[[("send", {"to": "ann"})], lambda m: "done" if m[-1].type == "tool" else "?"]
+    )
+    guard = ReplayGuardMiddleware({"tools": {"send": "unsafe"}}, store=InMemoryStore())
+    return create_agent(model, [send], middleware=[guard, inner], checkpointer=InMemorySaver())
+
+
+def _counting_decides(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Count the guard's decisions of a tool call: each one reads its channel's reducer once."""
+    decided: list[str] = []
+    reads = tool_node.channel_without_reducer
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        decided.append("decide")
+        return reads(*args, **kwargs)
+
+    monkeypatch.setattr(tool_node, "channel_without_reducer", counted)
+    return decided
+
+
+class _Redact(AgentMiddleware[Any, Any]):
+    """Changes the call on its way down, as PII redaction does."""
+
+    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+        call = {**request.tool_call, "args": {"to": "[name]"}}
+        return handler(request.override(tool_call=call))
+
+
+def test_a_call_handed_down_unchanged_is_decided_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    effects = tmp_path / "effects.txt"
+    agent = _agent(effects, ToolRetryMiddleware(max_retries=0))
+    decided = _counting_decides(monkeypatch)
+    out = agent.invoke({"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "t"}})
+    answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert [m.text for m in answers] == ["sent to ann"]
+    assert effects.read_text() == "ann\n"
+    # The hook decides; the copy of the tool that runs below ToolRetryMiddleware runs the
+    # hook's decision instead of deciding the call a second time.
+    assert decided == ["decide"]
+
+
+def test_a_call_changed_on_its_way_down_is_decided_where_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    effects = tmp_path / "effects.txt"
+    agent = _agent(effects, _Redact())
+    decided = _counting_decides(monkeypatch)
+    out = agent.invoke({"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "t"}})
+    answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert [m.text for m in answers] == ["sent to [name]"]
+    assert effects.read_text() == "[name]\n"
+    # Another call than the model's: decided again where it runs, as it arrives.
+    assert decided == ["decide", "decide"]
