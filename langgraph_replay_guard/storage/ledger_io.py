@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from langgraph.store.base import GetOp, PutOp, SearchOp
 
 from langgraph_replay_guard.replay.ledger import (
+    ClaimIfAbsent,
     LedgerEntry,
     Read,
     Search,
@@ -92,6 +93,11 @@ def run_plan(
             if group is not None:
                 return group.claim(store, op)
             return store_cas.compare_and_set(store, op)
+        if isinstance(op, ClaimIfAbsent):
+            # A call of a batch claims with its siblings (`group`): read, then claim.
+            if group is None and (done := store_cas.claim_if_absent(store, op.keys, op.claim)):
+                return done
+            return drive(_read_then_claim(op), run)
         if isinstance(op, StoreOps):
             return list(store_cas.batch_store(store, op.ops))
         if isinstance(op, Write) and store_cas.write_rows(store, op.puts):
@@ -138,6 +144,12 @@ async def arun_plan(
             if group is not None:
                 return await asyncio.to_thread(group.claim, store, op)
             return await store_cas.acompare_and_set(store, op)
+        if isinstance(op, ClaimIfAbsent):
+            if group is None and (
+                done := await store_cas.aclaim_if_absent(store, op.keys, op.claim)
+            ):
+                return done
+            return await adrive(_read_then_claim(op), run)
         if isinstance(op, StoreOps):
             return list(await abatch(store, op.ops))
         if isinstance(op, Write) and await store_cas.awrite_rows(store, op.puts):
@@ -156,6 +168,18 @@ async def arun_plan(
     finally:
         if group is not None:
             group.leave()
+
+
+def _read_then_claim(op: ClaimIfAbsent) -> Generator[Any, Any, tuple[bool, list[Any]]]:
+    """`ClaimIfAbsent` as a `Read`, then, when no row was there, its `Update` (any store).
+
+    A claim that lost to another worker answers the row it found as the read's.
+    """
+    values = yield Read(op.keys)
+    if any(value is not None for value in values):
+        return False, values
+    written, current = yield op.claim
+    return (True, values) if written else (False, [current, *values[1:]])
 
 
 async def abatch(store: BaseStore, ops: Sequence[Any]) -> Sequence[Any]:
