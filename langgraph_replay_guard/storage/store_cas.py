@@ -765,14 +765,18 @@ def _claim_if_absent_plan(
     """
     del simple
     prefix = _text(op.namespace)
-    reads = " UNION ALL ".join([_PG_READ_ONE] * len(keys))
     also = _json([[_text(ns), key, value] for ns, key, value in op.also])
     params = [part for pair in keys for part in pair]
     params += [f"{prefix}/{op.key}", prefix, op.key, _json(op.value), also]
-    rows = yield _Sql(_PG_CLAIM_IF_ABSENT.format(reads=reads), params)
+    rows = yield _Sql(_claim_if_absent_text(len(keys)), params)
     if any(row[0] for row in rows):
         return True, [None] * len(keys)
     return False, _read_answer(keys, [row[1:] for row in rows])
+
+
+@functools.lru_cache(maxsize=8)
+def _claim_if_absent_text(count: int) -> str:
+    return _PG_CLAIM_IF_ABSENT.format(reads=" UNION ALL ".join([_PG_READ_ONE] * count))
 
 
 def _pg_exec(conn: Any, stmt: _Sql) -> list[tuple[Any, ...]]:
@@ -949,10 +953,24 @@ def _write_query(puts: list[tuple[tuple[str, ...], str, Any]]) -> tuple[str, lis
     notification lock. The text depends only on the number of rows (prepared once each).
     """
     unique = {(_text(ns), key): (ns, key, value) for ns, key, value in puts}
-    rows = list(unique.values())
-    values = ", ".join(["(%s, %s, %s::jsonb)"] * len(rows))
-    points = " OR ".join(["(prefix = %s AND key = %s)"] * len(rows))
-    named = ", ".join(["(%s, %s, %s, %s)"] * len(rows))
+    query = _write_text(len(unique))
+    params: list[Any] = []
+    for (text, key), (_ns, _key, value) in unique.items():
+        params += (text, key, _json(value))
+    params.append(WAITING)
+    for text, key in unique:
+        params += (text, key)
+    for (text, key), (ns, _key, _value) in unique.items():
+        params += (text, key, channel(ns), payload(ns, key))
+    return query, params
+
+
+@functools.lru_cache(maxsize=64)
+def _write_text(count: int) -> str:
+    """`_write_query`'s text for `count` rows (built once per count, not per outcome)."""
+    values = ", ".join(["(%s, %s, %s::jsonb)"] * count)
+    points = " OR ".join(["(prefix = %s AND key = %s)"] * count)
+    named = ", ".join(["(%s, %s, %s, %s)"] * count)
     query = (
         f"WITH put (prefix, key, value) AS (VALUES {values}), "
         "waited AS MATERIALIZED (SELECT prefix, key, value ? %s AS waiting FROM store "
@@ -964,15 +982,7 @@ def _write_query(puts: list[tuple[tuple[str, ...], str, Any]]) -> tuple[str, lis
         f"JOIN (VALUES {named}) AS n(prefix, key, channel, payload) "
         "ON w.prefix = n.prefix AND w.key = n.key WHERE w.waiting"
     )
-    params: list[Any] = []
-    for (text, key), (_ns, _key, value) in unique.items():
-        params += (text, key, _json(value))
-    params.append(WAITING)
-    for text, key in unique:
-        params += (text, key)
-    for (text, key), (ns, _key, _value) in unique.items():
-        params += (text, key, channel(ns), payload(ns, key))
-    return query, params
+    return query
 
 
 def _mark_params(namespace: tuple[str, ...], key: str) -> tuple[str, ...]:
