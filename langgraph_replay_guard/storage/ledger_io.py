@@ -142,7 +142,7 @@ async def arun_plan(
         since[0] = time.monotonic()  # a wait after this read wakes on a write heard since
         if isinstance(op, Update):
             if group is not None:
-                return await asyncio.to_thread(group.claim, store, op)
+                return await asyncio.to_thread(group.claim, store, op, _on_loop(store))
             return await store_cas.acompare_and_set(store, op)
         if isinstance(op, ClaimIfAbsent):
             if group is None and (
@@ -168,6 +168,24 @@ async def arun_plan(
     finally:
         if group is not None:
             group.leave()
+
+
+def _on_loop(store: BaseStore) -> Callable[[list[Update]], list[tuple[bool, Any]]] | None:
+    """For an async store, how a batch's writer thread writes a round on this event loop.
+
+    The batch's members wait in threads (`batch_claims`); the one that writes the round
+    hands the statements to the loop the async store's connection belongs to (free: its
+    tasks are waiting for those threads) and blocks until they ran. None for sync stores.
+    """
+    if store_cas.atomic_kind(store) != "async_postgres":
+        return None
+    loop = asyncio.get_running_loop()
+
+    def write(ops: list[Update]) -> list[tuple[bool, Any]]:
+        coroutine = store_cas.acompare_and_set_many(store, ops)
+        return asyncio.run_coroutine_threadsafe(coroutine, loop).result()
+
+    return write
 
 
 def _read_then_claim(op: ClaimIfAbsent) -> Generator[Any, Any, tuple[bool, list[Any]]]:

@@ -46,6 +46,7 @@ __all__ = [
     "abatch_store",
     "aclaim_if_absent",
     "acompare_and_set",
+    "acompare_and_set_many",
     "amark_waiting",
     "aprepare",
     "atomic_kind",
@@ -1246,6 +1247,21 @@ async def acompare_and_set(store: BaseStore, op: Update) -> tuple[bool, Any]:
     if kind in ("sqlite", "postgres"):
         return await asyncio.to_thread(compare_and_set, store, op)
     return compare_and_set(store, op)  # in memory: a lock held only for microseconds
+
+
+async def acompare_and_set_many(store: BaseStore, ops: list[Update]) -> list[tuple[bool, Any]]:
+    """Async `compare_and_set_many`: `AsyncPostgresStore`'s connection, sync stores off the loop.
+
+    Raises:
+        Exception: The database's own errors (then no op was written).
+    """
+    inner = _unwrap(store)
+    kind = _kind_of(inner)
+    if kind == "async_postgres" and len(ops) > 1:
+        return await _apg_run(inner, functools.partial(_cas_plan, ops))
+    if kind in ("sqlite", "postgres"):
+        return await asyncio.to_thread(compare_and_set_many, store, ops)
+    return [await acompare_and_set(store, op) for op in ops]
 
 
 async def _async_sqlite_cas(store: Any, op: Update) -> tuple[bool, Any]:

@@ -191,3 +191,31 @@ def test_gathered_tasks_racing_new_claims_on_an_async_store_run_each_call_once(p
     calls = 30
     ran = asyncio.run(_arace(pg_uri, _thread(), calls, stores=4, tasks=8))
     assert sorted(ran) == list(range(calls))  # each effect once
+
+
+async def _abatch(uri: str, effects: Path, graph_of: Any) -> list[str]:
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+    from langgraph.store.postgres.aio import AsyncPostgresStore
+
+    async with (
+        AsyncPostgresSaver.from_conn_string(uri) as saver,
+        AsyncPostgresStore.from_conn_string(uri) as store,
+    ):
+        await saver.setup()
+        await store.setup()
+        graph = graph_of(batch_tools(effects), saver, store)
+        statements = _acounting_cursors(store.conn)
+        config = {"configurable": {"thread_id": _thread()}}
+        await graph.ainvoke({"messages": [HumanMessage("go")]}, config, durability="sync")
+    return statements
+
+
+@pytest.mark.parametrize("graph_of", [batch_graph, fan_out_agent], ids=["toolnode", "send"])
+def test_an_async_store_claims_a_batch_of_four_in_one_statement(pg_uri, tmp_path, graph_of):
+    effects = tmp_path / "effects.txt"
+    statements = asyncio.run(_abatch(pg_uri, effects, graph_of))
+    assert sorted(effects_of(effects)) == sorted(args["to"] for _, args in SENDS)
+    claims = [s for s in statements if "pg_advisory_xact_lock" in s]
+    # 0c2551c: each call its own transaction (four claims, each a lock, a read, an upsert).
+    assert len(claims) == 1, claims
+    assert "hashtextextended(l, 0)" in claims[0]  # the batch's statement
