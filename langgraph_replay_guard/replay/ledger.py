@@ -27,6 +27,7 @@ from langgraph_replay_guard.replay.result_codec import (
 )
 
 __all__ = [
+    "CLAIM_WITH_READ",
     "INTERRUPT_KIND",
     "LEDGER_VERSION",
     "Admission",
@@ -542,9 +543,24 @@ def apply_resolution(entry: LedgerEntry, outcome: str, result: Any) -> LedgerEnt
 
 @dataclass(frozen=True)
 class Read:
-    """Get rows by key: the plan receives their values (None where there is none)."""
+    """Get rows by key: the plan receives their values (None where there is none).
+
+    With `may_claim`, a driver that can read these rows and claim the first in one round
+    trip (PostgreSQL) may answer `CLAIM_WITH_READ` instead, and the plan yields that
+    `ClaimIfAbsent` next: the claim is built only where it can go with the read.
+    """
 
     keys: tuple[tuple[tuple[str, ...], str], ...]
+    may_claim: bool = False
+
+
+class _ClaimWithRead:
+    def __repr__(self) -> str:
+        return "CLAIM_WITH_READ"
+
+
+CLAIM_WITH_READ: Any = _ClaimWithRead()
+"""A driver's answer to a `Read` with `may_claim`: send the claim, it goes with the read."""
 
 
 @dataclass(frozen=True)
@@ -895,17 +911,20 @@ def admit(ctx: CallContext) -> Generator[Op, Any, Admission]:
         reads = [(ctx.rows_ns, ident.key), (ctx.index_ns, ctx.call_index_key)]
         if ctx.repeat_index_key is not None:
             reads.append((ctx.index_ns, ctx.repeat_index_key))
-        # No row of the call and no lookup row: the steps below would let it run with no
-        # more reads (no earlier call, no identical one), so the claim goes with the read.
-        claim, update, key = _claim(ctx, _MayRun(), None)
-        try:
-            claimed, values = yield ClaimIfAbsent(tuple(reads), update)
-        except BaseException:
+        values = yield Read(tuple(reads), may_claim=True)
+        if values is CLAIM_WITH_READ:
+            # No row of the call and no lookup row: the steps below would let it run with
+            # no more reads (no earlier call, no identical one), so the claim goes with the
+            # read, written only if none of them is there.
+            claim, update, key = _claim(ctx, _MayRun(), None)
+            try:
+                claimed, values = yield ClaimIfAbsent(tuple(reads), update)
+            except BaseException:
+                _lost(ctx, claim)
+                raise
+            if claimed:
+                return Admission("run", claim, key=key)
             _lost(ctx, claim)
-            raise
-        if claimed:
-            return Admission("run", claim, key=key)
-        _lost(ctx, claim)
         own_value, index_value, *more = values
         repeat_value = more[0] if more else None
     own = _entry(ident.key, own_value)

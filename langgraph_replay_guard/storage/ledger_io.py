@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from langgraph.store.base import GetOp, PutOp, SearchOp
 
 from langgraph_replay_guard.replay.ledger import (
+    CLAIM_WITH_READ,
     ClaimIfAbsent,
     LedgerEntry,
     Read,
@@ -84,6 +85,8 @@ def run_plan(
     """
     store_cas.prepare(store)
     since = [time.monotonic()]
+    # A call of a batch claims with its siblings (`group`): it reads, then claims.
+    claims_with_read = group is None and store_cas.claims_with_read(store)
 
     def run(op: Any) -> Any:
         if isinstance(op, Sleep):
@@ -93,8 +96,9 @@ def run_plan(
             if group is not None:
                 return group.claim(store, op)
             return store_cas.compare_and_set(store, op)
+        if isinstance(op, Read) and op.may_claim and claims_with_read:
+            return CLAIM_WITH_READ
         if isinstance(op, ClaimIfAbsent):
-            # A call of a batch claims with its siblings (`group`): read, then claim.
             if group is None and (done := store_cas.claim_if_absent(store, op.keys, op.claim)):
                 return done
             return drive(_read_then_claim(op), run)
@@ -135,6 +139,7 @@ async def arun_plan(
     """
     await store_cas.aprepare(store)
     since = [time.monotonic()]
+    claims_with_read = group is None and store_cas.claims_with_read(store)
 
     async def run(op: Any) -> Any:
         if isinstance(op, Sleep):
@@ -144,6 +149,8 @@ async def arun_plan(
             if group is not None:
                 return await asyncio.to_thread(group.claim, store, op, _on_loop(store))
             return await store_cas.acompare_and_set(store, op)
+        if isinstance(op, Read) and op.may_claim and claims_with_read:
+            return CLAIM_WITH_READ
         if isinstance(op, ClaimIfAbsent):
             if group is None and (
                 done := await store_cas.aclaim_if_absent(store, op.keys, op.claim)

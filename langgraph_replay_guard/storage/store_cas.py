@@ -52,6 +52,7 @@ __all__ = [
     "atomic_kind",
     "batch_store",
     "claim_if_absent",
+    "claims_with_read",
     "compare_and_set",
     "compare_and_set_many",
     "is_sync_only",
@@ -836,6 +837,11 @@ async def _apg_run(store: Any, make: Callable[[bool], _SqlPlan[T]]) -> T:
                 return await adrive(make(True), run)
         async with conn.transaction():
             return await adrive(make(False), run)
+
+
+def claims_with_read(store: BaseStore) -> bool:
+    """Whether `claim_if_absent` claims on this store in one statement (PostgreSQL, as given)."""
+    return _kind_of(store) in ("postgres", "async_postgres")
 
 
 def claim_if_absent(
