@@ -97,10 +97,13 @@ def run_plan(
                 return group.claim(store, op)
             return store_cas.compare_and_set(store, op)
         if isinstance(op, Read) and op.may_claim and claims_with_read:
-            return CLAIM_WITH_READ
+            if MISSES.expected(op):
+                return CLAIM_WITH_READ
+            if (found := store_cas.read_rows(store, op.keys)) is not None:
+                return MISSES.note(op, found)
         if isinstance(op, ClaimIfAbsent):
             if group is None and (done := store_cas.claim_if_absent(store, op.keys, op.claim)):
-                return done
+                return MISSES.noted(op, done)
             return drive(_read_then_claim(op), run)
         if isinstance(op, StoreOps):
             return list(store_cas.batch_store(store, op.ops))
@@ -150,12 +153,15 @@ async def arun_plan(
                 return await asyncio.to_thread(group.claim, store, op, _on_loop(store))
             return await store_cas.acompare_and_set(store, op)
         if isinstance(op, Read) and op.may_claim and claims_with_read:
-            return CLAIM_WITH_READ
+            if MISSES.expected(op):
+                return CLAIM_WITH_READ
+            if (found := await store_cas.aread_rows(store, op.keys)) is not None:
+                return MISSES.note(op, found)
         if isinstance(op, ClaimIfAbsent):
             if group is None and (
                 done := await store_cas.aclaim_if_absent(store, op.keys, op.claim)
             ):
-                return done
+                return MISSES.noted(op, done)
             return await adrive(_read_then_claim(op), run)
         if isinstance(op, StoreOps):
             return list(await abatch(store, op.ops))
@@ -175,6 +181,47 @@ async def arun_plan(
     finally:
         if group is not None:
             group.leave()
+
+
+class _Misses:
+    """Whether a call's first read is expected to find nothing: then its claim goes with it.
+
+    A read that also claims (`ClaimIfAbsent`) saves a first run a round trip, but costs a
+    hit more than a plain read: the claim is built and sent, and the server starts the
+    statement's inserts (about 0.2 ms of client and 0.1 ms of server CPU here). So a call's
+    first read claims with it only after the last two first reads of its thread's rows in
+    this process found nothing (new calls: a thread running ahead); a thread being replayed
+    (a resume, workers racing on the same calls) reads first. Either way is correct: only
+    the cost differs. Kept per rows namespace, forgotten in bulk past `LIMIT` threads.
+    """
+
+    LIMIT = 4096
+    STREAK = 2
+
+    def __init__(self) -> None:
+        self.streaks: dict[tuple[str, ...], int] = {}
+
+    def expected(self, op: Read) -> bool:
+        return self.streaks.get(op.keys[0][0], 0) >= self.STREAK
+
+    def note(self, op: Read, values: list[Any]) -> list[Any]:
+        """Note what a first read found; return it."""
+        self._note(op.keys[0][0], all(value is None for value in values))
+        return values
+
+    def noted(self, op: ClaimIfAbsent, answer: tuple[bool, list[Any]]) -> tuple[bool, list[Any]]:
+        claimed, values = answer
+        self._note(op.keys[0][0], claimed or all(value is None for value in values))
+        return answer
+
+    def _note(self, namespace: tuple[str, ...], missed: bool) -> None:
+        streaks = self.streaks
+        if len(streaks) > self.LIMIT:
+            streaks.clear()
+        streaks[namespace] = streaks.get(namespace, 0) + 1 if missed else 0
+
+
+MISSES = _Misses()
 
 
 def _on_loop(store: BaseStore) -> Callable[[list[Update]], list[tuple[bool, Any]]] | None:
