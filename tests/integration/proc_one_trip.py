@@ -5,9 +5,10 @@ Usage: python tests/integration/proc_one_trip.py URI THREAD CALLS EFFECTS BARRIE
 Every worker admits calls 0 .. CALLS-1 of THREAD on PostgreSQL in the same order, after all N
 workers marked themselves ready in the folder BARRIER, so they race on each call's claim. A
 worker that is told to run a call appends `<thread>/<call>` to EFFECTS (its effect), then
-records the outcome. PATH `one` claims as shipped (one statement for an absent row); `two`
-forces the two-round-trip claim, to race the two against each other; `async` claims as shipped
-on an `AsyncPostgresStore` (the async driver of the same statements). Prints one JSON line:
+records the outcome. PATH `one` claims every call with its first read (one statement for an
+absent row; shipped, a thread's first reads claim with them after two found nothing); `two`
+forces the two-round-trip claim, to race the two against each other; `async` is `one` on an
+`AsyncPostgresStore` (the async driver of the same statements). Prints one JSON line:
 `{"ran": [...], "replayed": [...]}` (the calls' indexes).
 """
 
@@ -38,7 +39,7 @@ from langgraph_replay_guard.replay.ledger import (
     index_namespace,
     row_namespace,
 )
-from langgraph_replay_guard.storage import store_cas
+from langgraph_replay_guard.storage import ledger_io, store_cas
 from langgraph_replay_guard.storage.ledger_io import arun_plan, run_plan
 
 PREFIX = ("replay_guard",)
@@ -113,6 +114,8 @@ def main(argv: list[str]) -> None:
     uri, thread, calls, effects, barrier, workers, path = argv
     if path == "two":
         store_cas._claims_new_row = lambda _op: False  # type: ignore[assignment]
+    else:
+        ledger_io.MISSES.STREAK = 0  # every first read claims with it: race that statement
     if path == "async":
         answer = asyncio.run(
             _amain(uri, thread, int(calls), effects, lambda: _ready(barrier, workers))

