@@ -27,11 +27,13 @@ from langgraph_replay_guard.replay.result_codec import (
 )
 
 __all__ = [
+    "CLAIM_WITH_READ",
     "INTERRUPT_KIND",
     "LEDGER_VERSION",
     "Admission",
     "CallContext",
     "CallIdentity",
+    "ClaimIfAbsent",
     "LedgerEntry",
     "LedgerPlan",
     "LedgerRowStatus",
@@ -552,9 +554,24 @@ def apply_resolution(entry: LedgerEntry, outcome: str, result: Any) -> LedgerEnt
 
 @dataclass(frozen=True)
 class Read:
-    """Get rows by key: the plan receives their values (None where there is none)."""
+    """Get rows by key: the plan receives their values (None where there is none).
+
+    With `may_claim`, a driver that can read these rows and claim the first in one round
+    trip (PostgreSQL) may answer `CLAIM_WITH_READ` instead, and the plan yields that
+    `ClaimIfAbsent` next: the claim is built only where it can go with the read.
+    """
 
     keys: tuple[tuple[tuple[str, ...], str], ...]
+    may_claim: bool = False
+
+
+class _ClaimWithRead:
+    def __repr__(self) -> str:
+        return "CLAIM_WITH_READ"
+
+
+CLAIM_WITH_READ: Any = _ClaimWithRead()
+"""A driver's answer to a `Read` with `may_claim`: send the claim, it goes with the read."""
 
 
 @dataclass(frozen=True)
@@ -584,6 +601,21 @@ class Update:
     expect_rev: str | None
     also: tuple[tuple[tuple[str, ...], str, dict[str, Any]], ...] = ()
     """Rows written in the same transaction when the compare-and-set succeeds."""
+
+
+@dataclass(frozen=True)
+class ClaimIfAbsent:
+    """Read rows, and when none of them is there write `claim` (a claim of the first one).
+
+    A first run's read and claim, which PostgreSQL does in one round trip. The plan
+    receives `(claimed, values)`: True and Nones when the claim was written; else False and
+    the rows' values as `Read` gives them. A driver may always answer as a `Read` followed,
+    when every row was absent, by the `Update` (its `current` then stands for the first
+    row's value).
+    """
+
+    keys: tuple[tuple[tuple[str, ...], str], ...]
+    claim: Update
 
 
 @dataclass(frozen=True)
@@ -623,7 +655,7 @@ class StoreOps:
     ops: tuple[Any, ...]
 
 
-Op = Read | Write | Update | Sleep | Search | StoreOps
+Op = Read | Write | Update | ClaimIfAbsent | Sleep | Search | StoreOps
 LedgerPlan = Generator[Op, Any, Any]
 """A ledger operation as a generator: yields `Op`s, receives their answers (`storage.ledger_io`)."""
 
@@ -890,7 +922,21 @@ def admit(ctx: CallContext) -> Generator[Op, Any, Admission]:
         reads = [(ctx.rows_ns, ident.key), (ctx.index_ns, ctx.call_index_key)]
         if ctx.repeat_index_key is not None:
             reads.append((ctx.index_ns, ctx.repeat_index_key))
-        own_value, index_value, *more = yield Read(tuple(reads))
+        values = yield Read(tuple(reads), may_claim=True)
+        if values is CLAIM_WITH_READ:
+            # No row of the call and no lookup row: the steps below would let it run with
+            # no more reads (no earlier call, no identical one), so the claim goes with the
+            # read, written only if none of them is there.
+            claim, update, key = _claim(ctx, _MayRun(), None)
+            try:
+                claimed, values = yield ClaimIfAbsent(tuple(reads), update)
+            except BaseException:
+                _lost(ctx, claim)
+                raise
+            if claimed:
+                return Admission("run", claim, key=key)
+            _lost(ctx, claim)
+        own_value, index_value, *more = values
         repeat_value = more[0] if more else None
     own = _entry(ident.key, own_value)
     waited_from: float | None = None
@@ -937,40 +983,58 @@ def admit(ctx: CallContext) -> Generator[Op, Any, Admission]:
             continue
         if ctx.replay == "pure":
             return Admission("run", None, context=None if ctx is given else ctx)
-        key = None
-        if ctx.replay == "idempotent":
-            key = step.key or ident.idempotency_key
-        claim = started_entry(
-            ctx,
-            args=ctx.args,
-            idempotency_key=key,
-            previous=step.previous,
-            owner=ctx.new_owner(),
-            now=ctx.now(),
-        )
+        claim, update, key = _claim(ctx, step, own, index_value)
         try:
-            written, current = yield Update(
-                ctx.rows_ns,
-                ident.key,
-                claim.to_value(),
-                expect_exists=own is not None,
-                expect_rev=own.rev if own is not None else None,
-                also=_lookups(ctx, index_value),
-            )
+            written, current = yield update
         except BaseException:
-            # The write failed or was cancelled: nothing runs under this claim here (a
-            # claim stored anyway reads as a dead attempt of this process, taken over).
-            if claim.owner is not None:
-                ctx.lost_owner(claim.owner)
+            _lost(ctx, claim)
             raise
         if written:
             return Admission("run", claim, key=key, context=None if ctx is given else ctx)
-        # Another worker got there first: this claim was never stored, so its holder must
-        # not stay registered as a running attempt of this process (it would never be
-        # released: nothing runs under it). No I/O: the registry is in memory.
-        if claim.owner is not None:
-            ctx.lost_owner(claim.owner)
+        _lost(ctx, claim)
         own = _entry(ident.key, current)  # look again
+
+
+def _claim(
+    ctx: CallContext, step: _MayRun, own: LedgerEntry | None, index_value: Any = None
+) -> tuple[LedgerEntry, Update, str | None]:
+    """The claim of the call after `own` (None: a new row), its compare-and-set, its key.
+
+    The claim's holder is registered in this process (`ctx.new_owner`): `_lost` forgets it
+    when the claim is not written.
+    """
+    key = None
+    if ctx.replay == "idempotent":
+        key = step.key or ctx.identity.idempotency_key
+    claim = started_entry(
+        ctx,
+        args=ctx.args,
+        idempotency_key=key,
+        previous=step.previous,
+        owner=ctx.new_owner(),
+        now=ctx.now(),
+    )
+    update = Update(
+        ctx.rows_ns,
+        ctx.identity.key,
+        claim.to_value(),
+        expect_exists=own is not None,
+        expect_rev=own.rev if own is not None else None,
+        also=_lookups(ctx, index_value),
+    )
+    return claim, update, key
+
+
+def _lost(ctx: CallContext, claim: LedgerEntry) -> None:
+    """Forget the holder of a claim that was not written: nothing runs under it.
+
+    Another worker got there first, or the write failed or was cancelled (a claim stored
+    anyway reads as a dead attempt of this process, taken over). Its holder must not stay
+    registered as a running attempt of this process (it would never be released). No I/O:
+    the registry is in memory.
+    """
+    if claim.owner is not None:
+        ctx.lost_owner(claim.owner)
 
 
 def _holder_gone(own: LedgerEntry, step: _Step) -> bool:

@@ -4,11 +4,13 @@ ToolNode runs the N calls of one AIMessage (and LangGraph the N tasks of a `Send
 in threads of their own, each through the guard and its own ledger plan. Each plan's claim
 (an `Update`) is handed here instead of to the store: the first to arrive waits (at most
 `WINDOW` seconds) for its siblings' claims, then writes them all with
-`store_cas.compare_and_set_many` (PostgreSQL: two round trips and one commit for the batch,
-SQLite: one transaction) and hands each plan its own answer. The plans, and so the ledger's
-rules, are unchanged: each call is claimed before its body runs, a call answered without
-running (a duplicate, a stop) never reaches a claim, and a crash after the commit leaves
-every claimed row in flight with a dead holder ("outcome unknown").
+`store_cas.compare_and_set_many` (PostgreSQL: one statement for claims of rows not there,
+else two round trips and one commit for the batch; SQLite: one transaction; an
+`AsyncPostgresStore`'s on its event loop, see `Member.claim`'s `write`) and hands each plan
+its own answer. The plans, and so the ledger's rules, are unchanged: each call is claimed
+before its body runs, a call answered without running (a duplicate, a stop) never reaches a
+claim, and a crash after the commit leaves every claimed row in flight with a dead holder
+("outcome unknown").
 
 A sibling the guard answers before the ledger, or whose plan ends without a claim, leaves
 the group at once (`Member.leave`, `LedgerGate.pass_by`); one that never says so (a path
@@ -21,7 +23,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
 from langgraph_replay_guard.storage import store_cas
@@ -46,7 +48,7 @@ thread pool smaller than the batch) or a path that does not.
 THREADS = min(32, (os.cpu_count() or 1) + 4)
 _STALE = 5.0  # a group older than this is a batch run again (a resume): a new group
 
-_GROUPABLE = ("sqlite", "postgres")
+_GROUPABLE = ("sqlite", "postgres", "async_postgres")
 
 
 class _Slot:
@@ -81,6 +83,9 @@ class _Group:
         return taken
 
 
+_Writer = Callable[[list["Update"]], list[tuple[bool, Any]]]
+"""Writes a round's claims in one transaction: one answer per op, in order."""
+
 _groups: dict[Hashable, _Group] = {}
 _groups_lock = threading.Lock()
 
@@ -95,8 +100,11 @@ class Member:
         self.claimed = False
         self.left = False
 
-    def claim(self, store: BaseStore, op: Update) -> tuple[bool, Any]:
+    def claim(self, store: BaseStore, op: Update, write: _Writer | None = None) -> tuple[bool, Any]:
         """`store_cas.compare_and_set(store, op)`, written with the batch's other claims.
+
+        `write` writes a round's claims when this member writes it (an async store's, on
+        its event loop); by default `store_cas.compare_and_set_many` on `store`.
 
         The first claim of the batch waits for its siblings' (see `WINDOW`); later ones are
         written at once, or, while a round is being written, together in the next round
@@ -129,7 +137,7 @@ class Member:
                     taken = group.take()
                 leads = True
         if leads:
-            _write(store, taken)
+            _write(store, taken, write)
             with group.cond:
                 if group.waiting:  # arrived while writing: the first of them writes next
                     group.waiting[0].leads = True
@@ -156,10 +164,11 @@ class Member:
             group.closed = group.closed or (group.open <= 0 and not group.waiting)
 
 
-def _write(store: BaseStore, taken: list[_Slot]) -> None:
+def _write(store: BaseStore, taken: list[_Slot], write: _Writer | None) -> None:
     """Write a round's claims in one transaction; every member gets its answer or the error."""
+    ops = [s.op for s in taken]
     try:
-        answers = store_cas.compare_and_set_many(store, [s.op for s in taken])
+        answers = write(ops) if write is not None else store_cas.compare_and_set_many(store, ops)
     except BaseException as exc:  # each plan gets it at its own claim, as from its own write
         for slot in taken:
             slot.error = exc
@@ -180,7 +189,7 @@ def join(store: BaseStore, batch: Hashable | None, size: int) -> Member | None:
 
     Returns:
         A member for a batch of several calls on a store that writes several claims in one
-        transaction (sync `SqliteStore`, `PostgresStore`), else None.
+        transaction (sync `SqliteStore`, `PostgresStore`, `AsyncPostgresStore`), else None.
     """
     if batch is None or size < 2 or store_cas.atomic_kind(store) not in _GROUPABLE:
         return None

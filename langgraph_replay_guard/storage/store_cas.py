@@ -12,19 +12,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import sqlite3
 import threading
 import warnings
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Generator,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
 from langgraph_replay_guard._compat import delegate_store
 from langgraph_replay_guard.errors import ReplayGuardWarning
+from langgraph_replay_guard.storage.plans import adrive, drive
 from langgraph_replay_guard.storage.wake_names import channel, payload
 
 if TYPE_CHECKING:
@@ -34,11 +44,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "abatch_store",
+    "aclaim_if_absent",
     "acompare_and_set",
+    "acompare_and_set_many",
     "amark_waiting",
     "aprepare",
     "atomic_kind",
     "batch_store",
+    "claim_if_absent",
+    "claims_with_read",
     "compare_and_set",
     "compare_and_set_many",
     "is_sync_only",
@@ -51,6 +65,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger("langgraph_replay_guard")
+
+T = TypeVar("T")
 
 _locks: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
 _locks_guard = threading.Lock()
@@ -86,12 +102,50 @@ _PG_CLAIM_NEW = (
     "WITH locked AS (SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))), "
     f"claimed AS (INSERT INTO store {_PG_COLUMNS} "
     "SELECT %s, %s, %s::jsonb, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, NULL, NULL FROM locked "
+    "ON CONFLICT (prefix, key) DO NOTHING RETURNING prefix, key), "
+    f"also AS (INSERT INTO store {_PG_COLUMNS} "
+    "SELECT a->>0, a->>1, a->2, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, NULL, NULL "
+    "FROM claimed, jsonb_array_elements(%s::jsonb) AS a "
+    f"{_PG_REFRESH} RETURNING 1) "
+    "SELECT prefix, key FROM claimed"
+)
+# The claims of a batch of calls (rows that are not there), in one statement: every row's
+# advisory lock in key order (a JSON array of the lock names, sorted by the caller as the
+# locked path sorts them: no deadlock between the two), then the claims (`[prefix, key,
+# value]`, a JSON array), each inserted unless its row exists, then the lookup rows of the
+# claims written (`[prefix, key, value, claim's prefix, claim's key]`, in key order).
+_PG_CLAIM_NEW_MANY = (
+    "WITH locked AS (SELECT count(pg_advisory_xact_lock(hashtextextended(l, 0))) AS n "
+    "FROM jsonb_array_elements_text(%s::jsonb) AS l), "
+    f"claimed AS (INSERT INTO store {_PG_COLUMNS} "
+    "SELECT c->>0, c->>1, c->2, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, NULL, NULL "
+    "FROM locked, jsonb_array_elements(%s::jsonb) AS c "
+    "ON CONFLICT (prefix, key) DO NOTHING RETURNING prefix, key), "
+    f"also AS (INSERT INTO store {_PG_COLUMNS} "
+    "SELECT a->>0, a->>1, a->2, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, NULL, NULL "
+    "FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS r(a, i) "
+    "WHERE EXISTS (SELECT 1 FROM claimed WHERE claimed.prefix = a->>3 AND claimed.key = a->>4) "
+    f"ORDER BY i {_PG_REFRESH} RETURNING 1) "
+    "SELECT prefix, key FROM claimed"
+)
+# A first run's read and claim in one statement (`claim_if_absent`): the rows as a read
+# finds them (the statement's snapshot, taken before it waits for the lock: as a read made
+# just before the claim); when none is there, `_PG_CLAIM_NEW`'s lock, claim and lookup
+# rows. A row that is there (a hit, a call in flight) takes no lock and writes nothing:
+# the statement answers the rows found, or `true` once for the claim it wrote.
+_PG_CLAIM_IF_ABSENT = (
+    "WITH found AS ({reads}), "
+    "locked AS (SELECT pg_advisory_xact_lock(hashtextextended(%s, 0)) "
+    "WHERE NOT EXISTS (SELECT 1 FROM found)), "
+    f"claimed AS (INSERT INTO store {_PG_COLUMNS} "
+    "SELECT %s, %s, %s::jsonb, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, NULL, NULL FROM locked "
     "ON CONFLICT (prefix, key) DO NOTHING RETURNING 1), "
     f"also AS (INSERT INTO store {_PG_COLUMNS} "
     "SELECT a->>0, a->>1, a->2, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, NULL, NULL "
     "FROM claimed, jsonb_array_elements(%s::jsonb) AS a "
     f"{_PG_REFRESH} RETURNING 1) "
-    "SELECT count(*) AS claimed FROM claimed"
+    "SELECT true, NULL::text, NULL::text, NULL::jsonb FROM claimed "
+    "UNION ALL SELECT false, prefix, key, value FROM found"
 )
 WAITING = "waiting"
 """Key a waiting worker adds to a claim's value on PostgreSQL: its outcome must notify."""
@@ -108,10 +162,6 @@ _PG_MARK = (
     "AND key = %s AND value->>'status' = 'started' AND value ? %s) AS waiting"
 )
 _PG_ROW_LITERAL = "({}, {}, {}, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, NULL, NULL)"
-_PG_CLAIM = (
-    "BEGIN; SELECT pg_advisory_xact_lock(hashtextextended({lock}, 0)); "
-    "SELECT value FROM store WHERE prefix = {prefix} AND key = {key}"
-)
 # A compare-and-set's rows. A new claim written over a claim that waiters marked (a takeover
 # of a dead or expired holder's row) keeps the mark: those waiters sleep on the row, and only
 # a marked row's outcome notifies (`_write_query`); without it they would sleep out their
@@ -127,7 +177,6 @@ _PG_UPSERT_MANY = (
 # A ledger row is never given a TTL (the upserts clear it); a user's TTL sweeper may still
 # have marked one expired: read as the store's `get` would. One point lookup on the primary
 # key per row (a list of pairs would be planned as a scan of the thread's whole prefix).
-_PG_SELECT = "SELECT value FROM store WHERE prefix = %s AND key = %s"
 _PG_SELECT_ROW = "SELECT prefix, key, value FROM store WHERE prefix = %s AND key = %s"
 _PG_READ_ONE = (
     "SELECT prefix, key, value FROM store WHERE prefix = %s AND key = %s "
@@ -502,8 +551,9 @@ def _sqlite_cas(store: Any, op: Update) -> tuple[bool, Any]:
 def compare_and_set_many(store: BaseStore, ops: list[Update]) -> list[tuple[bool, Any]]:
     """`compare_and_set` of several rows in one transaction: one answer per op, in order.
 
-    The claims of a batch of parallel calls (`storage.batch_claims`): on PostgreSQL two
-    round trips and one commit for all of them, on SQLite one immediate transaction. Each op
+    The claims of a batch of parallel calls (`storage.batch_claims`): on PostgreSQL one
+    statement when every op claims a row that is not there (`_PG_CLAIM_NEW_MANY`), else two
+    round trips and one commit for all of them; on SQLite one immediate transaction. Each op
     is decided as if run alone in this order (a later op sees an earlier one's writes).
     Other stores run the ops one by one.
 
@@ -516,20 +566,7 @@ def compare_and_set_many(store: BaseStore, ops: list[Update]) -> list[tuple[bool
         return [compare_and_set(store, op) for op in ops]
     if kind == "sqlite":
         return _sqlite_cas_many(inner, ops)
-    from psycopg_pool import ConnectionPool
-
-    with _pg_connection(inner, ConnectionPool) as conn:
-        if conn.autocommit and getattr(inner, "pipe", None) is None:
-            return _postgres_cas_many_2(conn, ops)
-        with conn.transaction(), conn.cursor() as cur:
-            for lock in sorted({f"{_text(op.namespace)}/{op.key}" for op in ops}):
-                cur.execute(_PG_LOCK, (lock,))
-            wanted = sorted({(_text(op.namespace), op.key) for op in ops})
-            found = _read_answer(wanted, cur.execute(*_read_query(wanted, plain=True)).fetchall())
-            answers, writes = _decide_many(dict(zip(wanted, found, strict=True)), ops)
-            if writes:
-                cur.execute(*_upsert(sorted_rows(writes)))
-        return answers
+    return _pg_run(inner, functools.partial(_cas_plan, ops))
 
 
 def sorted_rows(writes: Mapping[tuple[str, str], Any]) -> list[tuple[str, str, Any]]:
@@ -574,58 +611,95 @@ def _sqlite_cas_many(store: Any, ops: list[Update]) -> list[tuple[bool, Any]]:
     return answers
 
 
-def _postgres_cas_many_2(conn: Any, ops: list[Update]) -> list[tuple[bool, Any]]:
-    """`_postgres_cas_2` for several rows: the locks (in key order) and reads, then the writes."""
+# -- PostgreSQL: each compare-and-set is a plan of statements, run by a sync or an async driver --
+
+
+@dataclasses.dataclass(frozen=True)
+class _Sql:
+    """One round trip to PostgreSQL: a statement (or a simple query of several), its parameters.
+
+    The plan receives the rows of the last result (`fetch`), else an empty list. `prepare`
+    False sends a simple query (several statements, values as literals, no parameters).
+    """
+
+    query: Any
+    params: Any = None
+    prepare: bool | None = None
+    fetch: bool = True
+
+
+_SqlPlan = Generator[_Sql, list[tuple[Any, ...]], T]
+
+
+def _simple(store: Any, conn: Any) -> bool:
+    """Whether a plan may spread one transaction over simple queries: an autocommit connection.
+
+    Not in pipeline mode (`PostgresStore(pipeline=True)`): it has no simple queries. Other
+    connections run a plan inside `conn.transaction()`.
+    """
+    return bool(conn.autocommit) and getattr(store, "pipe", None) is None
+
+
+def _cas_plan(ops: list[Update], simple: bool) -> _SqlPlan[list[tuple[bool, Any]]]:
+    """The compare-and-set of `ops`, each decided as if alone in this order (one transaction).
+
+    On an autocommit connection (`simple`) claims of rows that are not there are written in
+    one statement first (`_claim_new_sql`); the ops it did not write (their row exists) take
+    the locked read-then-write: the locks and reads in one simple query, the writes and
+    `COMMIT` in another. Otherwise the driver has opened the transaction.
+    """
+    answers: dict[int, tuple[bool, Any]] = {}
+    claim = _claim_new_sql(ops) if simple else None
+    if claim is not None:
+        claimed = {(row[0], row[1]) for row in (yield claim)}
+        for i, op in enumerate(ops):
+            if (_text(op.namespace), op.key) in claimed:
+                answers[i] = (True, op.value)
+    rest = [op for i, op in enumerate(ops) if i not in answers]
+    decided = iter((yield from _locked_cas_plan(rest, simple)) if rest else [])
+    return [answers[i] if i in answers else next(decided) for i in range(len(ops))]
+
+
+def _locked_cas_plan(ops: list[Update], simple: bool) -> _SqlPlan[list[tuple[bool, Any]]]:
+    """Lock the rows, read them, decide each op in order, write what was decided.
+
+    The advisory locks go in key order: no deadlock with another batch's claim.
+
+    `simple`: `BEGIN`, the locks and the reads go in one simple query (each read runs after
+    its lock is granted, with a snapshot of its own), the writes and `COMMIT` in another,
+    values quoted by psycopg as literals.
+    """
     from psycopg import sql
-    from psycopg.rows import tuple_row
 
     wanted = sorted({(_text(op.namespace), op.key) for op in ops})
     locks = sorted({f"{text}/{key}" for text, key in wanted})
-    # Each lock its own statement, in key order (no deadlock with another batch's claim).
-    parts: list[sql.Composable] = [sql.SQL("BEGIN")]
-    parts += [
-        sql.SQL("SELECT pg_advisory_xact_lock(hashtextextended({}, 0))").format(sql.Literal(lock))
-        for lock in locks
-    ]
-    parts.append(
-        sql.SQL(" UNION ALL ").join(
-            sql.SQL("SELECT prefix, key, value FROM store WHERE prefix = {} AND key = {}").format(
-                sql.Literal(text), sql.Literal(key)
+    if simple:
+        parts: list[sql.Composable] = [sql.SQL("BEGIN")]
+        parts += [sql.SQL(_PG_LOCK.replace("%s", "{}")).format(sql.Literal(lock)) for lock in locks]
+        parts.append(
+            sql.SQL(" UNION ALL ").join(
+                sql.SQL(_PG_SELECT_ROW.replace("%s", "{}")).format(
+                    sql.Literal(text), sql.Literal(key)
+                )
+                for text, key in wanted
             )
-            for text, key in wanted
         )
-    )
-    with _pg_rolled_back(conn), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(sql.SQL("; ").join(parts), prepare=False)
-        while cur.nextset():
-            pass  # to the reads' result
-        found = _read_answer(wanted, cur.fetchall())
-        answers, writes = _decide_many(dict(zip(wanted, found, strict=True)), ops)
-        cur.execute(_pg_commit(sorted_rows(writes)), prepare=False)
+        rows = yield _Sql(sql.SQL("; ").join(parts), prepare=False)
+    else:
+        for lock in locks:
+            yield _Sql(_PG_LOCK, (lock,), fetch=False)
+        rows = yield _Sql(*_read_query(wanted, plain=True))
+    found = _read_answer(wanted, rows)
+    answers, writes = _decide_many(dict(zip(wanted, found, strict=True)), ops)
+    if simple:
+        yield _Sql(_pg_commit(sorted_rows(writes)), prepare=False, fetch=False)
+    elif writes:
+        yield _Sql(*_upsert(sorted_rows(writes)), fetch=False)
     return answers
 
 
-def _postgres_cas(store: Any, op: Update) -> tuple[bool, Any]:
-    from psycopg_pool import ConnectionPool
-
-    with _pg_connection(store, ConnectionPool) as conn:
-        # Not in pipeline mode (`PostgresStore(pipeline=True)`): it has no simple queries.
-        if conn.autocommit and getattr(store, "pipe", None) is None:
-            if _claims_new_row(op) and _postgres_claim_new(conn, op):
-                return True, op.value
-            return _postgres_cas_2(conn, op)
-        prefix = _text(op.namespace)
-        with conn.transaction(), conn.cursor() as cur:
-            cur.execute(_PG_LOCK, (f"{prefix}/{op.key}",))
-            cur.execute(_PG_SELECT, (prefix, op.key))
-            written, current = _decide(_pg_value(cur.fetchone()), op)
-            if written:
-                cur.execute(*_upsert(_rows(op)))
-        return written, current
-
-
 def _claims_new_row(op: Update) -> bool:
-    """Whether `op` is a claim of an absent row that `_postgres_claim_new` can write.
+    """Whether `op` is a claim of an absent row that one statement can write (`_PG_CLAIM_NEW`).
 
     Its other rows must be other keys, once each: one statement cannot write a row twice.
     """
@@ -644,48 +718,193 @@ def _json(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-def _postgres_claim_new(conn: Any, op: Update) -> bool:
-    """Claim an absent row in one round trip (`_PG_CLAIM_NEW`); False when it exists.
+def _claim_new_sql(ops: list[Update]) -> _Sql | None:
+    """One prepared statement claiming the rows of `ops` that are not there, or None.
+
+    None unless every op claims an absent row and no two ops write the same row (a batch's
+    lookup rows shared by two of its calls: one statement cannot write a row twice, and
+    which value wins follows the ops' order, which the locked path keeps). The statement
+    answers the `(prefix, key)` of each claim it wrote.
+    """
+    if not all(_claims_new_row(op) for op in ops):
+        return None
+    if len(ops) == 1:
+        (op,) = ops
+        prefix = _text(op.namespace)
+        # The other rows as one JSON array of `[prefix, key, value]`: psycopg quotes text
+        # arrays with a regular expression per element, a JSON document is passed as it is.
+        one = _json([[_text(ns), key, value] for ns, key, value in op.also])
+        return _Sql(_PG_CLAIM_NEW, (f"{prefix}/{op.key}", prefix, op.key, _json(op.value), one))
+    keys = [(_text(ns), key) for op in ops for ns, key in _op_keys(op)]
+    if len(set(keys)) != len(keys):
+        return None
+    claims = [(_text(op.namespace), op.key, op.value) for op in ops]
+    # Lookup rows in key order (as `sorted_rows`): two statements upserting the same lookup
+    # rows take their row locks in one order, never a deadlock.
+    also: list[list[Any]] = sorted(
+        (
+            [_text(ns), key, value, _text(op.namespace), op.key]
+            for op in ops
+            for ns, key, value in op.also
+        ),
+        key=lambda row: (row[0], row[1]),
+    )
+    locks = sorted(f"{text}/{key}" for text, key, _ in claims)
+    params = (_json(locks), _json([list(claim) for claim in claims]), _json(also))
+    return _Sql(_PG_CLAIM_NEW_MANY, params)
+
+
+def _op_keys(op: Update) -> list[tuple[tuple[str, ...], str]]:
+    return [(op.namespace, op.key), *((ns, key) for ns, key, _ in op.also)]
+
+
+def _claim_if_absent_plan(
+    keys: list[tuple[str, str]], op: Update, simple: bool
+) -> _SqlPlan[tuple[bool, list[Any]]]:
+    """Read `keys` and, when none is there, write the claim `op` (of `keys[0]`): one statement.
+
+    `simple` is not needed: the statement is its own transaction, or the driver's.
+    """
+    del simple
+    prefix = _text(op.namespace)
+    also = _json([[_text(ns), key, value] for ns, key, value in op.also])
+    params = [part for pair in keys for part in pair]
+    params += [f"{prefix}/{op.key}", prefix, op.key, _json(op.value), also]
+    rows = yield _Sql(_claim_if_absent_text(len(keys)), params)
+    if any(row[0] for row in rows):
+        return True, [None] * len(keys)
+    return False, _read_answer(keys, [row[1:] for row in rows])
+
+
+@functools.lru_cache(maxsize=8)
+def _claim_if_absent_text(count: int) -> str:
+    return _PG_CLAIM_IF_ABSENT.format(reads=" UNION ALL ".join([_PG_READ_ONE] * count))
+
+
+def _pg_exec(conn: Any, stmt: _Sql) -> list[tuple[Any, ...]]:
+    """Run one statement of a plan on a sync connection: its last result's rows."""
+    from psycopg.rows import tuple_row
+
+    with conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(stmt.query, stmt.params, prepare=stmt.prepare)
+        if not stmt.fetch:
+            return []
+        while cur.nextset():
+            pass  # to the last statement's result
+        rows: list[tuple[Any, ...]] = cur.fetchall()
+        return rows
+
+
+async def _apg_exec(conn: Any, stmt: _Sql) -> list[tuple[Any, ...]]:
+    """`_pg_exec` on an async connection."""
+    from psycopg.rows import tuple_row
+
+    async with conn.cursor(row_factory=tuple_row) as cur:
+        await cur.execute(stmt.query, stmt.params, prepare=stmt.prepare)
+        if not stmt.fetch:
+            return []
+        while cur.nextset():
+            pass
+        rows: list[tuple[Any, ...]] = await cur.fetchall()
+        return rows
+
+
+def _pg_run(store: Any, make: Callable[[bool], _SqlPlan[T]]) -> T:
+    """Run the plan `make(simple)` on a `PostgresStore`'s connection (or one of its pool's).
+
+    On an autocommit connection the plan's simple queries hold its transaction, rolled back
+    if anything raises; on other connections the plan runs in `conn.transaction()`.
+    """
+    from psycopg_pool import ConnectionPool
+
+    with _pg_connection(store, ConnectionPool) as conn:
+        run = functools.partial(_pg_exec, conn)
+        if _simple(store, conn):
+            with _pg_rolled_back(conn):
+                return drive(make(True), run)
+        with conn.transaction():
+            return drive(make(False), run)
+
+
+async def _apg_run(store: Any, make: Callable[[bool], _SqlPlan[T]]) -> T:
+    """`_pg_run` on an `AsyncPostgresStore`'s connection (or one of its pool's)."""
+    from psycopg_pool import AsyncConnectionPool
+
+    async with _apg_connection(store, AsyncConnectionPool) as conn:
+        run = functools.partial(_apg_exec, conn)
+        if _simple(store, conn):
+            async with _apg_rolled_back(conn):
+                return await adrive(make(True), run)
+        async with conn.transaction():
+            return await adrive(make(False), run)
+
+
+def claims_with_read(store: BaseStore) -> bool:
+    """Whether `claim_if_absent` claims on this store in one statement (PostgreSQL, as given)."""
+    return _kind_of(store) in ("postgres", "async_postgres")
+
+
+def claim_if_absent(
+    store: BaseStore, keys: Sequence[tuple[tuple[str, ...], str]], op: Update
+) -> tuple[bool, list[Any]] | None:
+    """Read rows and claim the first when none is there, in one round trip on PostgreSQL.
+
+    A first run's read and claim in one statement (`_PG_CLAIM_IF_ABSENT`): the rows are
+    read as `read_rows` reads them; when none is there, the claim `op` (the row of
+    `keys[0]`, expected absent) is written as `compare_and_set` writes it (the row's
+    advisory lock, then an insert that does nothing when the row exists).
+
+    Returns:
+        `(True, [None, ...])` when the claim was written; `(False, values)` with the rows'
+        values (None where absent) when it was not (a row is there, or the claimed row
+        was written by another worker while this statement waited for its lock: read as
+        absent, the plan's compare-and-set finds it); None for other stores and claims
+        one statement cannot write (the caller reads, then compare-and-sets).
 
     Raises:
         Exception: The database's own errors (then nothing was written).
     """
-    from psycopg.rows import tuple_row
-
-    prefix = _text(op.namespace)
-    # The other rows as one JSON array of `[prefix, key, value]`: psycopg quotes text arrays
-    # with a regular expression per element, a JSON document is passed as it is.
-    also = _json([[_text(ns), key, value] for ns, key, value in op.also])
-    params = (f"{prefix}/{op.key}", prefix, op.key, _json(op.value), also)
-    with conn.cursor(row_factory=tuple_row) as cur:
-        row = cur.execute(_PG_CLAIM_NEW, params).fetchone()
-    return bool(row and row[0])
+    inner = store  # as `read_rows`: the store given (a wrapping store's reads go through it)
+    if _kind_of(inner) != "postgres" or not _claims_new_row(op):
+        return None
+    wanted = [(_text(ns), key) for ns, key in keys]
+    answer = _pg_run(inner, functools.partial(_claim_if_absent_plan, wanted, op))
+    _end_pipelined(inner)
+    return answer
 
 
-def _postgres_cas_2(conn: Any, op: Update) -> tuple[bool, Any]:
-    """The compare-and-set in two round trips, on a connection in autocommit mode.
+async def aclaim_if_absent(
+    store: BaseStore, keys: Sequence[tuple[tuple[str, ...], str]], op: Update
+) -> tuple[bool, list[Any]] | None:
+    """Async `claim_if_absent` (`AsyncPostgresStore`'s own connection; a sync one off the loop)."""
+    inner = store
+    kind = _kind_of(inner)
+    if kind == "postgres":
+        return await asyncio.to_thread(claim_if_absent, inner, keys, op)
+    if kind != "async_postgres" or not _claims_new_row(op):
+        return None
+    wanted = [(_text(ns), key) for ns, key in keys]
+    answer = await _apg_run(inner, functools.partial(_claim_if_absent_plan, wanted, op))
+    await _aend_pipelined(inner)
+    return answer
 
-    Each statement is a round trip, and a busy server makes each one wait for a core: `BEGIN`,
-    the lock and the read go in one simple query (the read runs after the lock is granted,
-    with a snapshot of its own), the writes and `COMMIT` in another. Values are sent as
-    literals quoted by psycopg (a simple query takes no parameters).
-    """
-    from psycopg import sql
-    from psycopg.rows import tuple_row
 
-    prefix = _text(op.namespace)
-    claim = sql.SQL(_PG_CLAIM).format(
-        lock=sql.Literal(f"{prefix}/{op.key}"), prefix=sql.Literal(prefix), key=sql.Literal(op.key)
-    )
-    with _pg_rolled_back(conn), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(claim, prepare=False)
-        while cur.nextset():
-            pass  # to the read's result
-        written, current = _decide(_pg_value(cur.fetchone()), op)
-        # One row per key (the last value wins): an upsert may not touch a row twice.
-        rows = sorted_rows({(t, k): v for t, k, v in _rows(op)}) if written else []
-        cur.execute(_pg_commit(rows), prepare=False)
-    return written, current
+def _postgres_cas(store: Any, op: Update) -> tuple[bool, Any]:
+    return _pg_run(store, functools.partial(_cas_plan, [op]))[0]
+
+
+@contextlib.asynccontextmanager
+async def _apg_rolled_back(conn: Any) -> AsyncIterator[None]:
+    """`_pg_rolled_back` on an async connection."""
+    from psycopg.pq import TransactionStatus
+
+    try:
+        yield
+    except BaseException:
+        if conn.info.transaction_status != TransactionStatus.IDLE:
+            with contextlib.suppress(Exception):
+                await conn.execute("ROLLBACK")
+        raise
 
 
 @contextlib.contextmanager
@@ -741,10 +960,24 @@ def _write_query(puts: list[tuple[tuple[str, ...], str, Any]]) -> tuple[str, lis
     notification lock. The text depends only on the number of rows (prepared once each).
     """
     unique = {(_text(ns), key): (ns, key, value) for ns, key, value in puts}
-    rows = list(unique.values())
-    values = ", ".join(["(%s, %s, %s::jsonb)"] * len(rows))
-    points = " OR ".join(["(prefix = %s AND key = %s)"] * len(rows))
-    named = ", ".join(["(%s, %s, %s, %s)"] * len(rows))
+    query = _write_text(len(unique))
+    params: list[Any] = []
+    for (text, key), (_ns, _key, value) in unique.items():
+        params += (text, key, _json(value))
+    params.append(WAITING)
+    for text, key in unique:
+        params += (text, key)
+    for (text, key), (ns, _key, _value) in unique.items():
+        params += (text, key, channel(ns), payload(ns, key))
+    return query, params
+
+
+@functools.lru_cache(maxsize=64)
+def _write_text(count: int) -> str:
+    """`_write_query`'s text for `count` rows (built once per count, not per outcome)."""
+    values = ", ".join(["(%s, %s, %s::jsonb)"] * count)
+    points = " OR ".join(["(prefix = %s AND key = %s)"] * count)
+    named = ", ".join(["(%s, %s, %s, %s)"] * count)
     query = (
         f"WITH put (prefix, key, value) AS (VALUES {values}), "
         "waited AS MATERIALIZED (SELECT prefix, key, value ? %s AS waiting FROM store "
@@ -756,15 +989,7 @@ def _write_query(puts: list[tuple[tuple[str, ...], str, Any]]) -> tuple[str, lis
         f"JOIN (VALUES {named}) AS n(prefix, key, channel, payload) "
         "ON w.prefix = n.prefix AND w.key = n.key WHERE w.waiting"
     )
-    params: list[Any] = []
-    for (text, key), (_ns, _key, value) in unique.items():
-        params += (text, key, _json(value))
-    params.append(WAITING)
-    for text, key in unique:
-        params += (text, key)
-    for (text, key), (ns, _key, _value) in unique.items():
-        params += (text, key, channel(ns), payload(ns, key))
-    return query, params
+    return query
 
 
 def _mark_params(namespace: tuple[str, ...], key: str) -> tuple[str, ...]:
@@ -1024,10 +1249,25 @@ async def acompare_and_set(store: BaseStore, op: Update) -> tuple[bool, Any]:
     if kind == "async_sqlite":
         return await _async_sqlite_cas(store, op)
     if kind == "async_postgres":
-        return await _async_postgres_cas(store, op)
+        return (await _apg_run(store, functools.partial(_cas_plan, [op])))[0]
     if kind in ("sqlite", "postgres"):
         return await asyncio.to_thread(compare_and_set, store, op)
     return compare_and_set(store, op)  # in memory: a lock held only for microseconds
+
+
+async def acompare_and_set_many(store: BaseStore, ops: list[Update]) -> list[tuple[bool, Any]]:
+    """Async `compare_and_set_many`: `AsyncPostgresStore`'s connection, sync stores off the loop.
+
+    Raises:
+        Exception: The database's own errors (then no op was written).
+    """
+    inner = _unwrap(store)
+    kind = _kind_of(inner)
+    if kind == "async_postgres" and len(ops) > 1:
+        return await _apg_run(inner, functools.partial(_cas_plan, ops))
+    if kind in ("sqlite", "postgres"):
+        return await asyncio.to_thread(compare_and_set_many, store, ops)
+    return [await acompare_and_set(store, op) for op in ops]
 
 
 async def _async_sqlite_cas(store: Any, op: Update) -> tuple[bool, Any]:
@@ -1048,23 +1288,4 @@ async def _async_sqlite_cas(store: Any, op: Update) -> tuple[bool, Any]:
             await conn.execute("ROLLBACK")
             raise
         await conn.execute("COMMIT")
-    return written, current
-
-
-async def _async_postgres_cas(store: Any, op: Update) -> tuple[bool, Any]:
-    from psycopg_pool import AsyncConnectionPool
-
-    prefix = _text(op.namespace)
-    pool = store.conn if isinstance(store.conn, AsyncConnectionPool) else None
-    async with (
-        pool.connection() if pool is not None else contextlib.nullcontext(store.conn) as conn,
-        store.lock if pool is None else contextlib.nullcontext(None),
-        conn.transaction(),
-        conn.cursor() as cur,
-    ):
-        await cur.execute(_PG_LOCK, (f"{prefix}/{op.key}",))
-        await cur.execute(_PG_SELECT, (prefix, op.key))
-        written, current = _decide(_pg_value(await cur.fetchone()), op)
-        if written:
-            await cur.execute(*_upsert(_rows(op)))
     return written, current

@@ -5,13 +5,16 @@ Usage: python tests/integration/proc_one_trip.py URI THREAD CALLS EFFECTS BARRIE
 Every worker admits calls 0 .. CALLS-1 of THREAD on PostgreSQL in the same order, after all N
 workers marked themselves ready in the folder BARRIER, so they race on each call's claim. A
 worker that is told to run a call appends `<thread>/<call>` to EFFECTS (its effect), then
-records the outcome. PATH `one` claims as shipped (one statement for an absent row); `two`
-forces the two-round-trip claim, to race the two against each other. Prints one JSON line:
+records the outcome. PATH `one` claims every call with its first read (one statement for an
+absent row; shipped, a thread's first reads claim with them after two found nothing); `two`
+forces the two-round-trip claim, to race the two against each other; `async` is `one` on an
+`AsyncPostgresStore` (the async driver of the same statements). Prints one JSON line:
 `{"ran": [...], "replayed": [...]}` (the calls' indexes).
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import os
@@ -36,8 +39,8 @@ from langgraph_replay_guard.replay.ledger import (
     index_namespace,
     row_namespace,
 )
-from langgraph_replay_guard.storage import store_cas
-from langgraph_replay_guard.storage.ledger_io import run_plan
+from langgraph_replay_guard.storage import ledger_io, store_cas
+from langgraph_replay_guard.storage.ledger_io import arun_plan, run_plan
 
 PREFIX = ("replay_guard",)
 
@@ -70,29 +73,66 @@ def _outcome(ctx: CallContext, entry: Any) -> Any:
     yield Write(((ctx.rows_ns, entry.key, entry.to_value()),))
 
 
+def _ready(barrier: str, workers: str) -> None:
+    (Path(barrier) / str(os.getpid())).touch()
+    deadline = time.monotonic() + 60
+    while len(list(Path(barrier).iterdir())) < int(workers):
+        assert time.monotonic() < deadline, "the other workers never came"
+        time.sleep(0.005)
+
+
+def _ran(admission: Any, thread: str, i: int, effects: str) -> Any:
+    """The effect of a call this worker was told to run; its outcome row."""
+    assert admission.kind == "run", admission
+    assert admission.entry is not None
+    with open(effects, "a", encoding="utf-8") as file:
+        file.write(f"{thread}/{i}\n")
+    return finished_entry(admission.entry, f"sent {i}", None, "success")
+
+
+async def _amain(uri: str, thread: str, calls: int, effects: str, ready: Any) -> dict[str, Any]:
+    from langgraph.store.postgres.aio import AsyncPostgresStore
+
+    ran: list[int] = []
+    replayed: list[int] = []
+    async with AsyncPostgresStore.from_conn_string(uri) as store:
+        ready()
+        for i in range(calls):
+            ctx = context(thread, i)
+            admission = await arun_plan(store, admit(ctx))
+            if admission.kind == "replay":
+                replayed.append(i)
+                continue
+            done = _ran(admission, thread, i, effects)
+            await arun_plan(store, _outcome(ctx, done))
+            owners.REGISTRY.release(admission.entry.owner)
+            ran.append(i)
+    return {"ran": ran, "replayed": replayed}
+
+
 def main(argv: list[str]) -> None:
     uri, thread, calls, effects, barrier, workers, path = argv
     if path == "two":
         store_cas._claims_new_row = lambda _op: False  # type: ignore[assignment]
+    else:
+        ledger_io.MISSES.STREAK = 0  # every first read claims with it: race that statement
+    if path == "async":
+        answer = asyncio.run(
+            _amain(uri, thread, int(calls), effects, lambda: _ready(barrier, workers))
+        )
+        print(json.dumps(answer))
+        return
     ran: list[int] = []
     replayed: list[int] = []
     with PostgresStore.from_conn_string(uri) as store:
-        (Path(barrier) / str(os.getpid())).touch()
-        deadline = time.monotonic() + 60
-        while len(list(Path(barrier).iterdir())) < int(workers):
-            assert time.monotonic() < deadline, "the other workers never came"
-            time.sleep(0.005)
+        _ready(barrier, workers)
         for i in range(int(calls)):
             ctx = context(thread, i)
             admission = run_plan(store, admit(ctx))
             if admission.kind == "replay":
                 replayed.append(i)
                 continue
-            assert admission.kind == "run", admission
-            assert admission.entry is not None
-            with open(effects, "a", encoding="utf-8") as file:
-                file.write(f"{thread}/{i}\n")
-            done = finished_entry(admission.entry, f"sent {i}", None, "success")
+            done = _ran(admission, thread, i, effects)
             run_plan(store, _outcome(ctx, done))
             owners.REGISTRY.release(admission.entry.owner)
             ran.append(i)

@@ -225,7 +225,7 @@ def test_waiters_racing_the_holders_outcome_are_always_woken(pg_uri, api):
     assert max(late) < 2.5, sorted(late)[-5:]
 
 
-@pytest.mark.parametrize("paths", ["one", "mixed"])
+@pytest.mark.parametrize("paths", ["one", "mixed", "async"])
 def test_eight_processes_racing_new_claims_run_each_call_once(pg_uri, tmp_path, paths):
     from langgraph.store.postgres import PostgresStore
 
@@ -239,7 +239,9 @@ def test_eight_processes_racing_new_claims_run_each_call_once(pg_uri, tmp_path, 
     for n in range(workers):
         # "mixed": half of them claim through the two-round-trip path (read under the lock,
         # then write), which the one-statement claim must never overwrite, nor be overwritten by.
-        path = "two" if paths == "mixed" and n % 2 else "one"
+        # "async": half of them on an AsyncPostgresStore (the same statements, its driver).
+        # "one" and "async" claim every call with its first read (`proc_one_trip`).
+        path = {"mixed": "two", "async": "async"}.get(paths, "one") if n % 2 else "one"
         args = [pg_uri, thread, str(calls), str(effects), str(barrier), str(workers), path]
         procs.append(
             warm_children.popen(
