@@ -188,6 +188,20 @@ def thread_id() -> str:
     return f"thread-{uuid.uuid4().hex}"
 
 
+@pytest.fixture
+def patient_batch_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch's first claim waits up to 5 s for its siblings' claims (the product: 0.1 s).
+
+    The window bounds a wait for a sibling that never says it arrived; every sibling here
+    does, so a longer one changes no decision, only how late a thread of a loaded machine
+    (a full `make test`, CI) may start and still join its batch's round. A test that counts
+    the statements of a batch's claims uses it, or a slow thread counts as a second round.
+    """
+    from langgraph_replay_guard.storage import batch_claims
+
+    monkeypatch.setattr(batch_claims, "WINDOW", 5.0)
+
+
 @pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """A LangGraph store of each backend: InMemoryStore, SqliteStore (a file), PostgresStore."""

@@ -77,6 +77,7 @@ def _rows(store: Any, config: dict[str, Any]) -> list[Any]:
     return [row for row in rows if row.tool]
 
 
+@pytest.mark.usefixtures("patient_batch_window")
 @pytest.mark.parametrize("graph_of", [batch_graph, fan_out_agent], ids=["toolnode", "send"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_batch_of_four_unsafe_calls_is_claimed_in_one_transaction(
@@ -95,6 +96,7 @@ def test_a_batch_of_four_unsafe_calls_is_claimed_in_one_transaction(
         assert {row.status for row in rows} == {"completed"}
 
 
+@pytest.mark.usefixtures("patient_batch_window")
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_duplicate_in_the_batch_is_answered_and_only_the_new_calls_are_claimed(
     kind, tmp_path, request
@@ -188,6 +190,7 @@ def test_eight_workers_resuming_one_batch_run_each_call_once(kind, tmp_path, req
     assert {r["outcome"] for r in results} == {"ok"}, results
 
 
+@pytest.mark.usefixtures("patient_batch_window")
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_async_run_claims_its_batch_in_one_transaction(kind, tmp_path, request):
     from langgraph.checkpoint.memory import InMemorySaver

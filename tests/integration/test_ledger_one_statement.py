@@ -104,6 +104,7 @@ def test_a_thread_of_new_calls_claims_each_with_its_read_in_one_statement(pg_uri
     assert not _transactions(statements), statements
 
 
+@pytest.mark.usefixtures("patient_batch_window")
 @pytest.mark.parametrize("graph_of", [batch_graph, fan_out_agent], ids=["toolnode", "send"])
 def test_a_batch_of_four_new_calls_is_claimed_in_one_statement(pg_uri, tmp_path, graph_of):
     effects = tmp_path / "effects.txt"
@@ -233,6 +234,7 @@ async def _abatch(uri: str, effects: Path, graph_of: Any) -> list[str]:
     return statements
 
 
+@pytest.mark.usefixtures("patient_batch_window")
 @pytest.mark.parametrize("graph_of", [batch_graph, fan_out_agent], ids=["toolnode", "send"])
 def test_an_async_store_claims_a_batch_of_four_in_one_statement(pg_uri, tmp_path, graph_of):
     effects = tmp_path / "effects.txt"
