@@ -23,7 +23,6 @@ from langgraph_replay_guard.decisions.state_format import (
     FailureStreak,
     FoldSettings,
     InvalidStateError,
-    ResultMemo,
     TailItem,
     decode_cfg,
     decode_events,
