@@ -21,7 +21,6 @@ from langgraph_replay_guard.decisions.state import (
 )
 from langgraph_replay_guard.decisions.state_format import (
     BlockedCall,
-    CallCounter,
     CallEvent,
     FailureStreak,
     FoldSettings,
@@ -346,7 +345,8 @@ def _decide(
     key, tool = facts.key, facts.tool
     counted = view["counters"].get(key)
     in_batch = earlier_in_batch.count(key) if earlier_in_batch else 0
-    attempt = (CallCounter(*counted).attempts if counted else 0) + in_batch + 1
+    # `CallCounter.attempts`, by position (checked state): every decision reads it.
+    attempt = (counted[0] if counted else 0) + in_batch + 1
     final = stops_on_abort(config)
 
     stop = view.get("stop")
