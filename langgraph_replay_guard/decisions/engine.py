@@ -21,7 +21,6 @@ from langgraph_replay_guard.decisions.state import (
 )
 from langgraph_replay_guard.decisions.state_format import (
     BlockedCall,
-    CallCounter,
     CallEvent,
     FailureStreak,
     FoldSettings,
@@ -348,7 +347,8 @@ def _decide(
     key, tool = facts.key, facts.tool
     counted = view["counters"].get(key)
     in_batch = earlier_in_batch.count(key) if earlier_in_batch else 0
-    attempt = (CallCounter(*counted).attempts if counted else 0) + in_batch + 1
+    # `CallCounter.attempts`, by position (checked state): every decision reads it.
+    attempt = (counted[0] if counted else 0) + in_batch + 1
     final = stops_on_abort(config)
 
     stop = view.get("stop")
@@ -654,6 +654,7 @@ def make_event(
     turn: str | None = None,
     batch_size: int | None = None,
     call_id: str | None = None,
+    previews: bool = True,
 ) -> Event:
     """Build the event that records a call.
 
@@ -672,6 +673,8 @@ def make_event(
             state as soon as every call reported (otherwise when the next batch arrives).
         call_id: The call's tool_call_id, for a call that ran under other arguments than
             the model asked (a success remembers it: `earlier_call_id`).
+        previews: False: keep the result's digest and no text, as with
+            `store_previews=False` (the caller adds the preview later).
 
     Returns:
         The event.
@@ -694,7 +697,7 @@ def make_event(
         short_circuits=facts.short_circuit,
         outcome=outcome,
         result_hash=content_hash(result) if executed_with_text and result is not None else None,
-        preview=_event_preview(facts, outcome, result),
+        preview=_event_preview(facts, outcome, result, previews=previews),
         reason=reason,
         abort=abort,
         batch_size=batch_size,
@@ -704,16 +707,18 @@ def make_event(
     ).encode()
 
 
-def _event_preview(facts: CallFacts, outcome: Outcome, result: str | None) -> str | None:
+def _event_preview(
+    facts: CallFacts, outcome: Outcome, result: str | None, *, previews: bool = True
+) -> str | None:
     """What of a successful result its event keeps: a preview, or no text at all.
 
-    Without previews (`store_previews=False`) the event still tells the fold whether the
-    result was blank (`""`) or held something (None, its digest beside it), which is all
-    the same-failure layer reads of it; no character of the result is kept.
+    Without previews (`store_previews=False`, or `previews=False`) the event still tells
+    the fold whether the result was blank (`""`) or held something (None, its digest beside
+    it), which is all the same-failure layer reads of it; no character of the result is kept.
     """
     if outcome != "success" or result is None:
         return None
-    if not facts.store_previews:
+    if not (previews and facts.store_previews):
         return "" if result.isspace() or not result else None
     return result[: facts.preview_chars]
 

@@ -23,7 +23,6 @@ from langgraph_replay_guard.decisions.state_format import (
     FailureStreak,
     FoldSettings,
     InvalidStateError,
-    ResultMemo,
     TailItem,
     decode_cfg,
     decode_events,
@@ -438,9 +437,12 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
     totals = state["totals"]
     totals["calls"] = totals.get("calls", 0) + 1
 
+    # Stored entries are read and built by position (`CallCounter`, `ExecutedCall`,
+    # `ResultMemo`, `TailItem`), without a named tuple: this runs for every call, and the
+    # state was checked when it was loaded.
     counted = state["counters"].get(key)
-    count = (CallCounter(*counted).attempts if counted else 0) + 1
-    _bump(state["counters"], key, [*CallCounter(count, tool)], MAX_TRACKED_KEYS)
+    count = (counted[0] if counted else 0) + 1  # `CallCounter.attempts`
+    _bump(state["counters"], key, [count, tool], MAX_TRACKED_KEYS)
 
     if outcome in _EXECUTED and ev.replay != "pure" and ev.batch is not None:
         # What really ran, in either mode: the ledger asks it instead of the history.
@@ -472,7 +474,7 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
     world_changed = outcome == "success" and ev.replay != "pure"
     progress_resets = cfg.repeat_reset == "progress"
     if executed:
-        state["recent_calls"].append([*ExecutedCall(key, tool, outcome, epoch_before)])
+        state["recent_calls"].append([key, tool, outcome, epoch_before])  # `ExecutedCall`
         del state["recent_calls"][: -cfg.window]
 
     if may_have_written(ev.replay, outcome):
@@ -485,29 +487,33 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
 
     new_result = False
     if outcome == "success":
-        stored = state["results"].get(key)
-        previous = ResultMemo(*stored) if stored is not None else None
+        # `ResultMemo`: [result_hash, epoch, in_a_row, preview(, call_id)], by position.
+        previous = state["results"].get(key)
         # Something the agent had not seen (among the results the state remembers): progress
         # for the same-failure layer. An empty note or the same listing again is not.
         # Without previews (`store_previews=False`) a result that held something has its
         # digest and no preview; a blank one has the empty preview.
         shown = ev.preview is None and ev.result_hash is not None
-        new_result = (shown or bool(ev.preview and not ev.preview.isspace())) and all(
-            ResultMemo(*memo).result_hash != ev.result_hash for memo in state["results"].values()
-        )
+        new_result = shown or bool(ev.preview and not ev.preview.isspace())
+        if new_result:
+            for memo in state["results"].values():  # a loop: no generator to resume
+                if memo[0] == ev.result_hash:
+                    new_result = False
+                    break
         same = (
             previous is not None
             and ev.result_hash is not None
-            and previous.result_hash == ev.result_hash
-            and previous.epoch == epoch_before
+            and previous[0] == ev.result_hash
+            and previous[1] == epoch_before
         )
-        changed = previous is not None and previous.result_hash != ev.result_hash
+        changed = previous is not None and previous[0] != ev.result_hash
         if ev.volatile and changed and progress_resets:
-            state["counters"][key] = [*CallCounter(1, tool)]  # a volatile read that changed
-        in_a_row = previous.in_a_row + 1 if same and previous is not None else 1
-        memo = ResultMemo(ev.result_hash, state["epoch"], in_a_row, ev.preview, ev.call_id)
-        # Four entries as before; the fifth only with an id (`ResultMemo.call_id`).
-        _bump(state["results"], key, [*memo][: 4 + (ev.call_id is not None)], MAX_RESULTS)
+            state["counters"][key] = [1, tool]  # a volatile read that changed
+        in_a_row = previous[2] + 1 if same and previous is not None else 1
+        memo = [ev.result_hash, state["epoch"], in_a_row, ev.preview]
+        if ev.call_id is not None:  # four entries as before; the fifth only with an id
+            memo.append(ev.call_id)
+        _bump(state["results"], key, memo, MAX_RESULTS)
         if same and not ev.short_circuits and not ev.volatile and cfg.result_diff:
             # Side effects are never suppressed by result-diff: count and remind instead.
             # A poll that keeps its result is waiting, not looping, until its own limit.
@@ -608,7 +614,7 @@ def _track_cycle(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings, execut
     max_period = cfg.cycle_period
     tail = state["tail"]
     result = ev.result_hash if ev.result_hash is not None else ev.outcome
-    tail.append([*TailItem(key, result, ev.tool)])
+    tail.append([key, result, ev.tool])  # `TailItem`
     del tail[: -2 * max_period]
     if cycle is not None or not cfg.cycles:
         return
@@ -907,10 +913,16 @@ def _preview_facts(value: Any) -> _PreviewFacts:
     state = trusted if trusted is not None else load_state(value)
     # [result_hash, epoch, in_a_row, preview] (`ResultMemo`), read by position: checked
     # (a digest is a string or None, a preview a string or None).
-    memos = state["results"].values()
-    held = {memo[3] for memo in memos if memo[3]}
-    unshown = {memo[0] for memo in memos if memo[3] is None and memo[0] is not None}
-    recorded = {memo[0] for memo in memos}
+    held: set[Any] = set()
+    unshown: set[Any] = set()
+    recorded: set[Any] = set()
+    for memo in state["results"].values():  # one pass, no comprehension calls
+        digest, preview = memo[0], memo[3]
+        recorded.add(digest)
+        if preview:
+            held.add(preview)
+        elif preview is None and digest is not None:
+            unshown.add(digest)
     recorded.update([item[1] for item in state["tail"]])  # `TailItem.result`
     pending = state["pending"]
     if pending:

@@ -288,8 +288,6 @@ def executed_event(
     """
     facts = planned.facts
     assert facts is not None
-    if not preview:
-        facts = facts._replace(store_previews=False)
     if command and facts.replay == "pure" and facts.source == "default":
         facts = facts._replace(replay="idempotent")
     shadowed = planned.decision.shadowed if planned.decision is not None else None
@@ -304,6 +302,7 @@ def executed_event(
         turn=batch.turn,
         batch_size=len(batch.tool_calls),
         call_id=call_id,
+        previews=preview,
     )
 
 

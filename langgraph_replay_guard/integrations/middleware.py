@@ -365,11 +365,11 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # Reading every message for every preview made each step cost O(thread length).
         messages: Sequence[Any] = request.state.get("messages") or ()
         missing = previews
-        if not any(_SEPARATOR in p for p in previews):
+        if _SEPARATOR not in "".join(previews):
             # One substring search per preview in the newest messages' texts joined (two
             # messages per preview): a match cannot span two texts, as the separator is in
-            # no preview. Most steps find every preview there; the rest are looked for
-            # message by message.
+            # no preview (a one-character separator). Most steps find every preview there;
+            # the rest are looked for message by message.
             newest = messages[-(2 * len(previews) + 2) :]
             texts = [getattr(m, "content", "") for m in newest]  # `_text`, inlined
             joined = _SEPARATOR.join([t if isinstance(t, str) else repr(t) for t in texts])

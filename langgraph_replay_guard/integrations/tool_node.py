@@ -414,6 +414,8 @@ class ToolCallWrapper:
         def op_result(op: _Op) -> Any:
             nonlocal checked
             if isinstance(op, _Execute):
+                if op.ticket is None:  # no ledger claim to mark it with: no context manager
+                    return run(op)
                 with guarded_body(op.ticket):
                     return run(op)
             if isinstance(op, _Check):
@@ -441,6 +443,8 @@ class ToolCallWrapper:
         async def op_result(op: _Op) -> Any:
             nonlocal checked
             if isinstance(op, _Execute):
+                if op.ticket is None:  # no ledger claim to mark it with: no context manager
+                    return await run(op)
                 with guarded_body(op.ticket):
                     return await run(op)
             if isinstance(op, _Check):
