@@ -1004,16 +1004,45 @@ def _pg_connection(store: Any, pool_type: Any) -> Any:
     return _locked(store.lock, store.conn)
 
 
+def _leftover(conn: Any) -> str | None:
+    """How to end a transaction psycopg began by itself on a non-autocommit connection.
+
+    Such a connection opens a transaction at its first statement and keeps it open until
+    `commit()` (the store's own `batch` never commits it). A claim's or an outcome's
+    `conn.transaction()` inside it is only a savepoint: never committed, invisible to the
+    other workers, its advisory lock held until the connection closes. So, holding the
+    store's lock, a leftover is committed ("COMMIT", as SQLite's `_end_leftover`), a failed
+    one rolled back ("ROLLBACK"), before and after each of the guard's statements.
+    """
+    from psycopg.pq import PipelineStatus, TransactionStatus
+
+    if conn.autocommit or conn.closed or conn.info.pipeline_status != PipelineStatus.OFF:
+        return None
+
+    status = conn.info.transaction_status
+    if status == TransactionStatus.INTRANS:
+        return "COMMIT"
+    return "ROLLBACK" if status == TransactionStatus.INERROR else None
+
+
 @contextlib.contextmanager
 def _locked(lock: Any, conn: Any) -> Any:
     with lock:
+        if (end := _leftover(conn)) is not None:
+            conn.commit() if end == "COMMIT" else conn.rollback()
         yield conn
+        if (end := _leftover(conn)) is not None:
+            conn.commit() if end == "COMMIT" else conn.rollback()
 
 
 @contextlib.asynccontextmanager
 async def _alocked(lock: Any, conn: Any) -> Any:
     async with lock:
+        if (end := _leftover(conn)) is not None:
+            await (conn.commit() if end == "COMMIT" else conn.rollback())
         yield conn
+        if (end := _leftover(conn)) is not None:
+            await (conn.commit() if end == "COMMIT" else conn.rollback())
 
 
 def _apg_connection(store: Any, pool_type: Any) -> Any:
