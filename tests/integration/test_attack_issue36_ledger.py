@@ -1,9 +1,10 @@
-"""Attacks on issue 36's ledger paths: a read that claims, a batch's one statement, async batches."""
+"""Attacks on issue 36's ledger paths: a read that claims, a batch's one statement, async stores."""
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -51,3 +52,82 @@ def test_a_store_on_a_non_autocommit_connection_commits_claims_and_outcomes(pg_u
         assert [s for _, _, s in rows if s != "None"] == ["completed"], rows
     finally:
         conn.close()
+
+
+def _waiting_advisory_locks(admin: Any) -> int:
+    row = admin.execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+    ).fetchone()
+    return int(row[0])
+
+
+def _until(check: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+@pytest.mark.usefixtures("patient_batch_window")
+def test_a_batch_whose_second_statement_fails_answers_the_claims_it_committed(pg_uri):
+    # A batch of two new claims: `a`'s row is absent, `b`'s appeared after its read (another
+    # worker's claim). The one statement writes `a` and finds `b`; `b` then takes the locked
+    # path, in a second transaction, which fails (here its lock wait times out). `a`'s claim
+    # is committed: its call must be answered so (it runs), not handed the error (then its
+    # row reads as a dead holder's claim: an "outcome unknown" that never ran).
+    import psycopg
+    from langgraph.store.postgres import PostgresStore
+
+    from langgraph_replay_guard.replay.ledger import Update
+    from langgraph_replay_guard.storage import batch_claims, store_cas
+
+    ns = ("replay_guard", "ledger", f"t-{uuid.uuid4().hex[:8]}")
+    lock = f"{'.'.join(ns)}/b"
+    take = "SELECT pg_advisory_lock(hashtextextended(%s, 0))"
+    with (
+        PostgresStore.from_conn_string(pg_uri) as store,
+        psycopg.connect(pg_uri, autocommit=True) as admin,
+        psycopg.connect(pg_uri, autocommit=True) as first,
+        psycopg.connect(pg_uri, autocommit=True) as second,
+    ):
+        store.setup()
+        store_cas.compare_and_set(store, Update(ns, "b", {"rev": "b1"}, False, None))
+        store.conn.execute("SET lock_timeout = '2s'")
+        first.execute(take, (lock,))  # `b`'s lock is busy: the batch's statement waits for it
+        answers: dict[str, Any] = {}
+
+        def claim(key: str) -> None:
+            member = batch_claims.join(store, (ns, "ai-half"), 2)
+            assert member is not None
+            try:
+                answers[key] = member.claim(store, Update(ns, key, {"rev": f"{key}2"}, False, None))
+            except Exception as exc:
+                answers[key] = exc
+            finally:
+                member.leave()
+
+        claims = [threading.Thread(target=claim, args=(key,)) for key in ("a", "b")]
+        for thread in claims:
+            thread.start()
+        _until(lambda: _waiting_advisory_locks(admin) == 1)
+        # A second worker queues for `b`'s lock behind the batch: it gets it as the batch's
+        # statement commits, so the batch's second transaction waits for it, and times out.
+        later = threading.Thread(target=lambda: second.execute(take, (lock,)))
+        later.start()
+        _until(lambda: _waiting_advisory_locks(admin) == 2)
+        first.execute("SELECT pg_advisory_unlock_all()")
+        for thread in claims:
+            thread.join(timeout=30)
+        second.execute("SELECT pg_advisory_unlock_all()")
+        later.join(timeout=10)
+        row_a = store.get(ns, "a")
+        assert isinstance(answers["b"], psycopg.errors.LockNotAvailable), answers
+        assert store.get(ns, "b").value == {"rev": "b1"}  # the row found is never overwritten
+        # Nothing half-written: a claim committed is answered as written; one answered an
+        # error was not written.
+        if isinstance(answers["a"], BaseException):
+            assert row_a is None, f"a's claim was committed, its call told {answers['a']!r}"
+        else:
+            assert answers["a"] == (True, {"rev": "a2"})
+            assert row_a is not None
+            assert row_a.value == {"rev": "a2"}
