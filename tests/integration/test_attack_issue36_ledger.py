@@ -190,3 +190,33 @@ def test_gathered_async_batches_on_one_async_store_run_each_call_once(
     want = 1 if same else threads
     assert sent == {args["to"]: want for _, args in calls}
     assert took < 60
+
+
+async def _sync_invoke_over_async_store(uri: str, effects: Path) -> BaseException | None:
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.store.postgres.aio import AsyncPostgresStore
+
+    async with AsyncPostgresStore.from_conn_string(uri) as store:
+        await store.setup()
+        graph = batch_graph(batch_tools(effects), InMemorySaver(), store)
+        go = {"messages": [HumanMessage("go")]}
+
+        def invoke() -> BaseException | None:
+            try:
+                graph.invoke(go, _config())
+            except Exception as exc:
+                return exc
+            return None
+
+        # The sync run in a thread, the store's loop free: a batch's claim on the sync path
+        # (no `_on_loop` writer) must fail fast, not wait on a loop it never reaches.
+        return await asyncio.wait_for(asyncio.to_thread(invoke), timeout=60)
+
+
+def test_a_sync_batch_over_an_async_store_fails_fast_and_runs_nothing(pg_uri, tmp_path):
+    # Held on 13a8829: the claims of the round fail with the async-only error, every member.
+    effects = tmp_path / "effects.txt"
+    error = asyncio.run(_sync_invoke_over_async_store(pg_uri, effects))
+    assert isinstance(error, TypeError), error
+    assert "ainvoke" in str(error)
+    assert effects_of(effects) == []
