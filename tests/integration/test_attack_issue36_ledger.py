@@ -220,3 +220,92 @@ def test_a_sync_batch_over_an_async_store_fails_fast_and_runs_nothing(pg_uri, tm
     assert isinstance(error, TypeError), error
     assert "ainvoke" in str(error)
     assert effects_of(effects) == []
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_first_read_that_claims_after_the_streak_decides_as_a_plain_read(
+    pg_uri, monkeypatch, api
+):
+    # The shipped streak: after two misses a thread's first reads claim with them
+    # (`ClaimIfAbsent`). What such a read finds must decide as a plain read's would: a
+    # dead holder's claim (outcome unknown, never run again), a lookup row whose row was
+    # never written (it never ran: run), a finished call (replay); another tenant's rows
+    # are not this one's. Held on 13a8829: kept as a guard.
+    import dataclasses
+
+    from langgraph.store.postgres import PostgresStore
+    from langgraph.store.postgres.aio import AsyncPostgresStore
+
+    from langgraph_replay_guard.replay import owners
+    from langgraph_replay_guard.replay.ledger import (
+        Write,
+        admit,
+        finished_entry,
+        index_namespace,
+        row_namespace,
+    )
+    from langgraph_replay_guard.storage import ledger_io
+    from langgraph_replay_guard.storage.ledger_io import arun_plan, run_plan
+
+    from .proc_one_trip import context
+
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    rows_ns = row_namespace(("replay_guard",), thread)
+
+    def tenant_b(ctx: Any) -> Any:
+        prefix = ("replay_guard", "tenant-b")
+        return dataclasses.replace(
+            ctx, rows_ns=row_namespace(prefix, thread), index_ns=index_namespace(prefix, thread)
+        )
+
+    def put(namespace: Any, key: str, value: Any) -> Any:
+        yield Write(((namespace, key, value),))
+
+    def record(ctx: Any, admission: Any) -> Any:
+        done = finished_entry(admission.entry, "sent", None, "success")
+        yield Write(((ctx.rows_ns, done.key, done.to_value()),))
+
+    async def scenario() -> list[str]:
+        if api == "sync":
+            cm: Any = PostgresStore.from_conn_string(pg_uri)
+            store = cm.__enter__()
+            store.setup()
+        else:
+            cm = AsyncPostgresStore.from_conn_string(pg_uri)
+            store = await cm.__aenter__()
+            await store.setup()
+
+        async def run(plan: Any) -> Any:
+            if api == "sync":
+                return await asyncio.to_thread(run_plan, store, plan)
+            return await arun_plan(store, plan)
+
+        kinds: list[str] = []
+        try:
+            dead = await run(admit(context(thread, 0)))  # a miss
+            owners.REGISTRY.release(dead.entry.owner)  # its holder died: no outcome
+            one = context(thread, 1)
+            ran = await run(admit(one))  # a second miss: the streak
+            await run(record(one, ran))
+            owners.REGISTRY.release(ran.entry.owner)
+            assert ledger_io.MISSES.expected(ledger_io.Read(((rows_ns, "k"),)))
+            ghost = context(thread, 2)
+            await run(put(ghost.index_ns, ghost.call_index_key, {"key": "tools/gone", "ai": "x"}))
+            # From here every first read claims with it (after the streak, as shipped; a hit
+            # would reset it, so the rest are made to claim too).
+            monkeypatch.setattr(ledger_io.MISSES, "STREAK", 0)
+            calls = [context(thread, 0), ghost, context(thread, 1), tenant_b(context(thread, 0))]
+            for ctx in calls:
+                admission = await run(admit(ctx))
+                kinds.append(admission.kind)
+                if admission.kind == "run":
+                    await run(record(ctx, admission))
+                    owners.REGISTRY.release(admission.entry.owner)
+        finally:
+            if api == "sync":
+                cm.__exit__(None, None, None)
+            else:
+                await cm.__aexit__(None, None, None)
+        return kinds
+
+    assert asyncio.run(scenario()) == ["unknown", "run", "replay", "run"]
