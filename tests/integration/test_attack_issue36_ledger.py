@@ -36,26 +36,48 @@ def _committed_rows(uri: str) -> list[tuple[str, str, str]]:
     return [(str(p), str(k), str(s)) for p, k, s in rows]
 
 
-def test_a_store_on_a_non_autocommit_connection_commits_claims_and_outcomes(pg_uri, tmp_path):
+@pytest.mark.parametrize("streak", [0, 2], ids=["read-claims", "shipped"])
+@pytest.mark.parametrize(
+    ("autocommit", "pipeline"),
+    [(False, False), (True, False), (True, True)],
+    ids=["transactions", "autocommit", "autocommit-pipeline"],
+)
+def test_a_store_on_any_connection_commits_claims_and_outcomes(
+    pg_uri, tmp_path, monkeypatch, autocommit, pipeline, streak
+):
+    # A non-autocommit connection opens a transaction at its first statement (a read) and
+    # keeps it open: the claim's `conn.transaction()` was then only a savepoint, never
+    # committed (13a8829): no other worker saw the claim or the outcome, the claim's
+    # advisory lock stayed held, and the rows were gone when the process ended. (A
+    # non-autocommit connection in pipeline mode is not covered: the store's own writes
+    # are never committed there either.)
     import psycopg
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.store.postgres import PostgresStore
     from psycopg.rows import dict_row
 
+    from langgraph_replay_guard.storage import ledger_io
+
+    monkeypatch.setattr(ledger_io.MISSES, "STREAK", streak)
     with psycopg.connect(pg_uri, autocommit=True) as setup:
         PostgresStore(setup).setup()
     effects = tmp_path / "effects.txt"
-    conn = psycopg.connect(pg_uri, autocommit=False, prepare_threshold=0, row_factory=dict_row)
+    conn = psycopg.connect(pg_uri, autocommit=autocommit, prepare_threshold=0, row_factory=dict_row)
+    piped = conn.pipeline() if pipeline else None
+    pipe = piped.__enter__() if piped is not None else None
     try:
-        guard = ReplayGuard(POLICY, store=PostgresStore(conn))
+        guard = ReplayGuard(POLICY, store=PostgresStore(conn, pipe=pipe))
         graph = claim_graph("wrap", guard, effect_tools(effects, seconds=0), InMemorySaver())
-        config = _config()
-        graph.invoke({"messages": [HumanMessage("email Ann")]}, config)
-        graph.invoke(None, config)
-        assert sends(effects) == 1
+        for _ in range(3):  # three threads: the shipped streak's third claims with its read
+            config = _config()
+            graph.invoke({"messages": [HumanMessage("email Ann")]}, config)
+            graph.invoke(None, config)
+        assert sends(effects) == 3
         rows = _committed_rows(pg_uri)
-        assert [s for _, _, s in rows if s != "None"] == ["completed"], rows
+        assert [s for _, _, s in rows if s != "None"] == ["completed"] * 3, rows
     finally:
+        if piped is not None:
+            piped.__exit__(None, None, None)
         conn.close()
 
 
