@@ -331,3 +331,42 @@ def test_a_first_read_that_claims_after_the_streak_decides_as_a_plain_read(
         return kinds
 
     assert asyncio.run(scenario()) == ["unknown", "run", "replay", "run"]
+
+
+@pytest.mark.parametrize("streak", [0, 2], ids=["read-claims", "shipped"])
+def test_an_async_store_on_a_non_autocommit_connection_commits_claims_and_outcomes(
+    pg_uri, tmp_path, monkeypatch, streak
+):
+    # As above, on `AsyncPostgresStore` (the async driver of the same statements).
+    import psycopg
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.store.postgres import PostgresStore
+    from langgraph.store.postgres.aio import AsyncPostgresStore
+    from psycopg.rows import dict_row
+
+    from langgraph_replay_guard.storage import ledger_io
+
+    monkeypatch.setattr(ledger_io.MISSES, "STREAK", streak)
+    with psycopg.connect(pg_uri, autocommit=True) as setup:
+        PostgresStore(setup).setup()
+    effects = tmp_path / "effects.txt"
+
+    async def scenario() -> None:
+        conn = await psycopg.AsyncConnection.connect(
+            pg_uri, autocommit=False, prepare_threshold=0, row_factory=dict_row
+        )
+        try:
+            guard = ReplayGuard(POLICY, store=AsyncPostgresStore(conn))
+            tools = effect_tools(effects, seconds=0)
+            graph = claim_graph("wrap", guard, tools, InMemorySaver())
+            for _ in range(3):
+                config = _config()
+                await graph.ainvoke({"messages": [HumanMessage("email Ann")]}, config)
+                await graph.ainvoke(None, config)
+        finally:
+            await conn.close()
+
+    asyncio.run(scenario())
+    assert sends(effects) == 3
+    rows = _committed_rows(pg_uri)
+    assert [s for _, _, s in rows if s != "None"] == ["completed"] * 3, rows
