@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -370,3 +374,45 @@ def test_an_async_store_on_a_non_autocommit_connection_commits_claims_and_outcom
     assert sends(effects) == 3
     rows = _committed_rows(pg_uri)
     assert [s for _, _, s in rows if s != "None"] == ["completed"] * 3, rows
+
+
+def test_a_kill_after_an_async_stores_batch_claim_leaves_every_call_unknown(pg_uri, tmp_path):
+    # The batch's claims, written on the store's loop by the round's writer thread, then a
+    # SIGKILL as the first body starts: every call is claimed (none half-written), each
+    # an unknown outcome a resume stops on, none runs again. Held on 13a8829: a guard.
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+    from langgraph.store.postgres import PostgresStore
+    from langgraph.store.postgres.aio import AsyncPostgresStore
+
+    from langgraph_replay_guard.storage.ledger_io import ReplayLedger
+    from tests import warm_children
+
+    effects, started = tmp_path / "effects.txt", tmp_path / "started"
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "LANGSMITH_TRACING": "false", "PYTHONPATH": str(root)}
+    script = str(Path(__file__).with_name("proc_attack_i36_ledger.py"))
+    args = [sys.executable, script, pg_uri, thread, str(effects), str(started)]
+    child = warm_children.popen(args, env=env, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not started.exists() and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    child.send_signal(signal.SIGKILL)
+    assert child.wait(timeout=30) == -signal.SIGKILL, child.stderr.read() if child.stderr else ""
+    with PostgresStore.from_conn_string(pg_uri) as store:
+        rows = ReplayLedger(store).rows(thread)
+    assert len(rows) == 4, rows
+    assert all(row.outcome_unknown for row in rows)
+
+    async def resume() -> Any:
+        async with (
+            AsyncPostgresSaver.from_conn_string(pg_uri) as saver,
+            AsyncPostgresStore.from_conn_string(pg_uri) as astore,
+        ):
+            graph = batch_graph(batch_tools(effects), saver, astore)
+            config = {"configurable": {"thread_id": thread}}
+            return await graph.ainvoke(None, config, durability="sync")
+
+    out = asyncio.run(resume())
+    assert out.get("__interrupt__")  # stopped on an unknown outcome
+    assert effects_of(effects) == []  # none ran again
