@@ -416,3 +416,83 @@ def test_a_kill_after_an_async_stores_batch_claim_leaves_every_call_unknown(pg_u
     out = asyncio.run(resume())
     assert out.get("__interrupt__")  # stopped on an unknown outcome
     assert effects_of(effects) == []  # none ran again
+
+
+@pytest.mark.usefixtures("patient_batch_window")
+def test_a_batch_statement_that_fails_writes_none_of_its_claims(pg_uri):
+    # The one statement of a batch's new claims fails while it waits for a row's lock (here
+    # a lock timeout, after it took `a`'s): nothing of it is written, every member gets the
+    # error. Held on 13a8829: kept as a guard.
+    import psycopg
+    from langgraph.store.postgres import PostgresStore
+
+    from langgraph_replay_guard.replay.ledger import Update
+    from langgraph_replay_guard.storage import batch_claims
+
+    ns = ("replay_guard", "ledger", f"t-{uuid.uuid4().hex[:8]}")
+    index = ("replay_guard", "ledger_index", ns[-1])
+    with (
+        PostgresStore.from_conn_string(pg_uri) as store,
+        psycopg.connect(pg_uri, autocommit=True) as holder,
+    ):
+        store.setup()
+        store.conn.execute("SET lock_timeout = '300ms'")
+        holder.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (f"{'.'.join(ns)}/b",))
+        answers: dict[str, Any] = {}
+
+        def claim(key: str) -> None:
+            member = batch_claims.join(store, (ns, "ai-fail"), 2)
+            assert member is not None
+            op = Update(ns, key, {"rev": "1"}, False, None, also=((index, f"tc/{key}", {}),))
+            try:
+                answers[key] = member.claim(store, op)
+            except Exception as exc:
+                answers[key] = exc
+            finally:
+                member.leave()
+
+        threads = [threading.Thread(target=claim, args=(key,)) for key in ("a", "b")]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        assert all(isinstance(a, psycopg.errors.LockNotAvailable) for a in answers.values())
+        assert len(answers) == 2
+        assert [store.get(ns, k) for k in ("a", "b")] == [None, None]
+        assert [store.get(index, f"tc/{k}") for k in ("a", "b")] == [None, None]
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_batch_on_a_closed_connection_fails_fast_and_runs_nothing(pg_uri, tmp_path, api):
+    # Every member of the round gets the connection's error; none waits for another, none
+    # runs. Held on 13a8829: kept as a guard.
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.store.postgres import PostgresStore
+    from langgraph.store.postgres.aio import AsyncPostgresStore
+
+    effects = tmp_path / "effects.txt"
+    go = {"messages": [HumanMessage("go")]}
+
+    async def scenario() -> BaseException | None:
+        try:
+            if api == "sync":
+                with PostgresStore.from_conn_string(pg_uri) as store:
+                    store.setup()
+                    store.conn.close()
+                    graph = batch_graph(batch_tools(effects), InMemorySaver(), store)
+                    await asyncio.wait_for(asyncio.to_thread(graph.invoke, go, _config()), 60)
+            else:
+                async with AsyncPostgresStore.from_conn_string(pg_uri) as astore:
+                    await astore.setup()
+                    await astore.conn.close()
+                    graph = batch_graph(batch_tools(effects), InMemorySaver(), astore)
+                    await asyncio.wait_for(graph.ainvoke(go, _config()), 60)
+        except TimeoutError:
+            raise
+        except Exception as exc:
+            return exc
+        return None
+
+    error = asyncio.run(scenario())
+    assert error is not None
+    assert effects_of(effects) == []
