@@ -167,17 +167,22 @@ def test_a_batch_whose_second_statement_fails_answers_the_claims_it_committed(pg
 SIXTEEN = [("send_email", {"to": f"u{i}@example.com"}) for i in range(16)]
 
 
-async def _agathered(uri: str, effects: Path, calls: list[Any], threads: int, same: bool) -> float:
+async def _agathered(
+    uri: str, effects: Path, calls: list[Any], threads: int, same: bool, pooled: bool = False
+) -> float:
     """`threads` graphs gathered on one `AsyncPostgresStore`, each asking `calls` at once.
 
     `same`: the graphs resume one thread stopped before its tools node (one batch, raced).
+    `pooled`: the store's connections come from a pool of two.
     """
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
     from langgraph.store.postgres.aio import AsyncPostgresStore
 
     async with (
         AsyncPostgresSaver.from_conn_string(uri) as saver,
-        AsyncPostgresStore.from_conn_string(uri) as store,
+        AsyncPostgresStore.from_conn_string(
+            uri, pool_config={"min_size": 1, "max_size": 2} if pooled else None
+        ) as store,
     ):
         await saver.setup()
         await store.setup()
@@ -199,19 +204,31 @@ async def _agathered(uri: str, effects: Path, calls: list[Any], threads: int, sa
 
 
 @pytest.mark.parametrize(
-    ("calls", "threads", "same"),
-    [(SENDS, 3, False), (SIXTEEN, 1, False), (SIXTEEN, 2, False), (SENDS, 4, True)],
-    ids=["three-graphs-of-four", "sixteen-over-a-pool-of-six", "two-graphs-of-sixteen", "raced"],
+    ("calls", "threads", "same", "pooled"),
+    [
+        (SENDS, 3, False, False),
+        (SIXTEEN, 1, False, False),
+        (SIXTEEN, 2, False, False),
+        (SENDS, 4, True, False),
+        (SIXTEEN, 2, False, True),
+    ],
+    ids=[
+        "three-graphs-of-four",
+        "sixteen-over-a-pool-of-six",
+        "two-graphs-of-sixteen",
+        "raced",
+        "two-graphs-of-sixteen-on-two-connections",
+    ],
 )
 def test_gathered_async_batches_on_one_async_store_run_each_call_once(
-    pg_uri, tmp_path, calls, threads, same
+    pg_uri, tmp_path, calls, threads, same, pooled
 ):
     # Each batch's writer thread runs its round on the store's event loop (`_on_loop`),
     # while the loop's default executor (6 threads here) also runs the members' waits and
     # the tools' bodies: more members than threads, two graphs sharing the store and the
     # pool, two runs of one batch racing in one group. Held on 13a8829: kept as a guard.
     effects = tmp_path / "effects.txt"
-    took = asyncio.run(_agathered(pg_uri, effects, calls, threads, same))
+    took = asyncio.run(_agathered(pg_uri, effects, calls, threads, same, pooled))
     sent = Counter(effects_of(effects))
     want = 1 if same else threads
     assert sent == {args["to"]: want for _, args in calls}
