@@ -513,3 +513,64 @@ def test_a_batch_on_a_closed_connection_fails_fast_and_runs_nothing(pg_uri, tmp_
     error = asyncio.run(scenario())
     assert error is not None
     assert effects_of(effects) == []
+
+
+@pytest.mark.usefixtures("patient_batch_window")
+def test_an_async_stores_batch_whose_second_statement_fails_answers_its_committed_claims(pg_uri):
+    # As above on `AsyncPostgresStore`: the round is written on the store's loop by the
+    # batch's writer thread (`ledger_io._on_loop`), the error crosses back to the thread.
+    import psycopg
+    from langgraph.store.postgres.aio import AsyncPostgresStore
+
+    from langgraph_replay_guard.replay.ledger import Update
+    from langgraph_replay_guard.storage import batch_claims, ledger_io, store_cas
+
+    ns = ("replay_guard", "ledger", f"t-{uuid.uuid4().hex[:8]}")
+    lock = f"{'.'.join(ns)}/b"
+    take = "SELECT pg_advisory_lock(hashtextextended(%s, 0))"
+    answers: dict[str, Any] = {}
+
+    async def scenario() -> tuple[Any, Any]:
+        with (
+            psycopg.connect(pg_uri, autocommit=True) as admin,
+            psycopg.connect(pg_uri, autocommit=True) as first,
+            psycopg.connect(pg_uri, autocommit=True) as second,
+        ):
+            async with AsyncPostgresStore.from_conn_string(pg_uri) as store:
+                await store.setup()
+                await store_cas.acompare_and_set(store, Update(ns, "b", {"rev": "b1"}, False, None))
+                await store.conn.execute("SET lock_timeout = '2s'")
+                first.execute(take, (lock,))
+                write = ledger_io._on_loop(store)
+
+                async def claim(key: str) -> None:
+                    member = batch_claims.join(store, (ns, "ai-half-async"), 2)
+                    assert member is not None
+                    op = Update(ns, key, {"rev": f"{key}2"}, False, None)
+                    try:
+                        answers[key] = await asyncio.to_thread(member.claim, store, op, write)
+                    except Exception as exc:
+                        answers[key] = exc
+                    finally:
+                        member.leave()
+
+                claims = [asyncio.create_task(claim(key)) for key in ("a", "b")]
+                await asyncio.to_thread(_until, lambda: _waiting_advisory_locks(admin) == 1)
+                later = threading.Thread(target=lambda: second.execute(take, (lock,)))
+                later.start()
+                await asyncio.to_thread(_until, lambda: _waiting_advisory_locks(admin) == 2)
+                first.execute("SELECT pg_advisory_unlock_all()")
+                await asyncio.wait_for(asyncio.gather(*claims), timeout=30)
+                second.execute("SELECT pg_advisory_unlock_all()")
+                later.join(timeout=10)
+                return await store.aget(ns, "a"), await store.aget(ns, "b")
+
+    row_a, row_b = asyncio.run(scenario())
+    assert isinstance(answers["b"], psycopg.errors.LockNotAvailable), answers
+    assert row_b.value == {"rev": "b1"}
+    if isinstance(answers["a"], BaseException):
+        assert row_a is None, f"a's claim was committed, its call told {answers['a']!r}"
+    else:
+        assert answers["a"] == (True, {"rev": "a2"})
+        assert row_a is not None
+        assert row_a.value == {"rev": "a2"}
