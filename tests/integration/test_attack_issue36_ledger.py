@@ -19,7 +19,7 @@ from langchain_core.messages import HumanMessage
 
 from langgraph_replay_guard import ReplayGuard
 
-from .batch_graphs import SENDS, batch_graph, batch_tools, effects_of
+from .batch_graphs import SENDS, batch_graph, batch_tools, effects_of, fan_out_agent
 from .claim_graphs import POLICY, claim_graph, effect_tools, sends
 from .replay_graphs import ask_once
 
@@ -168,12 +168,19 @@ SIXTEEN = [("send_email", {"to": f"u{i}@example.com"}) for i in range(16)]
 
 
 async def _agathered(
-    uri: str, effects: Path, calls: list[Any], threads: int, same: bool, pooled: bool = False
+    uri: str,
+    effects: Path,
+    calls: list[Any],
+    threads: int,
+    same: bool,
+    pooled: bool = False,
+    send: bool = False,
 ) -> float:
     """`threads` graphs gathered on one `AsyncPostgresStore`, each asking `calls` at once.
 
     `same`: the graphs resume one thread stopped before its tools node (one batch, raced).
-    `pooled`: the store's connections come from a pool of two.
+    `pooled`: the store's connections come from a pool of two. `send`: `create_agent`, each
+    call a `Send` (the four `SENDS`).
     """
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
     from langgraph.store.postgres.aio import AsyncPostgresStore
@@ -188,7 +195,10 @@ async def _agathered(
         await store.setup()
         tools = batch_tools(effects, seconds=0.2)
         kw = {"interrupt_before": ["tools"]} if same else {}
-        graph = batch_graph(tools, saver, store, steps=[ask_once(calls)] * 10, **kw)
+        if send:
+            graph = fan_out_agent(tools, saver, store)
+        else:
+            graph = batch_graph(tools, saver, store, steps=[ask_once(calls)] * 10, **kw)
         go = {"messages": [HumanMessage("go")]}
         if same:
             config = _config()
@@ -204,13 +214,14 @@ async def _agathered(
 
 
 @pytest.mark.parametrize(
-    ("calls", "threads", "same", "pooled"),
+    ("calls", "threads", "same", "pooled", "send"),
     [
-        (SENDS, 3, False, False),
-        (SIXTEEN, 1, False, False),
-        (SIXTEEN, 2, False, False),
-        (SENDS, 4, True, False),
-        (SIXTEEN, 2, False, True),
+        (SENDS, 3, False, False, False),
+        (SIXTEEN, 1, False, False, False),
+        (SIXTEEN, 2, False, False, False),
+        (SENDS, 4, True, False, False),
+        (SIXTEEN, 2, False, True, False),
+        (SENDS, 3, False, False, True),
     ],
     ids=[
         "three-graphs-of-four",
@@ -218,17 +229,18 @@ async def _agathered(
         "two-graphs-of-sixteen",
         "raced",
         "two-graphs-of-sixteen-on-two-connections",
+        "three-send-fan-outs-of-four",
     ],
 )
 def test_gathered_async_batches_on_one_async_store_run_each_call_once(
-    pg_uri, tmp_path, calls, threads, same, pooled
+    pg_uri, tmp_path, calls, threads, same, pooled, send
 ):
     # Each batch's writer thread runs its round on the store's event loop (`_on_loop`),
     # while the loop's default executor (6 threads here) also runs the members' waits and
     # the tools' bodies: more members than threads, two graphs sharing the store and the
     # pool, two runs of one batch racing in one group. Held on 13a8829: kept as a guard.
     effects = tmp_path / "effects.txt"
-    took = asyncio.run(_agathered(pg_uri, effects, calls, threads, same, pooled))
+    took = asyncio.run(_agathered(pg_uri, effects, calls, threads, same, pooled, send))
     sent = Counter(effects_of(effects))
     want = 1 if same else threads
     assert sent == {args["to"]: want for _, args in calls}
