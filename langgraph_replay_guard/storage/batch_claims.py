@@ -169,6 +169,14 @@ def _write(store: BaseStore, taken: list[_Slot], write: _Writer | None) -> None:
     ops = [s.op for s in taken]
     try:
         answers = write(ops) if write is not None else store_cas.compare_and_set_many(store, ops)
+    except store_cas.PartlyWritten as partly:  # the claims committed are answered so: they run
+        for i, slot in enumerate(taken):
+            if i in partly.answers:
+                slot.answer = partly.answers[i]
+            else:
+                slot.error = partly.error
+            slot.done.set()
+        return
     except BaseException as exc:  # each plan gets it at its own claim, as from its own write
         for slot in taken:
             slot.error = exc

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from langgraph_replay_guard.replay.ledger import Update
 
 __all__ = [
+    "PartlyWritten",
     "abatch_store",
     "aclaim_if_absent",
     "acompare_and_set",
@@ -558,6 +559,8 @@ def compare_and_set_many(store: BaseStore, ops: list[Update]) -> list[tuple[bool
     Other stores run the ops one by one.
 
     Raises:
+        PartlyWritten: On PostgreSQL, the one statement's claims were committed and the
+            other ops' transaction failed (none of those was written).
         Exception: The database's own errors (then no op was written).
     """
     inner = _unwrap(store)
@@ -567,6 +570,22 @@ def compare_and_set_many(store: BaseStore, ops: list[Update]) -> list[tuple[bool
     if kind == "sqlite":
         return _sqlite_cas_many(inner, ops)
     return _pg_run(inner, functools.partial(_cas_plan, ops))
+
+
+class PartlyWritten(Exception):
+    """`compare_and_set_many` wrote some ops, then failed on the others (their transaction).
+
+    On PostgreSQL the claims of rows that are not there are one statement, committed; the
+    ops it did not write (their row was there) take a second transaction. When that one
+    fails, `answers` holds the committed ops' answers (by index) and `error` what the
+    others get: none of them was written.
+    """
+
+    def __init__(self, answers: Mapping[int, tuple[bool, Any]], error: Exception) -> None:
+        """Note the answers of the ops written and the others' error."""
+        super().__init__(f"{len(answers)} ops written, the others failed: {error!r}")
+        self.answers = dict(answers)
+        self.error = error
 
 
 def sorted_rows(writes: Mapping[tuple[str, str], Any]) -> list[tuple[str, str, Any]]:
@@ -656,7 +675,14 @@ def _cas_plan(ops: list[Update], simple: bool) -> _SqlPlan[list[tuple[bool, Any]
             if (_text(op.namespace), op.key) in claimed:
                 answers[i] = (True, op.value)
     rest = [op for i, op in enumerate(ops) if i not in answers]
-    decided = iter((yield from _locked_cas_plan(rest, simple)) if rest else [])
+    try:
+        decided = iter((yield from _locked_cas_plan(rest, simple)) if rest else [])
+    except Exception as exc:
+        if not answers:
+            raise
+        # The one statement's claims are committed: they are answered as written (their
+        # calls run), the error goes only to the ops of the transaction rolled back.
+        raise PartlyWritten(answers, exc) from exc
     return [answers[i] if i in answers else next(decided) for i in range(len(ops))]
 
 
@@ -1004,16 +1030,45 @@ def _pg_connection(store: Any, pool_type: Any) -> Any:
     return _locked(store.lock, store.conn)
 
 
+def _leftover(conn: Any) -> str | None:
+    """How to end a transaction psycopg began by itself on a non-autocommit connection.
+
+    Such a connection opens a transaction at its first statement and keeps it open until
+    `commit()` (the store's own `batch` never commits it). A claim's or an outcome's
+    `conn.transaction()` inside it is only a savepoint: never committed, invisible to the
+    other workers, its advisory lock held until the connection closes. So, holding the
+    store's lock, a leftover is committed ("COMMIT", as SQLite's `_end_leftover`), a failed
+    one rolled back ("ROLLBACK"), before and after each of the guard's statements.
+    """
+    from psycopg.pq import PipelineStatus, TransactionStatus
+
+    if conn.autocommit or conn.closed or conn.info.pipeline_status != PipelineStatus.OFF:
+        return None
+
+    status = conn.info.transaction_status
+    if status == TransactionStatus.INTRANS:
+        return "COMMIT"
+    return "ROLLBACK" if status == TransactionStatus.INERROR else None
+
+
 @contextlib.contextmanager
 def _locked(lock: Any, conn: Any) -> Any:
     with lock:
+        if (end := _leftover(conn)) is not None:
+            conn.commit() if end == "COMMIT" else conn.rollback()
         yield conn
+        if (end := _leftover(conn)) is not None:
+            conn.commit() if end == "COMMIT" else conn.rollback()
 
 
 @contextlib.asynccontextmanager
 async def _alocked(lock: Any, conn: Any) -> Any:
     async with lock:
+        if (end := _leftover(conn)) is not None:
+            await (conn.commit() if end == "COMMIT" else conn.rollback())
         yield conn
+        if (end := _leftover(conn)) is not None:
+            await (conn.commit() if end == "COMMIT" else conn.rollback())
 
 
 def _apg_connection(store: Any, pool_type: Any) -> Any:
@@ -1259,6 +1314,7 @@ async def acompare_and_set_many(store: BaseStore, ops: list[Update]) -> list[tup
     """Async `compare_and_set_many`: `AsyncPostgresStore`'s connection, sync stores off the loop.
 
     Raises:
+        PartlyWritten: As for `compare_and_set_many`.
         Exception: The database's own errors (then no op was written).
     """
     inner = _unwrap(store)
