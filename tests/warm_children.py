@@ -22,6 +22,10 @@ What differs from a cold start, and how it is kept out of the tests' way:
   with `subprocess`. Tests that measure start-up itself
   (imports, memory, a missing extra) call `subprocess.run` directly.
 - `REPLAY_GUARD_TEST_COLD=1` runs every child cold (to compare, or to rule the zygote out).
+
+A library that starts a process itself (the MCP adapter's stdio servers) is given
+`stdio_command(script)`: a small launcher (`tests/warm_launch.py`, no heavy import) that hands
+its standard streams to a zygote's child running the script and exits with its exit status.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 COLD_ENV = "REPLAY_GUARD_TEST_COLD"
+ZYGOTE_ENV = "REPLAY_GUARD_TEST_ZYGOTE"  # the socket of the zygote `tests/warm_launch.py` uses
+LAUNCHER = Path(__file__).with_name("warm_launch.py")
 # What every process test's child imports anyway; imported once in each zygote.
 PRELOAD = (
     "langchain_core.messages",
@@ -60,6 +66,7 @@ PRELOAD = (
     "langgraph_replay_guard.cli.main",
     "tests.integration.replay_graphs",
     "deepagents",
+    "mcp.server.fastmcp",  # the MCP servers the MCP tests start (`stdio_command`)
 )
 PRELOAD_PACKAGE = "langgraph_replay_guard"  # and every module in it (the CLI's commands...)
 _ZYGOTES = 2
@@ -281,8 +288,18 @@ def start() -> None:
             atexit.register(_close_all)
 
 
-def _zygote() -> _Zygote:
+class _Remote:
+    """A zygote started by another process (the test worker's), known by its socket."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+
+def _zygote() -> _Zygote | _Remote:
     """The zygote for this thread's next child: not the one its previous child came from."""
+    remote = os.environ.get(ZYGOTE_ENV)
+    if remote:  # in tests/warm_launch.py: the worker's zygote
+        return _Remote(remote)
     start()
     with _lock:
         for zygote in _zygotes:
@@ -379,12 +396,14 @@ class WarmProcess:
         sent.append(fd_for(stdin, True, "stdin"))
         sent.append(fd_for(stdout, False, "stdout"))
         sent.append(sent[1] if stderr is subprocess.STDOUT else fd_for(stderr, False, "stderr"))
+        child_env = dict(env if env is not None else os.environ)
+        child_env.pop(ZYGOTE_ENV, None)
         request = {
             "mode": mode,
             "what": what,
             "args": args,
             "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
-            "env": dict(env if env is not None else os.environ),
+            "env": child_env,
         }
         self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -473,6 +492,22 @@ def popen(argv: Sequence[Any], **kwargs: Any) -> Any:
     if not _warmable(env if env is not None else os.environ, zygote):
         return subprocess.Popen(argv, **kwargs)
     return WarmProcess(argv, **kwargs)
+
+
+def stdio_command(script: str | os.PathLike[str]) -> tuple[str, list[str], dict[str, str]]:
+    """(command, args, extra environment) that start `python script` as a warm child.
+
+    For a library that starts the process itself over stdio (the MCP adapter starts a server
+    per session): the command is `tests/warm_launch.py`, which passes its standard streams
+    to a zygote's child running `script` and exits as that child does. The server is a real
+    process with its own pid, streams and environment (the launcher's), as a cold one; it
+    skips the imports. Cold (`[script]`, no extra) under `REPLAY_GUARD_TEST_COLD=1` or when
+    this worker's interpreter options differ from the zygote's.
+    """
+    if os.environ.get(COLD_ENV) == "1" or not _warmable(os.environ, _zygote_env()):
+        return sys.executable, [os.fspath(script)], {}
+    zygote = _zygote()
+    return sys.executable, [str(LAUNCHER), os.fspath(script)], {ZYGOTE_ENV: zygote.path}
 
 
 def _zygote_env() -> Mapping[str, str]:
