@@ -225,9 +225,10 @@ def _serve(path: str) -> None:
             else:
                 pid, conn = waiting.pop(ready)
                 os.close(ready)
-                _, status = os.waitpid(pid, 0)
+                _, status, usage = os.wait4(pid, 0)
+                cpu = usage.ru_utime + usage.ru_stime  # the child's (and its reaped children's)
                 with contextlib.suppress(OSError):
-                    conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+                    conn.sendall(f"{os.waitstatus_to_exitcode(status)} {cpu:.6f}\n".encode())
                 conn.close()
 
 
@@ -277,6 +278,21 @@ class _Zygote:
 _lock = threading.Lock()
 _zygotes: list[_Zygote] = []
 _last = threading.local()
+_child_cpu = [0.0]  # CPU seconds of the warm children this process waited for
+
+
+def _add_child_cpu(seconds: float) -> None:
+    with _lock:
+        _child_cpu[0] += seconds
+
+
+def children_cpu() -> float:
+    """CPU seconds (user + system) of the warm children this process has waited for.
+
+    A warm child is the zygote's child, so `RUSAGE_CHILDREN` never sees it: the zygote sends
+    its usage with its exit status (tests/conftest.py adds it to the test's CPU time).
+    """
+    return _child_cpu[0]
 
 
 def start() -> None:
@@ -423,8 +439,10 @@ class WarmProcess:
         return self.returncode
 
     def _finish(self) -> None:
-        line = self._answers.readline()
-        self.returncode = int(line) if line.strip() else -signal.SIGKILL
+        fields = self._answers.readline().split()
+        self.returncode = int(fields[0]) if fields else -signal.SIGKILL
+        if len(fields) > 1:
+            _add_child_cpu(float(fields[1]))
         self._answers.close()
         self._conn.close()
 
