@@ -23,9 +23,10 @@ What differs from a cold start, and how it is kept out of the tests' way:
   (imports, memory, a missing extra) call `subprocess.run` directly.
 - `REPLAY_GUARD_TEST_COLD=1` runs every child cold (to compare, or to rule the zygote out).
 
-A library that starts a process itself (the MCP adapter's stdio servers) is given
-`stdio_command(script)`: a small launcher (`tests/warm_launch.py`, no heavy import) that hands
-its standard streams to a zygote's child running the script and exits with its exit status.
+A library that starts a process itself (the MCP adapter's stdio servers, Jupyter's kernels)
+is given `launcher_command(args)`: a small launcher (`tests/warm_launch.py`, no heavy import)
+that hands its standard streams to a zygote's child running the command and exits with its
+exit status.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ PRELOAD = (
     "tests.integration.replay_graphs",
     "deepagents",
     "mcp.server.fastmcp",  # the MCP servers the MCP tests start (`stdio_command`)
+    "ipykernel.kernelapp",  # the notebooks' kernels (tests/unit/test_notebooks.py)
 )
 PRELOAD_PACKAGE = "langgraph_replay_guard"  # and every module in it (the CLI's commands...)
 _ZYGOTES = 2
@@ -512,20 +514,33 @@ def popen(argv: Sequence[Any], **kwargs: Any) -> Any:
     return WarmProcess(argv, **kwargs)
 
 
-def stdio_command(script: str | os.PathLike[str]) -> tuple[str, list[str], dict[str, str]]:
-    """(command, args, extra environment) that start `python script` as a warm child.
+def launcher_command(args: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """(command, extra environment) that run `python *args` as a warm child.
 
-    For a library that starts the process itself over stdio (the MCP adapter starts a server
-    per session): the command is `tests/warm_launch.py`, which passes its standard streams
-    to a zygote's child running `script` and exits as that child does. The server is a real
-    process with its own pid, streams and environment (the launcher's), as a cold one; it
-    skips the imports. Cold (`[script]`, no extra) under `REPLAY_GUARD_TEST_COLD=1` or when
+    For a library that starts the process itself (the MCP adapter's stdio servers, Jupyter's
+    kernels): the command is `tests/warm_launch.py`, which passes its standard streams to a
+    zygote's child running `args` (a script, `-m module` or `-c code`, as `run` takes) and
+    exits as that child does. The child is a real process with its own pid, streams and
+    environment (the launcher's), as a cold one; it skips the imports. Cold (no extra
+    environment) under `REPLAY_GUARD_TEST_COLD=1`, for a command a zygote cannot run, or when
     this worker's interpreter options differ from the zygote's.
     """
-    if os.environ.get(COLD_ENV) == "1" or not _warmable(os.environ, _zygote_env()):
-        return sys.executable, [os.fspath(script)], {}
+    args = [os.fspath(arg) for arg in args]
+    if (
+        os.environ.get(COLD_ENV) == "1"
+        or _split([sys.executable, *args]) is None
+        or not _warmable(os.environ, _zygote_env())
+    ):
+        return [sys.executable, *args], {}
     zygote = _zygote()
-    return sys.executable, [str(LAUNCHER), os.fspath(script)], {ZYGOTE_ENV: zygote.path}
+    return [sys.executable, str(LAUNCHER), *args], {ZYGOTE_ENV: zygote.path}
+
+
+def stdio_command(script: str | os.PathLike[str]) -> tuple[str, list[str], dict[str, str]]:
+    """(command, args, extra environment) that start `python script` as a warm child
+    (`launcher_command`), in the form the MCP adapter's stdio connections take."""
+    command, extra = launcher_command([os.fspath(script)])
+    return command[0], command[1:], extra
 
 
 def _zygote_env() -> Mapping[str, str]:
