@@ -147,9 +147,11 @@ def mypy_cache_dir(worker_id: str) -> Path:
 
 # ------------------------------------------------- where the suite's time goes, per test file
 # `REPLAY_GUARD_TEST_CPU=dir` writes, per worker, each test file's wall time and CPU time (this
-# process's plus its reaped children's: a cold `subprocess.run` counts, a warm zygote's fork
-# does not, it is the zygote's child) to dir/<worker>-<pid>.json; `python -m tests.cpu_table dir`
-# sums them. Off by default (two clock reads per test).
+# process's plus its reaped children's: a cold `subprocess.run`, and a warm zygote's fork once
+# the test waited for it, as the zygote reports its usage) to dir/<worker>-<pid>.json, and the
+# worker's whole CPU time (start-up, collection, zygotes and servers included) under
+# "(the worker process)"; `python -m tests.cpu_table dir` sums them. Off by default (two clock
+# reads per test).
 _CPU_DIR = os.environ.get("REPLAY_GUARD_TEST_CPU")
 _CPU: dict[str, list[float]] = {}
 
@@ -158,7 +160,11 @@ def _cpu_now() -> tuple[float, float]:
     import resource
 
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.perf_counter(), time.process_time() + children.ru_utime + children.ru_stime
+    warm = sys.modules.get("tests.warm_children")
+    forked = warm.children_cpu() if warm is not None else 0.0  # type: ignore[attr-defined]
+    return time.perf_counter(), (
+        time.process_time() + children.ru_utime + children.ru_stime + forked
+    )
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -176,9 +182,21 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     entry[2] += 1
 
 
+_STARTED = time.perf_counter()
+WHOLE_PROCESS = "(the worker process)"  # the key of a worker's whole CPU and wall time
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Write this worker's per-file times (only under REPLAY_GUARD_TEST_CPU)."""
     if _CPU_DIR and _CPU:
+        import resource
+
+        warm = sys.modules.get("tests.warm_children")
+        if warm is not None:
+            warm._close_all()  # type: ignore[attr-defined]  # reaped: their CPU counts below
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        whole = time.process_time() + children.ru_utime + children.ru_stime
+        _CPU[WHOLE_PROCESS] = [time.perf_counter() - _STARTED, whole, 0]
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         out = Path(_CPU_DIR)
         out.mkdir(parents=True, exist_ok=True)

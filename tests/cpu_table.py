@@ -17,6 +17,7 @@ def main(directory: str, top: int = 40) -> None:
             entry[1] += cpu
             entry[2] += count
     root = Path(__file__).resolve().parents[1]
+    whole = totals.pop("(the worker process)", None)  # tests/conftest.py's WHOLE_PROCESS
     rows = sorted(totals.items(), key=lambda kv: -kv[1][1])
     print(f"{'CPU s':>7} {'wall s':>7} {'tests':>5}  file")
     for name, (wall, cpu, count) in rows[:top]:
@@ -25,6 +26,9 @@ def main(directory: str, top: int = 40) -> None:
     cpu_sum = sum(v[1] for v in totals.values())
     wall_sum = sum(v[0] for v in totals.values())
     print(f"{cpu_sum:7.1f} {wall_sum:7.1f} {sum(int(v[2]) for v in totals.values()):5d}  total")
+    if whole is not None:
+        # Start-up, collection, zygotes' imports, servers' start: the workers' time outside tests.
+        print(f"{whole[1]:7.1f} {whole[0]:7.1f}        the workers' processes, whole (CPU, wall)")
 
 
 if __name__ == "__main__":

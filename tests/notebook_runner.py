@@ -24,7 +24,7 @@ __all__ = ["comparable_outputs", "execute", "png_size"]
 TIMEOUT = 600  # seconds per cell
 
 
-def execute(path: Path) -> Any:
+def execute(path: Path, kernel_manager_class: type | None = None) -> Any:
     """Run a notebook top to bottom in its own directory and return it with its outputs.
 
     The notebook's own metadata (kernelspec, language) is kept as stored, so the file does
@@ -32,6 +32,8 @@ def execute(path: Path) -> Any:
 
     Args:
         path: The notebook file.
+        kernel_manager_class: How the kernel is started (the suite's starts it from its warm
+            zygote); nbclient's default when None.
 
     Returns:
         The executed notebook (an `nbformat.NotebookNode`).
@@ -46,6 +48,7 @@ def execute(path: Path) -> Any:
         resources={"metadata": {"path": str(path.resolve().parent)}},
         record_timing=False,
         coalesce_streams=True,  # one output per stream, however the kernel flushed it
+        **({"kernel_manager_class": kernel_manager_class} if kernel_manager_class else {}),
     )
     client.execute()
     notebook.metadata = metadata

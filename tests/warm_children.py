@@ -22,6 +22,11 @@ What differs from a cold start, and how it is kept out of the tests' way:
   with `subprocess`. Tests that measure start-up itself
   (imports, memory, a missing extra) call `subprocess.run` directly.
 - `REPLAY_GUARD_TEST_COLD=1` runs every child cold (to compare, or to rule the zygote out).
+
+A library that starts a process itself (the MCP adapter's stdio servers, Jupyter's kernels)
+is given `launcher_command(args)`: a small launcher (`tests/warm_launch.py`, no heavy import)
+that hands its standard streams to a zygote's child running the command and exits with its
+exit status.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 COLD_ENV = "REPLAY_GUARD_TEST_COLD"
+ZYGOTE_ENV = "REPLAY_GUARD_TEST_ZYGOTE"  # the socket of the zygote `tests/warm_launch.py` uses
+LAUNCHER = Path(__file__).with_name("warm_launch.py")
 # What every process test's child imports anyway; imported once in each zygote.
 PRELOAD = (
     "langchain_core.messages",
@@ -60,6 +67,8 @@ PRELOAD = (
     "langgraph_replay_guard.cli.main",
     "tests.integration.replay_graphs",
     "deepagents",
+    "mcp.server.fastmcp",  # the MCP servers the MCP tests start (`stdio_command`)
+    "ipykernel.kernelapp",  # the notebooks' kernels (tests/unit/test_notebooks.py)
 )
 PRELOAD_PACKAGE = "langgraph_replay_guard"  # and every module in it (the CLI's commands...)
 _ZYGOTES = 2
@@ -218,9 +227,10 @@ def _serve(path: str) -> None:
             else:
                 pid, conn = waiting.pop(ready)
                 os.close(ready)
-                _, status = os.waitpid(pid, 0)
+                _, status, usage = os.wait4(pid, 0)
+                cpu = usage.ru_utime + usage.ru_stime  # the child's (and its reaped children's)
                 with contextlib.suppress(OSError):
-                    conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+                    conn.sendall(f"{os.waitstatus_to_exitcode(status)} {cpu:.6f}\n".encode())
                 conn.close()
 
 
@@ -270,6 +280,21 @@ class _Zygote:
 _lock = threading.Lock()
 _zygotes: list[_Zygote] = []
 _last = threading.local()
+_child_cpu = [0.0]  # CPU seconds of the warm children this process waited for
+
+
+def _add_child_cpu(seconds: float) -> None:
+    with _lock:
+        _child_cpu[0] += seconds
+
+
+def children_cpu() -> float:
+    """CPU seconds (user + system) of the warm children this process has waited for.
+
+    A warm child is the zygote's child, so `RUSAGE_CHILDREN` never sees it: the zygote sends
+    its usage with its exit status (tests/conftest.py adds it to the test's CPU time).
+    """
+    return _child_cpu[0]
 
 
 def start() -> None:
@@ -281,8 +306,18 @@ def start() -> None:
             atexit.register(_close_all)
 
 
-def _zygote() -> _Zygote:
+class _Remote:
+    """A zygote started by another process (the test worker's), known by its socket."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+
+def _zygote() -> _Zygote | _Remote:
     """The zygote for this thread's next child: not the one its previous child came from."""
+    remote = os.environ.get(ZYGOTE_ENV)
+    if remote:  # in tests/warm_launch.py: the worker's zygote
+        return _Remote(remote)
     start()
     with _lock:
         for zygote in _zygotes:
@@ -379,12 +414,14 @@ class WarmProcess:
         sent.append(fd_for(stdin, True, "stdin"))
         sent.append(fd_for(stdout, False, "stdout"))
         sent.append(sent[1] if stderr is subprocess.STDOUT else fd_for(stderr, False, "stderr"))
+        child_env = dict(env if env is not None else os.environ)
+        child_env.pop(ZYGOTE_ENV, None)
         request = {
             "mode": mode,
             "what": what,
             "args": args,
             "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
-            "env": dict(env if env is not None else os.environ),
+            "env": child_env,
         }
         self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -404,8 +441,10 @@ class WarmProcess:
         return self.returncode
 
     def _finish(self) -> None:
-        line = self._answers.readline()
-        self.returncode = int(line) if line.strip() else -signal.SIGKILL
+        fields = self._answers.readline().split()
+        self.returncode = int(fields[0]) if fields else -signal.SIGKILL
+        if len(fields) > 1:
+            _add_child_cpu(float(fields[1]))
         self._answers.close()
         self._conn.close()
 
@@ -473,6 +512,35 @@ def popen(argv: Sequence[Any], **kwargs: Any) -> Any:
     if not _warmable(env if env is not None else os.environ, zygote):
         return subprocess.Popen(argv, **kwargs)
     return WarmProcess(argv, **kwargs)
+
+
+def launcher_command(args: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """(command, extra environment) that run `python *args` as a warm child.
+
+    For a library that starts the process itself (the MCP adapter's stdio servers, Jupyter's
+    kernels): the command is `tests/warm_launch.py`, which passes its standard streams to a
+    zygote's child running `args` (a script, `-m module` or `-c code`, as `run` takes) and
+    exits as that child does. The child is a real process with its own pid, streams and
+    environment (the launcher's), as a cold one; it skips the imports. Cold (no extra
+    environment) under `REPLAY_GUARD_TEST_COLD=1`, for a command a zygote cannot run, or when
+    this worker's interpreter options differ from the zygote's.
+    """
+    args = [os.fspath(arg) for arg in args]
+    if (
+        os.environ.get(COLD_ENV) == "1"
+        or _split([sys.executable, *args]) is None
+        or not _warmable(os.environ, _zygote_env())
+    ):
+        return [sys.executable, *args], {}
+    zygote = _zygote()
+    return [sys.executable, str(LAUNCHER), *args], {ZYGOTE_ENV: zygote.path}
+
+
+def stdio_command(script: str | os.PathLike[str]) -> tuple[str, list[str], dict[str, str]]:
+    """(command, args, extra environment) that start `python script` as a warm child
+    (`launcher_command`), in the form the MCP adapter's stdio connections take."""
+    command, extra = launcher_command([os.fspath(script)])
+    return command[0], command[1:], extra
 
 
 def _zygote_env() -> Mapping[str, str]:

@@ -17,13 +17,22 @@ CALL = ("send_email", {"to": "ann@example.com"})
 POLICY = GuardConfig(tools={"send_email": "unsafe"})
 
 
-def effect_tools(effects: Path, *, seconds: float = 2.0) -> list[Any]:
-    """`send_email` appends one line per real send to `effects` (shared by processes)."""
+def effect_tools(effects: Path, *, seconds: float = 2.0, release: Path | None = None) -> list[Any]:
+    """`send_email` appends one line per real send to `effects` (shared by processes).
+
+    Its body takes `seconds`, or less once the file `release` exists (a test that checked
+    what it checks while the body runs lets it finish).
+    """
 
     @tool
     def send_email(to: str) -> str:
         """Send an email (unsafe)."""
-        time.sleep(seconds)  # long enough for the other workers to arrive while it runs
+        if release is None:
+            time.sleep(seconds)  # long enough for the other workers to arrive while it runs
+        else:
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline and not release.exists():
+                time.sleep(0.01)
         with effects.open("a") as file:
             file.write(f"{os.getpid()} {to}\n")
         return f"Email sent to {to}"

@@ -1,11 +1,13 @@
 """A worker or an operator in its own process, for the live-holder tests (issue 27).
 
 Usage: python tests/integration/proc_lease.py ACTION KIND TARGET STORE_TARGET THREAD EFFECTS
-    --seconds S --lease L --wait W [--go FILE] [--tool-call-id ID --outcome O --result R]
+    --seconds S --lease L --wait W [--go FILE] [--release FILE]
+    [--tool-call-id ID --outcome O --result R]
 
 ACTION `resume`: resume the thread (stopped before its tools node) with a `send_email` that
 takes S seconds, the guard's `in_flight_lease` L and `in_flight_wait` W; with `--go`, wait
-for that file first (imports done, graph built). Prints one JSON line like `proc_claim.py`:
+for that file first (imports done, graph built); with `--release`, the tool ends early once
+that file exists. Prints one JSON line like `proc_claim.py`:
 `ran`, `replayed`, `idle` or the error's class name (and `message`).
 
 ACTION `resolve`: `guard.resolve(graph, config, ID, O, result=R, resume=False)`; prints
@@ -37,6 +39,7 @@ def _options(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--lease", type=float, default=900.0)
     parser.add_argument("--wait", type=float, default=10.0)
     parser.add_argument("--go", default=None)
+    parser.add_argument("--release", default=None)
     parser.add_argument("--tool-call-id", default=None)
     parser.add_argument("--outcome", default="retry")
     parser.add_argument("--result", default=None)
@@ -49,7 +52,8 @@ def main(argv: list[str]) -> None:
     policy = POLICY.model_copy(update={"in_flight_lease": opts.lease, "in_flight_wait": opts.wait})
     with open_backend(opts.kind, opts.target, opts.store_target) as (saver, store):
         guard = ReplayGuard(policy, store=store)
-        tools = effect_tools(Path(opts.effects), seconds=opts.seconds)
+        release = Path(opts.release) if opts.release else None
+        tools = effect_tools(Path(opts.effects), seconds=opts.seconds, release=release)
         graph = claim_graph("wrap", guard, tools, saver, store)
         try:
             if opts.action == "resolve":

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -90,25 +92,33 @@ ORDERS = ["guard-first", "guard-last"]
 MODES = ["sync", "async", "astream"]
 
 
-def _tools(runs: Counter[str]) -> list[Any]:
-    @tool
-    def lookup(id: str) -> str:
-        """Look a customer up."""
-        runs["lookup"] += 1
-        return f"{id}: premium plan, contact ann@example.com"
+# The run whose tool calls the tools below count (a worker runs one test at a time).
+_RUNS: list[Counter[str]] = [Counter()]
 
-    @tool
-    def quote(item: str) -> str:
-        """Price an item."""
-        runs["quote"] += 1
-        return f"{item} costs 3 EUR"
 
-    @tool
-    def never_called(x: str) -> str:
-        """A tool the scripts never call."""
-        return x
+@tool
+def lookup(id: str) -> str:
+    """Look a customer up."""
+    _RUNS[0]["lookup"] += 1
+    return f"{id}: premium plan, contact ann@example.com"
 
-    return [lookup, quote, never_called]
+
+@tool
+def quote(item: str) -> str:
+    """Price an item."""
+    _RUNS[0]["quote"] += 1
+    return f"{item} costs 3 EUR"
+
+
+@tool
+def never_called(x: str) -> str:
+    """A tool the scripts never call."""
+    return x
+
+
+# Built once per worker (a tool's schema costs more to build than a run of the agent): each
+# run counts its own tool bodies' runs in a fresh Counter (`_RUNS`).
+TOOLS = [lookup, quote, never_called]
 
 
 def _invoke(agent: Any, inputs: dict[str, Any], cfg: dict[str, Any], mode: str) -> Any:
@@ -127,6 +137,69 @@ def _invoke(agent: Any, inputs: dict[str, Any], cfg: dict[str, Any], mode: str) 
     return asyncio.run(stream())
 
 
+@dataclass
+class _Agent:
+    """A compiled agent kept for the runs of one composition, and what each run resets."""
+
+    agent: Any
+    model: ScriptedChatModel
+    middleware: Any
+    guard: ReplayGuardMiddleware
+    scripted: list[tuple[ScriptedChatModel, list[Any]]]  # the middleware's own models
+
+
+_AGENTS: dict[tuple[Any, ...], _Agent] = {}
+
+
+def _scripted_parts(middleware: Any) -> list[tuple[ScriptedChatModel, list[Any]]]:
+    """The scripted models a middleware holds (the selector's, the emulator's...), with their
+    scripts: each run starts them from their first step, as a fresh middleware would."""
+    found = []
+    for value in vars(middleware).values():
+        for part in value if isinstance(value, list | tuple) else [value]:
+            if isinstance(part, ScriptedChatModel):
+                found.append((part, list(part.script)))
+    return found
+
+
+def _agent_for(
+    name: str, order: str | None, guard_mode: str, agent_options: dict[str, Any]
+) -> _Agent:
+    """The compiled agent of a composition, built once per worker (create_agent and the
+    middlewares' set-up cost as much as a run); each run gets a fresh thread, model script and
+    middleware state (`_run`)."""
+    key = (name, order, guard_mode, *sorted((k, repr(v)) for k, v in agent_options.items()))
+    if key not in _AGENTS:
+        model = ScriptedChatModel(script=[])
+        middleware = [MIDDLEWARES[name]()]
+        guard = ReplayGuardMiddleware(mode=guard_mode)
+        if order == "guard-first":
+            middleware.insert(0, guard)
+        elif order == "guard-last":
+            middleware.append(guard)
+        agent = create_agent(
+            model, TOOLS, middleware=middleware, checkpointer=InMemorySaver(), **agent_options
+        )
+        own = middleware[1] if order == "guard-first" else middleware[0]
+        _AGENTS[key] = _Agent(agent, model, own, guard, _scripted_parts(own))
+    return _AGENTS[key]
+
+
+def _fresh(built: _Agent, script: list[Any]) -> None:
+    """Reset what a run of the kept agent changes outside its thread's checkpoints."""
+    built.model.script = list(script)
+    built.model._seen.clear()
+    for model, steps in built.scripted:
+        model.script = list(steps)
+        model._seen.clear()
+    for attribute in ("classifier", "ids"):  # AutoModeMiddleware's classifier, TraceIdArgs
+        kept = getattr(built.middleware, attribute, None)
+        if isinstance(kept, list):
+            kept.clear()
+        elif kept is not None and isinstance(getattr(kept, "seen", None), list):
+            kept.seen.clear()
+
+
 def _run(
     name: str,
     order: str | None,
@@ -140,27 +213,21 @@ def _run(
     """Run an agent with the named middleware (and the guard in `order`, or none).
 
     `built`, when given, receives the middleware instance the run used; `views`, the
-    guard's view of the thread once the run ended.
+    guard's view of the thread once the run ended. Each run is a new thread of the
+    composition's agent, with the model's script from its first step and nothing counted yet.
     """
+    kept = _agent_for(name, order, guard_mode, agent_options)
+    _fresh(kept, script)
     runs: Counter[str] = Counter()
-    model = ScriptedChatModel(script=script)
-    middleware = [MIDDLEWARES[name]()]
+    _RUNS[0] = runs
     if built is not None:
-        built.append(middleware[0])
-    guard = ReplayGuardMiddleware(mode=guard_mode)
-    if order == "guard-first":
-        middleware.insert(0, guard)
-    elif order == "guard-last":
-        middleware.append(guard)
-    agent = create_agent(
-        model, _tools(runs), middleware=middleware, checkpointer=InMemorySaver(), **agent_options
-    )
-    cfg = {"configurable": {"thread_id": f"{name}-{order}-{mode}"}}
+        built.append(kept.middleware)
+    cfg = {"configurable": {"thread_id": f"{name}-{order}-{mode}-{uuid.uuid4().hex}"}}
     inputs = {"messages": [HumanMessage("help with P1")]}
-    out = _invoke(agent, inputs, cfg, mode)
+    out = _invoke(kept.agent, inputs, cfg, mode)
     if views is not None:
-        views.append(guard.guard.inspect(agent.get_state(cfg)))
-    return model, out, runs
+        views.append(kept.guard.guard.inspect(kept.agent.get_state(cfg)))
+    return kept.model, out, runs
 
 
 def _assert_stopped_at_the_4th_call(
@@ -228,6 +295,25 @@ def _plain(name: str, mode: str, provider: bool) -> tuple[Any, Counter]:
     return out, runs
 
 
+LOOP = [[("lookup", {"id": "P1"})] for _ in range(20)]
+
+
+@cache
+def _plain_loop(name: str, mode: str) -> tuple[Any, Counter]:
+    """The unguarded repeated read both orders of shadow mode compare with (run once per
+    worker; only read after)."""
+    _, out, runs = _run(name, None, mode, LOOP)
+    return out, runs
+
+
+@cache
+def _plain_prompts(name: str) -> list[Any]:
+    """The system message of each of the first 4 model calls of the unguarded repeated read
+    with the cached prompt (run once per worker; only read after)."""
+    model, _, _ = _run(name, None, "sync", LOOP, system_prompt=_cached_prompt())
+    return [messages[0] for messages in model.seen[:4]]
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("name", list(MIDDLEWARES))
@@ -272,22 +358,25 @@ CACHED_PROMPT = [
 ]
 
 
+def _cached_prompt() -> SystemMessage:
+    """The system prompt of CACHED_PROMPT's blocks, with an id and additional_kwargs."""
+    return SystemMessage(
+        content=[dict(block) for block in CACHED_PROMPT],
+        id="system-1",
+        additional_kwargs={"provider_flag": True},
+    )
+
+
 @pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("name", list(MIDDLEWARES))
 def test_a_cached_system_prompt_reaches_the_model_with_only_the_reminder_added(name, order):
     # Issue 34 item 1, in every stack: the reminder is one more text block; the cached
     # blocks, the message's id and additional_kwargs reach the model as the user wrote them.
-    prompt = SystemMessage(
-        content=[dict(block) for block in CACHED_PROMPT],
-        id="system-1",
-        additional_kwargs={"provider_flag": True},
-    )
     loop = [[("lookup", {"id": "P1"})] for _ in range(20)]
-    plain_model, _, _ = _run(name, None, "sync", loop, system_prompt=prompt)
-    model, out, _runs = _run(name, order, "sync", loop, system_prompt=prompt)
+    model, out, _runs = _run(name, order, "sync", loop, system_prompt=_cached_prompt())
     _assert_stopped_at_the_4th_call(model, out)
     # What the stack sends without the guard (a middleware may add blocks of its own).
-    plain = [messages[0] for messages in plain_model.seen[:4]]
+    plain = _plain_prompts(name)
     sent = [messages[0] for messages in model.seen]
     assert all(isinstance(message, SystemMessage) for message in sent)
     assert plain[0].content[:2] == CACHED_PROMPT
@@ -316,7 +405,7 @@ def test_a_repeated_read_in_shadow_mode_runs_unguarded_and_counts_the_stop(name,
     # enforcing decides: the 2nd and 3rd reads are duplicates, the 4th is the stop, and
     # each of the 16 reads after it one more stop that did not happen.
     loop = [[("lookup", {"id": "P1"})] for _ in range(20)]
-    _, plain, plain_runs = _run(name, None, mode, loop)
+    plain, plain_runs = _plain_loop(name, mode)
     views: list[Any] = []
     model, out, runs = _run(name, order, mode, loop, guard_mode="shadow", views=views)
     assert runs == plain_runs

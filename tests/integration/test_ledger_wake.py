@@ -15,6 +15,7 @@ from langchain_core.messages import HumanMessage, ToolMessage
 
 from langgraph_replay_guard import ReplayGuard
 from langgraph_replay_guard.replay import ledger
+from tests import warm_children
 
 from .claim_graphs import POLICY, claim_graph
 from .conftest import _find_binary, _Server
@@ -45,7 +46,7 @@ def _holder(uri: str, thread: str, effects: Path, marker: Path) -> subprocess.Po
     env = {**os.environ, "LANGSMITH_TRACING": "false", "PYTHONPATH": str(ROOT)}
     script = str(Path(__file__).with_name("proc_wake.py"))
     args = [uri, thread, str(effects), str(marker), str(HOLD)]
-    holder = subprocess.Popen(
+    holder = warm_children.popen(
         [sys.executable, script, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
     )
     deadline = time.monotonic() + 60

@@ -35,6 +35,7 @@ from langgraph_replay_guard.replay.ledger import (
 from langgraph_replay_guard.storage import store_cas, wake
 from langgraph_replay_guard.storage.ledger_io import run_plan
 from langgraph_replay_guard.storage.wake_names import channel
+from tests import warm_children
 
 from .proc_one_trip import context
 
@@ -57,7 +58,7 @@ def _subscribed(store: Any, namespace: tuple[str, ...]) -> None:
 def _holder(uri: str, thread: str, replay: str) -> subprocess.Popen[bytes]:
     """A worker process holding call 0 of `thread` (its tool body hangs until killed)."""
     env = {**os.environ, "LANGSMITH_TRACING": "false", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
+    proc = warm_children.popen(
         [sys.executable, SCRIPT, uri, thread, replay],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -456,7 +457,7 @@ def test_workers_racing_to_take_over_a_killed_holders_call_run_it_once(pg_uri, t
     env = {**os.environ, "LANGSMITH_TRACING": "false", "PYTHONPATH": str(ROOT)}
     args = [pg_uri, thread, "idempotent", str(effects), str(barrier), str(workers)]
     procs = [
-        subprocess.Popen(
+        warm_children.popen(
             [sys.executable, SCRIPT, *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -67,9 +67,12 @@ class _Thread:
             env=env,
         )
 
-    def worker(self, *, seconds: float, go: Path | None = None) -> subprocess.Popen[bytes]:
+    def worker(
+        self, *, seconds: float, go: Path | None = None, release: Path | None = None
+    ) -> subprocess.Popen[bytes]:
         options = ["--seconds", str(seconds), "--lease", str(LEASE), "--wait", "60"]
-        return self.spawn("resume", *options, *(["--go", str(go)] if go else []))
+        options += ["--go", str(go)] if go else []
+        return self.spawn("resume", *options, *(["--release", str(release)] if release else []))
 
     @contextmanager
     def store(self) -> Iterator[Any]:
@@ -125,7 +128,8 @@ def test_a_second_worker_waits_for_a_live_holder_past_its_lease(kind, tmp_path, 
 @pytest.mark.parametrize("kind", KINDS)
 def test_resolve_refuses_while_the_holder_is_alive(kind, tmp_path, request):
     thread = _Thread(kind, tmp_path, request)
-    holder = thread.worker(seconds=TOOL_SECONDS)
+    release = tmp_path / "release"
+    holder = thread.worker(seconds=TOOL_SECONDS, release=release)
     with thread.store() as store:
         claimed = thread.wait_for_claim(store, holder)
         time.sleep(LEASE * 2)
@@ -141,6 +145,7 @@ def test_resolve_refuses_while_the_holder_is_alive(kind, tmp_path, request):
         assert refused.value.facts["owner"]["pid"] == holder.pid
         assert thread.row(store).rev == claimed.rev, "nothing was written"
         assert holder.poll() is None, "the holder was still alive when resolve refused"
+        release.touch()  # checked while it was inside the tool: let the tool end now
         assert _output(holder)["outcome"] == "ran"
         assert thread.row(store).status == "completed"
     assert sends(thread.effects) == 1

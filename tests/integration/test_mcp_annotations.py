@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from langgraph_replay_guard import (
 )
 from langgraph_replay_guard.integrations.ledger_gate import IDEMPOTENCY_KEY_CONFIG
 from langgraph_replay_guard.testing import ScriptedChatModel, agent_graph
+from tests import warm_children
 from tests.integration.stacks import last_ai, stop_of, tool_texts
 
 os.environ["LANGSMITH_TRACING"] = "false"
@@ -44,13 +44,17 @@ SERVER = Path(__file__).with_name("mcp_annotated_server.py")
 
 
 def mcp_tools(runs_file: Path) -> list[Any]:
+    # A real stdio server per session (the adapter's default: one per tool call), forked
+    # from the warm zygote (tests/warm_children.py): these tests are about the annotations,
+    # not the server's imports.
+    command, args, warm = warm_children.stdio_command(SERVER)
     client = MultiServerMCPClient(
         {
             "helpdesk": {
-                "command": sys.executable,
-                "args": [str(SERVER)],
+                "command": command,
+                "args": args,
                 "transport": "stdio",
-                "env": {**os.environ, "MCP_RUNS_FILE": str(runs_file)},
+                "env": {**os.environ, "MCP_RUNS_FILE": str(runs_file), **warm},
             }
         }
     )

@@ -306,7 +306,7 @@ def test_after_sigkill_and_restart_a_resume_is_unknown_at_once(
     _in_tool(server.effects)
     # `langgraph dev` writes its in-memory checkpoints and store to disk every 10 s: wait for
     # one write after the claim, so the restarted server has the thread and the claim.
-    time.sleep(11)
+    _wait_for_a_write(server.home, since=time.time())
     server.kill(signal.SIGKILL)
     _release(server.effects)
     server.start()  # same directory: same data
@@ -322,6 +322,25 @@ def test_after_sigkill_and_restart_a_resume_is_unknown_at_once(
     assert effects() == ["killed"]
     # The operator of a served graph is told the way that works there (seam 12).
     _names_the_served_way(error["message"], thread)
+
+
+def _wait_for_a_write(home: Path, since: float) -> None:
+    """Wait until `langgraph dev` has written all its data files after `since` (a wall time).
+
+    Its flush thread rewrites every file (each one atomically, by a rename) every 10 s; a
+    write that began 0.5 s after `since` holds all that was in memory then. At most 11 s (one
+    whole period, what this test waited before), whatever the files show.
+    """
+    folder = home / ".langgraph_api"
+    after = since + 0.5
+    deadline = time.monotonic() + 11
+    while time.monotonic() < deadline:
+        files = [path for path in folder.glob("*.pckl") if path.is_file()]
+        with contextlib.suppress(FileNotFoundError):
+            if files and all(path.stat().st_mtime > after for path in files):
+                time.sleep(0.5)  # the files this write creates rather than replaces
+                return
+        time.sleep(0.1)
 
 
 def _names_the_served_way(message: str, thread: str) -> None:

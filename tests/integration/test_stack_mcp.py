@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from langgraph.store.memory import InMemoryStore
 
 from langgraph_replay_guard import GuardConfig, ReplayGuard
 from langgraph_replay_guard.testing import ScriptedChatModel
+from tests import warm_children
 from tests.integration.stacks import last_ai, stop_of, tool_texts
 
 os.environ["LANGSMITH_TRACING"] = "false"
@@ -29,13 +29,15 @@ SERVER = Path(__file__).parents[2] / "examples" / "mcp_ticket_server.py"
 
 
 def mcp_client(runs_file: Path) -> MultiServerMCPClient:
+    # A real stdio server per session, forked from the warm zygote (tests/warm_children.py).
+    command, args, warm = warm_children.stdio_command(SERVER)
     return MultiServerMCPClient(
         {
             "tickets": {
-                "command": sys.executable,
-                "args": [str(SERVER)],
+                "command": command,
+                "args": args,
                 "transport": "stdio",
-                "env": {**os.environ, "MCP_RUNS_FILE": str(runs_file)},
+                "env": {**os.environ, "MCP_RUNS_FILE": str(runs_file), **warm},
             }
         }
     )

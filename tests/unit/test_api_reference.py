@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -117,17 +116,31 @@ def test_a_broken_reference_fails_the_build(tmp_path: Path) -> None:
     _need_mkdocs()
     import yaml
 
+    # The site's own configuration (strict, the same plugins and handler options) on a small
+    # site: one reference page rendering one name, and a reference that resolves nowhere. (The
+    # whole site is built by test_the_site_builds_strictly; rendering its reference pages again
+    # is most of a build's time and adds nothing here.)
     docs = tmp_path / "docs"
-    shutil.copytree(ROOT / "docs", docs)
-    with (docs / "reference" / "index.md").open("a", encoding="utf-8") as page:
-        page.write("\nSee [the guard][langgraph_replay_guard.guard.NoSuchGuard].\n")
+    docs.mkdir()
+    (docs / "index.md").write_text(
+        "# Testing\n\n::: langgraph_replay_guard.testing.tool_call\n\n"
+        "See [the guard][langgraph_replay_guard.guard.NoSuchGuard].\n",
+        encoding="utf-8",
+    )
     config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    assert config["strict"] is True
     config["docs_dir"] = str(docs)
+    config["nav"] = ["index.md"]
     for plugin in config["plugins"]:
         if isinstance(plugin, dict) and "mkdocstrings" in plugin:
             plugin["mkdocstrings"]["handlers"]["python"]["paths"] = [str(ROOT)]
     path = tmp_path / "mkdocs.yml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     done = _build(path, tmp_path / "site")
+    output = done.stdout + done.stderr
     assert done.returncode != 0
-    assert "langgraph_replay_guard.guard.NoSuchGuard" in done.stdout + done.stderr
+    assert "langgraph_replay_guard.guard.NoSuchGuard" in output
+    # The broken reference is what fails it: every warning names it.
+    warnings = [line for line in output.splitlines() if line.startswith("WARNING")]
+    assert warnings
+    assert all("NoSuchGuard" in line for line in warnings), warnings

@@ -12,14 +12,18 @@ from __future__ import annotations
 import base64
 import difflib
 import json
+import os
 import re
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
+from jupyter_client.manager import AsyncKernelManager
 
+from tests import warm_children
 from tests.notebook_runner import comparable_outputs, execute
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,10 +133,26 @@ def test_checks_are_one_final_cell_out_of_the_story(path):
     assert title.source.startswith("## Checks")
 
 
+class WarmKernelManager(AsyncKernelManager):
+    """Starts the kernel (`python -m ipykernel_launcher -f ...`) from the warm zygote.
+
+    The kernel is a real process of its own running the notebook's cells as written; forked
+    from a process that imported ipykernel and LangGraph once (tests/warm_children.py), it
+    skips those imports (a few seconds of CPU per notebook).
+    """
+
+    async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
+        if kernel_cmd and kernel_cmd[0] == sys.executable:
+            kernel_cmd, extra = warm_children.launcher_command(kernel_cmd[1:])
+            kw["env"] = {**(kw.get("env") or os.environ), **extra}
+        await super()._async_launch_kernel(kernel_cmd, **kw)
+
+
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
 def test_a_fresh_run_reproduces_the_stored_outputs(path):
     stored = comparable_outputs(read(path))
-    fresh = comparable_outputs(execute(path))  # raises if a cell (a check included) fails
+    # raises if a cell (a check included) fails
+    fresh = comparable_outputs(execute(path, WarmKernelManager))
     if fresh == stored:
         return
     index = next(i for i, (a, b) in enumerate(zip(stored, fresh, strict=False)) if a != b)
