@@ -31,6 +31,7 @@ from langgraph_replay_guard.decisions.state_format import (
     migrate,
     trim_map,
 )
+from langgraph_replay_guard.decisions.texts import UNKNOWN_TOOL
 
 __all__ = [
     "FORMAT_VERSION",
@@ -76,8 +77,6 @@ MAX_RESULTS = 8
 MAX_BLOCKED_LOG = 5
 """Most recent blocked decisions kept in the state for Studio and `GuardView`."""
 
-UNKNOWN_TOOL = "unknown_tool"
-"""Reason of a call to a tool the tools node does not have (a hallucinated name)."""
 MAX_DELIVERED = 16
 """Most batches remembered as answered (`delivered`), most recent kept."""
 
