@@ -9,7 +9,10 @@ returned last (what the next write and the reads of a running graph get); "from 
 copy of it, as a checkpointer gives it back at the start of a run, checked in full on every read.
 Compare rows, not absolute numbers (a shared machine drifts).
 The last rows load a channel whose `counters` map has 160,000 keys (what a hand edit or a bug
-could store): it must be trimmed once, not evicted key by key.
+could store): it must be trimmed once, not evicted key by key. Then the channel's size after
+10,000 calls, in format 2 (written today) and format 3 (`decisions/state_log.py`, a log of the
+batch in progress beside the fold of the rest), side by side: bytes of the stored JSON, the
+mean over the run and at its end, and each reducer's time per write.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from langgraph_replay_guard.decisions.state import (
     merge_guard_state,
     settled,
 )
+from langgraph_replay_guard.decisions.state_log import LOG_CAP, log_write, merge_log
 from langgraph_replay_guard.integrations.calls import snapshot
 from langgraph_replay_guard.policy.config import GuardConfig
 
@@ -126,5 +130,48 @@ def main() -> None:
     print(f"the next event on the trimmed value: {(time.perf_counter() - start) * 1e6:.1f} us")
 
 
+def _calls(count: int) -> list[list[Event]]:
+    """`count` calls as an agent makes them: batches of one to three parallel calls, a few
+    repeats, failures and blocked calls, a new user turn now and then."""
+    writes: list[list[Event]] = []
+    turn, step = "h0", 0
+    while sum(map(len, writes)) < count:
+        step += 1
+        turn = f"h{step}" if step % 50 == 0 else turn
+        size = 1 + step % 3
+        batch = f"ai-{step}"
+        for index in range(size):
+            arg = (step * 7 + index) % 40
+            outcome = "failure" if step % 11 == 0 else "success"
+            event = _event("read" if index else "write", arg, outcome, batch=batch, index=index)
+            writes.append([{**event, "t": turn, "m": size}])
+    return writes
+
+
+def sizes(count: int = 10_000) -> None:
+    """Channel bytes and reducer time per write after `count` calls, format 2 beside format 3."""
+    import json
+
+    writes = _calls(count)
+    rows = []
+    value: Any = None
+    seen, start = [], time.perf_counter()
+    for events in writes:
+        value = merge_guard_state(value, _update(*events))
+        seen.append(len(json.dumps(value)))
+    rows.append(("format 2", seen, time.perf_counter() - start))
+    value, seen, start = None, [], time.perf_counter()
+    for number, events in enumerate(writes):
+        write = log_write(events, CFG if number == 0 else None)
+        value = write if value is None else merge_log(value, write, cap=LOG_CAP)
+        seen.append(len(json.dumps(value)))
+    rows.append((f"format 3 (log cap {LOG_CAP})", seen, time.perf_counter() - start))
+    print(f"\nafter {len(writes)} calls  {'mean bytes':>10} {'last bytes':>10} {'us/write':>9}")
+    for label, seen, elapsed in rows:
+        per = elapsed / len(writes) * 1e6
+        print(f"{label:<22} {sum(seen) // len(seen):>10} {seen[-1]:>10} {per:>9.0f}")
+
+
 if __name__ == "__main__":
     main()
+    sizes()
