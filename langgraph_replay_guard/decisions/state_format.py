@@ -30,10 +30,10 @@ __all__ = [
     "trim_map",
 ]
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """Version of the channel format the guard writes (`"v"`)."""
 
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2, 3)
 """Versions a stored value may be in: an older one is migrated (`migrate`), not reset."""
 
 V1_RENAMED = {"window": "recent_calls", "counts": "counters", "stats": "totals"}
@@ -605,10 +605,8 @@ FIELDS: dict[str, tuple[Spec, Any]] = {
     "stop": (_nullable(_object(_LOOP_NOTE)), None),
     "blocked": (_list(_row("[tool, reason, count]", TEXT, TEXT, INT), "blocked"), _ABSENT),
     "totals": (_object({"calls": NAT, "blocked": NAT, "aborts": NAT}), _ABSENT),
-    "pending": (
-        _nullable(_object({"batch": OPT_TEXT, "events": EVENTS})),
-        None,
-    ),
+    # The events of the batch in progress (one per position), folded once it is complete.
+    "log": (EVENTS, []),
     "last_batch": (OPT_TEXT, None),
     "notice": (OPT_TEXT, None),
     "reset": (_nullable(_object({"reason": OPT_TEXT, "at": OPT_TEXT})), None),
@@ -648,9 +646,6 @@ def _cross_checks(state: dict[str, Any]) -> None:
             _fail("cycle.tools", "a list of tool names as long as cycle.keys", tools)
         if cycle["pos"] >= len(keys):
             _fail("cycle.pos", f"a position in cycle.keys (below {len(keys)})", cycle["pos"])
-    pending = state["pending"]
-    if pending is not None and not pending["events"]:
-        _fail("pending.events", "a non-empty list of recorded calls", pending["events"])
     state["totals"] = dict(state["totals"])  # the fold counts in it: a copy
 
 
@@ -698,20 +693,29 @@ def migrate(value: Mapping[str, Any]) -> Mapping[str, Any]:
 
     Version 1 (written by earlier releases) stored the dedup window as `window`, the repeat
     counters as `counts` and the thread totals as `stats`; version 2 names them as
-    `GuardView` does (`recent_calls`, `counters`, `totals`), with the same contents. A
-    thread checkpointed by an older release so resumes with its counters. The result is
-    not checked: `decode_fields` checks it like any current value.
+    `GuardView` does (`recent_calls`, `counters`, `totals`), with the same contents, and
+    kept the batch in progress as `pending` (`{"batch", "events"}`), which version 3 keeps
+    as `log` (its events). A thread checkpointed by an older release so resumes with its
+    counters. The result is not checked: `decode_fields` checks it like any current value.
 
     Args:
         value: A channel value whose `v` is one of `READABLE_VERSIONS`.
 
     Returns:
-        `value` itself when it is current, else a renamed copy (entries shared).
+        `value` itself when it is current, else a migrated copy (entries shared).
     """
-    if value.get("v") != 1:
+    version = value.get("v")
+    if version == FORMAT_VERSION:
         return value
-    renamed = set(V1_RENAMED.values())
-    migrated = {V1_RENAMED.get(k, k): item for k, item in value.items() if k not in renamed}
+    migrated = dict(value)
+    if version == 1:
+        renamed = set(V1_RENAMED.values())
+        migrated = {V1_RENAMED.get(k, k): item for k, item in value.items() if k not in renamed}
+    pending = migrated.pop("pending", None)
+    if pending is not None:
+        # A malformed `pending` is kept under `log`, where the check names it.
+        events = pending.get("events") if type(pending) is dict else None
+        migrated["log"] = events if type(events) is list and events else pending
     migrated["v"] = FORMAT_VERSION
     return migrated
 
