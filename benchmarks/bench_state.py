@@ -10,15 +10,19 @@ copy of it, as a checkpointer gives it back at the start of a run, checked in fu
 Compare rows, not absolute numbers (a shared machine drifts).
 The last rows load a channel whose `counters` map has 160,000 keys (what a hand edit or a bug
 could store): it must be trimmed once, not evicted key by key. Then the channel's size after
-10,000 calls, in format 2 (written today) and format 3 (`decisions/state_log.py`, a log of the
-batch in progress beside the fold of the rest), side by side: bytes of the stored JSON, the
-mean over the run and at its end, and each reducer's time per write.
+10,000 calls (bytes of the stored JSON, mean over the run and at its end) and the reducer's
+time per write; `bench_state.py TREE` adds the same row for the package in TREE (a checkout of
+an earlier release), so that two formats show side by side in one run.
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -31,7 +35,6 @@ from langgraph_replay_guard.decisions.state import (
     merge_guard_state,
     settled,
 )
-from langgraph_replay_guard.decisions.state_log import LOG_CAP, log_write, merge_log
 from langgraph_replay_guard.integrations.calls import snapshot
 from langgraph_replay_guard.policy.config import GuardConfig
 
@@ -69,7 +72,7 @@ def with_pending(value: dict[str, Any]) -> dict[str, Any]:
     for index in range(2):
         event = _event("read", 100 + index, batch="ai-9", index=index, batch_size=3)
         value = merge_guard_state(value, _update(event))
-    assert value["pending"] is not None
+    assert value["log"], "the batch in progress waits in the log"
     return value
 
 
@@ -149,29 +152,29 @@ def _calls(count: int) -> list[list[Event]]:
 
 
 def sizes(count: int = 10_000) -> None:
-    """Channel bytes and reducer time per write after `count` calls, format 2 beside format 3."""
-    import json
-
+    """Channel bytes (stored JSON, mean over the run and at its end) and reducer time per
+    write after `count` calls, in the format the imported package writes."""
     writes = _calls(count)
-    rows = []
     value: Any = None
     seen, start = [], time.perf_counter()
     for events in writes:
         value = merge_guard_state(value, _update(*events))
         seen.append(len(json.dumps(value)))
-    rows.append(("format 2", seen, time.perf_counter() - start))
-    value, seen, start = None, [], time.perf_counter()
-    for number, events in enumerate(writes):
-        write = log_write(events, CFG if number == 0 else None)
-        value = write if value is None else merge_log(value, write, cap=LOG_CAP)
-        seen.append(len(json.dumps(value)))
-    rows.append((f"format 3 (log cap {LOG_CAP})", seen, time.perf_counter() - start))
-    print(f"\nafter {len(writes)} calls  {'mean bytes':>10} {'last bytes':>10} {'us/write':>9}")
-    for label, seen, elapsed in rows:
-        per = elapsed / len(writes) * 1e6
-        print(f"{label:<22} {sum(seen) // len(seen):>10} {seen[-1]:>10} {per:>9.0f}")
+    per = (time.perf_counter() - start) / len(writes) * 1e6
+    print(
+        f"format {value['v']} after {len(writes)} calls: mean {sum(seen) // len(seen)} bytes, "
+        f"last {seen[-1]} bytes, {per:.0f} us/write (json.dumps included)"
+    )
 
 
 if __name__ == "__main__":
-    main()
-    sizes()
+    # `bench_state.py [TREE...]`: then the channel sizes of the package in each TREE (a
+    # checkout of another release: format 2 beside format 3 in one run).
+    if sys.argv[1:] == ["--sizes"]:
+        sizes()
+    else:
+        main()
+        sizes()
+        for tree in sys.argv[1:]:
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([tree, os.getcwd()])}
+            subprocess.run([sys.executable, __file__, "--sizes"], env=env, check=True)
