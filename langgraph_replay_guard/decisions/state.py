@@ -744,16 +744,24 @@ def delivered(value: Any, batch_id: str | None) -> bool:
     recorded = value.get("delivered")
     if isinstance(recorded, list) and batch_id in recorded:
         return True
-    return batch_in_progress(value) == batch_id
+    return _batch_of(_log_of(value)) == batch_id
 
 
 def _log_of(value: Mapping[str, Any]) -> list[Any]:
-    """The events of the batch in progress of a stored value, read as stored (unchecked)."""
+    """The events of the batch in progress of a stored state, read as stored (unchecked)."""
     log = value.get("log")
     if log is None:  # a format 2 value: `pending`
         pending = value.get("pending")
         log = pending.get("events") if isinstance(pending, Mapping) else None
     return log if isinstance(log, list) else []
+
+
+def _batch_of(log: list[Any]) -> str | None:
+    if not log:
+        return None
+    first = log[0]
+    batch = first.get("b") if isinstance(first, Mapping) else None
+    return batch if isinstance(batch, str) else None
 
 
 def batch_in_progress(value: Any) -> str | None:
@@ -767,10 +775,7 @@ def batch_in_progress(value: Any) -> str | None:
     """
     if not isinstance(value, Mapping):
         return None
-    log = _log_of(stored_state(value))
-    first = log[0] if log else None
-    batch = first.get("b") if isinstance(first, Mapping) else None
-    return batch if isinstance(batch, str) else None
+    return _batch_of(_log_of(stored_state(value)))
 
 
 def unrecorded_positions(value: Any, batch_id: str | None, size: int) -> list[int]:
@@ -792,8 +797,9 @@ def unrecorded_positions(value: Any, batch_id: str | None, size: int) -> list[in
     if not isinstance(value, Mapping):
         return list(range(size))
     value = stored_state(value)
-    if batch_in_progress(value) == batch_id:
-        seen = {e.get("i") for e in _log_of(value) if isinstance(e, Mapping)}
+    log = _log_of(value)
+    if _batch_of(log) == batch_id:
+        seen = {e.get("i") for e in log if isinstance(e, Mapping)}
         return [i for i in range(size) if i not in seen]
     if value.get("last_batch") == batch_id:
         return []  # the whole batch reported and was folded
@@ -1023,12 +1029,13 @@ def _shown(state: dict[str, Any], previews: Any) -> dict[str, Any]:
         # checked. A memo without a call id stays four entries.
         if memo[3] is None and memo[0] in previews:
             results[key] = [memo[0], memo[1], memo[2], previews[memo[0]], *memo[4:]]
-    state["log"] = [
-        {**ev, "p": previews[ev["h"]]}
-        if ev.get("p") is None and ev.get("o") == "success" and ev.get("h") in previews
-        else ev
-        for ev in state["log"]
-    ]
+    if state["log"]:
+        state["log"] = [
+            {**ev, "p": previews[ev["h"]]}
+            if ev.get("p") is None and ev.get("o") == "success" and ev.get("h") in previews
+            else ev
+            for ev in state["log"]
+        ]
     return state
 
 
@@ -1041,7 +1048,8 @@ def _scrubbed(state: dict[str, Any], previews: Any) -> dict[str, Any]:
     for key, memo in results.items():
         if memo[3] in drop:
             results[key] = [memo[0], memo[1], memo[2], None, *memo[4:]]
-    state["log"] = [{**ev, "p": None} if ev.get("p") in drop else ev for ev in state["log"]]
+    if state["log"]:
+        state["log"] = [{**ev, "p": None} if ev.get("p") in drop else ev for ev in state["log"]]
     return state
 
 

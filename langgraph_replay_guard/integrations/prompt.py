@@ -43,7 +43,7 @@ def next_call_reminder(
         and "op" not in value
         and value.get("reminder") is None
         and not value.get("log")
-        and value.get("pending") is None
+        and "pending" not in value
     ):
         return None  # nothing armed: checked (or reset, if unreadable) it would say the same
     view = settled(value)
@@ -81,7 +81,7 @@ def ignored_stop(
         and "op" not in value
         and value.get("stop") is None
         and not value.get("log")
-        and value.get("pending") is None
+        and "pending" not in value
     ):
         return None  # no stop (checked, an unreadable value resets to none either)
     view = settled(value)
