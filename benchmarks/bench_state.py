@@ -9,13 +9,20 @@ returned last (what the next write and the reads of a running graph get); "from 
 copy of it, as a checkpointer gives it back at the start of a run, checked in full on every read.
 Compare rows, not absolute numbers (a shared machine drifts).
 The last rows load a channel whose `counters` map has 160,000 keys (what a hand edit or a bug
-could store): it must be trimmed once, not evicted key by key.
+could store): it must be trimmed once, not evicted key by key. Then the channel's size after
+10,000 calls (bytes of the stored JSON, mean over the run and at its end) and the reducer's
+time per write; `bench_state.py TREE` adds the same row for the package in TREE (a checkout of
+an earlier release), so that two formats show side by side in one run.
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -65,7 +72,7 @@ def with_pending(value: dict[str, Any]) -> dict[str, Any]:
     for index in range(2):
         event = _event("read", 100 + index, batch="ai-9", index=index, batch_size=3)
         value = merge_guard_state(value, _update(event))
-    assert value["pending"] is not None
+    assert value["log"], "the batch in progress waits in the log"
     return value
 
 
@@ -126,5 +133,48 @@ def main() -> None:
     print(f"the next event on the trimmed value: {(time.perf_counter() - start) * 1e6:.1f} us")
 
 
+def _calls(count: int) -> list[list[Event]]:
+    """`count` calls as an agent makes them: batches of one to three parallel calls, a few
+    repeats, failures and blocked calls, a new user turn now and then."""
+    writes: list[list[Event]] = []
+    turn, step = "h0", 0
+    while sum(map(len, writes)) < count:
+        step += 1
+        turn = f"h{step}" if step % 50 == 0 else turn
+        size = 1 + step % 3
+        batch = f"ai-{step}"
+        for index in range(size):
+            arg = (step * 7 + index) % 40
+            outcome = "failure" if step % 11 == 0 else "success"
+            event = _event("read" if index else "write", arg, outcome, batch=batch, index=index)
+            writes.append([{**event, "t": turn, "m": size}])
+    return writes
+
+
+def sizes(count: int = 10_000) -> None:
+    """Channel bytes (stored JSON, mean over the run and at its end) and reducer time per
+    write after `count` calls, in the format the imported package writes."""
+    writes = _calls(count)
+    value: Any = None
+    seen, start = [], time.perf_counter()
+    for events in writes:
+        value = merge_guard_state(value, _update(*events))
+        seen.append(len(json.dumps(value)))
+    per = (time.perf_counter() - start) / len(writes) * 1e6
+    print(
+        f"format {value['v']} after {len(writes)} calls: mean {sum(seen) // len(seen)} bytes, "
+        f"last {seen[-1]} bytes, {per:.0f} us/write (json.dumps included)"
+    )
+
+
 if __name__ == "__main__":
-    main()
+    # `bench_state.py [TREE...]`: then the channel sizes of the package in each TREE (a
+    # checkout of another release: format 2 beside format 3 in one run).
+    if sys.argv[1:] == ["--sizes"]:
+        sizes()
+    else:
+        main()
+        sizes()
+        for tree in sys.argv[1:]:
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([tree, os.getcwd()])}
+            subprocess.run([sys.executable, __file__, "--sizes"], env=env, check=True)

@@ -30,6 +30,7 @@ from langgraph_replay_guard.decisions.state_format import (
     migrate,
     trim_map,
 )
+from langgraph_replay_guard.decisions.texts import UNKNOWN_TOOL
 
 __all__ = [
     "FORMAT_VERSION",
@@ -45,6 +46,7 @@ __all__ = [
     "GuardView",
     "Outcome",
     "StateUpdate",
+    "batch_in_progress",
     "delivered",
     "fold_events",
     "held_previews",
@@ -75,8 +77,6 @@ MAX_RESULTS = 8
 MAX_BLOCKED_LOG = 5
 """Most recent blocked decisions kept in the state for Studio and `GuardView`."""
 
-UNKNOWN_TOOL = "unknown_tool"
-"""Reason of a call to a tool the tools node does not have (a hallucinated name)."""
 MAX_DELIVERED = 16
 """Most batches remembered as answered (`delivered`), most recent kept."""
 
@@ -137,7 +137,7 @@ def new_state() -> dict[str, Any]:
         "background": False,  # a call started work that outlives it: reads are not deduped
         "blocked": [],  # [tool, reason, count] of recent blocked calls
         "totals": {"calls": 0, "blocked": 0, "aborts": 0},  # whole thread, never reset
-        "pending": None,  # {"batch", "events"}: calls of the latest batch, not yet folded
+        "log": [],  # events of the batch in progress (one per position), not yet folded
         "last_batch": None,  # id of the AIMessage of the last folded call (turn lookups)
         "cfg": {},
         "notice": None,  # set when a corrupt or unreadable value was reset
@@ -160,14 +160,14 @@ MAX_RESET_REASON = 300
 def _decode(value: Any) -> tuple[dict[str, Any] | None, str]:
     """The checked private copy of a channel value, or what is wrong with it.
 
-    One pass over the whole value (every field, every entry, pending events included): a
+    One pass over the whole value (every field, every entry, the log's events included): a
     value that passes cannot make the fold, the decisions or the views fail.
     """
     if not isinstance(value, Mapping):
         return None, f"the guard channel holds a {type(value).__name__}, not a guard state"
     version = value.get("v")
     if type(version) is not int or version not in READABLE_VERSIONS:
-        readable = " and ".join(map(str, READABLE_VERSIONS))
+        readable = ", ".join(map(str, READABLE_VERSIONS))
         return None, (
             f"the guard channel is in format version {version!r}; this version of "
             f"langgraph-replay-guard reads versions {readable}"
@@ -213,7 +213,16 @@ def load_state(value: Any) -> dict[str, Any]:
     if _first_write(value):
         # A channel that starts empty keeps its first write as it is (LangGraph calls the
         # reducer from the second write on): that write folded into a new state.
-        return _shallow(merge_guard_state(None, value))
+        if value.keys() <= _WRITE_KEYS:
+            return _shallow(merge_guard_state(None, value))
+        # A first write edited since (in Studio): the state it showed, with the edits.
+        write = {key: value[key] for key in _WRITE_KEYS if key in value}
+        edited = {
+            **merge_guard_state(None, write),
+            **{k: v for k, v in value.items() if k not in _WRITE_KEYS},
+        }
+        state, problem = _decode(edited)
+        return state if state is not None else _reset(problem, value, edited)
     trusted = _trusted(value)
     if trusted is not None:
         return _shallow(trusted)
@@ -221,6 +230,10 @@ def load_state(value: Any) -> dict[str, Any]:
     if state is not None:
         return state
     return _reset(problem, value)
+
+
+_WRITE_KEYS = frozenset({"op", "cfg", "events"})
+"""The keys of a guard write (`own_update`)."""
 
 
 def _first_write(value: Any) -> bool:
@@ -231,7 +244,7 @@ def _first_write(value: Any) -> bool:
 def stored_state(value: Any) -> Any:
     """A stored channel value, with a first write stored as it is folded into a state.
 
-    For code that reads a stored value's fields directly (the pending batch, the last
+    For code that reads a stored value's fields directly (the batch in progress, the last
     batch); everything else reads it through `load_state` or `settled`.
 
     Args:
@@ -331,7 +344,8 @@ def _shallow(value: Mapping[str, Any]) -> dict[str, Any]:
 _LAST_RESET: list[tuple[Any, dict[str, Any] | None]] = [(None, None)]
 
 
-def _reset(problem: str, value: Any = None) -> dict[str, Any]:
+def _reset(problem: str, value: Any = None, readable: Any = None) -> dict[str, Any]:
+    """A new state saying why `value` was reset; its totals from `readable` (or `value`)."""
     last_value, last_state = _LAST_RESET[0]
     if last_state is not None and last_value is value and value is not None:
         return _shallow(last_state)
@@ -339,7 +353,7 @@ def _reset(problem: str, value: Any = None) -> dict[str, Any]:
     notice = f"{reason}; the guard state was reset (counters start again from zero)."
     logger.warning("langgraph-replay-guard: %s", notice)
     state = new_state()
-    state["totals"] = _readable_totals(value)
+    state["totals"] = _readable_totals(value if readable is None else readable)
     state["notice"] = notice
     state["reset"] = {
         "reason": reason,
@@ -372,7 +386,7 @@ def state_for_turn(state: Mapping[str, Any], turn: str | None, scope: str) -> Ma
     """Return the state a call of `turn` is decided against.
 
     Args:
-        state: A settled state (no pending batch).
+        state: A settled state (no batch in progress).
         turn: The current turn id.
         scope: `"turn"` or `"thread"`.
 
@@ -640,32 +654,32 @@ def _event_order(ev: Event) -> tuple[int, int, str]:
     return (ev["i"], _OUTCOME_RANK.get(ev["o"], -1), repr(sorted(ev.items())))
 
 
-def _add_pending(state: dict[str, Any], ev: Event, cfg: FoldSettings) -> None:
-    pending = state["pending"]
-    if pending is not None and pending["batch"] != ev["b"]:
-        _fold_pending(state, cfg)
-        pending = None
-    if pending is None:
+def _add_to_log(state: dict[str, Any], ev: Event, cfg: FoldSettings) -> None:
+    log = state["log"]
+    if log and log[0]["b"] != ev["b"]:
+        _fold_log(state, cfg)  # a new batch: the one in progress is over
+        log = []
+    if not log:
         if ev.get("m") is not None and ev["b"] == state.get("last_batch"):
             return  # a late copy of a write for a batch already complete and folded
         if _complete([ev]):  # a batch of one call: nothing to wait for
             _apply(state, CallEvent.decode(ev), cfg)
             return
-        state["pending"] = {"batch": ev["b"], "events": [ev]}
+        state["log"] = [ev]
         return
     # One event per position; a re-executed call keeps one deterministic winner, so the
     # result never depends on the order in which LangGraph applied the writes. A new list:
     # the previous channel value may share the old one.
-    same_slot = [e for e in pending["events"] if e["i"] == ev["i"]]
-    events = [e for e in pending["events"] if e["i"] != ev["i"]]
+    same_slot = [e for e in log if e["i"] == ev["i"]]
+    events = [e for e in log if e["i"] != ev["i"]]
     events.append(max([*same_slot, ev], key=_event_order) if same_slot else ev)
     events.sort(key=_event_order)
-    state["pending"] = {"batch": ev["b"], "events": events}
+    state["log"] = events
     if _complete(events):
         # Every call of the batch reported: fold now, so the stored value (what Studio and
         # get_state show) is settled. The fold sorts by position, so the arrival order of
         # the writes still does not matter.
-        _fold_pending(state, cfg)
+        _fold_log(state, cfg)
 
 
 def _complete(events: list[Event]) -> bool:
@@ -673,12 +687,11 @@ def _complete(events: list[Event]) -> bool:
     return isinstance(size, int) and len(events) == size and events[-1]["i"] == size - 1
 
 
-def _fold_pending(state: dict[str, Any], cfg: FoldSettings) -> None:
-    pending = state["pending"]
-    state["pending"] = None
-    if pending:
-        for ev in pending["events"]:
-            _apply(state, CallEvent.decode(ev), cfg)
+def _fold_log(state: dict[str, Any], cfg: FoldSettings) -> None:
+    log = state["log"]
+    state["log"] = []
+    for ev in log:
+        _apply(state, CallEvent.decode(ev), cfg)
 
 
 # (settings as stored, decoded): every write carries the same few settings.
@@ -698,7 +711,7 @@ def _fold_settings(cfg: Mapping[str, Any]) -> FoldSettings:
 def fold_events(state: dict[str, Any], events: list[Event], cfg: Mapping[str, Any]) -> None:
     """Apply events to a state in place.
 
-    Events with a batch id are buffered until every call of the batch reported (events
+    Events with a batch id wait in `log` until every call of the batch reported (events
     carry the batch size), a later batch arrives, or `settled` is called; then they are
     applied sorted by their position in the batch: parallel tool calls of one AIMessage
     give the same state whatever order their writes arrive in.
@@ -713,10 +726,10 @@ def fold_events(state: dict[str, Any], events: list[Event], cfg: Mapping[str, An
     settings = _fold_settings(cfg)
     for ev in events:
         if ev["b"] is None:
-            _fold_pending(state, settings)
+            _fold_log(state, settings)
             _apply(state, CallEvent.decode(ev), settings)
         else:
-            _add_pending(state, ev, settings)
+            _add_to_log(state, ev, settings)
 
 
 # (channel value, its settled state): one tuple, read and replaced atomically, so threads
@@ -729,7 +742,7 @@ def delivered(value: Any, batch_id: str | None) -> bool:
 
     The guard writes its events in the same checkpoint write as the tools' messages: a
     batch it recorded reached the thread, even if its messages were summarized or cleared
-    since. Reads the stored value as it is (a pending batch counts too).
+    since. Reads the stored value as it is (the batch in progress counts too).
     """
     if batch_id is None or not isinstance(value, Mapping):
         return False
@@ -737,8 +750,38 @@ def delivered(value: Any, batch_id: str | None) -> bool:
     recorded = value.get("delivered")
     if isinstance(recorded, list) and batch_id in recorded:
         return True
-    pending = value.get("pending")
-    return isinstance(pending, Mapping) and pending.get("batch") == batch_id
+    return _batch_of(_log_of(value)) == batch_id
+
+
+def _log_of(value: Mapping[str, Any]) -> list[Any]:
+    """The events of the batch in progress of a stored state, read as stored (unchecked)."""
+    log = value.get("log")
+    if log is None:  # a format 2 value: `pending`
+        pending = value.get("pending")
+        log = pending.get("events") if isinstance(pending, Mapping) else None
+    return log if isinstance(log, list) else []
+
+
+def _batch_of(log: list[Any]) -> str | None:
+    if not log:
+        return None
+    first = log[0]
+    batch = first.get("b") if isinstance(first, Mapping) else None
+    return batch if isinstance(batch, str) else None
+
+
+def batch_in_progress(value: Any) -> str | None:
+    """The id of the batch whose events wait in a stored value's log, if any (read as stored).
+
+    Args:
+        value: The channel value (any format; a first write reads as what it folds into).
+
+    Returns:
+        The AIMessage id, or None.
+    """
+    if not isinstance(value, Mapping):
+        return None
+    return _batch_of(_log_of(stored_state(value)))
 
 
 def unrecorded_positions(value: Any, batch_id: str | None, size: int) -> list[int]:
@@ -748,7 +791,7 @@ def unrecorded_positions(value: Any, batch_id: str | None, size: int) -> list[in
     was answered by another piece before it reached the guard.
 
     Args:
-        value: The channel value (read as stored: a partly reported batch is pending).
+        value: The channel value (read as stored: a partly reported batch is in the log).
         batch_id: Id of the AIMessage holding the batch.
         size: Number of calls in the batch.
 
@@ -760,14 +803,9 @@ def unrecorded_positions(value: Any, batch_id: str | None, size: int) -> list[in
     if not isinstance(value, Mapping):
         return list(range(size))
     value = stored_state(value)
-    pending = value.get("pending")
-    if isinstance(pending, Mapping) and pending.get("batch") == batch_id:
-        events = pending.get("events")
-        seen = (
-            {e.get("i") for e in events if isinstance(e, Mapping)}
-            if isinstance(events, list)
-            else set()
-        )
+    log = _log_of(value)
+    if _batch_of(log) == batch_id:
+        seen = {e.get("i") for e in log if isinstance(e, Mapping)}
         return [i for i in range(size) if i not in seen]
     if value.get("last_batch") == batch_id:
         return []  # the whole batch reported and was folded
@@ -775,7 +813,7 @@ def unrecorded_positions(value: Any, batch_id: str | None, size: int) -> list[in
 
 
 def settled(value: Any) -> Mapping[str, Any]:
-    """Return a checked channel value with its pending batch folded in, for reading only.
+    """Return a checked channel value with its batch in progress folded in, for reading only.
 
     Never raises: an unreadable value gives the reset state `load_state` gives. A folded
     value is cached for the last value seen, since a step reads the same value several
@@ -791,12 +829,12 @@ def settled(value: Any) -> Mapping[str, Any]:
     if cached_state is not None and cached_value is value:
         return cached_state  # built by this function from a checked value
     trusted = _trusted(value)
-    if trusted is not None and trusted["pending"] is None:
+    if trusted is not None and not trusted["log"]:
         return trusted
     state = load_state(value)
-    if state["pending"] is None:
+    if not state["log"]:
         return state
-    _fold_pending(state, FoldSettings.decode(state["cfg"]))
+    _fold_log(state, FoldSettings.decode(state["cfg"]))
     _SETTLED_CACHE[0] = (value, state)
     return state
 
@@ -844,7 +882,7 @@ def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
 def _results_copy(value: Any) -> dict[str, Any]:
     """A private state for a preview edit (`_shown`, `_scrubbed`): `load_state(value)`.
 
-    Those edits replace entries of `results`, and `pending` and `notice` whole, and change
+    Those edits replace entries of `results`, and `log` and `notice` whole, and change
     nothing else: a value the reducer returned needs only its `results` copied (every
     step's preview write), not every map and list (`_shallow`).
     """
@@ -865,7 +903,7 @@ SHOW_OP = "show"
 
 
 def held_previews(value: Any) -> set[str]:
-    """Every result preview a channel value keeps (its result memos and pending events).
+    """Every result preview a channel value keeps (its result memos and the log's events).
 
     Args:
         value: The channel's value.
@@ -877,7 +915,7 @@ def held_previews(value: Any) -> set[str]:
 
 
 def recorded_hashes(value: Any) -> set[str]:
-    """The result digests a channel value keeps (result memos, the tail, pending events).
+    """The result digests a channel value keeps (result memos, the tail, the log's events).
 
     A ToolMessage whose text hashes to none of them is not what the guard recorded: a
     middleware changed it after the tool ran (or the guard answered it itself).
@@ -924,15 +962,13 @@ def _preview_facts(value: Any) -> _PreviewFacts:
         elif preview is None and digest is not None:
             unshown.add(digest)
     recorded.update([item[1] for item in state["tail"]])  # `TailItem.result`
-    pending = state["pending"]
-    if pending:
-        # Pending events are checked too, but read with `get` as before (absent keys).
-        for ev in pending["events"]:
-            digest, preview = ev.get("h"), ev.get("p")
-            recorded.add(digest)
-            held.add(preview)
-            if preview is None and ev.get("o") == "success":
-                unshown.add(digest)
+    # The log's events are checked too, but read with `get` as before (absent keys).
+    for ev in state["log"]:
+        digest, preview = ev.get("h"), ev.get("p")
+        recorded.add(digest)
+        held.add(preview)
+        if preview is None and ev.get("o") == "success":
+            unshown.add(digest)
     facts = (
         frozenset([p for p in held if isinstance(p, str) and p]),
         frozenset([h for h in unshown if isinstance(h, str)]),
@@ -961,7 +997,7 @@ def scrub_update(previews: Collection[str]) -> dict[str, Any]:
 
 
 def unshown_hashes(value: Any) -> set[str]:
-    """The digests of results a channel value keeps without a preview (memos, pending events).
+    """The digests of results a channel value keeps without a preview (memos, the log's events).
 
     Where the guard cannot know yet what the model will be given (in `create_agent`, a
     middleware may still change a result in its `before_model`), its events keep a digest
@@ -1005,15 +1041,13 @@ def _shown(state: dict[str, Any], previews: Any) -> dict[str, Any]:
         # checked. A memo without a call id stays four entries.
         if memo[3] is None and memo[0] in previews:
             results[key] = [memo[0], memo[1], memo[2], previews[memo[0]], *memo[4:]]
-    pending = state["pending"]
-    if pending:
-        events = [
+    if state["log"]:
+        state["log"] = [
             {**ev, "p": previews[ev["h"]]}
             if ev.get("p") is None and ev.get("o") == "success" and ev.get("h") in previews
             else ev
-            for ev in pending["events"]
+            for ev in state["log"]
         ]
-        state["pending"] = {**pending, "events": events}
     return state
 
 
@@ -1026,10 +1060,8 @@ def _scrubbed(state: dict[str, Any], previews: Any) -> dict[str, Any]:
     for key, memo in results.items():
         if memo[3] in drop:
             results[key] = [memo[0], memo[1], memo[2], None, *memo[4:]]
-    pending = state["pending"]
-    if pending:
-        events = [{**ev, "p": None} if ev.get("p") in drop else ev for ev in pending["events"]]
-        state["pending"] = {**pending, "events": events}
+    if state["log"]:
+        state["log"] = [{**ev, "p": None} if ev.get("p") in drop else ev for ev in state["log"]]
     return state
 
 
@@ -1065,7 +1097,8 @@ def _merged(
         as_update = _seed_update(update)
         if as_update is not None:  # the guard's first write, onto a value another wrote
             update, own = as_update, None
-    if isinstance(update, Mapping) and "v" in update:
+    edited = _first_write(update) and not update.keys() <= _WRITE_KEYS
+    if isinstance(update, Mapping) and ("v" in update or edited):
         # A whole state (update_state in Studio, a checkpoint of an older version):
         # taken as it is when readable (an older format migrated), otherwise reported
         # and reset.
@@ -1088,15 +1121,13 @@ SEED_KEY = "seed"
 """Field of a first write (`seed_write`) holding the events it folded."""
 
 
-def seed_write(cfg: dict[str, Any], events: list[Event]) -> dict[str, Any]:
-    """The guard's write to a channel that holds nothing yet: a whole state, also an update.
+def seed_write(cfg: dict[str, Any], events: list[Event]) -> StateUpdate:
+    """The guard's write to a channel that holds nothing yet: `own_update`, kept one release.
 
     LangGraph stores the first value written to an empty channel as it is, without the
-    reducer, so a plain update would be what Studio and `get_state` show. A seed is the
-    state those events fold into (what is stored), plus the events themselves under
-    `SEED_KEY`: when another task's write got to the channel first in the same step, the
-    reducer folds the seed's events onto it instead. A copy edited since (in Studio) is no
-    longer the fold of its events and is read as the whole state it is.
+    reducer; a write stored so reads as the state its events fold into (`load_state`), so
+    the first write needs no form of its own. Earlier releases wrote a whole state with the
+    events under `SEED_KEY`; such a value is still read (`_seed_update`).
 
     Args:
         cfg: Fold settings.
@@ -1105,9 +1136,7 @@ def seed_write(cfg: dict[str, Any], events: list[Event]) -> dict[str, Any]:
     Returns:
         The value to write.
     """
-    seed = dict(merge_guard_state(None, own_update(cfg, events)))
-    seed[SEED_KEY] = list(events)
-    return seed
+    return own_update(cfg, events)
 
 
 def _seed_update(seed: Mapping[str, Any]) -> StateUpdate | None:

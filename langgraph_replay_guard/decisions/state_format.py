@@ -30,10 +30,10 @@ __all__ = [
     "trim_map",
 ]
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """Version of the channel format the guard writes (`"v"`)."""
 
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2, 3)
 """Versions a stored value may be in: an older one is migrated (`migrate`), not reset."""
 
 V1_RENAMED = {"window": "recent_calls", "counts": "counters", "stats": "totals"}
@@ -50,20 +50,6 @@ _MAX_WINDOW = 10_000
 _MAX_CYCLE_PERIOD = 32
 
 _OUTCOMES = frozenset({"success", "failure", "timeout", "denied", "answered"})
-_EVENT_KEYS = frozenset({"b", "i", "t", "k", "n", "a", "c", "v", "s", "o", "h", "p", "r", "x"})
-_ALL_EVENT_KEYS = _EVENT_KEYS | {"m", "f", "d", "g"}  # `m`, `f`, `d` and `g` are optional
-_CYCLE_KEYS = frozenset({"keys", "tools", "pos", "strikes"})
-_REMINDER_KEYS = frozenset({"reason", "tool", "args", "count", "batch"})
-_STOP_KEYS = frozenset({"reason", "tool", "count", "args"})
-_TOTALS_KEYS = frozenset({"calls", "blocked", "aborts"})
-_PENDING_KEYS = frozenset({"batch", "events"})
-_RESET_KEYS = frozenset({"reason", "at"})
-_CFG_CHOICES: dict[str, frozenset[str]] = {
-    "scope": frozenset({"turn", "thread"}),
-    "rr": frozenset({"progress", "turn"}),
-}
-_CFG_FLAGS = frozenset({"rd", "cy", "rm"})
-_CFG_NUMBERS = {"w": (1, _MAX_WINDOW), "cp": (2, _MAX_CYCLE_PERIOD)}
 _SEQUENCES = (list, tuple)  # a tuple never comes from JSON, but reads the same
 _SHOWN_CHARS = 40
 _ABSENT = object()
@@ -339,30 +325,6 @@ def _fail(path: str, expected: str, got: Any) -> NoReturn:
     raise InvalidStateError(path, expected, got)
 
 
-def _optional_text(value: Any, path: str) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    _fail(path, "a string or null", value)
-
-
-def _natural(value: Any, path: str) -> int:
-    # `type(...) is int` also refuses booleans, which JSON keeps apart from numbers.
-    if type(value) is int and value >= 0:
-        return value
-    _fail(path, "a whole number >= 0", value)
-
-
-def _object(
-    value: Any, keys: frozenset[str], path: str, texts: tuple[str, ...] = ()
-) -> dict[str, Any]:
-    """An object with exactly `keys`, of which `texts` are strings or null."""
-    if type(value) is not dict or value.keys() != keys:
-        _fail(path, f"an object with exactly the keys {', '.join(sorted(keys))}", value)
-    for key in texts:
-        _optional_text(value[key], f"{path}.{key}")
-    return value
-
-
 def trim_map(mapping: dict[str, Any], cap: int) -> dict[str, Any]:
     """The last `cap` entries of a map (the most recently used), in order.
 
@@ -383,10 +345,308 @@ def trim_map(mapping: dict[str, Any], cap: int) -> dict[str, Any]:
     return dict(kept)
 
 
-def _tail_list(value: Any, cap: int, path: str) -> list[Any]:
-    if type(value) is not list:
-        _fail(path, "a list", value)
-    return value[-cap:] if len(value) > cap else list(value)
+# -- the schema: one table of what each stored field is, checked by one function (`_check`) ---
+#
+# A spec is a tuple whose first item is its kind. Leaves test one value; containers name their
+# entries' spec and their cap (a number, or the name of a bound `decode_fields` is given: the
+# window and the cycle length are settings). Adding a field is one row in a table below.
+
+Spec = tuple[Any, ...]
+"""`(kind, ok, test, ...)`: `test(x)` is the spec's test as a Python expression over the
+expression `x`, and `ok` that expression compiled (nested entries included, no trimming):
+one compiled test per field, as fast as a hand-written one. The rest says what to report
+when it fails, and for containers their entries and cap."""
+
+_NAMES: dict[str, Any] = {"SEQ": _SEQUENCES}
+"""The constants the compiled tests name (choice sets, key sets)."""
+
+
+def _named(value: Any) -> str:
+    name = f"C{len(_NAMES)}"
+    _NAMES[name] = value
+    return name
+
+
+def _compiled(test: Callable[[str], str]) -> Callable[[Any], bool]:
+    # The source is built only from this module's own tables, never from stored data.
+    ok: Callable[[Any], bool] = eval(f"lambda v: {test('v')}", _NAMES)
+    return ok
+
+
+def _leaf(test: Callable[[str], str], expected: str) -> Spec:
+    return ("leaf", _compiled(test), test, expected)
+
+
+TEXT = _leaf(lambda x: f"isinstance({x}, str)", "a string")
+OPT_TEXT = _leaf(lambda x: f"({x} is None or isinstance({x}, str))", "a string or null")
+FLAG = _leaf(lambda x: f"type({x}) is bool", "true or false")
+# `type(...) is int` also refuses booleans, which JSON keeps apart from numbers.
+INT = _leaf(lambda x: f"type({x}) is int", "a whole number")
+NAT = _leaf(lambda x: f"(type({x}) is int and {x} >= 0)", "a whole number >= 0")
+POSITIVE = _leaf(lambda x: f"(type({x}) is int and {x} >= 1)", "a whole number >= 1")
+TRUE = _leaf(lambda x: f"{x} is True", "true")
+
+
+def _choice(values: frozenset[str]) -> Spec:
+    name = _named(values)
+    return _leaf(lambda x: f"(isinstance({x}, str) and {x} in {name})", " or ".join(sorted(values)))
+
+
+def _range(low: int, high: int) -> Spec:
+    return _leaf(
+        lambda x: f"(type({x}) is int and {low} <= {x} <= {high})",
+        f"a whole number from {low} to {high}",
+    )
+
+
+def _row(shape: str, *fields: Spec, optional: int = 0) -> Spec:
+    """A fixed-length list of leaves (`optional` trailing ones may be absent)."""
+    most, least = len(fields), len(fields) - optional
+
+    def test(x: str) -> str:
+        parts = [f"type({x}) in SEQ", f"{least} <= len({x}) <= {most}"]
+        for index, field in enumerate(fields):
+            item = field[2](f"{x}[{index}]")
+            parts.append(item if index < least else f"(len({x}) <= {index} or {item})")
+        return f"({' and '.join(parts)})"
+
+    return ("row", _compiled(test), test, shape)
+
+
+def _object(fields: Mapping[str, Spec], *, optional: Iterable[str] = (), what: str = "") -> Spec:
+    """An object with exactly these keys (the `optional` ones may be absent)."""
+    keys = frozenset(fields)
+    required = keys - frozenset(optional)
+    required_name, keys_name = _named(required), _named(keys)
+
+    def test(x: str) -> str:
+        parts = [f"type({x}) is dict", f"{required_name} <= {x}.keys() <= {keys_name}"]
+        for key, field in fields.items():
+            item = field[2](f"{x}[{key!r}]")
+            parts.append(item if key in required else f"({key!r} not in {x} or {item})")
+        return f"({' and '.join(parts)})"
+
+    shown = what or f"an object with exactly the keys {', '.join(sorted(keys))}"
+    return ("object", _compiled(test), test, dict(fields), required, keys, shown)
+
+
+def _nullable(spec: Spec) -> Spec:
+    def test(x: str) -> str:
+        return f"({x} is None or {spec[2](x)})"
+
+    return ("null", _compiled(test), test, spec)
+
+
+def _list(item: Spec, cap: int | str | None = None, what: str = "a list") -> Spec:
+    """A list; above `cap`, its last entries are kept (only those are checked)."""
+    name = _named(item[1])
+
+    def test(x: str) -> str:
+        return f"(type({x}) in SEQ and all(map({name}, {x})))"
+
+    return ("list", _compiled(test), test, item, cap, what)
+
+
+def _map(value: Spec, cap: int | str, what: str = "an object", *, first: bool = False) -> Spec:
+    """A map of strings to entries; above `cap`, its most recent entries (`first`: oldest)."""
+
+    def test(x: str) -> str:
+        return (
+            f"(type({x}) is dict and all([isinstance(k, str) and {value[2]('e')} "
+            f"for k, e in {x}.items()]))"
+        )
+
+    return ("map", _compiled(test), test, value, cap, what, first)
+
+
+def _check(value: Any, spec: Spec, path: str, bounds: Mapping[str, int]) -> Any:
+    """`value` checked against `spec`: the copy to keep, or `InvalidStateError` at `path`.
+
+    Lists and maps come back as new containers holding the same entries (trimmed to their
+    cap); objects and rows come back as they are (nothing mutates an entry in place). The
+    compiled test runs first; only a value that fails it is walked again to say where.
+    """
+    kind = spec[0]
+    if kind == "null":
+        return None if value is None else _check(value, spec[3], path, bounds)
+    if kind == "list":
+        item, cap, what = spec[3:]
+        if type(value) not in _SEQUENCES:
+            _fail(path, what, value)
+        if cap is not None:
+            cap = bounds[cap] if isinstance(cap, str) else cap
+            value = value[-cap:] if len(value) > cap else value
+        if not all(map(item[1], value)):
+            for index, entry in enumerate(value):
+                _check(entry, item, f"{path}[{index}]", bounds)
+        return list(value)
+    if kind == "map":
+        item, cap, what, first = spec[3:]
+        if type(value) is not dict:
+            _fail(path, what, value)
+        cap = bounds[cap] if isinstance(cap, str) else cap
+        kept = dict(list(value.items())[:cap]) if first else trim_map(value, cap)
+        if not spec[1](kept):
+            for key, entry in kept.items():  # `!r`: `counters['k']`
+                if not isinstance(key, str):
+                    _fail(f"{path}[{key!r}]", "an entry under a string key", key)
+                _check(entry, item, f"{path}[{key!r}]", bounds)
+        return kept
+    if spec[1](value):
+        return value
+    # Say what is wrong (the value failed its test).
+    if kind == "object":
+        fields, required, keys, shown = spec[3:]
+        if type(value) is not dict or not required <= value.keys() <= keys:
+            _fail(path, shown, value)
+        for key, entry in value.items():
+            _check(entry, fields[key], f"{path}.{key}", bounds)
+    _fail(path, spec[3], value)  # a leaf or a row: what it should be
+
+
+EVENT = _object(
+    {
+        "b": OPT_TEXT,  # batch: the AIMessage id
+        "i": NAT,  # position in the batch
+        "t": OPT_TEXT,  # turn
+        "k": TEXT,  # call key
+        "n": TEXT,  # tool name
+        "a": TEXT,  # argument summary
+        "c": TEXT,  # replay class
+        "v": FLAG,  # volatile
+        "s": FLAG,  # short-circuits
+        "o": _choice(_OUTCOMES),
+        "h": OPT_TEXT,  # result digest
+        "p": OPT_TEXT,  # preview
+        "r": OPT_TEXT,  # reason
+        "x": FLAG,  # abort
+        "m": NAT,  # batch size
+        "f": _row("[failure signature, limit >= 1]", TEXT, POSITIVE),
+        "d": TEXT,  # tool_call_id of a call that ran changed
+        "g": TRUE,
+    },
+    optional=("m", "f", "d", "g"),
+    what="a recorded call (keys b i t k n a c v s o h p r x, optional m f d g)",
+)
+"""An `Event` (named by `CallEvent`)."""
+
+EVENTS = _list(EVENT, what="a list of recorded calls")
+
+CFG = _object(
+    {
+        "w": _range(1, _MAX_WINDOW),
+        "cp": _range(2, _MAX_CYCLE_PERIOD),
+        "scope": _choice(frozenset({"turn", "thread"})),
+        "rr": _choice(frozenset({"progress", "turn"})),
+        "rd": FLAG,
+        "cy": FLAG,
+        "rm": FLAG,
+    },
+    optional=("w", "cp", "scope", "rr", "rd", "cy", "rm"),
+    what="an object of guard settings (w cp scope rr rd cy rm)",
+)
+"""The fold settings (`FoldSettings`); any may be absent (then its default)."""
+
+_LOOP_NOTE = {"reason": TEXT, "tool": TEXT, "args": TEXT, "count": NAT}
+
+MAX_UNKNOWN_MARKS = 32
+"""Most marks a thread state of an earlier release held (the callback handler now keeps each
+mark in a store item of its own, uncapped, and only reads and clears these)."""
+
+MAX_SHADOW_REASONS = 16
+"""Most reasons `shadow` counts (the engine has fewer; a hostile value cannot grow it)."""
+
+FIELDS: dict[str, tuple[Spec, Any]] = {
+    # name: (spec, the value when absent: fields an earlier release lacked, or None)
+    "turn": (OPT_TEXT, None),
+    "epoch": (NAT, _ABSENT),
+    "calls": (NAT, _ABSENT),
+    "recent_calls": (
+        _list(_row("[key, tool, outcome, epoch]", TEXT, TEXT, TEXT, INT), "window"),
+        _ABSENT,
+    ),
+    "counters": (_map(_row("[count, tool]", INT, TEXT), "keys"), _ABSENT),
+    # A fifth entry, the tool_call_id of a call that ran changed (`ResultMemo.call_id`), is
+    # optional: absent in values of earlier releases and for calls that ran as asked.
+    "results": (
+        _map(
+            _row(
+                "[result hash, epoch, same in a row, preview(, call id)]",
+                OPT_TEXT,
+                INT,
+                INT,
+                OPT_TEXT,
+                OPT_TEXT,
+                optional=1,
+            ),
+            "results",
+        ),
+        _ABSENT,
+    ),
+    "tail": (_list(_row("[key, result hash, tool]", TEXT, TEXT, TEXT), "tail"), _ABSENT),
+    "cycle": (
+        _nullable(
+            _object(
+                {
+                    "keys": _list(TEXT, what="a list of call keys"),
+                    "tools": _list(TEXT, what="a list of tool names"),
+                    "pos": NAT,
+                    "strikes": NAT,
+                }
+            )
+        ),
+        None,
+    ),
+    "failures": (
+        _map(_row("[failure signature, same in a row]", TEXT, POSITIVE), "failures"),
+        {},
+    ),
+    "reminder": (_nullable(_object({**_LOOP_NOTE, "batch": OPT_TEXT})), None),
+    "stop": (_nullable(_object(_LOOP_NOTE)), None),
+    "blocked": (_list(_row("[tool, reason, count]", TEXT, TEXT, INT), "blocked"), _ABSENT),
+    "totals": (_object({"calls": NAT, "blocked": NAT, "aborts": NAT}), _ABSENT),
+    # The events of the batch in progress (one per position), folded once it is complete.
+    "log": (EVENTS, []),
+    "last_batch": (OPT_TEXT, None),
+    "notice": (OPT_TEXT, None),
+    "reset": (_nullable(_object({"reason": OPT_TEXT, "at": OPT_TEXT})), None),
+    "unknown": (
+        _nullable(
+            _list(
+                _object({"k": TEXT, "n": TEXT, "a": TEXT, "e": TEXT}),
+                MAX_UNKNOWN_MARKS,
+                "a list of unknown-outcome marks",
+            )
+        ),
+        None,
+    ),
+    "delivered": (_list(TEXT, "delivered", "a list of AIMessage ids"), []),
+    "shadow": (
+        _map(
+            _row("[blocked, stopped], whole numbers >= 0", NAT, NAT),
+            MAX_SHADOW_REASONS,
+            "an object of reason -> [blocked, stopped]",
+            first=True,
+        ),
+        {},
+    ),
+    "background": (FLAG, False),
+}
+"""Every field of a stored guard state (format 2), in the order they are checked."""
+
+
+def _cross_checks(state: dict[str, Any]) -> None:
+    """The rules one field's spec cannot say (they relate two fields or bound a length)."""
+    cycle = state["cycle"]
+    if cycle is not None:
+        keys, tools = cycle["keys"], cycle["tools"]
+        if not 2 <= len(keys) <= _MAX_CYCLE_PERIOD:
+            _fail("cycle.keys", f"a list of 2 to {_MAX_CYCLE_PERIOD} call keys", keys)
+        if len(tools) != len(keys):
+            _fail("cycle.tools", "a list of tool names as long as cycle.keys", tools)
+        if cycle["pos"] >= len(keys):
+            _fail("cycle.pos", f"a position in cycle.keys (below {len(keys)})", cycle["pos"])
+    state["totals"] = dict(state["totals"])  # the fold counts in it: a copy
 
 
 def decode_cfg(value: Any, path: str = "cfg") -> dict[str, Any]:
@@ -402,22 +662,10 @@ def decode_cfg(value: Any, path: str = "cfg") -> dict[str, Any]:
     Raises:
         InvalidStateError: A setting is unknown or out of its range.
     """
-    if type(value) is not dict:
-        _fail(path, "an object", value)
-    for key, item in value.items():
-        if key in _CFG_FLAGS:
-            if type(item) is not bool:
-                _fail(f"{path}.{key}", "true or false", item)
-        elif key in _CFG_NUMBERS:
-            low, high = _CFG_NUMBERS[key]
-            if type(item) is not int or not low <= item <= high:
-                _fail(f"{path}.{key}", f"a whole number from {low} to {high}", item)
-        elif key in _CFG_CHOICES:
-            if not isinstance(item, str) or item not in _CFG_CHOICES[key]:
-                _fail(f"{path}.{key}", " or ".join(sorted(_CFG_CHOICES[key])), item)
-        else:
-            _fail(f"{path}.{key}", "absent (not a guard setting)", item)
-    return dict(value)
+    if type(value) is dict and not value.keys() <= CFG[5]:
+        extra = sorted(value.keys() - CFG[5], key=str)[0]
+        _fail(f"{path}.{extra}", "absent (not a guard setting)", value[extra])
+    return dict(_check(value, CFG, path, {}))
 
 
 def decode_events(value: Any, path: str) -> list[Any]:
@@ -433,305 +681,11 @@ def decode_events(value: Any, path: str) -> list[Any]:
     Raises:
         InvalidStateError: The list or one of its events is malformed.
     """
-    if type(value) not in _SEQUENCES:
-        _fail(path, "a list of recorded calls", value)
-    for index, event in enumerate(value):
-        if not _event_ok(event):
-            _event_problem(event, f"{path}[{index}]")
-    return list(value)
+    events: list[Any] = _check(value, EVENTS, path, {})
+    return events
 
 
 _EVENT_FIELDS = itemgetter("b", "i", "t", "k", "n", "a", "c", "v", "s", "o", "h", "p", "r", "x")
-
-
-def _event_ok(event: Any) -> bool:
-    """Whether an event is well formed (the fast check; `_event_problem` says what is not)."""
-    if type(event) is not dict:
-        return False
-    keys = event.keys()
-    if keys != _EVENT_KEYS and not (_EVENT_KEYS < keys <= _ALL_EVENT_KEYS):
-        return False
-    b, i, t, k, n, a, c, v, s, o, h, p, r, x = _EVENT_FIELDS(event)
-    size = event.get("m", _ABSENT)
-    failure = event.get("f", _ABSENT)
-    call_id = event.get("d", _ABSENT)
-    background = event.get("g", _ABSENT)
-    return (
-        type(i) is int
-        and i >= 0
-        and isinstance(o, str)
-        and o in _OUTCOMES
-        and (size is _ABSENT or (type(size) is int and size >= 0))
-        and (failure is _ABSENT or _failure_ok(failure))
-        and (call_id is _ABSENT or isinstance(call_id, str))
-        and (background is _ABSENT or background is True)
-        and isinstance(k, str)
-        and isinstance(n, str)
-        and isinstance(a, str)
-        and isinstance(c, str)
-        and type(v) is bool
-        and type(s) is bool
-        and type(x) is bool
-        and (b is None or isinstance(b, str))
-        and (t is None or isinstance(t, str))
-        and (h is None or isinstance(h, str))
-        and (p is None or isinstance(p, str))
-        and (r is None or isinstance(r, str))
-    )
-
-
-def _failure_ok(failure: Any) -> bool:
-    """`f`: `[signature, limit]`, a string and a whole number >= 1."""
-    return (
-        type(failure) is list
-        and len(failure) == 2
-        and isinstance(failure[0], str)
-        and type(failure[1]) is int
-        and failure[1] >= 1
-    )
-
-
-def _event_problem(event: Any, path: str) -> NoReturn:
-    if type(event) is not dict or not (_EVENT_KEYS <= event.keys() <= _ALL_EVENT_KEYS):
-        _fail(path, "a recorded call (keys b i t k n a c v s o h p r x, optional m f d g)", event)
-    for key in ("k", "n", "a", "c"):
-        if not isinstance(event[key], str):
-            _fail(f"{path}.{key}", "a string", event[key])
-    for key in ("b", "t", "h", "p", "r"):
-        _optional_text(event[key], f"{path}.{key}")
-    for key in ("v", "s", "x"):
-        if type(event[key]) is not bool:
-            _fail(f"{path}.{key}", "true or false", event[key])
-    _natural(event["i"], f"{path}.i")
-    if not isinstance(event["o"], str) or event["o"] not in _OUTCOMES:
-        _fail(f"{path}.o", "success, failure, timeout or denied", event["o"])
-    if "f" in event and not _failure_ok(event["f"]):
-        _fail(f"{path}.f", "[failure signature, limit >= 1]", event["f"])
-    if "d" in event and not isinstance(event["d"], str):
-        _fail(f"{path}.d", "a tool_call_id (a string)", event["d"])
-    if "g" in event and event["g"] is not True:
-        _fail(f"{path}.g", "true (a call that starts background work), or absent", event["g"])
-    _fail(f"{path}.m", "the batch size (a whole number >= 0)", event.get("m"))
-
-
-# The entry checks below are a fast loop that stops at the first bad entry, then says what
-# is wrong with it (every value is checked on each load, so the common, valid case must stay
-# cheap: one call of the entry's test per entry).
-
-
-@dataclass(frozen=True, slots=True)
-class _Entries:
-    """A list or map field whose entries are fixed-length lists of typed fields."""
-
-    name: str
-    shape: str  # what an entry is, for the error message
-    arity: int
-    ok: Callable[..., bool]  # (the entry's key or position, *its fields) -> well formed
-    optional: int = 0  # trailing fields an entry may lack (absent in earlier releases)
-
-
-def _check_entries(entries: _Entries, items: Iterable[tuple[Any, Any]]) -> None:
-    name, shape, arity, ok = entries.name, entries.shape, entries.arity, entries.ok
-    least = arity - entries.optional
-    for where, entry in items:
-        if not (type(entry) in _SEQUENCES and least <= len(entry) <= arity and ok(where, *entry)):
-            # `!r` of a list position is the number itself: `tail[3]`, `counters['k']`.
-            _fail(f"{name}[{where!r}]", shape, entry)
-
-
-def _entry_list(value: Any, cap: int, entries: _Entries) -> list[Any]:
-    """A list field: its last `cap` entries, checked."""
-    kept = _tail_list(value, cap, entries.name)
-    _check_entries(entries, enumerate(kept))
-    return kept
-
-
-def _entry_map(value: Any, cap: int, entries: _Entries) -> dict[str, Any]:
-    """A map field: its `cap` most recent entries, checked."""
-    if type(value) is not dict:
-        _fail(entries.name, "an object", value)
-    kept = trim_map(value, cap)
-    _check_entries(entries, kept.items())
-    return kept
-
-
-# Each entry test takes the entry's key (a map's) or position (a list's), then its fields.
-
-
-def _recent_call_ok(_: int, key: Any, tool: Any, outcome: Any, epoch: Any) -> bool:
-    return (
-        isinstance(key, str)
-        and isinstance(tool, str)
-        and isinstance(outcome, str)
-        and (type(epoch) is int)
-    )
-
-
-def _counter_ok(key: Any, count: Any, tool: Any) -> bool:
-    return type(count) is int and isinstance(tool, str) and isinstance(key, str)
-
-
-def _result_ok(
-    key: Any, digest: Any, epoch: Any, in_a_row: Any, preview: Any, call_id: Any = None
-) -> bool:
-    return (
-        type(epoch) is int
-        and type(in_a_row) is int
-        and (digest is None or isinstance(digest, str))
-        and (preview is None or isinstance(preview, str))
-        and isinstance(key, str)
-        and (call_id is None or isinstance(call_id, str))
-    )
-
-
-def _tail_item_ok(_: int, key: Any, digest: Any, tool: Any) -> bool:
-    return isinstance(key, str) and isinstance(digest, str) and isinstance(tool, str)
-
-
-def _blocked_call_ok(_: int, tool: Any, reason: Any, count: Any) -> bool:
-    return isinstance(tool, str) and isinstance(reason, str) and type(count) is int
-
-
-def _failure_streak_ok(_: Any, signature: Any, in_a_row: Any) -> bool:
-    return isinstance(signature, str) and type(in_a_row) is int and in_a_row >= 1
-
-
-_RECENT_CALLS = _Entries("recent_calls", "[key, tool, outcome, epoch]", 4, _recent_call_ok)
-_COUNTERS = _Entries("counters", "[count, tool]", 2, _counter_ok)
-# A fifth entry, the tool_call_id of a call that ran changed (`ResultMemo.call_id`), is
-# optional: absent in values of earlier releases and for calls that ran as asked.
-_RESULTS = _Entries(
-    "results", "[result hash, epoch, same in a row, preview(, call id)]", 5, _result_ok, 1
-)
-_TAIL = _Entries("tail", "[key, result hash, tool]", 3, _tail_item_ok)
-_BLOCKED = _Entries("blocked", "[tool, reason, count]", 3, _blocked_call_ok)
-# tool -> `[signature, in_a_row]`; absent in values of earlier releases.
-_FAILURES = _Entries("failures", "[failure signature, same in a row]", 2, _failure_streak_ok)
-
-
-def _cycle(value: Any) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    cycle = _object(value, _CYCLE_KEYS, "cycle")
-    keys, tools = cycle["keys"], cycle["tools"]
-    if type(keys) is not list or not 2 <= len(keys) <= _MAX_CYCLE_PERIOD:
-        _fail("cycle.keys", f"a list of 2 to {_MAX_CYCLE_PERIOD} call keys", keys)
-    if type(tools) is not list or len(tools) != len(keys):
-        _fail("cycle.tools", "a list of tool names as long as cycle.keys", tools)
-    for index, (key, tool) in enumerate(zip(keys, tools, strict=True)):
-        if not isinstance(key, str):
-            _fail(f"cycle.keys[{index}]", "a string", key)
-        if not isinstance(tool, str):
-            _fail(f"cycle.tools[{index}]", "a string", tool)
-    pos = _natural(cycle["pos"], "cycle.pos")
-    if pos >= len(keys):
-        _fail("cycle.pos", f"a position in cycle.keys (below {len(keys)})", pos)
-    _natural(cycle["strikes"], "cycle.strikes")
-    return cycle
-
-
-def _loop_note(value: Any, keys: frozenset[str], path: str) -> dict[str, Any]:
-    """A reminder or a stop: `reason`, `tool` and `args` strings and a `count`."""
-    note = _object(value, keys, path)
-    for key in ("reason", "tool", "args"):
-        if not isinstance(note[key], str):
-            _fail(f"{path}.{key}", "a string", note[key])
-    _natural(note["count"], f"{path}.count")
-    return note
-
-
-def _reminder(value: Any) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    reminder = _loop_note(value, _REMINDER_KEYS, "reminder")
-    _optional_text(reminder["batch"], "reminder.batch")
-    return reminder
-
-
-def _stop(value: Any) -> dict[str, Any] | None:
-    return None if value is None else _loop_note(value, _STOP_KEYS, "stop")
-
-
-def _totals(value: Any) -> dict[str, Any]:
-    totals = _object(value, _TOTALS_KEYS, "totals")
-    for key, count in totals.items():
-        if type(count) is not int or count < 0:
-            _fail(f"totals.{key}", "a whole number >= 0", count)
-    return dict(totals)  # the fold counts in it: a copy
-
-
-def _pending(value: Any) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    pending = _object(value, _PENDING_KEYS, "pending", texts=("batch",))
-    events = pending["events"]
-    if type(events) is not list or not events:
-        _fail("pending.events", "a non-empty list of recorded calls", events)
-    for index, event in enumerate(events):
-        if not _event_ok(event):
-            _event_problem(event, f"pending.events[{index}]")
-    return pending
-
-
-def _reset_info(value: Any) -> dict[str, Any] | None:
-    return None if value is None else _object(value, _RESET_KEYS, "reset", ("reason", "at"))
-
-
-_MARK_KEYS = frozenset({"k", "n", "a", "e"})
-MAX_UNKNOWN_MARKS = 32
-"""Most marks a thread state of an earlier release held (the callback handler now keeps each
-mark in a store item of its own, uncapped, and only reads and clears these)."""
-
-
-def _unknown_marks(value: Any) -> list[dict[str, Any]] | None:
-    """The callback handler's unknown-outcome marks: `{"k", "n", "a", "e"}` strings each."""
-    if value is None:
-        return None
-    if type(value) is not list:
-        _fail("unknown", "a list of unknown-outcome marks", value)
-    marks = value[-MAX_UNKNOWN_MARKS:]
-    for index, mark in enumerate(marks):
-        _object(mark, _MARK_KEYS, f"unknown[{index}]")
-        for key in sorted(_MARK_KEYS):
-            if type(mark[key]) is not str:
-                _fail(f"unknown[{index}].{key}", "a string", mark[key])
-    return list(marks)
-
-
-def _delivered(value: Any, cap: int) -> list[str]:
-    """`delivered`: AIMessage ids (strings); absent in values of earlier releases."""
-    if value is None:
-        return []
-    if type(value) is not list:
-        _fail("delivered", "a list of AIMessage ids", value)
-    kept = value[-cap:]
-    for index, item in enumerate(kept):
-        if type(item) is not str:
-            _fail(f"delivered[{index}]", "a string", item)
-    return list(kept)
-
-
-MAX_SHADOW_REASONS = 16
-"""Most reasons `shadow` counts (the engine has fewer; a hostile value cannot grow it)."""
-
-
-def _shadow(value: Any) -> dict[str, list[int]]:
-    """`shadow`: reason -> [calls enforcing would have blocked, runs it would have stopped].
-
-    Absent in values of earlier releases and of guards that never ran in shadow mode.
-    """
-    if value is None:
-        return {}
-    if type(value) is not dict:
-        _fail("shadow", "an object of reason -> [blocked, stopped]", value)
-    for reason, counts in list(value.items())[:MAX_SHADOW_REASONS]:
-        if (
-            type(counts) is not list
-            or len(counts) != 2
-            or any(type(n) is not int or n < 0 for n in counts)
-        ):
-            _fail(f"shadow.{reason}", "[blocked, stopped], whole numbers >= 0", counts)
-    return {reason: list(counts) for reason, counts in list(value.items())[:MAX_SHADOW_REASONS]}
 
 
 def migrate(value: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -739,31 +693,31 @@ def migrate(value: Mapping[str, Any]) -> Mapping[str, Any]:
 
     Version 1 (written by earlier releases) stored the dedup window as `window`, the repeat
     counters as `counts` and the thread totals as `stats`; version 2 names them as
-    `GuardView` does (`recent_calls`, `counters`, `totals`), with the same contents. A
-    thread checkpointed by an older release so resumes with its counters. The result is
-    not checked: `decode_fields` checks it like any current value.
+    `GuardView` does (`recent_calls`, `counters`, `totals`), with the same contents, and
+    kept the batch in progress as `pending` (`{"batch", "events"}`), which version 3 keeps
+    as `log` (its events). A thread checkpointed by an older release so resumes with its
+    counters. The result is not checked: `decode_fields` checks it like any current value.
 
     Args:
         value: A channel value whose `v` is one of `READABLE_VERSIONS`.
 
     Returns:
-        `value` itself when it is current, else a renamed copy (entries shared).
+        `value` itself when it is current, else a migrated copy (entries shared).
     """
-    if value.get("v") != 1:
+    version = value.get("v")
+    if version == FORMAT_VERSION:
         return value
-    renamed = set(V1_RENAMED.values())
-    migrated = {V1_RENAMED.get(k, k): item for k, item in value.items() if k not in renamed}
+    migrated = dict(value)
+    if version == 1:
+        renamed = set(V1_RENAMED.values())
+        migrated = {V1_RENAMED.get(k, k): item for k, item in value.items() if k not in renamed}
+    pending = migrated.pop("pending", None)
+    if pending is not None:
+        # A malformed `pending` is kept under `log`, where the check names it.
+        events = pending.get("events") if type(pending) is dict else None
+        migrated["log"] = events if type(events) is list and events else pending
     migrated["v"] = FORMAT_VERSION
     return migrated
-
-
-def _flag(value: Any, path: str) -> bool:
-    """A true/false field a value of an earlier release may lack (then false)."""
-    if value is None:
-        return False
-    if type(value) is not bool:
-        _fail(path, "true or false", value)
-    return value
 
 
 def decode_fields(
@@ -777,13 +731,11 @@ def decode_fields(
 ) -> dict[str, Any]:
     """Check every field of a channel value in the current format and return its copy.
 
-    The copy holds new top-level lists and maps (the fold appends to them) but shares the
-    entries, which nothing mutates. Maps and lists above their cap keep their most recent
-    entries (the fold would evict the others next); only kept entries are checked. Fields a
-    value of an earlier release may lack (`turn`, `cycle`, `reminder`, `stop`, `pending`,
-    `last_batch`, `notice`, `reset`, `unknown`) are null when absent (`failures`, the
-    same-failure streaks, and `delivered`: empty); unknown fields are dropped. `unknown`
-    holds the callback handler's unknown-outcome marks.
+    One pass over `FIELDS`. The copy holds new top-level lists and maps (the fold appends
+    to them) but shares the entries, which nothing mutates. Maps and lists above their cap
+    keep their most recent entries (the fold would evict the others next); only kept
+    entries are checked. A field a value of an earlier release may lack takes its value
+    for absence (`FIELDS`); unknown fields are dropped.
 
     Args:
         value: A mapping in the current format version (see `migrate`).
@@ -800,33 +752,23 @@ def decode_fields(
         InvalidStateError: The first malformed field or entry.
     """
     cfg = decode_cfg(value.get("cfg"))
-    period = cfg.get("cp", DEFAULT_CYCLE_PERIOD)
-    get = value.get
-    failures = get("failures")  # absent in values of earlier releases
-    return {
-        "v": FORMAT_VERSION,
-        "turn": _optional_text(get("turn"), "turn"),
-        "epoch": _natural(get("epoch"), "epoch"),
-        "calls": _natural(get("calls"), "calls"),
-        "recent_calls": _entry_list(
-            get("recent_calls"), cfg.get("w", DEFAULT_WINDOW), _RECENT_CALLS
-        ),
-        "counters": _entry_map(get("counters"), max_keys, _COUNTERS),
-        "results": _entry_map(get("results"), max_results, _RESULTS),
-        "tail": _entry_list(get("tail"), 2 * period, _TAIL),
-        "cycle": _cycle(get("cycle")),
-        "failures": {} if failures is None else _entry_map(failures, max_failures, _FAILURES),
-        "reminder": _reminder(get("reminder")),
-        "stop": _stop(get("stop")),
-        "blocked": _entry_list(get("blocked"), max_blocked, _BLOCKED),
-        "totals": _totals(get("totals")),
-        "pending": _pending(get("pending")),
-        "last_batch": _optional_text(get("last_batch"), "last_batch"),
-        "cfg": cfg,
-        "notice": _optional_text(get("notice"), "notice"),
-        "reset": _reset_info(get("reset")),
-        "unknown": _unknown_marks(get("unknown")),
-        "delivered": _delivered(get("delivered"), max_delivered),
-        "shadow": _shadow(get("shadow")),
-        "background": _flag(get("background"), "background"),
+    bounds = {
+        "window": cfg.get("w", DEFAULT_WINDOW),
+        "tail": 2 * cfg.get("cp", DEFAULT_CYCLE_PERIOD),
+        "keys": max_keys,
+        "results": max_results,
+        "blocked": max_blocked,
+        "failures": max_failures,
+        "delivered": max_delivered,
     }
+    state: dict[str, Any] = {"v": FORMAT_VERSION}
+    get = value.get
+    for name, (spec, absent) in FIELDS.items():
+        item = get(name)
+        if item is None and absent is not _ABSENT:
+            state[name] = absent.copy() if isinstance(absent, dict | list) else absent
+        else:
+            state[name] = _check(item, spec, name, bounds)
+    state["cfg"] = cfg
+    _cross_checks(state)
+    return state

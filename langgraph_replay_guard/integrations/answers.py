@@ -15,11 +15,10 @@ from langgraph_replay_guard.decisions.engine import (
     PlannedCall,
     Verdict,
     call_facts,
-    duplicate_message,
-    prompt_name,
 )
 from langgraph_replay_guard.decisions.failures import SAME_FAILURE
 from langgraph_replay_guard.decisions.state import Event
+from langgraph_replay_guard.decisions.texts import duplicate_message, prompt_name
 from langgraph_replay_guard.integrations.batches import ToolCallBatch, state_messages
 from langgraph_replay_guard.integrations.calls import denied_event
 from langgraph_replay_guard.policy.resolver import PolicyResolver

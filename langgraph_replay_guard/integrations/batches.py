@@ -66,14 +66,14 @@ def turn_anchors(value: Any) -> dict[str, str | None]:
     last_batch, turn = value.get("last_batch"), value.get("turn")
     if isinstance(last_batch, str) and (turn is None or isinstance(turn, str)):
         anchors[last_batch] = turn
-    pending = value.get("pending")
-    if not isinstance(pending, Mapping):
-        return anchors
-    batch, events = pending.get("batch"), pending.get("events")
-    if isinstance(batch, str) and isinstance(events, list) and events:
-        first = events[0]
-        first_turn = first.get("t") if isinstance(first, Mapping) else None
-        anchors[batch] = first_turn if isinstance(first_turn, str) else None
+    # The batch in progress: its first event's turn (`log`; format 2 kept it in `pending`).
+    log = value.get("log")
+    if log is None and isinstance(value.get("pending"), Mapping):
+        log = value["pending"].get("events")
+    first = log[0] if isinstance(log, list) and log else None
+    if isinstance(first, Mapping) and isinstance(first.get("b"), str):
+        first_turn = first.get("t")
+        anchors[first["b"]] = first_turn if isinstance(first_turn, str) else None
     return anchors
 
 

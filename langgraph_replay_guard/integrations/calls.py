@@ -24,10 +24,10 @@ from langgraph_replay_guard.decisions.engine import (
 from langgraph_replay_guard.decisions.state import (
     Event,
     StateUpdate,
+    batch_in_progress,
     load_state,
     own_update,
     settled,
-    stored_state,
 )
 from langgraph_replay_guard.integrations.batches import ToolCallBatch
 from langgraph_replay_guard.policy.resolver import PolicyResolver, resolver_of
@@ -76,11 +76,9 @@ def snapshot(value: Any, batch_id: str | None) -> Mapping[str, Any]:
     Returns:
         A settled state.
     """
-    value = stored_state(value)
-    pending = value.get("pending") if isinstance(value, Mapping) else None
-    if isinstance(pending, Mapping) and pending.get("batch") == batch_id and batch_id is not None:
+    if batch_id is not None and batch_in_progress(value) == batch_id:
         state = load_state(value)  # checked; a corrupt value gives the reset state
-        state["pending"] = None
+        state["log"] = []
         return state
     return settled(value)
 

@@ -38,7 +38,13 @@ def next_call_reminder(
         The reminder text, or None.
     """
     value = state_field(state, channel)
-    if type(value) is dict and value.get("reminder") is None and value.get("pending") is None:
+    if (
+        type(value) is dict
+        and "op" not in value
+        and value.get("reminder") is None
+        and not value.get("log")
+        and "pending" not in value
+    ):
         return None  # nothing armed: checked (or reset, if unreadable) it would say the same
     view = settled(value)
     reminder = view.get("reminder")
@@ -70,7 +76,13 @@ def ignored_stop(
         The state's `stop` entry, or None.
     """
     value = state_field(state, channel)
-    if type(value) is dict and value.get("stop") is None and value.get("pending") is None:
+    if (
+        type(value) is dict
+        and "op" not in value
+        and value.get("stop") is None
+        and not value.get("log")
+        and "pending" not in value
+    ):
         return None  # no stop (checked, an unreadable value resets to none either)
     view = settled(value)
     if not stop_was_ignored(view):

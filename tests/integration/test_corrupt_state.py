@@ -33,7 +33,7 @@ os.environ["LANGSMITH_TRACING"] = "false"
 TOOL = "get_details_by_id"
 CORRUPTIONS: dict[str, Any] = {
     "reminder": "boo",
-    "pending": {"batch": "b", "events": [{}]},
+    "log": [{}],
     "recent_calls": [["k"]],
     "stop": {"foo": 1},
     "cycle": {"keys": []},

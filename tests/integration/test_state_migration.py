@@ -38,6 +38,8 @@ def as_v1(value: dict[str, Any]) -> dict[str, Any]:
     old_names = {new: old for old, new in V1_RENAMED.items()}
     v1 = {old_names.get(key, key): copy.deepcopy(item) for key, item in value.items()}
     v1["v"] = 1
+    log = v1.pop("log")  # formats 1 and 2 kept the batch in progress as `pending`
+    v1["pending"] = {"batch": log[0]["b"], "events": log} if log else None
     return v1
 
 
@@ -102,7 +104,7 @@ def test_a_format_1_checkpoint_resumes_with_its_counters(kind, saver_kind, way, 
         for _ in range(2):
             graph.invoke(None, config)
         current = graph.get_state(config).values[GUARD_CHANNEL]
-        assert current["v"] == 2
+        assert current["v"] == 3
         assert [list(entry) for entry in current["counters"].values()] == [[2, TOOL]]
         # The checkpoint as the previous release wrote it: `Overwrite` stores the raw value
         # (what an old checkpoint holds); `update_state` goes through the reducer.
@@ -113,7 +115,7 @@ def test_a_format_1_checkpoint_resumes_with_its_counters(kind, saver_kind, way, 
             assert stored["v"] == 1, "the checkpoint holds format 1"
             assert "counts" in stored
         else:
-            assert stored["v"] == 2, "the reducer migrated it"
+            assert stored["v"] == 3, "the reducer migrated it"
 
     with open_saver() as saver:  # a fresh connection, as after a restart
         graph = BUILDERS[kind](guard, model, runs, saver)
@@ -125,7 +127,7 @@ def test_a_format_1_checkpoint_resumes_with_its_counters(kind, saver_kind, way, 
         while graph.get_state(config).next:
             graph.invoke(None, config)
         view = guard.inspect(graph.get_state(config))
-        assert graph.get_state(config).values[GUARD_CHANNEL]["v"] == 2, "written as format 2"
+        assert graph.get_state(config).values[GUARD_CHANNEL]["v"] == 3, "written as format 3"
 
     assert runs[TOOL] == 1, "the repeats never ran the tool"
     assert view.stop_reason == "repeat_limit", "the 4th identical call stops the run"

@@ -114,11 +114,11 @@ def test_studio_serves_guarded_graphs_and_shows_the_guard_channel(server, graph_
     values = client.threads.get_state(thread["thread_id"])["values"]
 
     guard = values["replay_guard"]  # the private channel is in the thread state
-    assert guard["v"] == 2
+    assert guard["v"] == 3
     # Named as GuardView and `replay-guard inspect --json` name them.
     assert {"recent_calls", "counters", "totals", "reminder", "stop", "blocked"} <= guard.keys()
     assert guard["totals"] == {"calls": 4, "blocked": 3, "aborts": 1}
-    assert guard["pending"] is None  # the last batch is settled in the stored value
+    assert guard["log"] == []  # the last batch is settled in the stored value
     # The looping model asked for the same lookup until the guard stopped it: counted...
     (count,) = guard["counters"].values()
     assert count == [4, "get_details_by_id"]

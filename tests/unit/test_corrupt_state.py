@@ -81,7 +81,7 @@ def _bases() -> dict[str, dict[str, Any]]:
     assert full["cycle"] is not None
     assert full["reminder"] is not None
     assert stopped["stop"] is not None
-    assert pending["pending"] is not None
+    assert pending["log"]
     assert was_reset["notice"] is not None
     return {
         "new": new_state(),
@@ -277,7 +277,7 @@ def test_a_valid_value_reads_back_unchanged(name):
     ("field", "bad"),
     [
         ("reminder", "boo"),
-        ("pending", {"batch": "b", "events": [{}]}),
+        ("log", [{}]),
         ("recent_calls", [["k"]]),
         ("stop", {"foo": 1}),
         ("cycle", {"keys": []}),

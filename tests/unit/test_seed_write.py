@@ -1,14 +1,14 @@
-"""The guard's first write to an empty channel: a whole state that is also an update."""
+"""The guard's first write to an empty channel: a plain write, stored as it is, read as a state."""
 
 from __future__ import annotations
-
-import copy
 
 from langgraph_replay_guard.decisions.state import (
     SEED_KEY,
     load_state,
     merge_guard_state,
+    own_update,
     seed_write,
+    settled,
 )
 from tests.unit.test_corrupt_state import CFG, event, write
 
@@ -17,16 +17,14 @@ def _calls(value: object) -> int:
     return load_state(value)["totals"]["calls"]
 
 
-def test_a_seed_stored_as_it_is_reads_as_the_state_its_events_fold_into():
-    seed = seed_write(CFG, [event("read", 1, batch="ai-1", index=0, batch_size=1)])
-    assert seed == {
-        **write({}, event("read", 1, batch="ai-1", index=0, batch_size=1)),
-        SEED_KEY: seed[SEED_KEY],
-    }
-    state = load_state(seed)  # what LangGraph stores for an empty channel's first write
-    assert SEED_KEY not in state
+def test_the_first_write_is_a_plain_write_read_as_the_state_its_events_fold_into():
+    first = seed_write(CFG, [event("read", 1, batch="ai-1", index=0, batch_size=1)])
+    assert first == own_update(CFG, first["events"]), "no whole state rides with the events"
+    state = load_state(first)  # what LangGraph stores for an empty channel's first write
+    assert state == write({}, event("read", 1, batch="ai-1", index=0, batch_size=1))
     assert state["notice"] is None
-    assert _calls(seed) == 1
+    assert _calls(first) == 1
+    assert settled(first)["totals"]["calls"] == 1
 
 
 def test_parallel_first_writes_of_one_step_keep_every_event():
@@ -41,17 +39,16 @@ def test_parallel_first_writes_of_one_step_keep_every_event():
     assert merge_guard_state(a, b) == merge_guard_state(b, a)
 
 
-def test_a_seed_merged_onto_an_existing_value_is_an_update():
+def test_a_first_write_merged_onto_an_existing_value_is_an_update():
     value = write({}, event("read", 1, batch="ai-0", index=0, batch_size=1))
-    seed = seed_write(CFG, [event("read", 2, batch="ai-1", index=0, batch_size=1)])
-    assert _calls(merge_guard_state(value, seed)) == 2
+    first = seed_write(CFG, [event("read", 2, batch="ai-1", index=0, batch_size=1)])
+    assert _calls(merge_guard_state(value, first)) == 2
 
 
-def test_a_seed_edited_since_is_read_as_the_whole_state_it_is():
-    seed = seed_write(CFG, [event("read", 1, batch="ai-1", index=0, batch_size=1)])
-    edited = copy.deepcopy(seed)
-    edited["reminder"] = "garbage"
-    value = merge_guard_state(seed, edited)  # update_state in Studio with a broken value
-    assert value["reset"] is not None
-    assert "reminder" in value["reset"]["reason"]
-    assert value["totals"]["calls"] == 1  # the totals it showed survive the reset
+def test_a_seed_of_an_earlier_release_is_still_read():
+    # Format 2 wrote a whole state with its events under `seed` (a checkpoint may hold one).
+    ev = event("read", 1, batch="ai-1", index=0, batch_size=1)
+    seed = {**write({}, ev), SEED_KEY: [ev]}
+    assert _calls(seed) == 1  # stored as the channel's first value: the state it is
+    other = write({}, event("read", 2, batch="ai-0", index=0, batch_size=1))
+    assert _calls(merge_guard_state(other, seed)) == 2  # merged after another write: its events

@@ -48,11 +48,13 @@ def as_v1(value: dict[str, Any]) -> dict[str, Any]:
     old_names = {new: old for old, new in V1_RENAMED.items()}
     v1 = {old_names.get(key, key): copy.deepcopy(item) for key, item in value.items()}
     v1["v"] = 1
+    log = v1.pop("log")  # formats 1 and 2 kept the batch in progress as `pending`
+    v1["pending"] = {"batch": log[0]["b"], "events": log} if log else None
     return v1
 
 
 def test_the_fixture_is_in_format_1():
-    assert FORMAT_VERSION == 2
+    assert FORMAT_VERSION == 3
     assert V1_VALUE["v"] == 1
     assert {"window", "counts", "stats"} <= V1_VALUE.keys()
     assert not {"recent_calls", "counters", "totals"} & V1_VALUE.keys()
@@ -66,7 +68,7 @@ def test_a_v1_value_migrates_with_nothing_lost():
     assert state["recent_calls"] == V1_VALUE["window"]
     assert state["counters"] == V1_VALUE["counts"]
     assert state["totals"] == V1_VALUE["stats"]
-    for key in V1_VALUE.keys() - V1_RENAMED.keys() - {"v"}:
+    for key in V1_VALUE.keys() - V1_RENAMED.keys() - {"v", "pending"}:
         assert state[key] == V1_VALUE[key], key
     # Exactly the value this release writes after the same calls.
     assert state == same_calls_now()
@@ -74,8 +76,9 @@ def test_a_v1_value_migrates_with_nothing_lost():
 
 def test_migrate_renames_three_keys_and_leaves_a_current_value_alone():
     migrated = migrate(V1_VALUE)
-    assert migrated["v"] == 2
-    assert set(migrated) == {V1_RENAMED.get(key, key) for key in V1_VALUE}
+    assert migrated["v"] == 3
+    renamed = {**V1_RENAMED, "pending": "log"}
+    assert set(migrated) == {renamed.get(key, key) for key in V1_VALUE}
     current = same_calls_now()
     assert migrate(current) is current
 
@@ -131,7 +134,7 @@ def test_a_corrupt_v1_value_still_resets_and_keeps_its_totals(caplog):
     assert len(caplog.records) == 1
 
 
-@pytest.mark.parametrize("version", [0, 3, "1", True, None])
+@pytest.mark.parametrize("version", [0, 4, "1", True, None])
 def test_an_unknown_format_version_still_resets(version):
     value = copy.deepcopy(V1_VALUE)
     value["v"] = version
@@ -139,3 +142,17 @@ def test_an_unknown_format_version_still_resets(version):
     assert state["reset"] is not None
     assert "format version" in state["reset"]["reason"]
     assert state["counters"] == {}
+
+
+def test_a_format_2_batch_in_progress_joins_the_log_and_completes():
+    # Format 2 (the release before format 3) kept the batch in progress as `pending`.
+    now = same_calls_now()
+    v2 = {k: copy.deepcopy(item) for k, item in now.items() if k != "log"}
+    v2["v"] = 2
+    v2["pending"] = {"batch": "ai-3", "events": copy.deepcopy(now["log"])}
+    assert load_state(v2) == now, "the pending batch is the log, nothing reset"
+    second = event("read", 3, batch="ai-3", index=1, batch_size=2)
+    after = write(v2, second)
+    assert after == write(now, second)
+    assert after["log"] == [], "the batch is complete: folded"
+    assert after["totals"]["calls"] == now["totals"]["calls"] + 2
