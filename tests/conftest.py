@@ -133,16 +133,25 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         warm_children.start()
 
 
-@pytest.fixture(scope="session")
-def mypy_cache_dir(worker_id: str) -> Path:
-    """A mypy cache kept between runs, one per xdist worker (mypy's cache is not shared safely).
+@pytest.fixture
+def mypy_cache_dir() -> Iterator[Path]:
+    """The suite's mypy cache, kept between runs and held by one test at a time.
 
     mypy checks each cached module against its source's hash, so a kept cache gives the same
-    errors as a fresh one; it saves re-reading LangChain's and pydantic's stubs every run.
+    errors as a fresh one; it saves re-reading LangChain's and pydantic's stubs (about 10 s of
+    CPU). One cache for the whole suite, not one per xdist worker: the mypy tests share an
+    xdist group, which lands on either worker, so a cache per worker was cold in every run
+    that drew the other worker. mypy's cache is not safe for two processes at once: a file
+    lock makes a second holder (`-n` without `--dist loadgroup`, another run of this
+    checkout) wait.
     """
-    path = Path(__file__).resolve().parents[1] / ".mypy_cache" / f"pytest-{worker_id}"
+    import fcntl
+
+    path = Path(__file__).resolve().parents[1] / ".mypy_cache" / "pytest"
     path.mkdir(parents=True, exist_ok=True)
-    return path
+    with (path.parent / "pytest.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield path
 
 
 # ------------------------------------------------- where the suite's time goes, per test file

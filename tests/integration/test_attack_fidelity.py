@@ -253,9 +253,17 @@ def _crash_report(name: str, mode: str) -> CrashReport | CrashTestError:
         return exc
 
 
-@pytest.mark.parametrize("point", list(POINTS))
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("name", ["fresh_trace_inside", "normalized_fresh_trace_inside"])
+# One (stack, mode)'s cells on one xdist worker: its crash test (`_crash_report`, cached per
+# worker) runs once per run; spread over both workers, each ran it again (8 crash tests, not 4).
+CRASH_CELLS = [
+    pytest.param(name, mode, point, marks=pytest.mark.xdist_group(f"fidelity-{name}-{mode}"))
+    for name in ["fresh_trace_inside", "normalized_fresh_trace_inside"]
+    for mode in MODES
+    for point in POINTS
+]
+
+
+@pytest.mark.parametrize(("name", "mode", "point"), CRASH_CELLS)
 def test_a_fresh_trace_id_below_the_guard_never_sends_twice(
     name: str, mode: str, point: str
 ) -> None:
