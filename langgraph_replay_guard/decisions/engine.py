@@ -24,10 +24,6 @@ from langgraph_replay_guard.decisions.state_format import (
     ResultMemo,
 )
 from langgraph_replay_guard.decisions.texts import (
-    ANSWERED_FIX,
-    GRAPH_FIX,
-    PROMPT_FIX,
-    ROUTE_FIX,
     STOP_IGNORED,
     UNKNOWN_TOOL,
     cycle_message,
@@ -51,12 +47,6 @@ from langgraph_replay_guard.policy.patterns import SafePattern
 from langgraph_replay_guard.policy.resolver import PolicyResolver, resolver_of
 
 __all__ = [
-    "ANSWERED_FIX",
-    "GRAPH_FIX",
-    "PROMPT_FIX",
-    "ROUTE_FIX",
-    "STOP_IGNORED",
-    "UNKNOWN_TOOL",
     "UNKNOWN_TOOL_KEY",
     "CallDecisions",
     "CallFacts",

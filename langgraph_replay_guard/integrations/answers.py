@@ -9,8 +9,6 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import AIMessage, ToolCall, ToolMessage
 
 from langgraph_replay_guard.decisions.engine import (
-    STOP_IGNORED,
-    UNKNOWN_TOOL,
     Decision,
     PlannedCall,
     Verdict,
@@ -18,7 +16,12 @@ from langgraph_replay_guard.decisions.engine import (
 )
 from langgraph_replay_guard.decisions.failures import SAME_FAILURE
 from langgraph_replay_guard.decisions.state import Event
-from langgraph_replay_guard.decisions.texts import duplicate_message, prompt_name
+from langgraph_replay_guard.decisions.texts import (
+    STOP_IGNORED,
+    UNKNOWN_TOOL,
+    duplicate_message,
+    prompt_name,
+)
 from langgraph_replay_guard.integrations.batches import ToolCallBatch, state_messages
 from langgraph_replay_guard.integrations.calls import denied_event
 from langgraph_replay_guard.policy.resolver import PolicyResolver

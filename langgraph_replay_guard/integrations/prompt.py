@@ -38,13 +38,7 @@ def next_call_reminder(
         The reminder text, or None.
     """
     value = state_field(state, channel)
-    if (
-        type(value) is dict
-        and "op" not in value
-        and value.get("reminder") is None
-        and not value.get("log")
-        and "pending" not in value
-    ):
+    if _settled_without(value, "reminder"):
         return None  # nothing armed: checked (or reset, if unreadable) it would say the same
     view = settled(value)
     reminder = view.get("reminder")
@@ -76,13 +70,7 @@ def ignored_stop(
         The state's `stop` entry, or None.
     """
     value = state_field(state, channel)
-    if (
-        type(value) is dict
-        and "op" not in value
-        and value.get("stop") is None
-        and not value.get("log")
-        and "pending" not in value
-    ):
+    if _settled_without(value, "stop"):
         return None  # no stop (checked, an unreadable value resets to none either)
     view = settled(value)
     if not stop_was_ignored(view):
@@ -146,3 +134,17 @@ def guard_view(state_or_snapshot: Any, *, channel: str = GUARD_CHANNEL) -> Guard
         value = state_field(values, channel)
         reminder = next_call_reminder(values, channel=channel)
     return state_view(value, reminder)
+
+
+def _settled_without(value: Any, field: str) -> bool:
+    """A stored state (not a write still to fold) with no batch in progress and no `field`.
+
+    Such a value reads the same settled as stored, so the fast paths skip `settled` on it.
+    """
+    return (
+        type(value) is dict
+        and "op" not in value
+        and value.get(field) is None
+        and not value.get("log")
+        and "pending" not in value
+    )

@@ -6,14 +6,13 @@ import pytest
 
 from langgraph_replay_guard import GuardConfig, LoopAbortedError, Verdict
 from langgraph_replay_guard.decisions.engine import (
-    ROUTE_FIX,
-    STOP_IGNORED,
     call_facts,
     decide,
     loop_error,
     make_event,
 )
 from langgraph_replay_guard.decisions.state import fold_events, new_state
+from langgraph_replay_guard.decisions.texts import ROUTE_FIX, STOP_IGNORED
 
 
 def attempt(config, state, batch, *, turn="h1", tool="t"):

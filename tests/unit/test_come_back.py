@@ -14,12 +14,12 @@ from langgraph.graph import END
 
 from langgraph_replay_guard import GuardConfig, Verdict
 from langgraph_replay_guard.decisions.engine import (
-    STOP_IGNORED,
     fold_settings,
     ignored_stop_error,
     stop_was_ignored,
 )
 from langgraph_replay_guard.decisions.state import fold_events, new_state, settled
+from langgraph_replay_guard.decisions.texts import STOP_IGNORED
 from langgraph_replay_guard.integrations.answers import (
     ANSWER_MARK,
     STOPPED_MARK,

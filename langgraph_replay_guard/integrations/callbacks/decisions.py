@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any, cast
 from langchain_core.messages import AIMessage, ToolCall, ToolMessage
 
 from langgraph_replay_guard.decisions.engine import (
-    UNKNOWN_TOOL,
     CallFacts,
     Decision,
     PlannedCall,
@@ -35,6 +34,7 @@ from langgraph_replay_guard.decisions.state import (
     state_for_turn,
 )
 from langgraph_replay_guard.decisions.state_format import CallEvent
+from langgraph_replay_guard.decisions.texts import UNKNOWN_TOOL
 from langgraph_replay_guard.integrations.answers import abort_answer, blocked_answer
 from langgraph_replay_guard.integrations.batches import ToolCallBatch
 from langgraph_replay_guard.integrations.callbacks.marks import RAISED, STARTED, MarkBook
