@@ -69,7 +69,15 @@ def traced(turn: Callable[[], Any]) -> list[tuple[str, str]]:
         if not path or path[-1][0] != module:
             path.append((module, frame.f_code.co_name))
 
-    # ToolNode runs a sync tool call in a worker thread: profile new threads too.
+    _profiled(profile, turn)
+    return path
+
+
+def _profiled(profile: Callable[..., Any], turn: Callable[[], Any]) -> None:
+    """Run `turn` with `profile` set in this thread and in the threads it starts.
+
+    ToolNode runs a sync tool call in a worker thread: new threads are profiled too.
+    """
     threading.setprofile(profile)
     sys.setprofile(profile)
     try:
@@ -77,7 +85,6 @@ def traced(turn: Callable[[], Any]) -> list[tuple[str, str]]:
     finally:
         sys.setprofile(None)
         threading.setprofile(None)  # type: ignore[arg-type]
-    return path
 
 
 def wrapper_turn() -> Callable[[], Any]:
@@ -237,13 +244,7 @@ def traced_calls(turn: Callable[[], Any], entries: set[tuple[str, str]]) -> list
         if module != "testing" and local.walk[-1] != module:
             local.walk.append(module)
 
-    threading.setprofile(profile)
-    sys.setprofile(profile)
-    try:
-        turn()
-    finally:
-        sys.setprofile(None)
-        threading.setprofile(None)  # type: ignore[arg-type]
+    _profiled(profile, turn)
     return walks
 
 

@@ -92,6 +92,34 @@ def _waiting_advisory_locks(admin: Any) -> int:
     return int(row[0])
 
 
+def _claiming_together(
+    store: Any, batch: Any, ops: dict[str, Any]
+) -> tuple[list[threading.Thread], dict[str, Any]]:
+    """One started thread per op, each claiming it as a member of `batch`.
+
+    Returns the threads and the answers they fill in, by key: `member.claim`'s answer, or
+    the exception it raised.
+    """
+    from langgraph_replay_guard.storage import batch_claims
+
+    answers: dict[str, Any] = {}
+
+    def claim(key: str) -> None:
+        member = batch_claims.join(store, batch, len(ops))
+        assert member is not None
+        try:
+            answers[key] = member.claim(store, ops[key])
+        except Exception as exc:
+            answers[key] = exc
+        finally:
+            member.leave()
+
+    threads = [threading.Thread(target=claim, args=(key,)) for key in ops]
+    for thread in threads:
+        thread.start()
+    return threads, answers
+
+
 def _until(check: Any, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -110,7 +138,7 @@ def test_a_batch_whose_second_statement_fails_answers_the_claims_it_committed(pg
     from langgraph.store.postgres import PostgresStore
 
     from langgraph_replay_guard.replay.ledger import Update
-    from langgraph_replay_guard.storage import batch_claims, store_cas
+    from langgraph_replay_guard.storage import store_cas
 
     ns = ("replay_guard", "ledger", f"t-{uuid.uuid4().hex[:8]}")
     lock = f"{'.'.join(ns)}/b"
@@ -125,21 +153,8 @@ def test_a_batch_whose_second_statement_fails_answers_the_claims_it_committed(pg
         store_cas.compare_and_set(store, Update(ns, "b", {"rev": "b1"}, False, None))
         store.conn.execute("SET lock_timeout = '2s'")
         first.execute(take, (lock,))  # `b`'s lock is busy: the batch's statement waits for it
-        answers: dict[str, Any] = {}
-
-        def claim(key: str) -> None:
-            member = batch_claims.join(store, (ns, "ai-half"), 2)
-            assert member is not None
-            try:
-                answers[key] = member.claim(store, Update(ns, key, {"rev": f"{key}2"}, False, None))
-            except Exception as exc:
-                answers[key] = exc
-            finally:
-                member.leave()
-
-        claims = [threading.Thread(target=claim, args=(key,)) for key in ("a", "b")]
-        for thread in claims:
-            thread.start()
+        ops = {key: Update(ns, key, {"rev": f"{key}2"}, False, None) for key in ("a", "b")}
+        claims, answers = _claiming_together(store, (ns, "ai-half"), ops)
         _until(lambda: _waiting_advisory_locks(admin) == 1)
         # A second worker queues for `b`'s lock behind the batch: it gets it as the batch's
         # statement commits, so the batch's second transaction waits for it, and times out.
@@ -456,7 +471,6 @@ def test_a_batch_statement_that_fails_writes_none_of_its_claims(pg_uri):
     from langgraph.store.postgres import PostgresStore
 
     from langgraph_replay_guard.replay.ledger import Update
-    from langgraph_replay_guard.storage import batch_claims
 
     ns = ("replay_guard", "ledger", f"t-{uuid.uuid4().hex[:8]}")
     index = ("replay_guard", "ledger_index", ns[-1])
@@ -467,22 +481,11 @@ def test_a_batch_statement_that_fails_writes_none_of_its_claims(pg_uri):
         store.setup()
         store.conn.execute("SET lock_timeout = '300ms'")
         holder.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (f"{'.'.join(ns)}/b",))
-        answers: dict[str, Any] = {}
-
-        def claim(key: str) -> None:
-            member = batch_claims.join(store, (ns, "ai-fail"), 2)
-            assert member is not None
-            op = Update(ns, key, {"rev": "1"}, False, None, also=((index, f"tc/{key}", {}),))
-            try:
-                answers[key] = member.claim(store, op)
-            except Exception as exc:
-                answers[key] = exc
-            finally:
-                member.leave()
-
-        threads = [threading.Thread(target=claim, args=(key,)) for key in ("a", "b")]
-        for thread in threads:
-            thread.start()
+        ops = {
+            key: Update(ns, key, {"rev": "1"}, False, None, also=((index, f"tc/{key}", {}),))
+            for key in ("a", "b")
+        }
+        threads, answers = _claiming_together(store, (ns, "ai-fail"), ops)
         for thread in threads:
             thread.join(timeout=30)
         assert all(isinstance(a, psycopg.errors.LockNotAvailable) for a in answers.values())
