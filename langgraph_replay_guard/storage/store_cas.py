@@ -1051,24 +1051,30 @@ def _leftover(conn: Any) -> str | None:
     return "ROLLBACK" if status == TransactionStatus.INERROR else None
 
 
+def _ended(conn: Any) -> Any:
+    """The call that ends `conn`'s leftover transaction (`_leftover`), or None."""
+    end = _leftover(conn)
+    return None if end is None else conn.commit if end == "COMMIT" else conn.rollback
+
+
 @contextlib.contextmanager
 def _locked(lock: Any, conn: Any) -> Any:
     with lock:
-        if (end := _leftover(conn)) is not None:
-            conn.commit() if end == "COMMIT" else conn.rollback()
+        if end := _ended(conn):
+            end()
         yield conn
-        if (end := _leftover(conn)) is not None:
-            conn.commit() if end == "COMMIT" else conn.rollback()
+        if end := _ended(conn):
+            end()
 
 
 @contextlib.asynccontextmanager
 async def _alocked(lock: Any, conn: Any) -> Any:
     async with lock:
-        if (end := _leftover(conn)) is not None:
-            await (conn.commit() if end == "COMMIT" else conn.rollback())
+        if end := _ended(conn):
+            await end()
         yield conn
-        if (end := _leftover(conn)) is not None:
-            await (conn.commit() if end == "COMMIT" else conn.rollback())
+        if end := _ended(conn):
+            await end()
 
 
 def _apg_connection(store: Any, pool_type: Any) -> Any:
