@@ -15,7 +15,9 @@ tools node calls (`ReplayGuardMiddleware.wrap_tool_call`, `ToolCallWrapper.wrap`
 callback manager calls (the handler's `on_tool_start`, then `on_tool_end`) until it returns,
 and prints the package files entered, the returns to a file already left, and the layer
 changes, counting the facade (the hook or callback entered) as a layer of its own. The goal:
-no more than 10 files, each layer entered once on the way down and once on the way up.
+no more than 10 files, each layer entered once on the way down and once on the way up. A
+walk is the modules *entered* (calls, not returns): the way back up to the facade shows only
+where it calls something, so `facade > adapter > core > adapter` is each layer once each way.
 """
 
 from __future__ import annotations

@@ -45,6 +45,7 @@ __all__ = [
     "denied_event",
     "emit",
     "executed_event",
+    "executed_write",
     "guard_update",
     "result_outcome",
     "snapshot",
@@ -117,7 +118,14 @@ def decide_batch(
 
 
 _Planned = tuple[
-    PolicyResolver, Any, AIMessage, str | None, BatchDecisions, tuple[str, ...] | None, int
+    PolicyResolver,
+    Any,
+    AIMessage,
+    str | None,
+    BatchDecisions,
+    tuple[str, ...] | None,
+    int,
+    Mapping[str | None, PlannedCall],
 ]
 
 
@@ -172,7 +180,9 @@ class DecisionCache:
         ):
             return last[4]
         plan = decide_batch(resolver, snapshot(value, batch.batch_id), batch, tools)
-        self._last = (resolver, value, batch.ai_message, batch.turn, plan, tools, version)
+        # Each call of the batch finds its entry by id, without asking the core again.
+        by_id = {planned.tool_call.get("id"): planned for planned in reversed(plan.calls)}
+        self._last = (resolver, value, batch.ai_message, batch.turn, plan, tools, version, by_id)
         return plan
 
     def decided(
@@ -206,9 +216,8 @@ class DecisionCache:
             or last[5] != tools
         ):
             return None
-        plan = last[4]
-        planned = plan.call(tool_call_id)
-        return None if planned is None else (plan, planned)
+        planned = last[7].get(tool_call_id)
+        return None if planned is None else (last[4], planned)
 
 
 def guard_update(config: GuardConfig, events: list[Event]) -> StateUpdate:
@@ -289,19 +298,42 @@ def executed_event(
     if command and facts.replay == "pure" and facts.source == "default":
         facts = facts._replace(replay="idempotent")
     shadowed = planned.decision.shadowed if planned.decision is not None else None
+    ai = batch.ai_message  # the batch's id and size, read off its message once
     return make_event(
         facts,
         "success" if outcome == "success" else "failure",
         result=text,
         reason=shadowed.reason if shadowed is not None else None,
         abort=shadowed is not None and shadowed.verdict is Verdict.ABORT,
-        batch=batch.batch_id,
+        batch=ai.id,
         index=planned.index,
         turn=batch.turn,
-        batch_size=len(batch.tool_calls),
+        batch_size=len(ai.tool_calls),
         call_id=call_id,
         previews=preview,
     )
+
+
+def executed_write(
+    config: GuardConfig,
+    planned: PlannedCall,
+    batch: ToolCallBatch,
+    outcome: str,
+    text: str | None,
+    *,
+    command: bool = False,
+    preview: bool = True,
+    call_id: str | None = None,
+) -> StateUpdate:
+    """The channel write recording a call that ran (`executed_event`, in `guard_update`).
+
+    The record step of one call: the core builds its event and the write that carries it in
+    one pass (the event first, then the write, so nothing of the adapter runs in between).
+    """
+    event = executed_event(
+        config, planned, batch, outcome, text, command=command, preview=preview, call_id=call_id
+    )
+    return own_update(fold_settings(config), [event])
 
 
 def tool_message(result: Any) -> ToolMessage | None:

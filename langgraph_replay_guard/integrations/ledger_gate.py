@@ -543,23 +543,6 @@ class LedgerGate:
 
     # -- the call's context ---------------------------------------------------------------------
 
-    def involved(self, request: ToolCallRequest, facts: CallFacts) -> bool:
-        """Whether `check` has anything to do for this call (else it would return None).
-
-        An unsafe call always goes through `check`, which warns about a setup that cannot
-        protect it; any other call only where there is a store for the ledger.
-
-        Args:
-            request: The call.
-            facts: Its facts.
-
-        Returns:
-            False when the call runs with no ledger.
-        """
-        if facts.replay == "unsafe" or self.store is not None:
-            return True
-        return getattr(request.runtime, "store", None) is not None
-
     def _context(
         self, request: ToolCallRequest, facts: CallFacts, ai_message_id: str | None
     ) -> tuple[BaseStore, CallContext, RunningCall] | None:

@@ -12,13 +12,13 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 from langgraph_replay_guard._compat import channel_writer
 from langgraph_replay_guard.decisions.engine import fold_settings
-from langgraph_replay_guard.decisions.state import Event, own_update, seed_write
+from langgraph_replay_guard.decisions.state import Event, StateUpdate, own_update, seed_write
 from langgraph_replay_guard.integrations.signals import NodeErrorPassage
 
 if TYPE_CHECKING:
     from langgraph_replay_guard.policy.config import GuardConfig
 
-__all__ = ["TaskWrites", "write_events"]
+__all__ = ["TaskWrites", "write_events", "write_update"]
 
 logger = logging.getLogger("langgraph_replay_guard")
 
@@ -146,6 +146,27 @@ def write_events(
     return stop is None
 
 
+def write_update(
+    owner: object, config: Mapping[str, Any] | None, channel: str, update: StateUpdate
+) -> None:
+    """`write_events` for a write the core already built (`calls.executed_write`).
+
+    Inside a guarded `ToolNode` run of `owner` its events join the run's one write;
+    elsewhere it is written as it is.
+
+    Args:
+        owner: The wrapper recording it.
+        config: The running task's config.
+        channel: The guard channel's key.
+        update: The write (`state.own_update`).
+    """
+    current = _CURRENT.get()
+    if current is not None and current.owner is owner and current.channel == channel:
+        current.events.extend(update["events"])
+        return
+    _written(config, channel, update)
+
+
 def _send(
     config: Mapping[str, Any] | None,
     channel: str,
@@ -157,6 +178,10 @@ def _send(
     settings = fold_settings(guard_config)
     # LangGraph stores the first write to an empty channel as it is: make it a whole state.
     update = seed_write(settings, events) if first else own_update(settings, events)
+    _written(config, channel, update)
+
+
+def _written(config: Mapping[str, Any] | None, channel: str, update: StateUpdate) -> None:
     send = channel_writer(config)
     if send is None:
         # Outside a graph (a ToolNode invoked directly): there is no state to keep count in.

@@ -65,7 +65,7 @@ from langgraph_replay_guard.integrations.calls import (
     answered_event,
     decide_batch,
     emit,
-    executed_event,
+    executed_write,
     result_outcome,
     snapshot,
     tool_message,
@@ -84,7 +84,7 @@ from langgraph_replay_guard.integrations.ledgered_tool import (
     with_invoke,
 )
 from langgraph_replay_guard.integrations.signals import NodeErrorPassage, as_signal
-from langgraph_replay_guard.integrations.task_writes import TaskWrites, write_events
+from langgraph_replay_guard.integrations.task_writes import TaskWrites, write_events, write_update
 from langgraph_replay_guard.integrations.tracing import (
     BlockedRun,
     LedgerAction,
@@ -383,8 +383,13 @@ class ToolCallWrapper:
     def wrap(self, request: ToolCallRequest, execute: Execute) -> ToolResult:
         """`wrap_tool_call` for a ToolNode."""
         run = _passing_node_errors(execute) if self.passes_node_errors else execute
+        decided = self._decide(request)
+        direct = self._direct(execute)
+        allowed = self._unledgered(request, decided, direct)
+        if allowed is not None:  # one decide (above), one run, one record (`_finish`)
+            return self._finish(request, allowed, run(self._traced(request, allowed)))
         return self._drive(
-            self._call_plan(request, self._decide(request), self._direct(execute)),
+            self._call_plan(request, decided, direct),
             lambda op: self._execute_op(op, run),
             request,
         )
@@ -392,11 +397,49 @@ class ToolCallWrapper:
     async def awrap(self, request: ToolCallRequest, execute: AsyncExecute) -> ToolResult:
         """`awrap_tool_call` for a ToolNode."""
         run = _passing_node_errors(execute) if self.passes_node_errors else execute
+        decided = self._decide(request)
+        direct = self._direct(execute)
+        allowed = self._unledgered(request, decided, direct)
+        if allowed is not None:  # one decide (above), one run, one record (`_finish`)
+            return self._finish(request, allowed, await run(self._traced(request, allowed)))
         return await self._adrive(
-            self._call_plan(request, self._decide(request), self._direct(execute)),
+            self._call_plan(request, decided, direct),
             lambda op: self._aexecute_op(op, run),
             request,
         )
+
+    def _unledgered(
+        self, request: ToolCallRequest, decided: _Decided, direct: bool
+    ) -> _Allowed | None:
+        """The decision of a call that is one decide, one run, one record, else None.
+
+        Such a call is allowed, goes straight to the tool (nothing inside the guard) and has
+        no ledger: its plan (`_call_plan`, `_allowed`) would yield the run and nothing else,
+        and leave no claim of its batch to let go (`pass_by` needs a store). Every other
+        call runs its plan through the driver.
+        """
+        if (
+            direct
+            and isinstance(decided, _Allowed)
+            and request.tool is not None
+            and not self._ledgered(request, decided.ledger_facts)
+        ):
+            return decided
+        return None
+
+    def _ledgered(self, request: ToolCallRequest, facts: CallFacts) -> bool:
+        """Whether the ledger gate has anything to do for this call (else `check` is None).
+
+        An unsafe call always goes through `check`, which warns about a setup that cannot
+        protect it; any other call only where there is a store for the ledger.
+        """
+        if facts.replay == "unsafe" or self.gate.store is not None:
+            return True
+        return getattr(request.runtime, "store", None) is not None
+
+    def _traced(self, request: ToolCallRequest, allowed: _Allowed) -> ToolCallRequest:
+        """The request whose tool run carries the decision, for tracers (`traced_request`)."""
+        return traced_request(request, lambda: allowed.trace("none"))
 
     def _drive(
         self,
@@ -537,7 +580,7 @@ class ToolCallWrapper:
             # that claim, with the arguments it arrived with (`ran_args` when edited).
             ticket = self.gate.continued(hand.claim, request)
             hand.claim = None
-        elif ticket is None and self.gate.involved(request, allowed.ledger_facts):
+        elif ticket is None and self._ledgered(request, allowed.ledger_facts):
             batch = allowed.batch
             ticket = yield _Check(
                 request, allowed.ledger_facts, batch.batch_id, len(batch.tool_calls)
@@ -549,7 +592,7 @@ class ToolCallWrapper:
         if ticket is None:
             # Nothing sits between here and the tool (a call with middlewares inside the
             # guard was handed down, to be run where it arrives).
-            result = yield _Execute(traced_request(request, lambda: allowed.trace("none")))
+            result = yield _Execute(self._traced(request, allowed))
             return self._finish(request, allowed, result)
         traced = traced_request(ticket.request, lambda: allowed.trace("claimed"))
         if traced.tool is not None:
@@ -611,7 +654,7 @@ class ToolCallWrapper:
         assert tool is not None
         hand = _Handed(decided=prepared, call=request.tool_call)
         facts = decided.ledger_facts
-        if decided is prepared and facts.replay != "pure" and self.gate.involved(request, facts):
+        if decided is prepared and facts.replay != "pure" and self._ledgered(request, facts):
             batch = decided.batch
             ticket = yield _Check(request, facts, batch.batch_id, len(batch.tool_calls))
             if isinstance(ticket, LedgerEntry) and ticket.answered_inside:
@@ -1072,18 +1115,17 @@ class ToolCallWrapper:
         outcome, text = result_outcome(result)
         if isinstance(result, Command) and result.graph is not None:
             logger.debug("tool %r returned a Command for another graph", run.planned.tool_call)
-        command = isinstance(result, Command)
-        event = executed_event(
+        update = executed_write(
             self.config,
             run.planned,
             run.batch,
             outcome,
             text,
-            command=command,
+            command=isinstance(result, Command),
             preview=not self.defer_previews,
             call_id=run.call_id,
         )
-        self._record(request, [event], first=run.first)
+        write_update(self, _config(request), self.channel, update)
         return result
 
 

@@ -3,7 +3,10 @@ is decided once, by the hook; the copy of the tool that gets it runs that decisi
 
 from __future__ import annotations
 
+import itertools
 import os
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -85,3 +88,74 @@ def test_a_call_changed_on_its_way_down_is_decided_where_it_runs(
     assert effects.read_text() == "[name]\n"
     # Another call than the model's: decided again where it runs, as it arrives.
     assert decided == ["decide", "decide"]
+
+
+_PACKAGE = "langgraph_replay_guard."
+
+
+def _layer(module: str) -> str:
+    """The layer of a package module, as ARCHITECTURE.md draws them."""
+    if module == "integrations.middleware":
+        return "facade"
+    if module.split(".")[0] in {"decisions", "policy", "replay", "errors"}:
+        return "core"
+    return "I/O" if module.startswith("storage.") else "adapter"
+
+
+def _tool_call_walks(turn: Any) -> list[list[str]]:
+    """The package modules each `wrap_tool_call` of a turn entered, in order (one per stay)."""
+    walks: list[list[str]] = []
+    local = threading.local()
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        name = frame.f_globals.get("__name__", "")
+        if event not in ("call", "return") or not name.startswith(_PACKAGE):
+            return
+        module = name.removeprefix(_PACKAGE)
+        entry = getattr(local, "entry", None)
+        if entry is None:
+            if event == "call" and frame.f_code.co_name == "wrap_tool_call":
+                local.entry, local.walk = frame, [module]
+                walks.append(local.walk)
+        elif event == "return" and frame is entry:
+            local.entry = None
+        elif event == "call" and module != "testing" and local.walk[-1] != module:
+            local.walk.append(module)
+
+    threading.setprofile(profile)
+    sys.setprofile(profile)
+    try:
+        turn()
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]
+    return walks
+
+
+def test_a_call_with_no_ledger_is_one_decide_one_run_one_record() -> None:
+    """The middleware's walk of an allowed call with no ledger enters each layer once.
+
+    Down from the hook to the adapter, which decides (the batch was planned at the model
+    call) and runs the tool; into the core once, to build the call's event and write; back
+    to the adapter, which sends it. No plan driver, no ledger gate (issue 37 item 3).
+    """
+
+    @tool
+    def lookup(id: str) -> str:
+        """Look a customer up."""
+        return f"{id}: premium"
+
+    model = ScriptedChatModel(
+        script=[lambda m: "done" if m[-1].type == "tool" else [("lookup", {"id": "P1"})]] * 4
+    )
+    agent = create_agent(model, [lookup], middleware=[ReplayGuardMiddleware()])
+
+    def turn() -> Any:
+        return agent.invoke({"messages": [HumanMessage("who is P1?")]})
+
+    turn()  # the first turn learns the agent's tools
+    (walk,) = _tool_call_walks(turn)
+    layers = [layer for layer, _ in itertools.groupby(_layer(module) for module in walk)]
+    assert layers == ["facade", "adapter", "core", "adapter"], walk
+    assert "integrations.ledger_gate" not in walk
+    assert len(set(walk)) <= 12, walk

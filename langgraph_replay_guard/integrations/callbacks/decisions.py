@@ -43,7 +43,7 @@ from langgraph_replay_guard.integrations.calls import (
     BatchDecisions,
     answered_event,
     denied_event,
-    executed_event,
+    executed_write,
     guard_update,
     snapshot,
 )
@@ -385,9 +385,13 @@ class CallbackDecider:
                 index=planned.index,
                 turn=batch.turn,
             )
+            update = guard_update(self.config, [event])
         else:
-            deferred = admitted.scope.model_seen and self.config.store_previews
-            event = executed_event(self.config, planned, batch, outcome, text, preview=not deferred)
+            config = self.config
+            deferred = admitted.scope.model_seen and config.store_previews
+            # The event and its write in one pass of the core (`executed_write`).
+            update = executed_write(config, planned, batch, outcome, text, preview=not deferred)
+            (event,) = update["events"]
         with admitted.scope.lock:
             digest = event.get("h")
             if outcome == "success" and event.get("p") is None and text and digest:
@@ -398,7 +402,7 @@ class CallbackDecider:
                 unshown[digest] = text[: self.config.result_preview_chars]
                 if len(unshown) > _MAX_UNSHOWN:
                     del unshown[next(iter(unshown))]
-            self._write(admitted.scope, [event])
+            self.scopes.write(admitted.scope, update)
 
     def failed(self, admitted: Admitted, error: BaseException) -> None:
         """Record an admitted call whose tool raised.
