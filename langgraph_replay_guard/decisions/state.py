@@ -57,11 +57,9 @@ __all__ = [
     "own_update",
     "recorded_hashes",
     "scrub_update",
-    "seed_write",
     "settled",
     "show_update",
     "state_for_turn",
-    "stored_state",
     "unrecorded_positions",
     "unshown_hashes",
 ]
@@ -189,6 +187,76 @@ def _decode(value: Any) -> tuple[dict[str, Any] | None, str]:
     return state, ""
 
 
+# -- one reader (`_checked`), one cache (`_KNOWN`) ----------------------------------------------
+#
+# What the guard derived from an object it met is kept by the object's identity: for a channel
+# value its checked state (the value itself when the reducer returned it), settled state and
+# preview facts; for a write, that the guard built it and the values it was merged into. One
+# invalidation rule: an entry holds while none of the object's top-level values was replaced
+# (`_known`). The guard never mutates a value it returned or a write it built, and LangGraph
+# never mutates channel values; a value edited in place is checked again. Each entry holds its
+# object, so its id cannot be reused while the entry lives.
+_KNOWN: IdentityMemo[tuple[tuple[Any, ...] | None, dict[str, Any]]] = IdentityMemo(128)
+
+
+def _known(obj: Any) -> dict[str, Any] | None:
+    """What was derived from `obj`, if it was met and none of its top-level values changed."""
+    entry = _KNOWN.recall(obj)
+    if entry is None:
+        return None
+    fields, facts = entry
+    if fields is None or (len(fields) == len(obj) and all(map(operator.is_, fields, obj.values()))):
+        return facts
+    return None
+
+
+def _remember(obj: Any, **facts: Any) -> dict[str, Any]:
+    """Remember `facts` about `obj` and its top-level values as they are now; returns them."""
+    fields = tuple(obj.values()) if isinstance(obj, Mapping) else None
+    _KNOWN.remember(obj, (fields, facts))
+    return facts
+
+
+def _facts(value: Any) -> dict[str, Any]:
+    """The facts of a channel value, its checked state (`state`) first: the one reader.
+
+    An empty value (`None` or `{}`, what LangGraph starts a channel with) is a new state; a
+    first write stored as it is, the state its events fold into; an older format version,
+    migrated; a corrupt value, the state it is reset to (reported once per value).
+    """
+    facts = _known(value)
+    if facts is None:
+        if value is None or (isinstance(value, Mapping) and not value):
+            return {"state": new_state()}
+        facts = _remember(value)
+    elif "state" in facts:
+        return facts
+    facts["state"] = _state_of(value)
+    return facts
+
+
+def _state_of(value: Any) -> dict[str, Any]:
+    if not _first_write(value):
+        state, problem = _decode(value)
+        return state if state is not None else _reset(problem, value)
+    if value.keys() <= _WRITE_KEYS:
+        return merge_guard_state(None, value)
+    # A first write edited since (in Studio): the state it showed, with the edits.
+    write = {key: value[key] for key in _WRITE_KEYS if key in value}
+    edited = {
+        **merge_guard_state(None, write),
+        **{k: v for k, v in value.items() if k not in _WRITE_KEYS},
+    }
+    state, problem = _decode(edited)
+    return state if state is not None else _reset(problem, value, edited)
+
+
+def _checked(value: Any) -> Mapping[str, Any]:
+    """The checked state of a channel value (its batch in progress in `log`); read-only."""
+    state: Mapping[str, Any] = _facts(value)["state"]
+    return state
+
+
 def load_state(value: Any) -> dict[str, Any]:
     """Return a private, checked copy of a channel value.
 
@@ -208,28 +276,7 @@ def load_state(value: Any) -> dict[str, Any]:
     Returns:
         A state the caller may mutate.
     """
-    if value is None or (isinstance(value, Mapping) and not value):
-        return new_state()
-    if _first_write(value):
-        # A channel that starts empty keeps its first write as it is (LangGraph calls the
-        # reducer from the second write on): that write folded into a new state.
-        if value.keys() <= _WRITE_KEYS:
-            return _shallow(merge_guard_state(None, value))
-        # A first write edited since (in Studio): the state it showed, with the edits.
-        write = {key: value[key] for key in _WRITE_KEYS if key in value}
-        edited = {
-            **merge_guard_state(None, write),
-            **{k: v for k, v in value.items() if k not in _WRITE_KEYS},
-        }
-        state, problem = _decode(edited)
-        return state if state is not None else _reset(problem, value, edited)
-    trusted = _trusted(value)
-    if trusted is not None:
-        return _shallow(trusted)
-    state, problem = _decode(value)
-    if state is not None:
-        return state
-    return _reset(problem, value)
+    return _shallow(_checked(value))
 
 
 _WRITE_KEYS = frozenset({"op", "cfg", "events"})
@@ -241,73 +288,28 @@ def _first_write(value: Any) -> bool:
     return isinstance(value, Mapping) and "v" not in value and value.get("op") == "events"
 
 
-def stored_state(value: Any) -> Any:
-    """A stored channel value, with a first write stored as it is folded into a state.
-
-    For code that reads a stored value's fields directly (the batch in progress, the last
-    batch); everything else reads it through `load_state` or `settled`.
-
-    Args:
-        value: The channel value.
-
-    Returns:
-        The value itself, or a checked state when the value is a first write.
-    """
-    return load_state(value) if _first_write(value) else value
-
-
-# Values the reducer returned, with their top-level fields: reading one again skips the
-# check (the reducer and every read of a step see the value the last write produced). The
-# fields are compared by identity, so a field replaced in place is checked again; the guard
-# never mutates a returned value, and LangGraph never mutates channel values.
-_TRUSTED: IdentityMemo[tuple[Any, ...]] = IdentityMemo(64)
-
-# Writes `own_update` built, with the settings and events they were built with.
-_OWN_UPDATES: IdentityMemo[tuple[dict[str, Any], list[Event]]] = IdentityMemo(64)
-
-
-def _trust(value: dict[str, Any]) -> dict[str, Any]:
-    """Remember a checked value the reducer returns; returns it."""
-    _TRUSTED.remember(value, tuple(value.values()))
-    return value
-
-
-def _trusted(value: Any) -> Mapping[str, Any] | None:
-    """`value` if the reducer returned it and none of its fields was replaced since."""
-    fields = _TRUSTED.recall(value)
-    if fields is None:
-        return None
-    trusted: Mapping[str, Any] = value
-    if len(fields) == len(trusted) and all(map(operator.is_, fields, trusted.values())):
-        return trusted
-    return None
-
-
 def own_update(cfg: dict[str, Any], events: list[Event]) -> StateUpdate:
     """The channel write that records events the guard built itself (`make_event`).
 
     The reducer takes such a write without checking it again: its events come from checked
-    facts. It is remembered by identity, like the values in `_TRUSTED`; a write read back
-    from a checkpoint (pending writes) is a new object and is checked like any other.
+    facts. It is remembered by identity (`_KNOWN`); a write read back from a checkpoint
+    (pending writes) is a new object and is checked like any other. LangGraph stores the
+    first write to an empty channel as it is: such a value reads as the state its events
+    fold into, so the first write needs no form of its own.
 
     Args:
-        cfg: The fold settings (`fold_settings`).
+        cfg: The fold settings (`fold_settings`): only those that differ from the defaults,
+            written only when there are any.
         events: Events built by `make_event`.
 
     Returns:
         The update to write into the channel.
     """
-    update: StateUpdate = {"op": "events", "cfg": cfg, "events": events}
-    _OWN_UPDATES.remember(update, (cfg, events))
+    update: StateUpdate = {"op": "events", "events": events}
+    if cfg:
+        update["cfg"] = cfg
+    _remember(update, own=True)
     return update
-
-
-def _own(update: Any) -> tuple[dict[str, Any], list[Event]] | None:
-    """The settings and events of a write `own_update` built, unchanged since; else None."""
-    own = _OWN_UPDATES.recall(update)
-    if own is None or update.get("cfg") is not own[0] or update.get("events") is not own[1]:
-        return None
-    return own
 
 
 _CONTAINERS = (
@@ -339,16 +341,8 @@ def _shallow(value: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-# (corrupt value, the state it was reset to): the read paths meet the same value several
-# times in a step; it is reported once and every reader gets the same reset.
-_LAST_RESET: list[tuple[Any, dict[str, Any] | None]] = [(None, None)]
-
-
 def _reset(problem: str, value: Any = None, readable: Any = None) -> dict[str, Any]:
     """A new state saying why `value` was reset; its totals from `readable` (or `value`)."""
-    last_value, last_state = _LAST_RESET[0]
-    if last_state is not None and last_value is value and value is not None:
-        return _shallow(last_state)
     reason = _bounded(problem)
     notice = f"{reason}; the guard state was reset (counters start again from zero)."
     logger.warning("langgraph-replay-guard: %s", notice)
@@ -359,8 +353,7 @@ def _reset(problem: str, value: Any = None, readable: Any = None) -> dict[str, A
         "reason": reason,
         "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
-    _LAST_RESET[0] = (value, state)
-    return _shallow(state)
+    return state
 
 
 def _bounded(text: str) -> str:
@@ -694,20 +687,6 @@ def _fold_log(state: dict[str, Any], cfg: FoldSettings) -> None:
         _apply(state, CallEvent.decode(ev), cfg)
 
 
-# (settings as stored, decoded): every write carries the same few settings.
-_LAST_FOLD_SETTINGS: list[tuple[dict[str, Any], FoldSettings]] = [({}, FoldSettings.decode({}))]
-
-
-def _fold_settings(cfg: Mapping[str, Any]) -> FoldSettings:
-    """`FoldSettings.decode(cfg)`, reused while the settings are equal to the last ones."""
-    last = _LAST_FOLD_SETTINGS[0]
-    if last[0] == cfg:
-        return last[1]
-    settings = FoldSettings.decode(cfg)
-    _LAST_FOLD_SETTINGS[0] = (dict(cfg), settings)
-    return settings
-
-
 def fold_events(state: dict[str, Any], events: list[Event], cfg: Mapping[str, Any]) -> None:
     """Apply events to a state in place.
 
@@ -719,11 +698,12 @@ def fold_events(state: dict[str, Any], events: list[Event], cfg: Mapping[str, An
     Args:
         state: A state from `load_state` or `new_state`.
         events: Events to apply.
-        cfg: Fold settings (`w` window, `cp` cycle period, `scope`, `rr`, `rd`, `cy`, `rm`).
+        cfg: Fold settings (`w` window, `cp` cycle period, `scope`, `rr`, `rd`, `cy`, `rm`;
+            an absent one takes its default).
     """
     if state["cfg"] != cfg:
         state["cfg"] = dict(cfg)
-    settings = _fold_settings(cfg)
+    settings = FoldSettings.decode(cfg)
     for ev in events:
         if ev["b"] is None:
             _fold_log(state, settings)
@@ -732,9 +712,11 @@ def fold_events(state: dict[str, Any], events: list[Event], cfg: Mapping[str, An
             _add_to_log(state, ev, settings)
 
 
-# (channel value, its settled state): one tuple, read and replaced atomically, so threads
-# running parallel tool calls never pair a value with another value's state.
-_SETTLED_CACHE: list[tuple[Any, Mapping[str, Any] | None]] = [(None, None)]
+def _batch_of(state: Mapping[str, Any]) -> str | None:
+    """The id of the batch whose events wait in a checked state's log, if any."""
+    log = state["log"]
+    batch: str | None = log[0]["b"] if log else None
+    return batch
 
 
 def delivered(value: Any, batch_id: str | None) -> bool:
@@ -742,36 +724,16 @@ def delivered(value: Any, batch_id: str | None) -> bool:
 
     The guard writes its events in the same checkpoint write as the tools' messages: a
     batch it recorded reached the thread, even if its messages were summarized or cleared
-    since. Reads the stored value as it is (the batch in progress counts too).
+    since. The batch in progress counts too.
     """
-    if batch_id is None or not isinstance(value, Mapping):
+    if batch_id is None:
         return False
-    value = stored_state(value)
-    recorded = value.get("delivered")
-    if isinstance(recorded, list) and batch_id in recorded:
-        return True
-    return _batch_of(_log_of(value)) == batch_id
-
-
-def _log_of(value: Mapping[str, Any]) -> list[Any]:
-    """The events of the batch in progress of a stored state, read as stored (unchecked)."""
-    log = value.get("log")
-    if log is None:  # a format 2 value: `pending`
-        pending = value.get("pending")
-        log = pending.get("events") if isinstance(pending, Mapping) else None
-    return log if isinstance(log, list) else []
-
-
-def _batch_of(log: list[Any]) -> str | None:
-    if not log:
-        return None
-    first = log[0]
-    batch = first.get("b") if isinstance(first, Mapping) else None
-    return batch if isinstance(batch, str) else None
+    state = _checked(value)
+    return batch_id in state["delivered"] or _batch_of(state) == batch_id
 
 
 def batch_in_progress(value: Any) -> str | None:
-    """The id of the batch whose events wait in a stored value's log, if any (read as stored).
+    """The id of the batch whose events wait in a channel value's log, if any.
 
     Args:
         value: The channel value (any format; a first write reads as what it folds into).
@@ -779,9 +741,7 @@ def batch_in_progress(value: Any) -> str | None:
     Returns:
         The AIMessage id, or None.
     """
-    if not isinstance(value, Mapping):
-        return None
-    return _batch_of(_log_of(stored_state(value)))
+    return _batch_of(_checked(value))
 
 
 def unrecorded_positions(value: Any, batch_id: str | None, size: int) -> list[int]:
@@ -791,7 +751,7 @@ def unrecorded_positions(value: Any, batch_id: str | None, size: int) -> list[in
     was answered by another piece before it reached the guard.
 
     Args:
-        value: The channel value (read as stored: a partly reported batch is in the log).
+        value: The channel value (a partly reported batch is in its log).
         batch_id: Id of the AIMessage holding the batch.
         size: Number of calls in the batch.
 
@@ -800,14 +760,11 @@ def unrecorded_positions(value: Any, batch_id: str | None, size: int) -> list[in
     """
     if batch_id is None or size <= 0:
         return []
-    if not isinstance(value, Mapping):
-        return list(range(size))
-    value = stored_state(value)
-    log = _log_of(value)
-    if _batch_of(log) == batch_id:
-        seen = {e.get("i") for e in log if isinstance(e, Mapping)}
+    state = _checked(value)
+    if _batch_of(state) == batch_id:
+        seen = {e["i"] for e in state["log"]}
         return [i for i in range(size) if i not in seen]
-    if value.get("last_batch") == batch_id:
+    if state["last_batch"] == batch_id:
         return []  # the whole batch reported and was folded
     return list(range(size))
 
@@ -815,9 +772,8 @@ def unrecorded_positions(value: Any, batch_id: str | None, size: int) -> list[in
 def settled(value: Any) -> Mapping[str, Any]:
     """Return a checked channel value with its batch in progress folded in, for reading only.
 
-    Never raises: an unreadable value gives the reset state `load_state` gives. A folded
-    value is cached for the last value seen, since a step reads the same value several
-    times.
+    Never raises: an unreadable value gives the reset state `load_state` gives. Derived
+    once per value (`_KNOWN`), since a step reads the same value several times.
 
     Args:
         value: A channel value (any format; unreadable values give a reset state).
@@ -825,17 +781,15 @@ def settled(value: Any) -> Mapping[str, Any]:
     Returns:
         A read-only state; do not mutate it.
     """
-    cached_value, cached_state = _SETTLED_CACHE[0]
-    if cached_state is not None and cached_value is value:
-        return cached_state  # built by this function from a checked value
-    trusted = _trusted(value)
-    if trusted is not None and not trusted["log"]:
-        return trusted
-    state = load_state(value)
-    if not state["log"]:
-        return state
-    _fold_log(state, FoldSettings.decode(state["cfg"]))
-    _SETTLED_CACHE[0] = (value, state)
+    facts = _facts(value)
+    state: Mapping[str, Any] | None = facts.get("settled")
+    if state is None:
+        state = facts["state"]
+        if state["log"]:
+            folded = _shallow(state)
+            _fold_log(folded, FoldSettings.decode(folded["cfg"]))
+            state = folded
+        facts["settled"] = state
     return state
 
 
@@ -854,42 +808,35 @@ def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
     Returns:
         The new channel value.
     """
-    for last in _LAST_MERGES[0]:
-        if last[1] is update and last[0] is current:
-            # The same merge again: its value was folded from `current` as checked then.
-            return last[2]
-    if isinstance(update, Mapping) and update.get("op") in (SCRUB_OP, SHOW_OP):
-        edit = _scrubbed if update["op"] == SCRUB_OP else _shown
-        merged = _trust(edit(_results_copy(current), update.get("previews")))
-        # The model hook merges its scrub and show writes itself (to plan on the value the
-        # tools node will read); the channel's merge of the same writes returns that value.
-        _remember_merge(current, update, merged)
-        return merged
-    unchanged = _unchanged(current)
-    own = _own(update)
-    if own is not None and unchanged:
-        # The guard's own write onto a value the reducer returned (every step's case):
-        # neither needs checking again.
-        cfg, events = own
-        merged = _trust(_folded(_shallow(current) if current else new_state(), events, cfg))
+    known = _known(update)
+    merges: tuple[tuple[Any, dict[str, Any]], ...] = known.get("merges", ()) if known else ()
+    if merges and (current is None or _known(current) is not None):
+        # LangGraph merges a step's writes twice with the same objects (once for a
+        # conditional edge's fresh read of the state, once into the channel), and the
+        # model hook merges its scrub and show writes itself: the same merge again.
+        for before, merged in merges:
+            if before is current:
+                return merged
+    op = update.get("op") if isinstance(update, Mapping) else None
+    if op in (SCRUB_OP, SHOW_OP):
+        edit = _scrubbed if op == SCRUB_OP else _shown
+        merged = edit(_results_copy(current), update.get("previews"))
     else:
-        merged = _trust(_merged(current, update, own))
-    if unchanged and isinstance(update, Mapping) and update.get("op") == "events":
-        _remember_merge(current, update, merged)
+        merged = _merged(current, update, known is not None and known.get("own", False))
+    _remember(merged, state=merged)
+    if op is not None:
+        known = known if known is not None else _remember(update)
+        known["merges"] = ((current, merged), *merges[:3])
     return merged
 
 
 def _results_copy(value: Any) -> dict[str, Any]:
-    """A private state for a preview edit (`_shown`, `_scrubbed`): `load_state(value)`.
+    """A private state for a preview edit (`_shown`, `_scrubbed`).
 
     Those edits replace entries of `results`, and `log` and `notice` whole, and change
-    nothing else: a value the reducer returned needs only its `results` copied (every
-    step's preview write), not every map and list (`_shallow`).
+    nothing else: only `results` is copied, not every map and list (`_shallow`).
     """
-    trusted = _trusted(value)
-    if trusted is None:
-        return load_state(value)
-    state = dict(trusted)
+    state = dict(_checked(value))
     state["results"] = state["results"].copy()
     return state
 
@@ -931,24 +878,18 @@ def recorded_hashes(value: Any) -> set[str]:
 
 _PreviewFacts = tuple[frozenset[str], frozenset[str], frozenset[str]]
 
-# (channel value, its previews, unshown digests, recorded digests) for the last value read:
-# a model call reads all three of the same value (`ReplayGuardMiddleware._scrub`, `_show`,
-# `_given`). Kept only for a value the reducer returned (`_trusted`: unmodified since). One
-# tuple, read and replaced atomically.
-_LAST_PREVIEW_FACTS: list[tuple[Any, _PreviewFacts | None]] = [(None, None)]
-
 
 def _preview_facts(value: Any) -> _PreviewFacts:
     """`held_previews`, `unshown_hashes` and `recorded_hashes` of a value, in one read.
 
-    A value the reducer returned is read as it is (checked then; these only read it), any
-    other through `load_state`.
+    A model call reads all three of the same value (`ReplayGuardMiddleware._scrub`, `_show`,
+    `_given`): derived once per value (`_KNOWN`).
     """
-    last_value, last_facts = _LAST_PREVIEW_FACTS[0]
-    trusted = _trusted(value)
-    if last_facts is not None and last_value is value and trusted is not None:
-        return last_facts
-    state = trusted if trusted is not None else load_state(value)
+    facts = _facts(value)
+    found: _PreviewFacts | None = facts.get("previews")
+    if found is not None:
+        return found
+    state = facts["state"]
     # [result_hash, epoch, in_a_row, preview] (`ResultMemo`), read by position: checked
     # (a digest is a string or None, a preview a string or None).
     held: set[Any] = set()
@@ -962,21 +903,19 @@ def _preview_facts(value: Any) -> _PreviewFacts:
         elif preview is None and digest is not None:
             unshown.add(digest)
     recorded.update([item[1] for item in state["tail"]])  # `TailItem.result`
-    # The log's events are checked too, but read with `get` as before (absent keys).
     for ev in state["log"]:
-        digest, preview = ev.get("h"), ev.get("p")
+        digest, preview = ev["h"], ev["p"]
         recorded.add(digest)
         held.add(preview)
-        if preview is None and ev.get("o") == "success":
+        if preview is None and ev["o"] == "success":
             unshown.add(digest)
-    facts = (
+    found = (
         frozenset([p for p in held if isinstance(p, str) and p]),
         frozenset([h for h in unshown if isinstance(h, str)]),
         frozenset([h for h in recorded if isinstance(h, str)]),
     )
-    if trusted is not None:
-        _LAST_PREVIEW_FACTS[0] = (value, facts)
-    return facts
+    facts["previews"] = found
+    return found
 
 
 def scrub_update(previews: Collection[str]) -> dict[str, Any]:
@@ -1028,8 +967,8 @@ def show_update(previews: Mapping[str, str]) -> dict[str, Any]:
 def _shown(state: dict[str, Any], previews: Any) -> dict[str, Any]:
     """`state` with previews for the results that had none.
 
-    `state` is a private copy (`load_state`): its maps are its own, edited in place; the
-    entries it shares with the old value are replaced, never changed.
+    `state` is a private copy (`_results_copy`): its `results` map is its own, edited in
+    place; the entries it shares with the old value are replaced, never changed.
     """
     if not isinstance(previews, Mapping) or not all(
         isinstance(h, str) and isinstance(p, str) for h, p in previews.items()
@@ -1044,7 +983,7 @@ def _shown(state: dict[str, Any], previews: Any) -> dict[str, Any]:
     if state["log"]:
         state["log"] = [
             {**ev, "p": previews[ev["h"]]}
-            if ev.get("p") is None and ev.get("o") == "success" and ev.get("h") in previews
+            if ev["p"] is None and ev["o"] == "success" and ev["h"] in previews
             else ev
             for ev in state["log"]
         ]
@@ -1061,42 +1000,17 @@ def _scrubbed(state: dict[str, Any], previews: Any) -> dict[str, Any]:
         if memo[3] in drop:
             results[key] = [memo[0], memo[1], memo[2], None, *memo[4:]]
     if state["log"]:
-        state["log"] = [{**ev, "p": None} if ev.get("p") in drop else ev for ev in state["log"]]
+        state["log"] = [{**ev, "p": None} if ev["p"] in drop else ev for ev in state["log"]]
     return state
 
 
-# (current, update, merged) of the last guard write merged onto a checked value. LangGraph
-# merges a step's writes twice with the same objects: once for a conditional edge's fresh
-# read of the state, once into the channel; the second merge returns the first one's value.
-# A model call's scrub, show and events writes are merged in a row: the last few are kept.
-# One tuple, replaced atomically; it holds its objects, so their ids cannot be reused while
-# it does.
-_LAST_MERGES: list[tuple[tuple[Any, Any, dict[str, Any]], ...]] = [()]
-_MERGES_KEPT = 4
-
-
-def _remember_merge(current: Any, update: Any, merged: dict[str, Any]) -> None:
-    _LAST_MERGES[0] = ((current, update, merged), *_LAST_MERGES[0][: _MERGES_KEPT - 1])
-
-
-def _unchanged(current: Any) -> bool:
-    """Whether `current` is empty or a value the reducer returned, unmodified since."""
-    return (
-        current is None
-        or (isinstance(current, Mapping) and not current)
-        or (_trusted(current) is not None)
-    )
-
-
-def _merged(
-    current: Any, update: Any, own: tuple[dict[str, Any], list[Event]] | None
-) -> dict[str, Any]:
+def _merged(current: Any, update: Any, own: bool) -> dict[str, Any]:
     if update is None:
         return load_state(current)
     if isinstance(update, Mapping) and SEED_KEY in update:
         as_update = _seed_update(update)
-        if as_update is not None:  # the guard's first write, onto a value another wrote
-            update, own = as_update, None
+        if as_update is not None:  # the first write of an earlier release
+            update, own = as_update, False
     edited = _first_write(update) and not update.keys() <= _WRITE_KEYS
     if isinstance(update, Mapping) and ("v" in update or edited):
         # A whole state (update_state in Studio, a checkpoint of an older version):
@@ -1104,10 +1018,10 @@ def _merged(
         # and reset.
         return load_state(update)
     state = load_state(current)
-    if own is not None:  # the guard's own write, onto a value that needed checking
-        cfg, events = own
-    elif not isinstance(update, Mapping) or update.get("op") != "events":
+    if not isinstance(update, Mapping) or update.get("op") != "events":
         return _ignored(state, f"that is not a guard update ({type(update).__name__})")
+    if own:  # the guard's own write: its events come from checked facts
+        events, cfg = update["events"], update.get("cfg", {})
     else:
         try:
             events = decode_events(update.get("events", []), "events")
@@ -1118,25 +1032,7 @@ def _merged(
 
 
 SEED_KEY = "seed"
-"""Field of a first write (`seed_write`) holding the events it folded."""
-
-
-def seed_write(cfg: dict[str, Any], events: list[Event]) -> StateUpdate:
-    """The guard's write to a channel that holds nothing yet: `own_update`, kept one release.
-
-    LangGraph stores the first value written to an empty channel as it is, without the
-    reducer; a write stored so reads as the state its events fold into (`load_state`), so
-    the first write needs no form of its own. Earlier releases wrote a whole state with the
-    events under `SEED_KEY`; such a value is still read (`_seed_update`).
-
-    Args:
-        cfg: Fold settings.
-        events: The events.
-
-    Returns:
-        The value to write.
-    """
-    return own_update(cfg, events)
+"""Field of the first write of earlier releases: a whole state with the events it folded."""
 
 
 def _seed_update(seed: Mapping[str, Any]) -> StateUpdate | None:

@@ -271,11 +271,11 @@ class CallEvent:
 
 @dataclass(frozen=True, slots=True)
 class FoldSettings:
-    """The settings that shape the stored state; they travel with each write as `cfg`.
+    """The settings that shape the stored state; those not at their default travel as `cfg`.
 
-    The reducer is a module-level function with no access to the guard, so these few
-    settings are written with the events, under short keys (`w`, `cp`, `scope`, `rr`, `rd`,
-    `cy`, `rm`).
+    The reducer is a module-level function with no access to the guard, so the settings a
+    guard changed from their defaults are written with its events, under short keys (`w`,
+    `cp`, `scope`, `rr`, `rd`, `cy`, `rm`); a guard with the default ones writes none.
 
     Attributes:
         window: `GuardConfig.history_window` (`w`).
@@ -296,8 +296,8 @@ class FoldSettings:
     reminders: bool = True
 
     def encode(self) -> dict[str, Any]:
-        """The stored form."""
-        return {
+        """The stored form: only the settings that differ from the defaults."""
+        stored = {
             "w": self.window,
             "cp": self.cycle_period,
             "scope": self.scope,
@@ -306,6 +306,7 @@ class FoldSettings:
             "cy": self.cycles,
             "rm": self.reminders,
         }
+        return {key: value for key, value in stored.items() if value != _DEFAULTS[key]}
 
     @classmethod
     def decode(cls, cfg: Mapping[str, Any]) -> FoldSettings:
@@ -319,6 +320,18 @@ class FoldSettings:
             cfg.get("cy", True),
             cfg.get("rm", True),
         )
+
+
+_DEFAULTS = {
+    "w": DEFAULT_WINDOW,
+    "cp": DEFAULT_CYCLE_PERIOD,
+    "scope": "turn",
+    "rr": "progress",
+    "rd": True,
+    "cy": True,
+    "rm": True,
+}
+"""The stored form of the default settings (`FoldSettings()`)."""
 
 
 def _fail(path: str, expected: str, got: Any) -> NoReturn:
@@ -665,7 +678,9 @@ def decode_cfg(value: Any, path: str = "cfg") -> dict[str, Any]:
     if type(value) is dict and not value.keys() <= CFG[5]:
         extra = sorted(value.keys() - CFG[5], key=str)[0]
         _fail(f"{path}.{extra}", "absent (not a guard setting)", value[extra])
-    return dict(_check(value, CFG, path, {}))
+    # Settings at their default are dropped: a value of an earlier release, which wrote them
+    # all, reads as the same settings this release writes.
+    return {k: v for k, v in _check(value, CFG, path, {}).items() if v != _DEFAULTS[k]}
 
 
 def decode_events(value: Any, path: str) -> list[Any]:

@@ -12,7 +12,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 from langgraph_replay_guard._compat import channel_writer
 from langgraph_replay_guard.decisions.engine import fold_settings
-from langgraph_replay_guard.decisions.state import Event, own_update, seed_write
+from langgraph_replay_guard.decisions.state import Event, own_update
 from langgraph_replay_guard.integrations.signals import NodeErrorPassage
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ def write_events(
         channel: The guard channel's key.
         events: The events.
         stop: A stop's final AIMessage, to add after the node's ToolMessages.
-        first: The channel held nothing when the call was decided (see `state.seed_write`).
+        first: The channel held nothing when the call was decided (unused: a first write is an ordinary one, see `state.own_update`).
 
     Returns:
         Whether `stop` was taken care of (False: the caller must answer with it itself).
@@ -154,9 +154,9 @@ def _send(
     *,
     first: bool,
 ) -> None:
-    settings = fold_settings(guard_config)
-    # LangGraph stores the first write to an empty channel as it is: make it a whole state.
-    update = seed_write(settings, events) if first else own_update(settings, events)
+    # LangGraph stores the first write to an empty channel as it is; it reads as the state
+    # its events fold into (`state.own_update`): `first` changes nothing (kept for callers).
+    update = own_update(fold_settings(guard_config), events)
     send = channel_writer(config)
     if send is None:
         # Outside a graph (a ToolNode invoked directly): there is no state to keep count in.
