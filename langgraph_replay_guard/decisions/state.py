@@ -6,7 +6,7 @@ import datetime as dt
 import logging
 import operator
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
 from langgraph_replay_guard.decisions.failures import SAME_FAILURE
@@ -17,7 +17,6 @@ from langgraph_replay_guard.decisions.state_format import (
     READABLE_VERSIONS,
     BlockedCall,
     CallCounter,
-    CallEvent,
     Event,
     ExecutedCall,
     FailureStreak,
@@ -434,12 +433,14 @@ def _bump(mapping: dict[str, Any], key: str, value: Any, cap: int) -> None:
         mapping.update(kept)
 
 
-def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
+def _apply(state: dict[str, Any], ev: Event, cfg: FoldSettings) -> None:
     """Fold one event into `state` in place (the layers' bookkeeping, no decisions)."""
-    _enter_turn(state, ev.turn, cfg.scope)
-    key, tool, outcome = ev.key, ev.tool, ev.outcome
-    if ev.batch is not None:
-        state["last_batch"] = ev.batch
+    _enter_turn(state, ev["t"], cfg.scope)
+    # The event's fields by name (`Event` says what each key holds).
+    key, tool, outcome, batch, replay = ev["k"], ev["n"], ev["o"], ev["b"], ev["c"]
+    digest, preview, volatile = ev["h"], ev["p"], ev["v"]
+    if batch is not None:
+        state["last_batch"] = batch
     state["calls"] += 1
     totals = state["totals"]
     totals["calls"] = totals.get("calls", 0) + 1
@@ -451,14 +452,14 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
     count = (counted[0] if counted else 0) + 1  # `CallCounter.attempts`
     _bump(state["counters"], key, [count, tool], MAX_TRACKED_KEYS)
 
-    if outcome in _EXECUTED and ev.replay != "pure" and ev.batch is not None:
+    if outcome in _EXECUTED and replay != "pure" and batch is not None:
         # What really ran, in either mode: the ledger asks it instead of the history.
         delivered = state["delivered"]
-        if ev.batch not in delivered:
-            delivered.append(ev.batch)
+        if batch not in delivered:
+            delivered.append(batch)
             del delivered[:-MAX_DELIVERED]
 
-    shadowed = ev.reason is not None and (outcome in _EXECUTED or outcome == "answered")
+    shadowed = ev["r"] is not None and (outcome in _EXECUTED or outcome == "answered")
     if shadowed:
         # A call that ran in shadow mode although enforcing would have blocked it (or that
         # shadow mode let another piece answer: a name that does not exist, a stopped
@@ -467,10 +468,10 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
         # decided as enforcing decides it (an identical read that ran is no new result,
         # nor a step of a cycle).
         shadow = state["shadow"]
-        blocked, stopped = shadow.get(ev.reason, (0, 0))
-        if ev.reason in shadow or len(shadow) < MAX_SHADOW_REASONS:
-            shadow[ev.reason] = [blocked + 1, stopped + ev.abort]
-        ev = replace(ev, outcome="denied")
+        blocked, stopped = shadow.get(ev["r"], (0, 0))
+        if ev["r"] in shadow or len(shadow) < MAX_SHADOW_REASONS:
+            shadow[ev["r"]] = [blocked + 1, stopped + ev["x"]]
+        ev = {**ev, "o": "denied"}
         outcome = "denied"
 
     epoch_before = state["epoch"]
@@ -478,15 +479,15 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
     # A failed write starts a new epoch (reads after it run again) but is no progress: it
     # resets no repeat count and ends no failure streak, so a write failing again and again
     # is still stopped by those layers.
-    world_changed = outcome == "success" and ev.replay != "pure"
+    world_changed = outcome == "success" and replay != "pure"
     progress_resets = cfg.repeat_reset == "progress"
     if executed:
         state["recent_calls"].append([key, tool, outcome, epoch_before])  # `ExecutedCall`
         del state["recent_calls"][: -cfg.window]
 
-    if may_have_written(ev.replay, outcome):
+    if may_have_written(replay, outcome):
         state["epoch"] += 1
-    if executed and ev.background:
+    if executed and ev.get("g"):
         state["background"] = True  # whatever it returned: the job may run on
     if world_changed and progress_resets:
         # Progress: the agent changed the world, so other calls' repeats start over.
@@ -500,28 +501,28 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
         # for the same-failure layer. An empty note or the same listing again is not.
         # Without previews (`store_previews=False`) a result that held something has its
         # digest and no preview; a blank one has the empty preview.
-        shown = ev.preview is None and ev.result_hash is not None
-        new_result = shown or bool(ev.preview and not ev.preview.isspace())
+        shown = preview is None and digest is not None
+        new_result = shown or bool(preview and not preview.isspace())
         if new_result:
             for memo in state["results"].values():  # a loop: no generator to resume
-                if memo[0] == ev.result_hash:
+                if memo[0] == digest:
                     new_result = False
                     break
         same = (
             previous is not None
-            and ev.result_hash is not None
-            and previous[0] == ev.result_hash
+            and digest is not None
+            and previous[0] == digest
             and previous[1] == epoch_before
         )
-        changed = previous is not None and previous[0] != ev.result_hash
-        if ev.volatile and changed and progress_resets:
+        changed = previous is not None and previous[0] != digest
+        if volatile and changed and progress_resets:
             state["counters"][key] = [1, tool]  # a volatile read that changed
         in_a_row = previous[2] + 1 if same and previous is not None else 1
-        memo = [ev.result_hash, state["epoch"], in_a_row, ev.preview]
-        if ev.call_id is not None:  # four entries as before; the fifth only with an id
-            memo.append(ev.call_id)
+        memo = [digest, state["epoch"], in_a_row, preview]
+        if "d" in ev:  # four entries as before; the fifth (a call id) only with one
+            memo.append(ev["d"])
         _bump(state["results"], key, memo, MAX_RESULTS)
-        if same and not ev.short_circuits and not ev.volatile and cfg.result_diff:
+        if same and not ev["s"] and not volatile and cfg.result_diff:
             # Side effects are never suppressed by result-diff: count and remind instead.
             # A poll that keeps its result is waiting, not looping, until its own limit.
             _arm(state, ev, cfg, "same_result", count)
@@ -530,7 +531,7 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
     streak = _track_failures(state, ev, cfg, world_changed or new_result)
 
     if outcome == "denied" and not shadowed:
-        reason = ev.reason or "denied"
+        reason = ev["r"] or "denied"
         if streak is not None:
             count = streak  # a same-failure stop counts the failures, not identical calls
         totals["blocked"] = totals.get("blocked", 0) + 1
@@ -539,14 +540,14 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
         if reason != UNKNOWN_TOOL or count > 1:
             # One wrong name is a mistake the error fixes; the second is a loop starting.
             _arm(state, ev, cfg, reason, count)
-        if ev.abort:
+        if ev["x"]:
             totals["aborts"] = totals.get("aborts", 0) + 1
-            state["stop"] = {"reason": reason, "tool": tool, "count": count, "args": ev.args}
+            state["stop"] = {"reason": reason, "tool": tool, "count": count, "args": ev["a"]}
 
 
 def _arm(
     state: dict[str, Any],
-    ev: CallEvent,
+    ev: Event,
     cfg: FoldSettings,
     reason: str,
     count: int,
@@ -557,15 +558,15 @@ def _arm(
         return
     state["reminder"] = {
         "reason": reason,
-        "tool": ev.tool,
-        "args": ev.args if detail is None else detail,
+        "tool": ev["n"],
+        "args": ev["a"] if detail is None else detail,
         "count": count,
-        "batch": ev.batch,
+        "batch": ev["b"],
     }
 
 
 def _track_failures(
-    state: dict[str, Any], ev: CallEvent, cfg: FoldSettings, progress: bool
+    state: dict[str, Any], ev: Event, cfg: FoldSettings, progress: bool
 ) -> int | None:
     """The same-failure layer's bookkeeping; returns the streak a same-failure denial extends.
 
@@ -577,9 +578,10 @@ def _track_failures(
     ends every streak. Timeouts leave it as it is.
     """
     failures = state["failures"]
-    tool = ev.tool
-    if ev.failure is not None and ev.outcome in {"success", "failure"}:
-        signature, limit = ev.failure
+    tool = ev["n"]
+    failure = ev.get("f")  # [signature, limit], only on a failed call the layer watches
+    if failure is not None and ev["o"] in {"success", "failure"}:
+        signature, limit = failure
         stored = failures.get(tool)
         previous = FailureStreak(*stored) if stored is not None else None
         same = previous is not None and previous.signature == signature
@@ -588,12 +590,12 @@ def _track_failures(
         if in_a_row == limit:
             _arm(state, ev, cfg, SAME_FAILURE, in_a_row)
         return None
-    if ev.outcome == "success":
+    if ev["o"] == "success":
         if progress:
             state["failures"] = {}
         else:
             failures.pop(tool, None)
-    elif ev.outcome == "denied" and ev.reason == SAME_FAILURE:
+    elif ev["o"] == "denied" and ev["r"] == SAME_FAILURE:
         stored = failures.get(tool)
         if stored is not None:
             streak = FailureStreak(*stored)
@@ -603,14 +605,14 @@ def _track_failures(
     return None
 
 
-def _track_cycle(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings, executed: bool) -> None:
-    key = ev.key
+def _track_cycle(state: dict[str, Any], ev: Event, cfg: FoldSettings, executed: bool) -> None:
+    key = ev["k"]
     cycle = state["cycle"]
     if cycle is not None:
         state["cycle"] = cycle = dict(cycle)  # never change a dict an older value shares
         if cycle["keys"][cycle["pos"]] == key:
             cycle["pos"] = (cycle["pos"] + 1) % len(cycle["keys"])
-            if ev.reason == "cycle":
+            if ev["r"] == "cycle":
                 # Denied, or run in shadow mode although enforcing would have denied it:
                 # either way the next call of the cycle is its second strike.
                 cycle["strikes"] += 1
@@ -620,8 +622,8 @@ def _track_cycle(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings, execut
         return
     max_period = cfg.cycle_period
     tail = state["tail"]
-    result = ev.result_hash if ev.result_hash is not None else ev.outcome
-    tail.append([key, result, ev.tool])  # `TailItem`
+    result = ev["h"] if ev["h"] is not None else ev["o"]
+    tail.append([key, result, ev["n"]])  # `TailItem`
     del tail[: -2 * max_period]
     if cycle is not None or not cfg.cycles:
         return
@@ -656,7 +658,7 @@ def _add_to_log(state: dict[str, Any], ev: Event, cfg: FoldSettings) -> None:
         if ev.get("m") is not None and ev["b"] == state.get("last_batch"):
             return  # a late copy of a write for a batch already complete and folded
         if _complete([ev]):  # a batch of one call: nothing to wait for
-            _apply(state, CallEvent.decode(ev), cfg)
+            _apply(state, ev, cfg)
             return
         state["log"] = [ev]
         return
@@ -684,7 +686,7 @@ def _fold_log(state: dict[str, Any], cfg: FoldSettings) -> None:
     log = state["log"]
     state["log"] = []
     for ev in log:
-        _apply(state, CallEvent.decode(ev), cfg)
+        _apply(state, ev, cfg)
 
 
 def fold_events(state: dict[str, Any], events: list[Event], cfg: Mapping[str, Any]) -> None:
@@ -707,7 +709,7 @@ def fold_events(state: dict[str, Any], events: list[Event], cfg: Mapping[str, An
     for ev in events:
         if ev["b"] is None:
             _fold_log(state, settings)
-            _apply(state, CallEvent.decode(ev), settings)
+            _apply(state, ev, settings)
         else:
             _add_to_log(state, ev, settings)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import islice
-from operator import itemgetter
 from typing import Any, NamedTuple, NoReturn, NotRequired, TypedDict
 
 __all__ = [
@@ -15,7 +14,6 @@ __all__ = [
     "READABLE_VERSIONS",
     "BlockedCall",
     "CallCounter",
-    "CallEvent",
     "Event",
     "ExecutedCall",
     "FailureStreak",
@@ -137,9 +135,35 @@ class BlockedCall(NamedTuple):
 
 
 class Event(TypedDict):
-    """One recorded call as it is written into the channel (see `CallEvent` for the names).
+    """One recorded call, as the guard builds it (`engine.make_event`) and the channel stores it.
 
-    Keys are short because events sit in checkpoints; code reads them as a `CallEvent`.
+    Keys are short because events sit in checkpoints; `EVENT` checks them. The fold reads each
+    key once, into a local named as below (`state._apply`).
+
+    Attributes:
+        b: batch, id of the AIMessage that asked for the call (None: apply at once).
+        i: index, position of the call in its batch.
+        t: turn, id of the user message that opened the turn.
+        k: key, the call key.
+        n: tool, the tool name.
+        a: args, a short, sanitized argument summary (for reminders; never tool output).
+        c: replay, the call's replay class.
+        v: volatile, whether it is a volatile read.
+        s: short-circuits, whether result-diff may short-circuit this tool.
+        o: outcome, `"success"`, `"failure"`, `"timeout"`, `"denied"` or `"answered"`.
+        h: digest, hash of the result (a success) or of the error text (a failure).
+        p: preview, the result preview (goes to the model in ToolMessages only).
+        r: reason, the decision's reason for a denied call (in shadow mode: for a call that
+            ran although enforcing would have blocked it).
+        x: abort, whether the denial stopped the run.
+        m: batch size (optional); once every position reported, the batch is folded.
+        f: `[signature, limit]` (optional) of a failed call: its failure signature and the
+            tool's same-failure threshold (absent on a success, on a denied call and when
+            the layer is off for the tool).
+        d: call id (optional), the tool_call_id of a call that ran under other arguments than
+            the model asked (see `ResultMemo.call_id`).
+        g: background (optional, only `true`): the call starts work that outlives it (see
+            `CallClass.background`).
     """
 
     b: str | None
@@ -160,113 +184,6 @@ class Event(TypedDict):
     f: NotRequired[list[Any]]
     d: NotRequired[str]
     g: NotRequired[bool]
-
-
-@dataclass(slots=True)
-class CallEvent:
-    """One recorded call, with names (its stored form is an `Event`).
-
-    Not frozen, though nothing changes one: every recorded call builds one and every fold
-    reads one, and a frozen dataclass is built several times slower.
-
-    Attributes:
-        batch: Id of the AIMessage that asked for the call (None: apply at once).
-        index: Position of the call in its batch.
-        turn: Id of the user message that opened the turn.
-        key: The call key.
-        tool: The tool name.
-        args: A short, sanitized argument summary (for reminders; never tool output).
-        replay: The call's replay class.
-        volatile: Whether it is a volatile read.
-        short_circuits: Whether result-diff may short-circuit this tool.
-        outcome: `"success"`, `"failure"`, `"timeout"` or `"denied"`.
-        result_hash: Hash of the result (a success) or of the error text (a failure).
-        preview: Result preview (goes to the model in ToolMessages only).
-        reason: The decision's reason for a denied call.
-        abort: Whether the denial stopped the run.
-        batch_size: How many calls the batch has; once every position reported, it is folded.
-        failure: For a call that failed, `(signature, limit)`: its failure signature and the
-            tool's same-failure threshold (stored as `f`; absent on a success, on a denied
-            call and when the layer is off for the tool).
-        call_id: The tool_call_id of a call that ran under other arguments than the model
-            asked (stored as `d`, only then; see `ResultMemo.call_id`).
-        background: The call starts work that outlives it (stored as `g`, only then; see
-            `CallClass.background`).
-    """
-
-    batch: str | None
-    index: int
-    turn: str | None
-    key: str
-    tool: str
-    args: str
-    replay: str
-    volatile: bool
-    short_circuits: bool
-    outcome: str
-    result_hash: str | None
-    preview: str | None
-    reason: str | None
-    abort: bool
-    batch_size: int | None = None
-    failure: tuple[str, int] | None = None
-    call_id: str | None = None
-    background: bool = False
-
-    def encode(self) -> Event:
-        """The stored form."""
-        event: Event = {
-            "b": self.batch,
-            "i": self.index,
-            "t": self.turn,
-            "k": self.key,
-            "n": self.tool,
-            "a": self.args,
-            "c": self.replay,
-            "v": self.volatile,
-            "s": self.short_circuits,
-            "o": self.outcome,
-            "h": self.result_hash,
-            "p": self.preview,
-            "r": self.reason,
-            "x": self.abort,
-        }
-        if self.batch_size is not None:
-            event["m"] = self.batch_size
-        if self.failure is not None:
-            event["f"] = [*self.failure]
-        if self.call_id is not None:
-            event["d"] = self.call_id
-        if self.background:
-            event["g"] = True
-        return event
-
-    @classmethod
-    def decode(cls, event: Mapping[str, Any]) -> CallEvent:
-        """The named form of a stored event already checked by `decode_events`."""
-        b, i, t, k, n, a, c, v, s, o, h, p, r, x = _EVENT_FIELDS(event)
-        f = event.get("f")
-        failure = (f[0], f[1]) if f is not None else None
-        return cls(
-            b,
-            i,
-            t,
-            k,
-            n,
-            a,
-            c,
-            v,
-            s,
-            o,
-            h,
-            p,
-            r,
-            x,
-            event.get("m"),
-            failure,
-            event.get("d"),
-            event.get("g", False),
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -541,7 +458,7 @@ EVENT = _object(
     optional=("m", "f", "d", "g"),
     what="a recorded call (keys b i t k n a c v s o h p r x, optional m f d g)",
 )
-"""An `Event` (named by `CallEvent`)."""
+"""An `Event` (its keys named there)."""
 
 EVENTS = _list(EVENT, what="a list of recorded calls")
 
@@ -698,9 +615,6 @@ def decode_events(value: Any, path: str) -> list[Any]:
     """
     events: list[Any] = _check(value, EVENTS, path, {})
     return events
-
-
-_EVENT_FIELDS = itemgetter("b", "i", "t", "k", "n", "a", "c", "v", "s", "o", "h", "p", "r", "x")
 
 
 def migrate(value: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -129,7 +129,8 @@ def write_events(
         channel: The guard channel's key.
         events: The events.
         stop: A stop's final AIMessage, to add after the node's ToolMessages.
-        first: The channel held nothing when the call was decided (unused: a first write is an ordinary one, see `state.own_update`).
+        first: The channel held nothing when the call was decided (unused: a first write
+            is an ordinary one, see `state.own_update`).
 
     Returns:
         Whether `stop` was taken care of (False: the caller must answer with it itself).

@@ -39,8 +39,8 @@ from langgraph_replay_guard.decisions.state import (
     new_state,
     settled,
 )
-from langgraph_replay_guard.integrations.batches import find_batch, turn_anchors
 from langgraph_replay_guard.decisions.state_format import DEFAULT_WINDOW
+from langgraph_replay_guard.integrations.batches import find_batch, turn_anchors
 from langgraph_replay_guard.integrations.callbacks.decisions import CallbackDecider, Refusal
 from langgraph_replay_guard.integrations.callbacks.scopes import ScopeTable
 from langgraph_replay_guard.integrations.calls import decide_batch, snapshot
