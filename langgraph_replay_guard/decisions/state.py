@@ -211,7 +211,7 @@ def _known(obj: Any) -> dict[str, Any] | None:
 
 def _remember(obj: Any, **facts: Any) -> dict[str, Any]:
     """Remember `facts` about `obj` and its top-level values as they are now; returns them."""
-    fields = tuple(obj.values()) if isinstance(obj, Mapping) else None
+    fields = tuple(obj.values()) if isinstance(obj, dict | Mapping) else None
     _KNOWN.remember(obj, (fields, facts))
     return facts
 
@@ -819,7 +819,7 @@ def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
         for before, merged in merges:
             if before is current:
                 return merged
-    op = update.get("op") if isinstance(update, Mapping) else None
+    op = update.get("op") if isinstance(update, dict | Mapping) else None
     if op in (SCRUB_OP, SHOW_OP):
         edit = _scrubbed if op == SCRUB_OP else _shown
         merged = edit(_results_copy(current), update.get("previews"))
@@ -1007,6 +1007,8 @@ def _scrubbed(state: dict[str, Any], previews: Any) -> dict[str, Any]:
 
 
 def _merged(current: Any, update: Any, own: bool) -> dict[str, Any]:
+    if own:  # the guard's own write, unchanged since: its events come from checked facts
+        return _folded(load_state(current), update["events"], update.get("cfg", {}))
     if update is None:
         return load_state(current)
     if isinstance(update, Mapping) and SEED_KEY in update:
@@ -1022,14 +1024,11 @@ def _merged(current: Any, update: Any, own: bool) -> dict[str, Any]:
     state = load_state(current)
     if not isinstance(update, Mapping) or update.get("op") != "events":
         return _ignored(state, f"that is not a guard update ({type(update).__name__})")
-    if own:  # the guard's own write: its events come from checked facts
-        events, cfg = update["events"], update.get("cfg", {})
-    else:
-        try:
-            events = decode_events(update.get("events", []), "events")
-            cfg = decode_cfg(update.get("cfg", {}))
-        except InvalidStateError as exc:
-            return _ignored(state, f"that is not in the guard's format ({exc})")
+    try:
+        events = decode_events(update.get("events", []), "events")
+        cfg = decode_cfg(update.get("cfg", {}))
+    except InvalidStateError as exc:
+        return _ignored(state, f"that is not in the guard's format ({exc})")
     return _folded(state, events, cfg)
 
 

@@ -228,6 +228,8 @@ class FoldSettings:
     @classmethod
     def decode(cls, cfg: Mapping[str, Any]) -> FoldSettings:
         """The named form of stored settings already checked by `decode_cfg` (absent: default)."""
+        if not cfg:  # a guard with the default settings writes none
+            return _DEFAULT_SETTINGS
         return cls(
             cfg.get("w", DEFAULT_WINDOW),
             cfg.get("cp", DEFAULT_CYCLE_PERIOD),
@@ -238,6 +240,8 @@ class FoldSettings:
             cfg.get("rm", True),
         )
 
+
+_DEFAULT_SETTINGS = FoldSettings()
 
 _DEFAULTS = {
     "w": DEFAULT_WINDOW,
