@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import operator
+import threading
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
 from langgraph_replay_guard.decisions.failures import SAME_FAILURE
-from langgraph_replay_guard.decisions.memo import IdentityMemo
 from langgraph_replay_guard.decisions.state_format import (
     FORMAT_VERSION,
     MAX_SHADOW_REASONS,
@@ -191,28 +190,31 @@ def _decode(value: Any) -> tuple[dict[str, Any] | None, str]:
 # What the guard derived from an object it met is kept by the object's identity: for a channel
 # value its checked state (the value itself when the reducer returned it), settled state and
 # preview facts; for a write, that the guard built it and the values it was merged into. One
-# invalidation rule: an entry holds while none of the object's top-level values was replaced
-# (`_known`). The guard never mutates a value it returned or a write it built, and LangGraph
-# never mutates channel values; a value edited in place is checked again. Each entry holds its
-# object, so its id cannot be reused while the entry lives.
-_KNOWN: IdentityMemo[tuple[tuple[Any, ...] | None, dict[str, Any]]] = IdentityMemo(128)
+# invalidation rule: an entry holds while the object's top-level values are what they were
+# (`_known`; the same objects, or equal ones). The guard never mutates a value it returned or a
+# write it built, and LangGraph never mutates channel values; a value edited is checked again.
+# Each entry holds its object, so its id cannot be reused while the entry lives; past the cap
+# the oldest entry goes.
+_KNOWN: dict[int, tuple[Any, tuple[Any, ...] | None, dict[str, Any]]] = {}
+_KNOWN_CAP = 128
+_KNOWN_LOCK = threading.Lock()  # parallel tool calls remember at once
 
 
 def _known(obj: Any) -> dict[str, Any] | None:
-    """What was derived from `obj`, if it was met and none of its top-level values changed."""
-    entry = _KNOWN.recall(obj)
-    if entry is None:
-        return None
-    fields, facts = entry
-    if fields is None or (len(fields) == len(obj) and all(map(operator.is_, fields, obj.values()))):
-        return facts
+    """What was derived from `obj`, if it was met and its top-level values are unchanged."""
+    entry = _KNOWN.get(id(obj))
+    if entry is not None and entry[0] is obj and (entry[1] is None or entry[1] == (*obj.values(),)):
+        return entry[2]
     return None
 
 
 def _remember(obj: Any, **facts: Any) -> dict[str, Any]:
     """Remember `facts` about `obj` and its top-level values as they are now; returns them."""
-    fields = tuple(obj.values()) if isinstance(obj, dict | Mapping) else None
-    _KNOWN.remember(obj, (fields, facts))
+    fields = (*obj.values(),) if isinstance(obj, dict | Mapping) else None
+    with _KNOWN_LOCK:
+        _KNOWN[id(obj)] = (obj, fields, facts)
+        if len(_KNOWN) > _KNOWN_CAP:
+            del _KNOWN[next(iter(_KNOWN))]
     return facts
 
 
