@@ -12,7 +12,12 @@ from typing import Any, Literal, TypedDict
 from langgraph_replay_guard.decisions.failures import SAME_FAILURE
 from langgraph_replay_guard.decisions.state_format import (
     FORMAT_VERSION,
+    MAX_BLOCKED_LOG,
+    MAX_DELIVERED,
+    MAX_FAILURE_STREAKS,
+    MAX_RESULTS,
     MAX_SHADOW_REASONS,
+    MAX_TRACKED_KEYS,
     READABLE_VERSIONS,
     BlockedCall,
     CallCounter,
@@ -63,21 +68,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("langgraph_replay_guard")
-
-MAX_TRACKED_KEYS = 32
-"""Most distinct calls whose repeat counts are kept (least recently used evicted first)."""
-
-MAX_RESULTS = 8
-"""Most distinct calls whose last result hash and preview are kept (for result-diff)."""
-
-MAX_BLOCKED_LOG = 5
-"""Most recent blocked decisions kept in the state for Studio and `GuardView`."""
-
-MAX_DELIVERED = 16
-"""Most batches remembered as answered (`delivered`), most recent kept."""
-
-MAX_FAILURE_STREAKS = 8
-"""Most tools whose same-failure streak is kept (least recently failed evicted first)."""
 
 Outcome = Literal["success", "failure", "timeout", "denied", "answered"]
 """How a call ended. `answered`: another piece answered it (a HITL reject, a call limit,
@@ -169,14 +159,7 @@ def _decode(value: Any) -> tuple[dict[str, Any] | None, str]:
             f"langgraph-replay-guard reads versions {readable}"
         )
     try:
-        state = decode_fields(
-            migrate(value),
-            max_keys=MAX_TRACKED_KEYS,
-            max_results=MAX_RESULTS,
-            max_blocked=MAX_BLOCKED_LOG,
-            max_failures=MAX_FAILURE_STREAKS,
-            max_delivered=MAX_DELIVERED,
-        )
+        state = decode_fields(migrate(value))
     except InvalidStateError as exc:
         if version == FORMAT_VERSION:
             return None, f"the guard channel is malformed: {exc}"

@@ -11,6 +11,11 @@ __all__ = [
     "DEFAULT_CYCLE_PERIOD",
     "DEFAULT_WINDOW",
     "FORMAT_VERSION",
+    "MAX_BLOCKED_LOG",
+    "MAX_DELIVERED",
+    "MAX_FAILURE_STREAKS",
+    "MAX_RESULTS",
+    "MAX_TRACKED_KEYS",
     "READABLE_VERSIONS",
     "BlockedCall",
     "CallCounter",
@@ -282,8 +287,8 @@ def trim_map(mapping: dict[str, Any], cap: int) -> dict[str, Any]:
 # -- the schema: one table of what each stored field is, checked by one function (`_check`) ---
 #
 # A spec is a tuple whose first item is its kind. Leaves test one value; containers name their
-# entries' spec and their cap (a number, or the name of a bound `decode_fields` is given: the
-# window and the cycle length are settings). Adding a field is one row in a table below.
+# entries' spec and their cap (a number, or `"window"`/`"tail"`: bounds `decode_fields` takes
+# from the stored settings). Adding a field is one row in a table below.
 
 Spec = tuple[Any, ...]
 """`(kind, ok, test, ...)`: `test(x)` is the spec's test as a Python expression over the
@@ -481,6 +486,21 @@ CFG = _object(
 )
 """The fold settings (`FoldSettings`); any may be absent (then its default)."""
 
+MAX_TRACKED_KEYS = 32
+"""Most distinct calls whose repeat counts are kept (least recently used evicted first)."""
+
+MAX_RESULTS = 8
+"""Most distinct calls whose last result hash and preview are kept (for result-diff)."""
+
+MAX_BLOCKED_LOG = 5
+"""Most recent blocked decisions kept in the state for Studio and `GuardView`."""
+
+MAX_DELIVERED = 16
+"""Most batches remembered as answered (`delivered`), most recent kept."""
+
+MAX_FAILURE_STREAKS = 8
+"""Most tools whose same-failure streak is kept (least recently failed evicted first)."""
+
 _LOOP_NOTE = {"reason": TEXT, "tool": TEXT, "args": TEXT, "count": NAT}
 
 MAX_UNKNOWN_MARKS = 32
@@ -499,7 +519,7 @@ FIELDS: dict[str, tuple[Spec, Any]] = {
         _list(_row("[key, tool, outcome, epoch]", TEXT, TEXT, TEXT, INT), "window"),
         _ABSENT,
     ),
-    "counters": (_map(_row("[count, tool]", INT, TEXT), "keys"), _ABSENT),
+    "counters": (_map(_row("[count, tool]", INT, TEXT), MAX_TRACKED_KEYS), _ABSENT),
     # A fifth entry, the tool_call_id of a call that ran changed (`ResultMemo.call_id`), is
     # optional: absent in values of earlier releases and for calls that ran as asked.
     "results": (
@@ -513,7 +533,7 @@ FIELDS: dict[str, tuple[Spec, Any]] = {
                 OPT_TEXT,
                 optional=1,
             ),
-            "results",
+            MAX_RESULTS,
         ),
         _ABSENT,
     ),
@@ -532,12 +552,12 @@ FIELDS: dict[str, tuple[Spec, Any]] = {
         None,
     ),
     "failures": (
-        _map(_row("[failure signature, same in a row]", TEXT, POSITIVE), "failures"),
+        _map(_row("[failure signature, same in a row]", TEXT, POSITIVE), MAX_FAILURE_STREAKS),
         {},
     ),
     "reminder": (_nullable(_object({**_LOOP_NOTE, "batch": OPT_TEXT})), None),
     "stop": (_nullable(_object(_LOOP_NOTE)), None),
-    "blocked": (_list(_row("[tool, reason, count]", TEXT, TEXT, INT), "blocked"), _ABSENT),
+    "blocked": (_list(_row("[tool, reason, count]", TEXT, TEXT, INT), MAX_BLOCKED_LOG), _ABSENT),
     "totals": (_object({"calls": NAT, "blocked": NAT, "aborts": NAT}), _ABSENT),
     # The events of the batch in progress (one per position), folded once it is complete.
     "log": (EVENTS, []),
@@ -554,7 +574,7 @@ FIELDS: dict[str, tuple[Spec, Any]] = {
         ),
         None,
     ),
-    "delivered": (_list(TEXT, "delivered", "a list of AIMessage ids"), []),
+    "delivered": (_list(TEXT, MAX_DELIVERED, "a list of AIMessage ids"), []),
     "shadow": (
         _map(
             _row("[blocked, stopped], whole numbers >= 0", NAT, NAT),
@@ -653,15 +673,7 @@ def migrate(value: Mapping[str, Any]) -> Mapping[str, Any]:
     return migrated
 
 
-def decode_fields(
-    value: Mapping[str, Any],
-    *,
-    max_keys: int,
-    max_results: int,
-    max_blocked: int,
-    max_failures: int,
-    max_delivered: int = 16,
-) -> dict[str, Any]:
+def decode_fields(value: Mapping[str, Any]) -> dict[str, Any]:
     """Check every field of a channel value in the current format and return its copy.
 
     One pass over `FIELDS`. The copy holds new top-level lists and maps (the fold appends
@@ -672,11 +684,6 @@ def decode_fields(
 
     Args:
         value: A mapping in the current format version (see `migrate`).
-        max_keys: Cap of `counters`.
-        max_results: Cap of `results`.
-        max_blocked: Cap of `blocked`.
-        max_failures: Cap of `failures` (tools with a failure streak).
-        max_delivered: Cap of `delivered` (batches whose side effects were answered).
 
     Returns:
         The checked copy.
@@ -685,14 +692,10 @@ def decode_fields(
         InvalidStateError: The first malformed field or entry.
     """
     cfg = decode_cfg(value.get("cfg"))
+    # The two caps that are settings; the others are numbers in `FIELDS`.
     bounds = {
         "window": cfg.get("w", DEFAULT_WINDOW),
         "tail": 2 * cfg.get("cp", DEFAULT_CYCLE_PERIOD),
-        "keys": max_keys,
-        "results": max_results,
-        "blocked": max_blocked,
-        "failures": max_failures,
-        "delivered": max_delivered,
     }
     state: dict[str, Any] = {"v": FORMAT_VERSION}
     get = value.get
