@@ -112,6 +112,9 @@ def main() -> None:
             lambda: merge_guard_state(stored_pending, batch_write),
         ),
         ("load_state: from checkpoint", lambda: load_state(stored)),
+        # A checkpoint value is checked once per object (`state._KNOWN`): the row above reads
+        # the same object again; this one reads a new object each time, as a new run does.
+        ("load_state: a new checkpoint object each read", lambda: load_state(dict(stored))),
         ("settled: from checkpoint", lambda: settled(stored)),
         ("snapshot: pending batch, from checkpoint", lambda: snapshot(stored_pending, "ai-9")),
     ]

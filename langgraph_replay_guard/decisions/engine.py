@@ -18,7 +18,6 @@ from langgraph_replay_guard.decisions.state import (
 )
 from langgraph_replay_guard.decisions.state_format import (
     BlockedCall,
-    CallEvent,
     FailureStreak,
     FoldSettings,
     ResultMemo,
@@ -567,26 +566,32 @@ def make_event(
         failure = (failure_signature(result, facts.args), facts.max_same_failures)
     # The summary feeds reminders and stops only: denied calls and repeated side effects.
     needs_summary = outcome == "denied" or facts.replay != "pure"
-    return CallEvent(
-        batch=batch,
-        index=index,
-        turn=turn,
-        key=facts.key,
-        tool=facts.tool,
-        args=facts.args_summary if needs_summary else "",
-        replay=facts.replay,
-        volatile=facts.volatile,
-        short_circuits=facts.short_circuit,
-        outcome=outcome,
-        result_hash=content_hash(result) if executed_with_text and result is not None else None,
-        preview=_event_preview(facts, outcome, result, previews=previews),
-        reason=reason,
-        abort=abort,
-        batch_size=batch_size,
-        failure=failure,
-        call_id=call_id,
-        background=facts.background,
-    ).encode()
+    event: Event = {
+        "b": batch,
+        "i": index,
+        "t": turn,
+        "k": facts.key,
+        "n": facts.tool,
+        "a": facts.args_summary if needs_summary else "",
+        "c": facts.replay,
+        "v": facts.volatile,
+        "s": facts.short_circuit,
+        "o": outcome,
+        "h": content_hash(result) if executed_with_text and result is not None else None,
+        "p": _event_preview(facts, outcome, result, previews=previews),
+        "r": reason,
+        "x": abort,
+    }
+    # The optional keys only when set: an event stays as small as it was without them.
+    if batch_size is not None:
+        event["m"] = batch_size
+    if failure is not None:
+        event["f"] = [*failure]
+    if call_id is not None:
+        event["d"] = call_id
+    if facts.background:
+        event["g"] = True
+    return event
 
 
 def _event_preview(

@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import operator
+import threading
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
 from langgraph_replay_guard.decisions.failures import SAME_FAILURE
-from langgraph_replay_guard.decisions.memo import IdentityMemo
 from langgraph_replay_guard.decisions.state_format import (
     FORMAT_VERSION,
+    MAX_BLOCKED_LOG,
+    MAX_DELIVERED,
+    MAX_FAILURE_STREAKS,
+    MAX_RESULTS,
     MAX_SHADOW_REASONS,
+    MAX_TRACKED_KEYS,
     READABLE_VERSIONS,
     BlockedCall,
     CallCounter,
-    CallEvent,
     Event,
     ExecutedCall,
     FailureStreak,
@@ -57,31 +60,14 @@ __all__ = [
     "own_update",
     "recorded_hashes",
     "scrub_update",
-    "seed_write",
     "settled",
     "show_update",
     "state_for_turn",
-    "stored_state",
     "unrecorded_positions",
     "unshown_hashes",
 ]
 
 logger = logging.getLogger("langgraph_replay_guard")
-
-MAX_TRACKED_KEYS = 32
-"""Most distinct calls whose repeat counts are kept (least recently used evicted first)."""
-
-MAX_RESULTS = 8
-"""Most distinct calls whose last result hash and preview are kept (for result-diff)."""
-
-MAX_BLOCKED_LOG = 5
-"""Most recent blocked decisions kept in the state for Studio and `GuardView`."""
-
-MAX_DELIVERED = 16
-"""Most batches remembered as answered (`delivered`), most recent kept."""
-
-MAX_FAILURE_STREAKS = 8
-"""Most tools whose same-failure streak is kept (least recently failed evicted first)."""
 
 Outcome = Literal["success", "failure", "timeout", "denied", "answered"]
 """How a call ended. `answered`: another piece answered it (a HITL reject, a call limit,
@@ -173,20 +159,86 @@ def _decode(value: Any) -> tuple[dict[str, Any] | None, str]:
             f"langgraph-replay-guard reads versions {readable}"
         )
     try:
-        state = decode_fields(
-            migrate(value),
-            max_keys=MAX_TRACKED_KEYS,
-            max_results=MAX_RESULTS,
-            max_blocked=MAX_BLOCKED_LOG,
-            max_failures=MAX_FAILURE_STREAKS,
-            max_delivered=MAX_DELIVERED,
-        )
+        state = decode_fields(migrate(value))
     except InvalidStateError as exc:
         if version == FORMAT_VERSION:
             return None, f"the guard channel is malformed: {exc}"
         migrated = f"a format {version} value, migrated to format {FORMAT_VERSION}"
         return None, f"the guard channel ({migrated}) is malformed: {exc}"
     return state, ""
+
+
+# -- one reader (`_checked`), one cache (`_KNOWN`) ----------------------------------------------
+#
+# What the guard derived from an object it met is kept by the object's identity: for a channel
+# value its checked state (the value itself when the reducer returned it), settled state and
+# preview facts; for a write, that the guard built it and the values it was merged into. One
+# invalidation rule: an entry holds while the object's top-level values are what they were
+# (`_known`; the same objects, or equal ones). The guard never mutates a value it returned or a
+# write it built, and LangGraph never mutates channel values; a value edited is checked again.
+# Each entry holds its object, so its id cannot be reused while the entry lives; past the cap
+# the oldest entry goes.
+_KNOWN: dict[int, tuple[Any, tuple[Any, ...] | None, dict[str, Any]]] = {}
+_KNOWN_CAP = 128
+_KNOWN_LOCK = threading.Lock()  # parallel tool calls remember at once
+
+
+def _known(obj: Any) -> dict[str, Any] | None:
+    """What was derived from `obj`, if it was met and its top-level values are unchanged."""
+    entry = _KNOWN.get(id(obj))
+    if entry is not None and entry[0] is obj and (entry[1] is None or entry[1] == (*obj.values(),)):
+        return entry[2]
+    return None
+
+
+def _remember(obj: Any, **facts: Any) -> dict[str, Any]:
+    """Remember `facts` about `obj` and its top-level values as they are now; returns them."""
+    fields = (*obj.values(),) if isinstance(obj, dict | Mapping) else None
+    with _KNOWN_LOCK:
+        _KNOWN[id(obj)] = (obj, fields, facts)
+        if len(_KNOWN) > _KNOWN_CAP:
+            del _KNOWN[next(iter(_KNOWN))]
+    return facts
+
+
+def _facts(value: Any) -> dict[str, Any]:
+    """The facts of a channel value, its checked state (`state`) first: the one reader.
+
+    An empty value (`None` or `{}`, what LangGraph starts a channel with) is a new state; a
+    first write stored as it is, the state its events fold into; an older format version,
+    migrated; a corrupt value, the state it is reset to (reported once per value).
+    """
+    facts = _known(value)
+    if facts is None:
+        if value is None or (isinstance(value, Mapping) and not value):
+            return {"state": new_state()}
+        facts = _remember(value)
+    elif "state" in facts:
+        return facts
+    facts["state"] = _state_of(value)
+    return facts
+
+
+def _state_of(value: Any) -> dict[str, Any]:
+    if not _first_write(value):
+        state, problem = _decode(value)
+        return state if state is not None else _reset(problem, value)
+    if value.keys() <= _WRITE_KEYS:
+        return merge_guard_state(None, value)
+    # A first write edited since (in Studio): the state it showed, with the edits.
+    write = {key: value[key] for key in _WRITE_KEYS if key in value}
+    edited = {
+        **merge_guard_state(None, write),
+        **{k: v for k, v in value.items() if k not in _WRITE_KEYS},
+    }
+    state, problem = _decode(edited)
+    return state if state is not None else _reset(problem, value, edited)
+
+
+def _checked(value: Any) -> Mapping[str, Any]:
+    """The checked state of a channel value (its batch in progress in `log`); read-only."""
+    state: Mapping[str, Any] = _facts(value)["state"]
+    return state
 
 
 def load_state(value: Any) -> dict[str, Any]:
@@ -208,28 +260,7 @@ def load_state(value: Any) -> dict[str, Any]:
     Returns:
         A state the caller may mutate.
     """
-    if value is None or (isinstance(value, Mapping) and not value):
-        return new_state()
-    if _first_write(value):
-        # A channel that starts empty keeps its first write as it is (LangGraph calls the
-        # reducer from the second write on): that write folded into a new state.
-        if value.keys() <= _WRITE_KEYS:
-            return _shallow(merge_guard_state(None, value))
-        # A first write edited since (in Studio): the state it showed, with the edits.
-        write = {key: value[key] for key in _WRITE_KEYS if key in value}
-        edited = {
-            **merge_guard_state(None, write),
-            **{k: v for k, v in value.items() if k not in _WRITE_KEYS},
-        }
-        state, problem = _decode(edited)
-        return state if state is not None else _reset(problem, value, edited)
-    trusted = _trusted(value)
-    if trusted is not None:
-        return _shallow(trusted)
-    state, problem = _decode(value)
-    if state is not None:
-        return state
-    return _reset(problem, value)
+    return _shallow(_checked(value))
 
 
 _WRITE_KEYS = frozenset({"op", "cfg", "events"})
@@ -241,73 +272,28 @@ def _first_write(value: Any) -> bool:
     return isinstance(value, Mapping) and "v" not in value and value.get("op") == "events"
 
 
-def stored_state(value: Any) -> Any:
-    """A stored channel value, with a first write stored as it is folded into a state.
-
-    For code that reads a stored value's fields directly (the batch in progress, the last
-    batch); everything else reads it through `load_state` or `settled`.
-
-    Args:
-        value: The channel value.
-
-    Returns:
-        The value itself, or a checked state when the value is a first write.
-    """
-    return load_state(value) if _first_write(value) else value
-
-
-# Values the reducer returned, with their top-level fields: reading one again skips the
-# check (the reducer and every read of a step see the value the last write produced). The
-# fields are compared by identity, so a field replaced in place is checked again; the guard
-# never mutates a returned value, and LangGraph never mutates channel values.
-_TRUSTED: IdentityMemo[tuple[Any, ...]] = IdentityMemo(64)
-
-# Writes `own_update` built, with the settings and events they were built with.
-_OWN_UPDATES: IdentityMemo[tuple[dict[str, Any], list[Event]]] = IdentityMemo(64)
-
-
-def _trust(value: dict[str, Any]) -> dict[str, Any]:
-    """Remember a checked value the reducer returns; returns it."""
-    _TRUSTED.remember(value, tuple(value.values()))
-    return value
-
-
-def _trusted(value: Any) -> Mapping[str, Any] | None:
-    """`value` if the reducer returned it and none of its fields was replaced since."""
-    fields = _TRUSTED.recall(value)
-    if fields is None:
-        return None
-    trusted: Mapping[str, Any] = value
-    if len(fields) == len(trusted) and all(map(operator.is_, fields, trusted.values())):
-        return trusted
-    return None
-
-
 def own_update(cfg: dict[str, Any], events: list[Event]) -> StateUpdate:
     """The channel write that records events the guard built itself (`make_event`).
 
     The reducer takes such a write without checking it again: its events come from checked
-    facts. It is remembered by identity, like the values in `_TRUSTED`; a write read back
-    from a checkpoint (pending writes) is a new object and is checked like any other.
+    facts. It is remembered by identity (`_KNOWN`); a write read back from a checkpoint
+    (pending writes) is a new object and is checked like any other. LangGraph stores the
+    first write to an empty channel as it is: such a value reads as the state its events
+    fold into, so the first write needs no form of its own.
 
     Args:
-        cfg: The fold settings (`fold_settings`).
+        cfg: The fold settings (`fold_settings`): only those that differ from the defaults,
+            written only when there are any.
         events: Events built by `make_event`.
 
     Returns:
         The update to write into the channel.
     """
-    update: StateUpdate = {"op": "events", "cfg": cfg, "events": events}
-    _OWN_UPDATES.remember(update, (cfg, events))
+    update: StateUpdate = {"op": "events", "events": events}
+    if cfg:
+        update["cfg"] = cfg
+    _remember(update, own=True)
     return update
-
-
-def _own(update: Any) -> tuple[dict[str, Any], list[Event]] | None:
-    """The settings and events of a write `own_update` built, unchanged since; else None."""
-    own = _OWN_UPDATES.recall(update)
-    if own is None or update.get("cfg") is not own[0] or update.get("events") is not own[1]:
-        return None
-    return own
 
 
 _CONTAINERS = (
@@ -339,16 +325,8 @@ def _shallow(value: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-# (corrupt value, the state it was reset to): the read paths meet the same value several
-# times in a step; it is reported once and every reader gets the same reset.
-_LAST_RESET: list[tuple[Any, dict[str, Any] | None]] = [(None, None)]
-
-
 def _reset(problem: str, value: Any = None, readable: Any = None) -> dict[str, Any]:
     """A new state saying why `value` was reset; its totals from `readable` (or `value`)."""
-    last_value, last_state = _LAST_RESET[0]
-    if last_state is not None and last_value is value and value is not None:
-        return _shallow(last_state)
     reason = _bounded(problem)
     notice = f"{reason}; the guard state was reset (counters start again from zero)."
     logger.warning("langgraph-replay-guard: %s", notice)
@@ -359,8 +337,7 @@ def _reset(problem: str, value: Any = None, readable: Any = None) -> dict[str, A
         "reason": reason,
         "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
-    _LAST_RESET[0] = (value, state)
-    return _shallow(state)
+    return state
 
 
 def _bounded(text: str) -> str:
@@ -441,12 +418,14 @@ def _bump(mapping: dict[str, Any], key: str, value: Any, cap: int) -> None:
         mapping.update(kept)
 
 
-def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
+def _apply(state: dict[str, Any], ev: Event, cfg: FoldSettings) -> None:
     """Fold one event into `state` in place (the layers' bookkeeping, no decisions)."""
-    _enter_turn(state, ev.turn, cfg.scope)
-    key, tool, outcome = ev.key, ev.tool, ev.outcome
-    if ev.batch is not None:
-        state["last_batch"] = ev.batch
+    _enter_turn(state, ev["t"], cfg.scope)
+    # The event's fields by name (`Event` says what each key holds).
+    key, tool, outcome, batch, replay = ev["k"], ev["n"], ev["o"], ev["b"], ev["c"]
+    digest, preview, volatile = ev["h"], ev["p"], ev["v"]
+    if batch is not None:
+        state["last_batch"] = batch
     state["calls"] += 1
     totals = state["totals"]
     totals["calls"] = totals.get("calls", 0) + 1
@@ -458,14 +437,14 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
     count = (counted[0] if counted else 0) + 1  # `CallCounter.attempts`
     _bump(state["counters"], key, [count, tool], MAX_TRACKED_KEYS)
 
-    if outcome in _EXECUTED and ev.replay != "pure" and ev.batch is not None:
+    if outcome in _EXECUTED and replay != "pure" and batch is not None:
         # What really ran, in either mode: the ledger asks it instead of the history.
         delivered = state["delivered"]
-        if ev.batch not in delivered:
-            delivered.append(ev.batch)
+        if batch not in delivered:
+            delivered.append(batch)
             del delivered[:-MAX_DELIVERED]
 
-    shadowed = ev.reason is not None and (outcome in _EXECUTED or outcome == "answered")
+    shadowed = ev["r"] is not None and (outcome in _EXECUTED or outcome == "answered")
     if shadowed:
         # A call that ran in shadow mode although enforcing would have blocked it (or that
         # shadow mode let another piece answer: a name that does not exist, a stopped
@@ -474,10 +453,10 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
         # decided as enforcing decides it (an identical read that ran is no new result,
         # nor a step of a cycle).
         shadow = state["shadow"]
-        blocked, stopped = shadow.get(ev.reason, (0, 0))
-        if ev.reason in shadow or len(shadow) < MAX_SHADOW_REASONS:
-            shadow[ev.reason] = [blocked + 1, stopped + ev.abort]
-        ev = replace(ev, outcome="denied")
+        blocked, stopped = shadow.get(ev["r"], (0, 0))
+        if ev["r"] in shadow or len(shadow) < MAX_SHADOW_REASONS:
+            shadow[ev["r"]] = [blocked + 1, stopped + ev["x"]]
+        ev = {**ev, "o": "denied"}
         outcome = "denied"
 
     epoch_before = state["epoch"]
@@ -485,15 +464,15 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
     # A failed write starts a new epoch (reads after it run again) but is no progress: it
     # resets no repeat count and ends no failure streak, so a write failing again and again
     # is still stopped by those layers.
-    world_changed = outcome == "success" and ev.replay != "pure"
+    world_changed = outcome == "success" and replay != "pure"
     progress_resets = cfg.repeat_reset == "progress"
     if executed:
         state["recent_calls"].append([key, tool, outcome, epoch_before])  # `ExecutedCall`
         del state["recent_calls"][: -cfg.window]
 
-    if may_have_written(ev.replay, outcome):
+    if may_have_written(replay, outcome):
         state["epoch"] += 1
-    if executed and ev.background:
+    if executed and ev.get("g"):
         state["background"] = True  # whatever it returned: the job may run on
     if world_changed and progress_resets:
         # Progress: the agent changed the world, so other calls' repeats start over.
@@ -507,28 +486,28 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
         # for the same-failure layer. An empty note or the same listing again is not.
         # Without previews (`store_previews=False`) a result that held something has its
         # digest and no preview; a blank one has the empty preview.
-        shown = ev.preview is None and ev.result_hash is not None
-        new_result = shown or bool(ev.preview and not ev.preview.isspace())
+        shown = preview is None and digest is not None
+        new_result = shown or bool(preview and not preview.isspace())
         if new_result:
             for memo in state["results"].values():  # a loop: no generator to resume
-                if memo[0] == ev.result_hash:
+                if memo[0] == digest:
                     new_result = False
                     break
         same = (
             previous is not None
-            and ev.result_hash is not None
-            and previous[0] == ev.result_hash
+            and digest is not None
+            and previous[0] == digest
             and previous[1] == epoch_before
         )
-        changed = previous is not None and previous[0] != ev.result_hash
-        if ev.volatile and changed and progress_resets:
+        changed = previous is not None and previous[0] != digest
+        if volatile and changed and progress_resets:
             state["counters"][key] = [1, tool]  # a volatile read that changed
         in_a_row = previous[2] + 1 if same and previous is not None else 1
-        memo = [ev.result_hash, state["epoch"], in_a_row, ev.preview]
-        if ev.call_id is not None:  # four entries as before; the fifth only with an id
-            memo.append(ev.call_id)
+        memo = [digest, state["epoch"], in_a_row, preview]
+        if "d" in ev:  # four entries as before; the fifth (a call id) only with one
+            memo.append(ev["d"])
         _bump(state["results"], key, memo, MAX_RESULTS)
-        if same and not ev.short_circuits and not ev.volatile and cfg.result_diff:
+        if same and not ev["s"] and not volatile and cfg.result_diff:
             # Side effects are never suppressed by result-diff: count and remind instead.
             # A poll that keeps its result is waiting, not looping, until its own limit.
             _arm(state, ev, cfg, "same_result", count)
@@ -537,7 +516,7 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
     streak = _track_failures(state, ev, cfg, world_changed or new_result)
 
     if outcome == "denied" and not shadowed:
-        reason = ev.reason or "denied"
+        reason = ev["r"] or "denied"
         if streak is not None:
             count = streak  # a same-failure stop counts the failures, not identical calls
         totals["blocked"] = totals.get("blocked", 0) + 1
@@ -546,14 +525,14 @@ def _apply(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings) -> None:
         if reason != UNKNOWN_TOOL or count > 1:
             # One wrong name is a mistake the error fixes; the second is a loop starting.
             _arm(state, ev, cfg, reason, count)
-        if ev.abort:
+        if ev["x"]:
             totals["aborts"] = totals.get("aborts", 0) + 1
-            state["stop"] = {"reason": reason, "tool": tool, "count": count, "args": ev.args}
+            state["stop"] = {"reason": reason, "tool": tool, "count": count, "args": ev["a"]}
 
 
 def _arm(
     state: dict[str, Any],
-    ev: CallEvent,
+    ev: Event,
     cfg: FoldSettings,
     reason: str,
     count: int,
@@ -564,15 +543,15 @@ def _arm(
         return
     state["reminder"] = {
         "reason": reason,
-        "tool": ev.tool,
-        "args": ev.args if detail is None else detail,
+        "tool": ev["n"],
+        "args": ev["a"] if detail is None else detail,
         "count": count,
-        "batch": ev.batch,
+        "batch": ev["b"],
     }
 
 
 def _track_failures(
-    state: dict[str, Any], ev: CallEvent, cfg: FoldSettings, progress: bool
+    state: dict[str, Any], ev: Event, cfg: FoldSettings, progress: bool
 ) -> int | None:
     """The same-failure layer's bookkeeping; returns the streak a same-failure denial extends.
 
@@ -584,9 +563,10 @@ def _track_failures(
     ends every streak. Timeouts leave it as it is.
     """
     failures = state["failures"]
-    tool = ev.tool
-    if ev.failure is not None and ev.outcome in {"success", "failure"}:
-        signature, limit = ev.failure
+    tool = ev["n"]
+    failure = ev.get("f")  # [signature, limit], only on a failed call the layer watches
+    if failure is not None and ev["o"] in {"success", "failure"}:
+        signature, limit = failure
         stored = failures.get(tool)
         previous = FailureStreak(*stored) if stored is not None else None
         same = previous is not None and previous.signature == signature
@@ -595,12 +575,12 @@ def _track_failures(
         if in_a_row == limit:
             _arm(state, ev, cfg, SAME_FAILURE, in_a_row)
         return None
-    if ev.outcome == "success":
+    if ev["o"] == "success":
         if progress:
             state["failures"] = {}
         else:
             failures.pop(tool, None)
-    elif ev.outcome == "denied" and ev.reason == SAME_FAILURE:
+    elif ev["o"] == "denied" and ev["r"] == SAME_FAILURE:
         stored = failures.get(tool)
         if stored is not None:
             streak = FailureStreak(*stored)
@@ -610,14 +590,14 @@ def _track_failures(
     return None
 
 
-def _track_cycle(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings, executed: bool) -> None:
-    key = ev.key
+def _track_cycle(state: dict[str, Any], ev: Event, cfg: FoldSettings, executed: bool) -> None:
+    key = ev["k"]
     cycle = state["cycle"]
     if cycle is not None:
         state["cycle"] = cycle = dict(cycle)  # never change a dict an older value shares
         if cycle["keys"][cycle["pos"]] == key:
             cycle["pos"] = (cycle["pos"] + 1) % len(cycle["keys"])
-            if ev.reason == "cycle":
+            if ev["r"] == "cycle":
                 # Denied, or run in shadow mode although enforcing would have denied it:
                 # either way the next call of the cycle is its second strike.
                 cycle["strikes"] += 1
@@ -627,8 +607,8 @@ def _track_cycle(state: dict[str, Any], ev: CallEvent, cfg: FoldSettings, execut
         return
     max_period = cfg.cycle_period
     tail = state["tail"]
-    result = ev.result_hash if ev.result_hash is not None else ev.outcome
-    tail.append([key, result, ev.tool])  # `TailItem`
+    result = ev["h"] if ev["h"] is not None else ev["o"]
+    tail.append([key, result, ev["n"]])  # `TailItem`
     del tail[: -2 * max_period]
     if cycle is not None or not cfg.cycles:
         return
@@ -663,7 +643,7 @@ def _add_to_log(state: dict[str, Any], ev: Event, cfg: FoldSettings) -> None:
         if ev.get("m") is not None and ev["b"] == state.get("last_batch"):
             return  # a late copy of a write for a batch already complete and folded
         if _complete([ev]):  # a batch of one call: nothing to wait for
-            _apply(state, CallEvent.decode(ev), cfg)
+            _apply(state, ev, cfg)
             return
         state["log"] = [ev]
         return
@@ -691,21 +671,7 @@ def _fold_log(state: dict[str, Any], cfg: FoldSettings) -> None:
     log = state["log"]
     state["log"] = []
     for ev in log:
-        _apply(state, CallEvent.decode(ev), cfg)
-
-
-# (settings as stored, decoded): every write carries the same few settings.
-_LAST_FOLD_SETTINGS: list[tuple[dict[str, Any], FoldSettings]] = [({}, FoldSettings.decode({}))]
-
-
-def _fold_settings(cfg: Mapping[str, Any]) -> FoldSettings:
-    """`FoldSettings.decode(cfg)`, reused while the settings are equal to the last ones."""
-    last = _LAST_FOLD_SETTINGS[0]
-    if last[0] == cfg:
-        return last[1]
-    settings = FoldSettings.decode(cfg)
-    _LAST_FOLD_SETTINGS[0] = (dict(cfg), settings)
-    return settings
+        _apply(state, ev, cfg)
 
 
 def fold_events(state: dict[str, Any], events: list[Event], cfg: Mapping[str, Any]) -> None:
@@ -719,22 +685,25 @@ def fold_events(state: dict[str, Any], events: list[Event], cfg: Mapping[str, An
     Args:
         state: A state from `load_state` or `new_state`.
         events: Events to apply.
-        cfg: Fold settings (`w` window, `cp` cycle period, `scope`, `rr`, `rd`, `cy`, `rm`).
+        cfg: Fold settings (`w` window, `cp` cycle period, `scope`, `rr`, `rd`, `cy`, `rm`;
+            an absent one takes its default).
     """
     if state["cfg"] != cfg:
         state["cfg"] = dict(cfg)
-    settings = _fold_settings(cfg)
+    settings = FoldSettings.decode(cfg)
     for ev in events:
         if ev["b"] is None:
             _fold_log(state, settings)
-            _apply(state, CallEvent.decode(ev), settings)
+            _apply(state, ev, settings)
         else:
             _add_to_log(state, ev, settings)
 
 
-# (channel value, its settled state): one tuple, read and replaced atomically, so threads
-# running parallel tool calls never pair a value with another value's state.
-_SETTLED_CACHE: list[tuple[Any, Mapping[str, Any] | None]] = [(None, None)]
+def _batch_of(state: Mapping[str, Any]) -> str | None:
+    """The id of the batch whose events wait in a checked state's log, if any."""
+    log = state["log"]
+    batch: str | None = log[0]["b"] if log else None
+    return batch
 
 
 def delivered(value: Any, batch_id: str | None) -> bool:
@@ -742,36 +711,16 @@ def delivered(value: Any, batch_id: str | None) -> bool:
 
     The guard writes its events in the same checkpoint write as the tools' messages: a
     batch it recorded reached the thread, even if its messages were summarized or cleared
-    since. Reads the stored value as it is (the batch in progress counts too).
+    since. The batch in progress counts too.
     """
-    if batch_id is None or not isinstance(value, Mapping):
+    if batch_id is None:
         return False
-    value = stored_state(value)
-    recorded = value.get("delivered")
-    if isinstance(recorded, list) and batch_id in recorded:
-        return True
-    return _batch_of(_log_of(value)) == batch_id
-
-
-def _log_of(value: Mapping[str, Any]) -> list[Any]:
-    """The events of the batch in progress of a stored state, read as stored (unchecked)."""
-    log = value.get("log")
-    if log is None:  # a format 2 value: `pending`
-        pending = value.get("pending")
-        log = pending.get("events") if isinstance(pending, Mapping) else None
-    return log if isinstance(log, list) else []
-
-
-def _batch_of(log: list[Any]) -> str | None:
-    if not log:
-        return None
-    first = log[0]
-    batch = first.get("b") if isinstance(first, Mapping) else None
-    return batch if isinstance(batch, str) else None
+    state = _checked(value)
+    return batch_id in state["delivered"] or _batch_of(state) == batch_id
 
 
 def batch_in_progress(value: Any) -> str | None:
-    """The id of the batch whose events wait in a stored value's log, if any (read as stored).
+    """The id of the batch whose events wait in a channel value's log, if any.
 
     Args:
         value: The channel value (any format; a first write reads as what it folds into).
@@ -779,9 +728,7 @@ def batch_in_progress(value: Any) -> str | None:
     Returns:
         The AIMessage id, or None.
     """
-    if not isinstance(value, Mapping):
-        return None
-    return _batch_of(_log_of(stored_state(value)))
+    return _batch_of(_checked(value))
 
 
 def unrecorded_positions(value: Any, batch_id: str | None, size: int) -> list[int]:
@@ -791,7 +738,7 @@ def unrecorded_positions(value: Any, batch_id: str | None, size: int) -> list[in
     was answered by another piece before it reached the guard.
 
     Args:
-        value: The channel value (read as stored: a partly reported batch is in the log).
+        value: The channel value (a partly reported batch is in its log).
         batch_id: Id of the AIMessage holding the batch.
         size: Number of calls in the batch.
 
@@ -800,14 +747,11 @@ def unrecorded_positions(value: Any, batch_id: str | None, size: int) -> list[in
     """
     if batch_id is None or size <= 0:
         return []
-    if not isinstance(value, Mapping):
-        return list(range(size))
-    value = stored_state(value)
-    log = _log_of(value)
-    if _batch_of(log) == batch_id:
-        seen = {e.get("i") for e in log if isinstance(e, Mapping)}
+    state = _checked(value)
+    if _batch_of(state) == batch_id:
+        seen = {e["i"] for e in state["log"]}
         return [i for i in range(size) if i not in seen]
-    if value.get("last_batch") == batch_id:
+    if state["last_batch"] == batch_id:
         return []  # the whole batch reported and was folded
     return list(range(size))
 
@@ -815,9 +759,8 @@ def unrecorded_positions(value: Any, batch_id: str | None, size: int) -> list[in
 def settled(value: Any) -> Mapping[str, Any]:
     """Return a checked channel value with its batch in progress folded in, for reading only.
 
-    Never raises: an unreadable value gives the reset state `load_state` gives. A folded
-    value is cached for the last value seen, since a step reads the same value several
-    times.
+    Never raises: an unreadable value gives the reset state `load_state` gives. Derived
+    once per value (`_KNOWN`), since a step reads the same value several times.
 
     Args:
         value: A channel value (any format; unreadable values give a reset state).
@@ -825,17 +768,15 @@ def settled(value: Any) -> Mapping[str, Any]:
     Returns:
         A read-only state; do not mutate it.
     """
-    cached_value, cached_state = _SETTLED_CACHE[0]
-    if cached_state is not None and cached_value is value:
-        return cached_state  # built by this function from a checked value
-    trusted = _trusted(value)
-    if trusted is not None and not trusted["log"]:
-        return trusted
-    state = load_state(value)
-    if not state["log"]:
-        return state
-    _fold_log(state, FoldSettings.decode(state["cfg"]))
-    _SETTLED_CACHE[0] = (value, state)
+    facts = _facts(value)
+    state: Mapping[str, Any] | None = facts.get("settled")
+    if state is None:
+        state = facts["state"]
+        if state["log"]:
+            folded = _shallow(state)
+            _fold_log(folded, FoldSettings.decode(folded["cfg"]))
+            state = folded
+        facts["settled"] = state
     return state
 
 
@@ -854,42 +795,35 @@ def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
     Returns:
         The new channel value.
     """
-    for last in _LAST_MERGES[0]:
-        if last[1] is update and last[0] is current:
-            # The same merge again: its value was folded from `current` as checked then.
-            return last[2]
-    if isinstance(update, Mapping) and update.get("op") in (SCRUB_OP, SHOW_OP):
-        edit = _scrubbed if update["op"] == SCRUB_OP else _shown
-        merged = _trust(edit(_results_copy(current), update.get("previews")))
-        # The model hook merges its scrub and show writes itself (to plan on the value the
-        # tools node will read); the channel's merge of the same writes returns that value.
-        _remember_merge(current, update, merged)
-        return merged
-    unchanged = _unchanged(current)
-    own = _own(update)
-    if own is not None and unchanged:
-        # The guard's own write onto a value the reducer returned (every step's case):
-        # neither needs checking again.
-        cfg, events = own
-        merged = _trust(_folded(_shallow(current) if current else new_state(), events, cfg))
+    known = _known(update)
+    merges: tuple[tuple[Any, dict[str, Any]], ...] = known.get("merges", ()) if known else ()
+    if merges and (current is None or _known(current) is not None):
+        # LangGraph merges a step's writes twice with the same objects (once for a
+        # conditional edge's fresh read of the state, once into the channel), and the
+        # model hook merges its scrub and show writes itself: the same merge again.
+        for before, merged in merges:
+            if before is current:
+                return merged
+    op = update.get("op") if isinstance(update, dict | Mapping) else None
+    if op in (SCRUB_OP, SHOW_OP):
+        edit = _scrubbed if op == SCRUB_OP else _shown
+        merged = edit(_results_copy(current), update.get("previews"))
     else:
-        merged = _trust(_merged(current, update, own))
-    if unchanged and isinstance(update, Mapping) and update.get("op") == "events":
-        _remember_merge(current, update, merged)
+        merged = _merged(current, update, known is not None and known.get("own", False))
+    _remember(merged, state=merged)
+    if op is not None:
+        known = known if known is not None else _remember(update)
+        known["merges"] = ((current, merged), *merges[:3])
     return merged
 
 
 def _results_copy(value: Any) -> dict[str, Any]:
-    """A private state for a preview edit (`_shown`, `_scrubbed`): `load_state(value)`.
+    """A private state for a preview edit (`_shown`, `_scrubbed`).
 
     Those edits replace entries of `results`, and `log` and `notice` whole, and change
-    nothing else: a value the reducer returned needs only its `results` copied (every
-    step's preview write), not every map and list (`_shallow`).
+    nothing else: only `results` is copied, not every map and list (`_shallow`).
     """
-    trusted = _trusted(value)
-    if trusted is None:
-        return load_state(value)
-    state = dict(trusted)
+    state = dict(_checked(value))
     state["results"] = state["results"].copy()
     return state
 
@@ -931,24 +865,18 @@ def recorded_hashes(value: Any) -> set[str]:
 
 _PreviewFacts = tuple[frozenset[str], frozenset[str], frozenset[str]]
 
-# (channel value, its previews, unshown digests, recorded digests) for the last value read:
-# a model call reads all three of the same value (`ReplayGuardMiddleware._scrub`, `_show`,
-# `_given`). Kept only for a value the reducer returned (`_trusted`: unmodified since). One
-# tuple, read and replaced atomically.
-_LAST_PREVIEW_FACTS: list[tuple[Any, _PreviewFacts | None]] = [(None, None)]
-
 
 def _preview_facts(value: Any) -> _PreviewFacts:
     """`held_previews`, `unshown_hashes` and `recorded_hashes` of a value, in one read.
 
-    A value the reducer returned is read as it is (checked then; these only read it), any
-    other through `load_state`.
+    A model call reads all three of the same value (`ReplayGuardMiddleware._scrub`, `_show`,
+    `_given`): derived once per value (`_KNOWN`).
     """
-    last_value, last_facts = _LAST_PREVIEW_FACTS[0]
-    trusted = _trusted(value)
-    if last_facts is not None and last_value is value and trusted is not None:
-        return last_facts
-    state = trusted if trusted is not None else load_state(value)
+    facts = _facts(value)
+    found: _PreviewFacts | None = facts.get("previews")
+    if found is not None:
+        return found
+    state = facts["state"]
     # [result_hash, epoch, in_a_row, preview] (`ResultMemo`), read by position: checked
     # (a digest is a string or None, a preview a string or None).
     held: set[Any] = set()
@@ -962,21 +890,19 @@ def _preview_facts(value: Any) -> _PreviewFacts:
         elif preview is None and digest is not None:
             unshown.add(digest)
     recorded.update([item[1] for item in state["tail"]])  # `TailItem.result`
-    # The log's events are checked too, but read with `get` as before (absent keys).
     for ev in state["log"]:
-        digest, preview = ev.get("h"), ev.get("p")
+        digest, preview = ev["h"], ev["p"]
         recorded.add(digest)
         held.add(preview)
-        if preview is None and ev.get("o") == "success":
+        if preview is None and ev["o"] == "success":
             unshown.add(digest)
-    facts = (
+    found = (
         frozenset([p for p in held if isinstance(p, str) and p]),
         frozenset([h for h in unshown if isinstance(h, str)]),
         frozenset([h for h in recorded if isinstance(h, str)]),
     )
-    if trusted is not None:
-        _LAST_PREVIEW_FACTS[0] = (value, facts)
-    return facts
+    facts["previews"] = found
+    return found
 
 
 def scrub_update(previews: Collection[str]) -> dict[str, Any]:
@@ -1028,8 +954,8 @@ def show_update(previews: Mapping[str, str]) -> dict[str, Any]:
 def _shown(state: dict[str, Any], previews: Any) -> dict[str, Any]:
     """`state` with previews for the results that had none.
 
-    `state` is a private copy (`load_state`): its maps are its own, edited in place; the
-    entries it shares with the old value are replaced, never changed.
+    `state` is a private copy (`_results_copy`): its `results` map is its own, edited in
+    place; the entries it shares with the old value are replaced, never changed.
     """
     if not isinstance(previews, Mapping) or not all(
         isinstance(h, str) and isinstance(p, str) for h, p in previews.items()
@@ -1044,7 +970,7 @@ def _shown(state: dict[str, Any], previews: Any) -> dict[str, Any]:
     if state["log"]:
         state["log"] = [
             {**ev, "p": previews[ev["h"]]}
-            if ev.get("p") is None and ev.get("o") == "success" and ev.get("h") in previews
+            if ev["p"] is None and ev["o"] == "success" and ev["h"] in previews
             else ev
             for ev in state["log"]
         ]
@@ -1061,42 +987,19 @@ def _scrubbed(state: dict[str, Any], previews: Any) -> dict[str, Any]:
         if memo[3] in drop:
             results[key] = [memo[0], memo[1], memo[2], None, *memo[4:]]
     if state["log"]:
-        state["log"] = [{**ev, "p": None} if ev.get("p") in drop else ev for ev in state["log"]]
+        state["log"] = [{**ev, "p": None} if ev["p"] in drop else ev for ev in state["log"]]
     return state
 
 
-# (current, update, merged) of the last guard write merged onto a checked value. LangGraph
-# merges a step's writes twice with the same objects: once for a conditional edge's fresh
-# read of the state, once into the channel; the second merge returns the first one's value.
-# A model call's scrub, show and events writes are merged in a row: the last few are kept.
-# One tuple, replaced atomically; it holds its objects, so their ids cannot be reused while
-# it does.
-_LAST_MERGES: list[tuple[tuple[Any, Any, dict[str, Any]], ...]] = [()]
-_MERGES_KEPT = 4
-
-
-def _remember_merge(current: Any, update: Any, merged: dict[str, Any]) -> None:
-    _LAST_MERGES[0] = ((current, update, merged), *_LAST_MERGES[0][: _MERGES_KEPT - 1])
-
-
-def _unchanged(current: Any) -> bool:
-    """Whether `current` is empty or a value the reducer returned, unmodified since."""
-    return (
-        current is None
-        or (isinstance(current, Mapping) and not current)
-        or (_trusted(current) is not None)
-    )
-
-
-def _merged(
-    current: Any, update: Any, own: tuple[dict[str, Any], list[Event]] | None
-) -> dict[str, Any]:
+def _merged(current: Any, update: Any, own: bool) -> dict[str, Any]:
+    if own:  # the guard's own write, unchanged since: its events come from checked facts
+        return _folded(load_state(current), update["events"], update.get("cfg", {}))
     if update is None:
         return load_state(current)
     if isinstance(update, Mapping) and SEED_KEY in update:
         as_update = _seed_update(update)
-        if as_update is not None:  # the guard's first write, onto a value another wrote
-            update, own = as_update, None
+        if as_update is not None:  # the first write of an earlier release
+            update, own = as_update, False
     edited = _first_write(update) and not update.keys() <= _WRITE_KEYS
     if isinstance(update, Mapping) and ("v" in update or edited):
         # A whole state (update_state in Studio, a checkpoint of an older version):
@@ -1104,39 +1007,18 @@ def _merged(
         # and reset.
         return load_state(update)
     state = load_state(current)
-    if own is not None:  # the guard's own write, onto a value that needed checking
-        cfg, events = own
-    elif not isinstance(update, Mapping) or update.get("op") != "events":
+    if not isinstance(update, Mapping) or update.get("op") != "events":
         return _ignored(state, f"that is not a guard update ({type(update).__name__})")
-    else:
-        try:
-            events = decode_events(update.get("events", []), "events")
-            cfg = decode_cfg(update.get("cfg", {}))
-        except InvalidStateError as exc:
-            return _ignored(state, f"that is not in the guard's format ({exc})")
+    try:
+        events = decode_events(update.get("events", []), "events")
+        cfg = decode_cfg(update.get("cfg", {}))
+    except InvalidStateError as exc:
+        return _ignored(state, f"that is not in the guard's format ({exc})")
     return _folded(state, events, cfg)
 
 
 SEED_KEY = "seed"
-"""Field of a first write (`seed_write`) holding the events it folded."""
-
-
-def seed_write(cfg: dict[str, Any], events: list[Event]) -> StateUpdate:
-    """The guard's write to a channel that holds nothing yet: `own_update`, kept one release.
-
-    LangGraph stores the first value written to an empty channel as it is, without the
-    reducer; a write stored so reads as the state its events fold into (`load_state`), so
-    the first write needs no form of its own. Earlier releases wrote a whole state with the
-    events under `SEED_KEY`; such a value is still read (`_seed_update`).
-
-    Args:
-        cfg: Fold settings.
-        events: The events.
-
-    Returns:
-        The value to write.
-    """
-    return own_update(cfg, events)
+"""Field of the first write of earlier releases: a whole state with the events it folded."""
 
 
 def _seed_update(seed: Mapping[str, Any]) -> StateUpdate | None:

@@ -5,17 +5,20 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import islice
-from operator import itemgetter
 from typing import Any, NamedTuple, NoReturn, NotRequired, TypedDict
 
 __all__ = [
     "DEFAULT_CYCLE_PERIOD",
     "DEFAULT_WINDOW",
     "FORMAT_VERSION",
+    "MAX_BLOCKED_LOG",
+    "MAX_DELIVERED",
+    "MAX_FAILURE_STREAKS",
+    "MAX_RESULTS",
+    "MAX_TRACKED_KEYS",
     "READABLE_VERSIONS",
     "BlockedCall",
     "CallCounter",
-    "CallEvent",
     "Event",
     "ExecutedCall",
     "FailureStreak",
@@ -137,9 +140,35 @@ class BlockedCall(NamedTuple):
 
 
 class Event(TypedDict):
-    """One recorded call as it is written into the channel (see `CallEvent` for the names).
+    """One recorded call, as the guard builds it (`engine.make_event`) and the channel stores it.
 
-    Keys are short because events sit in checkpoints; code reads them as a `CallEvent`.
+    Keys are short because events sit in checkpoints; `EVENT` checks them. The fold reads each
+    key once, into a local named as below (`state._apply`).
+
+    Attributes:
+        b: batch, id of the AIMessage that asked for the call (None: apply at once).
+        i: index, position of the call in its batch.
+        t: turn, id of the user message that opened the turn.
+        k: key, the call key.
+        n: tool, the tool name.
+        a: args, a short, sanitized argument summary (for reminders; never tool output).
+        c: replay, the call's replay class.
+        v: volatile, whether it is a volatile read.
+        s: short-circuits, whether result-diff may short-circuit this tool.
+        o: outcome, `"success"`, `"failure"`, `"timeout"`, `"denied"` or `"answered"`.
+        h: digest, hash of the result (a success) or of the error text (a failure).
+        p: preview, the result preview (goes to the model in ToolMessages only).
+        r: reason, the decision's reason for a denied call (in shadow mode: for a call that
+            ran although enforcing would have blocked it).
+        x: abort, whether the denial stopped the run.
+        m: batch size (optional); once every position reported, the batch is folded.
+        f: `[signature, limit]` (optional) of a failed call: its failure signature and the
+            tool's same-failure threshold (absent on a success, on a denied call and when
+            the layer is off for the tool).
+        d: call id (optional), the tool_call_id of a call that ran under other arguments than
+            the model asked (see `ResultMemo.call_id`).
+        g: background (optional, only `true`): the call starts work that outlives it (see
+            `CallClass.background`).
     """
 
     b: str | None
@@ -162,120 +191,13 @@ class Event(TypedDict):
     g: NotRequired[bool]
 
 
-@dataclass(slots=True)
-class CallEvent:
-    """One recorded call, with names (its stored form is an `Event`).
-
-    Not frozen, though nothing changes one: every recorded call builds one and every fold
-    reads one, and a frozen dataclass is built several times slower.
-
-    Attributes:
-        batch: Id of the AIMessage that asked for the call (None: apply at once).
-        index: Position of the call in its batch.
-        turn: Id of the user message that opened the turn.
-        key: The call key.
-        tool: The tool name.
-        args: A short, sanitized argument summary (for reminders; never tool output).
-        replay: The call's replay class.
-        volatile: Whether it is a volatile read.
-        short_circuits: Whether result-diff may short-circuit this tool.
-        outcome: `"success"`, `"failure"`, `"timeout"` or `"denied"`.
-        result_hash: Hash of the result (a success) or of the error text (a failure).
-        preview: Result preview (goes to the model in ToolMessages only).
-        reason: The decision's reason for a denied call.
-        abort: Whether the denial stopped the run.
-        batch_size: How many calls the batch has; once every position reported, it is folded.
-        failure: For a call that failed, `(signature, limit)`: its failure signature and the
-            tool's same-failure threshold (stored as `f`; absent on a success, on a denied
-            call and when the layer is off for the tool).
-        call_id: The tool_call_id of a call that ran under other arguments than the model
-            asked (stored as `d`, only then; see `ResultMemo.call_id`).
-        background: The call starts work that outlives it (stored as `g`, only then; see
-            `CallClass.background`).
-    """
-
-    batch: str | None
-    index: int
-    turn: str | None
-    key: str
-    tool: str
-    args: str
-    replay: str
-    volatile: bool
-    short_circuits: bool
-    outcome: str
-    result_hash: str | None
-    preview: str | None
-    reason: str | None
-    abort: bool
-    batch_size: int | None = None
-    failure: tuple[str, int] | None = None
-    call_id: str | None = None
-    background: bool = False
-
-    def encode(self) -> Event:
-        """The stored form."""
-        event: Event = {
-            "b": self.batch,
-            "i": self.index,
-            "t": self.turn,
-            "k": self.key,
-            "n": self.tool,
-            "a": self.args,
-            "c": self.replay,
-            "v": self.volatile,
-            "s": self.short_circuits,
-            "o": self.outcome,
-            "h": self.result_hash,
-            "p": self.preview,
-            "r": self.reason,
-            "x": self.abort,
-        }
-        if self.batch_size is not None:
-            event["m"] = self.batch_size
-        if self.failure is not None:
-            event["f"] = [*self.failure]
-        if self.call_id is not None:
-            event["d"] = self.call_id
-        if self.background:
-            event["g"] = True
-        return event
-
-    @classmethod
-    def decode(cls, event: Mapping[str, Any]) -> CallEvent:
-        """The named form of a stored event already checked by `decode_events`."""
-        b, i, t, k, n, a, c, v, s, o, h, p, r, x = _EVENT_FIELDS(event)
-        f = event.get("f")
-        failure = (f[0], f[1]) if f is not None else None
-        return cls(
-            b,
-            i,
-            t,
-            k,
-            n,
-            a,
-            c,
-            v,
-            s,
-            o,
-            h,
-            p,
-            r,
-            x,
-            event.get("m"),
-            failure,
-            event.get("d"),
-            event.get("g", False),
-        )
-
-
 @dataclass(frozen=True, slots=True)
 class FoldSettings:
-    """The settings that shape the stored state; they travel with each write as `cfg`.
+    """The settings that shape the stored state; those not at their default travel as `cfg`.
 
-    The reducer is a module-level function with no access to the guard, so these few
-    settings are written with the events, under short keys (`w`, `cp`, `scope`, `rr`, `rd`,
-    `cy`, `rm`).
+    The reducer is a module-level function with no access to the guard, so the settings a
+    guard changed from their defaults are written with its events, under short keys (`w`,
+    `cp`, `scope`, `rr`, `rd`, `cy`, `rm`); a guard with the default ones writes none.
 
     Attributes:
         window: `GuardConfig.history_window` (`w`).
@@ -296,8 +218,8 @@ class FoldSettings:
     reminders: bool = True
 
     def encode(self) -> dict[str, Any]:
-        """The stored form."""
-        return {
+        """The stored form: only the settings that differ from the defaults."""
+        stored = {
             "w": self.window,
             "cp": self.cycle_period,
             "scope": self.scope,
@@ -306,10 +228,13 @@ class FoldSettings:
             "cy": self.cycles,
             "rm": self.reminders,
         }
+        return {key: value for key, value in stored.items() if value != _DEFAULTS[key]}
 
     @classmethod
     def decode(cls, cfg: Mapping[str, Any]) -> FoldSettings:
         """The named form of stored settings already checked by `decode_cfg` (absent: default)."""
+        if not cfg:  # a guard with the default settings writes none
+            return _DEFAULT_SETTINGS
         return cls(
             cfg.get("w", DEFAULT_WINDOW),
             cfg.get("cp", DEFAULT_CYCLE_PERIOD),
@@ -319,6 +244,20 @@ class FoldSettings:
             cfg.get("cy", True),
             cfg.get("rm", True),
         )
+
+
+_DEFAULT_SETTINGS = FoldSettings()
+
+_DEFAULTS = {
+    "w": DEFAULT_WINDOW,
+    "cp": DEFAULT_CYCLE_PERIOD,
+    "scope": "turn",
+    "rr": "progress",
+    "rd": True,
+    "cy": True,
+    "rm": True,
+}
+"""The stored form of the default settings (`FoldSettings()`)."""
 
 
 def _fail(path: str, expected: str, got: Any) -> NoReturn:
@@ -348,8 +287,8 @@ def trim_map(mapping: dict[str, Any], cap: int) -> dict[str, Any]:
 # -- the schema: one table of what each stored field is, checked by one function (`_check`) ---
 #
 # A spec is a tuple whose first item is its kind. Leaves test one value; containers name their
-# entries' spec and their cap (a number, or the name of a bound `decode_fields` is given: the
-# window and the cycle length are settings). Adding a field is one row in a table below.
+# entries' spec and their cap (a number, or `"window"`/`"tail"`: bounds `decode_fields` takes
+# from the stored settings). Adding a field is one row in a table below.
 
 Spec = tuple[Any, ...]
 """`(kind, ok, test, ...)`: `test(x)` is the spec's test as a Python expression over the
@@ -528,7 +467,7 @@ EVENT = _object(
     optional=("m", "f", "d", "g"),
     what="a recorded call (keys b i t k n a c v s o h p r x, optional m f d g)",
 )
-"""An `Event` (named by `CallEvent`)."""
+"""An `Event` (its keys named there)."""
 
 EVENTS = _list(EVENT, what="a list of recorded calls")
 
@@ -546,6 +485,21 @@ CFG = _object(
     what="an object of guard settings (w cp scope rr rd cy rm)",
 )
 """The fold settings (`FoldSettings`); any may be absent (then its default)."""
+
+MAX_TRACKED_KEYS = 32
+"""Most distinct calls whose repeat counts are kept (least recently used evicted first)."""
+
+MAX_RESULTS = 8
+"""Most distinct calls whose last result hash and preview are kept (for result-diff)."""
+
+MAX_BLOCKED_LOG = 5
+"""Most recent blocked decisions kept in the state for Studio and `GuardView`."""
+
+MAX_DELIVERED = 16
+"""Most batches remembered as answered (`delivered`), most recent kept."""
+
+MAX_FAILURE_STREAKS = 8
+"""Most tools whose same-failure streak is kept (least recently failed evicted first)."""
 
 _LOOP_NOTE = {"reason": TEXT, "tool": TEXT, "args": TEXT, "count": NAT}
 
@@ -565,7 +519,7 @@ FIELDS: dict[str, tuple[Spec, Any]] = {
         _list(_row("[key, tool, outcome, epoch]", TEXT, TEXT, TEXT, INT), "window"),
         _ABSENT,
     ),
-    "counters": (_map(_row("[count, tool]", INT, TEXT), "keys"), _ABSENT),
+    "counters": (_map(_row("[count, tool]", INT, TEXT), MAX_TRACKED_KEYS), _ABSENT),
     # A fifth entry, the tool_call_id of a call that ran changed (`ResultMemo.call_id`), is
     # optional: absent in values of earlier releases and for calls that ran as asked.
     "results": (
@@ -579,7 +533,7 @@ FIELDS: dict[str, tuple[Spec, Any]] = {
                 OPT_TEXT,
                 optional=1,
             ),
-            "results",
+            MAX_RESULTS,
         ),
         _ABSENT,
     ),
@@ -598,12 +552,12 @@ FIELDS: dict[str, tuple[Spec, Any]] = {
         None,
     ),
     "failures": (
-        _map(_row("[failure signature, same in a row]", TEXT, POSITIVE), "failures"),
+        _map(_row("[failure signature, same in a row]", TEXT, POSITIVE), MAX_FAILURE_STREAKS),
         {},
     ),
     "reminder": (_nullable(_object({**_LOOP_NOTE, "batch": OPT_TEXT})), None),
     "stop": (_nullable(_object(_LOOP_NOTE)), None),
-    "blocked": (_list(_row("[tool, reason, count]", TEXT, TEXT, INT), "blocked"), _ABSENT),
+    "blocked": (_list(_row("[tool, reason, count]", TEXT, TEXT, INT), MAX_BLOCKED_LOG), _ABSENT),
     "totals": (_object({"calls": NAT, "blocked": NAT, "aborts": NAT}), _ABSENT),
     # The events of the batch in progress (one per position), folded once it is complete.
     "log": (EVENTS, []),
@@ -620,7 +574,7 @@ FIELDS: dict[str, tuple[Spec, Any]] = {
         ),
         None,
     ),
-    "delivered": (_list(TEXT, "delivered", "a list of AIMessage ids"), []),
+    "delivered": (_list(TEXT, MAX_DELIVERED, "a list of AIMessage ids"), []),
     "shadow": (
         _map(
             _row("[blocked, stopped], whole numbers >= 0", NAT, NAT),
@@ -665,7 +619,9 @@ def decode_cfg(value: Any, path: str = "cfg") -> dict[str, Any]:
     if type(value) is dict and not value.keys() <= CFG[5]:
         extra = sorted(value.keys() - CFG[5], key=str)[0]
         _fail(f"{path}.{extra}", "absent (not a guard setting)", value[extra])
-    return dict(_check(value, CFG, path, {}))
+    # Settings at their default are dropped: a value of an earlier release, which wrote them
+    # all, reads as the same settings this release writes.
+    return {k: v for k, v in _check(value, CFG, path, {}).items() if v != _DEFAULTS[k]}
 
 
 def decode_events(value: Any, path: str) -> list[Any]:
@@ -683,9 +639,6 @@ def decode_events(value: Any, path: str) -> list[Any]:
     """
     events: list[Any] = _check(value, EVENTS, path, {})
     return events
-
-
-_EVENT_FIELDS = itemgetter("b", "i", "t", "k", "n", "a", "c", "v", "s", "o", "h", "p", "r", "x")
 
 
 def migrate(value: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -720,15 +673,7 @@ def migrate(value: Mapping[str, Any]) -> Mapping[str, Any]:
     return migrated
 
 
-def decode_fields(
-    value: Mapping[str, Any],
-    *,
-    max_keys: int,
-    max_results: int,
-    max_blocked: int,
-    max_failures: int,
-    max_delivered: int = 16,
-) -> dict[str, Any]:
+def decode_fields(value: Mapping[str, Any]) -> dict[str, Any]:
     """Check every field of a channel value in the current format and return its copy.
 
     One pass over `FIELDS`. The copy holds new top-level lists and maps (the fold appends
@@ -739,11 +684,6 @@ def decode_fields(
 
     Args:
         value: A mapping in the current format version (see `migrate`).
-        max_keys: Cap of `counters`.
-        max_results: Cap of `results`.
-        max_blocked: Cap of `blocked`.
-        max_failures: Cap of `failures` (tools with a failure streak).
-        max_delivered: Cap of `delivered` (batches whose side effects were answered).
 
     Returns:
         The checked copy.
@@ -752,14 +692,10 @@ def decode_fields(
         InvalidStateError: The first malformed field or entry.
     """
     cfg = decode_cfg(value.get("cfg"))
+    # The two caps that are settings; the others are numbers in `FIELDS`.
     bounds = {
         "window": cfg.get("w", DEFAULT_WINDOW),
         "tail": 2 * cfg.get("cp", DEFAULT_CYCLE_PERIOD),
-        "keys": max_keys,
-        "results": max_results,
-        "blocked": max_blocked,
-        "failures": max_failures,
-        "delivered": max_delivered,
     }
     state: dict[str, Any] = {"v": FORMAT_VERSION}
     get = value.get

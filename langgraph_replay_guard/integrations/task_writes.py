@@ -12,7 +12,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 from langgraph_replay_guard._compat import channel_writer
 from langgraph_replay_guard.decisions.engine import fold_settings
-from langgraph_replay_guard.decisions.state import Event, StateUpdate, own_update, seed_write
+from langgraph_replay_guard.decisions.state import Event, StateUpdate, own_update
 from langgraph_replay_guard.integrations.signals import NodeErrorPassage
 
 if TYPE_CHECKING:
@@ -129,7 +129,8 @@ def write_events(
         channel: The guard channel's key.
         events: The events.
         stop: A stop's final AIMessage, to add after the node's ToolMessages.
-        first: The channel held nothing when the call was decided (see `state.seed_write`).
+        first: The channel held nothing when the call was decided (unused: a first write
+            is an ordinary one, see `state.own_update`).
 
     Returns:
         Whether `stop` was taken care of (False: the caller must answer with it itself).
@@ -175,10 +176,9 @@ def _send(
     *,
     first: bool,
 ) -> None:
-    settings = fold_settings(guard_config)
-    # LangGraph stores the first write to an empty channel as it is: make it a whole state.
-    update = seed_write(settings, events) if first else own_update(settings, events)
-    _written(config, channel, update)
+    # LangGraph stores the first write to an empty channel as it is; it reads as the state
+    # its events fold into (`state.own_update`): `first` changes nothing (kept for callers).
+    _written(config, channel, own_update(fold_settings(guard_config), events))
 
 
 def _written(config: Mapping[str, Any] | None, channel: str, update: StateUpdate) -> None:

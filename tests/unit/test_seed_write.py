@@ -7,7 +7,6 @@ from langgraph_replay_guard.decisions.state import (
     load_state,
     merge_guard_state,
     own_update,
-    seed_write,
     settled,
 )
 from tests.unit.test_corrupt_state import CFG, event, write
@@ -18,7 +17,7 @@ def _calls(value: object) -> int:
 
 
 def test_the_first_write_is_a_plain_write_read_as_the_state_its_events_fold_into():
-    first = seed_write(CFG, [event("read", 1, batch="ai-1", index=0, batch_size=1)])
+    first = own_update(CFG, [event("read", 1, batch="ai-1", index=0, batch_size=1)])
     assert first == own_update(CFG, first["events"]), "no whole state rides with the events"
     state = load_state(first)  # what LangGraph stores for an empty channel's first write
     assert state == write({}, event("read", 1, batch="ai-1", index=0, batch_size=1))
@@ -30,8 +29,8 @@ def test_the_first_write_is_a_plain_write_read_as_the_state_its_events_fold_into
 def test_parallel_first_writes_of_one_step_keep_every_event():
     # Two tool tasks of one batch both saw an empty channel: LangGraph stores the first
     # write as it is and merges the second with the reducer.
-    a = seed_write(CFG, [event("read", 1, batch="ai-1", index=0, batch_size=2)])
-    b = seed_write(CFG, [event("read", 2, batch="ai-1", index=1, batch_size=2)])
+    a = own_update(CFG, [event("read", 1, batch="ai-1", index=0, batch_size=2)])
+    b = own_update(CFG, [event("read", 2, batch="ai-1", index=1, batch_size=2)])
     for first, second in ((a, b), (b, a)):
         value = merge_guard_state(first, second)
         assert value["totals"]["calls"] == 2
@@ -41,7 +40,7 @@ def test_parallel_first_writes_of_one_step_keep_every_event():
 
 def test_a_first_write_merged_onto_an_existing_value_is_an_update():
     value = write({}, event("read", 1, batch="ai-0", index=0, batch_size=1))
-    first = seed_write(CFG, [event("read", 2, batch="ai-1", index=0, batch_size=1)])
+    first = own_update(CFG, [event("read", 2, batch="ai-1", index=0, batch_size=1)])
     assert _calls(merge_guard_state(value, first)) == 2
 
 

@@ -24,7 +24,7 @@ from langgraph_replay_guard.decisions.state import (
     merge_guard_state,
     settled,
 )
-from langgraph_replay_guard.decisions.state_format import V1_RENAMED, migrate
+from langgraph_replay_guard.decisions.state_format import V1_RENAMED, FoldSettings, migrate
 from tests.unit.test_corrupt_state import BASES, CONFIG, event, write
 
 V1_VALUE: dict[str, Any] = json.loads(
@@ -68,8 +68,11 @@ def test_a_v1_value_migrates_with_nothing_lost():
     assert state["recent_calls"] == V1_VALUE["window"]
     assert state["counters"] == V1_VALUE["counts"]
     assert state["totals"] == V1_VALUE["stats"]
-    for key in V1_VALUE.keys() - V1_RENAMED.keys() - {"v", "pending"}:
+    for key in V1_VALUE.keys() - V1_RENAMED.keys() - {"v", "pending", "cfg"}:
         assert state[key] == V1_VALUE[key], key
+    # The settings, all written by that release, read as this one writes them: the defaults
+    # are not stored.
+    assert FoldSettings.decode(state["cfg"]) == FoldSettings.decode(V1_VALUE["cfg"])
     # Exactly the value this release writes after the same calls.
     assert state == same_calls_now()
 

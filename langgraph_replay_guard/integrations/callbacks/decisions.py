@@ -33,7 +33,6 @@ from langgraph_replay_guard.decisions.state import (
     show_update,
     state_for_turn,
 )
-from langgraph_replay_guard.decisions.state_format import CallEvent
 from langgraph_replay_guard.decisions.texts import UNKNOWN_TOOL
 from langgraph_replay_guard.integrations.answers import abort_answer, blocked_answer
 from langgraph_replay_guard.integrations.batches import ToolCallBatch
@@ -699,7 +698,7 @@ class CallbackDecider:
 def _refusal_decision(planned: PlannedCall, events: list[Event]) -> Decision | None:
     """The decision reported on the stream for a refused call."""
     decision = planned.decision
-    recorded = CallEvent.decode(events[-1]).reason if events else None
+    recorded = events[-1]["r"] if events else None  # the last event's reason
     if planned.facts is None or recorded not in (UNKNOWN_REASON, "stopped"):
         return decision
     # What was recorded: an unknown outcome, or a call of a batch another call stopped
