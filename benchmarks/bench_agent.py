@@ -14,6 +14,7 @@ the machine at all.
 from __future__ import annotations
 
 import cProfile
+import gc
 import json
 import os
 import pstats
@@ -76,14 +77,54 @@ def _steps(graph: Any, steps: int) -> Iterator[None]:
             yield
 
 
-def _median_steps(rows: list[tuple[str, Any]], rounds: int) -> dict[str, float]:
+class GcMeter:
+    """The garbage collector's runs during each configuration's measured steps.
+
+    A `gc.callbacks` hook: each collection (generation 0, 1 or 2) and its CPU time (the
+    collecting thread's) is charged to the configuration whose step is running. What a step
+    leaves alive decides how much each collection scans: an object that outlives its step is
+    scanned by the next collection of its generation, and a full collection scans every
+    object of the process.
+    """
+
+    def __init__(self, labels: list[str]) -> None:
+        """Count nothing yet for each of `labels`."""
+        self.label: str | None = None
+        self.collections = {label: [0, 0, 0] for label in labels}
+        self.cpu = dict.fromkeys(labels, 0.0)
+        self.in_step = 0.0  # the collector's CPU time in the step running now
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        """Charge a collection to the step running now (none between steps)."""
+        if self.label is None:
+            return
+        if phase == "start":
+            self._start = time.thread_time()
+            return
+        spent = time.thread_time() - self._start
+        self.collections[self.label][info["generation"]] += 1
+        self.cpu[self.label] += spent
+        self.in_step += spent
+
+
+def _median_steps(
+    rows: list[tuple[str, Any]], rounds: int, meter: GcMeter
+) -> tuple[dict[str, float], dict[str, float]]:
     """Median CPU time of one round for each configuration, measured in lockstep.
 
     All configurations advance together, one round each in turn, so a slow stretch of a
     shared machine (another process, a CPU frequency change) hits all of them alike; the
     order rotates from round to round, so no configuration always follows the same one.
+
+    Returns the medians of each step's CPU time, and of the same less the collector's CPU
+    time in that step (`meter`). In lockstep the configurations share one collector: a
+    collection runs in the step whose allocation crosses the threshold, whichever steps
+    allocated what it scans, so it falls most in the steps that allocate most before they
+    free (the ones with `wrap_*` hooks: `traceable`'s run context lives across the handler).
     """
     samples: dict[str, list[float]] = {label: [] for label, _ in rows}
+    outside: dict[str, list[float]] = {label: [] for label, _ in rows}
     for round_ in range(rounds):
         # Each round starts with another configuration: the one measured right after
         # another sees the caches that one left, and rotating spreads that over all.
@@ -94,10 +135,38 @@ def _median_steps(rows: list[tuple[str, Any]], rounds: int) -> dict[str, float]:
             next(run[1])  # the first round builds caches; not measured
         for _ in range(STEPS - 1):
             for label, run in runs:
+                meter.label, meter.in_step = label, 0.0
                 start = time.process_time()
                 next(run)
-                samples[label].append(time.process_time() - start)
-    return {label: statistics.median(times) for label, times in samples.items()}
+                spent = time.process_time() - start
+                meter.label = None
+                samples[label].append(spent)
+                outside[label].append(spent - meter.in_step)
+    return (
+        {label: statistics.median(times) for label, times in samples.items()},
+        {label: statistics.median(times) for label, times in outside.items()},
+    )
+
+
+def _own_gc(make_graph: Callable[[], Any], steps: int = 150) -> tuple[list[float], float]:
+    """Collections a step (per generation) and the collector's CPU a step, this graph alone.
+
+    What a process running only this configuration pays the collector: its own allocations
+    trigger the collections, and they scan what its own steps left alive.
+    """
+    meter = GcMeter(["alone"])
+    run = _steps(make_graph(), 20 + steps + 1)
+    for _ in range(20):
+        next(run)
+    gc.collect()
+    gc.callbacks.append(meter)
+    try:
+        meter.label = "alone"
+        for _ in range(steps):
+            next(run)
+    finally:
+        gc.callbacks.remove(meter)
+    return [n / steps for n in meter.collections["alone"]], meter.cpu["alone"] / steps
 
 
 def _calls_per_step(make_graph: Callable[[], Any], start: int = 10) -> float:
@@ -165,7 +234,12 @@ def main() -> None:
         ("custom graph, plain ToolNode", lambda: _custom(None)),
         ("custom graph, guard.wrap(ToolNode)", lambda: _custom(ReplayGuard())),
     ]
-    medians = _median_steps(rows, rounds)
+    meter = GcMeter([label for label, _ in rows])
+    gc.callbacks.append(meter)
+    try:
+        medians, outside = _median_steps(rows, rounds, meter)
+    finally:
+        gc.callbacks.remove(meter)
     base_agent = medians["create_agent, no middleware"]
     base_custom = medians["custom graph, plain ToolNode"]
     print(f"{'':42}{'median step (CPU)':>18}{'vs unguarded':>14}")
@@ -193,6 +267,35 @@ def main() -> None:
         f"us = {hooks_cost / limit_cost:.2f}x ToolCallLimitMiddleware's overhead; the guard's "
         f"own work: {(guard_cost - hooks_cost) * 1e6:.0f} us = "
         f"{(guard_cost - hooks_cost) / limit_cost:.2f}x"
+    )
+    print()
+    measured = rounds * (STEPS - 1)
+    agents = [(label, make_graph) for label, make_graph in rows if label.startswith("create_agent")]
+    alone = {label: _own_gc(make_graph) for label, make_graph in agents}
+    print("Garbage collections a step (gc.callbacks; CPU time of the collecting thread):")
+    print(f"  {'':40}{'in its steps above (lockstep)':>36}{'its own, run alone':>36}")
+    print(f"  {'':40}" + f"{'gen0':>8}{'gen1':>8}{'gen2':>8}{'CPU':>12}" * 2)
+    for label, _ in agents:
+        shared = "".join(f"{n / measured:>8.3f}" for n in meter.collections[label])
+        shared += f"{meter.cpu[label] / measured * 1e6:>10.1f}us"
+        own_counts, own_cpu = alone[label]
+        own = "".join(f"{n:>8.3f}" for n in own_counts) + f"{own_cpu * 1e6:>10.1f}us"
+        print(f"  {label:40}{shared}{own}")
+
+    def overhead(label: str) -> float:
+        # A step outside the collector (median) plus the collector's cost when it runs alone.
+        return (
+            outside[label]
+            + alone[label][1]
+            - (outside["create_agent, no middleware"] + alone["create_agent, no middleware"][1])
+        )
+
+    own_guard = overhead("create_agent + ReplayGuardMiddleware")
+    own_limit = overhead("create_agent + ToolCallLimitMiddleware")
+    print(
+        "guard overhead / ToolCallLimitMiddleware overhead, each step less the collections "
+        "that fell in it, plus the collector's cost of that configuration alone: "
+        f"{own_guard * 1e6:.0f} us vs {own_limit * 1e6:.0f} us = {own_guard / own_limit:.2f}x"
     )
     print()
     early = {label: _calls_per_step(make_graph) for label, make_graph in rows[:4]}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import cProfile
+import gc
 import inspect
 import pstats
 from pathlib import Path
@@ -124,6 +125,46 @@ def test_a_guarded_step_costs_the_same_late_in_a_long_thread() -> None:
     early, late = max(counts[10], counts[11]), max(counts[150], counts[151])
     assert early > 0
     assert late <= early + 10, counts
+
+
+def _objects_kept(middleware: list[Any], measured: tuple[int, int]) -> int:
+    """Objects the collector tracks that a thread's steps `measured[0]` to `measured[1]` add."""
+    steps = measured[1] + 2
+    script: list[Any] = [[("lookup", {"id": f"R{step}"})] for step in range(steps)]
+    agent = create_agent(
+        ScriptedChatModel(script=script),
+        [lookup],
+        middleware=middleware,
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "kept"}, "recursion_limit": 10 * steps + 10}
+    stream = agent.stream(
+        {"messages": [HumanMessage("go")]}, config, stream_mode="updates", durability="sync"
+    )
+    counts: list[int] = []
+    rounds = 0
+    for update in stream:
+        if "tools" not in update:
+            continue
+        rounds += 1
+        if rounds in measured:
+            gc.collect()
+            counts.append(len(gc.get_objects()))
+        if rounds == measured[1]:
+            break
+    return counts[1] - counts[0]
+
+
+def test_a_guarded_thread_keeps_no_more_objects_per_step_than_an_unguarded_one() -> None:
+    # What a step leaves alive for good is the thread's history (its messages, the saver's
+    # checkpoints): the guard keeps nothing per step beyond it. Its memos of recent channel
+    # values and writes are bounded, so past them a guarded thread grows like an unguarded
+    # one; an object kept per step would be scanned by every later collection, and the
+    # collector's full collections scan everything a server holds.
+    plain = _objects_kept([], (30, 70))
+    guarded = _objects_kept([ReplayGuardMiddleware()], (30, 70))
+    assert plain > 0  # the history grows
+    assert guarded <= plain + 40, (guarded, plain)  # less than one object a step more
 
 
 def test_create_agent_reads_the_hooks_signature_without_rebuilding_it() -> None:
