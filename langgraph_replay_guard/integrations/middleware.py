@@ -465,9 +465,8 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     def _write(self, request: ModelRequest[Any], events: list[Event]) -> None:
         """One write of the model call's events beside the model node's output."""
         if events:
-            first = request.state.get(self.channel) is None
             config = self._calls.config
-            write_events(self._calls, _run_config(), config, self.channel, events, first=first)
+            write_events(self._calls, _run_config(), config, self.channel, events)
 
     def _stop_after(
         self, request: ModelRequest[Any], response: Any, value: Any

@@ -51,7 +51,6 @@ class TaskWrites:
     messages_key: str
     events: list[Event] = field(default_factory=list, init=False)
     stop: AIMessage | None = field(default=None, init=False)
-    first: bool = field(default=False, init=False)
     _token: Token[TaskWrites | None] | None = field(default=None, init=False)
     _kept: Exception | None = field(default=None, init=False)
 
@@ -93,7 +92,7 @@ class TaskWrites:
             The output, with the stop's final AIMessage last when the run stopped.
         """
         if self.events:
-            _send(self.config, self.channel, self.guard_config, self.events, first=self.first)
+            _send(self.config, self.channel, self.guard_config, self.events)
         stop = self.stop
         if stop is None:
             return output
@@ -114,7 +113,6 @@ def write_events(
     events: list[Event],
     *,
     stop: AIMessage | None = None,
-    first: bool = False,
 ) -> bool:
     """Record a call's events in the guard channel, beside the node's output.
 
@@ -129,8 +127,6 @@ def write_events(
         channel: The guard channel's key.
         events: The events.
         stop: A stop's final AIMessage, to add after the node's ToolMessages.
-        first: The channel held nothing when the call was decided (unused: a first write
-            is an ordinary one, see `state.own_update`).
 
     Returns:
         Whether `stop` was taken care of (False: the caller must answer with it itself).
@@ -138,12 +134,11 @@ def write_events(
     current = _CURRENT.get()
     if current is not None and current.owner is owner and current.channel == channel:
         current.events.extend(events)
-        current.first = current.first or first
         if stop is not None:
             current.stop = stop
         return True
     if events:
-        _send(config, channel, guard_config, events, first=first)
+        _send(config, channel, guard_config, events)
     return stop is None
 
 
@@ -173,11 +168,9 @@ def _send(
     channel: str,
     guard_config: GuardConfig,
     events: list[Event],
-    *,
-    first: bool,
 ) -> None:
     # LangGraph stores the first write to an empty channel as it is; it reads as the state
-    # its events fold into (`state.own_update`): `first` changes nothing (kept for callers).
+    # its events fold into (`state.own_update`), so a first write is an ordinary one.
     _written(config, channel, own_update(fold_settings(guard_config), events))
 
 

@@ -126,8 +126,6 @@ class _Allowed:
 
     planned: PlannedCall
     batch: ToolCallBatch
-    first: bool = False
-    """The guard channel held nothing when the call was decided (see `state.seed_write`)."""
     runs: CallFacts | None = None
     """The facts of the call as it runs, when a middleware changed it after the model asked
     (see `ToolCallWrapper._as_it_runs`); None: it runs as asked."""
@@ -179,8 +177,6 @@ class _Blocked:
     """A call to a name the node lacks: hand it on first, answer it only if nobody serves it."""
     notice: Decision | None = None
     """The decision to report on the custom stream when the answer is given."""
-    first: bool = False
-    """The guard channel held nothing when the call was decided (see `state.seed_write`)."""
     repeat: _Allowed | None = None
     """For a repeat the guard would answer (not a stop): the call, to record as `answered`
     when a middleware inside the guard answers it first (see `_decided_where_it_runs`)."""
@@ -629,7 +625,7 @@ class ToolCallWrapper:
         if decision is not None:
             emit(getattr(request.runtime, "stream_writer", None), decision, request.tool_call)
         event = answered_event(shadowed.planned, shadowed.batch, shadowed=True)
-        self._record(request, [event], first=shadowed.first)
+        self._record(request, [event])
         return served
 
     def _decided_where_it_runs(
@@ -699,9 +695,7 @@ class ToolCallWrapper:
             # call's outcome, replayed on a resume.
             yield _Finish(dataclasses.replace(claim, answered_inside=True), result, None)
         if not hand.arrived:
-            self._record(
-                request, [answered_event(decided.planned, decided.batch)], first=decided.first
-            )
+            self._record(request, [answered_event(decided.planned, decided.batch)])
         return result
 
     def _deciding_tool(self, request: ToolCallRequest, tool: BaseTool, hand: _Handed) -> BaseTool:
@@ -945,10 +939,9 @@ class ToolCallWrapper:
             # Nothing in the batch stops the run and this call runs: every step's case.
             if request.tool is None and not _shadowed_unknown(planned):
                 return None
-            return _Allowed(planned, plan.batch, first=value is None, runs=runs, call_id=call_id)
+            return _Allowed(planned, plan.batch, runs=runs, call_id=call_id)
         prepared = self._decided(request, plan, planned, state, value)
         if isinstance(prepared, _Allowed | _Blocked):
-            prepared.first = value is None
             allowed = prepared if isinstance(prepared, _Allowed) else prepared.repeat
             if allowed is not None:
                 allowed.runs, allowed.call_id = runs, call_id
@@ -1064,7 +1057,7 @@ class ToolCallWrapper:
             emit(getattr(request.runtime, "stream_writer", None), blocked.notice, request.tool_call)
         answer, *stop = blocked.messages
         final = stop[0] if stop else None
-        if self._record(request, blocked.events, first=blocked.first, stop=final):
+        if self._record(request, blocked.events, stop=final):
             return cast("ToolMessage", answer)
         # No guarded node run to add the stop message to (a create_agent tool task): the
         # guard's own answer carries it.
@@ -1075,13 +1068,10 @@ class ToolCallWrapper:
         request: ToolCallRequest,
         events: list[Event],
         *,
-        first: bool,
         stop: AIMessage | None = None,
     ) -> bool:
         """Write events to the guard channel beside the node's output (see `task_writes`)."""
-        return write_events(
-            self, _config(request), self.config, self.channel, events, stop=stop, first=first
-        )
+        return write_events(self, _config(request), self.config, self.channel, events, stop=stop)
 
     # -- recording ------------------------------------------------------------------------------
 
@@ -1110,7 +1100,7 @@ class ToolCallWrapper:
             # Shadow mode: the call runs; what enforcing would have done is reported.
             emit(getattr(request.runtime, "stream_writer", None), decision, request.tool_call)
         if not ran:
-            self._record(request, [answered_event(run.planned, run.batch)], first=run.first)
+            self._record(request, [answered_event(run.planned, run.batch)])
             return result
         outcome, text = result_outcome(result)
         if isinstance(result, Command) and result.graph is not None:
