@@ -14,7 +14,9 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import json
 import logging
+import re
 import sqlite3
 import threading
 import warnings
@@ -28,7 +30,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import orjson
 
@@ -145,7 +147,7 @@ _PG_CLAIM_IF_ABSENT = (
     "SELECT a->>0, a->>1, a->2, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, NULL, NULL "
     "FROM claimed, jsonb_array_elements(%s::jsonb) AS a "
     f"{_PG_REFRESH} RETURNING 1) "
-    "SELECT true, NULL::text, NULL::text, NULL::jsonb FROM claimed "
+    "SELECT true, NULL::text, NULL::text, NULL::text FROM claimed "
     "UNION ALL SELECT false, prefix, key, value FROM found"
 )
 WAITING = "waiting"
@@ -178,9 +180,12 @@ _PG_UPSERT_MANY = (
 # A ledger row is never given a TTL (the upserts clear it); a user's TTL sweeper may still
 # have marked one expired: read as the store's `get` would. One point lookup on the primary
 # key per row (a list of pairs would be planned as a scan of the thread's whole prefix).
-_PG_SELECT_ROW = "SELECT prefix, key, value FROM store WHERE prefix = %s AND key = %s"
+# The value goes as JSON text (`value::text`, what the server sends for a `jsonb` anyway),
+# decoded by orjson (`_pg_loaded`): psycopg's `jsonb` loader runs the standard library's
+# decoder, several times the cost, on every row a call reads.
+_PG_SELECT_ROW = "SELECT prefix, key, value::text FROM store WHERE prefix = %s AND key = %s"
 _PG_READ_ONE = (
-    "SELECT prefix, key, value FROM store WHERE prefix = %s AND key = %s "
+    "SELECT prefix, key, value::text AS value FROM store WHERE prefix = %s AND key = %s "
     "AND (expires_at IS NULL OR expires_at > NOW())"
 )
 # Many rows (a ToolNode batch of hundreds of calls): the server plans each branch of a
@@ -188,10 +193,29 @@ _PG_READ_ONE = (
 # parameter limit), so one join of the pairs on the primary key instead (20 ms for 1,000).
 _PG_READ_POINTS = 64
 _PG_READ_MANY = (
-    "SELECT s.prefix, s.key, s.value FROM unnest(%s::text[], %s::text[]) AS k(prefix, key) "
+    "SELECT s.prefix, s.key, s.value::text FROM unnest(%s::text[], %s::text[]) AS k(prefix, key) "
     "JOIN store s ON s.prefix = k.prefix AND s.key = k.key "
     "WHERE (s.expires_at IS NULL OR s.expires_at > NOW())"
 )
+
+
+class _Psycopg(NamedTuple):
+    tuple_row: Any
+    pool: Any
+    async_pool: Any
+
+
+@functools.cache
+def _psycopg() -> _Psycopg:
+    """The psycopg names the per-call paths use, imported once (an optional dependency).
+
+    A function-level `from ... import` costs a lookup in `sys.modules` each time it runs,
+    and the PostgreSQL paths ran several a statement.
+    """
+    from psycopg.rows import tuple_row
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+    return _Psycopg(tuple_row, ConnectionPool, AsyncConnectionPool)
 
 
 def _unwrap(store: Any) -> Any:
@@ -452,29 +476,35 @@ def _loads(raw: Any) -> Any:
     return raw  # psycopg already decoded jsonb
 
 
-def _pg_value(row: Any) -> Any:
-    """The stored value of a fetched PostgreSQL row (a dict row or a tuple), or None."""
-    if row is None:
-        return None
-    return _pg_loaded(row["value"] if isinstance(row, Mapping) else row[0])
-
-
 _NULL_ROW = "<a JSON null>"
 """What a PostgreSQL row holding JSON `null` reads as: a damaged row, not an absent one."""
 
 
-def _pg_loaded(raw: Any) -> Any:
-    """The value of a PostgreSQL row that exists, as psycopg decoded its `jsonb`.
+# An integer orjson would read as a float (beyond 64 bits) has at least 19 digits (the server
+# prints a jsonb number in full: 1e400 is 401 digits): such a text goes to the standard
+# library's decoder, which keeps it exact (as psycopg's loader read it).
+_LONG_NUMBER = re.compile(r"\d{19}")
 
-    A `str` is the row's own JSON string and `None` its JSON `null`: a damaged row (the
-    ledger reads its outcome as unknown), never parsed again (a JSON string could not be
-    parsed: the read raised) nor taken for an absent row (the call ran again).
+
+def _pg_loaded(raw: Any) -> Any:
+    """The value of a PostgreSQL row that exists, from its JSON text (`value::text`).
+
+    Decoded as psycopg's `jsonb` loader decodes it (the standard library's `json`), with
+    orjson where the two agree. A row holding a JSON string or JSON `null` is a damaged row
+    (the ledger reads its outcome as unknown: the string is returned as it is, `null` as
+    `_NULL_ROW`), never taken for an absent row (the call ran again).
     """
     if raw is None:
         return _NULL_ROW
     if isinstance(raw, memoryview | bytes | bytearray):
-        return _loads(raw)
-    return raw
+        raw = bytes(raw).decode()
+    if not isinstance(raw, str):
+        return raw  # already decoded (a connection whose loaders decode `text`)
+    try:
+        value = json.loads(raw) if _LONG_NUMBER.search(raw) else orjson.loads(raw)
+    except orjson.JSONDecodeError:  # anything orjson refuses: as psycopg's loader read it
+        value = json.loads(raw)
+    return _NULL_ROW if value is None else value
 
 
 def _warn_not_atomic(store: Any) -> None:
@@ -804,14 +834,12 @@ def _claim_if_absent_plan(
 
 @functools.lru_cache(maxsize=8)
 def _claim_if_absent_text(count: int) -> str:
-    return _PG_CLAIM_IF_ABSENT.format(reads=" UNION ALL ".join([_PG_READ_ONE] * count))
+    return _PG_CLAIM_IF_ABSENT.format(reads=_points_text(count))
 
 
 def _pg_exec(conn: Any, stmt: _Sql) -> list[tuple[Any, ...]]:
     """Run one statement of a plan on a sync connection: its last result's rows."""
-    from psycopg.rows import tuple_row
-
-    with conn.cursor(row_factory=tuple_row) as cur:
+    with conn.cursor(row_factory=_psycopg().tuple_row) as cur:
         cur.execute(stmt.query, stmt.params, prepare=stmt.prepare)
         if not stmt.fetch:
             return []
@@ -823,9 +851,7 @@ def _pg_exec(conn: Any, stmt: _Sql) -> list[tuple[Any, ...]]:
 
 async def _apg_exec(conn: Any, stmt: _Sql) -> list[tuple[Any, ...]]:
     """`_pg_exec` on an async connection."""
-    from psycopg.rows import tuple_row
-
-    async with conn.cursor(row_factory=tuple_row) as cur:
+    async with conn.cursor(row_factory=_psycopg().tuple_row) as cur:
         await cur.execute(stmt.query, stmt.params, prepare=stmt.prepare)
         if not stmt.fetch:
             return []
@@ -841,9 +867,7 @@ def _pg_run(store: Any, make: Callable[[bool], _SqlPlan[T]]) -> T:
     On an autocommit connection the plan's simple queries hold its transaction, rolled back
     if anything raises; on other connections the plan runs in `conn.transaction()`.
     """
-    from psycopg_pool import ConnectionPool
-
-    with _pg_connection(store, ConnectionPool) as conn:
+    with _pg_connection(store, _psycopg().pool) as conn:
         run = functools.partial(_pg_exec, conn)
         if _simple(store, conn):
             with _pg_rolled_back(conn):
@@ -854,9 +878,7 @@ def _pg_run(store: Any, make: Callable[[bool], _SqlPlan[T]]) -> T:
 
 async def _apg_run(store: Any, make: Callable[[bool], _SqlPlan[T]]) -> T:
     """`_pg_run` on an `AsyncPostgresStore`'s connection (or one of its pool's)."""
-    from psycopg_pool import AsyncConnectionPool
-
-    async with _apg_connection(store, AsyncConnectionPool) as conn:
+    async with _apg_connection(store, _psycopg().async_pool) as conn:
         run = functools.partial(_apg_exec, conn)
         if _simple(store, conn):
             async with _apg_rolled_back(conn):
@@ -922,11 +944,11 @@ def _postgres_cas(store: Any, op: Update) -> tuple[bool, Any]:
 @contextlib.asynccontextmanager
 async def _apg_rolled_back(conn: Any) -> AsyncIterator[None]:
     """`_pg_rolled_back` on an async connection."""
-    from psycopg.pq import TransactionStatus
-
     try:
         yield
     except BaseException:
+        from psycopg.pq import TransactionStatus
+
         if conn.info.transaction_status != TransactionStatus.IDLE:
             with contextlib.suppress(Exception):
                 await conn.execute("ROLLBACK")
@@ -936,11 +958,11 @@ async def _apg_rolled_back(conn: Any) -> AsyncIterator[None]:
 @contextlib.contextmanager
 def _pg_rolled_back(conn: Any) -> Iterator[None]:
     """Roll back the transaction a simple query left open when anything in the block raises."""
-    from psycopg.pq import TransactionStatus
-
     try:
         yield
     except BaseException:
+        from psycopg.pq import TransactionStatus
+
         if conn.info.transaction_status != TransactionStatus.IDLE:
             with contextlib.suppress(Exception):
                 conn.execute("ROLLBACK")
@@ -1040,9 +1062,11 @@ def _leftover(conn: Any) -> str | None:
     store's lock, a leftover is committed ("COMMIT", as SQLite's `_end_leftover`), a failed
     one rolled back ("ROLLBACK"), before and after each of the guard's statements.
     """
+    if conn.autocommit:  # the stores' own connections: nothing is left open (no import)
+        return None
     from psycopg.pq import PipelineStatus, TransactionStatus
 
-    if conn.autocommit or conn.closed or conn.info.pipeline_status != PipelineStatus.OFF:
+    if conn.closed or conn.info.pipeline_status != PipelineStatus.OFF:
         return None
 
     status = conn.info.transaction_status
@@ -1060,6 +1084,10 @@ def _ended(conn: Any) -> Any:
 @contextlib.contextmanager
 def _locked(lock: Any, conn: Any) -> Any:
     with lock:
+        # An autocommit connection (the stores' own) leaves nothing open: no check a statement.
+        if conn.autocommit:
+            yield conn
+            return
         if end := _ended(conn):
             end()
         yield conn
@@ -1070,6 +1098,9 @@ def _locked(lock: Any, conn: Any) -> Any:
 @contextlib.asynccontextmanager
 async def _alocked(lock: Any, conn: Any) -> Any:
     async with lock:
+        if conn.autocommit:  # as `_locked`
+            yield conn
+            return
         if end := _ended(conn):
             await end()
         yield conn
@@ -1090,8 +1121,13 @@ def _read_query(keys: list[tuple[str, str]], *, plain: bool = False) -> tuple[st
         return " UNION ALL ".join([_PG_SELECT_ROW] * len(keys)), [p for k in keys for p in k]
     if len(keys) > _PG_READ_POINTS:
         return _PG_READ_MANY, [[text for text, _ in keys], [key for _, key in keys]]
-    query = " UNION ALL ".join([_PG_READ_ONE] * len(keys))
-    return query, [part for pair in keys for part in pair]
+    return _points_text(len(keys)), [part for pair in keys for part in pair]
+
+
+@functools.lru_cache(maxsize=_PG_READ_POINTS)
+def _points_text(count: int) -> str:
+    """The point lookups of `count` rows (built once per count, not per read)."""
+    return " UNION ALL ".join([_PG_READ_ONE] * count)
 
 
 def _read_answer(keys: list[tuple[str, str]], rows: Any) -> list[Any]:
@@ -1118,11 +1154,9 @@ def read_rows(store: BaseStore, keys: Iterable[tuple[tuple[str, ...], str]]) -> 
     inner = store  # not `_unwrap(store)`: see the note above `read_rows`
     if _kind_of(inner) != "postgres":
         return None
-    from psycopg.rows import tuple_row
-    from psycopg_pool import ConnectionPool
-
+    pg = _psycopg()
     wanted = [(_text(ns), key) for ns, key in keys]
-    with _pg_connection(inner, ConnectionPool) as conn, conn.cursor(row_factory=tuple_row) as cur:
+    with _pg_connection(inner, pg.pool) as conn, conn.cursor(row_factory=pg.tuple_row) as cur:
         rows = cur.execute(*_read_query(wanted)).fetchall()
         _end_pipelined(inner)
         return _read_answer(wanted, rows)
@@ -1138,13 +1172,11 @@ async def aread_rows(
         return await asyncio.to_thread(read_rows, inner, list(keys))
     if kind != "async_postgres":
         return None
-    from psycopg.rows import tuple_row
-    from psycopg_pool import AsyncConnectionPool
-
+    pg = _psycopg()
     wanted = [(_text(ns), key) for ns, key in keys]
     async with (
-        _apg_connection(inner, AsyncConnectionPool) as conn,
-        conn.cursor(row_factory=tuple_row) as cur,
+        _apg_connection(inner, pg.async_pool) as conn,
+        conn.cursor(row_factory=pg.tuple_row) as cur,
     ):
         await cur.execute(*_read_query(wanted))
         rows = await cur.fetchall()
@@ -1165,11 +1197,9 @@ def write_rows(store: BaseStore, puts: Iterable[tuple[tuple[str, ...], str, Any]
     inner = store  # not `_unwrap(store)`: see the note above `read_rows`
     if _kind_of(inner) != "postgres":
         return False
-    from psycopg_pool import ConnectionPool
-
     query, params = _write_query(list(puts))
     with (
-        _pg_connection(inner, ConnectionPool) as conn,
+        _pg_connection(inner, _psycopg().pool) as conn,
         contextlib.nullcontext() if conn.autocommit else conn.transaction(),
     ):
         conn.execute(query, params)
@@ -1185,11 +1215,9 @@ async def awrite_rows(store: BaseStore, puts: Iterable[tuple[tuple[str, ...], st
         return await asyncio.to_thread(write_rows, inner, list(puts))
     if kind != "async_postgres":
         return False
-    from psycopg_pool import AsyncConnectionPool
-
     query, params = _write_query(list(puts))
     async with (
-        _apg_connection(inner, AsyncConnectionPool) as conn,
+        _apg_connection(inner, _psycopg().async_pool) as conn,
         contextlib.nullcontext() if conn.autocommit else conn.transaction(),
     ):
         await conn.execute(query, params)
