@@ -14,9 +14,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import json
 import logging
-import re
 import sqlite3
 import threading
 import warnings
@@ -147,7 +145,7 @@ _PG_CLAIM_IF_ABSENT = (
     "SELECT a->>0, a->>1, a->2, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, NULL, NULL "
     "FROM claimed, jsonb_array_elements(%s::jsonb) AS a "
     f"{_PG_REFRESH} RETURNING 1) "
-    "SELECT true, NULL::text, NULL::text, NULL::text FROM claimed "
+    "SELECT true, NULL::text, NULL::text, NULL::jsonb FROM claimed "
     "UNION ALL SELECT false, prefix, key, value FROM found"
 )
 WAITING = "waiting"
@@ -180,12 +178,9 @@ _PG_UPSERT_MANY = (
 # A ledger row is never given a TTL (the upserts clear it); a user's TTL sweeper may still
 # have marked one expired: read as the store's `get` would. One point lookup on the primary
 # key per row (a list of pairs would be planned as a scan of the thread's whole prefix).
-# The value goes as JSON text (`value::text`, what the server sends for a `jsonb` anyway),
-# decoded by orjson (`_pg_loaded`): psycopg's `jsonb` loader runs the standard library's
-# decoder, several times the cost, on every row a call reads.
-_PG_SELECT_ROW = "SELECT prefix, key, value::text FROM store WHERE prefix = %s AND key = %s"
+_PG_SELECT_ROW = "SELECT prefix, key, value FROM store WHERE prefix = %s AND key = %s"
 _PG_READ_ONE = (
-    "SELECT prefix, key, value::text AS value FROM store WHERE prefix = %s AND key = %s "
+    "SELECT prefix, key, value FROM store WHERE prefix = %s AND key = %s "
     "AND (expires_at IS NULL OR expires_at > NOW())"
 )
 # Many rows (a ToolNode batch of hundreds of calls): the server plans each branch of a
@@ -193,7 +188,7 @@ _PG_READ_ONE = (
 # parameter limit), so one join of the pairs on the primary key instead (20 ms for 1,000).
 _PG_READ_POINTS = 64
 _PG_READ_MANY = (
-    "SELECT s.prefix, s.key, s.value::text FROM unnest(%s::text[], %s::text[]) AS k(prefix, key) "
+    "SELECT s.prefix, s.key, s.value FROM unnest(%s::text[], %s::text[]) AS k(prefix, key) "
     "JOIN store s ON s.prefix = k.prefix AND s.key = k.key "
     "WHERE (s.expires_at IS NULL OR s.expires_at > NOW())"
 )
@@ -480,31 +475,18 @@ _NULL_ROW = "<a JSON null>"
 """What a PostgreSQL row holding JSON `null` reads as: a damaged row, not an absent one."""
 
 
-# An integer orjson would read as a float (beyond 64 bits) has at least 19 digits (the server
-# prints a jsonb number in full: 1e400 is 401 digits): such a text goes to the standard
-# library's decoder, which keeps it exact (as psycopg's loader read it).
-_LONG_NUMBER = re.compile(r"\d{19}")
-
-
 def _pg_loaded(raw: Any) -> Any:
-    """The value of a PostgreSQL row that exists, from its JSON text (`value::text`).
+    """The value of a PostgreSQL row that exists, as psycopg decoded its `jsonb`.
 
-    Decoded as psycopg's `jsonb` loader decodes it (the standard library's `json`), with
-    orjson where the two agree. A row holding a JSON string or JSON `null` is a damaged row
-    (the ledger reads its outcome as unknown: the string is returned as it is, `null` as
-    `_NULL_ROW`), never taken for an absent row (the call ran again).
+    A `str` is the row's own JSON string and `None` its JSON `null`: a damaged row (the
+    ledger reads its outcome as unknown), never parsed again (a JSON string could not be
+    parsed: the read raised) nor taken for an absent row (the call ran again).
     """
     if raw is None:
         return _NULL_ROW
     if isinstance(raw, memoryview | bytes | bytearray):
-        raw = bytes(raw).decode()
-    if not isinstance(raw, str):
-        return raw  # already decoded (a connection whose loaders decode `text`)
-    try:
-        value = json.loads(raw) if _LONG_NUMBER.search(raw) else orjson.loads(raw)
-    except orjson.JSONDecodeError:  # anything orjson refuses: as psycopg's loader read it
-        value = json.loads(raw)
-    return _NULL_ROW if value is None else value
+        return _loads(raw)
+    return raw
 
 
 def _warn_not_atomic(store: Any) -> None:

@@ -2,8 +2,8 @@
 
 Usage: python tests/integration/proc_call_cost.py URI THREAD CALLS BARRIER N MODE
 
-Every worker admits calls 0 .. CALLS-1 of THREAD (already recorded, by hand: each outcome
-holds numbers beyond 64 bits, which orjson would read as floats) after all N workers marked
+Every worker admits calls 0 .. CALLS-1 of THREAD (already recorded: each outcome holds
+numbers beyond 64 bits, tagged by the result codec) after all N workers marked
 themselves ready in the folder BARRIER. MODE `read` reads first (a thread being replayed),
 `claims` sends each first read with its claim (`_PG_CLAIM_IF_ABSENT`), `async` is `claims`
 with 8 tasks gathered on an `AsyncPostgresStore`. Prints one JSON line: `{"ran": [...],
