@@ -3,7 +3,8 @@
 Run: python benchmarks/ledger_cpu.py [--pg URI] [--calls N] [--repeat R] [--profile KIND]
 Times what the load on a shared machine moves least: the CPU the worker process spends a call
 (`time.process_time`) and the CPU its server backend spends (`/proc/<pid>/stat`), and counts
-the statements a call sends (each a round trip). Three kinds of call, as `bench_ledger.py`'s
+the statements a call sends (each a round trip) and the Python function calls it makes (a
+count no load moves). Three kinds of call, as `bench_ledger.py`'s
 workers make them:
 
 - `distinct first run`: a new call of a thread running ahead (its reads found nothing);
@@ -11,9 +12,10 @@ workers make them:
   others on the same calls, which replays seven calls in eight);
 - `hit`: a call already recorded, replayed (read and rebuild the ToolMessage).
 
-The package comes from `PYTHONPATH` (so the same script measures another commit's worktree);
-`--profile KIND` prints a cProfile of that kind instead. Without --pg a throwaway PostgreSQL
-server is started from the local binaries.
+The package is the one of the checkout the script is in (as for `bench_ledger.py`): a copy
+in another worktree measures that commit. `--profile KIND` adds a profile (in CPU time) of
+that kind of call. Without --pg a throwaway PostgreSQL server is started from the local
+binaries.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from typing import Any
 
 os.environ["LANGSMITH_TRACING"] = "false"
 HERE = Path(__file__).resolve().parent
-sys.path.append(str(HERE.parent))  # tests.integration.conftest (the throwaway server) only
 sys.path.insert(0, str(HERE))
 
 import psycopg  # noqa: E402
