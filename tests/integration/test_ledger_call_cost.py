@@ -182,3 +182,25 @@ def test_workers_racing_on_recorded_rows_replay_them_exactly(pg_uri, tmp_path):
             assert _exact(value) == _exact(TRICKY)
         replays += len(answer["values"])
     assert replays == calls * 4 + calls * 8 * 2  # 4 sync workers, 2 of 8 gathered tasks each
+
+
+def test_statements_after_a_cursor_factory_change_go_through_the_new_factory(pg_uri):
+    # The guard's statements reuse a cursor on a store's own connection; code that sets the
+    # connection's `cursor_factory` afterwards (to count or trace statements) still sees them.
+    from langgraph.store.postgres import PostgresStore
+
+    from .test_batch_claims import _counting_cursors
+
+    with PostgresStore.from_conn_string(pg_uri) as store:
+        store.setup()
+        ctx = context(_thread(), 0)
+        keys = [(ctx.rows_ns, ctx.identity.key)]
+        assert store_cas.read_rows(store, keys) == [None]  # a cursor is kept from here on
+        statements = _counting_cursors(store.conn)
+        row = started_entry(ctx, args=ctx.args, idempotency_key=None)
+        op = Update(ctx.rows_ns, ctx.identity.key, row.to_value(), False, None)
+        assert store_cas.compare_and_set(store, op) == (True, op.value)
+        done = finished_entry(row, "sent", None, "success").to_value()
+        assert store_cas.write_rows(store, [(ctx.rows_ns, ctx.identity.key, done)])
+        assert store_cas.read_rows(store, keys) == [done]
+        assert len(statements) == 3, statements  # the claim, the outcome, the read
