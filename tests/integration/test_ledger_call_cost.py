@@ -7,7 +7,8 @@ exact integers. orjson, three times faster on a row, reads them as floats (2**70
 reads keep psycopg's loader (issue 36, "the goals with margin"). A JSON `null` or string row
 stays a damaged row. Outcomes recorded by the guard, and rows written by hand, replay exactly
 for workers racing on them (processes, and tasks gathered on an `AsyncPostgresStore`), and
-nothing runs again.
+nothing runs again. The statements reuse a cursor on a store's own connection, made again
+when the connection's `cursor_factory` changes.
 """
 
 from __future__ import annotations
