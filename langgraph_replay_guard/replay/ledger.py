@@ -6,7 +6,7 @@ import datetime as dt
 import hashlib
 import json
 import logging
-import uuid
+import os
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -431,8 +431,9 @@ def readable_result(entry: LedgerEntry) -> bool:
 
 
 def new_rev() -> str:
-    """A fresh revision token for a row write."""
-    return uuid.uuid4().hex[:16]
+    """A fresh revision token for a row write (16 hex digits, random)."""
+    # os.urandom, not uuid4 (which builds a UUID object, about 5 us): two a first run.
+    return os.urandom(8).hex()
 
 
 # -- transitions: one row in, the next row out ---------------------------------------------------

@@ -206,12 +206,12 @@ class _Misses:
 
     def note(self, op: Read, values: list[Any]) -> list[Any]:
         """Note what a first read found; return it."""
-        self._note(op.keys[0][0], all(value is None for value in values))
+        self._note(op.keys[0][0], values.count(None) == len(values))  # no generator a hit
         return values
 
     def noted(self, op: ClaimIfAbsent, answer: tuple[bool, list[Any]]) -> tuple[bool, list[Any]]:
         claimed, values = answer
-        self._note(op.keys[0][0], claimed or all(value is None for value in values))
+        self._note(op.keys[0][0], claimed or values.count(None) == len(values))
         return answer
 
     def _note(self, namespace: tuple[str, ...], missed: bool) -> None:

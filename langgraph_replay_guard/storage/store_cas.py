@@ -28,7 +28,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import orjson
 
@@ -192,6 +192,62 @@ _PG_READ_MANY = (
     "JOIN store s ON s.prefix = k.prefix AND s.key = k.key "
     "WHERE (s.expires_at IS NULL OR s.expires_at > NOW())"
 )
+
+
+class _Psycopg(NamedTuple):
+    tuple_row: Any
+    pool: Any
+    async_pool: Any
+
+
+@functools.cache
+def _psycopg() -> _Psycopg:
+    """The psycopg names the per-call paths use, imported once (an optional dependency).
+
+    A function-level `from ... import` costs a lookup in `sys.modules` each time it runs,
+    and the PostgreSQL paths ran several a statement.
+    """
+    from psycopg.rows import tuple_row
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+    return _Psycopg(tuple_row, ConnectionPool, AsyncConnectionPool)
+
+
+# A `PostgresStore` -> the cursor its guard statements reuse on its own connection.
+_cursors: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+class _Cursor:
+    """A tuple-row cursor for one statement: on a store's own connection, the one kept for it.
+
+    A new cursor costs psycopg about 13 us a statement (its adapters, its set-up and close),
+    a tenth of a ledger hit. Only used holding the store's lock (`_pg_connection`), so one
+    thread at a time. A new one is made when the connection or its `cursor_factory` changed
+    (code that counts statements sets it), for a pool's connections and in pipeline mode.
+    """
+
+    __slots__ = ("cur", "kept")
+
+    def __init__(self, store: Any, conn: Any) -> None:
+        self.kept = conn is getattr(store, "conn", None) and getattr(store, "pipe", None) is None
+        cur = _cursors.get(store) if self.kept else None
+        if (
+            cur is None
+            or cur.closed
+            or cur.connection is not conn
+            or type(cur) is not conn.cursor_factory
+        ):
+            cur = conn.cursor(row_factory=_psycopg().tuple_row)
+        if self.kept:
+            _cursors[store] = cur
+        self.cur = cur
+
+    def __enter__(self) -> Any:
+        return self.cur
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.kept:
+            self.cur.close()
 
 
 def _unwrap(store: Any) -> Any:
@@ -450,13 +506,6 @@ def _loads(raw: Any) -> Any:
     if isinstance(raw, bytes | bytearray | str):
         return orjson.loads(raw)
     return raw  # psycopg already decoded jsonb
-
-
-def _pg_value(row: Any) -> Any:
-    """The stored value of a fetched PostgreSQL row (a dict row or a tuple), or None."""
-    if row is None:
-        return None
-    return _pg_loaded(row["value"] if isinstance(row, Mapping) else row[0])
 
 
 _NULL_ROW = "<a JSON null>"
@@ -804,14 +853,12 @@ def _claim_if_absent_plan(
 
 @functools.lru_cache(maxsize=8)
 def _claim_if_absent_text(count: int) -> str:
-    return _PG_CLAIM_IF_ABSENT.format(reads=" UNION ALL ".join([_PG_READ_ONE] * count))
+    return _PG_CLAIM_IF_ABSENT.format(reads=_points_text(count))
 
 
-def _pg_exec(conn: Any, stmt: _Sql) -> list[tuple[Any, ...]]:
+def _pg_exec(store: Any, conn: Any, stmt: _Sql) -> list[tuple[Any, ...]]:
     """Run one statement of a plan on a sync connection: its last result's rows."""
-    from psycopg.rows import tuple_row
-
-    with conn.cursor(row_factory=tuple_row) as cur:
+    with _Cursor(store, conn) as cur:
         cur.execute(stmt.query, stmt.params, prepare=stmt.prepare)
         if not stmt.fetch:
             return []
@@ -823,9 +870,7 @@ def _pg_exec(conn: Any, stmt: _Sql) -> list[tuple[Any, ...]]:
 
 async def _apg_exec(conn: Any, stmt: _Sql) -> list[tuple[Any, ...]]:
     """`_pg_exec` on an async connection."""
-    from psycopg.rows import tuple_row
-
-    async with conn.cursor(row_factory=tuple_row) as cur:
+    async with conn.cursor(row_factory=_psycopg().tuple_row) as cur:
         await cur.execute(stmt.query, stmt.params, prepare=stmt.prepare)
         if not stmt.fetch:
             return []
@@ -841,10 +886,8 @@ def _pg_run(store: Any, make: Callable[[bool], _SqlPlan[T]]) -> T:
     On an autocommit connection the plan's simple queries hold its transaction, rolled back
     if anything raises; on other connections the plan runs in `conn.transaction()`.
     """
-    from psycopg_pool import ConnectionPool
-
-    with _pg_connection(store, ConnectionPool) as conn:
-        run = functools.partial(_pg_exec, conn)
+    with _pg_connection(store, _psycopg().pool) as conn:
+        run = functools.partial(_pg_exec, store, conn)
         if _simple(store, conn):
             with _pg_rolled_back(conn):
                 return drive(make(True), run)
@@ -854,9 +897,7 @@ def _pg_run(store: Any, make: Callable[[bool], _SqlPlan[T]]) -> T:
 
 async def _apg_run(store: Any, make: Callable[[bool], _SqlPlan[T]]) -> T:
     """`_pg_run` on an `AsyncPostgresStore`'s connection (or one of its pool's)."""
-    from psycopg_pool import AsyncConnectionPool
-
-    async with _apg_connection(store, AsyncConnectionPool) as conn:
+    async with _apg_connection(store, _psycopg().async_pool) as conn:
         run = functools.partial(_apg_exec, conn)
         if _simple(store, conn):
             async with _apg_rolled_back(conn):
@@ -922,11 +963,11 @@ def _postgres_cas(store: Any, op: Update) -> tuple[bool, Any]:
 @contextlib.asynccontextmanager
 async def _apg_rolled_back(conn: Any) -> AsyncIterator[None]:
     """`_pg_rolled_back` on an async connection."""
-    from psycopg.pq import TransactionStatus
-
     try:
         yield
     except BaseException:
+        from psycopg.pq import TransactionStatus
+
         if conn.info.transaction_status != TransactionStatus.IDLE:
             with contextlib.suppress(Exception):
                 await conn.execute("ROLLBACK")
@@ -936,11 +977,11 @@ async def _apg_rolled_back(conn: Any) -> AsyncIterator[None]:
 @contextlib.contextmanager
 def _pg_rolled_back(conn: Any) -> Iterator[None]:
     """Roll back the transaction a simple query left open when anything in the block raises."""
-    from psycopg.pq import TransactionStatus
-
     try:
         yield
     except BaseException:
+        from psycopg.pq import TransactionStatus
+
         if conn.info.transaction_status != TransactionStatus.IDLE:
             with contextlib.suppress(Exception):
                 conn.execute("ROLLBACK")
@@ -1040,9 +1081,11 @@ def _leftover(conn: Any) -> str | None:
     store's lock, a leftover is committed ("COMMIT", as SQLite's `_end_leftover`), a failed
     one rolled back ("ROLLBACK"), before and after each of the guard's statements.
     """
+    if conn.autocommit:  # the stores' own connections: nothing is left open (no import)
+        return None
     from psycopg.pq import PipelineStatus, TransactionStatus
 
-    if conn.autocommit or conn.closed or conn.info.pipeline_status != PipelineStatus.OFF:
+    if conn.closed or conn.info.pipeline_status != PipelineStatus.OFF:
         return None
 
     status = conn.info.transaction_status
@@ -1060,6 +1103,10 @@ def _ended(conn: Any) -> Any:
 @contextlib.contextmanager
 def _locked(lock: Any, conn: Any) -> Any:
     with lock:
+        # An autocommit connection (the stores' own) leaves nothing open: no check a statement.
+        if conn.autocommit:
+            yield conn
+            return
         if end := _ended(conn):
             end()
         yield conn
@@ -1070,6 +1117,9 @@ def _locked(lock: Any, conn: Any) -> Any:
 @contextlib.asynccontextmanager
 async def _alocked(lock: Any, conn: Any) -> Any:
     async with lock:
+        if conn.autocommit:  # as `_locked`
+            yield conn
+            return
         if end := _ended(conn):
             await end()
         yield conn
@@ -1090,8 +1140,13 @@ def _read_query(keys: list[tuple[str, str]], *, plain: bool = False) -> tuple[st
         return " UNION ALL ".join([_PG_SELECT_ROW] * len(keys)), [p for k in keys for p in k]
     if len(keys) > _PG_READ_POINTS:
         return _PG_READ_MANY, [[text for text, _ in keys], [key for _, key in keys]]
-    query = " UNION ALL ".join([_PG_READ_ONE] * len(keys))
-    return query, [part for pair in keys for part in pair]
+    return _points_text(len(keys)), [part for pair in keys for part in pair]
+
+
+@functools.lru_cache(maxsize=_PG_READ_POINTS)
+def _points_text(count: int) -> str:
+    """The point lookups of `count` rows (built once per count, not per read)."""
+    return " UNION ALL ".join([_PG_READ_ONE] * count)
 
 
 def _read_answer(keys: list[tuple[str, str]], rows: Any) -> list[Any]:
@@ -1118,11 +1173,9 @@ def read_rows(store: BaseStore, keys: Iterable[tuple[tuple[str, ...], str]]) -> 
     inner = store  # not `_unwrap(store)`: see the note above `read_rows`
     if _kind_of(inner) != "postgres":
         return None
-    from psycopg.rows import tuple_row
-    from psycopg_pool import ConnectionPool
-
+    pg = _psycopg()
     wanted = [(_text(ns), key) for ns, key in keys]
-    with _pg_connection(inner, ConnectionPool) as conn, conn.cursor(row_factory=tuple_row) as cur:
+    with _pg_connection(inner, pg.pool) as conn, _Cursor(inner, conn) as cur:
         rows = cur.execute(*_read_query(wanted)).fetchall()
         _end_pipelined(inner)
         return _read_answer(wanted, rows)
@@ -1138,13 +1191,11 @@ async def aread_rows(
         return await asyncio.to_thread(read_rows, inner, list(keys))
     if kind != "async_postgres":
         return None
-    from psycopg.rows import tuple_row
-    from psycopg_pool import AsyncConnectionPool
-
+    pg = _psycopg()
     wanted = [(_text(ns), key) for ns, key in keys]
     async with (
-        _apg_connection(inner, AsyncConnectionPool) as conn,
-        conn.cursor(row_factory=tuple_row) as cur,
+        _apg_connection(inner, pg.async_pool) as conn,
+        conn.cursor(row_factory=pg.tuple_row) as cur,
     ):
         await cur.execute(*_read_query(wanted))
         rows = await cur.fetchall()
@@ -1165,14 +1216,13 @@ def write_rows(store: BaseStore, puts: Iterable[tuple[tuple[str, ...], str, Any]
     inner = store  # not `_unwrap(store)`: see the note above `read_rows`
     if _kind_of(inner) != "postgres":
         return False
-    from psycopg_pool import ConnectionPool
-
     query, params = _write_query(list(puts))
     with (
-        _pg_connection(inner, ConnectionPool) as conn,
+        _pg_connection(inner, _psycopg().pool) as conn,
         contextlib.nullcontext() if conn.autocommit else conn.transaction(),
+        _Cursor(inner, conn) as cur,
     ):
-        conn.execute(query, params)
+        cur.execute(query, params)
         _end_pipelined(inner)
     return True
 
@@ -1185,11 +1235,9 @@ async def awrite_rows(store: BaseStore, puts: Iterable[tuple[tuple[str, ...], st
         return await asyncio.to_thread(write_rows, inner, list(puts))
     if kind != "async_postgres":
         return False
-    from psycopg_pool import AsyncConnectionPool
-
     query, params = _write_query(list(puts))
     async with (
-        _apg_connection(inner, AsyncConnectionPool) as conn,
+        _apg_connection(inner, _psycopg().async_pool) as conn,
         contextlib.nullcontext() if conn.autocommit else conn.transaction(),
     ):
         await conn.execute(query, params)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 __all__ = ["channel", "notes", "payload"]
 
 
+@functools.lru_cache(maxsize=1024)  # every outcome names its channel: a few namespaces a process
 def channel(namespace: tuple[str, ...]) -> str:
     """The `LISTEN` channel of a ledger namespace (a row's namespace without its last two parts).
 
