@@ -56,6 +56,13 @@ def load_table(path: Path = TABLE) -> dict[str, Any]:
     return table
 
 
+def longest_first(
+    units: Mapping[str, Mapping[str, bool]], table: Mapping[str, Any]
+) -> list[tuple[str, Any]]:
+    """xdist's work units (scope: {node id: done}), longest first; ties keep their order."""
+    return sorted(units.items(), key=lambda unit: -sum(expected_seconds(table, n) for n in unit[1]))
+
+
 class LongestFirst(LoadGroupScheduling):
     """`--dist loadgroup` that hands out the longest units first."""
 
@@ -69,10 +76,7 @@ class LongestFirst(LoadGroupScheduling):
         # assigns): order it once, there.
         if not self._ordered:
             self._ordered = True
-            units = sorted(
-                self.workqueue.items(),
-                key=lambda unit: -sum(expected_seconds(self._table, n) for n in unit[1]),
-            )
+            units = longest_first(self.workqueue, self._table)
             self.workqueue.clear()
             self.workqueue.update(units)
         super()._assign_work_unit(node)
