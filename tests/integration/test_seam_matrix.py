@@ -80,7 +80,7 @@ def _run(
             postgres=postgres,
             asynchronous=mode == "async",
             crashes=2 if mode == "twice" else 1,
-            jobs=1,
+            jobs=2,
             timeout=60,
         )
     except CrashTestError as exc:
