@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -120,6 +121,15 @@ def _name_the_groups(items: list[pytest.Item]) -> None:
             item._id = coerce_node_id(f"{item.nodeid}{suffix}")
 
 
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup` handing out the longest work first (tests/schedule.py)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from tests.schedule import LongestFirst
+
+    return LongestFirst(config, log)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the warm zygotes early when collected modules use them (they import meanwhile).
 
@@ -163,7 +173,18 @@ def mypy_cache_dir() -> Iterator[Path]:
 # "(the worker process)"; `python -m tests.cpu_table dir` sums them. Off by default (two clock
 # reads per test).
 _CPU_DIR = os.environ.get("REPLAY_GUARD_TEST_CPU")
+# Only the run it was set for writes there: its first process (the xdist controller, or the
+# only one) names itself, and its xdist workers are that process's children; a nested pytest
+# a test starts (tests/unit/test_parallel_suite.py, test_warm_children.py) is neither and
+# writes nothing, so its tests are not counted twice.
+_CPU_OWNER = "REPLAY_GUARD_TEST_CPU_OWNER"
+if _CPU_DIR:
+    owner = os.environ.setdefault(_CPU_OWNER, str(os.getpid()))
+    worker_of_owner = "PYTEST_XDIST_WORKER" in os.environ and owner == str(os.getppid())
+    if owner != str(os.getpid()) and not worker_of_owner:
+        _CPU_DIR = None
 _CPU: dict[str, list[float]] = {}
+_SCHEDULE: list[tuple[str, float, float, float]] = []  # node id, start, wall, CPU
 
 
 def _cpu_now() -> tuple[float, float]:
@@ -190,6 +211,10 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     entry[0] += wall_after - wall
     entry[1] += cpu_after - cpu
     entry[2] += 1
+    # The schedule: when each test ran on this worker (perf_counter is the system's monotonic
+    # clock, the same in every worker), so `python -m tests.cpu_table dir` can show what each
+    # worker ran when, and what ran last (the run's tail).
+    _SCHEDULE.append((item.nodeid, wall, wall_after - wall, cpu_after - cpu))
 
 
 _STARTED = time.perf_counter()
@@ -212,3 +237,4 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         out.mkdir(parents=True, exist_ok=True)
         # The pid too: a second process that reaches this hook never overwrites a worker's.
         (out / f"{worker}-{os.getpid()}.json").write_text(json.dumps(_CPU))
+        (out / f"{worker}-{os.getpid()}.schedule").write_text(json.dumps(_SCHEDULE))

@@ -90,6 +90,13 @@ MIDDLEWARES: dict[str, Callable[[], Any]] = {
 
 ORDERS = ["guard-first", "guard-last"]
 MODES = ["sync", "async", "astream"]
+# One middleware's cases on one xdist worker: its compositions are compiled (`_agent_for`) and
+# its unguarded references run (`_plain`...) once per run, not once on each worker that drew
+# one of its cases (4 s of the file's 25 s of CPU with two workers).
+NAMES = [
+    pytest.param(name, marks=pytest.mark.xdist_group(f"composition-matrix-{name}"))
+    for name in MIDDLEWARES
+]
 
 
 # The run whose tool calls the tools below count (a worker runs one test at a time).
@@ -322,7 +329,7 @@ def _plain_prompts(name: str) -> list[Any]:
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("order", ORDERS)
-@pytest.mark.parametrize("name", list(MIDDLEWARES))
+@pytest.mark.parametrize("name", NAMES)
 def test_a_healthy_run_is_the_unguarded_run(name, order, mode):
     plain, plain_runs = _plain(name, mode, provider=False)
     _, guarded, guarded_runs = _run(name, order, mode, HEALTHY)
@@ -331,7 +338,7 @@ def test_a_healthy_run_is_the_unguarded_run(name, order, mode):
     assert _keys(guarded, mode) == _keys(plain, mode)
 
 
-@pytest.mark.parametrize("name", list(MIDDLEWARES))
+@pytest.mark.parametrize("name", NAMES)
 def test_without_the_guard_a_repeated_read_runs_to_the_end_of_the_script(name):
     loop = [[("lookup", {"id": "P1"})] for _ in range(20)]
     built: list[Any] = []
@@ -349,7 +356,7 @@ def test_without_the_guard_a_repeated_read_runs_to_the_end_of_the_script(name):
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("order", ORDERS)
-@pytest.mark.parametrize("name", list(MIDDLEWARES))
+@pytest.mark.parametrize("name", NAMES)
 def test_a_repeated_read_is_stopped(name, order, mode):
     loop = [[("lookup", {"id": "P1"})] for _ in range(20)]
     model, out, runs = _run(name, order, mode, loop)
@@ -374,7 +381,7 @@ def _cached_prompt() -> SystemMessage:
 
 
 @pytest.mark.parametrize("order", ORDERS)
-@pytest.mark.parametrize("name", list(MIDDLEWARES))
+@pytest.mark.parametrize("name", NAMES)
 def test_a_cached_system_prompt_reaches_the_model_with_only_the_reminder_added(name, order):
     # Issue 34 item 1, in every stack: the reminder is one more text block; the cached
     # blocks, the message's id and additional_kwargs reach the model as the user wrote them.
@@ -405,7 +412,7 @@ def test_a_cached_system_prompt_reaches_the_model_with_only_the_reminder_added(n
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("order", ORDERS)
-@pytest.mark.parametrize("name", list(MIDDLEWARES))
+@pytest.mark.parametrize("name", NAMES)
 def test_a_repeated_read_in_shadow_mode_runs_unguarded_and_counts_the_stop(name, order, mode):
     # Shadow mode acts on nothing: the loop runs as without the guard. It counts what
     # enforcing decides: the 2nd and 3rd reads are duplicates, the 4th is the stop, and
@@ -444,7 +451,7 @@ PLAN_JSON = '{"customer": "P1", "plan": "premium"}'  # the provider's native JSO
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("order", ORDERS)
-@pytest.mark.parametrize("name", list(MIDDLEWARES))
+@pytest.mark.parametrize("name", NAMES)
 def test_a_healthy_provider_strategy_run_is_the_unguarded_run(name, order, mode):
     script = [*HEALTHY[:-1], PLAN_JSON]
     strategy = {"response_format": ProviderStrategy(Plan)}
@@ -459,7 +466,7 @@ def test_a_healthy_provider_strategy_run_is_the_unguarded_run(name, order, mode)
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("order", ORDERS)
-@pytest.mark.parametrize("name", list(MIDDLEWARES))
+@pytest.mark.parametrize("name", NAMES)
 def test_a_repeated_read_under_provider_strategy_is_stopped(name, order, mode):
     loop = [[("lookup", {"id": "P1"})] for _ in range(20)]
     strategy = {"response_format": ProviderStrategy(Plan)}

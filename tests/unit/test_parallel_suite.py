@@ -132,3 +132,49 @@ def test_ci_draws_every_property_example_and_make_test_a_quarter():
         counts[name] = done.stdout.split()
     assert counts["ci"] == counts["full"] == ["200", "20", "100"]
     assert counts["dev"] == ["50", "10", "25"]
+
+
+def test_the_longest_work_is_handed_out_first() -> None:
+    """`--dist loadgroup` orders xdist's work units by tests/durations.json (tests/schedule.py).
+
+    xdist's own order (groups by size, then the rest in file order) ended the suite with the
+    nested pytest runs of tests/unit/ while the other worker had nothing left. A unit's length
+    is its tests' sum: a test the table names, else its file's typical test, else a default;
+    the `@group` suffix is not part of the name looked up; ties keep xdist's order.
+    """
+    from tests import conftest, schedule
+
+    table = {
+        "tests": {"tests/a.py::long": 30.0, "tests/b.py::t[x@y]": 4.0},
+        "files": {"tests/c.py": 1.0},
+    }
+    units = {
+        "tests/a.py::short": {"tests/a.py::short": False},
+        "group": {f"tests/c.py::t{i}@group": False for i in range(3)},
+        "tests/b.py::t[x@y]": {"tests/b.py::t[x@y]": False},
+        "tests/a.py::long": {"tests/a.py::long": False},
+        "tests/d.py::other": {"tests/d.py::other": False},
+    }
+    order = [scope for scope, _ in schedule.longest_first(units, table)]
+    assert order == [
+        "tests/a.py::long",
+        "tests/b.py::t[x@y]",
+        "group",
+        "tests/a.py::short",
+        "tests/d.py::other",
+    ]
+    # The checked-in table names tests of this suite, and the hook uses it for loadgroup only.
+    checked_in = schedule.load_table()
+    assert checked_in["tests"], "tests/durations.json is empty"
+    assert all((REPO_ROOT / node.split("::", 1)[0]).is_file() for node in checked_in["files"])
+
+    class Config:  # what xdist's scheduler reads of pytest's: `-n 2 --dist <dist>`
+        def __init__(self, dist: str) -> None:
+            self.values = {"dist": dist, "tx": ["popen"] * 2, "numprocesses": 2}
+
+        def getvalue(self, name: str) -> object:
+            return self.values.get(name)
+
+    assert conftest.pytest_xdist_make_scheduler(Config("load"), None) is None  # type: ignore[arg-type]
+    made = conftest.pytest_xdist_make_scheduler(Config("loadgroup"), None)  # type: ignore[arg-type]
+    assert isinstance(made, schedule.LongestFirst)
