@@ -121,6 +121,7 @@ def _name_the_groups(items: list[pytest.Item]) -> None:
             item._id = coerce_node_id(f"{item.nodeid}{suffix}")
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest without xdist (-p no:xdist) has no such hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """`--dist loadgroup` handing out the longest work first (tests/schedule.py)."""
     if config.getvalue("dist") != "loadgroup":
