@@ -1109,7 +1109,16 @@ def _locked(lock: Any, conn: Any) -> Any:
             return
         if end := _ended(conn):
             end()
-        yield conn
+        try:
+            yield conn
+        except BaseException:
+            # A failed statement outside `conn.transaction()` (a read) leaves the transaction
+            # aborted: rolled back here, or the user's own `get`/`put` on the store would
+            # fail with "current transaction is aborted" until the guard's next statement.
+            with contextlib.suppress(Exception):
+                if end := _ended(conn):
+                    end()
+            raise
         if end := _ended(conn):
             end()
 
@@ -1122,7 +1131,13 @@ async def _alocked(lock: Any, conn: Any) -> Any:
             return
         if end := _ended(conn):
             await end()
-        yield conn
+        try:
+            yield conn
+        except BaseException:
+            with contextlib.suppress(Exception):  # as `_locked`
+                if end := _ended(conn):
+                    await end()
+            raise
         if end := _ended(conn):
             await end()
 
