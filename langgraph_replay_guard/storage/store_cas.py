@@ -278,6 +278,8 @@ _STORE_KINDS = (
 _SAVER_KINDS = (
     ("langgraph.checkpoint.sqlite.aio.AsyncSqliteSaver", "async_sqlite"),
     ("langgraph.checkpoint.sqlite.SqliteSaver", "sqlite"),
+    ("langgraph.checkpoint.postgres.aio.AsyncPostgresSaver", "async_postgres"),
+    ("langgraph.checkpoint.postgres.PostgresSaver", "postgres"),
 )
 
 
@@ -302,8 +304,12 @@ def _saver_kind(saver: Any) -> str:
     return _class_kind(saver, _SAVER_KINDS, "other")
 
 
+# Stores whose connection a checkpointer of the same kind may share (`share_connection`).
+_SHARED_KINDS = ("sqlite", "async_sqlite", "postgres", "async_postgres")
+
+
 def share_connection(store: BaseStore, checkpointer: Any) -> None:
-    """Serialize the guard's use of a SQLite store with a checkpointer on the same connection.
+    """Serialize the guard's use of a store with a checkpointer on the same connection.
 
     `SqliteSaver(conn)` and `SqliteStore(conn)` each lock the connection with a lock of their
     own, and each ends its statements with a `COMMIT`: the saver's commit, run while a guard
@@ -311,7 +317,11 @@ def share_connection(store: BaseStore, checkpointer: Any) -> None:
     commit - no transaction is active`, or a claim no longer atomic). When the running
     graph's checkpointer shares the store's connection, the guard's store operations hold the
     checkpointer's lock too (taken first; the checkpointer never takes the store's). Cheap
-    after the first call with the same pair.
+    after the first call with the same pair. `PostgresSaver(conn)` and `PostgresStore(conn)`
+    likewise: the saver's writes put the connection in pipeline mode under its own lock, and
+    a guard statement sent meanwhile went into that pipeline (a claim's statements failed,
+    `cannot insert multiple commands into a prepared statement`, and left the connection
+    broken for the graph too).
 
     Args:
         store: The guard's ledger store.
@@ -326,7 +336,7 @@ def share_connection(store: BaseStore, checkpointer: Any) -> None:
         return
     inner = _unwrap(store)
     kind = _kind_of(inner)
-    if kind in ("sqlite", "async_sqlite") and _saver_kind(checkpointer) == kind:
+    if kind in _SHARED_KINDS and _saver_kind(checkpointer) == kind:
         conn = getattr(checkpointer, "conn", None)
         lock = getattr(checkpointer, "lock", None)
         if conn is not None and conn is getattr(inner, "conn", None) and lock is not None:
@@ -1065,10 +1075,13 @@ def _mark_params(namespace: tuple[str, ...], key: str) -> tuple[str, ...]:
 
 
 def _pg_connection(store: Any, pool_type: Any) -> Any:
-    """The store's connection (holding its lock), or one from its pool, as a context."""
+    """The store's connection (holding its lock), or one from its pool, as a context.
+
+    A checkpointer's lock comes first when it shares the connection (`share_connection`).
+    """
     if isinstance(store.conn, pool_type):
         return store.conn.connection()
-    return _locked(store.lock, store.conn)
+    return _locked(store.lock, store.conn, _outer_lock(store))
 
 
 def _leftover(conn: Any) -> str | None:
@@ -1101,8 +1114,8 @@ def _ended(conn: Any) -> Any:
 
 
 @contextlib.contextmanager
-def _locked(lock: Any, conn: Any) -> Any:
-    with lock:
+def _locked(lock: Any, conn: Any, outer: Any) -> Any:
+    with outer, lock:
         # An autocommit connection (the stores' own) leaves nothing open: no check a statement.
         if conn.autocommit:
             yield conn
@@ -1124,8 +1137,8 @@ def _locked(lock: Any, conn: Any) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def _alocked(lock: Any, conn: Any) -> Any:
-    async with lock:
+async def _alocked(lock: Any, conn: Any, outer: Any) -> Any:
+    async with outer, lock:
         if conn.autocommit:  # as `_locked`
             yield conn
             return
@@ -1145,7 +1158,7 @@ async def _alocked(lock: Any, conn: Any) -> Any:
 def _apg_connection(store: Any, pool_type: Any) -> Any:
     if isinstance(store.conn, pool_type):
         return store.conn.connection()
-    return _alocked(store.lock, store.conn)
+    return _alocked(store.lock, store.conn, _aouter_lock(store))
 
 
 def _read_query(keys: list[tuple[str, str]], *, plain: bool = False) -> tuple[str, list[Any]]:

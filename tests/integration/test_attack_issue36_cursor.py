@@ -284,3 +284,74 @@ def test_a_connection_switched_out_of_autocommit_still_commits_each_call(pg_uri)
             assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         with psycopg.connect(pg_uri, autocommit=True) as other:
             assert other.execute("SELECT count(*) FROM store WHERE prefix = 'user'").fetchone()
+
+
+def test_a_postgres_saver_on_the_stores_connection_does_not_break_the_claims(pg_uri):
+    # `PostgresSaver(conn)` and `PostgresStore(conn)` on one connection (as with SQLite): the
+    # saver's writes put the connection in pipeline mode under the saver's own lock, so a
+    # guard statement sent meanwhile went into that pipeline ("cannot insert multiple commands
+    # into a prepared statement"), and the connection was left broken for the graph too. The
+    # gate names the running graph's checkpointer (`share_connection`, called per call) and
+    # the guard's statements then hold the saver's lock too.
+    import psycopg
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.store.postgres import PostgresStore
+    from psycopg.rows import dict_row
+    from typing_extensions import TypedDict
+
+    class State(TypedDict):
+        n: int
+
+    with psycopg.connect(
+        pg_uri, autocommit=True, prepare_threshold=0, row_factory=dict_row
+    ) as conn:
+        saver = PostgresSaver(conn)
+        saver.setup()
+        store = PostgresStore(conn)
+        store.setup()
+        graph = StateGraph(State)
+        graph.add_node("step", lambda state: {"n": state["n"] + 1})
+        graph.add_edge(START, "step")
+        graph.add_edge("step", END)
+        app = graph.compile(checkpointer=saver)
+        errors: list[BaseException] = []
+        stop = threading.Event()
+
+        def checkpoints() -> None:
+            i = 0
+            while not stop.is_set():
+                config = {"configurable": {"thread_id": f"g{i}"}}
+                assert app.invoke({"n": i}, config)["n"] == i + 1
+                assert app.get_state(config).values["n"] == i + 1
+                i += 1
+
+        def claims() -> None:
+            thread = _thread()
+            for i in range(80):
+                store_cas.share_connection(store, saver)
+                call = _Call(thread, i)
+                assert store_cas.compare_and_set(store, call.new()) == (True, call.claim)
+                assert store_cas.read_rows(store, [(call.ns, call.key)]) == [call.claim]
+                assert store_cas.mark_waiting(store, call.ns, call.key) is True
+                assert store_cas.write_rows(store, [(call.ns, call.key, call.done)])
+                assert store_cas.compare_and_set(store, call.new()) == (False, call.done)
+                assert _committed(pg_uri, call) == call.done
+
+        def run(target: Callable[[], None]) -> None:
+            try:
+                target()
+            except BaseException as exc:  # reported below, with its traceback
+                errors.append(exc)
+
+        graphs = threading.Thread(target=run, args=(checkpoints,))
+        guards = [threading.Thread(target=run, args=(claims,)) for _ in range(2)]
+        graphs.start()
+        for t in guards:
+            t.start()
+        for t in guards:
+            t.join()
+        stop.set()
+        graphs.join()
+    if errors:
+        raise errors[0]
