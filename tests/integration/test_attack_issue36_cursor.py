@@ -355,3 +355,49 @@ def test_a_postgres_saver_on_the_stores_connection_does_not_break_the_claims(pg_
         graphs.join()
     if errors:
         raise errors[0]
+
+
+@pytest.mark.parametrize("durability", ["async", "sync"])
+def test_agents_on_one_connection_for_saver_and_store_send_each_email_once(
+    pg_uri, tmp_path, durability
+):
+    # The same, through the guard's own gate: `create_agent` runs each call of an AIMessage
+    # as a `Send`, in threads, while the saver writes checkpoints on the connection the
+    # store shares (in the background with durability="async"). Several agents at once.
+    import psycopg
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.store.postgres import PostgresStore
+    from psycopg.rows import dict_row
+
+    from .batch_graphs import SENDS, batch_tools, effects_of, fan_out_agent
+
+    effects = tmp_path / "effects.txt"
+    with psycopg.connect(
+        pg_uri, autocommit=True, prepare_threshold=0, row_factory=dict_row
+    ) as conn:
+        saver = PostgresSaver(conn)
+        saver.setup()
+        store = PostgresStore(conn)
+        store.setup()
+        agent = fan_out_agent(batch_tools(effects), saver, store)
+        errors: list[BaseException] = []
+
+        def one(i: int) -> None:
+            try:
+                config = {"configurable": {"thread_id": f"agent-{i}"}}
+                agent.invoke({"messages": [HumanMessage("email them")]}, config, durability=durability)
+            except BaseException as exc:  # reported below, with its traceback
+                errors.append(exc)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    if errors:
+        raise errors[0]
+    sent = effects_of(effects)
+    assert sorted(sent) == sorted(args["to"] for _, args in SENDS) * 4 or (
+        sorted(sent) == sorted(args["to"] for _, args in SENDS for _ in range(4))
+    )
