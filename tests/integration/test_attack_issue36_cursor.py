@@ -463,3 +463,67 @@ def test_an_async_saver_on_the_async_stores_connection_does_not_break_the_claims
                 await graphs
 
     asyncio.run(main())
+
+
+def _aops() -> dict[str, Callable[[Any, _Call], Any]]:
+    return {
+        "read": lambda s, c: store_cas.aread_rows(s, [(c.ns, c.key)]),
+        "claim_new": lambda s, c: store_cas.acompare_and_set(s, c.new()),
+        "claim_over": lambda s, c: store_cas.acompare_and_set(s, c.over(c.claim)),
+        "claim_if_absent": lambda s, c: store_cas.aclaim_if_absent(s, [(c.ns, c.key)], c.new()),
+        "claim_many": lambda s, c: store_cas.acompare_and_set_many(
+            s, [c.new(), _Call(c.ns[-1] + "-b", 7).new()]
+        ),
+        "write": lambda s, c: store_cas.awrite_rows(s, [(c.ns, c.key, c.done)]),
+        "mark": lambda s, c: store_cas.amark_waiting(s, c.ns, c.key),
+    }
+
+
+@pytest.mark.parametrize("name", OPS)
+@pytest.mark.parametrize("autocommit", [True, False], ids=["autocommit", "transactions"])
+def test_an_async_statement_cancelled_by_a_timeout_leaves_the_next_call_right(
+    pg_uri, name, autocommit
+):
+    # `AsyncPostgresStore`'s own connection (no kept cursor there; the same leftover rules).
+    import psycopg
+    from langgraph.store.postgres import AsyncPostgresStore, PostgresStore
+    from psycopg.pq import TransactionStatus
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(pg_uri, autocommit=True) as setup:
+        PostgresStore(setup).setup()
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(
+            pg_uri, autocommit=autocommit, prepare_threshold=0, row_factory=dict_row
+        ) as conn:
+            store = AsyncPostgresStore(conn)
+            call = _Call(_thread(), 0)
+            if name in ("claim_over", "mark", "read", "write"):
+                assert await store_cas.acompare_and_set(store, call.new()) == (True, call.claim)
+            if not autocommit:
+                await conn.commit()
+            with psycopg.connect(pg_uri) as blocker:
+                blocker.execute("LOCK TABLE store IN ACCESS EXCLUSIVE MODE")
+                await conn.execute("SET statement_timeout = 300")
+                if not autocommit:
+                    await conn.commit()
+                with pytest.raises(psycopg.errors.QueryCanceled):
+                    await _aops()[name](store, call)
+                blocker.rollback()
+            # The user's own store calls right after: not "current transaction is aborted".
+            assert await store.aget(("user",), "absent") is None
+            await conn.execute("SET statement_timeout = 0")
+            if not autocommit:
+                await conn.commit()
+            assert conn.info.transaction_status == TransactionStatus.IDLE
+            answer = await _aops()[name](store, call)
+            assert answer is not None and answer is not False
+            if name in ("claim_over", "write"):
+                assert _committed(pg_uri, call) == call.done
+            elif name == "mark":
+                assert _committed(pg_uri, call) == {**call.claim, store_cas.WAITING: True}
+            else:
+                assert _committed(pg_uri, call) == call.claim
+
+    asyncio.run(main())
