@@ -61,18 +61,38 @@ def _committed(uri: str, call: _Call) -> Any:
     return None if row is None else row[0]
 
 
-def test_threads_sharing_one_store_each_get_their_own_rows(pg_uri):
+def _store_of(kind: str, uri: str) -> Any:
+    from langgraph.store.postgres import PostgresStore
+
+    with PostgresStore.from_conn_string(uri) as plain:
+        plain.setup()  # not in pipeline mode: its CREATE INDEX CONCURRENTLY cannot be
+    if kind == "pool":
+        return PostgresStore.from_conn_string(uri, pool_config={"min_size": 2, "max_size": 4})
+    return PostgresStore.from_conn_string(uri, pipeline=kind == "pipeline")
+
+
+# Not fixed (reported to the lead): `PostgresStore(pipeline=True)` lets threads share its
+# pipeline without its lock, so the statements of a guard claim's `conn.transaction()` and
+# another thread's `get`/`put` interleave in one pipeline (the claim's BEGIN becomes a
+# SAVEPOINT, "SAVEPOINT can only be used in transaction blocks" reaches whichever thread
+# syncs next). The same on 9c799ef; a fix needs the guard's own connection for such stores.
+PIPELINE_SHARED = pytest.param(
+    "pipeline",
+    marks=pytest.mark.xfail(reason="a pipelined store's threads share one pipeline unlocked"),
+)
+
+
+@pytest.mark.parametrize("kind", ["own", PIPELINE_SHARED, "pool"])
+def test_threads_sharing_one_store_each_get_their_own_rows(pg_uri, kind):
     # A ToolNode batch runs its calls in threads, two agents may share a store, and user code
     # calls the store's own get/put/batch meanwhile: each guard statement's rows must be its
     # own, fetched before another thread's statement runs on the kept cursor.
     from langgraph.store.base import GetOp, PutOp
-    from langgraph.store.postgres import PostgresStore
 
     errors: list[BaseException] = []
     stop = threading.Event()
 
-    with PostgresStore.from_conn_string(pg_uri) as store:
-        store.setup()
+    with _store_of(kind, pg_uri) as store:
 
         def guard(worker: int) -> None:
             thread = _thread()
