@@ -547,3 +547,28 @@ def test_an_async_statement_cancelled_by_a_timeout_leaves_the_next_call_right(
                 assert _committed(pg_uri, call) == call.claim
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_an_unhashable_store_subclass_keeps_working(pg_uri, name):
+    # A user's subclass that defines `__eq__` (so `__hash__` is None): the guard keys what it
+    # keeps per store by the store and falls back when it cannot (as `_is_ready` does); the
+    # kept cursor's table raised TypeError on every statement.
+    import psycopg
+    from langgraph.store.postgres import PostgresStore
+
+    class Compared(PostgresStore):
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, Compared) and other.conn is self.conn
+
+    with psycopg.connect(pg_uri, autocommit=True, prepare_threshold=0) as conn:
+        from psycopg.rows import dict_row
+
+        conn.row_factory = dict_row
+        store = Compared(conn)
+        store.setup()
+        call = _Call(_thread(), 0)
+        _prepared(store, name, call)
+        answer = _ops()[name](store, call)
+        assert answer is not None and answer is not False
+        assert store_cas.read_rows(store, [(call.ns, call.key)]) is not None
