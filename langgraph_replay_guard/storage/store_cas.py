@@ -230,7 +230,10 @@ class _Cursor:
 
     def __init__(self, store: Any, conn: Any) -> None:
         self.kept = conn is getattr(store, "conn", None) and getattr(store, "pipe", None) is None
-        cur = _cursors.get(store) if self.kept else None
+        try:
+            cur = _cursors.get(store) if self.kept else None
+        except TypeError:  # an unhashable store (a subclass with `__eq__`): nothing kept
+            self.kept, cur = False, None
         if (
             cur is None
             or cur.closed
@@ -340,7 +343,8 @@ def share_connection(store: BaseStore, checkpointer: Any) -> None:
         conn = getattr(checkpointer, "conn", None)
         lock = getattr(checkpointer, "lock", None)
         if conn is not None and conn is getattr(inner, "conn", None) and lock is not None:
-            _shared[inner] = lock
+            with contextlib.suppress(TypeError):  # an unhashable store: nothing kept for it
+                _shared[inner] = lock
     with contextlib.suppress(TypeError):
         _checked[checkpointer] = store
 
