@@ -550,6 +550,30 @@ def test_an_async_statement_cancelled_by_a_timeout_leaves_the_next_call_right(
 
 
 @pytest.mark.parametrize("name", OPS)
+def test_a_client_cursor_connection_keeps_working(pg_uri, name):
+    # PgBouncer users set `cursor_factory=ClientCursor` and `prepare_threshold=None`: the
+    # guard's statements (some asked to be prepared) run through a tuple-row cursor of the
+    # factory the connection has, made again when the factory changes. (A RawCursor, `$1`
+    # placeholders, breaks the store's own statements too: not supported.)
+    import psycopg
+    from langgraph.store.postgres import PostgresStore
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(pg_uri, autocommit=True) as setup:
+        PostgresStore(setup).setup()
+    with psycopg.connect(
+        pg_uri, autocommit=True, prepare_threshold=None, row_factory=dict_row
+    ) as conn:
+        store = PostgresStore(conn)
+        call = _Call(_thread(), 0)
+        _prepared(store, name, call)
+        conn.cursor_factory = psycopg.ClientCursor
+        answer = _ops()[name](store, call)
+        assert answer is not None and answer is not False
+        assert store_cas.read_rows(store, [(call.ns, call.key)]) is not None
+
+
+@pytest.mark.parametrize("name", OPS)
 def test_an_unhashable_store_subclass_keeps_working(pg_uri, name):
     # A user's subclass that defines `__eq__` (so `__hash__` is None): the guard keys what it
     # keeps per store by the store and falls back when it cannot (as `_is_ready` does); the
