@@ -263,6 +263,15 @@ def test_a_terminated_backend_gives_a_clear_error(pg_uri, name):
         for _ in range(2):  # the first finds it dead, the next finds it closed
             with pytest.raises(psycopg.OperationalError):
                 _ops()[name](store, call)
+        # The user reconnects the store: the guard's statements go to the new connection
+        # (the kept cursor is made again), and answer this call's rows.
+        dead = store.conn
+        store.conn = psycopg.connect(pg_uri, autocommit=True, prepare_threshold=0)
+        try:
+            _then_right(store, pg_uri, name, call)
+        finally:
+            store.conn.close()
+            store.conn = dead
 
 
 @pytest.mark.parametrize("name", OPS)
