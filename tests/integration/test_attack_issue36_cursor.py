@@ -126,9 +126,11 @@ def test_threads_sharing_one_store_each_get_their_own_rows(pg_uri, kind):
             while not stop.is_set():
                 store.put(ns, f"k{i}", {"i": i, "w": worker})
                 item = store.get(ns, f"k{i}")
-                assert item is not None and item.value == {"i": i, "w": worker}
+                assert item is not None
+                assert item.value == {"i": i, "w": worker}
                 got = store.batch([GetOp(ns, f"k{i}"), PutOp(ns, "last", {"i": i})])
-                assert got[0] is not None and got[0].value == {"i": i, "w": worker}
+                assert got[0] is not None
+                assert got[0].value == {"i": i, "w": worker}
                 assert len(store.search(ns, limit=3)) >= 1
                 i += 1
 
@@ -417,7 +419,9 @@ def test_agents_on_one_connection_for_saver_and_store_send_each_email_once(
         def one(i: int) -> None:
             try:
                 config = {"configurable": {"thread_id": f"agent-{i}"}}
-                agent.invoke({"messages": [HumanMessage("email them")]}, config, durability=durability)
+                agent.invoke(
+                    {"messages": [HumanMessage("email them")]}, config, durability=durability
+                )
             except BaseException as exc:  # reported below, with its traceback
                 errors.append(exc)
 
@@ -547,7 +551,8 @@ def test_an_async_statement_cancelled_by_a_timeout_leaves_the_next_call_right(
                 await conn.commit()
             assert conn.info.transaction_status == TransactionStatus.IDLE
             answer = await _aops()[name](store, call)
-            assert answer is not None and answer is not False
+            assert answer is not None
+            assert answer is not False
             if name in ("claim_over", "write"):
                 assert _committed(pg_uri, call) == call.done
             elif name == "mark":
@@ -578,7 +583,8 @@ def test_a_client_cursor_connection_keeps_working(pg_uri, name):
         _prepared(store, name, call)
         conn.cursor_factory = psycopg.ClientCursor
         answer = _ops()[name](store, call)
-        assert answer is not None and answer is not False
+        assert answer is not None
+        assert answer is not False
         assert store_cas.read_rows(store, [(call.ns, call.key)]) is not None
 
 
@@ -603,5 +609,6 @@ def test_an_unhashable_store_subclass_keeps_working(pg_uri, name):
         call = _Call(_thread(), 0)
         _prepared(store, name, call)
         answer = _ops()[name](store, call)
-        assert answer is not None and answer is not False
+        assert answer is not None
+        assert answer is not False
         assert store_cas.read_rows(store, [(call.ns, call.key)]) is not None
