@@ -416,12 +416,12 @@ def test_agents_on_one_connection_for_saver_and_store_send_each_email_once(
         saver.setup()
         store = PostgresStore(conn)
         store.setup()
-        agent = fan_out_agent(batch_tools(effects), saver, store)
         errors: list[BaseException] = []
 
         def one(i: int) -> None:
             try:
                 for run in range(ROUNDS):
+                    agent = fan_out_agent(batch_tools(effects), saver, store)  # its own script
                     config = {"configurable": {"thread_id": f"agent-{i}-{run}"}}
                     agent.invoke(
                         {"messages": [HumanMessage("email them")]}, config, durability=durability
