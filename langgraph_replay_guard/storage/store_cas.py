@@ -283,6 +283,8 @@ _SAVER_KINDS = (
     ("langgraph.checkpoint.sqlite.SqliteSaver", "sqlite"),
     ("langgraph.checkpoint.postgres.aio.AsyncPostgresSaver", "async_postgres"),
     ("langgraph.checkpoint.postgres.PostgresSaver", "postgres"),
+    ("langgraph.checkpoint.postgres.shallow.AsyncShallowPostgresSaver", "async_postgres"),
+    ("langgraph.checkpoint.postgres.shallow.ShallowPostgresSaver", "postgres"),
 )
 
 

@@ -318,7 +318,9 @@ def test_a_connection_switched_out_of_autocommit_still_commits_each_call(pg_uri)
             assert other.execute("SELECT count(*) FROM store WHERE prefix = 'user'").fetchone()
 
 
-def test_a_postgres_saver_on_the_stores_connection_does_not_break_the_claims(pg_uri):
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize("saver_class", ["PostgresSaver", "ShallowPostgresSaver"])
+def test_a_postgres_saver_on_the_stores_connection_does_not_break_the_claims(pg_uri, saver_class):
     # `PostgresSaver(conn)` and `PostgresStore(conn)` on one connection (as with SQLite): the
     # saver's writes put the connection in pipeline mode under the saver's own lock, so a
     # guard statement sent meanwhile went into that pipeline ("cannot insert multiple commands
@@ -326,7 +328,7 @@ def test_a_postgres_saver_on_the_stores_connection_does_not_break_the_claims(pg_
     # gate names the running graph's checkpointer (`share_connection`, called per call) and
     # the guard's statements then hold the saver's lock too.
     import psycopg
-    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.checkpoint import postgres as checkpoint_postgres
     from langgraph.graph import END, START, StateGraph
     from langgraph.store.postgres import PostgresStore
     from psycopg.rows import dict_row
@@ -338,7 +340,7 @@ def test_a_postgres_saver_on_the_stores_connection_does_not_break_the_claims(pg_
     with psycopg.connect(
         pg_uri, autocommit=True, prepare_threshold=0, row_factory=dict_row
     ) as conn:
-        saver = PostgresSaver(conn)
+        saver = getattr(checkpoint_postgres, saver_class)(conn)
         saver.setup()
         store = PostgresStore(conn)
         store.setup()
