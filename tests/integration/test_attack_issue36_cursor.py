@@ -618,3 +618,59 @@ def test_an_unhashable_store_subclass_keeps_working(pg_uri, name):
         assert answer is not None
         assert answer is not False
         assert store_cas.read_rows(store, [(call.ns, call.key)]) is not None
+
+
+@pytest.mark.parametrize("pooled", [False, True], ids=["own", "pool"])
+def test_tasks_sharing_one_async_store_each_get_their_own_rows(pg_uri, pooled):
+    # The async twin of the threads above: guard tasks gathered on one `AsyncPostgresStore`
+    # with the user's own aget/aput/asearch.
+    from langgraph.store.postgres import AsyncPostgresStore, PostgresStore
+
+    with PostgresStore.from_conn_string(pg_uri) as plain:
+        plain.setup()
+    pool = {"pool_config": {"min_size": 2, "max_size": 4}} if pooled else {}
+
+    async def main() -> None:
+        async with AsyncPostgresStore.from_conn_string(pg_uri, **pool) as store:
+            done = asyncio.Event()
+
+            async def guard() -> None:
+                thread = _thread()
+                for i in range(25):
+                    call = _Call(thread, i)
+                    keys = [(call.ns, call.key)]
+                    if i % 2:
+                        claimed = await store_cas.aclaim_if_absent(store, keys, call.new())
+                        assert claimed == (True, [None])
+                    else:
+                        claimed = await store_cas.acompare_and_set(store, call.new())
+                        assert claimed == (True, call.claim)
+                    assert await store_cas.aread_rows(store, keys) == [call.claim]
+                    assert await store_cas.amark_waiting(store, call.ns, call.key) is True
+                    assert await store_cas.awrite_rows(store, [(call.ns, call.key, call.done)])
+                    assert await store_cas.aread_rows(store, keys) == [call.done]
+                    other = _Call(thread, 1000 + i)
+                    answers = await store_cas.acompare_and_set_many(
+                        store, [call.new(), other.new()]
+                    )
+                    assert answers == [(False, call.done), (True, other.claim)]
+
+            async def user(worker: int) -> None:
+                ns = ("user", f"w{worker}")
+                i = 0
+                while not done.is_set():
+                    await store.aput(ns, f"k{i}", {"i": i, "w": worker})
+                    item = await store.aget(ns, f"k{i}")
+                    assert item is not None
+                    assert item.value == {"i": i, "w": worker}
+                    assert len(await store.asearch(ns, limit=3)) >= 1
+                    i += 1
+
+            users = [asyncio.ensure_future(user(w)) for w in range(2)]
+            try:
+                await asyncio.gather(*(guard() for _ in range(4)))
+            finally:
+                done.set()
+                await asyncio.gather(*users)
+
+    asyncio.run(main())
