@@ -4,8 +4,8 @@ LangGraph's `BaseStore` has no conditional write, so a claim written after a sep
 lets two workers both run a tool. Here each shipped store gets the database's own atomicity:
 SQLite an immediate (write-locking) transaction, PostgreSQL a transaction holding an advisory
 lock on the row, `InMemoryStore` a process lock. This module is the one place that reads the
-stores' connection internals (`conn`, `lock`, `is_setup`), and a SQLite checkpointer's
-(`conn`, `lock`) when it shares the store's connection (`share_connection`).
+stores' connection internals (`conn`, `lock`, `is_setup`), and a SQLite or PostgreSQL
+checkpointer's (`conn`, `lock`) when it shares the store's connection (`share_connection`).
 """
 
 from __future__ import annotations
