@@ -4,8 +4,8 @@ LangGraph's `BaseStore` has no conditional write, so a claim written after a sep
 lets two workers both run a tool. Here each shipped store gets the database's own atomicity:
 SQLite an immediate (write-locking) transaction, PostgreSQL a transaction holding an advisory
 lock on the row, `InMemoryStore` a process lock. This module is the one place that reads the
-stores' connection internals (`conn`, `lock`, `is_setup`), and a SQLite checkpointer's
-(`conn`, `lock`) when it shares the store's connection (`share_connection`).
+stores' connection internals (`conn`, `lock`, `is_setup`), and a SQLite or PostgreSQL
+checkpointer's (`conn`, `lock`) when it shares the store's connection (`share_connection`).
 """
 
 from __future__ import annotations
@@ -230,7 +230,10 @@ class _Cursor:
 
     def __init__(self, store: Any, conn: Any) -> None:
         self.kept = conn is getattr(store, "conn", None) and getattr(store, "pipe", None) is None
-        cur = _cursors.get(store) if self.kept else None
+        try:
+            cur = _cursors.get(store) if self.kept else None
+        except TypeError:  # an unhashable store (a subclass with `__eq__`): nothing kept
+            self.kept, cur = False, None
         if (
             cur is None
             or cur.closed
@@ -278,6 +281,10 @@ _STORE_KINDS = (
 _SAVER_KINDS = (
     ("langgraph.checkpoint.sqlite.aio.AsyncSqliteSaver", "async_sqlite"),
     ("langgraph.checkpoint.sqlite.SqliteSaver", "sqlite"),
+    ("langgraph.checkpoint.postgres.aio.AsyncPostgresSaver", "async_postgres"),
+    ("langgraph.checkpoint.postgres.PostgresSaver", "postgres"),
+    ("langgraph.checkpoint.postgres.shallow.AsyncShallowPostgresSaver", "async_postgres"),
+    ("langgraph.checkpoint.postgres.shallow.ShallowPostgresSaver", "postgres"),
 )
 
 
@@ -302,8 +309,12 @@ def _saver_kind(saver: Any) -> str:
     return _class_kind(saver, _SAVER_KINDS, "other")
 
 
+# Stores whose connection a checkpointer of the same kind may share (`share_connection`).
+_SHARED_KINDS = ("sqlite", "async_sqlite", "postgres", "async_postgres")
+
+
 def share_connection(store: BaseStore, checkpointer: Any) -> None:
-    """Serialize the guard's use of a SQLite store with a checkpointer on the same connection.
+    """Serialize the guard's use of a store with a checkpointer on the same connection.
 
     `SqliteSaver(conn)` and `SqliteStore(conn)` each lock the connection with a lock of their
     own, and each ends its statements with a `COMMIT`: the saver's commit, run while a guard
@@ -311,7 +322,11 @@ def share_connection(store: BaseStore, checkpointer: Any) -> None:
     commit - no transaction is active`, or a claim no longer atomic). When the running
     graph's checkpointer shares the store's connection, the guard's store operations hold the
     checkpointer's lock too (taken first; the checkpointer never takes the store's). Cheap
-    after the first call with the same pair.
+    after the first call with the same pair. `PostgresSaver(conn)` and `PostgresStore(conn)`
+    likewise: the saver's writes put the connection in pipeline mode under its own lock, and
+    a guard statement sent meanwhile went into that pipeline (a claim's statements failed,
+    `cannot insert multiple commands into a prepared statement`, and left the connection
+    broken for the graph too).
 
     Args:
         store: The guard's ledger store.
@@ -326,11 +341,12 @@ def share_connection(store: BaseStore, checkpointer: Any) -> None:
         return
     inner = _unwrap(store)
     kind = _kind_of(inner)
-    if kind in ("sqlite", "async_sqlite") and _saver_kind(checkpointer) == kind:
+    if kind in _SHARED_KINDS and _saver_kind(checkpointer) == kind:
         conn = getattr(checkpointer, "conn", None)
         lock = getattr(checkpointer, "lock", None)
         if conn is not None and conn is getattr(inner, "conn", None) and lock is not None:
-            _shared[inner] = lock
+            with contextlib.suppress(TypeError):  # an unhashable store: nothing kept for it
+                _shared[inner] = lock
     with contextlib.suppress(TypeError):
         _checked[checkpointer] = store
 
@@ -1065,10 +1081,13 @@ def _mark_params(namespace: tuple[str, ...], key: str) -> tuple[str, ...]:
 
 
 def _pg_connection(store: Any, pool_type: Any) -> Any:
-    """The store's connection (holding its lock), or one from its pool, as a context."""
+    """The store's connection (holding its lock), or one from its pool, as a context.
+
+    A checkpointer's lock comes first when it shares the connection (`share_connection`).
+    """
     if isinstance(store.conn, pool_type):
         return store.conn.connection()
-    return _locked(store.lock, store.conn)
+    return _locked(store.lock, store.conn, _outer_lock(store))
 
 
 def _leftover(conn: Any) -> str | None:
@@ -1101,28 +1120,43 @@ def _ended(conn: Any) -> Any:
 
 
 @contextlib.contextmanager
-def _locked(lock: Any, conn: Any) -> Any:
-    with lock:
+def _locked(lock: Any, conn: Any, outer: Any) -> Any:
+    with outer, lock:
         # An autocommit connection (the stores' own) leaves nothing open: no check a statement.
         if conn.autocommit:
             yield conn
             return
         if end := _ended(conn):
             end()
-        yield conn
+        try:
+            yield conn
+        except BaseException:
+            # A failed statement outside `conn.transaction()` (a read) leaves the transaction
+            # aborted: rolled back here, or the user's own `get`/`put` on the store would
+            # fail with "current transaction is aborted" until the guard's next statement.
+            with contextlib.suppress(Exception):
+                if end := _ended(conn):
+                    end()
+            raise
         if end := _ended(conn):
             end()
 
 
 @contextlib.asynccontextmanager
-async def _alocked(lock: Any, conn: Any) -> Any:
-    async with lock:
+async def _alocked(lock: Any, conn: Any, outer: Any) -> Any:
+    async with outer, lock:
         if conn.autocommit:  # as `_locked`
             yield conn
             return
         if end := _ended(conn):
             await end()
-        yield conn
+        try:
+            yield conn
+        except BaseException:
+            with contextlib.suppress(Exception):  # as `_locked`
+                if end := _ended(conn):
+                    await end()
+            raise
         if end := _ended(conn):
             await end()
 
@@ -1130,7 +1164,7 @@ async def _alocked(lock: Any, conn: Any) -> Any:
 def _apg_connection(store: Any, pool_type: Any) -> Any:
     if isinstance(store.conn, pool_type):
         return store.conn.connection()
-    return _alocked(store.lock, store.conn)
+    return _alocked(store.lock, store.conn, _aouter_lock(store))
 
 
 def _read_query(keys: list[tuple[str, str]], *, plain: bool = False) -> tuple[str, list[Any]]:
