@@ -380,7 +380,7 @@ class ToolCallWrapper:
         """`wrap_tool_call` for a ToolNode."""
         run = _passing_node_errors(execute) if self.passes_node_errors else execute
         decided = self._decide(request)
-        direct = self._direct(execute)
+        direct = self._direct(execute, self.inner)
         allowed = self._unledgered(request, decided, direct)
         if allowed is not None:  # one decide (above), one run, one record (`_finish`)
             return self._finish(request, allowed, run(self._traced(request, allowed)))
@@ -394,7 +394,7 @@ class ToolCallWrapper:
         """`awrap_tool_call` for a ToolNode."""
         run = _passing_node_errors(execute) if self.passes_node_errors else execute
         decided = self._decide(request)
-        direct = self._direct(execute)
+        direct = self._direct(execute, self.ainner)
         allowed = self._unledgered(request, decided, direct)
         if allowed is not None:  # one decide (above), one run, one record (`_finish`)
             return self._finish(request, allowed, await run(self._traced(request, allowed)))
@@ -514,9 +514,13 @@ class ToolCallWrapper:
             result = await run
         return result, spy.error
 
-    def _direct(self, execute: Any) -> bool:
-        """Whether the call goes straight to the tool (nothing inside the guard can answer it)."""
-        return self.inner is None and runs_the_tool_itself(execute)
+    def _direct(self, execute: Any, inner: object) -> bool:
+        """Whether the call goes straight to the tool (nothing inside the guard can answer it).
+
+        `inner` is the node's own wrapper for this driver (`inner` sync, `ainner` async): a
+        node given only `awrap_tool_call` has no sync one, and its async calls are not direct.
+        """
+        return inner is None and runs_the_tool_itself(execute)
 
     def _call_plan(
         self,

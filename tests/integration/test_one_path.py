@@ -3,22 +3,25 @@ is decided once, by the hook; the copy of the tool that gets it runs that decisi
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ToolRetryMiddleware
-from langchain_core.messages import HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.prebuilt import InjectedState, ToolNode, ToolRuntime
+from langgraph.runtime import Runtime
 from langgraph.store.memory import InMemoryStore
 
-from langgraph_replay_guard import ReplayGuardMiddleware
+from langgraph_replay_guard import ReplayGuard, ReplayGuardMiddleware
 from langgraph_replay_guard.integrations import tool_node
 from langgraph_replay_guard.testing import ScriptedChatModel
 
@@ -159,3 +162,35 @@ def test_a_call_with_no_ledger_is_one_decide_one_run_one_record() -> None:
     assert layers == ["facade", "adapter", "core", "adapter"], walk
     assert "integrations.ledger_gate" not in walk
     assert len(set(walk)) <= 10, walk  # issue 37: no more than 10 files
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_node_wrapper_inside_the_guard_still_runs_on_the_short_path(driver: str) -> None:
+    """A `ToolNode` given only `awrap_tool_call` (or only `wrap_tool_call`) keeps it under the
+    guard: the call with no ledger goes through the node's own wrapper, which here hands the
+    tool a changed state (langgraph-prebuilt's `test_wrapper_state_override_reaches_tool`)."""
+
+    @tool
+    def read_note(note: Annotated[str, InjectedState("note")], runtime: ToolRuntime) -> str:
+        """Return the note from the injected state and from the tool runtime."""
+        return f"InjectedState={note} ToolRuntime={runtime.state['note']}"
+
+    def new_note(request: Any) -> Any:
+        return request.override(state={**request.state, "note": "new"})
+
+    def wrap(request: Any, execute: Any) -> Any:
+        return execute(new_note(request))
+
+    async def awrap(request: Any, execute: Any) -> Any:
+        return await execute(new_note(request))
+
+    call = {"name": "read_note", "args": {}, "id": "call_1"}
+    state = {"messages": [AIMessage("", tool_calls=[call])], "note": "old"}
+    config: Any = {"configurable": {"__pregel_runtime": Runtime()}}
+    if driver == "sync":
+        node = ReplayGuard().wrap(ToolNode([read_note], wrap_tool_call=wrap))
+        out = node.invoke(state, config)
+    else:
+        node = ReplayGuard().wrap(ToolNode([read_note], awrap_tool_call=awrap))
+        out = asyncio.run(node.ainvoke(state, config))
+    assert out["messages"][0].content == "InjectedState=new ToolRuntime=new"
