@@ -12,9 +12,10 @@ user left open.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -246,12 +247,9 @@ def test_a_statement_cancelled_by_a_timeout_leaves_the_next_call_right(pg_uri, n
         _then_right(store, pg_uri, name, call)
 
 
-@pytest.mark.parametrize("name", OPS)
-def test_a_terminated_backend_gives_a_clear_error(pg_uri, name):
-    # The store's backend killed (a server restart, an operator's pg_terminate_backend): each
-    # guard statement raises psycopg's OperationalError, never an answer from the dead
-    # cursor's last results.
-    import psycopg
+@contextlib.contextmanager
+def _read_once(pg_uri: str, name: str) -> Iterator[tuple[Any, _Call]]:
+    """A `PostgresStore` ready for `name` on a new call, its kept cursor made by one read."""
     from langgraph.store.postgres import PostgresStore
 
     with PostgresStore.from_conn_string(pg_uri) as store:
@@ -259,6 +257,17 @@ def test_a_terminated_backend_gives_a_clear_error(pg_uri, name):
         call = _Call(_thread(), 0)
         _prepared(store, name, call)
         store_cas.read_rows(store, [(call.ns, call.key)])
+        yield store, call
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_a_terminated_backend_gives_a_clear_error(pg_uri, name):
+    # The store's backend killed (a server restart, an operator's pg_terminate_backend): each
+    # guard statement raises psycopg's OperationalError, never an answer from the dead
+    # cursor's last results.
+    import psycopg
+
+    with _read_once(pg_uri, name) as (store, call):
         pid = store.conn.info.backend_pid
         with psycopg.connect(pg_uri, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
@@ -279,13 +288,8 @@ def test_a_terminated_backend_gives_a_clear_error(pg_uri, name):
 @pytest.mark.parametrize("name", OPS)
 def test_a_connection_the_user_closed_gives_a_clear_error(pg_uri, name):
     import psycopg
-    from langgraph.store.postgres import PostgresStore
 
-    with PostgresStore.from_conn_string(pg_uri) as store:
-        store.setup()
-        call = _Call(_thread(), 0)
-        _prepared(store, name, call)
-        store_cas.read_rows(store, [(call.ns, call.key)])
+    with _read_once(pg_uri, name) as (store, call):
         store.conn.close()
         with pytest.raises(psycopg.OperationalError, match="closed"):
             _ops()[name](store, call)
