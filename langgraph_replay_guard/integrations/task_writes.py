@@ -131,8 +131,8 @@ def write_events(
     Returns:
         Whether `stop` was taken care of (False: the caller must answer with it itself).
     """
-    current = _CURRENT.get()
-    if current is not None and current.owner is owner and current.channel == channel:
+    current = _collector(owner, channel)
+    if current is not None:
         current.events.extend(events)
         if stop is not None:
             current.stop = stop
@@ -156,11 +156,19 @@ def write_update(
         channel: The guard channel's key.
         update: The write (`state.own_update`).
     """
-    current = _CURRENT.get()
-    if current is not None and current.owner is owner and current.channel == channel:
+    current = _collector(owner, channel)
+    if current is not None:
         current.events.extend(update["events"])
         return
     _written(config, channel, update)
+
+
+def _collector(owner: object, channel: str) -> TaskWrites | None:
+    """The guarded `ToolNode` run of `owner` writing `channel` in this context, if any."""
+    current = _CURRENT.get()
+    if current is not None and current.owner is owner and current.channel == channel:
+        return current
+    return None
 
 
 def _send(
