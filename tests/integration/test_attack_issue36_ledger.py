@@ -166,17 +166,23 @@ def test_a_batch_whose_second_statement_fails_answers_the_claims_it_committed(pg
             thread.join(timeout=30)
         second.execute("SELECT pg_advisory_unlock_all()")
         later.join(timeout=10)
-        row_a = store.get(ns, "a")
-        assert isinstance(answers["b"], psycopg.errors.LockNotAvailable), answers
-        assert store.get(ns, "b").value == {"rev": "b1"}  # the row found is never overwritten
-        # Nothing half-written: a claim committed is answered as written; one answered an
-        # error was not written.
-        if isinstance(answers["a"], BaseException):
-            assert row_a is None, f"a's claim was committed, its call told {answers['a']!r}"
-        else:
-            assert answers["a"] == (True, {"rev": "a2"})
-            assert row_a is not None
-            assert row_a.value == {"rev": "a2"}
+        _nothing_half_written(answers, store.get(ns, "a"), store.get(ns, "b"))
+
+
+def _nothing_half_written(answers: dict[str, Any], row_a: Any, row_b: Any) -> None:
+    """b's row was found and never overwritten; a's claim is answered as it was written."""
+    import psycopg
+
+    assert isinstance(answers["b"], psycopg.errors.LockNotAvailable), answers
+    assert row_b.value == {"rev": "b1"}  # the row found is never overwritten
+    # Nothing half-written: a claim committed is answered as written; one answered an error
+    # was not written.
+    if isinstance(answers["a"], BaseException):
+        assert row_a is None, f"a's claim was committed, its call told {answers['a']!r}"
+    else:
+        assert answers["a"] == (True, {"rev": "a2"})
+        assert row_a is not None
+        assert row_a.value == {"rev": "a2"}
 
 
 SIXTEEN = [("send_email", {"to": f"u{i}@example.com"}) for i in range(16)]
@@ -580,12 +586,4 @@ def test_an_async_stores_batch_whose_second_statement_fails_answers_its_committe
                 later.join(timeout=10)
                 return await store.aget(ns, "a"), await store.aget(ns, "b")
 
-    row_a, row_b = asyncio.run(scenario())
-    assert isinstance(answers["b"], psycopg.errors.LockNotAvailable), answers
-    assert row_b.value == {"rev": "b1"}
-    if isinstance(answers["a"], BaseException):
-        assert row_a is None, f"a's claim was committed, its call told {answers['a']!r}"
-    else:
-        assert answers["a"] == (True, {"rev": "a2"})
-        assert row_a is not None
-        assert row_a.value == {"rev": "a2"}
+    _nothing_half_written(answers, *asyncio.run(scenario()))
