@@ -3,50 +3,54 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from itertools import islice
-from typing import Any, NamedTuple, NoReturn, NotRequired, TypedDict
+from typing import Any, NoReturn, NotRequired, TypedDict
 
 __all__ = [
-    "DEFAULT_CYCLE_PERIOD",
+    "DEFAULT_CFG",
     "DEFAULT_WINDOW",
     "FORMAT_VERSION",
     "MAX_BLOCKED_LOG",
     "MAX_DELIVERED",
     "MAX_FAILURE_STREAKS",
     "MAX_RESULTS",
+    "MAX_SHADOW_REASONS",
     "MAX_TRACKED_KEYS",
     "READABLE_VERSIONS",
-    "BlockedCall",
-    "CallCounter",
     "Event",
-    "ExecutedCall",
-    "FailureStreak",
-    "FoldSettings",
     "InvalidStateError",
-    "ResultMemo",
-    "TailItem",
     "decode_cfg",
     "decode_events",
     "decode_fields",
-    "migrate",
     "trim_map",
 ]
 
 FORMAT_VERSION = 3
 """Version of the channel format the guard writes (`"v"`)."""
 
-READABLE_VERSIONS = (1, 2, 3)
-"""Versions a stored value may be in: an older one is migrated (`migrate`), not reset."""
-
-V1_RENAMED = {"window": "recent_calls", "counts": "counters", "stats": "totals"}
-"""Keys version 2 renamed (version 1 name -> version 2 name); every other key kept its name."""
+READABLE_VERSIONS = (2, 3)
+"""Versions a stored value may be in (format 2 is read as format 3, `decode_fields`); any
+other resets the channel with a notice."""
 
 DEFAULT_WINDOW = 5
 """Dedup window when the stored settings do not say (`GuardConfig.history_window`)."""
 
 DEFAULT_CYCLE_PERIOD = 4
 """Longest cycle when the stored settings do not say (`GuardConfig.max_cycle_period`)."""
+
+DEFAULT_CFG: dict[str, Any] = {
+    "w": DEFAULT_WINDOW,  # GuardConfig.history_window
+    "cp": DEFAULT_CYCLE_PERIOD,  # GuardConfig.max_cycle_period
+    "scope": "turn",  # GuardConfig.scope
+    "rr": "progress",  # GuardConfig.repeat_reset
+    "rd": True,  # GuardConfig.result_diff
+    "cy": True,  # GuardConfig.cycle_detection
+    "rm": True,  # GuardConfig.reminder (off in shadow mode)
+}
+"""The settings that shape the stored state, at their defaults.
+
+The reducer is a module-level function with no access to the guard, so the settings a guard
+changed from these travel with its writes (`cfg`); a guard with the defaults writes none."""
 
 # The bounds `GuardConfig` enforces on the settings that travel with each write.
 _MAX_WINDOW = 10_000
@@ -76,69 +80,6 @@ class InvalidStateError(ValueError):
         self.path = path
 
 
-# -- named types of the stored entries (the channel stores them as plain JSON) ----------------
-
-
-class CallCounter(NamedTuple):
-    """`counters[key]`, stored as `[attempts, tool]`: attempts of one distinct call."""
-
-    attempts: int
-    tool: str
-
-
-class ResultMemo(NamedTuple):
-    """`results[key]`, stored as `[result_hash, epoch, in_a_row, preview]` (`, call_id`).
-
-    The last result of one distinct call, the epoch after it, how many identical results it
-    gave in a row, and a preview for the model. `call_id` (a fifth entry, only when set) is
-    the tool_call_id of the call that gave it when that call ran under other arguments than
-    the model's message holds (a middleware changed one): the model's messages cannot name
-    that call by its key, so a duplicate finds the earlier answer by this id.
-    """
-
-    result_hash: str | None
-    epoch: int
-    in_a_row: int
-    preview: str | None
-    call_id: str | None = None
-
-
-class ExecutedCall(NamedTuple):
-    """An entry of `recent_calls` (the dedup window), stored as `[key, tool, outcome, epoch]`."""
-
-    key: str
-    tool: str
-    outcome: str
-    epoch: int
-
-
-class TailItem(NamedTuple):
-    """An entry of `tail` (cycle detection), stored as `[key, result, tool]`."""
-
-    key: str
-    result: str
-    tool: str
-
-
-class FailureStreak(NamedTuple):
-    """`failures[tool]`, stored as `[signature, in_a_row]`: the tool's current failure streak.
-
-    The signature of its last failure (`failures.failure_signature`) and how many calls of
-    the tool in a row ended in it (a call the layer blocked counts too).
-    """
-
-    signature: str
-    in_a_row: int
-
-
-class BlockedCall(NamedTuple):
-    """An entry of `blocked`, stored as `[tool, reason, attempt]`."""
-
-    tool: str
-    reason: str
-    attempt: int
-
-
 class Event(TypedDict):
     """One recorded call, as the guard builds it (`engine.make_event`) and the channel stores it.
 
@@ -166,7 +107,8 @@ class Event(TypedDict):
             tool's same-failure threshold (absent on a success, on a denied call and when
             the layer is off for the tool).
         d: call id (optional), the tool_call_id of a call that ran under other arguments than
-            the model asked (see `ResultMemo.call_id`).
+            the model asked (a middleware changed one): kept in its result memo, so that a
+            duplicate finds the earlier answer by this id.
         g: background (optional, only `true`): the call starts work that outlives it (see
             `CallClass.background`).
     """
@@ -189,75 +131,6 @@ class Event(TypedDict):
     f: NotRequired[list[Any]]
     d: NotRequired[str]
     g: NotRequired[bool]
-
-
-@dataclass(frozen=True, slots=True)
-class FoldSettings:
-    """The settings that shape the stored state; those not at their default travel as `cfg`.
-
-    The reducer is a module-level function with no access to the guard, so the settings a
-    guard changed from their defaults are written with its events, under short keys (`w`,
-    `cp`, `scope`, `rr`, `rd`, `cy`, `rm`); a guard with the default ones writes none.
-
-    Attributes:
-        window: `GuardConfig.history_window` (`w`).
-        cycle_period: `GuardConfig.max_cycle_period` (`cp`).
-        scope: `GuardConfig.scope`.
-        repeat_reset: `GuardConfig.repeat_reset` (`rr`).
-        result_diff: `GuardConfig.result_diff` (`rd`).
-        cycles: `GuardConfig.cycle_detection` (`cy`).
-        reminders: `GuardConfig.reminder` (`rm`).
-    """
-
-    window: int = DEFAULT_WINDOW
-    cycle_period: int = DEFAULT_CYCLE_PERIOD
-    scope: str = "turn"
-    repeat_reset: str = "progress"
-    result_diff: bool = True
-    cycles: bool = True
-    reminders: bool = True
-
-    def encode(self) -> dict[str, Any]:
-        """The stored form: only the settings that differ from the defaults."""
-        stored = {
-            "w": self.window,
-            "cp": self.cycle_period,
-            "scope": self.scope,
-            "rr": self.repeat_reset,
-            "rd": self.result_diff,
-            "cy": self.cycles,
-            "rm": self.reminders,
-        }
-        return {key: value for key, value in stored.items() if value != _DEFAULTS[key]}
-
-    @classmethod
-    def decode(cls, cfg: Mapping[str, Any]) -> FoldSettings:
-        """The named form of stored settings already checked by `decode_cfg` (absent: default)."""
-        if not cfg:  # a guard with the default settings writes none
-            return _DEFAULT_SETTINGS
-        return cls(
-            cfg.get("w", DEFAULT_WINDOW),
-            cfg.get("cp", DEFAULT_CYCLE_PERIOD),
-            cfg.get("scope", "turn"),
-            cfg.get("rr", "progress"),
-            cfg.get("rd", True),
-            cfg.get("cy", True),
-            cfg.get("rm", True),
-        )
-
-
-_DEFAULT_SETTINGS = FoldSettings()
-
-_DEFAULTS = {
-    "w": DEFAULT_WINDOW,
-    "cp": DEFAULT_CYCLE_PERIOD,
-    "scope": "turn",
-    "rr": "progress",
-    "rd": True,
-    "cy": True,
-    "rm": True,
-}
-"""The stored form of the default settings (`FoldSettings()`)."""
 
 
 def _fail(path: str, expected: str, got: Any) -> NoReturn:
@@ -445,29 +318,29 @@ def _check(value: Any, spec: Spec, path: str, bounds: Mapping[str, int]) -> Any:
 
 EVENT = _object(
     {
-        "b": OPT_TEXT,  # batch: the AIMessage id
-        "i": NAT,  # position in the batch
-        "t": OPT_TEXT,  # turn
-        "k": TEXT,  # call key
-        "n": TEXT,  # tool name
-        "a": TEXT,  # argument summary
-        "c": TEXT,  # replay class
-        "v": FLAG,  # volatile
-        "s": FLAG,  # short-circuits
+        "b": OPT_TEXT,
+        "i": NAT,
+        "t": OPT_TEXT,
+        "k": TEXT,
+        "n": TEXT,
+        "a": TEXT,
+        "c": TEXT,
+        "v": FLAG,
+        "s": FLAG,
         "o": _choice(_OUTCOMES),
-        "h": OPT_TEXT,  # result digest
-        "p": OPT_TEXT,  # preview
-        "r": OPT_TEXT,  # reason
-        "x": FLAG,  # abort
-        "m": NAT,  # batch size
+        "h": OPT_TEXT,
+        "p": OPT_TEXT,
+        "r": OPT_TEXT,
+        "x": FLAG,
+        "m": NAT,
         "f": _row("[failure signature, limit >= 1]", TEXT, POSITIVE),
-        "d": TEXT,  # tool_call_id of a call that ran changed
+        "d": TEXT,
         "g": TRUE,
     },
     optional=("m", "f", "d", "g"),
     what="a recorded call (keys b i t k n a c v s o h p r x, optional m f d g)",
 )
-"""An `Event` (its keys named there)."""
+"""An `Event` (its docstring names each key)."""
 
 EVENTS = _list(EVENT, what="a list of recorded calls")
 
@@ -484,7 +357,7 @@ CFG = _object(
     optional=("w", "cp", "scope", "rr", "rd", "cy", "rm"),
     what="an object of guard settings (w cp scope rr rd cy rm)",
 )
-"""The fold settings (`FoldSettings`); any may be absent (then its default)."""
+"""The fold settings (`DEFAULT_CFG`); any may be absent (then its default)."""
 
 MAX_TRACKED_KEYS = 32
 """Most distinct calls whose repeat counts are kept (least recently used evicted first)."""
@@ -520,7 +393,7 @@ FIELDS: dict[str, tuple[Spec, Any]] = {
         _ABSENT,
     ),
     "counters": (_map(_row("[count, tool]", INT, TEXT), MAX_TRACKED_KEYS), _ABSENT),
-    # A fifth entry, the tool_call_id of a call that ran changed (`ResultMemo.call_id`), is
+    # A fifth entry, the tool_call_id of a call that ran changed (event key `d`), is
     # optional: absent in values of earlier releases and for calls that ran as asked.
     "results": (
         _map(
@@ -586,7 +459,8 @@ FIELDS: dict[str, tuple[Spec, Any]] = {
     ),
     "background": (FLAG, False),
 }
-"""Every field of a stored guard state (format 2), in the order they are checked."""
+"""Every field of a stored guard state, in the order they are checked; the row names say
+what each position of a stored entry holds (the fold and the engine read them by position)."""
 
 
 def _cross_checks(state: dict[str, Any]) -> None:
@@ -604,86 +478,33 @@ def _cross_checks(state: dict[str, Any]) -> None:
 
 
 def decode_cfg(value: Any, path: str = "cfg") -> dict[str, Any]:
-    """Check the fold settings (`w`, `cp`, `scope`, `rr`, `rd`, `cy`, `rm`; any may be absent).
-
-    Args:
-        value: The settings.
-        path: Where they are, for the error message.
-
-    Returns:
-        A copy.
-
-    Raises:
-        InvalidStateError: A setting is unknown or out of its range.
-    """
+    """A checked copy of fold settings (`DEFAULT_CFG`), or `InvalidStateError`."""
     if type(value) is dict and not value.keys() <= CFG[5]:
         extra = sorted(value.keys() - CFG[5], key=str)[0]
         _fail(f"{path}.{extra}", "absent (not a guard setting)", value[extra])
     # Settings at their default are dropped: a value of an earlier release, which wrote them
     # all, reads as the same settings this release writes.
-    return {k: v for k, v in _check(value, CFG, path, {}).items() if v != _DEFAULTS[k]}
+    return {k: v for k, v in _check(value, CFG, path, {}).items() if v != DEFAULT_CFG[k]}
 
 
 def decode_events(value: Any, path: str) -> list[Any]:
-    """Check a list of recorded calls (`Event`s).
-
-    Args:
-        value: The events.
-        path: Where they are, for the error message.
-
-    Returns:
-        A new list holding the same event objects.
-
-    Raises:
-        InvalidStateError: The list or one of its events is malformed.
-    """
+    """A checked new list of recorded calls (`Event`), or `InvalidStateError`."""
     events: list[Any] = _check(value, EVENTS, path, {})
     return events
 
 
-def migrate(value: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A stored value in the current format: an older value is migrated, nothing lost.
-
-    Version 1 (written by earlier releases) stored the dedup window as `window`, the repeat
-    counters as `counts` and the thread totals as `stats`; version 2 names them as
-    `GuardView` does (`recent_calls`, `counters`, `totals`), with the same contents, and
-    kept the batch in progress as `pending` (`{"batch", "events"}`), which version 3 keeps
-    as `log` (its events). A thread checkpointed by an older release so resumes with its
-    counters. The result is not checked: `decode_fields` checks it like any current value.
-
-    Args:
-        value: A channel value whose `v` is one of `READABLE_VERSIONS`.
-
-    Returns:
-        `value` itself when it is current, else a migrated copy (entries shared).
-    """
-    version = value.get("v")
-    if version == FORMAT_VERSION:
-        return value
-    migrated = dict(value)
-    if version == 1:
-        renamed = set(V1_RENAMED.values())
-        migrated = {V1_RENAMED.get(k, k): item for k, item in value.items() if k not in renamed}
-    pending = migrated.pop("pending", None)
-    if pending is not None:
-        # A malformed `pending` is kept under `log`, where the check names it.
-        events = pending.get("events") if type(pending) is dict else None
-        migrated["log"] = events if type(events) is list and events else pending
-    migrated["v"] = FORMAT_VERSION
-    return migrated
-
-
 def decode_fields(value: Mapping[str, Any]) -> dict[str, Any]:
-    """Check every field of a channel value in the current format and return its copy.
+    """Check every field of a channel value (one pass over `FIELDS`) and return its copy.
 
-    One pass over `FIELDS`. The copy holds new top-level lists and maps (the fold appends
-    to them) but shares the entries, which nothing mutates. Maps and lists above their cap
-    keep their most recent entries (the fold would evict the others next); only kept
-    entries are checked. A field a value of an earlier release may lack takes its value
-    for absence (`FIELDS`); unknown fields are dropped.
+    The copy holds new top-level lists and maps (the fold appends to them) but shares the
+    entries, which nothing mutates. Maps and lists above their cap keep their most recent
+    entries (the fold would evict the others next); only kept entries are checked. A field
+    a value of an earlier release may lack takes its value for absence (`FIELDS`); unknown
+    fields are dropped. Format 2 differs only in keeping the batch in progress as
+    `pending` (`{"batch", "events"}`), read as the log (a malformed one is named there).
 
     Args:
-        value: A mapping in the current format version (see `migrate`).
+        value: A mapping whose `v` is one of `READABLE_VERSIONS`.
 
     Returns:
         The checked copy.
@@ -691,6 +512,10 @@ def decode_fields(value: Mapping[str, Any]) -> dict[str, Any]:
     Raises:
         InvalidStateError: The first malformed field or entry.
     """
+    pending = value.get("pending") if value.get("v") == 2 else None
+    if pending is not None:
+        events = pending.get("events") if type(pending) is dict else pending
+        value = {**value, "log": events}
     cfg = decode_cfg(value.get("cfg"))
     # The two caps that are settings; the others are numbers in `FIELDS`.
     bounds = {
