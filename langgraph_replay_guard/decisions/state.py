@@ -35,8 +35,6 @@ __all__ = [
     "MAX_FAILURE_STREAKS",
     "MAX_RESULTS",
     "MAX_TRACKED_KEYS",
-    "SCRUB_OP",
-    "SHOW_OP",
     "UNKNOWN_TOOL",
     "Event",
     "GuardTotals",
@@ -76,13 +74,6 @@ def may_have_written(replay: str, outcome: str) -> bool:
     A write that failed or timed out may have written part of its effect (sed on two files
     of which one is missing, a script that wrote then raised): the next identical read
     must run. The one rule the engine's epoch and the loop definition (`find_loops`) share.
-
-    Args:
-        replay: The call's replay class.
-        outcome: `"success"`, `"failure"`, `"timeout"` or `"denied"`.
-
-    Returns:
-        True when the call starts a new world epoch.
     """
     return replay != "pure" and outcome in _EXECUTED
 
@@ -241,12 +232,6 @@ def load_state(value: Any) -> dict[str, Any]:
     entries. A corrupt value, or one in another format version, is never fatal: it is
     logged as a warning and replaced by a new state whose `reset` (`{"reason", "at"}`) and
     `notice` say what was wrong, keeping its thread totals (`totals`) when they are readable.
-
-    Args:
-        value: The channel value.
-
-    Returns:
-        A state the caller may mutate.
     """
     return _shallow(_checked(value))
 
@@ -267,14 +252,8 @@ def own_update(cfg: dict[str, Any], events: list[Event]) -> StateUpdate:
     facts. It is remembered by identity (`_KNOWN`); a write read back from a checkpoint
     (pending writes) is a new object and is checked like any other. LangGraph stores the
     first write to an empty channel as it is: such a value reads as the state its events
-    fold into, so the first write needs no form of its own.
-
-    Args:
-        cfg: The fold settings that differ from `DEFAULT_CFG` (`engine.fold_settings`).
-        events: Events built by `make_event`.
-
-    Returns:
-        The update to write into the channel.
+    fold into, so the first write needs no form of its own. `cfg`: the fold settings that
+    differ from `DEFAULT_CFG` (`engine.fold_settings`), written only when there are any.
     """
     update: StateUpdate = {"op": "events", "events": events}
     if cfg:
@@ -283,20 +262,10 @@ def own_update(cfg: dict[str, Any], events: list[Event]) -> StateUpdate:
     return update
 
 
-# The fold replaces entries and never mutates one in place, but bumps `shadow`'s and `totals`'
-# counts in place: the lists and maps are copied, not what they hold.
-_CONTAINERS = (
-    "recent_calls",
-    "counters",
-    "results",
-    "tail",
-    "blocked",
-    "totals",
-    "cfg",
-    "failures",
-    "delivered",
-    "shadow",
-)
+# The fold appends to a state's lists and maps and bumps the counts in `shadow` and `totals`,
+# but replaces their entries, never changing one in place: each list and map is copied, not
+# what it holds.
+_CONTAINERS = tuple(name for name, start in new_state().items() if isinstance(start, list | dict))
 
 
 def _shallow(value: Mapping[str, Any]) -> dict[str, Any]:
@@ -338,23 +307,11 @@ def _readable_totals(value: Any) -> dict[str, Any]:
     totals = value.get("totals")
     if type(totals) is not dict or totals.keys() != fresh.keys():
         return fresh
-    if all(type(count) is int and count >= 0 for count in totals.values()):
-        return dict(totals)
-    return fresh
+    return dict(totals) if all(type(n) is int and n >= 0 for n in totals.values()) else fresh
 
 
 def state_for_turn(state: Mapping[str, Any], turn: str | None, scope: str) -> Mapping[str, Any]:
-    """Return the state a call of `turn` is decided against.
-
-    Args:
-        state: A settled state (no batch in progress).
-        turn: The current turn id.
-        scope: `"turn"` or `"thread"`.
-
-    Returns:
-        `state` itself when it belongs to `turn`; otherwise the state as it will be once
-        the turn starts (a copy).
-    """
+    """The state a call of `turn` is decided against: a settled `state` as `turn` sees it."""
     if state.get("turn") == turn:
         return state
     fresh = _shallow(state)
@@ -650,12 +607,8 @@ def fold_events(state: dict[str, Any], events: list[Event], cfg: Mapping[str, An
     Events with a batch id wait in `log` until every call of the batch reported (events
     carry the batch size), a later batch arrives, or `settled` is called; then they are
     applied sorted by their position in the batch: parallel tool calls of one AIMessage
-    give the same state whatever order their writes arrive in.
-
-    Args:
-        state: A state from `load_state` or `new_state`.
-        events: Events to apply.
-        cfg: The fold settings that differ from `DEFAULT_CFG` (an absent one: its default).
+    give the same state whatever order their writes arrive in. `cfg`: the fold settings
+    that differ from `DEFAULT_CFG`.
     """
     if state["cfg"] != cfg:
         state["cfg"] = dict(cfg)
@@ -701,14 +654,6 @@ def unrecorded_positions(value: Any, batch_id: str | None, size: int) -> list[in
 
     The guard records every call it answers or runs; a call of the batch without an event
     was answered by another piece before it reached the guard.
-
-    Args:
-        value: The channel value (a partly reported batch is in its log).
-        batch_id: Id of the AIMessage holding the batch.
-        size: Number of calls in the batch.
-
-    Returns:
-        The positions, in order (empty when every call has an event).
     """
     if batch_id is None or size <= 0:
         return []
@@ -722,16 +667,10 @@ def unrecorded_positions(value: Any, batch_id: str | None, size: int) -> list[in
 
 
 def settled(value: Any) -> Mapping[str, Any]:
-    """Return a checked channel value with its batch in progress folded in, for reading only.
+    """A checked channel value with its batch in progress folded in; read-only.
 
     Never raises: an unreadable value gives the reset state `load_state` gives. Derived
     once per value (`_KNOWN`), since a step reads the same value several times.
-
-    Args:
-        value: A channel value (any format; unreadable values give a reset state).
-
-    Returns:
-        A read-only state; do not mutate it.
     """
     facts = _facts(value)
     state: Mapping[str, Any] | None = facts.get("settled")
@@ -746,20 +685,15 @@ def settled(value: Any) -> Mapping[str, Any]:
 
 
 class PreviewFacts(NamedTuple):
-    """What a channel value keeps of tool results (its result memos, tail and log's events).
+    """What a channel value keeps of tool results (its result memos, tail and log's events)."""
 
-    Attributes:
-        held: The non-empty previews it keeps (what a scrub may have to drop).
-        unshown: Digests of results kept without a preview: where the guard cannot know
-            yet what the model will be given (in `create_agent`, a middleware may still
-            change a result in its `before_model`), the model call adds them (`show_update`).
-        recorded: Every result digest it keeps. A ToolMessage whose text hashes to none of
-            them is not what the guard recorded: a middleware changed it after the tool ran
-            (or the guard answered it itself).
-    """
-
-    held: frozenset[str]
+    held: frozenset[str]  # the non-empty previews (what a scrub may have to drop)
+    # Digests of results kept without a preview: where the guard cannot know yet what the
+    # model will be given (in `create_agent`, a middleware may still change a result in its
+    # `before_model`), the model call adds them (`show_update`).
     unshown: frozenset[str]
+    # Every digest. A ToolMessage whose text hashes to none is not what the guard recorded: a
+    # middleware changed it after the tool ran (or the guard answered it itself).
     recorded: frozenset[str]
 
 
@@ -768,12 +702,6 @@ def preview_facts(value: Any) -> PreviewFacts:
 
     A model call reads them all of the same value (`ReplayGuardMiddleware._scrub`, `_show`,
     `_given`).
-
-    Args:
-        value: The channel's value.
-
-    Returns:
-        The facts.
     """
     facts = _facts(value)
     found: PreviewFacts | None = facts.get("previews")
@@ -900,12 +828,6 @@ def scrub_update(previews: Collection[str]) -> dict[str, Any]:
     tool results in its `before_model`): the guard then must not keep more of the result
     than the model was given. The integrations find the previews no message holds any
     more and write this.
-
-    Args:
-        previews: The preview texts to drop.
-
-    Returns:
-        The update to write into the channel.
     """
     return {"op": SCRUB_OP, "previews": sorted(previews)}
 
@@ -913,12 +835,8 @@ def scrub_update(previews: Collection[str]) -> dict[str, Any]:
 def show_update(previews: Mapping[str, str]) -> dict[str, Any]:
     """The channel write that gives results without a preview the one the model was given.
 
-    Args:
-        previews: Result digest -> the preview, cut from the ToolMessage whose text has
-            that digest (a message a middleware changed has another digest: it gets none).
-
-    Returns:
-        The update to write into the channel.
+    `previews`: result digest -> the preview, cut from the ToolMessage whose text has that
+    digest (a message a middleware changed has another digest: it gets none).
     """
     return {"op": SHOW_OP, "previews": dict(sorted(previews.items()))}
 

@@ -8,7 +8,6 @@ from typing import Any, NoReturn, NotRequired, TypedDict
 
 __all__ = [
     "DEFAULT_CFG",
-    "DEFAULT_WINDOW",
     "FORMAT_VERSION",
     "MAX_BLOCKED_LOG",
     "MAX_DELIVERED",
@@ -32,15 +31,9 @@ READABLE_VERSIONS = (2, 3)
 """Versions a stored value may be in (format 2 is read as format 3, `decode_fields`); any
 other resets the channel with a notice."""
 
-DEFAULT_WINDOW = 5
-"""Dedup window when the stored settings do not say (`GuardConfig.history_window`)."""
-
-DEFAULT_CYCLE_PERIOD = 4
-"""Longest cycle when the stored settings do not say (`GuardConfig.max_cycle_period`)."""
-
 DEFAULT_CFG: dict[str, Any] = {
-    "w": DEFAULT_WINDOW,  # GuardConfig.history_window
-    "cp": DEFAULT_CYCLE_PERIOD,  # GuardConfig.max_cycle_period
+    "w": 5,  # GuardConfig.history_window
+    "cp": 4,  # GuardConfig.max_cycle_period
     "scope": "turn",  # GuardConfig.scope
     "rr": "progress",  # GuardConfig.repeat_reset
     "rd": True,  # GuardConfig.result_diff
@@ -63,16 +56,10 @@ _ABSENT = object()
 
 
 class InvalidStateError(ValueError):
-    """A channel value, or a write to it, that is not in the guard state's format.
-
-    Args:
-        path: Where in the value, such as `pending.events[0].i`.
-        expected: What belongs there.
-        got: What is there.
-    """
+    """A channel value, or a write to it, that is not in the guard state's format."""
 
     def __init__(self, path: str, expected: str, got: Any) -> None:
-        """Describe the problem."""
+        """Say what belongs at `path` (such as `log[0].i`) instead of `got`."""
         shown = repr(got)
         if len(shown) > _SHOWN_CHARS:
             shown = shown[: _SHOWN_CHARS - 3] + "..."
@@ -81,56 +68,35 @@ class InvalidStateError(ValueError):
 
 
 class Event(TypedDict):
-    """One recorded call, as the guard builds it (`engine.make_event`) and the channel stores it.
+    """One recorded call, as `engine.make_event` builds it and the channel stores it.
 
     Keys are short because events sit in checkpoints; `EVENT` checks them. The fold reads each
-    key once, into a local named as below (`state._apply`).
-
-    Attributes:
-        b: batch, id of the AIMessage that asked for the call (None: apply at once).
-        i: index, position of the call in its batch.
-        t: turn, id of the user message that opened the turn.
-        k: key, the call key.
-        n: tool, the tool name.
-        a: args, a short, sanitized argument summary (for reminders; never tool output).
-        c: replay, the call's replay class.
-        v: volatile, whether it is a volatile read.
-        s: short-circuits, whether result-diff may short-circuit this tool.
-        o: outcome, `"success"`, `"failure"`, `"timeout"`, `"denied"` or `"answered"`.
-        h: digest, hash of the result (a success) or of the error text (a failure).
-        p: preview, the result preview (goes to the model in ToolMessages only).
-        r: reason, the decision's reason for a denied call (in shadow mode: for a call that
-            ran although enforcing would have blocked it).
-        x: abort, whether the denial stopped the run.
-        m: batch size (optional); once every position reported, the batch is folded.
-        f: `[signature, limit]` (optional) of a failed call: its failure signature and the
-            tool's same-failure threshold (absent on a success, on a denied call and when
-            the layer is off for the tool).
-        d: call id (optional), the tool_call_id of a call that ran under other arguments than
-            the model asked (a middleware changed one): kept in its result memo, so that a
-            duplicate finds the earlier answer by this id.
-        g: background (optional, only `true`): the call starts work that outlives it (see
-            `CallClass.background`).
+    key once, into a local named as the comment below (`state._apply`).
     """
 
-    b: str | None
-    i: int
-    t: str | None
-    k: str
-    n: str
-    a: str
-    c: str
-    v: bool
-    s: bool
-    o: str
-    h: str | None
-    p: str | None
+    b: str | None  # batch: id of the AIMessage that asked for the call (None: apply at once)
+    i: int  # index: position of the call in its batch
+    t: str | None  # turn: id of the user message that opened the turn
+    k: str  # key: the call key
+    n: str  # tool: the tool name
+    a: str  # args: a short, sanitized argument summary (for reminders; never tool output)
+    c: str  # replay: the call's replay class
+    v: bool  # volatile: whether it is a volatile read
+    s: bool  # short-circuits: whether result-diff may short-circuit this tool
+    o: str  # outcome: success, failure, timeout, denied or answered (`state.Outcome`)
+    h: str | None  # digest: hash of the result (a success) or of the error text (a failure)
+    p: str | None  # preview: the result preview (goes to the model in ToolMessages only)
+    # reason: why a denied call was denied (in shadow mode: why enforcing would have blocked
+    # a call that ran)
     r: str | None
-    x: bool
-    m: NotRequired[int]
+    x: bool  # abort: whether the denial stopped the run
+    m: NotRequired[int]  # batch size: once every position reported, the batch is folded
+    # [failure signature, the tool's same-failure limit] of a failed call the layer watches
     f: NotRequired[list[Any]]
+    # call id: the tool_call_id of a call that ran under other arguments than the model asked
+    # (a middleware changed one), kept in its result memo: a duplicate finds it by this id
     d: NotRequired[str]
-    g: NotRequired[bool]
+    g: NotRequired[bool]  # background (only true): the call starts work that outlives it
 
 
 def _fail(path: str, expected: str, got: Any) -> NoReturn:
@@ -138,17 +104,10 @@ def _fail(path: str, expected: str, got: Any) -> NoReturn:
 
 
 def trim_map(mapping: dict[str, Any], cap: int) -> dict[str, Any]:
-    """The last `cap` entries of a map (the most recently used), in order.
+    """A new map of the last `cap` entries of a least-recently-used-first map, in order.
 
     Reads only those entries (a reversed dict view starts at the end), so trimming a huge
     map costs the size of the cap, not of the map.
-
-    Args:
-        mapping: A map in least-recently-used-first order.
-        cap: Most entries kept.
-
-    Returns:
-        A new map.
     """
     if len(mapping) <= cap:
         return dict(mapping)
@@ -519,8 +478,8 @@ def decode_fields(value: Mapping[str, Any]) -> dict[str, Any]:
     cfg = decode_cfg(value.get("cfg"))
     # The two caps that are settings; the others are numbers in `FIELDS`.
     bounds = {
-        "window": cfg.get("w", DEFAULT_WINDOW),
-        "tail": 2 * cfg.get("cp", DEFAULT_CYCLE_PERIOD),
+        "window": cfg.get("w", DEFAULT_CFG["w"]),
+        "tail": 2 * cfg.get("cp", DEFAULT_CFG["cp"]),
     }
     state: dict[str, Any] = {"v": FORMAT_VERSION}
     get = value.get
