@@ -433,7 +433,6 @@ def _cross_checks(state: dict[str, Any]) -> None:
             _fail("cycle.tools", "a list of tool names as long as cycle.keys", tools)
         if cycle["pos"] >= len(keys):
             _fail("cycle.pos", f"a position in cycle.keys (below {len(keys)})", cycle["pos"])
-    state["totals"] = dict(state["totals"])  # the fold counts in it: a copy
 
 
 def decode_cfg(value: Any, path: str = "cfg") -> dict[str, Any]:
