@@ -2,7 +2,7 @@
 
 A middleware that changes an argument the model gave (int -> str) makes a call no model
 message holds: its duplicates find its answer by the id the channel remembers
-(`ResultMemo.call_id`, event key `d`). The field is optional: a value written before it
+(a result memo's fifth entry, event key `d`). The field is optional: a value written before it
 existed (four-entry memos, events without `d`) loads, folds and reads back as it was.
 """
 
