@@ -505,7 +505,7 @@ def earlier_call_id(view: Mapping[str, Any], key: str) -> str | None:
     """The tool_call_id of the call that gave `key`'s last result, when the state names it.
 
     It does when that call ran under other arguments than the model asked (a middleware
-    changed one, its result memo's fifth entry): the model's messages cannot name it by its key.
+    changed one; its result memo's fifth entry keeps it): the model's messages cannot name it.
 
     Args:
         view: A settled guard state.
