@@ -16,12 +16,7 @@ from langgraph_replay_guard.decisions.state import (
     settled,
     state_for_turn,
 )
-from langgraph_replay_guard.decisions.state_format import (
-    BlockedCall,
-    FailureStreak,
-    FoldSettings,
-    ResultMemo,
-)
+from langgraph_replay_guard.decisions.state_format import DEFAULT_CFG
 from langgraph_replay_guard.decisions.texts import (
     STOP_IGNORED,
     UNKNOWN_TOOL,
@@ -269,16 +264,17 @@ def fold_settings(config: GuardConfig) -> dict[str, Any]:
     last = _LAST_SETTINGS[0]
     if last is not None and last[0] is config:
         return last[1]
-    settings = FoldSettings(
-        window=config.history_window,
-        cycle_period=config.max_cycle_period,
-        scope=config.scope,
-        repeat_reset=config.repeat_reset,
-        result_diff=config.result_diff,
-        cycles=config.cycle_detection,
+    stored = {
+        "w": config.history_window,
+        "cp": config.max_cycle_period,
+        "scope": config.scope,
+        "rr": config.repeat_reset,
+        "rd": config.result_diff,
+        "cy": config.cycle_detection,
         # Shadow mode never reminds: the agent behaves as it would without the guard.
-        reminders=config.reminder and config.mode == "enforce",
-    ).encode()
+        "rm": config.reminder and config.mode == "enforce",
+    }
+    settings = {key: value for key, value in stored.items() if value != DEFAULT_CFG[key]}
     _LAST_SETTINGS[0] = (config, settings)
     return settings
 
@@ -348,7 +344,7 @@ def _decide(
     key, tool = facts.key, facts.tool
     counted = view["counters"].get(key)
     in_batch = earlier_in_batch.count(key) if earlier_in_batch else 0
-    # `CallCounter.attempts`, by position (checked state): every decision reads it.
+    # `counters` rows are [attempts, tool] (`state_format.FIELDS` names every row's positions).
     attempt = (counted[0] if counted else 0) + in_batch + 1
     final = stops_on_abort(config)
 
@@ -404,7 +400,6 @@ def _decide(
             return Decision(Verdict.DENY, "duplicate", key, msg, None, tool, attempt)
         epoch = view["epoch"]
         for recent_key, _tool, outcome, call_epoch in reversed(view["recent_calls"]):
-            # An `ExecutedCall`, unpacked in place: this loop runs for every decision.
             if recent_key != key:
                 continue
             if outcome == "success" and call_epoch == epoch:
@@ -422,14 +417,14 @@ def _decide(
 
     if config.result_diff and facts.short_circuit and (reads_settle or facts.replay != "pure"):
         stored = view["results"].get(key)
-        memo = ResultMemo(*stored) if stored is not None else None
-        if memo is not None and memo.in_a_row >= 2 and memo.epoch == view["epoch"]:
-            preview = memo.preview
+        # [result hash, epoch, same in a row, preview(, call id)]
+        if stored is not None and stored[2] >= 2 and stored[1] == view["epoch"]:
+            preview = stored[3]
             return Decision(
                 Verdict.SHORT_CIRCUIT,
                 "same_result",
                 key,
-                same_result_message(tool, memo.in_a_row, preview),
+                same_result_message(tool, stored[2], preview),
                 preview,
                 tool,
                 attempt,
@@ -475,7 +470,7 @@ def _same_failure(view: Mapping[str, Any], facts: CallFacts, final: bool) -> Dec
     stored = view.get("failures", {}).get(facts.tool) if limit else None
     if stored is None:
         return None
-    in_a_row = FailureStreak(*stored).in_a_row
+    in_a_row = stored[1]  # [failure signature, same in a row]
     if in_a_row <= limit:
         return None
     attempt = in_a_row + 1
@@ -503,14 +498,14 @@ def _comes_back(view: Mapping[str, Any], batch: str | None) -> bool:
 
 def _preview(view: Mapping[str, Any], key: str) -> str | None:
     stored = view["results"].get(key)
-    return ResultMemo(*stored).preview if stored is not None else None
+    return stored[3] if stored is not None else None  # the memo's preview
 
 
 def earlier_call_id(view: Mapping[str, Any], key: str) -> str | None:
     """The tool_call_id of the call that gave `key`'s last result, when the state names it.
 
     It does when that call ran under other arguments than the model asked (a middleware
-    changed one, `ResultMemo.call_id`): the model's messages cannot name it by its key.
+    changed one; its result memo's fifth entry keeps it): the model's messages cannot name it.
 
     Args:
         view: A settled guard state.
@@ -520,7 +515,7 @@ def earlier_call_id(view: Mapping[str, Any], key: str) -> str | None:
         The id, or None (find the earlier call by its key in the model's messages).
     """
     stored = view["results"].get(key)
-    return ResultMemo(*stored).call_id if stored is not None else None
+    return stored[4] if stored is not None and len(stored) > 4 else None
 
 
 def make_event(
@@ -669,7 +664,7 @@ def stop_was_ignored(state: Mapping[str, Any]) -> bool:
     blocked = state.get("blocked")
     if state.get("stop") is None or not blocked:
         return False
-    return BlockedCall(*blocked[-1]).reason == STOP_IGNORED
+    return bool(blocked[-1][1] == STOP_IGNORED)  # [tool, reason, count]
 
 
 @dataclass(slots=True)

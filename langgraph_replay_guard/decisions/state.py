@@ -7,10 +7,11 @@ import logging
 import threading
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NamedTuple, TypedDict
 
 from langgraph_replay_guard.decisions.failures import SAME_FAILURE
 from langgraph_replay_guard.decisions.state_format import (
+    DEFAULT_CFG,
     FORMAT_VERSION,
     MAX_BLOCKED_LOG,
     MAX_DELIVERED,
@@ -19,18 +20,11 @@ from langgraph_replay_guard.decisions.state_format import (
     MAX_SHADOW_REASONS,
     MAX_TRACKED_KEYS,
     READABLE_VERSIONS,
-    BlockedCall,
-    CallCounter,
     Event,
-    ExecutedCall,
-    FailureStreak,
-    FoldSettings,
     InvalidStateError,
-    TailItem,
     decode_cfg,
     decode_events,
     decode_fields,
-    migrate,
     trim_map,
 )
 from langgraph_replay_guard.decisions.texts import UNKNOWN_TOOL
@@ -41,30 +35,27 @@ __all__ = [
     "MAX_FAILURE_STREAKS",
     "MAX_RESULTS",
     "MAX_TRACKED_KEYS",
-    "SCRUB_OP",
-    "SHOW_OP",
     "UNKNOWN_TOOL",
     "Event",
     "GuardTotals",
     "GuardView",
     "Outcome",
+    "PreviewFacts",
     "StateUpdate",
     "batch_in_progress",
     "delivered",
     "fold_events",
-    "held_previews",
     "load_state",
     "may_have_written",
     "merge_guard_state",
     "new_state",
     "own_update",
-    "recorded_hashes",
+    "preview_facts",
     "scrub_update",
     "settled",
     "show_update",
     "state_for_turn",
     "unrecorded_positions",
-    "unshown_hashes",
 ]
 
 logger = logging.getLogger("langgraph_replay_guard")
@@ -83,13 +74,6 @@ def may_have_written(replay: str, outcome: str) -> bool:
     A write that failed or timed out may have written part of its effect (sed on two files
     of which one is missing, a script that wrote then raised): the next identical read
     must run. The one rule the engine's epoch and the loop definition (`find_loops`) share.
-
-    Args:
-        replay: The call's replay class.
-        outcome: `"success"`, `"failure"`, `"timeout"` or `"denied"`.
-
-    Returns:
-        True when the call starts a new world epoch.
     """
     return replay != "pure" and outcome in _EXECUTED
 
@@ -106,29 +90,29 @@ class StateUpdate(TypedDict, total=False):
 
 
 def new_state() -> dict[str, Any]:
-    """Return an empty guard state (the channel value of a thread that made no call)."""
+    """Return an empty guard state (`state_format.FIELDS` says what each field holds)."""
     return {
         "v": FORMAT_VERSION,
         "turn": None,
         "epoch": 0,
         "calls": 0,
-        "recent_calls": [],  # [key, tool, outcome, epoch] of recent executed calls
-        "counters": {},  # key -> [count, tool], least recently used first
-        "results": {},  # key -> [result hash, epoch after the call, same-in-a-row, preview]
-        "tail": [],  # [key, result hash, tool] of recent executed calls, for cycle detection
-        "cycle": None,  # {"keys", "tools", "pos", "strikes"} while a cycle is active
-        "failures": {},  # tool -> [failure signature, same in a row], same-failure streaks
-        "reminder": None,  # {"reason", "tool", "args", "count", "batch"} pending reminder
-        "stop": None,  # {"reason", "tool", "count", "message"} after an abort
+        "recent_calls": [],  # the dedup window
+        "counters": {},  # least recently used first
+        "results": {},
+        "tail": [],  # for cycle detection
+        "cycle": None,  # while a cycle is active
+        "failures": {},  # same-failure streaks
+        "reminder": None,
+        "stop": None,  # after an abort
         "background": False,  # a call started work that outlives it: reads are not deduped
-        "blocked": [],  # [tool, reason, count] of recent blocked calls
+        "blocked": [],
         "totals": {"calls": 0, "blocked": 0, "aborts": 0},  # whole thread, never reset
         "log": [],  # events of the batch in progress (one per position), not yet folded
-        "last_batch": None,  # id of the AIMessage of the last folded call (turn lookups)
+        "last_batch": None,  # id of the AIMessage of the last folded call
         "cfg": {},
         "notice": None,  # set when a corrupt or unreadable value was reset
-        "reset": None,  # {"reason", "at"} of the last reset of an unreadable value
-        "unknown": None,  # the callback handler's unknown-outcome marks (list), if any
+        "reset": None,
+        "unknown": None,  # the callback handler's unknown-outcome marks of earlier releases
         # AIMessage ids of recent batches whose side effects were answered in the thread:
         # what the ledger asks instead of the message history, which a user or a
         # middleware may rewrite (Summarization, ContextEditing). Never reset.
@@ -159,13 +143,10 @@ def _decode(value: Any) -> tuple[dict[str, Any] | None, str]:
             f"langgraph-replay-guard reads versions {readable}"
         )
     try:
-        state = decode_fields(migrate(value))
+        return decode_fields(value), ""
     except InvalidStateError as exc:
-        if version == FORMAT_VERSION:
-            return None, f"the guard channel is malformed: {exc}"
-        migrated = f"a format {version} value, migrated to format {FORMAT_VERSION}"
-        return None, f"the guard channel ({migrated}) is malformed: {exc}"
-    return state, ""
+        old = "" if version == FORMAT_VERSION else f" (a format {version} value)"
+        return None, f"the guard channel{old} is malformed: {exc}"
 
 
 # -- one reader (`_checked`), one cache (`_KNOWN`) ----------------------------------------------
@@ -177,9 +158,8 @@ def _decode(value: Any) -> tuple[dict[str, Any] | None, str]:
 # (`_known`; the same objects, or equal ones). The guard never mutates a value it returned or a
 # write it built, and LangGraph never mutates channel values; a value edited is checked again.
 # Each entry holds its object, so its id cannot be reused while the entry lives; past the cap
-# the oldest entry goes. The cap is what the two memos it replaced held (64 each at most, and
-# each step adds a few entries): an entry keeps a whole channel value alive, and at 128 a thread
-# kept about 150 more objects than an unguarded one until its 50th step
+# the oldest entry goes. An entry keeps a whole channel value alive: at 128 a thread kept about
+# 150 more objects than an unguarded one until its 50th step
 # (`test_overhead.py::test_a_guarded_thread_keeps_no_more_objects_per_step_than_an_unguarded_one`).
 _KNOWN: dict[int, tuple[Any, tuple[Any, ...] | None, dict[str, Any]]] = {}
 _KNOWN_CAP = 64
@@ -208,8 +188,8 @@ def _facts(value: Any) -> dict[str, Any]:
     """The facts of a channel value, its checked state (`state`) first: the one reader.
 
     An empty value (`None` or `{}`, what LangGraph starts a channel with) is a new state; a
-    first write stored as it is, the state its events fold into; an older format version,
-    migrated; a corrupt value, the state it is reset to (reported once per value).
+    first write stored as it is, the state its events fold into; a format 2 value, read as
+    format 3; a corrupt value, the state it is reset to (reported once per value).
     """
     facts = _known(value)
     if facts is None:
@@ -247,21 +227,11 @@ def _checked(value: Any) -> Mapping[str, Any]:
 def load_state(value: Any) -> dict[str, Any]:
     """Return a private, checked copy of a channel value.
 
-    An empty value (`None` or `{}`, what LangGraph starts a channel with) gives a new
-    state. A value in an older format version (a checkpoint of an earlier release) is
-    migrated to the current one (see `state_format.migrate`), keeping its counters.
-    Every field and nested entry is checked; maps and lists above their caps keep
-    their most recent entries. A corrupt value, or one in an unknown format version, is
-    never fatal: it is logged as a warning and replaced by a new state whose `reset`
-    (`{"reason", "at"}`) and `notice` say what was wrong, so a guarded graph keeps
-    running and the problem is visible in the thread state. The thread totals (`totals`)
-    survive a reset when they are readable.
-
-    Args:
-        value: The channel value.
-
-    Returns:
-        A state the caller may mutate.
+    An empty value (`None` or `{}`) gives a new state, a format 2 value is read as format 3
+    (`state_format.decode_fields`). Maps and lists above their caps keep their most recent
+    entries. A corrupt value, or one in another format version, is never fatal: it is
+    logged as a warning and replaced by a new state whose `reset` (`{"reason", "at"}`) and
+    `notice` say what was wrong, keeping its thread totals (`totals`) when they are readable.
     """
     return _shallow(_checked(value))
 
@@ -282,15 +252,8 @@ def own_update(cfg: dict[str, Any], events: list[Event]) -> StateUpdate:
     facts. It is remembered by identity (`_KNOWN`); a write read back from a checkpoint
     (pending writes) is a new object and is checked like any other. LangGraph stores the
     first write to an empty channel as it is: such a value reads as the state its events
-    fold into, so the first write needs no form of its own.
-
-    Args:
-        cfg: The fold settings (`fold_settings`): only those that differ from the defaults,
-            written only when there are any.
-        events: Events built by `make_event`.
-
-    Returns:
-        The update to write into the channel.
+    fold into, so the first write needs no form of its own. `cfg`: the fold settings that
+    differ from `DEFAULT_CFG` (`engine.fold_settings`), written only when there are any.
     """
     update: StateUpdate = {"op": "events", "events": events}
     if cfg:
@@ -299,27 +262,14 @@ def own_update(cfg: dict[str, Any], events: list[Event]) -> StateUpdate:
     return update
 
 
-_CONTAINERS = (
-    "recent_calls",
-    "counters",
-    "results",
-    "tail",
-    "blocked",
-    "totals",
-    "cfg",
-    "failures",
-    "delivered",
-    # The fold bumps its counts in place: a copy sharing it would count in the older value.
-    "shadow",
-)
+# The fold appends to a state's lists and maps and bumps the counts in `shadow` and `totals`,
+# but replaces their entries, never changing one in place: each list and map is copied, not
+# what it holds.
+_CONTAINERS = tuple(name for name, start in new_state().items() if isinstance(start, list | dict))
 
 
 def _shallow(value: Mapping[str, Any]) -> dict[str, Any]:
-    """Copy a checked state one level deep: its own lists and maps, not what they hold.
-
-    Enough for the fold, which never mutates an entry in place (it replaces entries),
-    and far cheaper than a deep copy on every reducer call.
-    """
+    """Copy a checked state one level deep (far cheaper than a deep copy on every write)."""
     out = dict(value)
     for key in _CONTAINERS:
         item = out.get(key)
@@ -354,26 +304,14 @@ def _readable_totals(value: Any) -> dict[str, Any]:
     fresh: dict[str, Any] = new_state()["totals"]
     if not isinstance(value, Mapping) or value.get("v") not in READABLE_VERSIONS:
         return fresh
-    totals = migrate(value).get("totals")
+    totals = value.get("totals")
     if type(totals) is not dict or totals.keys() != fresh.keys():
         return fresh
-    if all(type(count) is int and count >= 0 for count in totals.values()):
-        return dict(totals)
-    return fresh
+    return dict(totals) if all(type(n) is int and n >= 0 for n in totals.values()) else fresh
 
 
 def state_for_turn(state: Mapping[str, Any], turn: str | None, scope: str) -> Mapping[str, Any]:
-    """Return the state a call of `turn` is decided against.
-
-    Args:
-        state: A settled state (no batch in progress).
-        turn: The current turn id.
-        scope: `"turn"` or `"thread"`.
-
-    Returns:
-        `state` itself when it belongs to `turn`; otherwise the state as it will be once
-        the turn starts (a copy).
-    """
+    """The state a call of `turn` is decided against: a settled `state` as `turn` sees it."""
     if state.get("turn") == turn:
         return state
     fresh = _shallow(state)
@@ -381,34 +319,42 @@ def state_for_turn(state: Mapping[str, Any], turn: str | None, scope: str) -> Ma
     return fresh
 
 
+# -- the fold: the layers' bookkeeping, one event at a time (no decisions) -----------------------
+#
+# Stored entries are read and built by position (`state_format.FIELDS` names the positions of
+# each row): this runs for every call, on a state checked when it was loaded.
+
+_TURN_FIELDS = {
+    "epoch": 0,
+    "calls": 0,
+    "recent_calls": [],
+    "counters": {},
+    "results": {},
+    "tail": [],
+    "cycle": None,
+    "background": False,
+}
+"""What a new turn starts again under `scope="turn"` (copied: the fold appends to them)."""
+
+
 def _enter_turn(state: dict[str, Any], turn: str | None, scope: str) -> None:
     if state["turn"] == turn:
         return
     state["turn"] = turn
-    # A new user message ends any stop: the user asked for something new.
-    state["stop"] = None
-    state["reminder"] = None
-    # Same-failure streaks count failures "in a row": a user message in between breaks
-    # the row, whatever the scope (it may bring what the failing call was missing).
+    # A new user message ends any stop (the user asked for something new) and breaks every
+    # same-failure row, whatever the scope (it may bring what the failing call was missing).
+    state["stop"] = state["reminder"] = None
     state["failures"] = {}
-    if scope == "thread":
-        return
-    state["epoch"] = 0
-    state["calls"] = 0
-    state["recent_calls"] = []
-    state["counters"] = {}
-    state["results"] = {}
-    state["tail"] = []
-    state["cycle"] = None
-    state["background"] = False
+    if scope == "turn":
+        for name, start in _TURN_FIELDS.items():
+            state[name] = start.copy() if isinstance(start, list | dict) else start
 
 
 def _bump(mapping: dict[str, Any], key: str, value: Any, cap: int) -> None:
     """Insert `key` as most recently used and evict the least recently used beyond `cap`.
 
     O(1): a map from `load_state` is within its cap, so one entry at most is evicted. A
-    larger map (a state built by hand) is trimmed once, reading only the entries it keeps;
-    evicting its entries one by one would cost quadratic time.
+    larger map (a state built by hand) is trimmed once, reading only the entries it keeps.
     """
     mapping.pop(key, None)
     mapping[key] = value
@@ -421,33 +367,27 @@ def _bump(mapping: dict[str, Any], key: str, value: Any, cap: int) -> None:
         mapping.update(kept)
 
 
-def _apply(state: dict[str, Any], ev: Event, cfg: FoldSettings) -> None:
-    """Fold one event into `state` in place (the layers' bookkeeping, no decisions)."""
-    _enter_turn(state, ev["t"], cfg.scope)
-    # The event's fields by name (`Event` says what each key holds).
+def _apply(state: dict[str, Any], ev: Event, cfg: Mapping[str, Any]) -> None:
+    """Fold one event into `state` in place (`Event` names its keys; `cfg`: `DEFAULT_CFG`'s)."""
+    _enter_turn(state, ev["t"], cfg["scope"])
     key, tool, outcome, batch, replay = ev["k"], ev["n"], ev["o"], ev["b"], ev["c"]
     digest, preview, volatile = ev["h"], ev["p"], ev["v"]
     if batch is not None:
         state["last_batch"] = batch
     state["calls"] += 1
     totals = state["totals"]
-    totals["calls"] = totals.get("calls", 0) + 1
-
-    # Stored entries are read and built by position (`CallCounter`, `ExecutedCall`,
-    # `ResultMemo`, `TailItem`), without a named tuple: this runs for every call, and the
-    # state was checked when it was loaded.
+    totals["calls"] += 1
     counted = state["counters"].get(key)
-    count = (counted[0] if counted else 0) + 1  # `CallCounter.attempts`
+    count = (counted[0] if counted else 0) + 1
     _bump(state["counters"], key, [count, tool], MAX_TRACKED_KEYS)
 
-    if outcome in _EXECUTED and replay != "pure" and batch is not None:
+    delivered = state["delivered"]
+    if may_have_written(replay, outcome) and batch is not None and batch not in delivered:
         # What really ran, in either mode: the ledger asks it instead of the history.
-        delivered = state["delivered"]
-        if batch not in delivered:
-            delivered.append(batch)
-            del delivered[:-MAX_DELIVERED]
+        delivered.append(batch)
+        del delivered[:-MAX_DELIVERED]
 
-    shadowed = ev["r"] is not None and (outcome in _EXECUTED or outcome == "answered")
+    shadowed = ev["r"] is not None and outcome != "denied"
     if shadowed:
         # A call that ran in shadow mode although enforcing would have blocked it (or that
         # shadow mode let another piece answer: a name that does not exist, a stopped
@@ -468,29 +408,28 @@ def _apply(state: dict[str, Any], ev: Event, cfg: FoldSettings) -> None:
     # resets no repeat count and ends no failure streak, so a write failing again and again
     # is still stopped by those layers.
     world_changed = outcome == "success" and replay != "pure"
-    progress_resets = cfg.repeat_reset == "progress"
+    progress_resets = cfg["rr"] == "progress"
     if executed:
-        state["recent_calls"].append([key, tool, outcome, epoch_before])  # `ExecutedCall`
-        del state["recent_calls"][: -cfg.window]
-
+        state["recent_calls"].append([key, tool, outcome, epoch_before])
+        del state["recent_calls"][: -cfg["w"]]
+        if ev.get("g"):
+            state["background"] = True  # whatever it returned: the job may run on
     if may_have_written(replay, outcome):
         state["epoch"] += 1
-    if executed and ev.get("g"):
-        state["background"] = True  # whatever it returned: the job may run on
     if world_changed and progress_resets:
         # Progress: the agent changed the world, so other calls' repeats start over.
         state["counters"] = {key: state["counters"][key]}
 
     new_result = False
     if outcome == "success":
-        # `ResultMemo`: [result_hash, epoch, in_a_row, preview(, call_id)], by position.
-        previous = state["results"].get(key)
+        previous = state["results"].get(key)  # [hash, epoch, same in a row, preview(, id)]
         # Something the agent had not seen (among the results the state remembers): progress
         # for the same-failure layer. An empty note or the same listing again is not.
         # Without previews (`store_previews=False`) a result that held something has its
         # digest and no preview; a blank one has the empty preview.
-        shown = preview is None and digest is not None
-        new_result = shown or bool(preview and not preview.isspace())
+        new_result = (preview is None and digest is not None) or bool(
+            preview and not preview.isspace()
+        )
         if new_result:
             for memo in state["results"].values():  # a loop: no generator to resume
                 if memo[0] == digest:
@@ -502,15 +441,13 @@ def _apply(state: dict[str, Any], ev: Event, cfg: FoldSettings) -> None:
             and previous[0] == digest
             and previous[1] == epoch_before
         )
-        changed = previous is not None and previous[0] != digest
-        if volatile and changed and progress_resets:
+        if volatile and progress_resets and previous is not None and previous[0] != digest:
             state["counters"][key] = [1, tool]  # a volatile read that changed
-        in_a_row = previous[2] + 1 if same and previous is not None else 1
-        memo = [digest, state["epoch"], in_a_row, preview]
+        memo = [digest, state["epoch"], previous[2] + 1 if same and previous else 1, preview]
         if "d" in ev:  # four entries as before; the fifth (a call id) only with one
             memo.append(ev["d"])
         _bump(state["results"], key, memo, MAX_RESULTS)
-        if same and not ev["s"] and not volatile and cfg.result_diff:
+        if same and not ev["s"] and not volatile and cfg["rd"]:
             # Side effects are never suppressed by result-diff: count and remind instead.
             # A poll that keeps its result is waiting, not looping, until its own limit.
             _arm(state, ev, cfg, "same_result", count)
@@ -522,39 +459,38 @@ def _apply(state: dict[str, Any], ev: Event, cfg: FoldSettings) -> None:
         reason = ev["r"] or "denied"
         if streak is not None:
             count = streak  # a same-failure stop counts the failures, not identical calls
-        totals["blocked"] = totals.get("blocked", 0) + 1
-        state["blocked"].append([*BlockedCall(tool, reason, count)])
+        totals["blocked"] += 1
+        state["blocked"].append([tool, reason, count])
         del state["blocked"][:-MAX_BLOCKED_LOG]
         if reason != UNKNOWN_TOOL or count > 1:
             # One wrong name is a mistake the error fixes; the second is a loop starting.
             _arm(state, ev, cfg, reason, count)
         if ev["x"]:
-            totals["aborts"] = totals.get("aborts", 0) + 1
+            totals["aborts"] += 1
             state["stop"] = {"reason": reason, "tool": tool, "count": count, "args": ev["a"]}
 
 
 def _arm(
     state: dict[str, Any],
     ev: Event,
-    cfg: FoldSettings,
+    cfg: Mapping[str, Any],
     reason: str,
     count: int,
-    *,
     detail: str | None = None,
 ) -> None:
-    if not cfg.reminders:
-        return
-    state["reminder"] = {
-        "reason": reason,
-        "tool": ev["n"],
-        "args": ev["a"] if detail is None else detail,
-        "count": count,
-        "batch": ev["b"],
-    }
+    if cfg["rm"]:
+        args = ev["a"] if detail is None else detail
+        state["reminder"] = {
+            "reason": reason,
+            "tool": ev["n"],
+            "args": args,
+            "count": count,
+            "batch": ev["b"],
+        }
 
 
 def _track_failures(
-    state: dict[str, Any], ev: Event, cfg: FoldSettings, progress: bool
+    state: dict[str, Any], ev: Event, cfg: Mapping[str, Any], progress: bool
 ) -> int | None:
     """The same-failure layer's bookkeeping; returns the streak a same-failure denial extends.
 
@@ -567,33 +503,27 @@ def _track_failures(
     """
     failures = state["failures"]
     tool = ev["n"]
+    stored = failures.get(tool)  # [signature, same in a row]
     failure = ev.get("f")  # [signature, limit], only on a failed call the layer watches
     if failure is not None and ev["o"] in {"success", "failure"}:
         signature, limit = failure
-        stored = failures.get(tool)
-        previous = FailureStreak(*stored) if stored is not None else None
-        same = previous is not None and previous.signature == signature
-        in_a_row = previous.in_a_row + 1 if same and previous is not None else 1
-        _bump(failures, tool, [*FailureStreak(signature, in_a_row)], MAX_FAILURE_STREAKS)
+        same = stored is not None and stored[0] == signature
+        in_a_row = stored[1] + 1 if same and stored is not None else 1
+        _bump(failures, tool, [signature, in_a_row], MAX_FAILURE_STREAKS)
         if in_a_row == limit:
             _arm(state, ev, cfg, SAME_FAILURE, in_a_row)
-        return None
-    if ev["o"] == "success":
+    elif ev["o"] == "success":
         if progress:
             state["failures"] = {}
         else:
             failures.pop(tool, None)
-    elif ev["o"] == "denied" and ev["r"] == SAME_FAILURE:
-        stored = failures.get(tool)
-        if stored is not None:
-            streak = FailureStreak(*stored)
-            in_a_row = streak.in_a_row + 1
-            failures[tool] = [*FailureStreak(streak.signature, in_a_row)]
-            return in_a_row
+    elif ev["o"] == "denied" and ev["r"] == SAME_FAILURE and stored is not None:
+        failures[tool] = [stored[0], stored[1] + 1]
+        return int(stored[1] + 1)
     return None
 
 
-def _track_cycle(state: dict[str, Any], ev: Event, cfg: FoldSettings, executed: bool) -> None:
+def _track_cycle(state: dict[str, Any], ev: Event, cfg: Mapping[str, Any], executed: bool) -> None:
     key = ev["k"]
     cycle = state["cycle"]
     if cycle is not None:
@@ -608,28 +538,22 @@ def _track_cycle(state: dict[str, Any], ev: Event, cfg: FoldSettings, executed: 
             state["cycle"] = cycle = None  # the agent did something else: the loop is broken
     if not executed:
         return
-    max_period = cfg.cycle_period
-    tail = state["tail"]
-    result = ev["h"] if ev["h"] is not None else ev["o"]
-    tail.append([key, result, ev["n"]])  # `TailItem`
+    max_period = cfg["cp"]
+    tail = state["tail"]  # [key, result hash, tool]
+    tail.append([key, ev["h"] if ev["h"] is not None else ev["o"], ev["n"]])
     del tail[: -2 * max_period]
-    if cycle is not None or not cfg.cycles:
+    if cycle is not None or not cfg["cy"]:
         return
-    last = tail[-1]
-    for period in range(2, max_period + 1):
-        if len(tail) < 2 * period:
-            break
-        if tail[-1 - period] != last:
+    for period in range(2, min(max_period, len(tail) // 2) + 1):
+        if tail[-1 - period] != tail[-1]:
             continue  # cheap test before comparing whole blocks
-        block = [TailItem(*item) for item in tail[-period:]]
-        if block != [TailItem(*item) for item in tail[-2 * period : -period]]:
-            continue
-        keys = [item.key for item in block]
-        if len(set(keys)) == 1:
-            continue  # a plain repeat: the repeat counter's job
-        tools = [item.tool for item in block]
+        block = tail[-period:]
+        keys = [item[0] for item in block]
+        if block != tail[-2 * period : -period] or len(set(keys)) == 1:
+            continue  # no cycle, or a plain repeat: the repeat counter's job
+        tools = [item[2] for item in block]
         state["cycle"] = {"keys": keys, "tools": tools, "pos": 0, "strikes": 0}
-        _arm(state, ev, cfg, "cycle", 2, detail=" -> ".join(tools))
+        _arm(state, ev, cfg, "cycle", 2, " -> ".join(tools))
         return
 
 
@@ -637,7 +561,7 @@ def _event_order(ev: Event) -> tuple[int, int, str]:
     return (ev["i"], _OUTCOME_RANK.get(ev["o"], -1), repr(sorted(ev.items())))
 
 
-def _add_to_log(state: dict[str, Any], ev: Event, cfg: FoldSettings) -> None:
+def _add_to_log(state: dict[str, Any], ev: Event, cfg: Mapping[str, Any]) -> None:
     log = state["log"]
     if log and log[0]["b"] != ev["b"]:
         _fold_log(state, cfg)  # a new batch: the one in progress is over
@@ -647,15 +571,15 @@ def _add_to_log(state: dict[str, Any], ev: Event, cfg: FoldSettings) -> None:
             return  # a late copy of a write for a batch already complete and folded
         if _complete([ev]):  # a batch of one call: nothing to wait for
             _apply(state, ev, cfg)
-            return
-        state["log"] = [ev]
+        else:
+            state["log"] = [ev]
         return
     # One event per position; a re-executed call keeps one deterministic winner, so the
     # result never depends on the order in which LangGraph applied the writes. A new list:
     # the previous channel value may share the old one.
     same_slot = [e for e in log if e["i"] == ev["i"]]
     events = [e for e in log if e["i"] != ev["i"]]
-    events.append(max([*same_slot, ev], key=_event_order) if same_slot else ev)
+    events.append(max([*same_slot, ev], key=_event_order))
     events.sort(key=_event_order)
     state["log"] = events
     if _complete(events):
@@ -670,7 +594,7 @@ def _complete(events: list[Event]) -> bool:
     return isinstance(size, int) and len(events) == size and events[-1]["i"] == size - 1
 
 
-def _fold_log(state: dict[str, Any], cfg: FoldSettings) -> None:
+def _fold_log(state: dict[str, Any], cfg: Mapping[str, Any]) -> None:
     log = state["log"]
     state["log"] = []
     for ev in log:
@@ -683,23 +607,21 @@ def fold_events(state: dict[str, Any], events: list[Event], cfg: Mapping[str, An
     Events with a batch id wait in `log` until every call of the batch reported (events
     carry the batch size), a later batch arrives, or `settled` is called; then they are
     applied sorted by their position in the batch: parallel tool calls of one AIMessage
-    give the same state whatever order their writes arrive in.
-
-    Args:
-        state: A state from `load_state` or `new_state`.
-        events: Events to apply.
-        cfg: Fold settings (`w` window, `cp` cycle period, `scope`, `rr`, `rd`, `cy`, `rm`;
-            an absent one takes its default).
+    give the same state whatever order their writes arrive in. `cfg`: the fold settings
+    that differ from `DEFAULT_CFG`.
     """
     if state["cfg"] != cfg:
         state["cfg"] = dict(cfg)
-    settings = FoldSettings.decode(cfg)
+    settings = {**DEFAULT_CFG, **cfg} if cfg else DEFAULT_CFG
     for ev in events:
         if ev["b"] is None:
             _fold_log(state, settings)
             _apply(state, ev, settings)
         else:
             _add_to_log(state, ev, settings)
+
+
+# -- readers: each derives from the one checked state (`_checked`) -------------------------------
 
 
 def _batch_of(state: Mapping[str, Any]) -> str | None:
@@ -723,14 +645,7 @@ def delivered(value: Any, batch_id: str | None) -> bool:
 
 
 def batch_in_progress(value: Any) -> str | None:
-    """The id of the batch whose events wait in a channel value's log, if any.
-
-    Args:
-        value: The channel value (any format; a first write reads as what it folds into).
-
-    Returns:
-        The AIMessage id, or None.
-    """
+    """The id of the AIMessage whose calls' events wait in a channel value's log, if any."""
     return _batch_of(_checked(value))
 
 
@@ -739,14 +654,6 @@ def unrecorded_positions(value: Any, batch_id: str | None, size: int) -> list[in
 
     The guard records every call it answers or runs; a call of the batch without an event
     was answered by another piece before it reached the guard.
-
-    Args:
-        value: The channel value (a partly reported batch is in its log).
-        batch_id: Id of the AIMessage holding the batch.
-        size: Number of calls in the batch.
-
-    Returns:
-        The positions, in order (empty when every call has an event).
     """
     if batch_id is None or size <= 0:
         return []
@@ -760,16 +667,10 @@ def unrecorded_positions(value: Any, batch_id: str | None, size: int) -> list[in
 
 
 def settled(value: Any) -> Mapping[str, Any]:
-    """Return a checked channel value with its batch in progress folded in, for reading only.
+    """A checked channel value with its batch in progress folded in; read-only.
 
     Never raises: an unreadable value gives the reset state `load_state` gives. Derived
     once per value (`_KNOWN`), since a step reads the same value several times.
-
-    Args:
-        value: A channel value (any format; unreadable values give a reset state).
-
-    Returns:
-        A read-only state; do not mutate it.
     """
     facts = _facts(value)
     state: Mapping[str, Any] | None = facts.get("settled")
@@ -777,10 +678,63 @@ def settled(value: Any) -> Mapping[str, Any]:
         state = facts["state"]
         if state["log"]:
             folded = _shallow(state)
-            _fold_log(folded, FoldSettings.decode(folded["cfg"]))
+            _fold_log(folded, {**DEFAULT_CFG, **folded["cfg"]})
             state = folded
         facts["settled"] = state
     return state
+
+
+class PreviewFacts(NamedTuple):
+    """What a channel value keeps of tool results (its result memos, tail and log's events)."""
+
+    held: frozenset[str]  # the non-empty previews (what a scrub may have to drop)
+    # Digests of results kept without a preview: where the guard cannot know yet what the
+    # model will be given (in `create_agent`, a middleware may still change a result in its
+    # `before_model`), the model call adds them (`show_update`).
+    unshown: frozenset[str]
+    # Every digest. A ToolMessage whose text hashes to none is not what the guard recorded: a
+    # middleware changed it after the tool ran (or the guard answered it itself).
+    recorded: frozenset[str]
+
+
+def preview_facts(value: Any) -> PreviewFacts:
+    """The `PreviewFacts` of a channel value, derived once per value (`_KNOWN`).
+
+    A model call reads them all of the same value (`ReplayGuardMiddleware._scrub`, `_show`,
+    `_given`).
+    """
+    facts = _facts(value)
+    found: PreviewFacts | None = facts.get("previews")
+    if found is not None:
+        return found
+    state = facts["state"]
+    held: set[Any] = set()
+    unshown: set[Any] = set()
+    recorded: set[Any] = set()
+    for memo in state["results"].values():  # [hash, epoch, same in a row, preview(, id)]
+        digest, preview = memo[0], memo[3]
+        recorded.add(digest)
+        if preview:
+            held.add(preview)
+        elif preview is None and digest is not None:
+            unshown.add(digest)
+    recorded.update([item[1] for item in state["tail"]])  # [key, result hash, tool]
+    for ev in state["log"]:
+        digest, preview = ev["h"], ev["p"]
+        recorded.add(digest)
+        held.add(preview)
+        if preview is None and ev["o"] == "success":
+            unshown.add(digest)
+    found = PreviewFacts(
+        frozenset([p for p in held if isinstance(p, str) and p]),
+        frozenset([h for h in unshown if isinstance(h, str)]),
+        frozenset([h for h in recorded if isinstance(h, str)]),
+    )
+    facts["previews"] = found
+    return found
+
+
+# -- the reducer and the writes ------------------------------------------------------------------
 
 
 def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
@@ -820,194 +774,15 @@ def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
     return merged
 
 
-def _results_copy(value: Any) -> dict[str, Any]:
-    """A private state for a preview edit (`_shown`, `_scrubbed`).
-
-    Those edits replace entries of `results`, and `log` and `notice` whole, and change
-    nothing else: only `results` is copied, not every map and list (`_shallow`).
-    """
-    state = dict(_checked(value))
-    state["results"] = state["results"].copy()
-    return state
-
-
-SCRUB_OP = "scrub"
-"""`op` of a write that drops result previews the thread's messages no longer hold."""
-
-
-SHOW_OP = "show"
-"""`op` of a write that gives results their previews, cut from the messages the model is given."""
-
-
-def held_previews(value: Any) -> set[str]:
-    """Every result preview a channel value keeps (its result memos and the log's events).
-
-    Args:
-        value: The channel's value.
-
-    Returns:
-        The non-empty previews.
-    """
-    return set(_preview_facts(value)[0])
-
-
-def recorded_hashes(value: Any) -> set[str]:
-    """The result digests a channel value keeps (result memos, the tail, the log's events).
-
-    A ToolMessage whose text hashes to none of them is not what the guard recorded: a
-    middleware changed it after the tool ran (or the guard answered it itself).
-
-    Args:
-        value: The channel's value.
-
-    Returns:
-        The digests.
-    """
-    return set(_preview_facts(value)[2])
-
-
-_PreviewFacts = tuple[frozenset[str], frozenset[str], frozenset[str]]
-
-
-def _preview_facts(value: Any) -> _PreviewFacts:
-    """`held_previews`, `unshown_hashes` and `recorded_hashes` of a value, in one read.
-
-    A model call reads all three of the same value (`ReplayGuardMiddleware._scrub`, `_show`,
-    `_given`): derived once per value (`_KNOWN`).
-    """
-    facts = _facts(value)
-    found: _PreviewFacts | None = facts.get("previews")
-    if found is not None:
-        return found
-    state = facts["state"]
-    # [result_hash, epoch, in_a_row, preview] (`ResultMemo`), read by position: checked
-    # (a digest is a string or None, a preview a string or None).
-    held: set[Any] = set()
-    unshown: set[Any] = set()
-    recorded: set[Any] = set()
-    for memo in state["results"].values():  # one pass, no comprehension calls
-        digest, preview = memo[0], memo[3]
-        recorded.add(digest)
-        if preview:
-            held.add(preview)
-        elif preview is None and digest is not None:
-            unshown.add(digest)
-    recorded.update([item[1] for item in state["tail"]])  # `TailItem.result`
-    for ev in state["log"]:
-        digest, preview = ev["h"], ev["p"]
-        recorded.add(digest)
-        held.add(preview)
-        if preview is None and ev["o"] == "success":
-            unshown.add(digest)
-    found = (
-        frozenset([p for p in held if isinstance(p, str) and p]),
-        frozenset([h for h in unshown if isinstance(h, str)]),
-        frozenset([h for h in recorded if isinstance(h, str)]),
-    )
-    facts["previews"] = found
-    return found
-
-
-def scrub_update(previews: Collection[str]) -> dict[str, Any]:
-    """The channel write that drops these previews (each result's digest stays).
-
-    A middleware may change a tool's result after the tool ran (`PIIMiddleware` redacts
-    tool results in its `before_model`): the guard then must not keep more of the result
-    than the model was given. The integrations find the previews no message holds any
-    more and write this.
-
-    Args:
-        previews: The preview texts to drop.
-
-    Returns:
-        The update to write into the channel.
-    """
-    return {"op": SCRUB_OP, "previews": sorted(previews)}
-
-
-def unshown_hashes(value: Any) -> set[str]:
-    """The digests of results a channel value keeps without a preview (memos, the log's events).
-
-    Where the guard cannot know yet what the model will be given (in `create_agent`, a
-    middleware may still change a result in its `before_model`), its events keep a digest
-    and no text; the model call adds the previews (`show_update`).
-
-    Args:
-        value: The channel's value.
-
-    Returns:
-        The digests.
-    """
-    return set(_preview_facts(value)[1])
-
-
-def show_update(previews: Mapping[str, str]) -> dict[str, Any]:
-    """The channel write that gives results without a preview the one the model was given.
-
-    Args:
-        previews: Result digest -> the preview, cut from the ToolMessage whose text has
-            that digest (a message a middleware changed has another digest: it gets none).
-
-    Returns:
-        The update to write into the channel.
-    """
-    return {"op": SHOW_OP, "previews": dict(sorted(previews.items()))}
-
-
-def _shown(state: dict[str, Any], previews: Any) -> dict[str, Any]:
-    """`state` with previews for the results that had none.
-
-    `state` is a private copy (`_results_copy`): its `results` map is its own, edited in
-    place; the entries it shares with the old value are replaced, never changed.
-    """
-    if not isinstance(previews, Mapping) or not all(
-        isinstance(h, str) and isinstance(p, str) for h, p in previews.items()
-    ):
-        return _ignored(state, "that is not in the guard's format (a preview write without texts)")
-    results = state["results"]
-    for key, memo in results.items():
-        # [result_hash, epoch, in_a_row, preview(, call_id)] (`ResultMemo`), read by position:
-        # checked. A memo without a call id stays four entries.
-        if memo[3] is None and memo[0] in previews:
-            results[key] = [memo[0], memo[1], memo[2], previews[memo[0]], *memo[4:]]
-    if state["log"]:
-        state["log"] = [
-            {**ev, "p": previews[ev["h"]]}
-            if ev["p"] is None and ev["o"] == "success" and ev["h"] in previews
-            else ev
-            for ev in state["log"]
-        ]
-    return state
-
-
-def _scrubbed(state: dict[str, Any], previews: Any) -> dict[str, Any]:
-    """`state` without the given previews (a private copy, edited as `_shown` edits it)."""
-    if not isinstance(previews, list) or not all(isinstance(p, str) for p in previews):
-        return _ignored(state, "that is not in the guard's format (a scrub without previews)")
-    drop = set(previews)
-    results = state["results"]
-    for key, memo in results.items():
-        if memo[3] in drop:
-            results[key] = [memo[0], memo[1], memo[2], None, *memo[4:]]
-    if state["log"]:
-        state["log"] = [{**ev, "p": None} if ev["p"] in drop else ev for ev in state["log"]]
-    return state
-
-
 def _merged(current: Any, update: Any, own: bool) -> dict[str, Any]:
     if own:  # the guard's own write, unchanged since: its events come from checked facts
         return _folded(load_state(current), update["events"], update.get("cfg", {}))
     if update is None:
         return load_state(current)
-    if isinstance(update, Mapping) and SEED_KEY in update:
-        as_update = _seed_update(update)
-        if as_update is not None:  # the first write of an earlier release
-            update, own = as_update, False
     edited = _first_write(update) and not update.keys() <= _WRITE_KEYS
     if isinstance(update, Mapping) and ("v" in update or edited):
-        # A whole state (update_state in Studio, a checkpoint of an older version):
-        # taken as it is when readable (an older format migrated), otherwise reported
-        # and reset.
+        # A whole state (update_state in Studio, a checkpoint of an older version, a format 2
+        # first write): taken as it is when readable, otherwise reported and reset.
         return load_state(update)
     state = load_state(current)
     if not isinstance(update, Mapping) or update.get("op") != "events":
@@ -1018,25 +793,6 @@ def _merged(current: Any, update: Any, own: bool) -> dict[str, Any]:
     except InvalidStateError as exc:
         return _ignored(state, f"that is not in the guard's format ({exc})")
     return _folded(state, events, cfg)
-
-
-SEED_KEY = "seed"
-"""Field of the first write of earlier releases: a whole state with the events it folded."""
-
-
-def _seed_update(seed: Mapping[str, Any]) -> StateUpdate | None:
-    """A seed's events as an update, when the seed is exactly the fold of its events."""
-    events = seed.get(SEED_KEY)
-    cfg = seed.get("cfg")
-    if not isinstance(events, list) or not isinstance(cfg, dict):
-        return None
-    update: StateUpdate = {"op": "events", "cfg": cfg, "events": events}
-    body = {k: v for k, v in seed.items() if k != SEED_KEY}
-    try:
-        folded = merge_guard_state(None, update)
-    except Exception:
-        return None
-    return update if folded == body else None
 
 
 def _folded(state: dict[str, Any], events: list[Event], cfg: dict[str, Any]) -> dict[str, Any]:
@@ -1056,6 +812,79 @@ def _ignored(state: dict[str, Any], what: str) -> dict[str, Any]:
     )
     logger.warning("langgraph-replay-guard: %s", state["notice"])
     return state
+
+
+SCRUB_OP = "scrub"
+"""`op` of a write that drops result previews the thread's messages no longer hold."""
+
+SHOW_OP = "show"
+"""`op` of a write that gives results their previews, cut from the messages the model is given."""
+
+
+def scrub_update(previews: Collection[str]) -> dict[str, Any]:
+    """The channel write that drops these previews (each result's digest stays).
+
+    A middleware may change a tool's result after the tool ran (`PIIMiddleware` redacts
+    tool results in its `before_model`): the guard then must not keep more of the result
+    than the model was given. The integrations find the previews no message holds any
+    more and write this.
+    """
+    return {"op": SCRUB_OP, "previews": sorted(previews)}
+
+
+def show_update(previews: Mapping[str, str]) -> dict[str, Any]:
+    """The channel write that gives results without a preview the one the model was given.
+
+    `previews`: result digest -> the preview, cut from the ToolMessage whose text has that
+    digest (a message a middleware changed has another digest: it gets none).
+    """
+    return {"op": SHOW_OP, "previews": dict(sorted(previews.items()))}
+
+
+def _results_copy(value: Any) -> dict[str, Any]:
+    """A private state for a preview edit (`_shown`, `_scrubbed`)."""
+    # Those edits replace entries of `results`, and `log` and `notice` whole: only `results`
+    # is copied, not every map and list (`_shallow`).
+    state = dict(_checked(value))
+    state["results"] = state["results"].copy()
+    return state
+
+
+def _shown(state: dict[str, Any], previews: Any) -> dict[str, Any]:
+    """`state` (`_results_copy`) with previews for the results that had none."""
+    if not isinstance(previews, Mapping) or not all(
+        isinstance(h, str) and isinstance(p, str) for h, p in previews.items()
+    ):
+        return _ignored(state, "that is not in the guard's format (a preview write without texts)")
+    results = state["results"]
+    for key, memo in results.items():  # a memo without a call id stays four entries
+        if memo[3] is None and memo[0] in previews:
+            results[key] = [memo[0], memo[1], memo[2], previews[memo[0]], *memo[4:]]
+    if state["log"]:
+        state["log"] = [
+            {**ev, "p": previews[ev["h"]]}
+            if ev["p"] is None and ev["o"] == "success" and ev["h"] in previews
+            else ev
+            for ev in state["log"]
+        ]
+    return state
+
+
+def _scrubbed(state: dict[str, Any], previews: Any) -> dict[str, Any]:
+    """`state` (`_results_copy`) without the given previews."""
+    if not isinstance(previews, list) or not all(isinstance(p, str) for p in previews):
+        return _ignored(state, "that is not in the guard's format (a scrub without previews)")
+    drop = set(previews)
+    results = state["results"]
+    for key, memo in results.items():
+        if memo[3] in drop:
+            results[key] = [memo[0], memo[1], memo[2], None, *memo[4:]]
+    if state["log"]:
+        state["log"] = [{**ev, "p": None} if ev["p"] in drop else ev for ev in state["log"]]
+    return state
+
+
+# -- the typed view ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -1149,34 +978,21 @@ class GuardView:
             The view.
         """
         state = settled(state)
-        stop = state.get("stop")
-        cycle = state.get("cycle")
-        totals = state["totals"]
+        stop, cycle = state["stop"], state["cycle"]
         return cls(
-            turn=state.get("turn"),
+            turn=state["turn"],
             epoch=state["epoch"],
             calls=state["calls"],
-            recent_calls=tuple(RecentCall(*ExecutedCall(*e)) for e in state["recent_calls"]),
-            counters=tuple(
-                CallCount(key, counter.tool, counter.attempts)
-                for key, counter in ((k, CallCounter(*v)) for k, v in state["counters"].items())
-            ),
+            recent_calls=tuple(RecentCall(*entry) for entry in state["recent_calls"]),
+            counters=tuple(CallCount(k, tool, n) for k, (n, tool) in state["counters"].items()),
             cycle=tuple(cycle["tools"]) if cycle else None,
             reminder=reminder_text,
             stop=dict(stop) if stop else None,
             stop_reason=stop["reason"] if stop else None,
-            blocked=tuple(
-                (call.tool, call.reason, call.attempt)
-                for call in (BlockedCall(*b) for b in state["blocked"])
-            ),
-            totals=GuardTotals(totals["calls"], totals["blocked"], totals["aborts"]),
-            notice=state.get("notice"),
-            reset=dict(state["reset"]) if state.get("reset") else None,
-            failures=tuple(
-                (tool, FailureStreak(*entry).in_a_row) for tool, entry in state["failures"].items()
-            ),
-            shadow=tuple(
-                (reason, blocked, stopped)
-                for reason, (blocked, stopped) in state.get("shadow", {}).items()
-            ),
+            blocked=tuple((tool, reason, n) for tool, reason, n in state["blocked"]),
+            totals=GuardTotals(**state["totals"]),
+            notice=state["notice"],
+            reset=dict(state["reset"]) if state["reset"] else None,
+            failures=tuple((tool, n) for tool, (_, n) in state["failures"].items()),
+            shadow=tuple((reason, b, s) for reason, (b, s) in state["shadow"].items()),
         )

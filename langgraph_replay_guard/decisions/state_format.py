@@ -3,50 +3,47 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from itertools import islice
-from typing import Any, NamedTuple, NoReturn, NotRequired, TypedDict
+from typing import Any, NoReturn, NotRequired, TypedDict
 
 __all__ = [
-    "DEFAULT_CYCLE_PERIOD",
-    "DEFAULT_WINDOW",
+    "DEFAULT_CFG",
     "FORMAT_VERSION",
     "MAX_BLOCKED_LOG",
     "MAX_DELIVERED",
     "MAX_FAILURE_STREAKS",
     "MAX_RESULTS",
+    "MAX_SHADOW_REASONS",
     "MAX_TRACKED_KEYS",
     "READABLE_VERSIONS",
-    "BlockedCall",
-    "CallCounter",
     "Event",
-    "ExecutedCall",
-    "FailureStreak",
-    "FoldSettings",
     "InvalidStateError",
-    "ResultMemo",
-    "TailItem",
     "decode_cfg",
     "decode_events",
     "decode_fields",
-    "migrate",
     "trim_map",
 ]
 
 FORMAT_VERSION = 3
 """Version of the channel format the guard writes (`"v"`)."""
 
-READABLE_VERSIONS = (1, 2, 3)
-"""Versions a stored value may be in: an older one is migrated (`migrate`), not reset."""
+READABLE_VERSIONS = (2, 3)
+"""Versions a stored value may be in (format 2 is read as format 3, `decode_fields`); any
+other resets the channel with a notice."""
 
-V1_RENAMED = {"window": "recent_calls", "counts": "counters", "stats": "totals"}
-"""Keys version 2 renamed (version 1 name -> version 2 name); every other key kept its name."""
+DEFAULT_CFG: dict[str, Any] = {
+    "w": 5,  # GuardConfig.history_window
+    "cp": 4,  # GuardConfig.max_cycle_period
+    "scope": "turn",  # GuardConfig.scope
+    "rr": "progress",  # GuardConfig.repeat_reset
+    "rd": True,  # GuardConfig.result_diff
+    "cy": True,  # GuardConfig.cycle_detection
+    "rm": True,  # GuardConfig.reminder (off in shadow mode)
+}
+"""The settings that shape the stored state, at their defaults.
 
-DEFAULT_WINDOW = 5
-"""Dedup window when the stored settings do not say (`GuardConfig.history_window`)."""
-
-DEFAULT_CYCLE_PERIOD = 4
-"""Longest cycle when the stored settings do not say (`GuardConfig.max_cycle_period`)."""
+The reducer is a module-level function with no access to the guard, so the settings a guard
+changed from these travel with its writes (`cfg`); a guard with the defaults writes none."""
 
 # The bounds `GuardConfig` enforces on the settings that travel with each write.
 _MAX_WINDOW = 10_000
@@ -59,16 +56,10 @@ _ABSENT = object()
 
 
 class InvalidStateError(ValueError):
-    """A channel value, or a write to it, that is not in the guard state's format.
-
-    Args:
-        path: Where in the value, such as `pending.events[0].i`.
-        expected: What belongs there.
-        got: What is there.
-    """
+    """A channel value, or a write to it, that is not in the guard state's format."""
 
     def __init__(self, path: str, expected: str, got: Any) -> None:
-        """Describe the problem."""
+        """Say what belongs at `path` (such as `log[0].i`) instead of `got`."""
         shown = repr(got)
         if len(shown) > _SHOWN_CHARS:
             shown = shown[: _SHOWN_CHARS - 3] + "..."
@@ -76,188 +67,36 @@ class InvalidStateError(ValueError):
         self.path = path
 
 
-# -- named types of the stored entries (the channel stores them as plain JSON) ----------------
-
-
-class CallCounter(NamedTuple):
-    """`counters[key]`, stored as `[attempts, tool]`: attempts of one distinct call."""
-
-    attempts: int
-    tool: str
-
-
-class ResultMemo(NamedTuple):
-    """`results[key]`, stored as `[result_hash, epoch, in_a_row, preview]` (`, call_id`).
-
-    The last result of one distinct call, the epoch after it, how many identical results it
-    gave in a row, and a preview for the model. `call_id` (a fifth entry, only when set) is
-    the tool_call_id of the call that gave it when that call ran under other arguments than
-    the model's message holds (a middleware changed one): the model's messages cannot name
-    that call by its key, so a duplicate finds the earlier answer by this id.
-    """
-
-    result_hash: str | None
-    epoch: int
-    in_a_row: int
-    preview: str | None
-    call_id: str | None = None
-
-
-class ExecutedCall(NamedTuple):
-    """An entry of `recent_calls` (the dedup window), stored as `[key, tool, outcome, epoch]`."""
-
-    key: str
-    tool: str
-    outcome: str
-    epoch: int
-
-
-class TailItem(NamedTuple):
-    """An entry of `tail` (cycle detection), stored as `[key, result, tool]`."""
-
-    key: str
-    result: str
-    tool: str
-
-
-class FailureStreak(NamedTuple):
-    """`failures[tool]`, stored as `[signature, in_a_row]`: the tool's current failure streak.
-
-    The signature of its last failure (`failures.failure_signature`) and how many calls of
-    the tool in a row ended in it (a call the layer blocked counts too).
-    """
-
-    signature: str
-    in_a_row: int
-
-
-class BlockedCall(NamedTuple):
-    """An entry of `blocked`, stored as `[tool, reason, attempt]`."""
-
-    tool: str
-    reason: str
-    attempt: int
-
-
 class Event(TypedDict):
-    """One recorded call, as the guard builds it (`engine.make_event`) and the channel stores it.
+    """One recorded call, as `engine.make_event` builds it and the channel stores it.
 
     Keys are short because events sit in checkpoints; `EVENT` checks them. The fold reads each
-    key once, into a local named as below (`state._apply`).
-
-    Attributes:
-        b: batch, id of the AIMessage that asked for the call (None: apply at once).
-        i: index, position of the call in its batch.
-        t: turn, id of the user message that opened the turn.
-        k: key, the call key.
-        n: tool, the tool name.
-        a: args, a short, sanitized argument summary (for reminders; never tool output).
-        c: replay, the call's replay class.
-        v: volatile, whether it is a volatile read.
-        s: short-circuits, whether result-diff may short-circuit this tool.
-        o: outcome, `"success"`, `"failure"`, `"timeout"`, `"denied"` or `"answered"`.
-        h: digest, hash of the result (a success) or of the error text (a failure).
-        p: preview, the result preview (goes to the model in ToolMessages only).
-        r: reason, the decision's reason for a denied call (in shadow mode: for a call that
-            ran although enforcing would have blocked it).
-        x: abort, whether the denial stopped the run.
-        m: batch size (optional); once every position reported, the batch is folded.
-        f: `[signature, limit]` (optional) of a failed call: its failure signature and the
-            tool's same-failure threshold (absent on a success, on a denied call and when
-            the layer is off for the tool).
-        d: call id (optional), the tool_call_id of a call that ran under other arguments than
-            the model asked (see `ResultMemo.call_id`).
-        g: background (optional, only `true`): the call starts work that outlives it (see
-            `CallClass.background`).
+    key once, into a local named as the comment below (`state._apply`).
     """
 
-    b: str | None
-    i: int
-    t: str | None
-    k: str
-    n: str
-    a: str
-    c: str
-    v: bool
-    s: bool
-    o: str
-    h: str | None
-    p: str | None
+    b: str | None  # batch: id of the AIMessage that asked for the call (None: apply at once)
+    i: int  # index: position of the call in its batch
+    t: str | None  # turn: id of the user message that opened the turn
+    k: str  # key: the call key
+    n: str  # tool: the tool name
+    a: str  # args: a short, sanitized argument summary (for reminders; never tool output)
+    c: str  # replay: the call's replay class
+    v: bool  # volatile: whether it is a volatile read
+    s: bool  # short-circuits: whether result-diff may short-circuit this tool
+    o: str  # outcome: success, failure, timeout, denied or answered (`state.Outcome`)
+    h: str | None  # digest: hash of the result (a success) or of the error text (a failure)
+    p: str | None  # preview: the result preview (goes to the model in ToolMessages only)
+    # reason: why a denied call was denied (in shadow mode: why enforcing would have blocked
+    # a call that ran)
     r: str | None
-    x: bool
-    m: NotRequired[int]
+    x: bool  # abort: whether the denial stopped the run
+    m: NotRequired[int]  # batch size: once every position reported, the batch is folded
+    # [failure signature, the tool's same-failure limit] of a failed call the layer watches
     f: NotRequired[list[Any]]
+    # call id: the tool_call_id of a call that ran under other arguments than the model asked
+    # (a middleware changed one), kept in its result memo: a duplicate finds it by this id
     d: NotRequired[str]
-    g: NotRequired[bool]
-
-
-@dataclass(frozen=True, slots=True)
-class FoldSettings:
-    """The settings that shape the stored state; those not at their default travel as `cfg`.
-
-    The reducer is a module-level function with no access to the guard, so the settings a
-    guard changed from their defaults are written with its events, under short keys (`w`,
-    `cp`, `scope`, `rr`, `rd`, `cy`, `rm`); a guard with the default ones writes none.
-
-    Attributes:
-        window: `GuardConfig.history_window` (`w`).
-        cycle_period: `GuardConfig.max_cycle_period` (`cp`).
-        scope: `GuardConfig.scope`.
-        repeat_reset: `GuardConfig.repeat_reset` (`rr`).
-        result_diff: `GuardConfig.result_diff` (`rd`).
-        cycles: `GuardConfig.cycle_detection` (`cy`).
-        reminders: `GuardConfig.reminder` (`rm`).
-    """
-
-    window: int = DEFAULT_WINDOW
-    cycle_period: int = DEFAULT_CYCLE_PERIOD
-    scope: str = "turn"
-    repeat_reset: str = "progress"
-    result_diff: bool = True
-    cycles: bool = True
-    reminders: bool = True
-
-    def encode(self) -> dict[str, Any]:
-        """The stored form: only the settings that differ from the defaults."""
-        stored = {
-            "w": self.window,
-            "cp": self.cycle_period,
-            "scope": self.scope,
-            "rr": self.repeat_reset,
-            "rd": self.result_diff,
-            "cy": self.cycles,
-            "rm": self.reminders,
-        }
-        return {key: value for key, value in stored.items() if value != _DEFAULTS[key]}
-
-    @classmethod
-    def decode(cls, cfg: Mapping[str, Any]) -> FoldSettings:
-        """The named form of stored settings already checked by `decode_cfg` (absent: default)."""
-        if not cfg:  # a guard with the default settings writes none
-            return _DEFAULT_SETTINGS
-        return cls(
-            cfg.get("w", DEFAULT_WINDOW),
-            cfg.get("cp", DEFAULT_CYCLE_PERIOD),
-            cfg.get("scope", "turn"),
-            cfg.get("rr", "progress"),
-            cfg.get("rd", True),
-            cfg.get("cy", True),
-            cfg.get("rm", True),
-        )
-
-
-_DEFAULT_SETTINGS = FoldSettings()
-
-_DEFAULTS = {
-    "w": DEFAULT_WINDOW,
-    "cp": DEFAULT_CYCLE_PERIOD,
-    "scope": "turn",
-    "rr": "progress",
-    "rd": True,
-    "cy": True,
-    "rm": True,
-}
-"""The stored form of the default settings (`FoldSettings()`)."""
+    g: NotRequired[bool]  # background (only true): the call starts work that outlives it
 
 
 def _fail(path: str, expected: str, got: Any) -> NoReturn:
@@ -265,17 +104,10 @@ def _fail(path: str, expected: str, got: Any) -> NoReturn:
 
 
 def trim_map(mapping: dict[str, Any], cap: int) -> dict[str, Any]:
-    """The last `cap` entries of a map (the most recently used), in order.
+    """A new map of the last `cap` entries of a least-recently-used-first map, in order.
 
     Reads only those entries (a reversed dict view starts at the end), so trimming a huge
     map costs the size of the cap, not of the map.
-
-    Args:
-        mapping: A map in least-recently-used-first order.
-        cap: Most entries kept.
-
-    Returns:
-        A new map.
     """
     if len(mapping) <= cap:
         return dict(mapping)
@@ -445,29 +277,29 @@ def _check(value: Any, spec: Spec, path: str, bounds: Mapping[str, int]) -> Any:
 
 EVENT = _object(
     {
-        "b": OPT_TEXT,  # batch: the AIMessage id
-        "i": NAT,  # position in the batch
-        "t": OPT_TEXT,  # turn
-        "k": TEXT,  # call key
-        "n": TEXT,  # tool name
-        "a": TEXT,  # argument summary
-        "c": TEXT,  # replay class
-        "v": FLAG,  # volatile
-        "s": FLAG,  # short-circuits
+        "b": OPT_TEXT,
+        "i": NAT,
+        "t": OPT_TEXT,
+        "k": TEXT,
+        "n": TEXT,
+        "a": TEXT,
+        "c": TEXT,
+        "v": FLAG,
+        "s": FLAG,
         "o": _choice(_OUTCOMES),
-        "h": OPT_TEXT,  # result digest
-        "p": OPT_TEXT,  # preview
-        "r": OPT_TEXT,  # reason
-        "x": FLAG,  # abort
-        "m": NAT,  # batch size
+        "h": OPT_TEXT,
+        "p": OPT_TEXT,
+        "r": OPT_TEXT,
+        "x": FLAG,
+        "m": NAT,
         "f": _row("[failure signature, limit >= 1]", TEXT, POSITIVE),
-        "d": TEXT,  # tool_call_id of a call that ran changed
+        "d": TEXT,
         "g": TRUE,
     },
     optional=("m", "f", "d", "g"),
     what="a recorded call (keys b i t k n a c v s o h p r x, optional m f d g)",
 )
-"""An `Event` (its keys named there)."""
+"""An `Event` (its docstring names each key)."""
 
 EVENTS = _list(EVENT, what="a list of recorded calls")
 
@@ -484,7 +316,7 @@ CFG = _object(
     optional=("w", "cp", "scope", "rr", "rd", "cy", "rm"),
     what="an object of guard settings (w cp scope rr rd cy rm)",
 )
-"""The fold settings (`FoldSettings`); any may be absent (then its default)."""
+"""The fold settings (`DEFAULT_CFG`); any may be absent (then its default)."""
 
 MAX_TRACKED_KEYS = 32
 """Most distinct calls whose repeat counts are kept (least recently used evicted first)."""
@@ -520,7 +352,7 @@ FIELDS: dict[str, tuple[Spec, Any]] = {
         _ABSENT,
     ),
     "counters": (_map(_row("[count, tool]", INT, TEXT), MAX_TRACKED_KEYS), _ABSENT),
-    # A fifth entry, the tool_call_id of a call that ran changed (`ResultMemo.call_id`), is
+    # A fifth entry, the tool_call_id of a call that ran changed (event key `d`), is
     # optional: absent in values of earlier releases and for calls that ran as asked.
     "results": (
         _map(
@@ -586,7 +418,8 @@ FIELDS: dict[str, tuple[Spec, Any]] = {
     ),
     "background": (FLAG, False),
 }
-"""Every field of a stored guard state (format 2), in the order they are checked."""
+"""Every field of a stored guard state, in the order they are checked; the row names say
+what each position of a stored entry holds (the fold and the engine read them by position)."""
 
 
 def _cross_checks(state: dict[str, Any]) -> None:
@@ -600,90 +433,36 @@ def _cross_checks(state: dict[str, Any]) -> None:
             _fail("cycle.tools", "a list of tool names as long as cycle.keys", tools)
         if cycle["pos"] >= len(keys):
             _fail("cycle.pos", f"a position in cycle.keys (below {len(keys)})", cycle["pos"])
-    state["totals"] = dict(state["totals"])  # the fold counts in it: a copy
 
 
 def decode_cfg(value: Any, path: str = "cfg") -> dict[str, Any]:
-    """Check the fold settings (`w`, `cp`, `scope`, `rr`, `rd`, `cy`, `rm`; any may be absent).
-
-    Args:
-        value: The settings.
-        path: Where they are, for the error message.
-
-    Returns:
-        A copy.
-
-    Raises:
-        InvalidStateError: A setting is unknown or out of its range.
-    """
+    """A checked copy of fold settings (`DEFAULT_CFG`), or `InvalidStateError`."""
     if type(value) is dict and not value.keys() <= CFG[5]:
         extra = sorted(value.keys() - CFG[5], key=str)[0]
         _fail(f"{path}.{extra}", "absent (not a guard setting)", value[extra])
     # Settings at their default are dropped: a value of an earlier release, which wrote them
     # all, reads as the same settings this release writes.
-    return {k: v for k, v in _check(value, CFG, path, {}).items() if v != _DEFAULTS[k]}
+    return {k: v for k, v in _check(value, CFG, path, {}).items() if v != DEFAULT_CFG[k]}
 
 
 def decode_events(value: Any, path: str) -> list[Any]:
-    """Check a list of recorded calls (`Event`s).
-
-    Args:
-        value: The events.
-        path: Where they are, for the error message.
-
-    Returns:
-        A new list holding the same event objects.
-
-    Raises:
-        InvalidStateError: The list or one of its events is malformed.
-    """
+    """A checked new list of recorded calls (`Event`), or `InvalidStateError`."""
     events: list[Any] = _check(value, EVENTS, path, {})
     return events
 
 
-def migrate(value: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A stored value in the current format: an older value is migrated, nothing lost.
-
-    Version 1 (written by earlier releases) stored the dedup window as `window`, the repeat
-    counters as `counts` and the thread totals as `stats`; version 2 names them as
-    `GuardView` does (`recent_calls`, `counters`, `totals`), with the same contents, and
-    kept the batch in progress as `pending` (`{"batch", "events"}`), which version 3 keeps
-    as `log` (its events). A thread checkpointed by an older release so resumes with its
-    counters. The result is not checked: `decode_fields` checks it like any current value.
-
-    Args:
-        value: A channel value whose `v` is one of `READABLE_VERSIONS`.
-
-    Returns:
-        `value` itself when it is current, else a migrated copy (entries shared).
-    """
-    version = value.get("v")
-    if version == FORMAT_VERSION:
-        return value
-    migrated = dict(value)
-    if version == 1:
-        renamed = set(V1_RENAMED.values())
-        migrated = {V1_RENAMED.get(k, k): item for k, item in value.items() if k not in renamed}
-    pending = migrated.pop("pending", None)
-    if pending is not None:
-        # A malformed `pending` is kept under `log`, where the check names it.
-        events = pending.get("events") if type(pending) is dict else None
-        migrated["log"] = events if type(events) is list and events else pending
-    migrated["v"] = FORMAT_VERSION
-    return migrated
-
-
 def decode_fields(value: Mapping[str, Any]) -> dict[str, Any]:
-    """Check every field of a channel value in the current format and return its copy.
+    """Check every field of a channel value (one pass over `FIELDS`) and return its copy.
 
-    One pass over `FIELDS`. The copy holds new top-level lists and maps (the fold appends
-    to them) but shares the entries, which nothing mutates. Maps and lists above their cap
-    keep their most recent entries (the fold would evict the others next); only kept
-    entries are checked. A field a value of an earlier release may lack takes its value
-    for absence (`FIELDS`); unknown fields are dropped.
+    The copy holds new top-level lists and maps (the fold appends to them) but shares the
+    entries, which nothing mutates. Maps and lists above their cap keep their most recent
+    entries (the fold would evict the others next); only kept entries are checked. A field
+    a value of an earlier release may lack takes its value for absence (`FIELDS`); unknown
+    fields are dropped. Format 2 differs only in keeping the batch in progress as
+    `pending` (`{"batch", "events"}`), read as the log (a malformed one is named there).
 
     Args:
-        value: A mapping in the current format version (see `migrate`).
+        value: A mapping whose `v` is one of `READABLE_VERSIONS`.
 
     Returns:
         The checked copy.
@@ -691,11 +470,15 @@ def decode_fields(value: Mapping[str, Any]) -> dict[str, Any]:
     Raises:
         InvalidStateError: The first malformed field or entry.
     """
+    pending = value.get("pending") if value.get("v") == 2 else None
+    if pending is not None:
+        events = pending.get("events") if type(pending) is dict else pending
+        value = {**value, "log": events}
     cfg = decode_cfg(value.get("cfg"))
     # The two caps that are settings; the others are numbers in `FIELDS`.
     bounds = {
-        "window": cfg.get("w", DEFAULT_WINDOW),
-        "tail": 2 * cfg.get("cp", DEFAULT_CYCLE_PERIOD),
+        "window": cfg.get("w", DEFAULT_CFG["w"]),
+        "tail": 2 * cfg.get("cp", DEFAULT_CFG["cp"]),
     }
     state: dict[str, Any] = {"v": FORMAT_VERSION}
     get = value.get

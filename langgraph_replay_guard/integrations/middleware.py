@@ -47,14 +47,12 @@ from langgraph_replay_guard.decisions.engine import fold_settings, loop_error, r
 from langgraph_replay_guard.decisions.keys import content_hash
 from langgraph_replay_guard.decisions.state import (
     Event,
-    held_previews,
     merge_guard_state,
     own_update,
-    recorded_hashes,
+    preview_facts,
     scrub_update,
     show_update,
     unrecorded_positions,
-    unshown_hashes,
 )
 from langgraph_replay_guard.guard import ReplayGuard
 from langgraph_replay_guard.integrations.answers import STOP_MARK, abort_answer, final_ai_message
@@ -357,7 +355,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         Returns:
             The channel value after the write (`value` when there is none).
         """
-        previews = held_previews(value)
+        previews = set(preview_facts(value).held)
         if not previews:
             return value
         # Newest messages first, stopping once every preview is found: the channel keeps the
@@ -413,7 +411,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         config = self._calls.config
         if not config.store_previews or value is None:
             return value
-        unshown = unshown_hashes(value)
+        unshown = preview_facts(value).unshown
         if not unshown:
             return value
         previews: dict[str, str] = {}
@@ -443,7 +441,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         thread_id = configurable.get("thread_id")
         if not batch or store is None or thread_id is None:
             return None
-        known = recorded_hashes(request.state.get(self.channel))
+        known = preview_facts(request.state.get(self.channel)).recorded
         given = {m.tool_call_id: m.content for m in batch if content_hash(_text(m)) not in known}
         if not given:
             return None

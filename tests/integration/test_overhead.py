@@ -215,7 +215,7 @@ def test_the_model_call_reads_previews_without_copying_the_state(
 
     value = state.merge_guard_state(None, state.show_update({}))
     monkeypatch.setattr(state, "_shallow", counting)
-    assert state.held_previews(value) == set()
-    assert state.unshown_hashes(value) == set()
-    assert state.recorded_hashes(value) == set()
+    assert state.preview_facts(value).held == set()
+    assert state.preview_facts(value).unshown == set()
+    assert state.preview_facts(value).recorded == set()
     assert copies == []

@@ -1,9 +1,9 @@
-"""A thread checkpointed by the previous release (guard channel format 1) resumes with its counters.
+"""A thread checkpointed by the previous release (guard channel format 2) resumes with its counters.
 
-The previous release stored the dedup window as `window`, the repeat counters as `counts` and
-the thread totals as `stats`. Such a value, in a real checkpoint (InMemorySaver, a SqliteSaver
-file reopened as a new process would) or in the callback handler's store, is migrated on read:
-the next repeat is blocked as if the thread had never changed release.
+The previous release kept the batch in progress as `pending` (`{"batch", "events"}`). Such a
+value, in a real checkpoint (InMemorySaver, a SqliteSaver file reopened as a new process would)
+or in the callback handler's store, is read as format 3: the next repeat is blocked as if the
+thread had never changed release.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from langgraph.store.memory import InMemoryStore
 from langgraph.types import Overwrite
 
 from langgraph_replay_guard import GUARD_CHANNEL, ReplayGuard, ReplayGuardCallbackHandler
-from langgraph_replay_guard.decisions.state_format import V1_RENAMED
 from langgraph_replay_guard.testing import ScriptedChatModel
 from tests.integration.graphs import POLICY, SYSTEM, ToolRuns, build_custom_graph, make_tools
 
@@ -33,14 +32,13 @@ TOOL = "get_details_by_id"
 ARGS = {"id": "P1002"}
 
 
-def as_v1(value: dict[str, Any]) -> dict[str, Any]:
-    """A channel value as the previous release (format 1) stored it."""
-    old_names = {new: old for old, new in V1_RENAMED.items()}
-    v1 = {old_names.get(key, key): copy.deepcopy(item) for key, item in value.items()}
-    v1["v"] = 1
-    log = v1.pop("log")  # formats 1 and 2 kept the batch in progress as `pending`
-    v1["pending"] = {"batch": log[0]["b"], "events": log} if log else None
-    return v1
+def as_v2(value: dict[str, Any]) -> dict[str, Any]:
+    """A channel value as the previous release (format 2) stored it."""
+    v2 = copy.deepcopy(value)
+    v2["v"] = 2
+    log = v2.pop("log")  # format 2 kept the batch in progress as `pending`
+    v2["pending"] = {"batch": log[0]["b"], "events": log} if log else None
+    return v2
 
 
 def custom(guard: ReplayGuard, model: ScriptedChatModel, runs: ToolRuns, saver: Any) -> Any:
@@ -88,7 +86,7 @@ SAVERS = ["memory", "sqlite"]
 @pytest.mark.parametrize("way", ["overwrite", "update_state"])
 @pytest.mark.parametrize("saver_kind", SAVERS)
 @pytest.mark.parametrize("kind", list(BUILDERS))
-def test_a_format_1_checkpoint_resumes_with_its_counters(kind, saver_kind, way, tmp_path):
+def test_a_format_2_checkpoint_resumes_with_its_counters(kind, saver_kind, way, tmp_path):
     runs = ToolRuns()
     guard = ReplayGuard(POLICY)  # max_repeats=3: the 4th identical call aborts
     model = ScriptedChatModel.looping(TOOL, ARGS, times=4, final="Done.")
@@ -108,19 +106,19 @@ def test_a_format_1_checkpoint_resumes_with_its_counters(kind, saver_kind, way, 
         assert [list(entry) for entry in current["counters"].values()] == [[2, TOOL]]
         # The checkpoint as the previous release wrote it: `Overwrite` stores the raw value
         # (what an old checkpoint holds); `update_state` goes through the reducer.
-        old = as_v1(current)
+        old = as_v2(current)
         graph.update_state(config, {GUARD_CHANNEL: Overwrite(old) if way == "overwrite" else old})
         stored = graph.get_state(config).values[GUARD_CHANNEL]
         if way == "overwrite":
-            assert stored["v"] == 1, "the checkpoint holds format 1"
-            assert "counts" in stored
+            assert stored["v"] == 2, "the checkpoint holds format 2"
+            assert "pending" in stored
         else:
-            assert stored["v"] == 3, "the reducer migrated it"
+            assert stored["v"] == 3, "the reducer read it as format 3"
 
     with open_saver() as saver:  # a fresh connection, as after a restart
         graph = BUILDERS[kind](guard, model, runs, saver)
         view = guard.inspect(graph.get_state(config))
-        assert view.reset is None, "migrated, not reset"
+        assert view.reset is None, "read, not reset"
         assert view.notice is None
         assert [(c.tool, c.count) for c in view.counters] == [(TOOL, 2)]
         assert (view.totals.calls, view.totals.blocked) == (2, 1)
@@ -136,10 +134,10 @@ def test_a_format_1_checkpoint_resumes_with_its_counters(kind, saver_kind, way, 
     assert view.reset is None
 
 
-def test_a_callback_handlers_format_1_state_resumes_with_its_counters():
+def test_a_callback_handlers_format_2_state_resumes_with_its_counters():
     store = InMemoryStore()
     runs = ToolRuns()
-    thread = "callbacks-v1"
+    thread = "callbacks-v2"
 
     def run(handler: ReplayGuardCallbackHandler, times: int) -> None:
         model = ScriptedChatModel.looping(TOOL, ARGS, times=times, final="Done.")
@@ -152,7 +150,7 @@ def test_a_callback_handlers_format_1_state_resumes_with_its_counters():
     namespace = ("replay_guard", "callbacks")
     item = store.get(namespace, thread)
     assert item is not None
-    store.put(namespace, thread, as_v1(item.value))  # as the previous release stored it
+    store.put(namespace, thread, as_v2(item.value))  # as the previous release stored it
 
     handler = ReplayGuardCallbackHandler(scope, store=store)  # a new process
     view = handler.inspect(thread)

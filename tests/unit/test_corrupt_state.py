@@ -39,7 +39,6 @@ from langgraph_replay_guard.decisions.state import (
     new_state,
     settled,
 )
-from langgraph_replay_guard.decisions.state_format import DEFAULT_WINDOW
 from langgraph_replay_guard.integrations.batches import find_batch, turn_anchors
 from langgraph_replay_guard.integrations.callbacks.decisions import CallbackDecider, Refusal
 from langgraph_replay_guard.integrations.callbacks.scopes import ScopeTable
@@ -325,7 +324,7 @@ def test_an_oversize_map_is_trimmed_once_on_load_to_its_most_recent_entries(fiel
     value = huge_value(field)
     state = load_state(value)
     caps = {"counters": MAX_TRACKED_KEYS, "results": MAX_RESULTS, "blocked": MAX_BLOCKED_LOG}
-    cap = caps.get(field, CFG.get("w", DEFAULT_WINDOW))
+    cap = caps.get(field, CFG.get("w", GuardConfig().history_window))
     assert len(state[field]) == cap
     assert state["reset"] is None, "trimming is not a reset: the kept entries are valid"
     if isinstance(value[field], dict):

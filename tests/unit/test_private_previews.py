@@ -8,13 +8,20 @@ from typing import Any
 from langgraph_replay_guard import GuardConfig, ReplayGuard
 from langgraph_replay_guard.decisions.engine import Verdict
 from langgraph_replay_guard.decisions.state import (
-    held_previews,
     merge_guard_state,
-    recorded_hashes,
+    preview_facts,
     scrub_update,
 )
 
 SECRET = "Customer C1: jane.doe@example.com"
+
+
+def _held(value: Any) -> frozenset[str]:
+    return preview_facts(value).held
+
+
+def _recorded(value: Any) -> frozenset[str]:
+    return preview_facts(value).recorded
 
 
 def _state(ctl: Any) -> dict[str, Any]:
@@ -26,8 +33,8 @@ def test_without_previews_the_channel_keeps_no_result_text() -> None:
     ctl = ReplayGuard(GuardConfig(store_previews=False)).control()
     ctl.record_success("lookup", {"id": "C1"}, result=SECRET)
     assert "jane" not in json.dumps(_state(ctl))
-    assert held_previews(_state(ctl)) == set()
-    assert recorded_hashes(_state(ctl)), "the digest stays"
+    assert _held(_state(ctl)) == set()
+    assert _recorded(_state(ctl)), "the digest stays"
     decision = ctl.evaluate("lookup", {"id": "C1"})
     assert (decision.verdict, decision.reason) == (Verdict.DENY, "duplicate")
     assert decision.previous_result is None
@@ -58,11 +65,11 @@ def test_the_scrub_write_drops_previews_and_keeps_digests() -> None:
     ctl.record_success("lookup", {"id": "C2"}, result="Customer C2: no email")
     before = _state(ctl)
     kept = json.dumps(before)
-    assert held_previews(before) == {SECRET, "Customer C2: no email"}
+    assert _held(before) == {SECRET, "Customer C2: no email"}
     after = merge_guard_state(before, scrub_update([SECRET]))
-    assert held_previews(after) == {"Customer C2: no email"}
+    assert _held(after) == {"Customer C2: no email"}
     assert "jane" not in json.dumps(after)
-    assert recorded_hashes(after) == recorded_hashes(before)
+    assert _recorded(after) == _recorded(before)
     assert json.dumps(before) == kept, "the previous value is not changed in place"
 
 
@@ -70,5 +77,5 @@ def test_a_malformed_scrub_is_ignored_with_a_notice() -> None:
     ctl = ReplayGuard().control()
     ctl.record_success("lookup", {"id": "C1"}, result=SECRET)
     after = merge_guard_state(_state(ctl), {"op": "scrub", "previews": "all"})
-    assert held_previews(after) == {SECRET}
+    assert _held(after) == {SECRET}
     assert "ignored a write" in after["notice"]

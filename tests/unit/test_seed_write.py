@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from langgraph_replay_guard.decisions.state import (
-    SEED_KEY,
     load_state,
     merge_guard_state,
     own_update,
@@ -44,10 +43,12 @@ def test_a_first_write_merged_onto_an_existing_value_is_an_update():
     assert _calls(merge_guard_state(value, first)) == 2
 
 
-def test_a_seed_of_an_earlier_release_is_still_read():
+def test_a_seed_of_an_earlier_release_is_read_as_the_state_it_holds():
     # Format 2 wrote a whole state with its events under `seed` (a checkpoint may hold one).
     ev = event("read", 1, batch="ai-1", index=0, batch_size=1)
-    seed = {**write({}, ev), SEED_KEY: [ev]}
+    seed = {**write({}, ev), "v": 2, "seed": [ev]}
     assert _calls(seed) == 1  # stored as the channel's first value: the state it is
+    # Merged after another write it is a whole state, as any: it replaces the value (a turn
+    # in progress restarts its counters, CHANGELOG).
     other = write({}, event("read", 2, batch="ai-0", index=0, batch_size=1))
-    assert _calls(merge_guard_state(other, seed)) == 2  # merged after another write: its events
+    assert _calls(merge_guard_state(other, seed)) == 1

@@ -2,7 +2,7 @@
 
 A middleware that changes an argument the model gave (int -> str) makes a call no model
 message holds: its duplicates find its answer by the id the channel remembers
-(`ResultMemo.call_id`, event key `d`). The field is optional: a value written before it
+(a result memo's fifth entry, event key `d`). The field is optional: a value written before it
 existed (four-entry memos, events without `d`) loads, folds and reads back as it was.
 """
 
@@ -18,7 +18,6 @@ from langgraph_replay_guard.decisions.engine import call_facts, earlier_call_id
 from langgraph_replay_guard.decisions.state import load_state, merge_guard_state, settled
 from langgraph_replay_guard.decisions.state_format import (
     InvalidStateError,
-    ResultMemo,
     decode_events,
 )
 from tests.unit.test_corrupt_state import CONFIG, event, write
@@ -63,18 +62,16 @@ def test_a_value_without_the_field_loads_and_folds_as_before() -> None:
 
 def test_scrub_and_show_keep_the_id() -> None:
     value = write({}, event("read", 1, call_id="call-1"))
-    preview = ResultMemo(*value["results"][_key(1)]).preview
+    digest, epoch, in_a_row, preview, call_id = value["results"][_key(1)]
     assert preview
+    assert call_id == "call-1"
     scrubbed = merge_guard_state(value, {"op": "scrub", "previews": [preview]})
-    assert ResultMemo(*scrubbed["results"][_key(1)]) == ResultMemo(
-        *value["results"][_key(1)]
-    )._replace(preview=None)
-    memo = ResultMemo(*scrubbed["results"][_key(1)])
-    shown = merge_guard_state(scrubbed, {"op": "show", "previews": {memo.result_hash: "p"}})
-    assert shown["results"][_key(1)] == [memo.result_hash, memo.epoch, memo.in_a_row, "p", "call-1"]
+    assert scrubbed["results"][_key(1)] == [digest, epoch, in_a_row, None, "call-1"]
+    shown = merge_guard_state(scrubbed, {"op": "show", "previews": {digest: "p"}})
+    assert shown["results"][_key(1)] == [digest, epoch, in_a_row, "p", "call-1"]
     # A memo without an id stays four entries through both.
     plain = write({}, event("read", 2))
-    text = ResultMemo(*plain["results"][_key(2)]).preview
+    text = plain["results"][_key(2)][3]
     again = merge_guard_state(plain, {"op": "scrub", "previews": [text]})
     assert len(again["results"][_key(2)]) == 4
 

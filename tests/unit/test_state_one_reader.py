@@ -51,8 +51,8 @@ def test_a_checkpoint_copy_read_by_every_reader_is_checked_once(
     assert state.unrecorded_positions(stored, "ai-7", 2) == [1]
     assert state.delivered(stored, "ai-7")
     assert state.settled(stored)["calls"] == 7
-    assert state.held_previews(stored)
-    assert state.recorded_hashes(stored)
+    assert state.preview_facts(stored).held
+    assert state.preview_facts(stored).recorded
     assert state.load_state(stored)["log"]
     merge_guard_state(stored, own_update(fold_settings(CONFIG), [_event("read", 1)]))
     assert len(checks) == 1
