@@ -201,7 +201,6 @@ class _Psycopg(NamedTuple):
     connection: Any
     cursor: Any
     transformer: Any
-    query: Any
     error_from_result: Any
     operational_error: Any
 
@@ -214,7 +213,6 @@ def _psycopg() -> _Psycopg:
     and the PostgreSQL paths ran several a statement.
     """
     from psycopg import Connection, Cursor, OperationalError
-    from psycopg._queries import PostgresQuery
     from psycopg.adapt import Transformer
     from psycopg.errors import error_from_result
     from psycopg.rows import tuple_row
@@ -227,7 +225,6 @@ def _psycopg() -> _Psycopg:
         Connection,
         Cursor,
         Transformer,
-        PostgresQuery,
         error_from_result,
         OperationalError,
     )
@@ -327,6 +324,9 @@ def _direct(conn: Any, query: str, params: Sequence[Any], fetch: bool) -> list[A
     for param in params:
         if type(param) is not str:
             return None
+    numbered = _numbered(query)
+    if numbered is None or numbered[1] != len(params):
+        return None  # psycopg's cursor says what is wrong with it
     with conn.lock:
         pgconn = conn.pgconn
         if (
@@ -343,14 +343,14 @@ def _direct(conn: Any, query: str, params: Sequence[Any], fetch: bool) -> list[A
         if state is None:
             state = _prepared[conn] = _Prepared(conn)
         values = [param.encode() for param in params]
-        result = _direct_exec(pgconn, state, query, params, values)
+        result = _direct_exec(pgconn, state, query, numbered[0], values)
         if (
             result.status not in (_PQ_TUPLES_OK, _PQ_COMMAND_OK)
             and result.error_field(_PQ_SQLSTATE) == _NO_SUCH_STATEMENT
         ):
             # Someone ran DEALLOCATE ALL or DISCARD ALL on the connection: prepare again.
             state.names.clear()
-            result = _direct_exec(pgconn, state, query, params, values)
+            result = _direct_exec(pgconn, state, query, numbered[0], values)
         if result.status not in (_PQ_TUPLES_OK, _PQ_COMMAND_OK):
             if pgconn.status != _PQ_OK:  # the connection is lost (no SQLSTATE to map)
                 msg = f"consuming input failed: {result.get_error_message('utf-8')}"
@@ -365,18 +365,24 @@ def _direct(conn: Any, query: str, params: Sequence[Any], fetch: bool) -> list[A
         return rows
 
 
-def _direct_exec(
-    pgconn: Any, state: _Prepared, query: str, params: Sequence[Any], values: Any
-) -> Any:
-    """`PQexecPrepared` of `query`, preparing it first on this connection if needed."""
+@functools.lru_cache(maxsize=256)
+def _numbered(query: str) -> tuple[bytes, int] | None:
+    """A guard statement's `%s` placeholders as `$1`, `$2`...; None if it has another `%`."""
+    parts = query.split("%s")
+    if any("%" in part for part in parts):
+        return None
+    text = "".join(f"{part}${i}" for i, part in enumerate(parts[:-1], 1)) + parts[-1]
+    return text.encode(), len(parts) - 1
+
+
+def _direct_exec(pgconn: Any, state: _Prepared, query: str, text: bytes, values: Any) -> Any:
+    """`PQexecPrepared` of `query` (`text` numbered), preparing it first on this connection."""
     name = state.names.get(query)
     if name is None:
-        converted = _psycopg().query(state.tx)
-        converted.convert(query, params)
         state.made += 1
         name = f"_rg_{state.made}".encode()
         # Parameters of unknown type, as psycopg sends `str`: the server infers each.
-        prepared = pgconn.prepare(name, converted.query)
+        prepared = pgconn.prepare(name, text)
         if prepared.status != _PQ_COMMAND_OK:
             return prepared
         state.names[query] = name

@@ -216,3 +216,15 @@ def test_a_server_error_is_psycopgs_error_and_the_next_call_works(pg_uri):
         assert store.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         assert _run(store, thread, 0) == "ran"
         assert _run(store, thread, 0) == "replayed"
+
+
+def test_a_statement_with_another_percent_sign_goes_to_the_cursor(pg_uri, monkeypatch):
+    from langgraph.store.postgres import PostgresStore
+
+    assert store_cas._numbered("a = %s AND b = %s") == (b"a = $1 AND b = $2", 2)
+    assert store_cas._numbered("SELECT %s::text LIKE 'a%%'") is None  # psycopg's own escape
+    with PostgresStore.from_conn_string(pg_uri) as store:
+        sent = _counted(monkeypatch)
+        rows = store_cas._statement(store, store.conn, "SELECT %s::text LIKE 'a%%'", ["ab"])
+        assert rows == [(True,)]
+        assert sent == {"cursor": 1, "direct": 0}
