@@ -38,6 +38,8 @@ import psycopg  # noqa: E402
 from bench_ledger import _cpu_seconds, _with_postgres, context, run_once  # noqa: E402
 from langgraph.store.postgres import PostgresStore  # noqa: E402
 
+from langgraph_replay_guard.storage import store_cas  # noqa: E402
+
 STATEMENTS = [0]
 
 
@@ -52,7 +54,17 @@ def _counted(execute: Any) -> Any:
 def _count_statements() -> None:
     """Count every statement psycopg sends (each a round trip outside pipeline mode)."""
     psycopg.Cursor.execute = _counted(psycopg.Cursor.execute)  # type: ignore[method-assign]
-    # Connection.execute makes a cursor and runs its execute: counted there.
+    # Connection.execute makes a cursor and runs its execute: counted there. The guard's
+    # statements sent through libpq itself (`store_cas._direct`, where the code has it) too.
+    direct = getattr(store_cas, "_direct", None)
+    if direct is not None:
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            rows = direct(*args, **kwargs)
+            STATEMENTS[0] += rows is not None
+            return rows
+
+        store_cas._direct = run
 
 
 def _kinds(store: Any, tag: str, calls: int) -> dict[str, Any]:

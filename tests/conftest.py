@@ -46,6 +46,7 @@ SLOW_MODULES = frozenset(
         "tests/integration/test_coding_agent.py",
         "tests/integration/test_concurrent_claims.py",
         "tests/integration/test_ledger_call_cost.py",
+        "tests/integration/test_ledger_direct.py",
         "tests/integration/test_ledger_one_statement.py",
         "tests/integration/test_ledger_one_trip.py",
         "tests/integration/test_ledger_wake.py",

@@ -7,7 +7,6 @@ import datetime as dt
 import os
 import socket
 import threading
-import uuid
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -131,7 +130,7 @@ class OwnerRegistry:
     def new_owner(self, lease_seconds: float, now: dt.datetime) -> Owner:
         """A fresh claim holder for one attempt; it counts as alive until `release`."""
         host = self.ready()
-        owner_id = uuid.uuid4().hex
+        owner_id = os.urandom(16).hex()  # as `uuid4().hex`, without building a `UUID` (3 us)
         with self._lock:
             self._active.add(owner_id)
         until = now + dt.timedelta(seconds=lease_seconds)

@@ -198,6 +198,11 @@ class _Psycopg(NamedTuple):
     tuple_row: Any
     pool: Any
     async_pool: Any
+    connection: Any
+    cursor: Any
+    transformer: Any
+    error_from_result: Any
+    operational_error: Any
 
 
 @functools.cache
@@ -207,10 +212,22 @@ def _psycopg() -> _Psycopg:
     A function-level `from ... import` costs a lookup in `sys.modules` each time it runs,
     and the PostgreSQL paths ran several a statement.
     """
+    from psycopg import Connection, Cursor, OperationalError
+    from psycopg.adapt import Transformer
+    from psycopg.errors import error_from_result
     from psycopg.rows import tuple_row
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-    return _Psycopg(tuple_row, ConnectionPool, AsyncConnectionPool)
+    return _Psycopg(
+        tuple_row,
+        ConnectionPool,
+        AsyncConnectionPool,
+        Connection,
+        Cursor,
+        Transformer,
+        error_from_result,
+        OperationalError,
+    )
 
 
 # A `PostgresStore` -> the cursor its guard statements reuse on its own connection.
@@ -251,6 +268,144 @@ class _Cursor:
     def __exit__(self, *exc: object) -> None:
         if not self.kept:
             self.cur.close()
+
+
+# libpq's codes (`psycopg.pq`), spelled here: importing the enums costs a lookup a statement.
+_PQ_OK = 0  # ConnStatus.OK
+_PQ_IDLE = 0  # TransactionStatus.IDLE
+_PQ_COMMAND_OK = 1  # ExecStatus.COMMAND_OK
+_PQ_TUPLES_OK = 2  # ExecStatus.TUPLES_OK
+_PQ_SQLSTATE = ord("C")  # DiagnosticField.SQLSTATE
+_NO_SUCH_STATEMENT = b"26000"  # invalid_sql_statement_name: a DEALLOCATE or DISCARD ran
+
+
+class _Prepared:
+    """The guard's statements prepared on one connection, by name, and the loader of their rows.
+
+    The connection's own `Transformer` decodes the rows (its `jsonb` loader, or one the user
+    registered on the connection), as psycopg's cursor would.
+    """
+
+    __slots__ = ("made", "names", "tx")
+
+    def __init__(self, conn: Any) -> None:
+        self.names: dict[str, bytes] = {}
+        self.made = 0  # names are never reused: one dropped alone must not clash with a new one
+        self.tx = _psycopg().transformer(conn)
+
+
+# A psycopg connection -> the guard's statements prepared on it (`_direct`).
+_prepared: weakref.WeakKeyDictionary[Any, _Prepared] = weakref.WeakKeyDictionary()
+
+
+def _direct(conn: Any, query: str, params: Sequence[Any], fetch: bool) -> list[Any] | None:
+    """Run one guard statement through libpq itself, prepared once per connection by name.
+
+    psycopg's cursor costs about 15 us of Python a statement in a tight loop (its query
+    conversion, its prepared-statement bookkeeping, its wait loop), several times that
+    between a call's other work; libpq's `PQexecPrepared` runs the statement in one C call
+    that releases the GIL. Only for what that call can do as psycopg would: a sync
+    connection in autocommit, idle, not in pipeline mode, with psycopg's default cursor (a
+    `ClientCursor` connection asked for no server-side statements; so does
+    `prepare_threshold=None`, for PgBouncer), in UTF-8, text parameters only. Otherwise
+    None: the caller runs the statement on a cursor.
+
+    Raises:
+        psycopg.Error: The server's error, as psycopg's cursor raises it.
+    """
+    pg = _psycopg()
+    if (
+        not isinstance(conn, pg.connection)
+        or conn.cursor_factory is not pg.cursor
+        or not conn.autocommit
+        or conn.prepare_threshold is None
+    ):
+        return None
+    for param in params:
+        if type(param) is not str:
+            return None
+    numbered = _numbered(query)
+    if numbered is None or numbered[1] != len(params):
+        return None  # psycopg's cursor says what is wrong with it
+    with conn.lock:
+        pgconn = conn.pgconn
+        if (
+            pgconn.status != _PQ_OK
+            or pgconn.transaction_status != _PQ_IDLE
+            or pgconn.pipeline_status
+            or pgconn.parameter_status(b"client_encoding") != b"UTF8"
+        ):
+            return None  # a closed or busy connection: the cursor path says why
+        try:
+            state = _prepared.get(conn)
+        except TypeError:  # an unhashable connection subclass: nothing kept for it
+            return None
+        if state is None:
+            state = _prepared[conn] = _Prepared(conn)
+        values = [param.encode() for param in params]
+        result = _direct_exec(pgconn, state, query, numbered[0], values)
+        if (
+            result.status not in (_PQ_TUPLES_OK, _PQ_COMMAND_OK)
+            and result.error_field(_PQ_SQLSTATE) == _NO_SUCH_STATEMENT
+        ):
+            # Someone ran DEALLOCATE ALL or DISCARD ALL on the connection: prepare again.
+            state.names.clear()
+            result = _direct_exec(pgconn, state, query, numbered[0], values)
+        if result.status not in (_PQ_TUPLES_OK, _PQ_COMMAND_OK):
+            if pgconn.status != _PQ_OK:  # the connection is lost (no SQLSTATE to map)
+                msg = f"consuming input failed: {result.get_error_message('utf-8')}"
+                raise pg.operational_error(msg)
+            raise pg.error_from_result(result, encoding="utf-8")
+        if not fetch or result.status != _PQ_TUPLES_OK:
+            return []
+        tx = state.tx
+        tx.set_pgresult(result)
+        rows: list[Any] = tx.load_rows(0, result.ntuples, tuple)
+        tx.set_pgresult(None)
+        return rows
+
+
+@functools.lru_cache(maxsize=256)
+def _numbered(query: str) -> tuple[bytes, int] | None:
+    """A guard statement's `%s` placeholders as `$1`, `$2`...; None if it has another `%`."""
+    parts = query.split("%s")
+    if any("%" in part for part in parts):
+        return None
+    text = "".join(f"{part}${i}" for i, part in enumerate(parts[:-1], 1)) + parts[-1]
+    return text.encode(), len(parts) - 1
+
+
+def _direct_exec(pgconn: Any, state: _Prepared, query: str, text: bytes, values: Any) -> Any:
+    """`PQexecPrepared` of `query` (`text` numbered), preparing it first on this connection."""
+    name = state.names.get(query)
+    if name is None:
+        state.made += 1
+        name = f"_rg_{state.made}".encode()
+        # Parameters of unknown type, as psycopg sends `str`: the server infers each.
+        prepared = pgconn.prepare(name, text)
+        if prepared.status != _PQ_COMMAND_OK:
+            return prepared
+        state.names[query] = name
+    return pgconn.exec_prepared(name, values)
+
+
+def _statement(
+    store: Any, conn: Any, query: str, params: Sequence[Any], fetch: bool = True
+) -> list[Any]:
+    """One guard statement on a `PostgresStore`'s connection: its rows (`[]` unless `fetch`).
+
+    On the store's own connection through libpq (`_direct`) when it can, else on a cursor.
+    """
+    if conn is getattr(store, "conn", None) and getattr(store, "pipe", None) is None:
+        rows = _direct(conn, query, params, fetch)
+        if rows is not None:
+            return rows
+    with _Cursor(store, conn) as cur:
+        cur.execute(query, params)
+        if not fetch:
+            return []
+        found: list[Any] = cur.fetchall()
+        return found
 
 
 def _unwrap(store: Any) -> Any:
@@ -874,6 +1029,8 @@ def _claim_if_absent_text(count: int) -> str:
 
 def _pg_exec(store: Any, conn: Any, stmt: _Sql) -> list[tuple[Any, ...]]:
     """Run one statement of a plan on a sync connection: its last result's rows."""
+    if stmt.prepare is None and isinstance(stmt.query, str):
+        return _statement(store, conn, stmt.query, stmt.params or (), stmt.fetch)
     with _Cursor(store, conn) as cur:
         cur.execute(stmt.query, stmt.params, prepare=stmt.prepare)
         if not stmt.fetch:
@@ -1209,8 +1366,8 @@ def read_rows(store: BaseStore, keys: Iterable[tuple[tuple[str, ...], str]]) -> 
         return None
     pg = _psycopg()
     wanted = [(_text(ns), key) for ns, key in keys]
-    with _pg_connection(inner, pg.pool) as conn, _Cursor(inner, conn) as cur:
-        rows = cur.execute(*_read_query(wanted)).fetchall()
+    with _pg_connection(inner, pg.pool) as conn:
+        rows = _statement(inner, conn, *_read_query(wanted))
         _end_pipelined(inner)
         return _read_answer(wanted, rows)
 
@@ -1254,9 +1411,8 @@ def write_rows(store: BaseStore, puts: Iterable[tuple[tuple[str, ...], str, Any]
     with (
         _pg_connection(inner, _psycopg().pool) as conn,
         contextlib.nullcontext() if conn.autocommit else conn.transaction(),
-        _Cursor(inner, conn) as cur,
     ):
-        cur.execute(query, params)
+        _statement(inner, conn, query, params, fetch=False)
         _end_pipelined(inner)
     return True
 
@@ -1296,17 +1452,13 @@ def mark_waiting(store: BaseStore, namespace: tuple[str, ...], key: str) -> bool
     inner = store  # as `write_rows`: the store given, whose outcome writes the row
     if _kind_of(inner) != "postgres":
         return None
-    from psycopg.rows import tuple_row
-    from psycopg_pool import ConnectionPool
-
     with (
-        _pg_connection(inner, ConnectionPool) as conn,
+        _pg_connection(inner, _psycopg().pool) as conn,
         contextlib.nullcontext() if conn.autocommit else conn.transaction(),
-        conn.cursor(row_factory=tuple_row) as cur,
     ):
-        row = cur.execute(_PG_MARK, _mark_params(namespace, key)).fetchone()
+        rows = _statement(inner, conn, _PG_MARK, _mark_params(namespace, key))
         _end_pipelined(inner)
-    return bool(row and row[0])
+    return bool(rows and rows[0][0])
 
 
 async def amark_waiting(store: BaseStore, namespace: tuple[str, ...], key: str) -> bool | None:

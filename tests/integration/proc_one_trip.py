@@ -8,7 +8,8 @@ worker that is told to run a call appends `<thread>/<call>` to EFFECTS (its effe
 records the outcome. PATH `one` claims every call with its first read (one statement for an
 absent row; shipped, a thread's first reads claim with them after two found nothing); `two`
 forces the two-round-trip claim, to race the two against each other; `async` is `one` on an
-`AsyncPostgresStore` (the async driver of the same statements). Prints one JSON line:
+`AsyncPostgresStore` (the async driver of the same statements); `cursor` is `one` with the
+statements on psycopg's cursor instead of libpq's own call. Prints one JSON line:
 `{"ran": [...], "replayed": [...]}` (the calls' indexes).
 """
 
@@ -125,6 +126,12 @@ def main(argv: list[str]) -> None:
     ran: list[int] = []
     replayed: list[int] = []
     with PostgresStore.from_conn_string(uri) as store:
+        if path == "cursor":
+            # Another cursor class: the guard's statements go through psycopg's cursor, not
+            # libpq's own call (`store_cas._direct`), to race the two against each other.
+            import psycopg
+
+            store.conn.cursor_factory = type("OtherCursor", (psycopg.Cursor,), {})
         _ready(barrier, workers)
         for i in range(int(calls)):
             ctx = context(thread, i)
