@@ -37,6 +37,7 @@ import json
 import os
 import random
 import select
+import shlex
 import signal
 import socket
 import subprocess
@@ -133,6 +134,12 @@ def _child(request: dict[str, Any], fds: list[int], base_filters: list[Any]) -> 
     _apply_warnings(request["env"].get("PYTHONWARNINGS"), base_filters)
     _reopen_stdio(bool(request["env"].get("PYTHONUNBUFFERED")))
     sys.dont_write_bytecode = bool(request["env"].get("PYTHONDONTWRITEBYTECODE"))
+    if request.get("python"):
+        # `run(..., warm_python=True)`: the `python script` children this child starts itself
+        # (`sys.executable`, as an example's MCP servers are) go through the launcher
+        # (`launcher_executable`), so they are this zygote's children too, not cold starts.
+        sys.executable = request["python"]
+        os.environ[ZYGOTE_ENV] = request["zygote"]
     for entry in reversed(_paths(request["env"].get("PYTHONPATH"))):
         if entry not in sys.path:
             sys.path.insert(1, entry)
@@ -271,12 +278,14 @@ class _Zygote:
             self.proc.wait(timeout=10)
         with contextlib.suppress(Exception):
             self.proc.kill()
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
+        for name in (self.path, os.path.join(self.dir, _LAUNCHER_EXECUTABLE)):
+            with contextlib.suppress(OSError):
+                os.unlink(name)
         with contextlib.suppress(OSError):
             os.rmdir(self.dir)
 
 
+_LAUNCHER_EXECUTABLE = "python"  # `launcher_executable`'s file, in the first zygote's directory
 _lock = threading.Lock()
 _zygotes: list[_Zygote] = []
 _last = threading.local()
@@ -378,6 +387,7 @@ class WarmProcess:
         stdout: Any = None,
         stderr: Any = None,
         text: bool = False,
+        warm_python: bool = False,
     ) -> None:
         split = _split(argv)
         assert split is not None, argv
@@ -423,6 +433,9 @@ class WarmProcess:
             "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
             "env": child_env,
         }
+        if warm_python:
+            request["python"] = launcher_executable()
+            request["zygote"] = zygote.path
         self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._conn.connect(zygote.path)
@@ -504,6 +517,7 @@ class WarmProcess:
 
 def popen(argv: Sequence[Any], **kwargs: Any) -> Any:
     """`subprocess.Popen(argv, **kwargs)`, forked from a zygote when the command allows it."""
+    warm_python = kwargs.pop("warm_python", False)  # a cold child's own children start cold
     env = kwargs.get("env")
     unknown = set(kwargs) - {"cwd", "env", "stdin", "stdout", "stderr", "text"}
     if os.environ.get(COLD_ENV) == "1" or unknown or _split(argv) is None:
@@ -511,7 +525,31 @@ def popen(argv: Sequence[Any], **kwargs: Any) -> Any:
     zygote = _zygote_env()
     if not _warmable(env if env is not None else os.environ, zygote):
         return subprocess.Popen(argv, **kwargs)
-    return WarmProcess(argv, **kwargs)
+    return WarmProcess(argv, warm_python=warm_python, **kwargs)
+
+
+def launcher_executable() -> str:
+    """An executable that runs `python *args` as a warm child: `sys.executable` of a child
+    started with `run(..., warm_python=True)`.
+
+    A POSIX shell script (`exec python tests/warm_launch.py "$@"`, the launcher of
+    `launcher_command`) written once per process beside the first zygote's socket. For a
+    program that starts its own Python processes with `sys.executable` (an example's MCP
+    servers): each is a real process running its script, forked from the zygote instead of
+    importing `mcp` and LangGraph again.
+    """
+    start()
+    with _lock:
+        path = os.path.join(_zygotes[0].dir, _LAUNCHER_EXECUTABLE)
+        if not os.path.exists(path):
+            command = f"{shlex.quote(sys.executable)} {shlex.quote(str(LAUNCHER))}"
+            script = f'#!/bin/sh\nexec {command} "$@"\n'
+            partial = f"{path}.partial"
+            with open(partial, "w", encoding="utf-8") as handle:
+                handle.write(script)
+            os.chmod(partial, 0o755)
+            os.replace(partial, path)
+    return path
 
 
 def launcher_command(args: Sequence[str]) -> tuple[list[str], dict[str, str]]:
