@@ -67,6 +67,11 @@ PRELOAD = (
     "langgraph_replay_guard",
     "langgraph_replay_guard.cli.main",
     "tests.integration.replay_graphs",
+    # The crash tests' targets: each `crashtest` phase server (two per crash test, about 70 a
+    # run) imported its module again (its tools' schemas: 50 ms for the compositions).
+    "tests.integration.compositions",
+    "tests.integration.attack_fidelity_graphs",
+    "tests.integration.crashtest_graphs",
     "deepagents",
     "mcp.server.fastmcp",  # the MCP servers the MCP tests start (`stdio_command`)
     "ipykernel.kernelapp",  # the notebooks' kernels (tests/unit/test_notebooks.py)
