@@ -52,6 +52,8 @@ from typing import IO, Any
 ROOT = Path(__file__).resolve().parents[1]
 COLD_ENV = "REPLAY_GUARD_TEST_COLD"
 ZYGOTE_ENV = "REPLAY_GUARD_TEST_ZYGOTE"  # the socket of the zygote `tests/warm_launch.py` uses
+# The sockets of the zygotes the xdist controller started for all its workers (`start_shared`).
+SHARED_ENV = "REPLAY_GUARD_TEST_ZYGOTES"
 LAUNCHER = Path(__file__).with_name("warm_launch.py")
 # What every process test's child imports anyway; imported once in each zygote.
 PRELOAD = (
@@ -207,8 +209,11 @@ def _serve(path: str) -> None:
                 importlib.import_module(found.name)
     base_filters = list(warnings.filters)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
+    # Bound under another name and renamed once listening: a process that finds `path` (a
+    # worker of the run, with `SHARED_ENV`) can connect at once.
+    listener.bind(f"{path}.binding")
     listener.listen(64)
+    os.rename(f"{path}.binding", path)
     print("ready", flush=True)
     waiting: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, connection)
     while True:
@@ -292,7 +297,7 @@ class _Zygote:
 
 _LAUNCHER_EXECUTABLE = "python"  # `launcher_executable`'s file, in the first zygote's directory
 _lock = threading.Lock()
-_zygotes: list[_Zygote] = []
+_zygotes: list[_Zygote | _Shared] = []
 _last = threading.local()
 _child_cpu = [0.0]  # CPU seconds of the warm children this process waited for
 
@@ -312,12 +317,58 @@ def children_cpu() -> float:
 
 
 def start() -> None:
-    """Start the zygotes if they are not running; they import in the background meanwhile."""
+    """Start the zygotes if they are not running; they import in the background meanwhile.
+
+    In an xdist worker whose controller started them (`start_shared`), use those instead.
+    """
     with _lock:
         if not _zygotes:
+            shared = os.environ.get(SHARED_ENV)
+            if shared:
+                _zygotes.extend(_Shared(path) for path in shared.split(os.pathsep))
+                return
             seeds = random.sample(range(1, 2**31), _ZYGOTES)
             _zygotes.extend(_Zygote(seed) for seed in seeds)  # they import side by side
             atexit.register(_close_all)
+
+
+def start_shared() -> None:
+    """Start the zygotes in the xdist controller, for every worker it starts afterwards.
+
+    The workers find them through `SHARED_ENV` (inherited, as the controller's environment
+    is): one pair of zygotes for the run instead of a pair per worker, each importing
+    LangGraph, LangChain and the package (about 3 s of CPU a zygote). A zygote serves any
+    number of processes (it forks a child per request); each worker still alternates its
+    children between the two seeds. The controller stops them at its exit (`_close_all`),
+    when their CPU, and their children's, is reaped.
+    """
+    if os.environ.get(SHARED_ENV) or os.environ.get(COLD_ENV) == "1":
+        return  # a nested run uses its outer run's (a worker's environment names them)
+    start()
+    with _lock:
+        os.environ[SHARED_ENV] = os.pathsep.join(zygote.path for zygote in _zygotes)
+
+
+class _Shared:
+    """A zygote the xdist controller started (`start_shared`), known by its socket."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.dir = os.path.dirname(path)
+        self.env = {k: v for k, v in os.environ.items() if k != SHARED_ENV}
+        self.env["LANGSMITH_TRACING"] = "false"
+
+    def wait_ready(self) -> None:
+        """Wait until it listens: its socket appears under `path` once it does (`_serve`)."""
+        deadline = time.monotonic() + 300
+        while not os.path.exists(self.path):
+            if time.monotonic() > deadline:
+                msg = f"the run's test zygote at {self.path} did not start"
+                raise RuntimeError(msg)
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        """Nothing: the controller that started it stops it."""
 
 
 class _Remote:
@@ -327,7 +378,7 @@ class _Remote:
         self.path = path
 
 
-def _zygote() -> _Zygote | _Remote:
+def _zygote() -> _Zygote | _Shared | _Remote:
     """The zygote for this thread's next child: not the one its previous child came from."""
     remote = os.environ.get(ZYGOTE_ENV)
     if remote:  # in tests/warm_launch.py: the worker's zygote
@@ -549,7 +600,7 @@ def launcher_executable() -> str:
         if not os.path.exists(path):
             command = f"{shlex.quote(sys.executable)} {shlex.quote(str(LAUNCHER))}"
             script = f'#!/bin/sh\nexec {command} "$@"\n'
-            partial = f"{path}.partial"
+            partial = f"{path}.{os.getpid()}"  # two workers may write it at once
             with open(partial, "w", encoding="utf-8") as handle:
                 handle.write(script)
             os.chmod(partial, 0o755)
