@@ -266,11 +266,16 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if _CPU_DIR and (_CPU or _SHARED_ZYGOTES):
         import resource
 
+        def reaped() -> float:
+            children = resource.getrusage(resource.RUSAGE_CHILDREN)
+            return children.ru_utime + children.ru_stime
+
+        before = reaped()  # in the controller: its xdist workers, reaped already
         warm = sys.modules.get("tests.warm_children")
         if warm is not None:
             warm._close_all()  # type: ignore[attr-defined]  # reaped: their CPU counts below
-        children = resource.getrusage(resource.RUSAGE_CHILDREN)
-        whole = time.process_time() + children.ru_utime + children.ru_stime
+        # The controller counts only the zygotes it reaps here (the workers write their own).
+        whole = time.process_time() + (reaped() - before if not _CPU else reaped())
         _CPU[WHOLE_PROCESS] = [time.perf_counter() - _STARTED, whole, 0]
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         out = Path(_CPU_DIR)

@@ -3,9 +3,11 @@
 A test that runs `python -m some.module ...` pays LangGraph's and LangChain's imports (1-2 s,
 more under load) in every child. `run` takes the same arguments as `subprocess.run` and, for a
 `[sys.executable, "-m", module, ...]`, `[sys.executable, script.py, ...]` or
-`[sys.executable, "-c", code, ...]` command, forks the child from a zygote: a process per test
-worker that imported the heavy modules once and does nothing else (no thread, no connection,
-no open database), so what a forked child inherits is what its own imports would have made.
+`[sys.executable, "-c", code, ...]` command, forks the child from a zygote: a process that
+imported the heavy modules once and does nothing else (no thread, no connection, no open
+database), so what a forked child inherits is what its own imports would have made. Under
+xdist the controller starts the run's zygotes and every worker uses them (`start_shared`);
+a pytest in one process starts its own.
 The child is a real process with its own pid, stdin/stdout/stderr, working directory and
 environment; a SIGKILL (its own, or the test's through `pid`) ends it as it ends a cold one,
 and its exit status is reported the way `subprocess` reports it (`-9`).
