@@ -14,6 +14,7 @@ here rather than in each module, so the list stays in one place:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -133,6 +134,41 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return LongestFirst(config, log)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """In the xdist controller: start the warm zygotes once for all its workers.
+
+    Started before the workers (`pytest_sessionstart` of xdist starts them), which inherit
+    their sockets in the environment (`warm_children.start_shared`); they import while the
+    workers start and collect. Only with workers: a run in one process starts its own on
+    demand, as a worker did.
+    """
+    workers = (
+        config.getoption("numprocesses", None) if config.pluginmanager.has_plugin("xdist") else None
+    )
+    controller = workers and not hasattr(config, "workerinput")
+    if controller and not config.option.collectonly and _may_fork_warm(config):
+        from tests import warm_children
+
+        warm_children.start_shared()
+        _SHARED_ZYGOTES.append(True)  # their CPU is this process's (REPLAY_GUARD_TEST_CPU)
+
+
+def _may_fork_warm(config: pytest.Config) -> bool:
+    """Whether the run's paths may hold a test that forks warm children (a guess made before
+    collection, which the controller does not do: a directory, or a file naming the zygotes or
+    `crashtest`). A unit-test file on its own starts none, as its workers would."""
+    for arg in config.args or [str(config.rootpath / "tests")]:
+        path = Path(arg.split("::", 1)[0])
+        path = path if path.is_absolute() else config.invocation_params.dir / path
+        if path.is_dir():
+            return True
+        with contextlib.suppress(OSError):
+            text = path.read_text(encoding="utf-8")
+            if "warm_children" in text or "crashtest" in text:
+                return True
+    return False
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the warm zygotes early when collected modules use them (they import meanwhile).
 
@@ -187,6 +223,7 @@ if _CPU_DIR:
     if owner != str(os.getpid()) and not worker_of_owner:
         _CPU_DIR = None
 _CPU: dict[str, list[float]] = {}
+_SHARED_ZYGOTES: list[bool] = []  # set in the xdist controller that started the run's zygotes
 _SCHEDULE: list[tuple[str, float, float, float]] = []  # node id, start, wall, CPU
 
 
@@ -226,18 +263,25 @@ WHOLE_PROCESS = "(the worker process)"  # the key of a worker's whole CPU and wa
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Write this worker's per-file times (only under REPLAY_GUARD_TEST_CPU)."""
-    if _CPU_DIR and _CPU:
+    # The controller, with no test, writes its whole time too when it started the zygotes.
+    if _CPU_DIR and (_CPU or _SHARED_ZYGOTES):
         import resource
 
+        def reaped() -> float:
+            children = resource.getrusage(resource.RUSAGE_CHILDREN)
+            return children.ru_utime + children.ru_stime
+
+        before = reaped()  # in the controller: its xdist workers, reaped already
         warm = sys.modules.get("tests.warm_children")
         if warm is not None:
             warm._close_all()  # type: ignore[attr-defined]  # reaped: their CPU counts below
-        children = resource.getrusage(resource.RUSAGE_CHILDREN)
-        whole = time.process_time() + children.ru_utime + children.ru_stime
+        # The controller counts only the zygotes it reaps here (the workers write their own).
+        whole = time.process_time() + (reaped() - before if not _CPU else reaped())
         _CPU[WHOLE_PROCESS] = [time.perf_counter() - _STARTED, whole, 0]
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         out = Path(_CPU_DIR)
         out.mkdir(parents=True, exist_ok=True)
         # The pid too: a second process that reaches this hook never overwrites a worker's.
         (out / f"{worker}-{os.getpid()}.json").write_text(json.dumps(_CPU))
-        (out / f"{worker}-{os.getpid()}.schedule").write_text(json.dumps(_SCHEDULE))
+        if _SCHEDULE:
+            (out / f"{worker}-{os.getpid()}.schedule").write_text(json.dumps(_SCHEDULE))

@@ -38,8 +38,9 @@ def main(directory: str, top: int = 40) -> None:
     wall_sum = sum(v[0] for v in totals.values())
     print(f"{cpu_sum:7.1f} {wall_sum:7.1f} {sum(int(v[2]) for v in totals.values()):5d}  total")
     if whole is not None:
-        # Start-up, collection, zygotes' imports, servers' start: the workers' time outside tests.
-        print(f"{whole[1]:7.1f} {whole[0]:7.1f}        the workers' processes, whole (CPU, wall)")
+        # Start-up, collection, zygotes' imports, servers' start: the workers' time outside tests
+        # (and the xdist controller's, with the zygotes it started for all workers).
+        print(f"{whole[1]:7.1f} {whole[0]:7.1f}        the run's processes, whole (CPU, wall)")
 
 
 def _schedules(directory: str) -> dict[str, list[tuple[str, float, float, float]]]:

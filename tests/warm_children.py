@@ -3,9 +3,11 @@
 A test that runs `python -m some.module ...` pays LangGraph's and LangChain's imports (1-2 s,
 more under load) in every child. `run` takes the same arguments as `subprocess.run` and, for a
 `[sys.executable, "-m", module, ...]`, `[sys.executable, script.py, ...]` or
-`[sys.executable, "-c", code, ...]` command, forks the child from a zygote: a process per test
-worker that imported the heavy modules once and does nothing else (no thread, no connection,
-no open database), so what a forked child inherits is what its own imports would have made.
+`[sys.executable, "-c", code, ...]` command, forks the child from a zygote: a process that
+imported the heavy modules once and does nothing else (no thread, no connection, no open
+database), so what a forked child inherits is what its own imports would have made. Under
+xdist the controller starts the run's zygotes and every worker uses them (`start_shared`);
+a pytest in one process starts its own.
 The child is a real process with its own pid, stdin/stdout/stderr, working directory and
 environment; a SIGKILL (its own, or the test's through `pid`) ends it as it ends a cold one,
 and its exit status is reported the way `subprocess` reports it (`-9`).
@@ -37,6 +39,7 @@ import json
 import os
 import random
 import select
+import shlex
 import signal
 import socket
 import subprocess
@@ -51,6 +54,8 @@ from typing import IO, Any
 ROOT = Path(__file__).resolve().parents[1]
 COLD_ENV = "REPLAY_GUARD_TEST_COLD"
 ZYGOTE_ENV = "REPLAY_GUARD_TEST_ZYGOTE"  # the socket of the zygote `tests/warm_launch.py` uses
+# The sockets of the zygotes the xdist controller started for all its workers (`start_shared`).
+SHARED_ENV = "REPLAY_GUARD_TEST_ZYGOTES"
 LAUNCHER = Path(__file__).with_name("warm_launch.py")
 # What every process test's child imports anyway; imported once in each zygote.
 PRELOAD = (
@@ -66,6 +71,11 @@ PRELOAD = (
     "langgraph_replay_guard",
     "langgraph_replay_guard.cli.main",
     "tests.integration.replay_graphs",
+    # The crash tests' targets: each `crashtest` phase server (two per crash test, about 70 a
+    # run) imported its module again (its tools' schemas: 50 ms for the compositions).
+    "tests.integration.compositions",
+    "tests.integration.attack_fidelity_graphs",
+    "tests.integration.crashtest_graphs",
     "deepagents",
     "mcp.server.fastmcp",  # the MCP servers the MCP tests start (`stdio_command`)
     "ipykernel.kernelapp",  # the notebooks' kernels (tests/unit/test_notebooks.py)
@@ -133,6 +143,12 @@ def _child(request: dict[str, Any], fds: list[int], base_filters: list[Any]) -> 
     _apply_warnings(request["env"].get("PYTHONWARNINGS"), base_filters)
     _reopen_stdio(bool(request["env"].get("PYTHONUNBUFFERED")))
     sys.dont_write_bytecode = bool(request["env"].get("PYTHONDONTWRITEBYTECODE"))
+    if request.get("python"):
+        # `run(..., warm_python=True)`: the `python script` children this child starts itself
+        # (`sys.executable`, as an example's MCP servers are) go through the launcher
+        # (`launcher_executable`), so they are this zygote's children too, not cold starts.
+        sys.executable = request["python"]
+        os.environ[ZYGOTE_ENV] = request["zygote"]
     for entry in reversed(_paths(request["env"].get("PYTHONPATH"))):
         if entry not in sys.path:
             sys.path.insert(1, entry)
@@ -195,8 +211,11 @@ def _serve(path: str) -> None:
                 importlib.import_module(found.name)
     base_filters = list(warnings.filters)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
+    # Bound under another name and renamed once listening: a process that finds `path` (a
+    # worker of the run, with `SHARED_ENV`) can connect at once.
+    listener.bind(f"{path}.binding")
     listener.listen(64)
+    os.rename(f"{path}.binding", path)
     print("ready", flush=True)
     waiting: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, connection)
     while True:
@@ -271,14 +290,16 @@ class _Zygote:
             self.proc.wait(timeout=10)
         with contextlib.suppress(Exception):
             self.proc.kill()
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
+        for name in (self.path, os.path.join(self.dir, _LAUNCHER_EXECUTABLE)):
+            with contextlib.suppress(OSError):
+                os.unlink(name)
         with contextlib.suppress(OSError):
             os.rmdir(self.dir)
 
 
+_LAUNCHER_EXECUTABLE = "python"  # `launcher_executable`'s file, in the first zygote's directory
 _lock = threading.Lock()
-_zygotes: list[_Zygote] = []
+_zygotes: list[_Zygote | _Shared] = []
 _last = threading.local()
 _child_cpu = [0.0]  # CPU seconds of the warm children this process waited for
 
@@ -298,12 +319,58 @@ def children_cpu() -> float:
 
 
 def start() -> None:
-    """Start the zygotes if they are not running; they import in the background meanwhile."""
+    """Start the zygotes if they are not running; they import in the background meanwhile.
+
+    In an xdist worker whose controller started them (`start_shared`), use those instead.
+    """
     with _lock:
         if not _zygotes:
+            shared = os.environ.get(SHARED_ENV)
+            if shared:
+                _zygotes.extend(_Shared(path) for path in shared.split(os.pathsep))
+                return
             seeds = random.sample(range(1, 2**31), _ZYGOTES)
             _zygotes.extend(_Zygote(seed) for seed in seeds)  # they import side by side
             atexit.register(_close_all)
+
+
+def start_shared() -> None:
+    """Start the zygotes in the xdist controller, for every worker it starts afterwards.
+
+    The workers find them through `SHARED_ENV` (inherited, as the controller's environment
+    is): one pair of zygotes for the run instead of a pair per worker, each importing
+    LangGraph, LangChain and the package (about 3 s of CPU a zygote). A zygote serves any
+    number of processes (it forks a child per request); each worker still alternates its
+    children between the two seeds. The controller stops them at its exit (`_close_all`),
+    when their CPU, and their children's, is reaped.
+    """
+    if os.environ.get(SHARED_ENV) or os.environ.get(COLD_ENV) == "1":
+        return  # a nested run uses its outer run's (a worker's environment names them)
+    start()
+    with _lock:
+        os.environ[SHARED_ENV] = os.pathsep.join(zygote.path for zygote in _zygotes)
+
+
+class _Shared:
+    """A zygote the xdist controller started (`start_shared`), known by its socket."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.dir = os.path.dirname(path)
+        self.env = {k: v for k, v in os.environ.items() if k != SHARED_ENV}
+        self.env["LANGSMITH_TRACING"] = "false"
+
+    def wait_ready(self) -> None:
+        """Wait until it listens: its socket appears under `path` once it does (`_serve`)."""
+        deadline = time.monotonic() + 300
+        while not os.path.exists(self.path):
+            if time.monotonic() > deadline:
+                msg = f"the run's test zygote at {self.path} did not start"
+                raise RuntimeError(msg)
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        """Nothing: the controller that started it stops it."""
 
 
 class _Remote:
@@ -313,7 +380,7 @@ class _Remote:
         self.path = path
 
 
-def _zygote() -> _Zygote | _Remote:
+def _zygote() -> _Zygote | _Shared | _Remote:
     """The zygote for this thread's next child: not the one its previous child came from."""
     remote = os.environ.get(ZYGOTE_ENV)
     if remote:  # in tests/warm_launch.py: the worker's zygote
@@ -378,6 +445,7 @@ class WarmProcess:
         stdout: Any = None,
         stderr: Any = None,
         text: bool = False,
+        warm_python: bool = False,
     ) -> None:
         split = _split(argv)
         assert split is not None, argv
@@ -423,6 +491,9 @@ class WarmProcess:
             "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
             "env": child_env,
         }
+        if warm_python:
+            request["python"] = launcher_executable()
+            request["zygote"] = zygote.path
         self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._conn.connect(zygote.path)
@@ -504,6 +575,7 @@ class WarmProcess:
 
 def popen(argv: Sequence[Any], **kwargs: Any) -> Any:
     """`subprocess.Popen(argv, **kwargs)`, forked from a zygote when the command allows it."""
+    warm_python = kwargs.pop("warm_python", False)  # a cold child's own children start cold
     env = kwargs.get("env")
     unknown = set(kwargs) - {"cwd", "env", "stdin", "stdout", "stderr", "text"}
     if os.environ.get(COLD_ENV) == "1" or unknown or _split(argv) is None:
@@ -511,7 +583,31 @@ def popen(argv: Sequence[Any], **kwargs: Any) -> Any:
     zygote = _zygote_env()
     if not _warmable(env if env is not None else os.environ, zygote):
         return subprocess.Popen(argv, **kwargs)
-    return WarmProcess(argv, **kwargs)
+    return WarmProcess(argv, warm_python=warm_python, **kwargs)
+
+
+def launcher_executable() -> str:
+    """An executable that runs `python *args` as a warm child: `sys.executable` of a child
+    started with `run(..., warm_python=True)`.
+
+    A POSIX shell script (`exec python tests/warm_launch.py "$@"`, the launcher of
+    `launcher_command`) written once per process beside the first zygote's socket. For a
+    program that starts its own Python processes with `sys.executable` (an example's MCP
+    servers): each is a real process running its script, forked from the zygote instead of
+    importing `mcp` and LangGraph again.
+    """
+    start()
+    with _lock:
+        path = os.path.join(_zygotes[0].dir, _LAUNCHER_EXECUTABLE)
+        if not os.path.exists(path):
+            command = f"{shlex.quote(sys.executable)} {shlex.quote(str(LAUNCHER))}"
+            script = f'#!/bin/sh\nexec {command} "$@"\n'
+            partial = f"{path}.{os.getpid()}"  # two workers may write it at once
+            with open(partial, "w", encoding="utf-8") as handle:
+                handle.write(script)
+            os.chmod(partial, 0o755)
+            os.replace(partial, path)
+    return path
 
 
 def launcher_command(args: Sequence[str]) -> tuple[list[str], dict[str, str]]:

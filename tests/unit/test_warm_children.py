@@ -167,3 +167,39 @@ def test_a_warm_childs_streams_are_buffered_as_a_cold_childs(unbuffered: str | N
     warm = warm_children.run([sys.executable, "-c", code], **kwargs)  # type: ignore[arg-type]
     cold = subprocess.run([sys.executable, "-c", code], check=False, **kwargs)  # type: ignore[call-overload]
     assert warm.stdout == cold.stdout, (warm.stderr, cold.stderr)
+
+
+def test_a_warm_python_childs_own_python_children_are_warm_too(tmp_path: Path) -> None:
+    # `warm_python=True` (tests/integration/test_stack_examples.py): a program that starts
+    # `sys.executable script` itself (an example's MCP servers) gets real processes forked from
+    # the zygote, with their own pid, streams, environment and exit status, instead of cold
+    # interpreters importing LangGraph again. Without it, the same program starts them cold.
+    script = tmp_path / "child.py"
+    script.write_text(
+        "import os, sys\n"
+        "print(os.environ['WARM_MARKER'], 'langgraph.graph' in sys.modules, os.getpid())\n"
+        "sys.exit(int(sys.argv[1]))\n",
+        encoding="utf-8",
+    )
+    program = (
+        "import os, subprocess, sys\n"
+        "done = subprocess.run([sys.executable, sys.argv[1], '7'], capture_output=True,\n"
+        "    text=True, env={**os.environ, 'WARM_MARKER': 'grandchild'}, check=False)\n"
+        "print(done.returncode, done.stdout.strip(), os.getpid())\n"
+    )
+    seen = {}
+    for warm in (True, False):
+        done = warm_children.run(
+            [sys.executable, "-c", program, str(script)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+            warm_python=warm,
+        )
+        code, marker, preloaded, pid, parent = done.stdout.split()
+        assert (code, marker) == ("7", "grandchild"), done.stdout
+        assert pid != parent
+        seen[warm] = preloaded
+    assert seen == {True: "True", False: "False"}
