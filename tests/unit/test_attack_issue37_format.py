@@ -422,3 +422,37 @@ def test_a_result_memo_of_four_entries_reads_as_one_without_a_call_id():
     state = read_everywhere(value)
     assert state["reset"] is not None
     assert "results[" in state["reset"]["reason"]
+
+
+def hostile_writes() -> dict[str, Any]:
+    """Writes to the channel that the guard never builds (a node's or `update_state`'s)."""
+    ev = event("read", 1, batch="ai-1", index=0, batch_size=2)
+    writes: dict[str, Any] = {}
+    for name, entry in _entries(dict(ev)):
+        writes[f"an event with {name}"] = {"op": "events", "events": [entry]}
+    for name, events in mutations([ev]).items():
+        writes[f"events {name}"] = {"op": "events", "events": events}
+    for name, cfg in mutations({}).items():
+        writes[f"cfg {name}"] = {"op": "events", "events": [ev], "cfg": cfg}
+    writes["a format 2 seed"] = {**copy.deepcopy(BASES["full"]), "v": 2, "seed": [ev]}
+    writes["a seed alone"] = {"seed": [ev], "cfg": {}}
+    writes["another op"] = {"op": "zzz"}
+    writes["a scrub of numbers"] = {"op": "scrub", "previews": [1]}
+    writes["a show of NaN"] = {"op": "show", "previews": {"h": math.nan}}
+    writes["a list"] = [ev]
+    writes["a write with a version"] = {"op": "events", "events": [ev], "v": 3}
+    return writes
+
+
+@pytest.mark.parametrize("base", ["new", "full", "pending", "stopped"])
+def test_hostile_writes_never_raise_and_the_loop_still_stops(base):
+    for name, update in hostile_writes().items():
+        try:
+            value = merge_guard_state(copy.deepcopy(BASES[base]), update)
+            read_everywhere(value)
+            stops = loop_stops_at(value)
+        except BaseException as exc:
+            msg = f"{base}, {name}: {type(exc).__name__}: {exc}"
+            raise AssertionError(msg[:400]) from None
+        assert stops is not None, f"{base}, {name}: the loop never stopped"
+        assert stops <= LIMIT, f"{base}, {name}: stopped at call {stops}"
