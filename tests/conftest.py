@@ -64,6 +64,7 @@ SLOW_MODULES = frozenset(
         "tests/integration/test_served_guard.py",
         "tests/integration/test_stack_mcp.py",
         "tests/integration/test_studio.py",
+        "tests/unit/test_attack_issue37_differential.py",
         "tests/unit/test_notebooks.py",
         "tests/unit/test_warm_children.py",
     }

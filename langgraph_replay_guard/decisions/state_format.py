@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from itertools import islice
+from reprlib import Repr
 from typing import Any, NoReturn, NotRequired, TypedDict
 
 __all__ = [
@@ -53,6 +54,11 @@ _OUTCOMES = frozenset({"success", "failure", "timeout", "denied", "answered"})
 _SEQUENCES = (list, tuple)  # a tuple never comes from JSON, but reads the same
 _SHOWN_CHARS = 40
 _ABSENT = object()
+# Shows a bad value in a notice: a few levels deep and a few entries wide, so that a value
+# nested a thousand levels (an `update_state` from code) is named, not a RecursionError.
+_SHOWN = Repr()
+_SHOWN.maxlevel = _SHOWN.maxlist = _SHOWN.maxtuple = _SHOWN.maxdict = 4
+_SHOWN.maxstring = _SHOWN.maxother = _SHOWN.maxlong = _SHOWN_CHARS
 
 
 class InvalidStateError(ValueError):
@@ -60,7 +66,7 @@ class InvalidStateError(ValueError):
 
     def __init__(self, path: str, expected: str, got: Any) -> None:
         """Say what belongs at `path` (such as `log[0].i`) instead of `got`."""
-        shown = repr(got)
+        shown = _SHOWN.repr(got)
         if len(shown) > _SHOWN_CHARS:
             shown = shown[: _SHOWN_CHARS - 3] + "..."
         super().__init__(f"{path} should be {expected}, not {shown}")
@@ -348,10 +354,12 @@ FIELDS: dict[str, tuple[Spec, Any]] = {
     "epoch": (NAT, _ABSENT),
     "calls": (NAT, _ABSENT),
     "recent_calls": (
-        _list(_row("[key, tool, outcome, epoch]", TEXT, TEXT, TEXT, INT), "window"),
+        _list(_row("[key, tool, outcome, epoch]", TEXT, TEXT, TEXT, NAT), "window"),
         _ABSENT,
     ),
-    "counters": (_map(_row("[count, tool]", INT, TEXT), MAX_TRACKED_KEYS), _ABSENT),
+    # A count is at least 1 (the fold writes the call it counts): a count below would let
+    # that many more identical calls run before the repeat limit stops them.
+    "counters": (_map(_row("[count, tool]", POSITIVE, TEXT), MAX_TRACKED_KEYS), _ABSENT),
     # A fifth entry, the tool_call_id of a call that ran changed (event key `d`), is
     # optional: absent in values of earlier releases and for calls that ran as asked.
     "results": (
@@ -359,8 +367,8 @@ FIELDS: dict[str, tuple[Spec, Any]] = {
             _row(
                 "[result hash, epoch, same in a row, preview(, call id)]",
                 OPT_TEXT,
-                INT,
-                INT,
+                NAT,
+                POSITIVE,
                 OPT_TEXT,
                 OPT_TEXT,
                 optional=1,
@@ -389,7 +397,10 @@ FIELDS: dict[str, tuple[Spec, Any]] = {
     ),
     "reminder": (_nullable(_object({**_LOOP_NOTE, "batch": OPT_TEXT})), None),
     "stop": (_nullable(_object(_LOOP_NOTE)), None),
-    "blocked": (_list(_row("[tool, reason, count]", TEXT, TEXT, INT), MAX_BLOCKED_LOG), _ABSENT),
+    "blocked": (
+        _list(_row("[tool, reason, count]", TEXT, TEXT, POSITIVE), MAX_BLOCKED_LOG),
+        _ABSENT,
+    ),
     "totals": (_object({"calls": NAT, "blocked": NAT, "aborts": NAT}), _ABSENT),
     # The events of the batch in progress (one per position), folded once it is complete.
     "log": (EVENTS, []),
@@ -420,6 +431,15 @@ FIELDS: dict[str, tuple[Spec, Any]] = {
 }
 """Every field of a stored guard state, in the order they are checked; the row names say
 what each position of a stored entry holds (the fold and the engine read them by position)."""
+
+
+PENDING = _nullable(
+    _object(
+        {"batch": OPT_TEXT, "events": EVENTS},
+        what="the batch in progress of format 2 (an object with the keys batch, events)",
+    )
+)
+"""Format 2's `pending`: the batch in progress, read as format 3's `log` (`decode_fields`)."""
 
 
 def _cross_checks(state: dict[str, Any]) -> None:
@@ -470,10 +490,11 @@ def decode_fields(value: Mapping[str, Any]) -> dict[str, Any]:
     Raises:
         InvalidStateError: The first malformed field or entry.
     """
-    pending = value.get("pending") if value.get("v") == 2 else None
-    if pending is not None:
-        events = pending.get("events") if type(pending) is dict else pending
-        value = {**value, "log": events}
+    if value.get("v") == 2 and value.get("pending") is not None:
+        # Checked as it was stored, so that a notice names `pending`, not a `log` the
+        # value does not have; its events are then checked again as the log (a no-op).
+        pending = _check(value["pending"], PENDING, "pending", {})
+        value = {**value, "log": pending["events"]}
     cfg = decode_cfg(value.get("cfg"))
     # The two caps that are settings; the others are numbers in `FIELDS`.
     bounds = {
