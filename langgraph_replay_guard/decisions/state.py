@@ -899,11 +899,12 @@ def _preview_facts(value: Any) -> _PreviewFacts:
         held.add(preview)
         if preview is None and ev["o"] == "success":
             unshown.add(digest)
-    found = (
-        frozenset([p for p in held if isinstance(p, str) and p]),
-        frozenset([h for h in unshown if isinstance(h, str)]),
-        frozenset([h for h in recorded if isinstance(h, str)]),
-    )
+    # Checked: each is a string or None, so dropping None (and the empty preview) leaves the
+    # strings, without a comprehension's call per set.
+    held.difference_update((None, ""))
+    unshown.discard(None)
+    recorded.discard(None)
+    found = (frozenset(held), frozenset(unshown), frozenset(recorded))
     facts["previews"] = found
     return found
 

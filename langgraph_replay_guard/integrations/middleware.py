@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import operator
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired, Unpack, cast
 
 try:
@@ -217,6 +217,8 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self._offered: tuple[Any, ...] | None = None  # the tools the last model call offered
         self._others_run_tools = False
         self._build_unread = False  # said once: `_compat.agent_build` found no agent
+        # preview -> (index, message, its text): where `_scrub` last found each kept preview.
+        self._places: dict[str, tuple[int, Any, str]] = {}
         # The hooks as `create_agent` reads them (`m.wrap_model_call`): see `bind_hooks`.
         bind_hooks(self, ReplayGuardMiddleware, _HOOKS)
 
@@ -360,28 +362,26 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         previews = held_previews(value)
         if not previews:
             return value
+        messages: Sequence[Any] = request.state.get("messages") or ()
+        places = self._places
+        if _all_in_place(messages, list(map(places.get, previews))):
+            return value
+        missing = set()
+        for preview in previews:
+            if not _all_in_place(messages, [places.get(preview)]):
+                missing.add(preview)
         # Newest messages first, stopping once every preview is found: the channel keeps the
         # previews of the most recently used results, so they sit in the last few messages.
         # Reading every message for every preview made each step cost O(thread length).
-        messages: Sequence[Any] = request.state.get("messages") or ()
-        missing = previews
-        if _SEPARATOR not in "".join(previews):
-            # One substring search per preview in the newest messages' texts joined (two
-            # messages per preview): a match cannot span two texts, as the separator is in
-            # no preview (a one-character separator). Most steps find every preview there;
-            # the rest are looked for message by message.
-            newest = messages[-(2 * len(previews) + 2) :]
-            texts = [getattr(m, "content", "") for m in newest]  # `_text`, inlined
-            joined = _SEPARATOR.join([t if isinstance(t, str) else repr(t) for t in texts])
-            missing = {p for p in previews if p not in joined}
-            if not missing:
-                return value
-            messages = messages[: -len(newest)] if newest else messages
-        for message in reversed(messages):
+        for index in range(len(messages) - 1, -1, -1):
+            message = messages[index]
             text = _text(message)
-            missing = {p for p in missing if p not in text}
-            if not missing:
-                return value
+            found = {p for p in missing if p in text}
+            if found:
+                missing -= found
+                _remember_places(places, found, index, message)
+                if not missing:
+                    return value
         return self._send(value, scrub_update(sorted(missing)))
 
     def _send(self, value: Any, update: dict[str, Any]) -> Any:
@@ -417,11 +417,21 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if not unshown:
             return value
         previews: dict[str, str] = {}
-        for message in _last_batch(request.state.get("messages") or ()):
+        messages: Sequence[Any] = request.state.get("messages") or ()
+        places = self._places
+        for index in range(len(messages) - 1, -1, -1):  # the last batch (`_last_batch`)
+            message = messages[index]
+            if not isinstance(message, ToolMessage):
+                if isinstance(message, AIMessage):
+                    break
+                continue
             text = _text(message)
             digest = content_hash(text)
             if digest in unshown:
-                previews[digest] = text[: config.result_preview_chars]
+                preview = text[: config.result_preview_chars]
+                previews[digest] = preview
+                if preview:  # the next model call's `_scrub` finds it here
+                    _remember_places(places, (preview,), index, message)
         return self._send(value, show_update(previews)) if previews else value
 
     def _given(self, request: ModelRequest[Any]) -> tuple[BaseStore, LedgerPlan] | None:
@@ -901,10 +911,44 @@ def _given_failed(exc: Exception) -> None:
     )
 
 
-# `_scrub` first searches the newest messages' texts joined by a character tool results
-# hardly ever hold (the channel keeps the previews of the most recently used results: their
-# messages are among the last two per preview).
-_SEPARATOR = "\x00"
+_MAX_PLACES = 256
+"""Most preview places `_scrub` remembers (each thread's step needs about 8)."""
+
+
+_content = operator.attrgetter("content")
+
+
+def _all_in_place(messages: Sequence[Any], places: list[tuple[int, Any, str] | None]) -> bool:
+    """Whether each place still holds its preview (None: a preview with no known place).
+
+    The same message at the same index of `messages`, with the same text object: a str
+    cannot change, and a middleware that changes a message makes a new message or gives it
+    a new text. Checked in C (`map`): every step checks every kept preview (about 8).
+    """
+    if None in places:
+        return False
+    indexes, held, texts = zip(*places, strict=True)
+    return (
+        max(indexes) < len(messages)
+        and all(map(operator.is_, map(messages.__getitem__, indexes), held))
+        and all(map(operator.is_, map(_content, held), texts))
+    )
+
+
+def _remember_places(
+    places: dict[str, tuple[int, Any, str]], previews: Iterable[str], index: int, message: Any
+) -> None:
+    """Remember that `message`, at `index` of the messages, holds `previews` (str texts only).
+
+    A text made of content blocks (`_text` reads its repr) may change in place: not kept.
+    """
+    text = getattr(message, "content", None)
+    if not isinstance(text, str):
+        return
+    if len(places) > _MAX_PLACES:
+        places.clear()  # a miss is only a search: another thread's places are found again
+    for preview in previews:
+        places[preview] = (index, message, text)
 
 
 def _text(message: Any) -> str:
