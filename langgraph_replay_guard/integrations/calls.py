@@ -77,10 +77,6 @@ def snapshot(value: Any, batch_id: str | None) -> Mapping[str, Any]:
     Returns:
         A settled state.
     """
-    if type(value) is dict and value.get("log") == [] and "op" not in value:
-        # A stored state with no batch in progress (every step's value): no sibling's event
-        # to leave out, and nothing to fold (`prompt._settled_without` reads it the same).
-        return settled(value)
     if batch_id is not None and batch_in_progress(value) == batch_id:
         state = load_state(value)  # checked; a corrupt value gives the reset state
         state["log"] = []
