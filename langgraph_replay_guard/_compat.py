@@ -415,7 +415,9 @@ ChannelWriter = Callable[[Sequence[tuple[str, Any]]], None]
 def _task_function(config: Mapping[str, Any] | None, key: str) -> Callable[..., Any] | None:
     """A function LangGraph puts in a running task's config (`__pregel_send`...); else None."""
     configurable = config.get("configurable") if config else None
-    found = configurable.get(key) if isinstance(configurable, Mapping) else None
+    # `type(...) is dict` first: an ABC's isinstance is a Python call, and every step asks.
+    mapping = type(configurable) is dict or isinstance(configurable, Mapping)
+    found = configurable.get(key) if mapping else None  # type: ignore[union-attr]
     return found if callable(found) else None
 
 
@@ -511,7 +513,8 @@ def channel_without_reducer(
     if getattr(read.func, "__name__", None) != "local_read":
         return None
     channels = read.args[1]
-    found = channels.get(channel) if isinstance(channels, Mapping) else None
+    mapping = type(channels) is dict or isinstance(channels, Mapping)
+    found = channels.get(channel) if mapping else None
     if found is None or getattr(found, "operator", None) is reducer:
         return None
     return type(found).__name__

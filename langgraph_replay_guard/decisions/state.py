@@ -725,11 +725,12 @@ def preview_facts(value: Any) -> PreviewFacts:
         held.add(preview)
         if preview is None and ev["o"] == "success":
             unshown.add(digest)
-    found = PreviewFacts(
-        frozenset([p for p in held if isinstance(p, str) and p]),
-        frozenset([h for h in unshown if isinstance(h, str)]),
-        frozenset([h for h in recorded if isinstance(h, str)]),
-    )
+    # Checked: each is a string or None, so dropping None (and the empty preview) leaves the
+    # strings, without a comprehension's call per set.
+    held.difference_update((None, ""))
+    unshown.discard(None)
+    recorded.discard(None)
+    found = PreviewFacts(frozenset(held), frozenset(unshown), frozenset(recorded))
     facts["previews"] = found
     return found
 

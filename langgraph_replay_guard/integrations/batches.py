@@ -40,7 +40,7 @@ class ToolCallBatch:
 
 def state_field(state: Any, key: str) -> Any:
     """A key of the graph state, which may be a mapping or an object (pydantic state)."""
-    if isinstance(state, Mapping):
+    if type(state) is dict or isinstance(state, Mapping):  # a dict without the ABC's call
         return state.get(key)
     return getattr(state, key, None)
 
@@ -48,7 +48,7 @@ def state_field(state: Any, key: str) -> Any:
 def state_messages(state: Any, messages_key: str = "messages") -> Sequence[BaseMessage]:
     """The message list of a graph state (empty when there is none)."""
     messages = state_field(state, messages_key)
-    return messages if isinstance(messages, Sequence) else []
+    return messages if type(messages) is list or isinstance(messages, Sequence) else []
 
 
 def turn_anchors(value: Any) -> dict[str, str | None]:
@@ -59,7 +59,7 @@ def turn_anchors(value: Any) -> dict[str, str | None]:
     keeps the lookup short however long the thread is.
     """
     anchors: dict[str, str | None] = {}
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):
         return anchors
     # The raw value is read before it is checked: take only well-typed anchors (a wrong
     # one can only shorten the walk to a wrong turn, which starts the counters afresh).
@@ -68,10 +68,10 @@ def turn_anchors(value: Any) -> dict[str, str | None]:
         anchors[last_batch] = turn
     # The batch in progress: its first event's turn (`log`; format 2 kept it in `pending`).
     log = value.get("log")
-    if log is None and isinstance(value.get("pending"), Mapping):
+    if log is None and "pending" in value and isinstance(value["pending"], Mapping):
         log = value["pending"].get("events")
     first = log[0] if isinstance(log, list) and log else None
-    if isinstance(first, Mapping) and isinstance(first.get("b"), str):
+    if (type(first) is dict or isinstance(first, Mapping)) and isinstance(first.get("b"), str):
         first_turn = first.get("t")
         anchors[first["b"]] = first_turn if isinstance(first_turn, str) else None
     return anchors

@@ -799,7 +799,7 @@ class ToolCallWrapper:
         kind = channel_without_reducer(_config(request), channel, merge_guard_state)
         if kind is not None:
             raise ValueError(misdeclared_channel_message(channel, kind))
-        if isinstance(state, Mapping):
+        if type(state) is dict or isinstance(state, Mapping):
             if channel in state:
                 return state[channel]
         elif hasattr(state, channel):  # a pydantic or dataclass state

@@ -6,12 +6,14 @@ import copy
 import cProfile
 import gc
 import inspect
+import json
 import pstats
 from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -219,3 +221,42 @@ def test_the_model_call_reads_previews_without_copying_the_state(
     assert state.preview_facts(value).unshown == set()
     assert state.preview_facts(value).recorded == set()
     assert copies == []
+
+
+class _RewriteInPlace(AgentMiddleware):  # type: ignore[type-arg]
+    """From the third model call on, changes the first result's text on its own message.
+
+    The same message object at the same place, a new text: the model call must not trust
+    where it last found that result's preview (`ReplayGuardMiddleware._scrub`).
+    """
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+
+    def before_model(self, state: Any, runtime: Any) -> None:
+        answers = [m for m in state["messages"] if isinstance(m, ToolMessage)]
+        if len(answers) >= 2:
+            first = answers[0]
+            if self.how == "text":
+                first.content = "[redacted]"
+            else:
+                first.content = [{"type": "text", "text": "[redacted]"}]
+
+
+@pytest.mark.parametrize("how", ["text", "blocks"])
+def test_a_preview_whose_message_changed_in_place_is_dropped(how: str) -> None:
+    # `_scrub` skips the search for a kept preview whose message is the same object at the
+    # same place with the same text object; a text changed on that very message is not.
+    script: list[Any] = [[("lookup", {"id": "A"})], [("lookup", {"id": "B"})], "done"]
+    agent = create_agent(
+        ScriptedChatModel(script=script),
+        [lookup],
+        middleware=[_RewriteInPlace(how), ReplayGuardMiddleware()],
+        checkpointer=InMemorySaver(),
+    )
+    cfg: Any = {"configurable": {"thread_id": "in-place"}}
+    agent.invoke({"messages": [HumanMessage("go")]}, cfg)
+    channel = json.dumps(agent.get_state(cfg).values["replay_guard"])
+    assert "record A" not in channel, "the changed result keeps no preview"
+    assert "record B" in channel, "the unchanged one keeps its preview"
