@@ -357,7 +357,10 @@ def _direct(conn: Any, query: str, params: Sequence[Any], fetch: bool) -> list[A
             state.names.clear()
             result = _direct_exec(conn, state, query, numbered[0], values)
         if result.status not in (_PQ_TUPLES_OK, _PQ_COMMAND_OK):
-            if pgconn.status != _PQ_OK:  # the connection is lost (no SQLSTATE to map)
+            if pgconn.status != _PQ_OK and not result.error_field(_PQ_SQLSTATE):
+                # The connection is lost with no server error to map. One the server sent
+                # as it closed (`AdminShutdown` from pg_terminate_backend or a fast
+                # shutdown) is psycopg's class for its SQLSTATE below, as on a cursor.
                 msg = f"consuming input failed: {result.get_error_message('utf-8')}"
                 raise pg.operational_error(msg)
             raise pg.error_from_result(result, encoding="utf-8")
