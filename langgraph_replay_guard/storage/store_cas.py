@@ -360,8 +360,11 @@ def _direct(conn: Any, query: str, params: Sequence[Any], fetch: bool) -> list[A
             if pgconn.status != _PQ_OK and not result.error_field(_PQ_SQLSTATE):
                 # The connection is lost with no server error to map. One the server sent
                 # as it closed (`AdminShutdown` from pg_terminate_backend or a fast
-                # shutdown) is psycopg's class for its SQLSTATE below, as on a cursor.
-                msg = f"consuming input failed: {result.get_error_message('utf-8')}"
+                # shutdown) is psycopg's class for its SQLSTATE below, as on a cursor; but
+                # `PQexecPrepared` (off the main thread) returns only its last result, "server
+                # closed the connection": the connection's message still says why it closed.
+                why = pgconn.error_message.decode("utf-8", "replace").strip()
+                msg = f"consuming input failed: {why or result.get_error_message('utf-8')}"
                 raise pg.operational_error(msg)
             raise pg.error_from_result(result, encoding="utf-8")
         if not fetch or result.status != _PQ_TUPLES_OK:
