@@ -417,3 +417,51 @@ def test_a_str_dumper_registered_on_the_store_connection_applies_to_the_guards_k
     store.conn.adapters.register_dumper(str, Upper)
     assert store.conn.execute("SELECT %s::text AS t", ["abc"]).fetchone()["t"] == "ABC"
     assert store_cas._statement(store, store.conn, "SELECT %s::text", ["abc"]) == [("ABC",)]
+
+
+# --- the server stopped and restarted under a store with prepared statements -----------------
+
+
+@pytest.mark.parametrize("where", ["main thread", "worker thread"])
+def test_a_server_restart_between_and_inside_a_call_keeps_each_call_once(where):
+    import psycopg
+    from langgraph.store.postgres import PostgresStore
+
+    from .conftest import _find_binary, _Server
+
+    initdb, pg_ctl = _find_binary("initdb"), _find_binary("pg_ctl")
+    if initdb is None or pg_ctl is None:
+        pytest.skip("no PostgreSQL server binaries to restart a server of this test's own")
+    server = _Server(initdb, pg_ctl)
+
+    def restart(mode: str) -> None:
+        data, log = str(server.data), str(server.log)
+        server._run(pg_ctl, "-D", data, "-l", log, "-m", mode, "-w", "restart")
+
+    try:
+        uri = server.start()
+        thread, effects = _thread(), []
+        with PostgresStore.from_conn_string(uri) as pg_store:
+            pg_store.setup()
+            assert _run(pg_store, thread, 0, effects) == "ran"  # the statements are prepared
+            restart("fast")  # between two calls: the server says why it closed
+            with pytest.raises(psycopg.OperationalError, match="administrator command"):
+                _in(where, lambda: _run(pg_store, thread, 1, effects))
+        with PostgresStore.from_conn_string(uri) as pg_store:
+            ctx = context(thread, 1)
+            admission = _in(where, lambda: run_plan(pg_store, admit(ctx)))
+            assert admission.kind == "run"  # claimed; the tool runs, then the server goes
+            effects.append(f"{thread}/1")
+            restart("immediate")
+            done = finished_entry(admission.entry, "sent 1", None, "success")
+            with pytest.raises(psycopg.OperationalError):
+                _in(where, lambda: run_plan(pg_store, _outcome(ctx, done)))
+            owners.REGISTRY.release(admission.entry.owner)  # its worker is gone
+        with PostgresStore.from_conn_string(uri) as pg_store:
+            assert _run(pg_store, thread, 0, effects) == "replayed"
+            again = _in(where, lambda: run_plan(pg_store, admit(context(thread, 1))))
+            assert again.kind != "run", again  # its outcome was lost: refused, never run twice
+            assert _run(pg_store, thread, 2, effects) == "ran"
+        assert effects == [f"{thread}/0", f"{thread}/1", f"{thread}/2"]
+    finally:
+        server.stop()
