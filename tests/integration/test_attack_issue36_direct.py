@@ -157,8 +157,11 @@ with PostgresStore.from_conn_string(uri) as store:
 """
 
 
-@pytest.mark.parametrize("what", ["claim", "outcome", "mark"])
-def test_ctrl_c_ends_a_guard_statement_blocked_on_a_row_lock(store, pg_uri, tmp_path, what):
+@pytest.mark.parametrize(
+    ("what", "impl"),
+    [("claim", "binary"), ("claim", "python"), ("outcome", "binary"), ("mark", "binary")],
+)
+def test_ctrl_c_ends_a_guard_statement_blocked_on_a_row_lock(store, pg_uri, tmp_path, what, impl):
     thread, effects = _thread(), tmp_path / "effects.json"
     if what == "claim":
         holder = _hold_row(pg_uri, thread)
@@ -172,6 +175,7 @@ def test_ctrl_c_ends_a_guard_statement_blocked_on_a_row_lock(store, pg_uri, tmp_
             [f"replay_guard.ledger.{thread}", "tools/ai-0/call-0"],
         )
     env = {**os.environ, "LANGSMITH_TRACING": "false", "PYTHONPATH": str(ROOT)}
+    env["PSYCOPG_IMPL"] = impl  # psycopg's C and pure-Python implementations alike
     argv = [sys.executable, "-c", _BLOCKED, str(ROOT), pg_uri, what, thread, str(effects)]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
