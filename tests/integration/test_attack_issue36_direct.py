@@ -469,3 +469,31 @@ def test_a_server_restart_between_and_inside_a_call_keeps_each_call_once(where):
         assert effects == [f"{thread}/0", f"{thread}/1", f"{thread}/2"]
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize(
+    ("query", "params"),
+    [
+        ("SELECT '%s' || %s::text", ["a", "b"]),  # a placeholder in a literal, as psycopg reads it
+        ("SELECT '%s' || %s::text", ["a"]),  # one parameter short: psycopg's error
+        ("SELECT %s::text || '$1'", ["a"]),
+        ("SELECT %s::text, %s::text", ["%s", "$1"]),
+    ],
+)
+def test_odd_statement_texts_answer_as_psycopgs_cursor_does(store, query, params):
+    from psycopg.rows import tuple_row
+
+    def on_cursor() -> Any:
+        with store.conn.cursor(row_factory=tuple_row) as cur:
+            return cur.execute(query, params).fetchall()
+
+    def direct() -> Any:
+        return store_cas._statement(store, store.conn, query, params)
+
+    answers = []
+    for run in (on_cursor, direct):
+        try:
+            answers.append(run())
+        except Exception as exc:  # the same class and message on both paths
+            answers.append((type(exc), str(exc)))
+    assert answers[0] == answers[1]
