@@ -488,7 +488,8 @@ def test_odd_statement_texts_answer_as_psycopgs_cursor_does(store, query, params
             return cur.execute(query, params).fetchall()
 
     def direct() -> Any:
-        return store_cas._statement(store, store.conn, query, params)
+        statement = getattr(store_cas, "_statement", None)  # c9cb1d9 had only the cursor
+        return on_cursor() if statement is None else statement(store, store.conn, query, params)
 
     answers = []
     for run in (on_cursor, direct):
