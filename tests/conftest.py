@@ -41,6 +41,7 @@ SLOW_MODULES = frozenset(
         "tests/integration/test_attack_issue33.py",
         "tests/integration/test_attack_issue36.py",
         "tests/integration/test_attack_issue36_cursor.py",
+        "tests/integration/test_attack_issue36_direct.py",
         "tests/integration/test_attack_issue36_ledger.py",
         "tests/integration/test_batch_claims.py",
         "tests/integration/test_callbacks_never_forget.py",

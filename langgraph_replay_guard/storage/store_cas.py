@@ -203,6 +203,7 @@ class _Psycopg(NamedTuple):
     transformer: Any
     error_from_result: Any
     operational_error: Any
+    execute: Any
 
 
 @functools.cache
@@ -215,6 +216,7 @@ def _psycopg() -> _Psycopg:
     from psycopg import Connection, Cursor, OperationalError
     from psycopg.adapt import Transformer
     from psycopg.errors import error_from_result
+    from psycopg.generators import execute
     from psycopg.rows import tuple_row
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
@@ -227,6 +229,7 @@ def _psycopg() -> _Psycopg:
         Transformer,
         error_from_result,
         OperationalError,
+        execute,
     )
 
 
@@ -322,7 +325,9 @@ def _direct(conn: Any, query: str, params: Sequence[Any], fetch: bool) -> list[A
     ):
         return None
     for param in params:
-        if type(param) is not str:
+        # libpq reads a text parameter up to its first NUL: "a\x00b" would be sent as "a"
+        # (another row's key); psycopg's cursor refuses it with a DataError naming the NUL.
+        if type(param) is not str or "\x00" in param:
             return None
     numbered = _numbered(query)
     if numbered is None or numbered[1] != len(params):
@@ -343,17 +348,23 @@ def _direct(conn: Any, query: str, params: Sequence[Any], fetch: bool) -> list[A
         if state is None:
             state = _prepared[conn] = _Prepared(conn)
         values = [param.encode() for param in params]
-        result = _direct_exec(pgconn, state, query, numbered[0], values)
+        result = _direct_exec(conn, state, query, numbered[0], values)
         if (
             result.status not in (_PQ_TUPLES_OK, _PQ_COMMAND_OK)
             and result.error_field(_PQ_SQLSTATE) == _NO_SUCH_STATEMENT
         ):
             # Someone ran DEALLOCATE ALL or DISCARD ALL on the connection: prepare again.
             state.names.clear()
-            result = _direct_exec(pgconn, state, query, numbered[0], values)
+            result = _direct_exec(conn, state, query, numbered[0], values)
         if result.status not in (_PQ_TUPLES_OK, _PQ_COMMAND_OK):
-            if pgconn.status != _PQ_OK:  # the connection is lost (no SQLSTATE to map)
-                msg = f"consuming input failed: {result.get_error_message('utf-8')}"
+            if pgconn.status != _PQ_OK and not result.error_field(_PQ_SQLSTATE):
+                # The connection is lost with no server error to map. One the server sent
+                # as it closed (`AdminShutdown` from pg_terminate_backend or a fast
+                # shutdown) is psycopg's class for its SQLSTATE below, as on a cursor; but
+                # `PQexecPrepared` (off the main thread) returns only its last result, "server
+                # closed the connection": the connection's message still says why it closed.
+                why = pgconn.error_message.decode("utf-8", "replace").strip()
+                msg = f"consuming input failed: {why or result.get_error_message('utf-8')}"
                 raise pg.operational_error(msg)
             raise pg.error_from_result(result, encoding="utf-8")
         if not fetch or result.status != _PQ_TUPLES_OK:
@@ -375,17 +386,34 @@ def _numbered(query: str) -> tuple[bytes, int] | None:
     return text.encode(), len(parts) - 1
 
 
-def _direct_exec(pgconn: Any, state: _Prepared, query: str, text: bytes, values: Any) -> Any:
-    """`PQexecPrepared` of `query` (`text` numbered), preparing it first on this connection."""
+def _direct_exec(conn: Any, state: _Prepared, query: str, text: bytes, values: Any) -> Any:
+    """`query` (`text` numbered) as a prepared statement, preparing it first on this connection.
+
+    On the main thread it is sent with `PQsendQueryPrepared` and waited for by psycopg's
+    `Connection.wait`, as the cursor does: a statement blocked on a row lock another
+    transaction holds must still end on Ctrl-C (psycopg's wait cancels it on the server),
+    and libpq's blocking `PQexecPrepared` would sit out the lock with the signal pending.
+    Python runs signal handlers on the main thread only, so other threads (a ToolNode's
+    parallel calls, a sync store's statements run off an event loop) keep the one C call.
+    """
+    pgconn = conn.pgconn
+    interruptible = threading.current_thread() is threading.main_thread()  # not cached: fork
     name = state.names.get(query)
     if name is None:
         state.made += 1
         name = f"_rg_{state.made}".encode()
         # Parameters of unknown type, as psycopg sends `str`: the server infers each.
-        prepared = pgconn.prepare(name, text)
+        if interruptible:
+            pgconn.send_prepare(name, text)
+            prepared = conn.wait(_psycopg().execute(pgconn))[-1]
+        else:
+            prepared = pgconn.prepare(name, text)
         if prepared.status != _PQ_COMMAND_OK:
             return prepared
         state.names[query] = name
+    if interruptible:
+        pgconn.send_query_prepared(name, values)
+        return conn.wait(_psycopg().execute(pgconn))[-1]
     return pgconn.exec_prepared(name, values)
 
 
