@@ -322,6 +322,7 @@ def _direct(conn: Any, query: str, params: Sequence[Any], fetch: bool) -> list[A
         or conn.cursor_factory is not pg.cursor
         or not conn.autocommit
         or conn.prepare_threshold is None
+        or not _default_str_dumper(conn)
     ):
         return None
     for param in params:
@@ -374,6 +375,26 @@ def _direct(conn: Any, query: str, params: Sequence[Any], fetch: bool) -> list[A
         rows: list[Any] = tx.load_rows(0, result.ntuples, tuple)
         tx.set_pgresult(None)
         return rows
+
+
+# psycopg's own dumper of a `str` parameter (`%s`: `PyFormat.AUTO`), from its C or its
+# pure-Python implementation: the direct path encodes `str` as it does.
+_STR_DUMPERS = {
+    ("psycopg_binary._psycopg", "StrDumperUnknown"),
+    ("psycopg_c._psycopg", "StrDumperUnknown"),
+    ("psycopg.types.string", "StrDumperUnknown"),
+}
+
+
+def _default_str_dumper(conn: Any) -> bool:
+    """Whether `conn` dumps a `str` parameter with psycopg's own dumper.
+
+    A dumper the user registered (on the connection or on `psycopg.adapters`) applies to the
+    store's own keys, which its cursor sends: the guard's statements must then use a cursor
+    too, or the same key would be two rows (about 0.5 us a statement).
+    """
+    dumper = conn.adapters.get_dumper(str, "s")  # "s": `PyFormat.AUTO`, what `%s` asks for
+    return (dumper.__module__, dumper.__name__) in _STR_DUMPERS
 
 
 @functools.lru_cache(maxsize=256)

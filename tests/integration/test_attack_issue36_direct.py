@@ -405,13 +405,9 @@ def test_calls_inside_the_users_pipeline_on_the_store_connection_run_once(store)
     assert effects == [f"{thread}/0", f"{thread}/1"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found, not fixed: the direct path encodes `str` itself; a `str` dumper the user "
-    "registered on the store's connection changes the store's own keys (its cursor) but "
-    "not the guard's (checking the dumper costs about 0.5 us a statement)",
-)
 def test_a_str_dumper_registered_on_the_store_connection_applies_to_the_guards_keys(store):
+    """The direct path encodes `str` itself: with the user's dumper, the guard's statements
+    go through a cursor, as the store's own do (else one key would be two rows)."""
     from psycopg.types.string import StrDumper
 
     class Upper(StrDumper):  # type: ignore[misc]
