@@ -21,14 +21,16 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	LANGSMITH_TRACING=false $(BIN)/replay-guard demo
 
-# The whole suite in parallel (pytest-xdist: one worker per core; `--dist loadgroup` keeps a
-# module that shares a server on one worker), slow group included, then the 15 slowest tests.
+# The whole suite in parallel (pytest-xdist: one worker more than the cores, as a few tests wait
+# on servers, timeouts and child processes and another worker fills those waits; `--dist
+# loadgroup` keeps a module that shares a server on one worker), slow group included, then the
+# 15 slowest tests.
 # TEST_WORKERS=0 runs it in one process; `pytest -m "not slow"` is the quick loop.
 # Property tests draw a quarter of their examples here and all of them under CI=true (.ci/run;
 # tests/hypothesis_budget.py). PYTHONDONTWRITEBYTECODE is cleared for the run: without .pyc
 # files every worker and every child process compiles the package and rewrites the test
 # modules' asserts again (about 9 s of CPU per worker, more per child).
-TEST_WORKERS ?= auto
+TEST_WORKERS ?= $(shell expr $$(nproc 2>/dev/null || echo 1) + 1)
 test: $(STAMP)
 	LANGSMITH_TRACING=false PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q \
 		-n $(TEST_WORKERS) --dist loadgroup --durations=15
