@@ -1,6 +1,7 @@
 """A worker racing others on the same new unsafe calls through the ledger's admit plan.
 
 Usage: python tests/integration/proc_one_trip.py URI THREAD CALLS EFFECTS BARRIER N PATH
+(tests start a race of N of them with `race`)
 
 Every worker admits calls 0 .. CALLS-1 of THREAD on PostgreSQL in the same order, after all N
 workers marked themselves ready in the folder BARRIER, so they race on each call's claim. A
@@ -19,10 +20,13 @@ import asyncio
 import datetime as dt
 import json
 import os
+import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 os.environ["LANGSMITH_TRACING"] = "false"
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
@@ -44,6 +48,7 @@ from langgraph_replay_guard.storage import ledger_io, store_cas
 from langgraph_replay_guard.storage.ledger_io import arun_plan, run_plan
 
 PREFIX = ("replay_guard",)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _now() -> dt.datetime:
@@ -144,6 +149,58 @@ def main(argv: list[str]) -> None:
             owners.REGISTRY.release(admission.entry.owner)
             ran.append(i)
     print(json.dumps({"ran": ran, "replayed": replayed}))
+
+
+class Race(NamedTuple):
+    """What the workers of one `race` did."""
+
+    thread: str
+    calls: int
+    ran: list[int]  # the calls' indexes each worker ran, all workers together
+    replayed: list[int]
+    effects: list[str]  # the lines of EFFECTS: `<thread>/<call>` per run
+
+
+def race(
+    pg_uri: str,
+    folder: Path,
+    paths: list[str],
+    *,
+    calls: int = 30,
+    env: Callable[[int], dict[str, str]] | None = None,
+    start: Callable[..., Any] = subprocess.Popen,
+) -> Race:
+    """Race one worker of this script per entry of `paths` (its PATH) on a new thread.
+
+    `env(n)` adds to worker n's environment; `start` starts it (`warm_children.popen`, or
+    `subprocess.Popen` for a worker that must import psycopg afresh).
+    """
+    with PostgresStore.from_conn_string(pg_uri) as store:
+        store.setup()
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    effects, barrier = folder / "effects.txt", folder / "ready"
+    barrier.mkdir()
+    base = {**os.environ, "LANGSMITH_TRACING": "false", "PYTHONPATH": str(ROOT)}
+    procs = []
+    for n, path in enumerate(paths):
+        args = [pg_uri, thread, str(calls), str(effects), str(barrier), str(len(paths)), path]
+        procs.append(
+            start(
+                [sys.executable, __file__, *args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env={**base, **(env(n) if env else {})},
+            )
+        )
+    ran: list[int] = []
+    replayed: list[int] = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err.decode()[-2000:]
+        answer = json.loads(out.decode().strip().splitlines()[-1])
+        ran += answer["ran"]
+        replayed += answer["replayed"]
+    return Race(thread, calls, ran, replayed, effects.read_text().splitlines())
 
 
 if __name__ == "__main__":

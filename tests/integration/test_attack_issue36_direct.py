@@ -29,12 +29,11 @@ from langgraph_replay_guard.replay.ledger import CallIdentity, admit, finished_e
 from langgraph_replay_guard.storage import store_cas
 from langgraph_replay_guard.storage.ledger_io import run_plan
 
-from .proc_one_trip import _outcome, context
+from .proc_one_trip import _outcome, context, race
 
 pytestmark = pytest.mark.postgres
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = str(Path(__file__).with_name("proc_one_trip.py"))
 
 
 def _thread() -> str:
@@ -361,37 +360,23 @@ def test_an_unencodable_surrogate_is_refused_before_anything_is_sent(store):
 
 
 def test_processes_on_psycopgs_python_and_c_implementations_run_each_call_once(pg_uri, tmp_path):
-    from langgraph.store.postgres import PostgresStore
-
-    with PostgresStore.from_conn_string(pg_uri) as pg_store:
-        pg_store.setup()
-    workers, calls, thread = 4, 20, _thread()
-    effects, barrier = tmp_path / "effects.txt", tmp_path / "ready"
-    barrier.mkdir()
-    procs = []
-    for n in range(workers):
-        impl = "python" if n % 2 else "binary"
-        env = {**os.environ, "LANGSMITH_TRACING": "false", "PYTHONPATH": str(ROOT)}
-        env["PSYCOPG_IMPL"] = impl
-        args = [pg_uri, thread, str(calls), str(effects), str(barrier), str(workers), "one"]
+    impls = ["binary", "python", "binary", "python"]
+    for impl in set(impls):
+        env = {**os.environ, "PSYCOPG_IMPL": impl}
         check = f"import psycopg.pq; assert psycopg.pq.__impl__ == {impl!r}, psycopg.pq.__impl__"
         probe = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True)
         assert probe.returncode == 0, probe.stderr.decode()[-500:]
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, SCRIPT, *args],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=env,
-            )
-        )
-    ran: list[int] = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=240)
-        assert proc.returncode == 0, err.decode()[-2000:]
-        ran += json.loads(out.decode().strip().splitlines()[-1])["ran"]
-    assert sorted(effects.read_text().splitlines()) == sorted(f"{thread}/{i}" for i in range(calls))
-    assert sorted(ran) == list(range(calls))
+    # Fresh interpreters (not warm forks): each imports psycopg's implementation its variable names.
+    result = race(
+        pg_uri,
+        tmp_path,
+        ["one"] * len(impls),
+        calls=20,
+        env=lambda n: {"PSYCOPG_IMPL": impls[n]},
+    )
+    thread, calls = result.thread, result.calls
+    assert sorted(result.effects) == sorted(f"{thread}/{i}" for i in range(calls))
+    assert sorted(result.ran) == list(range(calls))
 
 
 # --- the user's own pipeline and dumpers on the store's connection ---------------------------

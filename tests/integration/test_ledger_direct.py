@@ -12,12 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import threading
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,12 +24,9 @@ from langgraph_replay_guard.storage import store_cas
 from langgraph_replay_guard.storage.ledger_io import arun_plan, run_plan
 from tests import warm_children
 
-from .proc_one_trip import _outcome, context
+from .proc_one_trip import _outcome, context, race
 
 pytestmark = pytest.mark.postgres
-
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = str(Path(__file__).with_name("proc_one_trip.py"))
 
 
 def _thread() -> str:
@@ -97,36 +90,14 @@ def test_a_first_run_and_a_hit_send_no_statement_through_a_cursor(pg_uri, monkey
 
 @pytest.mark.parametrize("paths", ["direct", "direct and cursor"])
 def test_processes_racing_claims_through_libpq_run_each_call_once(pg_uri, tmp_path, paths):
-    from langgraph.store.postgres import PostgresStore
-
-    with PostgresStore.from_conn_string(pg_uri) as store:
-        store.setup()
-    workers, calls, thread = 6, 30, _thread()
-    effects, barrier = tmp_path / "effects.txt", tmp_path / "ready"
-    barrier.mkdir()
-    env = {**os.environ, "LANGSMITH_TRACING": "false", "PYTHONPATH": str(ROOT)}
-    procs = []
-    for n in range(workers):
-        # `one`: every first read carries its claim (libpq's call); `two`: the locked
-        # read-then-write claim; `cursor`: `one` through psycopg's cursor.
-        path = ("two" if n % 4 == 1 else "cursor") if paths != "direct" and n % 2 else "one"
-        args = [pg_uri, thread, str(calls), str(effects), str(barrier), str(workers), path]
-        procs.append(
-            warm_children.popen(
-                [sys.executable, SCRIPT, *args],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=env,
-            )
-        )
-    ran: list[int] = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=240)
-        assert proc.returncode == 0, err.decode()[-2000:]
-        ran += json.loads(out.decode().strip().splitlines()[-1])["ran"]
-    lines = effects.read_text().splitlines()
-    assert sorted(lines) == sorted(f"{thread}/{i}" for i in range(calls))  # each effect once
-    assert sorted(ran) == list(range(calls))
+    # `one`: every first read carries its claim (libpq's call); `two`: the locked
+    # read-then-write claim; `cursor`: `one` through psycopg's cursor.
+    mixed = ["one", "two", "one", "cursor", "one", "two"]
+    workers = ["one"] * 6 if paths == "direct" else mixed
+    result = race(pg_uri, tmp_path, workers, start=warm_children.popen)
+    thread, calls = result.thread, result.calls
+    assert sorted(result.effects) == sorted(f"{thread}/{i}" for i in range(calls))  # once each
+    assert sorted(result.ran) == list(range(calls))
 
 
 def test_tasks_and_threads_of_one_process_racing_on_one_store_run_each_call_once(pg_uri):

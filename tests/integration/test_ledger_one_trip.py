@@ -10,15 +10,10 @@ sleeping on an outcome written without a notification.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import random
-import subprocess
-import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,13 +32,10 @@ from langgraph_replay_guard.storage.wake_names import channel, payload
 from tests import warm_children
 
 from .batch_graphs import SENDS, backend, batch_graph, batch_tools, effects_of
-from .proc_one_trip import context
+from .proc_one_trip import context, race
 from .test_batch_claims import _counting_cursors
 
 pytestmark = pytest.mark.postgres
-
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = str(Path(__file__).with_name("proc_one_trip.py"))
 
 
 def _listening(uri: str, namespace: tuple[str, ...]) -> Any:
@@ -229,40 +221,17 @@ def test_waiters_racing_the_holders_outcome_are_always_woken(pg_uri, api):
 def test_eight_processes_racing_new_claims_run_each_call_once(pg_uri, tmp_path, paths):
     from langgraph.store.postgres import PostgresStore
 
-    with PostgresStore.from_conn_string(pg_uri) as store:
-        store.setup()
-    workers, calls, thread = 8, 30, _thread()
-    effects, barrier = tmp_path / "effects.txt", tmp_path / "ready"
-    barrier.mkdir()
-    env = {**os.environ, "LANGSMITH_TRACING": "false", "PYTHONPATH": str(ROOT)}
-    procs = []
-    for n in range(workers):
-        # "mixed": half of them claim through the two-round-trip path (read under the lock,
-        # then write), which the one-statement claim must never overwrite, nor be overwritten by.
-        # "async": half of them on an AsyncPostgresStore (the same statements, its driver).
-        # "one" and "async" claim every call with its first read (`proc_one_trip`).
-        path = {"mixed": "two", "async": "async"}.get(paths, "one") if n % 2 else "one"
-        args = [pg_uri, thread, str(calls), str(effects), str(barrier), str(workers), path]
-        procs.append(
-            warm_children.popen(
-                [sys.executable, SCRIPT, *args],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=env,
-            )
-        )
-    ran: list[int] = []
-    replayed: list[int] = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=240)
-        assert proc.returncode == 0, err.decode()[-2000:]
-        answer = json.loads(out.decode().strip().splitlines()[-1])
-        ran += answer["ran"]
-        replayed += answer["replayed"]
-    lines = effects.read_text().splitlines()
-    assert sorted(lines) == sorted(f"{thread}/{i}" for i in range(calls))  # each effect once
-    assert sorted(ran) == list(range(calls))
-    assert len(replayed) == calls * (workers - 1)
+    # "mixed": half of them claim through the two-round-trip path (read under the lock,
+    # then write), which the one-statement claim must never overwrite, nor be overwritten by.
+    # "async": half of them on an AsyncPostgresStore (the same statements, its driver).
+    # "one" and "async" claim every call with its first read (`proc_one_trip`).
+    other = {"mixed": "two", "async": "async"}.get(paths, "one")
+    workers = ["one", other] * 4
+    result = race(pg_uri, tmp_path, workers, start=warm_children.popen)
+    thread, calls = result.thread, result.calls
+    assert sorted(result.effects) == sorted(f"{thread}/{i}" for i in range(calls))  # once each
+    assert sorted(result.ran) == list(range(calls))
+    assert len(result.replayed) == calls * (len(workers) - 1)
     with PostgresStore.from_conn_string(pg_uri) as store:
         for i in range(calls):
             ctx = context(thread, i)
