@@ -9,7 +9,6 @@ written by a node of a graph without a checkpointer (the reducer merges it).
 
 from __future__ import annotations
 
-import copy
 import sqlite3
 import sys
 from collections.abc import Callable
@@ -17,7 +16,6 @@ from pathlib import Path
 from typing import Annotated, Any, NotRequired, TypedDict
 
 import pytest
-from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
@@ -26,18 +24,12 @@ from langgraph.types import Overwrite
 from langgraph_replay_guard import GUARD_CHANNEL, ReplayGuard
 from langgraph_replay_guard.decisions.state import merge_guard_state, new_state
 from langgraph_replay_guard.testing import ScriptedChatModel
-from tests.integration.graphs import POLICY, SYSTEM, ToolRuns, make_tools
+from tests.channel_formats import as_v2
+from tests.integration.graphs import POLICY, ToolRuns
+from tests.integration.test_state_migration import agent
 
 TOOL = "get_details_by_id"
 ARGS = {"id": "P1002"}
-
-
-def as_v2(value: dict[str, Any]) -> dict[str, Any]:
-    v2 = copy.deepcopy(value)
-    v2["v"] = 2
-    log = v2.pop("log")
-    v2["pending"] = {"batch": log[0]["b"], "events": log} if log else None
-    return v2
 
 
 def _count(value: dict[str, Any], count: int) -> dict[str, Any]:
@@ -63,17 +55,6 @@ HOSTILE: dict[str, tuple[Callable[[dict[str, Any]], Any], str | None]] = {
     "a window of 0": (lambda v: {**v, "cfg": {"w": 0}}, "cfg.w"),
     "a huge repeat count": (lambda v: _count(v, 10**15), None),
 }
-
-
-def agent(guard: ReplayGuard, model: ScriptedChatModel, runs: ToolRuns, saver: Any) -> Any:
-    return create_agent(
-        model,
-        make_tools(runs),
-        system_prompt=SYSTEM,
-        middleware=[guard.middleware()],
-        checkpointer=saver,
-        interrupt_before=["tools"],
-    )
 
 
 def paused_thread(graph: Any, config: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,6 @@ thread had never changed release.
 
 from __future__ import annotations
 
-import copy
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,19 +25,11 @@ from langgraph.types import Overwrite
 
 from langgraph_replay_guard import GUARD_CHANNEL, ReplayGuard, ReplayGuardCallbackHandler
 from langgraph_replay_guard.testing import ScriptedChatModel
+from tests.channel_formats import as_v2
 from tests.integration.graphs import POLICY, SYSTEM, ToolRuns, build_custom_graph, make_tools
 
 TOOL = "get_details_by_id"
 ARGS = {"id": "P1002"}
-
-
-def as_v2(value: dict[str, Any]) -> dict[str, Any]:
-    """A channel value as the previous release (format 2) stored it."""
-    v2 = copy.deepcopy(value)
-    v2["v"] = 2
-    log = v2.pop("log")  # format 2 kept the batch in progress as `pending`
-    v2["pending"] = {"batch": log[0]["b"], "events": log} if log else None
-    return v2
 
 
 def custom(guard: ReplayGuard, model: ScriptedChatModel, runs: ToolRuns, saver: Any) -> Any:

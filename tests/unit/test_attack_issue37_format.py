@@ -45,6 +45,7 @@ from langgraph_replay_guard.decisions.state import (
     unrecorded_positions,
 )
 from langgraph_replay_guard.decisions.state_format import FIELDS
+from tests.channel_formats import as_v2
 from tests.unit.test_corrupt_state import BASES, CONFIG, event, write
 
 LIMIT = CONFIG.max_repeats + 1
@@ -62,15 +63,6 @@ def deep(depth: int) -> list[Any]:
 
 
 PAST_THE_LIMIT = sys.getrecursionlimit() + 100
-
-
-def as_v2(value: dict[str, Any]) -> dict[str, Any]:
-    """A value as format 2 stored it (the batch in progress as `pending`)."""
-    v2 = copy.deepcopy(value)
-    v2["v"] = 2
-    log = v2.pop("log")
-    v2["pending"] = {"batch": log[0]["b"], "events": log} if log else None
-    return v2
 
 
 def loop_stops_at(value: Any, calls: int = 12) -> int | None:

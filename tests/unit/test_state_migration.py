@@ -26,6 +26,7 @@ from langgraph_replay_guard.decisions.state import (
     merge_guard_state,
     settled,
 )
+from tests.channel_formats import as_v2
 from tests.unit.test_corrupt_state import BASES, CONFIG, event, write
 
 V1_VALUE: dict[str, Any] = json.loads(
@@ -42,15 +43,6 @@ def same_calls_now() -> dict[str, Any]:
     value = write(value, event("read", 1, "denied", reason="duplicate"))
     value = write(value, event("read", 1, "denied", reason="duplicate"))
     return write(value, event("read", 2, batch="ai-3", index=0, batch_size=2))
-
-
-def as_v2(value: dict[str, Any]) -> dict[str, Any]:
-    """A current value as format 2 stored it."""
-    v2 = copy.deepcopy(value)
-    v2["v"] = 2
-    log = v2.pop("log")  # format 2 kept the batch in progress as `pending`
-    v2["pending"] = {"batch": log[0]["b"], "events": log} if log else None
-    return v2
 
 
 def test_the_fixture_is_in_format_1():
