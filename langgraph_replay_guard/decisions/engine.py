@@ -44,8 +44,8 @@ __all__ = [
     "UNKNOWN_TOOL_KEY",
     "CallDecisions",
     "CallFacts",
+    "DecidedCall",
     "Decision",
-    "PlannedCall",
     "Verdict",
     "call_facts",
     "call_failed",
@@ -668,7 +668,7 @@ def stop_was_ignored(state: Mapping[str, Any]) -> bool:
 
 
 @dataclass(slots=True)
-class PlannedCall:
+class DecidedCall:
     """The guard's decision for one call of a batch (or why it could not decide).
 
     Not frozen, though nothing changes one: every call of every batch builds one.
@@ -685,8 +685,8 @@ class PlannedCall:
 class CallDecisions:
     """Decisions for the calls of one model answer, all against the same state."""
 
-    calls: list[PlannedCall]
-    abort: PlannedCall | None = field(init=False)
+    calls: list[DecidedCall]
+    abort: DecidedCall | None = field(init=False)
     """The first call whose decision aborts the run, if any (every hook reads it)."""
 
     def __post_init__(self) -> None:
@@ -702,13 +702,13 @@ class CallDecisions:
         object.__setattr__(self, "abort", aborting)  # a frozen dataclass's own field
 
     @property
-    def stop_ignored(self) -> PlannedCall | None:
+    def stop_ignored(self) -> DecidedCall | None:
         """The first call asked for after the guard stopped the run in this turn, if any."""
         aborting = self.abort
         decision = aborting.decision if aborting is not None else None
         return aborting if decision is not None and decision.reason == STOP_IGNORED else None
 
-    def call(self, tool_call_id: str | None) -> PlannedCall | None:
+    def call(self, tool_call_id: str | None) -> DecidedCall | None:
         """The planned call with this id."""
         for call in self.calls:
             if call.tool_call.get("id") == tool_call_id:
@@ -724,7 +724,7 @@ def decide_calls(
     *,
     batch_id: str | None = None,
     tools: Collection[str] | None = None,
-) -> list[PlannedCall]:
+) -> list[DecidedCall]:
     """Decide calls by position against one state (identical calls: the first one runs).
 
     Args:
@@ -748,17 +748,17 @@ def decide_calls(
         try:
             facts = call_facts(resolver, tool_call["name"], tool_call.get("args", {}), tools=tools)
         except InvalidArgumentsError as exc:
-            calls.append(PlannedCall(tool_call, index, None, None, exc))
+            calls.append(DecidedCall(tool_call, index, None, None, exc))
             continue
         decision = decide(state, facts, config, turn=turn, earlier_in_batch=earlier, batch=batch_id)
         earlier.append(facts.key)
-        calls.append(PlannedCall(tool_call, index, facts, decision, None))
+        calls.append(DecidedCall(tool_call, index, facts, decision, None))
     if config.mode == "shadow":
         _shadow_the_batch_stop(calls)
     return calls
 
 
-def _shadow_the_batch_stop(calls: list[PlannedCall]) -> None:
+def _shadow_the_batch_stop(calls: list[DecidedCall]) -> None:
     """Shadow mode: the other calls of a batch that enforcing would stop were `stopped`.
 
     Enforcing answers every call of a batch that aborts, the aborting one with its reason

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import AIMessage, ToolCall, ToolMessage
 
 from langgraph_replay_guard.decisions.engine import (
+    DecidedCall,
     Decision,
-    PlannedCall,
     Verdict,
     call_facts,
 )
@@ -220,7 +220,7 @@ def final_ai_message(decision: Decision, batch: ToolCallBatch) -> AIMessage:
 
 
 def abort_answer(
-    planned: PlannedCall, aborting: PlannedCall, batch: ToolCallBatch
+    planned: DecidedCall, aborting: DecidedCall, batch: ToolCallBatch
 ) -> tuple[ToolMessage, list[Event]]:
     """Answer one call of a batch that aborts the run, and the events that record it.
 
@@ -264,7 +264,7 @@ def abort_answer(
     return blocked_tool_message(planned.tool_call, content, reason=answered, stop=reason), events
 
 
-def blocked_answer(planned: PlannedCall, batch: ToolCallBatch) -> tuple[ToolMessage, list[Event]]:
+def blocked_answer(planned: DecidedCall, batch: ToolCallBatch) -> tuple[ToolMessage, list[Event]]:
     """Answer a call that its plan does not let run, and the events that record it.
 
     A call whose arguments could not be keyed is told why (and logged); it records nothing.

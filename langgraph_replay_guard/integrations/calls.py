@@ -13,8 +13,8 @@ from langgraph.types import Command
 
 from langgraph_replay_guard.decisions.engine import (
     CallDecisions,
+    DecidedCall,
     Decision,
-    PlannedCall,
     Verdict,
     decide_calls,
     fold_settings,
@@ -125,7 +125,7 @@ _Planned = tuple[
     BatchDecisions,
     tuple[str, ...] | None,
     int,
-    Mapping[str | None, PlannedCall],
+    Mapping[str | None, DecidedCall],
 ]
 
 
@@ -191,7 +191,7 @@ class DecisionCache:
         messages: Sequence[BaseMessage],
         tool_call_id: str | None,
         tools: tuple[str, ...] | None,
-    ) -> tuple[BatchDecisions, PlannedCall] | None:
+    ) -> tuple[BatchDecisions, DecidedCall] | None:
         """The cached plan of a tool call whose AIMessage is the last message, if there is one.
 
         A tool call's state ends with the AIMessage that asked for it: when that message and
@@ -225,7 +225,7 @@ def guard_update(config: GuardConfig, events: list[Event]) -> StateUpdate:
     return own_update(fold_settings(config), events)
 
 
-def denied_event(planned: PlannedCall, batch: ToolCallBatch, reason: str, *, abort: bool) -> Event:
+def denied_event(planned: DecidedCall, batch: ToolCallBatch, reason: str, *, abort: bool) -> Event:
     """Event recording a call that was not executed."""
     assert planned.facts is not None
     return make_event(
@@ -240,7 +240,7 @@ def denied_event(planned: PlannedCall, batch: ToolCallBatch, reason: str, *, abo
     )
 
 
-def answered_event(planned: PlannedCall, batch: ToolCallBatch, *, shadowed: bool = False) -> Event:
+def answered_event(planned: DecidedCall, batch: ToolCallBatch, *, shadowed: bool = False) -> Event:
     """Event recording a call another piece answered (the tool never ran through the guard).
 
     In shadow mode, a call that enforcing would have answered itself carries enforcing's
@@ -273,7 +273,7 @@ def stops_the_batch(decision: Decision) -> bool:
 
 def executed_event(
     config: GuardConfig,
-    planned: PlannedCall,
+    planned: DecidedCall,
     batch: ToolCallBatch,
     outcome: str,
     text: str | None,
@@ -316,7 +316,7 @@ def executed_event(
 
 def executed_write(
     config: GuardConfig,
-    planned: PlannedCall,
+    planned: DecidedCall,
     batch: ToolCallBatch,
     outcome: str,
     text: str | None,

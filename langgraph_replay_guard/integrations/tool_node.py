@@ -30,8 +30,8 @@ from langgraph_replay_guard._compat import (
 )
 from langgraph_replay_guard.decisions.engine import (
     CallFacts,
+    DecidedCall,
     Decision,
-    PlannedCall,
     Verdict,
     earlier_call_id,
     loop_error,
@@ -124,7 +124,7 @@ AsyncWrapper = Callable[["ToolCallRequest", AsyncExecute], Awaitable[ToolResult]
 class _Allowed:
     """A call the guard lets run; what to record once it returns."""
 
-    planned: PlannedCall
+    planned: DecidedCall
     batch: ToolCallBatch
     runs: CallFacts | None = None
     """The facts of the call as it runs, when a middleware changed it after the model asked
@@ -834,7 +834,7 @@ class ToolCallWrapper:
 
     def _planned(
         self, request: ToolCallRequest, tools: tuple[str, ...] | None, state: Any, value: Any
-    ) -> tuple[BatchDecisions, PlannedCall]:
+    ) -> tuple[BatchDecisions, DecidedCall]:
         """The plan of the call's batch (made once per batch) and the call's entry in it."""
         tool_call_id = request.tool_call.get("id")
         history = state_messages(state, self.messages_key)
@@ -853,10 +853,10 @@ class ToolCallWrapper:
         self,
         request: ToolCallRequest,
         plan: BatchDecisions,
-        planned: PlannedCall,
+        planned: DecidedCall,
         value: Any,
         tools: tuple[str, ...] | None,
-    ) -> tuple[BatchDecisions, PlannedCall, CallFacts | None]:
+    ) -> tuple[BatchDecisions, DecidedCall, CallFacts | None]:
         """The call's plan, and its facts as it runs when a middleware only added arguments.
 
         The batch is planned from the AIMessage in the state: what the model asked, as the
@@ -898,11 +898,11 @@ class ToolCallWrapper:
     def _replanned(
         self,
         plan: BatchDecisions,
-        planned: PlannedCall,
+        planned: DecidedCall,
         call: ToolCall,
         value: Any,
         tools: tuple[str, ...] | None,
-    ) -> tuple[BatchDecisions, PlannedCall]:
+    ) -> tuple[BatchDecisions, DecidedCall]:
         """The batch planned again with `call` in the place of the planned one."""
         ai = plan.batch.ai_message
         calls = [
@@ -955,7 +955,7 @@ class ToolCallWrapper:
         self,
         request: ToolCallRequest,
         plan: BatchDecisions,
-        planned: PlannedCall,
+        planned: DecidedCall,
         state: Any,
         value: Any,
     ) -> _Decided:
@@ -1192,7 +1192,7 @@ def _without_added(asked: Any, runs: Any) -> Any:
     return {k: _without_added(asked[k], v) for k, v in runs.items() if k in asked}
 
 
-def _sibling_duplicate(plan: BatchDecisions, planned: PlannedCall) -> bool:
+def _sibling_duplicate(plan: BatchDecisions, planned: DecidedCall) -> bool:
     """Whether an earlier call of the same batch has this call's key (it runs, this one not)."""
     decision = planned.decision
     if decision is None:
@@ -1203,7 +1203,7 @@ def _sibling_duplicate(plan: BatchDecisions, planned: PlannedCall) -> bool:
     )
 
 
-def _shadowed_unknown(planned: PlannedCall) -> bool:
+def _shadowed_unknown(planned: DecidedCall) -> bool:
     """Whether shadow mode lets through a call to a name that does not exist."""
     decision = planned.decision
     return (
@@ -1262,13 +1262,13 @@ def _answer_of(result: ToolResult | None) -> Any:
     return result
 
 
-def _class_of(planned: PlannedCall) -> tuple[str | None, str | None]:
+def _class_of(planned: DecidedCall) -> tuple[str | None, str | None]:
     """A planned call's class and its source, for `trace_info` (None: arguments not keyed)."""
     facts = planned.facts
     return (None, None) if facts is None else (facts.replay, facts.source)
 
 
-def abort_trace(planned: PlannedCall, aborting: PlannedCall) -> dict[str, Any]:
+def abort_trace(planned: DecidedCall, aborting: DecidedCall) -> dict[str, Any]:
     """The traced decision of one call of a batch that aborts the run.
 
     The aborting call shows its own decision; its siblings show `abort` with reason

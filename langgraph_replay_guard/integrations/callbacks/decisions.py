@@ -12,8 +12,8 @@ from langchain_core.messages import AIMessage, ToolCall, ToolMessage
 
 from langgraph_replay_guard.decisions.engine import (
     CallFacts,
+    DecidedCall,
     Decision,
-    PlannedCall,
     Verdict,
     call_facts,
     decide_calls,
@@ -77,7 +77,7 @@ class Admitted:
 
     scope: Scope
     plan: BatchDecisions
-    planned: PlannedCall
+    planned: DecidedCall
     claim: dict[str, Any] | None = None
     """An `unsafe` call's mark, written before the body ran, to settle when it ends."""
 
@@ -618,7 +618,7 @@ class CallbackDecider:
 
     def _claim(
         self, scope: Scope, call: Call, fallback_id: str, fallback_turn: str
-    ) -> tuple[BatchDecisions, PlannedCall]:
+    ) -> tuple[BatchDecisions, DecidedCall]:
         """The planned call a tool run is; a batch of one when it belongs to no known batch."""
         name, args, call_id = call
         plan = scope.plan
@@ -646,7 +646,7 @@ class CallbackDecider:
         self,
         scope: Scope,
         plan: BatchDecisions,
-        planned: PlannedCall,
+        planned: DecidedCall,
         *,
         claim: dict[str, Any] | None = None,
     ) -> tuple[str | None, list[Event]]:
@@ -670,7 +670,7 @@ class CallbackDecider:
         self,
         scope: Scope,
         plan: BatchDecisions,
-        planned: PlannedCall,
+        planned: DecidedCall,
         *,
         claim: dict[str, Any] | None,
     ) -> tuple[str | None, list[Event]]:
@@ -695,7 +695,7 @@ class CallbackDecider:
         return message, [denied_event(planned, plan.batch, UNKNOWN_REASON, abort=False)]
 
 
-def _refusal_decision(planned: PlannedCall, events: list[Event]) -> Decision | None:
+def _refusal_decision(planned: DecidedCall, events: list[Event]) -> Decision | None:
     """The decision reported on the stream for a refused call."""
     decision = planned.decision
     recorded = events[-1]["r"] if events else None  # the last event's reason
