@@ -333,6 +333,8 @@ def executed_write(
     event = executed_event(
         config, planned, batch, outcome, text, command=command, preview=preview, call_id=call_id
     )
+    # `guard_update`'s body, inline: a call to it would run adapter code between the core's
+    # event and its write (the walk `test_one_path.py` holds to one visit of the core).
     return own_update(fold_settings(config), [event])
 
 

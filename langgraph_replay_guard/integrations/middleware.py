@@ -43,12 +43,11 @@ from langgraph_replay_guard._compat import (
     signature_once,
     watching_model_requests,
 )
-from langgraph_replay_guard.decisions.engine import fold_settings, loop_error, raises_on_abort
+from langgraph_replay_guard.decisions.engine import loop_error, raises_on_abort
 from langgraph_replay_guard.decisions.keys import content_hash
 from langgraph_replay_guard.decisions.state import (
     Event,
     merge_guard_state,
-    own_update,
     preview_facts,
     scrub_update,
     show_update,
@@ -62,7 +61,12 @@ from langgraph_replay_guard.integrations.batches import (
     previous_batch,
     turn_anchors,
 )
-from langgraph_replay_guard.integrations.calls import GUARD_CHANNEL, answered_event, emit
+from langgraph_replay_guard.integrations.calls import (
+    GUARD_CHANNEL,
+    answered_event,
+    emit,
+    guard_update,
+)
 from langgraph_replay_guard.integrations.ledger_gate import given_update
 from langgraph_replay_guard.integrations.prompt import (
     next_call_reminder,
@@ -340,7 +344,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         ]
         if not events:
             return value, []
-        return merge_guard_state(value, own_update(fold_settings(config), events)), events
+        return merge_guard_state(value, guard_update(config, events)), events
 
     def _scrub(self, request: ModelRequest[Any], value: Any) -> Any:
         """Drop the result previews that no message of the thread holds any more.

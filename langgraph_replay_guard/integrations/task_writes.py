@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import AIMessage, BaseMessage
 
 from langgraph_replay_guard._compat import channel_writer
-from langgraph_replay_guard.decisions.engine import fold_settings
-from langgraph_replay_guard.decisions.state import Event, StateUpdate, own_update
+from langgraph_replay_guard.decisions.state import Event, StateUpdate
+from langgraph_replay_guard.integrations.calls import guard_update
 from langgraph_replay_guard.integrations.signals import NodeErrorPassage
 
 if TYPE_CHECKING:
@@ -179,7 +179,7 @@ def _send(
 ) -> None:
     # LangGraph stores the first write to an empty channel as it is; it reads as the state
     # its events fold into (`state.own_update`), so a first write is an ordinary one.
-    _written(config, channel, own_update(fold_settings(guard_config), events))
+    _written(config, channel, guard_update(guard_config, events))
 
 
 def _written(config: Mapping[str, Any] | None, channel: str, update: StateUpdate) -> None:
