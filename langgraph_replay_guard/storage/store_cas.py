@@ -237,6 +237,11 @@ def _psycopg() -> _Psycopg:
 _cursors: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
+def _own_connection(store: Any, conn: Any) -> bool:
+    """Whether `conn` is the store's own connection, not a pool's, and not in pipeline mode."""
+    return conn is getattr(store, "conn", None) and getattr(store, "pipe", None) is None
+
+
 class _Cursor:
     """A tuple-row cursor for one statement: on a store's own connection, the one kept for it.
 
@@ -249,7 +254,7 @@ class _Cursor:
     __slots__ = ("cur", "kept")
 
     def __init__(self, store: Any, conn: Any) -> None:
-        self.kept = conn is getattr(store, "conn", None) and getattr(store, "pipe", None) is None
+        self.kept = _own_connection(store, conn)
         try:
             cur = _cursors.get(store) if self.kept else None
         except TypeError:  # an unhashable store (a subclass with `__eq__`): nothing kept
@@ -445,7 +450,7 @@ def _statement(
 
     On the store's own connection through libpq (`_direct`) when it can, else on a cursor.
     """
-    if conn is getattr(store, "conn", None) and getattr(store, "pipe", None) is None:
+    if _own_connection(store, conn):
         rows = _direct(conn, query, params, fetch)
         if rows is not None:
             return rows
@@ -1304,10 +1309,9 @@ def _leftover(conn: Any) -> str | None:
     `conn.transaction()` inside it is only a savepoint: never committed, invisible to the
     other workers, its advisory lock held until the connection closes. So, holding the
     store's lock, a leftover is committed ("COMMIT", as SQLite's `_end_leftover`), a failed
-    one rolled back ("ROLLBACK"), before and after each of the guard's statements.
+    one rolled back ("ROLLBACK"), before and after each of the guard's statements. Only
+    asked of a connection not in autocommit (`_locked` and `_alocked` skip those).
     """
-    if conn.autocommit:  # the stores' own connections: nothing is left open (no import)
-        return None
     from psycopg.pq import PipelineStatus, TransactionStatus
 
     if conn.closed or conn.info.pipeline_status != PipelineStatus.OFF:
