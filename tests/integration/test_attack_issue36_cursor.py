@@ -155,18 +155,22 @@ def test_threads_sharing_one_store_each_get_their_own_rows(pg_uri, kind):
 
 
 # Each guard statement on a store, run on a fresh call's rows: (name, op) where op runs it and
-# returns its answer, after `_prepared` put the rows it needs.
-def _ops() -> dict[str, Callable[[Any, _Call], Any]]:
+# returns its answer, after `_prepared` put the rows it needs. `a="a"`: the async twins
+# (`aread_rows`, `acompare_and_set`...), whose ops return coroutines.
+def _ops(a: str = "") -> dict[str, Callable[[Any, _Call], Any]]:
+    def op(name: str) -> Any:
+        return getattr(store_cas, a + name)
+
     return {
-        "read": lambda s, c: store_cas.read_rows(s, [(c.ns, c.key)]),
-        "claim_new": lambda s, c: store_cas.compare_and_set(s, c.new()),
-        "claim_over": lambda s, c: store_cas.compare_and_set(s, c.over(c.claim)),
-        "claim_if_absent": lambda s, c: store_cas.claim_if_absent(s, [(c.ns, c.key)], c.new()),
-        "claim_many": lambda s, c: store_cas.compare_and_set_many(
+        "read": lambda s, c: op("read_rows")(s, [(c.ns, c.key)]),
+        "claim_new": lambda s, c: op("compare_and_set")(s, c.new()),
+        "claim_over": lambda s, c: op("compare_and_set")(s, c.over(c.claim)),
+        "claim_if_absent": lambda s, c: op("claim_if_absent")(s, [(c.ns, c.key)], c.new()),
+        "claim_many": lambda s, c: op("compare_and_set_many")(
             s, [c.new(), _Call(c.ns[-1] + "-b", 7).new()]
         ),
-        "write": lambda s, c: store_cas.write_rows(s, [(c.ns, c.key, c.done)]),
-        "mark": lambda s, c: store_cas.mark_waiting(s, c.ns, c.key),
+        "write": lambda s, c: op("write_rows")(s, [(c.ns, c.key, c.done)]),
+        "mark": lambda s, c: op("mark_waiting")(s, c.ns, c.key),
     }
 
 
@@ -508,20 +512,6 @@ def test_an_async_saver_on_the_async_stores_connection_does_not_break_the_claims
     asyncio.run(main())
 
 
-def _aops() -> dict[str, Callable[[Any, _Call], Any]]:
-    return {
-        "read": lambda s, c: store_cas.aread_rows(s, [(c.ns, c.key)]),
-        "claim_new": lambda s, c: store_cas.acompare_and_set(s, c.new()),
-        "claim_over": lambda s, c: store_cas.acompare_and_set(s, c.over(c.claim)),
-        "claim_if_absent": lambda s, c: store_cas.aclaim_if_absent(s, [(c.ns, c.key)], c.new()),
-        "claim_many": lambda s, c: store_cas.acompare_and_set_many(
-            s, [c.new(), _Call(c.ns[-1] + "-b", 7).new()]
-        ),
-        "write": lambda s, c: store_cas.awrite_rows(s, [(c.ns, c.key, c.done)]),
-        "mark": lambda s, c: store_cas.amark_waiting(s, c.ns, c.key),
-    }
-
-
 @pytest.mark.parametrize("name", OPS)
 @pytest.mark.parametrize("autocommit", [True, False], ids=["autocommit", "transactions"])
 def test_an_async_statement_cancelled_by_a_timeout_leaves_the_next_call_right(
@@ -552,7 +542,7 @@ def test_an_async_statement_cancelled_by_a_timeout_leaves_the_next_call_right(
                 if not autocommit:
                     await conn.commit()
                 with pytest.raises(psycopg.errors.QueryCanceled):
-                    await _aops()[name](store, call)
+                    await _ops("a")[name](store, call)
                 blocker.rollback()
             # The user's own store calls right after: not "current transaction is aborted".
             assert await store.aget(("user",), "absent") is None
@@ -560,7 +550,7 @@ def test_an_async_statement_cancelled_by_a_timeout_leaves_the_next_call_right(
             if not autocommit:
                 await conn.commit()
             assert conn.info.transaction_status == TransactionStatus.IDLE
-            answer = await _aops()[name](store, call)
+            answer = await _ops("a")[name](store, call)
             assert answer is not None
             assert answer is not False
             if name in ("claim_over", "write"):
