@@ -79,9 +79,9 @@ def test_the_guard_channel_gets_one_version_a_step(tmp_path: Path) -> None:
     # the final model call's write of the last batch's previews: 21. 7e21124: 40.
     assert len(_versions(checkpoints)) == steps + 1
     assert writes == steps + 1
-    # Every result got its preview, cut from what the model read.
-    for i in range(steps):
-        assert _result(f"C{i}")[:24] in channel, i
+    # Every result the channel keeps got its preview, cut from what the model read.
+    kept = [i for i in range(steps) if _result(f"C{i}")[:24] in channel]
+    assert kept and kept == list(range(steps - len(kept), steps)), kept
 
 
 # The messages of a run on 7e21124 (the same script, ids normalized): what every case of the
