@@ -46,7 +46,6 @@ from langgraph_replay_guard._compat import (
 from langgraph_replay_guard.decisions.engine import loop_error, raises_on_abort
 from langgraph_replay_guard.decisions.keys import content_hash
 from langgraph_replay_guard.decisions.state import (
-    SHOW_OP,
     Event,
     merge_guard_state,
     preview_facts,
@@ -455,7 +454,8 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         response: Any,
         seen: Any,
         planned: Any,
-        edits: list[dict[str, Any]],
+        scrub: dict[str, Any] | None,
+        show: dict[str, Any] | None,
         events: list[Event],
     ) -> None:
         """The model call's guard write: none when the tools node's writes carry it, else one.
@@ -470,21 +470,20 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             response: The model call's result.
             seen: The channel value the model call read.
             planned: The value its answer's batch was planned on.
-            edits: The scrub and show updates, in that order.
+            scrub: The `scrub_update`, if any.
+            show: The `show_update`, if any.
             events: The events the model call records.
         """
         ai = _answer_message(response)
         values = self._planned
-        show = edits[0] if len(edits) == 1 and edits[0]["op"] == SHOW_OP else None
-        # Nothing to write, or a show the tool hook's writes will carry.
-        if (not events and not edits) or (
-            not events and show is not None and self._tools_record(response, ai)
-        ):
+        # Nothing to write, or a show alone that the tool hook's writes will carry.
+        if not events and scrub is None and (show is None or self._tools_record(response, ai)):
             values.remember(seen, ai, planned, show)
             return
         send = channel_writer(_run_config())
         if send is None:
             return
+        edits = [edit for edit in (scrub, show) if edit is not None]
         update = guard_update(self._calls.config, events, edits)
         send([(self.channel, update)])
         # The reducer gets these very objects and returns this value (`merge_guard_state`
@@ -607,8 +606,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 response = handler(watched)
             self._check_below(request, below)
         result, stopped = self._stop_after(request, response, value)
-        edits = [edit for edit in (scrub, show) if edit is not None]
-        self._write(response, seen, value, edits, [*answered, *stopped])
+        self._write(response, seen, value, scrub, show, [*answered, *stopped])
         return result
 
     @signature_once
@@ -642,8 +640,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 response = await handler(watched)
             self._check_below(request, below)
         result, stopped = self._stop_after(request, response, value)
-        edits = [edit for edit in (scrub, show) if edit is not None]
-        self._write(response, seen, value, edits, [*answered, *stopped])
+        self._write(response, seen, value, scrub, show, [*answered, *stopped])
         return result
 
     def _check_below(self, request: ModelRequest[Any], below: Sequence[Any]) -> None:
