@@ -268,7 +268,8 @@ def own_update(
         update["cfg"] = cfg
     for edit in edits:
         update[edit["op"]] = edit["previews"]  # type: ignore[literal-required]
-    _remember(update, own=True)
+    # The edits themselves: the model call merged them already (`_merged_already`).
+    _remember(update, own=True, edits=tuple(edits))
     return update
 
 
@@ -777,7 +778,7 @@ def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
         edit = _scrubbed if op == SCRUB_OP else _shown
         merged = edit(_results_copy(current), update.get("previews"))
     else:
-        merged = _merged(current, update, known is not None and known.get("own", False))
+        merged = _merged(current, update, known if known is not None and "own" in known else None)
     _remember(merged, state=merged)
     if op is not None:
         known = known if known is not None else _remember(update)
@@ -785,12 +786,18 @@ def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
     return merged
 
 
-def _merged(current: Any, update: Any, own: bool) -> dict[str, Any]:
-    if own:  # the guard's own write, unchanged since: its events come from checked facts
+def _merged(current: Any, update: Any, own: dict[str, Any] | None) -> dict[str, Any]:
+    if own is not None:  # the guard's own write, unchanged since: its events are checked facts
         events = update["events"]
-        state = load_state(current)
         if SHOW_OP in update or SCRUB_OP in update:
-            state = _edited(state, update, events)
+            edited = _merged_already(current, own["edits"])
+            state = (
+                load_state(edited)
+                if edited is not None
+                else _edited(load_state(current), update, events)
+            )
+        else:
+            state = load_state(current)
         return _folded(state, events, update.get("cfg", {}))
     if update is None:
         return load_state(current)
@@ -808,6 +815,23 @@ def _merged(current: Any, update: Any, own: bool) -> dict[str, Any]:
     except InvalidStateError as exc:
         return _ignored(state, f"that is not in the guard's format ({exc})")
     return _folded(_edited(state, update, events), events, cfg)
+
+
+def _merged_already(current: Any, edits: tuple[Any, ...]) -> Any:
+    """The value the model call made by merging these very edits into this very value, if any.
+
+    The model call plans on the channel value with its edits merged (`merge_guard_state`
+    remembers each merge); the write that carries them then meets that same value first.
+    """
+    if not edits or (current is not None and _known(current) is None):
+        return None
+    for edit in edits:
+        known = _known(edit)
+        merges = known.get("merges", ()) if known is not None else ()
+        current = next((after for before, after in merges if before is current), None)
+        if current is None:
+            return None
+    return current
 
 
 def _edited(

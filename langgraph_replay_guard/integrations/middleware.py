@@ -492,11 +492,14 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     def _tools_record(self, response: Any, ai: AIMessage | None) -> bool:
         """Whether the guard's tool hook gets a call of the answer (its write follows)."""
-        if ai is None or not ai.tool_calls or not _has_tool_hook(self):
+        if ai is None or not ai.tool_calls:
             return False
-        answered = {
-            m.tool_call_id for m in _response_messages(response) if isinstance(m, ToolMessage)
-        }
+        if type(self) is not ReplayGuardMiddleware and not _has_tool_hook(self):
+            return False
+        messages = _response_messages(response)
+        if len(messages) < 2:  # the answer alone (the usual step): none of its calls answered
+            return True
+        answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
         return any(call.get("id") not in answered for call in ai.tool_calls)
 
     def _stop_after(
