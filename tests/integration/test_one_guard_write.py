@@ -81,7 +81,8 @@ def test_the_guard_channel_gets_one_version_a_step(tmp_path: Path) -> None:
     assert writes == steps + 1
     # Every result the channel keeps got its preview, cut from what the model read.
     kept = [i for i in range(steps) if _result(f"C{i}")[:24] in channel]
-    assert kept and kept == list(range(steps - len(kept), steps)), kept
+    assert kept, "no preview reached the channel"
+    assert kept == list(range(steps - len(kept), steps)), kept
 
 
 # The messages of a run on 7e21124 (the same script, ids normalized): what every case of the
@@ -208,3 +209,62 @@ def test_the_previews_ride_on_the_next_write(
     # Two tool steps and the final model call's write of nothing new: one version per tools
     # node (7e21124: the model call's preview write, then the tools node's write).
     assert len(_versions(checkpoints)) == 2
+
+
+_SAME = (
+    "Not executed: 'lookup_customer' already succeeded with exactly these arguments and "
+    "nothing has changed since, so it would return the same result. Use the earlier result "
+    "instead of calling it again.\nEarlier result:\n"
+)
+
+
+def test_a_parallel_batch_carries_the_previews_in_each_call_as_on_7e21124(tmp_path: Path) -> None:
+    """Each parallel call's write carries the show; the batch's own events keep no preview
+    until the next model call, and every value the channel held is one 7e21124 held."""
+    runs: list[str] = []
+
+    @tool
+    def lookup_customer(customer_id: str) -> str:
+        """Look up a customer."""
+        runs.append(customer_id)
+        return f"Customer {customer_id}: contact {EMAIL}, plan gold"
+
+    c1, c2, c3 = ({"customer_id": c} for c in ("C1", "C2", "C3"))
+    model = ScriptedChatModel(
+        script=[
+            [("lookup_customer", c1), ("lookup_customer", c2), ("lookup_customer", c1)],
+            [("lookup_customer", c2), ("lookup_customer", c3)],
+            [("lookup_customer", c3)],
+            "done",
+        ]
+    )
+    cfg: Any = {"configurable": {"thread_id": "parallel"}}
+    with SqliteSaver.from_conn_string(str(tmp_path / "cp.db")) as saver:
+        guard = ReplayGuard(GuardConfig(result_preview_chars=30))
+        agent = create_agent(
+            model, [lookup_customer], middleware=[guard.middleware()], checkpointer=saver
+        )
+        out = agent.invoke({"messages": [HumanMessage("go")]}, cfg, durability="sync")
+        checkpoints = [c.checkpoint for c in saver.list(cfg)]
+    assert runs == ["C1", "C2", "C3"]
+    assert [f"{m.type}:{m.content}" for m in out["messages"]] == [
+        "human:go",
+        "ai:",
+        f"tool:Customer C1: contact {EMAIL}, plan gold",
+        f"tool:Customer C2: contact {EMAIL}, plan gold",
+        "tool:Not executed: an earlier call in this same batch already calls 'lookup_customer' "
+        "with exactly these arguments. Use that call's result.",
+        "ai:",
+        f"tool:{_SAME}Customer C2: contact {EMAIL}, plan gold",
+        f"tool:Customer C3: contact {EMAIL}, plan gold",
+        "ai:",
+        f"tool:{_SAME}Customer C3: contact {EMAIL}, plan gold",
+        "ai:done",
+    ]
+    final = out.get(GUARD_CHANNEL) or checkpoints[0]["channel_values"][GUARD_CHANNEL]
+    assert sorted(memo[3] for memo in final["results"].values()) == [
+        f"Customer C{i}: contact jane.doe@"[:30] for i in (1, 2, 3)
+    ]
+    assert final["totals"] == {"aborts": 0, "blocked": 3, "calls": 6}
+    # Three tools steps, one version each (7e21124: five, two model calls' preview writes).
+    assert len(_versions(checkpoints)) == 3
