@@ -268,3 +268,32 @@ def test_a_parallel_batch_carries_the_previews_in_each_call_as_on_7e21124(tmp_pa
     assert final["totals"] == {"aborts": 0, "blocked": 3, "calls": 6}
     # Three tools steps, one version each (7e21124: five, two model calls' preview writes).
     assert len(_versions(checkpoints)) == 3
+
+
+def test_a_batch_whose_tools_never_run_still_gets_the_previews_before_it(tmp_path: Path) -> None:
+    """A HITL reject answers every call of the second batch: the tools node never writes, so
+    the next model call writes the first batch's previews (read one batch further back)."""
+    runs: list[str] = []
+    model = ScriptedChatModel(
+        script=[
+            [("lookup_customer", {"customer_id": "C1"})],
+            [("lookup_customer", {"customer_id": "C2"})],
+            "done",
+        ]
+    )
+    cfg: Any = {"configurable": {"thread_id": "rejected"}}
+    reject = Command(resume={"decisions": [{"type": "reject", "message": "not now"}]})
+    approve = Command(resume={"decisions": [{"type": "approve"}]})
+    with SqliteSaver.from_conn_string(str(tmp_path / "cp.db")) as saver:
+        guard = ReplayGuard(GuardConfig(result_preview_chars=30))
+        hitl = HumanInTheLoopMiddleware(interrupt_on={"lookup_customer": True})
+        agent = create_agent(
+            model, [_lookup_tool(runs)], middleware=[guard.middleware(), hitl], checkpointer=saver
+        )
+        out = agent.invoke({"messages": [HumanMessage("who is C1?")]}, cfg, durability="sync")
+        out = agent.invoke(approve, cfg, durability="sync")
+        out = agent.invoke(reject, cfg, durability="sync")
+        channel = json.dumps(agent.get_state(cfg).values[GUARD_CHANNEL])
+    assert runs == ["C1"]
+    assert out["messages"][-1].content == "done"
+    assert _result("C1")[:30] in channel
