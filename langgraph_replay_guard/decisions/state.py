@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypedDict
 
@@ -87,6 +87,10 @@ class StateUpdate(TypedDict, total=False):
     op: Literal["events"]
     cfg: dict[str, Any]
     events: list[Event]
+    # Preview edits applied before the events (`own_update`'s `edits`): a scrub's previews
+    # and a show's, the model's reading of the last batch carried by the guard's next write.
+    scrub: list[str]
+    show: dict[str, str]
 
 
 def new_state() -> dict[str, Any]:
@@ -236,7 +240,7 @@ def load_state(value: Any) -> dict[str, Any]:
     return _shallow(_checked(value))
 
 
-_WRITE_KEYS = frozenset({"op", "cfg", "events"})
+_WRITE_KEYS = frozenset({"op", "cfg", "events", "scrub", "show"})
 """The keys of a guard write (`own_update`)."""
 
 
@@ -245,7 +249,9 @@ def _first_write(value: Any) -> bool:
     return isinstance(value, Mapping) and "v" not in value and value.get("op") == "events"
 
 
-def own_update(cfg: dict[str, Any], events: list[Event]) -> StateUpdate:
+def own_update(
+    cfg: dict[str, Any], events: list[Event], edits: Sequence[Mapping[str, Any]] = ()
+) -> StateUpdate:
     """The channel write that records events the guard built itself (`make_event`).
 
     The reducer takes such a write without checking it again: its events come from checked
@@ -254,11 +260,16 @@ def own_update(cfg: dict[str, Any], events: list[Event]) -> StateUpdate:
     first write to an empty channel as it is: such a value reads as the state its events
     fold into, so the first write needs no form of its own. `cfg`: the fold settings that
     differ from `DEFAULT_CFG` (`engine.fold_settings`), written only when there are any.
+    `edits`: `scrub_update`s and `show_update`s carried by the same write (one channel
+    version a step, not one per edit), applied before the events, a scrub before a show.
     """
     update: StateUpdate = {"op": "events", "events": events}
     if cfg:
         update["cfg"] = cfg
-    _remember(update, own=True)
+    for edit in edits:
+        update[edit["op"]] = edit["previews"]  # type: ignore[literal-required]
+    # The edits themselves: the model call merged them already (`_merged_already`).
+    _remember(update, own=True, edits=tuple(edits))
     return update
 
 
@@ -767,7 +778,7 @@ def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
         edit = _scrubbed if op == SCRUB_OP else _shown
         merged = edit(_results_copy(current), update.get("previews"))
     else:
-        merged = _merged(current, update, known is not None and known.get("own", False))
+        merged = _merged(current, update, known if known is not None and "own" in known else None)
     _remember(merged, state=merged)
     if op is not None:
         known = known if known is not None else _remember(update)
@@ -775,9 +786,19 @@ def merge_guard_state(current: Any, update: Any) -> dict[str, Any]:
     return merged
 
 
-def _merged(current: Any, update: Any, own: bool) -> dict[str, Any]:
-    if own:  # the guard's own write, unchanged since: its events come from checked facts
-        return _folded(load_state(current), update["events"], update.get("cfg", {}))
+def _merged(current: Any, update: Any, own: dict[str, Any] | None) -> dict[str, Any]:
+    if own is not None:  # the guard's own write, unchanged since: its events are checked facts
+        events = update["events"]
+        if SHOW_OP in update or SCRUB_OP in update:
+            edited = _merged_already(current, own["edits"])
+            state = (
+                load_state(edited)
+                if edited is not None
+                else _edited(load_state(current), update, events)
+            )
+        else:
+            state = load_state(current)
+        return _folded(state, events, update.get("cfg", {}))
     if update is None:
         return load_state(current)
     edited = _first_write(update) and not update.keys() <= _WRITE_KEYS
@@ -793,7 +814,42 @@ def _merged(current: Any, update: Any, own: bool) -> dict[str, Any]:
         cfg = decode_cfg(update.get("cfg", {}))
     except InvalidStateError as exc:
         return _ignored(state, f"that is not in the guard's format ({exc})")
-    return _folded(state, events, cfg)
+    return _folded(_edited(state, update, events), events, cfg)
+
+
+def _merged_already(current: Any, edits: tuple[Any, ...]) -> Any:
+    """The value the model call made by merging these very edits into this very value, if any.
+
+    The model call plans on the channel value with its edits merged (`merge_guard_state`
+    remembers each merge); the write that carries them then meets that same value first.
+    """
+    if not edits or (current is not None and _known(current) is None):
+        return None
+    for edit in edits:
+        known = _known(edit)
+        merges = known.get("merges", ()) if known is not None else ()
+        current = next((after for before, after in merges if before is current), None)
+        if current is None:
+            return None
+    return current
+
+
+def _edited(
+    state: dict[str, Any], update: Mapping[str, Any], events: list[Event]
+) -> dict[str, Any]:
+    """`state` (a private copy) with the preview edits a write carries, before its events.
+
+    A show carried by the tools node's writes (one per call of the batch) leaves the
+    batch's own events alone: on its own, at the model call, it came before any of them.
+    Each of the batch's writes may carry it; applied again, it changes nothing.
+    """
+    scrub = update.get(SCRUB_OP)
+    if scrub is not None:
+        state = _scrubbed(state, scrub)
+    show = update.get(SHOW_OP)
+    if show is not None:
+        state = _shown(state, show, events[0]["b"] if events else None)
+    return state
 
 
 def _folded(state: dict[str, Any], events: list[Event], cfg: dict[str, Any]) -> dict[str, Any]:
@@ -851,8 +907,12 @@ def _results_copy(value: Any) -> dict[str, Any]:
     return state
 
 
-def _shown(state: dict[str, Any], previews: Any) -> dict[str, Any]:
-    """`state` (`_results_copy`) with previews for the results that had none."""
+def _shown(state: dict[str, Any], previews: Any, batch: str | None = None) -> dict[str, Any]:
+    """`state` (`_results_copy`) with previews for the results that had none.
+
+    `batch`: the AIMessage id of the events the write carries with it, whose results are
+    not the ones the model read (left as they are).
+    """
     if not isinstance(previews, Mapping) or not all(
         isinstance(h, str) and isinstance(p, str) for h, p in previews.items()
     ):
@@ -864,7 +924,7 @@ def _shown(state: dict[str, Any], previews: Any) -> dict[str, Any]:
     if state["log"]:
         state["log"] = [
             {**ev, "p": previews[ev["h"]]}
-            if ev["p"] is None and ev["o"] == "success" and ev["h"] in previews
+            if ev["p"] is None and ev["o"] == "success" and ev["h"] in previews and ev["b"] != batch
             else ev
             for ev in state["log"]
         ]

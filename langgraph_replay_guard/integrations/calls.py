@@ -21,13 +21,17 @@ from langgraph_replay_guard.decisions.engine import (
     make_event,
     stop_was_ignored,
 )
+from langgraph_replay_guard.decisions.keys import content_hash
 from langgraph_replay_guard.decisions.state import (
     Event,
     StateUpdate,
     batch_in_progress,
     load_state,
+    merge_guard_state,
     own_update,
+    preview_facts,
     settled,
+    show_update,
 )
 from langgraph_replay_guard.integrations.batches import ToolCallBatch
 from langgraph_replay_guard.policy.resolver import PolicyResolver, resolver_of
@@ -40,12 +44,14 @@ __all__ = [
     "GUARD_CHANNEL",
     "BatchDecisions",
     "DecisionCache",
+    "PlannedValues",
     "answered_event",
     "decide_batch",
     "denied_event",
     "emit",
     "executed_event",
     "executed_write",
+    "given_previews",
     "guard_update",
     "result_outcome",
     "snapshot",
@@ -220,9 +226,109 @@ class DecisionCache:
         return None if planned is None else (last[4], planned)
 
 
-def guard_update(config: GuardConfig, events: list[Event]) -> StateUpdate:
-    """The channel write that records events."""
-    return own_update(fold_settings(config), events)
+def given_previews(
+    config: GuardConfig, messages: Sequence[BaseMessage], value: Any
+) -> dict[str, str]:
+    """Previews for the channel's results without one, cut from the messages the model read.
+
+    `messages` end where the model's answer starts: their last batch (the ToolMessages after
+    the last AIMessage) is what the model read of the results the channel recorded as digests
+    (`defer_previews`). A ToolMessage whose text still has a recorded digest reached the
+    model unchanged and gives its preview; a changed one (a middleware's redaction) none. The
+    batch before is read too when a digest is still without a preview: a batch whose previews
+    no write carried (its tools never ran: a HITL reject, a jump) gets them one step late.
+
+    Returns:
+        Result digest -> preview (empty: nothing to show).
+    """
+    if not config.store_previews or value is None:
+        return {}
+    unshown = preview_facts(value).unshown
+    if not unshown:
+        return {}
+    previews: dict[str, str] = {}
+    chars = config.result_preview_chars
+    end = len(messages)
+    for _ in range(2):  # the last batch, then the one before it
+        start = end
+        while start and not isinstance(messages[start - 1], AIMessage):
+            start -= 1
+        for message in messages[start:end]:
+            if isinstance(message, ToolMessage):
+                content = message.content
+                text = content if isinstance(content, str) else repr(content)
+                digest = content_hash(text)
+                if digest in unshown:
+                    previews[digest] = text[:chars]
+        if start == 0 or len(previews) == len(unshown):
+            break
+        end = start - 1
+    return previews
+
+
+class PlannedValues:
+    """The channel value a batch was planned on, and the show the tools node's writes carry.
+
+    The model call plans its answer's batch on the channel value with the previews of the
+    batch the model read (`given_previews`), but writes nothing when the tools node will
+    write (one channel version a step): the tools node reads the value without them. This
+    maps what the tools node reads (the channel value and its newest message, by identity)
+    to the value planned on and the `show_update` its writes carry. A tools node that finds
+    no entry (a new process after an interrupt or a crash) computes the same from its own
+    state: the messages before the newest AIMessage are what the model read.
+    """
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        """Create an empty map."""
+        self._last: tuple[Any, Any, Any, Mapping[str, Any] | None] | None = None
+
+    def remember(
+        self, seen: Any, newest: Any, planned: Any, show: Mapping[str, Any] | None
+    ) -> None:
+        """Say that a tools node reading `seen` after `newest` runs a batch planned on `planned`.
+
+        Args:
+            seen: The channel value the tools node will read.
+            newest: The message the tools node's messages will end with (the model's answer).
+            planned: The channel value the batch was planned on.
+            show: The `show_update` its writes carry (None: none).
+        """
+        self._last = (seen, newest, planned, show)
+
+    def planned(
+        self, config: GuardConfig, messages: Sequence[BaseMessage], value: Any
+    ) -> tuple[Any, Mapping[str, Any] | None]:
+        """The value the batch of the tools node's newest AIMessage is planned on, and its show.
+
+        Args:
+            config: The guard's configuration.
+            messages: The tools node's messages.
+            value: The channel value it reads.
+
+        Returns:
+            The value to plan on, and the `show_update` the node's writes carry (or None).
+        """
+        newest = messages[-1] if messages else None
+        last = self._last
+        if last is not None and last[0] is value and last[1] is newest:
+            return last[2], last[3]
+        end = len(messages)
+        while end and not isinstance(messages[end - 1], AIMessage):
+            end -= 1
+        previews = given_previews(config, messages[: end - 1], value) if end else {}
+        show = show_update(previews) if previews else None
+        planned = merge_guard_state(value, show) if show is not None else value
+        self._last = (value, newest, planned, show)
+        return planned, show
+
+
+def guard_update(
+    config: GuardConfig, events: list[Event], edits: Sequence[Mapping[str, Any]] = ()
+) -> StateUpdate:
+    """The channel write that records events (and carries preview `edits`: `own_update`)."""
+    return own_update(fold_settings(config), events, edits)
 
 
 def denied_event(planned: DecidedCall, batch: ToolCallBatch, reason: str, *, abort: bool) -> Event:
@@ -324,18 +430,20 @@ def executed_write(
     command: bool = False,
     preview: bool = True,
     call_id: str | None = None,
+    edits: Sequence[Mapping[str, Any]] = (),
 ) -> StateUpdate:
     """The channel write recording a call that ran (`executed_event`, in `guard_update`).
 
     The record step of one call: the core builds its event and the write that carries it in
     one pass (the event first, then the write, so nothing of the adapter runs in between).
+    `edits`: the preview edits the write carries (`PlannedValues`).
     """
     event = executed_event(
         config, planned, batch, outcome, text, command=command, preview=preview, call_id=call_id
     )
     # `guard_update`'s body, inline: a call to it would run adapter code between the core's
     # event and its write (the walk `test_one_path.py` holds to one visit of the core).
-    return own_update(fold_settings(config), [event])
+    return own_update(fold_settings(config), [event], edits)
 
 
 def tool_message(result: Any) -> ToolMessage | None:

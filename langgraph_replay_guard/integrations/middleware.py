@@ -63,8 +63,10 @@ from langgraph_replay_guard.integrations.batches import (
 )
 from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
+    PlannedValues,
     answered_event,
     emit,
+    given_previews,
     guard_update,
 )
 from langgraph_replay_guard.integrations.ledger_gate import given_update
@@ -73,7 +75,6 @@ from langgraph_replay_guard.integrations.prompt import (
     system_prompt_with_reminder,
 )
 from langgraph_replay_guard.integrations.signals import as_signal
-from langgraph_replay_guard.integrations.task_writes import write_events
 from langgraph_replay_guard.integrations.tool_node import (
     ToolCallWrapper,
     abort_trace,
@@ -214,6 +215,8 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             defer_previews=True,
             watch_resets=False,  # the agent loops inside one run of its graph
         )
+        self._planned = PlannedValues()
+        self._calls.planned_values = self._planned
         self._tools_checked = False
         self._agent_tools_learned = False
         self._offered: tuple[Any, ...] | None = None  # the tools the last model call offered
@@ -346,7 +349,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return value, []
         return merge_guard_state(value, guard_update(config, events)), events
 
-    def _scrub(self, request: ModelRequest[Any], value: Any) -> Any:
+    def _scrub(self, request: ModelRequest[Any], value: Any) -> tuple[Any, dict[str, Any] | None]:
         """Drop the result previews that no message of the thread holds any more.
 
         The tools node records a preview of what the tool returned; a middleware may change
@@ -354,14 +357,14 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         ToolMessages in its `before_model`, and its `before_model` may run before or after
         the guard's hooks). The model node runs after every `before_model`: the messages it
         reads are what the model is given, so the channel keeps no more of a result than
-        they hold (its digest stays, for the loop layers). No I/O: one channel write.
+        they hold (its digest stays, for the loop layers). No I/O, no write: `_write` sends it.
 
         Returns:
-            The channel value after the write (`value` when there is none).
+            The channel value with the scrub, and the scrub (None: nothing to drop).
         """
         previews = set(preview_facts(value).held)
         if not previews:
-            return value
+            return value, None
         # Newest messages first, stopping once every preview is found: the channel keeps the
         # previews of the most recently used results, so they sit in the last few messages.
         # Reading every message for every preview made each step cost O(thread length).
@@ -377,29 +380,17 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             joined = _SEPARATOR.join([t if isinstance(t, str) else repr(t) for t in texts])
             missing = {p for p in previews if p not in joined}
             if not missing:
-                return value
+                return value, None
             messages = messages[: -len(newest)] if newest else messages
         for message in reversed(messages):
             text = _text(message)
             missing = {p for p in missing if p not in text}
             if not missing:
-                return value
-        return self._send(value, scrub_update(sorted(missing)))
+                return value, None
+        update = scrub_update(sorted(missing))
+        return merge_guard_state(value, update), update
 
-    def _send(self, value: Any, update: dict[str, Any]) -> Any:
-        """Write `update` beside the model node's output; the value the channel will hold.
-
-        Merged here with the very objects the channel's reducer gets, which then returns
-        this value (`merge_guard_state` remembers it): the batch this model call plans is
-        planned on the value the tools node reads, so it is planned once.
-        """
-        send = channel_writer(_run_config())
-        if send is None:
-            return value
-        send([(self.channel, update)])
-        return merge_guard_state(value, update)
-
-    def _show(self, request: ModelRequest[Any], value: Any) -> Any:
+    def _show(self, request: ModelRequest[Any], value: Any) -> tuple[Any, dict[str, Any] | None]:
         """Give the last batch's results their previews, cut from what the model is given.
 
         The tools node records a result's digest and no text (`defer_previews`): a
@@ -407,24 +398,18 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         `before_model`), and the checkpoint of that middleware's own step would otherwise
         keep the raw preview. The model node runs after every `before_model`: a ToolMessage
         of the batch whose text still has the recorded digest reached the model unchanged
-        and gets its preview; a changed one keeps its digest only. No I/O: one channel write.
+        and gets its preview; a changed one keeps its digest only (`calls.given_previews`).
+        No I/O, no write: the guard's next write carries it (`_write`).
 
         Returns:
-            The channel value after the write (`value` when there is none).
+            The channel value with the previews, and their `show_update` (None: none).
         """
-        config = self._calls.config
-        if not config.store_previews or value is None:
-            return value
-        unshown = preview_facts(value).unshown
-        if not unshown:
-            return value
-        previews: dict[str, str] = {}
-        for message in _last_batch(request.state.get("messages") or ()):
-            text = _text(message)
-            digest = content_hash(text)
-            if digest in unshown:
-                previews[digest] = text[: config.result_preview_chars]
-        return self._send(value, show_update(previews)) if previews else value
+        messages = request.state.get("messages") or ()
+        previews = given_previews(self._calls.config, messages, value)
+        if not previews:
+            return value, None
+        update = show_update(previews)
+        return merge_guard_state(value, update), update
 
     def _given(self, request: ModelRequest[Any]) -> tuple[BaseStore, LedgerPlan] | None:
         """The ledger plan that makes the last batch's rows hold what the model is given.
@@ -464,11 +449,58 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         store_cas.share_connection(store, run_checkpointer(configurable))
         return store, given_plan(gate.prefix, str(thread_id), given, keys, asked, given_update)
 
-    def _write(self, request: ModelRequest[Any], events: list[Event]) -> None:
-        """One write of the model call's events beside the model node's output."""
-        if events:
-            config = self._calls.config
-            write_events(self._calls, _run_config(), config, self.channel, events)
+    def _write(
+        self,
+        response: Any,
+        seen: Any,
+        planned: Any,
+        scrub: dict[str, Any] | None,
+        show: dict[str, Any] | None,
+        events: list[Event],
+    ) -> None:
+        """The model call's guard write: none when the tools node's writes carry it, else one.
+
+        The channel gets one version a step: when the answer's calls go to the guard's tool
+        hook (the usual step) and the model call has only the last batch's previews to
+        write, the tools node's writes carry them (`calls.PlannedValues`, which also gives
+        the tool hook the value the batch was planned on). Otherwise (a final answer, a stop,
+        calls answered elsewhere, a scrub) the scrub, the show and the events go as ONE write.
+
+        Args:
+            response: The model call's result.
+            seen: The channel value the model call read.
+            planned: The value its answer's batch was planned on.
+            scrub: The `scrub_update`, if any.
+            show: The `show_update`, if any.
+            events: The events the model call records.
+        """
+        ai = _answer_message(response)
+        values = self._planned
+        # Nothing to write, or a show alone that the tool hook's writes will carry.
+        if not events and scrub is None and (show is None or self._tools_record(response, ai)):
+            values.remember(seen, ai, planned, show)
+            return
+        send = channel_writer(_run_config())
+        if send is None:
+            return
+        edits = [edit for edit in (scrub, show) if edit is not None]
+        update = guard_update(self._calls.config, events, edits)
+        send([(self.channel, update)])
+        # The reducer gets these very objects and returns this value (`merge_guard_state`
+        # remembers the merge): the tools node's plan is found under it.
+        values.remember(merge_guard_state(seen, update), ai, planned, None)
+
+    def _tools_record(self, response: Any, ai: AIMessage | None) -> bool:
+        """Whether the guard's tool hook gets a call of the answer (its write follows)."""
+        if ai is None or not ai.tool_calls:
+            return False
+        if type(self) is not ReplayGuardMiddleware and not _has_tool_hook(self):
+            return False
+        messages = _response_messages(response)
+        if len(messages) < 2:  # the answer alone (the usual step): none of its calls answered
+            return True
+        answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+        return any(call.get("id") not in answered for call in ai.tool_calls)
 
     def _stop_after(
         self, request: ModelRequest[Any], response: Any, value: Any
@@ -558,7 +590,9 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             # Its own message again: `add_messages` replaces it by id, and the run ends.
             return ModelResponse(result=[stop])
         self._check_tools(request, handler)
-        shown = self._show(request, self._scrub(request, request.state.get(self.channel)))
+        seen = request.state.get(self.channel)
+        scrubbed, scrub = self._scrub(request, seen)
+        shown, show = self._show(request, scrubbed)
         given = self._given(request)
         if given is not None:
             store, plan = given
@@ -575,7 +609,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 response = handler(watched)
             self._check_below(request, below)
         result, stopped = self._stop_after(request, response, value)
-        self._write(request, [*answered, *stopped])
+        self._write(response, seen, value, scrub, show, [*answered, *stopped])
         return result
 
     @signature_once
@@ -590,7 +624,9 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             # Its own message again: `add_messages` replaces it by id, and the run ends.
             return ModelResponse(result=[stop])
         self._check_tools(request, handler)
-        shown = self._show(request, self._scrub(request, request.state.get(self.channel)))
+        seen = request.state.get(self.channel)
+        scrubbed, scrub = self._scrub(request, seen)
+        shown, show = self._show(request, scrubbed)
         given = self._given(request)
         if given is not None:
             store, plan = given
@@ -607,7 +643,7 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 response = await handler(watched)
             self._check_below(request, below)
         result, stopped = self._stop_after(request, response, value)
-        self._write(request, [*answered, *stopped])
+        self._write(response, seen, value, scrub, show, [*answered, *stopped])
         return result
 
     def _check_below(self, request: ModelRequest[Any], below: Sequence[Any]) -> None:

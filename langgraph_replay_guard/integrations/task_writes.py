@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -113,6 +113,7 @@ def write_events(
     events: list[Event],
     *,
     stop: AIMessage | None = None,
+    edits: Sequence[Mapping[str, Any]] = (),
 ) -> bool:
     """Record a call's events in the guard channel, beside the node's output.
 
@@ -127,6 +128,7 @@ def write_events(
         channel: The guard channel's key.
         events: The events.
         stop: A stop's final AIMessage, to add after the node's ToolMessages.
+        edits: Preview edits the write carries (`own_update`), outside a `ToolNode` run.
 
     Returns:
         Whether `stop` was taken care of (False: the caller must answer with it itself).
@@ -137,8 +139,8 @@ def write_events(
         if stop is not None:
             current.stop = stop
         return True
-    if events:
-        _send(config, channel, guard_config, events)
+    if events or edits:
+        _written(config, channel, guard_update(guard_config, events, edits))
     return stop is None
 
 

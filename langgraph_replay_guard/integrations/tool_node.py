@@ -62,6 +62,7 @@ from langgraph_replay_guard.integrations.calls import (
     GUARD_CHANNEL,
     BatchDecisions,
     DecisionCache,
+    PlannedValues,
     answered_event,
     decide_batch,
     emit,
@@ -347,6 +348,9 @@ class ToolCallWrapper:
     ) -> None:
         """Create the wrapper."""
         self.defer_previews = defer_previews
+        # With `defer_previews`, the middleware's map to the value a batch was planned on
+        # and the previews its writes carry (the model call wrote nothing).
+        self.planned_values: PlannedValues | None = None
         self.resets = ResetWatch() if watch_resets else None
         self.passes_node_errors = passes_node_errors and inner is None
         self.raise_on_abort = raise_on_abort
@@ -934,6 +938,9 @@ class ToolCallWrapper:
             )
             if reset is not None:
                 raise ValueError(reset_channel_message(self.channel, reset))
+        if self.planned_values is not None:
+            history = state_messages(state, self.messages_key)
+            value = self.planned_values.planned(self.config, history, value)[0]
         plan, asked = self._planned(request, tools, state, value)
         plan, planned, runs = self._as_it_runs(request, plan, asked, value, tools)
         # Counted as it runs: no message holds this call's key, so its id is remembered.
@@ -1075,7 +1082,25 @@ class ToolCallWrapper:
         stop: AIMessage | None = None,
     ) -> bool:
         """Write events to the guard channel beside the node's output (see `task_writes`)."""
-        return write_events(self, _config(request), self.config, self.channel, events, stop=stop)
+        return write_events(
+            self,
+            _config(request),
+            self.config,
+            self.channel,
+            events,
+            stop=stop,
+            edits=self._carried(request),
+        )
+
+    def _carried(self, request: ToolCallRequest) -> tuple[Mapping[str, Any], ...]:
+        """The preview edits this call's write carries (`PlannedValues`): the show, if any."""
+        if self.planned_values is None:
+            return ()
+        state = self._decision_state(request)
+        value = state.get(self.channel) if isinstance(state, Mapping) else None
+        history = state_messages(state, self.messages_key)
+        show = self.planned_values.planned(self.config, history, value)[1]
+        return () if show is None else (show,)
 
     # -- recording ------------------------------------------------------------------------------
 
@@ -1118,6 +1143,7 @@ class ToolCallWrapper:
             command=isinstance(result, Command),
             preview=not self.defer_previews,
             call_id=run.call_id,
+            edits=self._carried(request),
         )
         write_update(self, _config(request), self.channel, update)
         return result

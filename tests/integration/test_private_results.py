@@ -224,22 +224,46 @@ def test_no_checkpoint_in_the_history_holds_a_raw_preview(
     assert any(GUARD_CHANNEL in h.values for h in history)
 
 
-def test_the_preview_of_an_unchanged_result_is_written_at_the_model_call(tmp_path: Path) -> None:
-    """Nothing redacts: the channel gets the preview, cut from the message the model read."""
+def test_the_preview_of_an_unchanged_result_is_written_with_the_guards_next_write(
+    tmp_path: Path,
+) -> None:
+    """Nothing redacts: the channel gets the preview, cut from the message the model read,
+    with the guard's next write: the tools node's when the model's answer has tool calls
+    (the model call writes nothing), the model call's own for a final answer."""
     runs: list[int] = []
-    model = ScriptedChatModel(script=[[("lookup_customer", {"customer_id": "C1"})], "done"])
+
+    @tool
+    def lookup_customer(customer_id: str) -> str:
+        """Look up a customer."""
+        runs.append(1)
+        return f"{customer_id}: {RESULT}"
+
+    model = ScriptedChatModel(
+        script=[
+            [("lookup_customer", {"customer_id": "C1"})],
+            [("lookup_customer", {"customer_id": "C2"})],
+            "done",
+        ]
+    )
     cfg: Any = {"configurable": {"thread_id": "plain"}}
+    first, second = f"C1: {RESULT}"[:20], f"C2: {RESULT}"[:20]
     with SqliteSaver.from_conn_string(str(tmp_path / "cp.db")) as saver:
         guard = ReplayGuard(GuardConfig(result_preview_chars=20))
         agent = create_agent(
-            model, [_lookup_tool(runs)], middleware=[guard.middleware()], checkpointer=saver
+            model, [lookup_customer], middleware=[guard.middleware()], checkpointer=saver
         )
-        agent.invoke({"messages": [HumanMessage("who is C1?")]}, cfg, durability="sync")
-        history = list(agent.get_state_history(cfg))  # newest first
-    after_tools = next(h for h in history if h.next == ("model",) and h.values.get(GUARD_CHANNEL))
-    assert RESULT[:20] not in _channel_text(after_tools.values), "the tools node kept a digest"
-    assert RESULT[:20] in _channel_text(history[0].values), "the model call added the preview"
-    assert RESULT[:21] not in _channel_text(history[0].values)
+        agent.invoke({"messages": [HumanMessage("who are C1 and C2?")]}, cfg, durability="sync")
+        history = list(reversed(list(agent.get_state_history(cfg))))  # oldest first
+    assert runs == [1, 1]
+    by_step = {h.metadata["step"]: h for h in history if h.metadata}
+    texts = {step: _channel_text(h.values) for step, h in by_step.items()}
+    # Steps: 1 model (C1), 2 tools, 3 model (C2), 4 tools, 5 model (done).
+    assert first not in texts[2], "the tools node kept a digest of its own result"
+    assert texts[3] == texts[2], "the model call with tool calls wrote nothing"
+    assert first in texts[4], "the tools node's write carried the previews the model read"
+    assert second not in texts[4]
+    assert second in texts[5], "a final answer: the model call wrote the preview itself"
+    assert f"C2: {RESULT}"[:21] not in texts[5]
 
 
 @pytest.mark.parametrize("guard_first", [True, False], ids=["guard_first", "guard_last"])
