@@ -46,10 +46,19 @@ def sends(effects: Path) -> int:
 
 
 def claim_graph(
-    mode: str, guard: ReplayGuard, tools: list[Any], checkpointer: Any, store: Any = None
+    mode: str,
+    guard: ReplayGuard,
+    tools: list[Any],
+    checkpointer: Any,
+    store: Any = None,
+    *,
+    turns: int = 20,
 ) -> Any:
-    """The guarded graph, stopped before its tools node: `guard.wrap` or the middleware."""
-    model = asking_model([CALL])
+    """The guarded graph, stopped before its tools node: `guard.wrap` or the middleware.
+
+    Its model asks for CALL once per turn, for `turns` model calls in all.
+    """
+    model = asking_model([CALL], turns=turns)
     if mode == "wrap":
         return replay_graph(
             guard, model, tools, checkpointer=checkpointer, interrupt_before=["tools"]

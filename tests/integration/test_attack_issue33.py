@@ -661,9 +661,8 @@ def test_the_callback_handler_keeps_no_raw_preview_under_pii(
     """The handler recorded a preview of what the tool returned in its store (its state per
     thread), and quoted it in the duplicate's answer: PII's `before_model` redacts results
     only after that (b3e3935). Its previews wait for the next model call's messages now."""
-    import asyncio
-
     from langgraph_replay_guard import ReplayGuardCallbackHandler
+    from tests import async_run
 
     runs: list[int] = []
 
@@ -691,7 +690,7 @@ def test_the_callback_handler_keeps_no_raw_preview_under_pii(
         agent = create_agent(model, [lookup_customer, plain_lookup], middleware=[pii])
         cfg: Any = {"configurable": {"thread_id": "cb"}, "callbacks": [handler]}
         given = {"messages": [HumanMessage("who is C1?")]}
-        out = asyncio.run(agent.ainvoke(given, cfg)) if asynchronous else agent.invoke(given, cfg)
+        out = async_run.run(agent.ainvoke(given, cfg)) if asynchronous else agent.invoke(given, cfg)
     assert runs == [1], "the duplicate was still refused (digests)"
     answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
     assert all(EMAIL not in str(m.content) for m in answers), [m.content for m in answers]

@@ -28,6 +28,7 @@ from langgraph_replay_guard.replay import owners
 from langgraph_replay_guard.replay.ledger import CallIdentity, admit, finished_entry
 from langgraph_replay_guard.storage import store_cas
 from langgraph_replay_guard.storage.ledger_io import run_plan
+from tests import warm_children
 
 from .proc_one_trip import _outcome, context, race
 
@@ -38,6 +39,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _thread() -> str:
     return f"t-{uuid.uuid4().hex[:8]}"
+
+
+def _start(argv: list[str], **kwargs: Any) -> Any:
+    """Start a child on the psycopg implementation its `PSYCOPG_IMPL` names: forked from a warm
+    zygote when that is the implementation this interpreter (and so the zygote) imported,
+    else a fresh interpreter, which imports the one named (psycopg reads the variable once,
+    at import)."""
+    import psycopg.pq
+
+    if kwargs["env"].get("PSYCOPG_IMPL") == psycopg.pq.__impl__:
+        return warm_children.popen(argv, **kwargs)
+    return subprocess.Popen(argv, **kwargs)
 
 
 def _run(store: Any, thread: str, i: int, effects: list[str], call: str | None = None) -> str:
@@ -138,7 +151,8 @@ ns = ("replay_guard", "ledger", thread)
 ran = []
 with PostgresStore.from_conn_string(uri) as store:
     store_cas.read_rows(store, [(ns, "warm")])  # prepared before the lock, as in a long run
-    print("ready", flush=True)
+    import psycopg.pq
+    print("ready", psycopg.pq.__impl__, flush=True)
     start = time.monotonic()
     try:
         if what == "claim":
@@ -176,10 +190,11 @@ def test_ctrl_c_ends_a_guard_statement_blocked_on_a_row_lock(store, pg_uri, tmp_
     env = {**os.environ, "LANGSMITH_TRACING": "false", "PYTHONPATH": str(ROOT)}
     env["PSYCOPG_IMPL"] = impl  # psycopg's C and pure-Python implementations alike
     argv = [sys.executable, "-c", _BLOCKED, str(ROOT), pg_uri, what, thread, str(effects)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc = _start(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
         assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == b"ready", proc.stderr.read() if proc.stderr else ""
+        ready = proc.stdout.readline().strip()
+        assert ready == f"ready {impl}".encode(), proc.stderr.read() if proc.stderr else ""
         time.sleep(1.0)  # the statement is now waiting for the holder's lock
         proc.send_signal(signal.SIGINT)
         try:
@@ -366,13 +381,15 @@ def test_processes_on_psycopgs_python_and_c_implementations_run_each_call_once(p
         check = f"import psycopg.pq; assert psycopg.pq.__impl__ == {impl!r}, psycopg.pq.__impl__"
         probe = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True)
         assert probe.returncode == 0, probe.stderr.decode()[-500:]
-    # Fresh interpreters (not warm forks): each imports psycopg's implementation its variable names.
+    # The pure-Python workers are fresh interpreters, which import the implementation their
+    # variable names; the C ones are warm forks of a zygote that imported it (`_start`).
     result = race(
         pg_uri,
         tmp_path,
         ["one"] * len(impls),
         calls=20,
         env=lambda n: {"PSYCOPG_IMPL": impls[n]},
+        start=_start,
     )
     thread, calls = result.thread, result.calls
     assert sorted(result.effects) == sorted(f"{thread}/{i}" for i in range(calls))
@@ -407,49 +424,57 @@ def test_a_str_dumper_registered_on_the_store_connection_applies_to_the_guards_k
 # --- the server stopped and restarted under a store with prepared statements -----------------
 
 
-@pytest.mark.parametrize("where", ["main thread", "worker thread"])
-def test_a_server_restart_between_and_inside_a_call_keeps_each_call_once(where):
-    import psycopg
-    from langgraph.store.postgres import PostgresStore
-
+@pytest.fixture(scope="module")
+def own_server() -> Iterator[tuple[Any, str]]:
+    """A server of this module's own, which its tests restart (not the worker's shared one),
+    with its URI: created once (`initdb` is about 1 s of CPU) for the tests that restart it,
+    each on a thread of its own."""
     from .conftest import _find_binary, _Server
 
     initdb, pg_ctl = _find_binary("initdb"), _find_binary("pg_ctl")
     if initdb is None or pg_ctl is None:
         pytest.skip("no PostgreSQL server binaries to restart a server of this test's own")
     server = _Server(initdb, pg_ctl)
+    try:
+        yield server, server.start()
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("where", ["main thread", "worker thread"])
+def test_a_server_restart_between_and_inside_a_call_keeps_each_call_once(own_server, where):
+    import psycopg
+    from langgraph.store.postgres import PostgresStore
+
+    server, uri = own_server
 
     def restart(mode: str) -> None:
         data, log = str(server.data), str(server.log)
-        server._run(pg_ctl, "-D", data, "-l", log, "-m", mode, "-w", "restart")
+        server._run(server.pg_ctl, "-D", data, "-l", log, "-m", mode, "-w", "restart")
 
-    try:
-        uri = server.start()
-        thread, effects = _thread(), []
-        with PostgresStore.from_conn_string(uri) as pg_store:
-            pg_store.setup()
-            assert _run(pg_store, thread, 0, effects) == "ran"  # the statements are prepared
-            restart("fast")  # between two calls: the server says why it closed
-            with pytest.raises(psycopg.OperationalError, match="administrator command"):
-                _in(where, lambda: _run(pg_store, thread, 1, effects))
-        with PostgresStore.from_conn_string(uri) as pg_store:
-            ctx = context(thread, 1)
-            admission = _in(where, lambda: run_plan(pg_store, admit(ctx)))
-            assert admission.kind == "run"  # claimed; the tool runs, then the server goes
-            effects.append(f"{thread}/1")
-            restart("immediate")
-            done = finished_entry(admission.entry, "sent 1", None, "success")
-            with pytest.raises(psycopg.OperationalError):
-                _in(where, lambda: run_plan(pg_store, _outcome(ctx, done)))
-            owners.REGISTRY.release(admission.entry.owner)  # its worker is gone
-        with PostgresStore.from_conn_string(uri) as pg_store:
-            assert _run(pg_store, thread, 0, effects) == "replayed"
-            again = _in(where, lambda: run_plan(pg_store, admit(context(thread, 1))))
-            assert again.kind != "run", again  # its outcome was lost: refused, never run twice
-            assert _run(pg_store, thread, 2, effects) == "ran"
-        assert effects == [f"{thread}/0", f"{thread}/1", f"{thread}/2"]
-    finally:
-        server.stop()
+    thread, effects = _thread(), []
+    with PostgresStore.from_conn_string(uri) as pg_store:
+        pg_store.setup()
+        assert _run(pg_store, thread, 0, effects) == "ran"  # the statements are prepared
+        restart("fast")  # between two calls: the server says why it closed
+        with pytest.raises(psycopg.OperationalError, match="administrator command"):
+            _in(where, lambda: _run(pg_store, thread, 1, effects))
+    with PostgresStore.from_conn_string(uri) as pg_store:
+        ctx = context(thread, 1)
+        admission = _in(where, lambda: run_plan(pg_store, admit(ctx)))
+        assert admission.kind == "run"  # claimed; the tool runs, then the server goes
+        effects.append(f"{thread}/1")
+        restart("immediate")
+        done = finished_entry(admission.entry, "sent 1", None, "success")
+        with pytest.raises(psycopg.OperationalError):
+            _in(where, lambda: run_plan(pg_store, _outcome(ctx, done)))
+        owners.REGISTRY.release(admission.entry.owner)  # its worker is gone
+    with PostgresStore.from_conn_string(uri) as pg_store:
+        assert _run(pg_store, thread, 0, effects) == "replayed"
+        again = _in(where, lambda: run_plan(pg_store, admit(context(thread, 1))))
+        assert again.kind != "run", again  # its outcome was lost: refused, never run twice
+        assert _run(pg_store, thread, 2, effects) == "ran"
+    assert effects == [f"{thread}/0", f"{thread}/1", f"{thread}/2"]
 
 
 @pytest.mark.parametrize(

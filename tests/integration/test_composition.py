@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections import Counter
 from typing import Any
@@ -24,6 +23,7 @@ from langgraph.types import Command
 
 from langgraph_replay_guard import ReplayGuardMiddleware
 from langgraph_replay_guard.testing import ScriptedChatModel
+from tests import async_run
 from tests.integration.decision_models import ScriptedClassifier
 from tests.integration.stacks import counted_tools, selector_model
 
@@ -57,7 +57,7 @@ def test_a_loop_against_tool_call_limit_continue_is_stopped(order, mode):
     limit = ToolCallLimitMiddleware(run_limit=1, exit_behavior="continue")
     agent = create_agent(model, _tools(runs), middleware=_stack(order, limit))
     inputs = {"messages": [HumanMessage("who is P1?")]}
-    out = agent.invoke(inputs) if mode == "sync" else asyncio.run(agent.ainvoke(inputs))
+    out = agent.invoke(inputs) if mode == "sync" else async_run.run(agent.ainvoke(inputs))
     assert runs["lookup"] == 1
     assert model.calls == 4  # the documented stop: the 4th identical call
     assert _stopped(out["messages"]) == "repeat_limit"
@@ -284,7 +284,7 @@ def test_a_retry_never_repeats_an_unsafe_effect_whose_outcome_is_unknown(order, 
     def run() -> Any:
         if mode == "sync":
             return agent.invoke(inputs, cfg)
-        return asyncio.run(agent.ainvoke(inputs, cfg))
+        return async_run.run(agent.ainvoke(inputs, cfg))
 
     with pytest.raises(ReplayUnsafeError):
         run()
@@ -479,7 +479,7 @@ def test_a_cache_inside_the_guard_counts_but_is_never_the_tools_result(mode):
     )
     cfg = {"configurable": {"thread_id": f"cache-inside-{mode}"}}
     inputs = {"messages": [HumanMessage("who is P1?")]}
-    run = agent.invoke if mode == "sync" else (lambda i, c: asyncio.run(agent.ainvoke(i, c)))
+    run = agent.invoke if mode == "sync" else (lambda i, c: async_run.run(agent.ainvoke(i, c)))
     out = run(inputs, cfg)
     assert runs["lookup"] == 1
     assert model.calls == 4  # the documented stop: the 4th identical call
@@ -577,7 +577,7 @@ def _invoke(agent: Any, inputs: Any, cfg: dict[str, Any], mode: str, **options: 
     if mode == "sync":
         return agent.invoke(inputs, cfg, **options)
     if mode == "async":
-        return asyncio.run(agent.ainvoke(inputs, cfg, **options))
+        return async_run.run(agent.ainvoke(inputs, cfg, **options))
 
     async def stream() -> Any:
         last = None
@@ -585,7 +585,7 @@ def _invoke(agent: Any, inputs: Any, cfg: dict[str, Any], mode: str, **options: 
             last = state
         return last
 
-    return asyncio.run(stream())
+    return async_run.run(stream())
 
 
 def _selector_agent(

@@ -8,7 +8,6 @@ structured answer (`ProviderStrategy`), `structured_response` included.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import uuid
 from collections import Counter
@@ -44,6 +43,7 @@ from pydantic import BaseModel
 
 from langgraph_replay_guard import GUARD_CHANNEL, ReplayGuardMiddleware
 from langgraph_replay_guard.testing import ScriptedChatModel
+from tests import async_run
 from tests.integration.decision_models import ScriptedClassifier
 from tests.integration.decorating import TaggedAnswer, TraceIdArgs
 from tests.integration.stacks import selector_model
@@ -133,7 +133,7 @@ def _invoke(agent: Any, inputs: dict[str, Any], cfg: dict[str, Any], mode: str) 
     if mode == "sync":
         return agent.invoke(inputs, cfg)
     if mode == "async":
-        return asyncio.run(agent.ainvoke(inputs, cfg))
+        return async_run.run(agent.ainvoke(inputs, cfg))
 
     async def stream() -> Any:
         last = None
@@ -141,7 +141,7 @@ def _invoke(agent: Any, inputs: dict[str, Any], cfg: dict[str, Any], mode: str) 
             last = state
         return last
 
-    return asyncio.run(stream())
+    return async_run.run(stream())
 
 
 @dataclass

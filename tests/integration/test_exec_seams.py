@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -36,7 +35,7 @@ from pydantic import BaseModel
 
 from langgraph_replay_guard import ReplayGuard, ReplayGuardMiddleware, ReplayUnsafeError
 from langgraph_replay_guard.testing import ScriptedChatModel
-from tests import warm_children
+from tests import async_run, warm_children
 from tests.integration.replay_graphs import asking_model, replay_graph
 
 os.environ["LANGSMITH_TRACING"] = "false"
@@ -68,7 +67,7 @@ def _run_and_resume(graph: Any, mode: str, thread: str, resumes: int = 2) -> lis
             if mode == "sync":
                 graph.invoke(inputs, config, durability="sync")
             else:
-                asyncio.run(graph.ainvoke(inputs, config, durability="sync"))
+                async_run.run(graph.ainvoke(inputs, config, durability="sync"))
             ended.append("done")
         except ReplayUnsafeError:
             ended.append("ReplayUnsafeError")
@@ -363,7 +362,7 @@ def _resumed_hand_off(app: Any, mode: str, thread: str) -> dict[str, Any]:
     if mode == "sync":
         out: dict[str, Any] = app.invoke(None, config, durability="sync")
     else:
-        out = asyncio.run(app.ainvoke(None, config, durability="sync"))
+        out = async_run.run(app.ainvoke(None, config, durability="sync"))
     return out
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -34,7 +33,7 @@ from langgraph_replay_guard import (
     ReplayUnsafeError,
 )
 from langgraph_replay_guard.testing import ScriptedChatModel
-from tests import warm_children
+from tests import async_run, warm_children
 
 os.environ["LANGSMITH_TRACING"] = "false"
 
@@ -47,7 +46,7 @@ KEY = "replay_guard_idempotency_key"
 def run(agent: Any, payload: Any, config: dict[str, Any], mode: str) -> Any:
     if mode == "sync":
         return agent.invoke(payload, config, durability="sync")
-    return asyncio.run(agent.ainvoke(payload, config, durability="sync"))
+    return async_run.run(agent.ainvoke(payload, config, durability="sync"))
 
 
 def sending_tool(sent: list[tuple[str, str | None]]) -> Any:

@@ -113,11 +113,15 @@ def test_claims_lost_to_another_worker_leave_no_owner_registered(kind, tmp_path,
 
 def _contend(store: Any, effects: Path) -> None:
     saver = InMemorySaver()
+    # One graph for every round, each on a thread of its own: its scripted model asks for the
+    # call once per turn (`asking_model`), and has a turn for every model call of every round
+    # (the first run's, and at most one after each worker's); building the graph, its tool's
+    # schema and its guard took a third of the test's CPU when each round built its own.
+    guard = ReplayGuard(POLICY, store=store)
+    tools = effect_tools(effects, seconds=0.0)
+    graph = claim_graph("wrap", guard, tools, saver, store, turns=ROUNDS * (1 + WORKERS))
     with ThreadPoolExecutor(WORKERS) as pool:
         for _ in range(ROUNDS):
-            # A fresh graph per round: the scripted model asks for the call once.
-            guard = ReplayGuard(POLICY, store=store)
-            graph = claim_graph("wrap", guard, effect_tools(effects, seconds=0.0), saver, store)
             config = {"configurable": {"thread_id": f"t-{uuid.uuid4().hex[:8]}"}}
             graph.invoke({"messages": [HumanMessage("email Ann")]}, config, durability="sync")
             runs = [

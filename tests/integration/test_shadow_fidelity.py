@@ -10,7 +10,6 @@ change that moves both sides (a stop at the 5th call instead of the 4th) fails t
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections import Counter
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from langgraph_replay_guard import (
 )
 from langgraph_replay_guard.integrations.calls import DECISION_EVENT
 from langgraph_replay_guard.testing import ScriptedChatModel, agent_graph
+from tests import async_run
 
 os.environ["LANGSMITH_TRACING"] = "false"
 pytestmark = pytest.mark.filterwarnings("ignore::langgraph_replay_guard.ReplayGuardWarning")
@@ -44,34 +44,49 @@ STATUS = ("status", {})
 GHOST = ("lookup_customer", {"id": "P1"})  # a name no tool has
 
 
+# The run whose tool calls the tools below count (a worker runs one test at a time).
+_RUNS: list[Counter[str]] = [Counter()]
+
+
+@tool
+def lookup(id: str) -> str:
+    """Look a customer up."""
+    _RUNS[0]["lookup"] += 1
+    return f"{id}: premium plan"
+
+
+@tool
+def toggle() -> str:
+    """Toggle airplane mode."""
+    _RUNS[0]["toggle"] += 1
+    return "Airplane mode toggled. No signal."
+
+
+@tool
+def status() -> str:
+    """Check the network status."""
+    _RUNS[0]["status"] += 1
+    return "no_service"
+
+
+@tool
+def build(flag: str) -> str:
+    """Compile the project with a flag."""
+    _RUNS[0]["build"] += 1
+    msg = "error: Main.java:3: cannot find symbol"
+    raise ToolException(msg)
+
+
+build.handle_tool_error = True  # the model sees the error and tries other flags
+# Built once per worker (four tool schemas cost about as much as a short run, and every test
+# here makes two runs or more): each run counts its own tool bodies' runs (`_tools`).
+TOOLS: list[BaseTool] = [lookup, toggle, status, build]
+
+
 def _tools(runs: Counter[str]) -> list[BaseTool]:
-    @tool
-    def lookup(id: str) -> str:
-        """Look a customer up."""
-        runs["lookup"] += 1
-        return f"{id}: premium plan"
-
-    @tool
-    def toggle() -> str:
-        """Toggle airplane mode."""
-        runs["toggle"] += 1
-        return "Airplane mode toggled. No signal."
-
-    @tool
-    def status() -> str:
-        """Check the network status."""
-        runs["status"] += 1
-        return "no_service"
-
-    @tool
-    def build(flag: str) -> str:
-        """Compile the project with a flag."""
-        runs["build"] += 1
-        msg = "error: Main.java:3: cannot find symbol"
-        raise ToolException(msg)
-
-    build.handle_tool_error = True  # the model sees the error and tries other flags
-    return [lookup, toggle, status, build]
+    """The four tools, each run counted in `runs` (the counter of the run about to start)."""
+    _RUNS[0] = runs
+    return TOOLS
 
 
 BASE = GuardConfig(
@@ -226,7 +241,7 @@ def _run(integration: str, case: Case, mode: str, *, check: bool = True) -> Run:
 
 def _invoke(graph: Any, inputs: dict[str, Any], cfg: dict[str, Any], use_async: bool) -> None:
     if use_async:
-        asyncio.run(graph.ainvoke(inputs, cfg))
+        async_run.run(graph.ainvoke(inputs, cfg))
     else:
         graph.invoke(inputs, cfg)
 
