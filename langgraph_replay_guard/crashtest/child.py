@@ -45,8 +45,9 @@ def empty_databases(directory: Path) -> None:
     from langgraph.checkpoint.sqlite import SqliteSaver
     from langgraph.store.sqlite import SqliteStore
 
-    saver, store = SqliteSaver(_connect(directory, DATABASES[0])), SqliteStore(
-        _connect(directory, DATABASES[1])
+    saver, store = (
+        SqliteSaver(_connect(directory, DATABASES[0])),
+        SqliteStore(_connect(directory, DATABASES[1])),
     )
     try:
         saver.setup()
