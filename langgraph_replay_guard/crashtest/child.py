@@ -20,21 +20,56 @@ from langgraph_replay_guard.crashtest.hooks import Hooks, json_args, ordered_cal
 from langgraph_replay_guard.crashtest.target import CrashTestError, build_graph, load_function
 from langgraph_replay_guard.errors import ReplayGuardError
 
-__all__ = ["THREAD_ID", "run"]
+__all__ = ["DATABASES", "THREAD_ID", "empty_databases", "run"]
 
 THREAD_ID = "crashtest"
+
+
+DATABASES = ("checkpoints.db", "store.db")
+"""The SQLite files of a trial's directory: the checkpointer's and the store's."""
+
+_PRAGMAS = ("PRAGMA busy_timeout = 10000", "PRAGMA synchronous = OFF")
+"""Per connection. No fsync per commit: the crash test kills processes, not the machine, and
+what a killed process committed is in the kernel's page cache for the next process to read
+(SQLite: with `synchronous` OFF a crash of the application loses nothing, only the
+operating system's). The fsyncs were a third of a phase's system CPU."""
+
+
+def empty_databases(directory: Path) -> None:
+    """Create the checkpointer's and the store's databases, set up and empty, in `directory`.
+
+    The crash test makes them once and copies them into each phase's directory
+    (`fresh_databases`): the same schema as `setup()` on a new file makes (the phase still
+    calls `setup()`, a no-op on it), without its DDL and commits in every process.
+    """
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.store.sqlite import SqliteStore
+
+    saver, store = (
+        SqliteSaver(_connect(directory, DATABASES[0])),
+        SqliteStore(_connect(directory, DATABASES[1])),
+    )
+    try:
+        saver.setup()
+        store.setup()
+    finally:
+        saver.conn.close()  # the last connection: SQLite folds its WAL into the file
+        store.conn.close()
+
+
+def _connect(directory: Path, name: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(directory / name, check_same_thread=False, isolation_level=None)
+    for pragma in _PRAGMAS:
+        conn.execute(pragma)
+    return conn
 
 
 def _persistence(directory: Path) -> tuple[Any, Any]:
     from langgraph.checkpoint.sqlite import SqliteSaver
     from langgraph.store.sqlite import SqliteStore
 
-    def connect(name: str) -> sqlite3.Connection:
-        conn = sqlite3.connect(directory / name, check_same_thread=False, isolation_level=None)
-        conn.execute("PRAGMA busy_timeout = 10000")
-        return conn
-
-    saver, store = SqliteSaver(connect("checkpoints.db")), SqliteStore(connect("store.db"))
+    saver = SqliteSaver(_connect(directory, DATABASES[0]))
+    store = SqliteStore(_connect(directory, DATABASES[1]))
     saver.setup()
     store.setup()
     return saver, store
@@ -151,9 +186,15 @@ def _apersistence(directory: Path, loop: Any) -> tuple[Any, Any]:
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
     from langgraph.store.sqlite.aio import AsyncSqliteStore
 
+    async def connect(name: str) -> Any:
+        conn = await aiosqlite.connect(directory / name)
+        for pragma in _PRAGMAS:
+            await conn.execute(pragma)
+        return conn
+
     async def open_both() -> tuple[Any, Any]:
-        saver = AsyncSqliteSaver(await aiosqlite.connect(directory / "checkpoints.db"))
-        store = AsyncSqliteStore(await aiosqlite.connect(directory / "store.db"))
+        saver = AsyncSqliteSaver(await connect(DATABASES[0]))
+        store = AsyncSqliteStore(await connect(DATABASES[1]))
         await saver.setup()
         await store.setup()
         return saver, store

@@ -6,6 +6,7 @@ import importlib
 import json
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from langgraph_replay_guard.crashtest.child import DATABASES, empty_databases
 from langgraph_replay_guard.crashtest.report import (
     POINTS,
     PURE_HINT,
@@ -149,7 +151,14 @@ def crashtest(
     with tempfile.TemporaryDirectory(prefix="replay-guard-crashtest-") as root:
         servers = _Servers(target, timeout, max(1, jobs), root)
         try:
-            learn_dir = _fresh(root, "learn")
+            # The phases' fresh SQLite databases are copies of one pair set up here (the
+            # async phases' too: same tables; their setup() adds what a connection needs).
+            empty = None if postgres else _empty_databases(root)
+
+            def fresh(name: str) -> str:
+                return _fresh(root, name, empty)
+
+            learn_dir = fresh("learn")
             base = {
                 "target": target,
                 "input": given,
@@ -173,14 +182,14 @@ def crashtest(
 
             def one(index: int) -> Trial:
                 call, point = plan[index]
-                opts = {**base, "dir": _fresh(root, f"trial-{index}")}
+                opts = {**base, "dir": fresh(f"trial-{index}")}
                 return _trial(servers, opts, call, point, path)
 
             with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
                 trials = tuple(pool.map(one, range(len(plan))))
             unguarded = None
             if compare_unguarded:
-                plain = servers.ask({**base, "dir": _fresh(root, "plain"), "phase": "plain"})
+                plain = servers.ask({**base, "dir": fresh("plain"), "phase": "plain"})
                 unguarded = _compare_unguarded(learned, plain)
         finally:
             servers.close()
@@ -259,9 +268,26 @@ class _Path:
     """How many processes die at the trial's point before the last resume."""
 
 
-def _fresh(root: str, name: str) -> str:
+def _empty_databases(root: str) -> Path:
+    """The directory of the empty, set-up databases each phase's directory gets a copy of."""
+    path = Path(root) / "empty"
+    path.mkdir()
+    empty_databases(path)
+    return path
+
+
+def _fresh(root: str, name: str, empty: Path | None) -> str:
+    """A new directory for a trial (or the learning run): its own copies of the empty databases.
+
+    A copy of a database `setup()` made is what `setup()` makes on a new file, for each
+    trial's processes to open; copying two small files costs less than the DDL and the
+    commits in each of them.
+    """
     path = Path(root) / name
     path.mkdir()
+    if empty is not None:
+        for database in DATABASES:
+            shutil.copyfile(empty / database, path / database)
     return str(path)
 
 

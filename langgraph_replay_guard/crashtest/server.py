@@ -16,12 +16,30 @@ __all__ = ["serve"]
 _POLL = 0.01
 
 
+_PHASE_MODULES = (
+    "langgraph.checkpoint.sqlite",
+    "langgraph.store.sqlite",
+    "langgraph.checkpoint.sqlite.aio",  # the async phases'
+    "langgraph.store.sqlite.aio",
+    # What a guarded run imports on first use (the guard's integrations, LangChain's lazy
+    # modules): imported once here, not again in every forked phase (60 ms each).
+    "langgraph_replay_guard.integrations.middleware",
+    "langgraph_replay_guard.integrations.tool_node",
+    "langgraph_replay_guard.integrations.callbacks",
+    "langchain_core.tracers.stdout",
+    "langchain_core.messages.block_translators.langchain_v0",
+)
+
+
 def _preload(target: str) -> None:
     """Import what every phase needs, so a forked process starts at once."""
-    import langgraph.checkpoint.sqlite
-    import langgraph.store.sqlite  # noqa: F401
+    import importlib
 
     from langgraph_replay_guard.crashtest import target as targets
+
+    for module in _PHASE_MODULES:
+        with contextlib.suppress(ImportError):  # a phase that needs it reports the error
+            importlib.import_module(module)
 
     with contextlib.suppress(Exception):  # the forked phase reports the error itself
         where, _ = targets.split_target(target)
