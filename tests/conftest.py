@@ -81,6 +81,14 @@ GROUPED_MODULES = frozenset(
         "tests/integration/test_studio.py",
     }
 )
+# Modules whose tests share an import no other test in a worker makes, on one worker: every
+# worker collects them, and only the one that runs them imports it (they import it in the
+# tests, not at collection).
+IMPORT_GROUPS = {
+    "tests/integration/test_mcp_annotations.py": "mcp",
+    "tests/integration/test_stack_mcp.py": "mcp",
+    "tests/unit/test_notebooks.py": "notebooks",
+}
 
 
 # tryfirst: pytest-xdist's worker reads the `xdist_group` marks in its own hook of the same
@@ -96,6 +104,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
         if module in GROUPED_MODULES:
             item.add_marker(pytest.mark.xdist_group(module))
+        elif module in IMPORT_GROUPS:
+            item.add_marker(pytest.mark.xdist_group(IMPORT_GROUPS[module]))
         elif "mypy_cache_dir" in getattr(item, "fixturenames", ()):
             # The mypy tests on one worker share its cache: only the first reads the stubs.
             item.add_marker(pytest.mark.xdist_group("mypy"))
