@@ -148,7 +148,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """In the xdist controller: start the warm zygotes once for all its workers.
+    """In the xdist controller: start the warm zygotes and the PostgreSQL template once.
 
     Started before the workers (`pytest_sessionstart` of xdist starts them), which inherit
     their sockets in the environment (`warm_children.start_shared`); they import while the
@@ -168,11 +168,15 @@ def pytest_configure(config: pytest.Config) -> None:
         _SHARED_ZYGOTES.append(True)  # their CPU is this process's (REPLAY_GUARD_TEST_CPU)
     # One initdb for the run instead of one per worker (about 1 s of CPU each) and per test
     # that starts a server of its own: each server copies the cluster (tests/pg_template.py).
-    if not os.environ.get("REPLAY_GUARD_TEST_POSTGRES_URI") and _paths_may_use(
-        config, "pg_uri", "postgres_uri", "any_store", "_Server"
-    ):
-        from tests import pg_template
+    # A nested run (a test's own `pytest -n 2`) copies its outer run's template.
+    from tests import pg_template
 
+    configured = os.environ.get("REPLAY_GUARD_TEST_POSTGRES_URI")
+    if (
+        not configured
+        and not os.environ.get(pg_template.TEMPLATE_ENV)
+        and _paths_may_use(config, "pg_uri", "postgres_uri", "any_store", "_Server")
+    ):
         initdb = pg_template.find_binary("initdb")
         if initdb is not None:
             pg_template.start(initdb)
