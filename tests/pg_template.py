@@ -65,16 +65,22 @@ def start(initdb: str) -> None:
 
     def build() -> None:
         building = directory / "building"
-        done = subprocess.run(
-            [*prefix, initdb, *INITDB_OPTIONS, "-D", str(building)],
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
-        if done.returncode == 0:
-            building.rename(directory / "data")
-        else:
-            (directory / "failed").write_bytes(done.stderr[-2000:])
+        try:
+            done = subprocess.run(
+                [*prefix, initdb, *INITDB_OPTIONS, "-D", str(building)],
+                capture_output=True,
+                timeout=120,
+                check=False,
+            )
+            if done.returncode == 0:
+                building.rename(directory / "data")
+                return
+            why = done.stderr[-2000:]
+        except (OSError, subprocess.SubprocessError) as exc:
+            why = str(exc).encode()
+        # The workers stop waiting and run initdb themselves (which reports the error).
+        with contextlib.suppress(OSError):
+            (directory / "failed").write_bytes(why)
 
     thread = threading.Thread(target=build, name="pg-template", daemon=True)
     thread.start()

@@ -45,3 +45,13 @@ def test_a_server_starts_from_the_runs_template_without_initdb(
         assert (template / "data" / "PG_VERSION").exists()
     finally:
         shutil.rmtree(template, ignore_errors=True)
+
+
+def test_a_template_whose_initdb_failed_is_not_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The server then runs initdb itself (and reports its error), without waiting 60 s.
+    (tmp_path / "failed").write_bytes(b"initdb: error")
+    monkeypatch.setenv(pg_template.TEMPLATE_ENV, str(tmp_path))
+    assert not pg_template.copy_into(tmp_path / "copy", [], timeout=0.5)
+    assert not (tmp_path / "copy").exists()
