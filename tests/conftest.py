@@ -61,6 +61,7 @@ SLOW_MODULES = frozenset(
         "tests/integration/test_identity_seams.py",
         "tests/integration/test_live_holder.py",
         "tests/integration/test_no_blocking_on_loop.py",
+        "tests/integration/test_pg_template.py",
         "tests/integration/test_seam_matrix.py",
         "tests/integration/test_served_guard.py",
         "tests/integration/test_stack_mcp.py",
@@ -80,6 +81,14 @@ GROUPED_MODULES = frozenset(
         "tests/integration/test_studio.py",
     }
 )
+# Modules whose tests share an import no other test in a worker makes, on one worker: every
+# worker collects them, and only the one that runs them imports it (they import it in the
+# tests, not at collection).
+IMPORT_GROUPS = {
+    "tests/integration/test_mcp_annotations.py": "mcp",
+    "tests/integration/test_stack_mcp.py": "mcp",
+    "tests/unit/test_notebooks.py": "notebooks",
+}
 
 
 # tryfirst: pytest-xdist's worker reads the `xdist_group` marks in its own hook of the same
@@ -95,6 +104,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
         if module in GROUPED_MODULES:
             item.add_marker(pytest.mark.xdist_group(module))
+        elif module in IMPORT_GROUPS:
+            item.add_marker(pytest.mark.xdist_group(IMPORT_GROUPS[module]))
         elif "mypy_cache_dir" in getattr(item, "fixturenames", ()):
             # The mypy tests on one worker share its cache: only the first reads the stubs.
             item.add_marker(pytest.mark.xdist_group("mypy"))
@@ -137,7 +148,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """In the xdist controller: start the warm zygotes once for all its workers.
+    """In the xdist controller: start the warm zygotes and the PostgreSQL template once.
 
     Started before the workers (`pytest_sessionstart` of xdist starts them), which inherit
     their sockets in the environment (`warm_children.start_shared`); they import while the
@@ -148,17 +159,40 @@ def pytest_configure(config: pytest.Config) -> None:
         config.getoption("numprocesses", None) if config.pluginmanager.has_plugin("xdist") else None
     )
     controller = workers and not hasattr(config, "workerinput")
-    if controller and not config.option.collectonly and _may_fork_warm(config):
+    if not controller or config.option.collectonly:
+        return
+    if _paths_may_use(config, "warm_children", "crashtest"):
         from tests import warm_children
 
         warm_children.start_shared()
         _SHARED_ZYGOTES.append(True)  # their CPU is this process's (REPLAY_GUARD_TEST_CPU)
+    # One initdb for the run instead of one per worker (about 1 s of CPU each) and per test
+    # that starts a server of its own: each server copies the cluster (tests/pg_template.py).
+    # A nested run (a test's own `pytest -n 2`) copies its outer run's template.
+    from tests import pg_template
+
+    configured = os.environ.get("REPLAY_GUARD_TEST_POSTGRES_URI")
+    if (
+        not configured
+        and not os.environ.get(pg_template.TEMPLATE_ENV)
+        and _paths_may_use(config, "pg_uri", "postgres_uri", "any_store", "_Server")
+    ):
+        initdb = pg_template.find_binary("initdb")
+        if initdb is not None:
+            pg_template.start(initdb)
 
 
-def _may_fork_warm(config: pytest.Config) -> bool:
-    """Whether the run's paths may hold a test that forks warm children (a guess made before
-    collection, which the controller does not do: a directory, or a file naming the zygotes or
-    `crashtest`). A unit-test file on its own starts none, as its workers would."""
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """In the controller: remove the run's PostgreSQL template (`pytest_configure`)."""
+    pg_template = sys.modules.get("tests.pg_template")
+    if pg_template is not None and not hasattr(config, "workerinput"):
+        pg_template.stop()  # type: ignore[attr-defined]
+
+
+def _paths_may_use(config: pytest.Config, *words: str) -> bool:
+    """Whether the run's paths may hold a test that uses what `words` name (a guess made
+    before collection, which the controller does not do: a directory, or a file naming one of
+    them). A unit-test file on its own needs no zygote and no server, as its workers would."""
     for arg in config.args or [str(config.rootpath / "tests")]:
         path = Path(arg.split("::", 1)[0])
         path = path if path.is_absolute() else config.invocation_params.dir / path
@@ -166,7 +200,7 @@ def _may_fork_warm(config: pytest.Config) -> bool:
             return True
         with contextlib.suppress(OSError):
             text = path.read_text(encoding="utf-8")
-            if "warm_children" in text or "crashtest" in text:
+            if any(word in text for word in words):
                 return True
     return False
 

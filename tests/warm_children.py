@@ -405,6 +405,10 @@ def _split(argv: Sequence[Any]) -> tuple[str, str, list[str]] | None:
     parts = [os.fspath(part) for part in argv]
     if len(parts) < 2 or parts[0] != sys.executable:
         return None
+    if parts[1] == "-u":
+        # Unbuffered streams (execnet starts pytest-xdist's workers so): PYTHONUNBUFFERED=1,
+        # which a warm child honours as a cold one does (`WarmProcess` sets it).
+        return _split([parts[0], *parts[2:]])
     if parts[1] in ("-m", "-c") and len(parts) >= 3:
         return parts[1], parts[2], parts[3:]
     if parts[1].startswith("-"):
@@ -484,6 +488,8 @@ class WarmProcess:
         sent.append(sent[1] if stderr is subprocess.STDOUT else fd_for(stderr, False, "stderr"))
         child_env = dict(env if env is not None else os.environ)
         child_env.pop(ZYGOTE_ENV, None)
+        if os.fspath(self.args[1]) == "-u":
+            child_env["PYTHONUNBUFFERED"] = "1"  # what `-u` means (`_split`)
         request = {
             "mode": mode,
             "what": what,

@@ -13,7 +13,7 @@ import os
 import uuid
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeAlias
 
 import orjson
 import xxhash
@@ -86,14 +86,31 @@ def canonicalize(value: Any, *, root: str = "args") -> _JSON:
     return _canon(value, root, 0, _Walk())
 
 
-def _canon(value: Any, path: str, depth: int, walk: _Walk) -> _JSON:
+# Where a value is in the arguments: the root's name, or (its container's path, its key or
+# index). The text (`args.items[3].when`) is built only for an error: building it for every
+# value walked was most of the walk's time on large arguments (a million values, refused).
+_Path: TypeAlias = str | tuple["_Path", str | int]
+
+
+def _text(path: _Path) -> str:
+    """The path's text: `.key` for a mapping's key, `[i]` for an index."""
+    parts: list[str] = []
+    while isinstance(path, tuple):
+        path, step = path
+        parts.append(f"[{step}]" if isinstance(step, int) else f".{step}")
+    parts.append(path)
+    return "".join(reversed(parts))
+
+
+def _canon(value: Any, path: _Path, depth: int, walk: _Walk) -> _JSON:
     walk.nodes += 1
     if walk.nodes > MAX_NODES:
         msg = (
-            f"Argument '{path}' makes the tool-call arguments larger than {MAX_NODES:,} values. "
+            f"Argument '{_text(path)}' makes the tool-call arguments larger than "
+            f"{MAX_NODES:,} values. "
             "Pass a reference (an id, a path) instead of the data itself."
         )
-        raise InvalidArgumentsError(msg, path=path)
+        raise InvalidArgumentsError(msg, path=_text(path))
     # Exact type checks first: they are the hot path for model-generated arguments.
     kind = type(value)
     if kind is str or value is None or kind is bool:
@@ -101,19 +118,24 @@ def _canon(value: Any, path: str, depth: int, walk: _Walk) -> _JSON:
     if kind is int:
         if not -_BIG_INT < value < _BIG_INT:
             msg = (
-                f"Argument '{path}' is an integer with more than 4,000 digits; pass it as a "
+                f"Argument '{_text(path)}' is an integer with more than 4,000 digits; pass it as a "
                 "string instead."
             )
-            raise InvalidArgumentsError(msg, path=path)
+            raise InvalidArgumentsError(msg, path=_text(path))
         return value  # type: ignore[no-any-return]
     if kind is float:
         return _canon_float(value)
     if depth >= MAX_DEPTH:
         msg = (
-            f"Argument '{path}' is nested more than {MAX_DEPTH} levels deep. "
+            f"Argument '{_text(path)}' is nested more than {MAX_DEPTH} levels deep. "
             "Flatten the structure or pass a reference to it."
         )
-        raise InvalidArgumentsError(msg, path=path)
+        raise InvalidArgumentsError(msg, path=_text(path))
+    # Exact dicts and lists before the `Mapping` check, which goes through the ABC machinery.
+    if kind is dict:
+        return _canon_mapping(value, path, depth, walk)
+    if kind is list or kind is tuple:
+        return _canon_sequence(value, path, depth, walk)
     if isinstance(value, Mapping):
         return _canon_mapping(value, path, depth, walk)
     if isinstance(value, list | tuple):
@@ -141,16 +163,19 @@ def _float_key(value: float) -> int | float | str:
     return _canon_float(value)
 
 
-def _enter(value: Any, path: str, walk: _Walk) -> int:
+def _enter(value: Any, path: _Path, walk: _Walk) -> int:
     ident = id(value)
     if ident in walk.on_path:
-        msg = f"Argument '{path}' contains a reference to itself (a cycle); it cannot be hashed."
-        raise InvalidArgumentsError(msg, path=path)
+        msg = (
+            f"Argument '{_text(path)}' contains a reference to itself (a cycle); "
+            "it cannot be hashed."
+        )
+        raise InvalidArgumentsError(msg, path=_text(path))
     walk.on_path.add(ident)
     return ident
 
 
-def _canon_mapping(value: Mapping[Any, Any], path: str, depth: int, walk: _Walk) -> _JSON:
+def _canon_mapping(value: Mapping[Any, Any], path: _Path, depth: int, walk: _Walk) -> _JSON:
     ident = _enter(value, path, walk)
     out: dict[str, Any] = {}
     for raw_key, item in value.items():
@@ -162,26 +187,26 @@ def _canon_mapping(value: Mapping[Any, Any], path: str, depth: int, walk: _Walk)
             key = json.dumps(_float_key(raw_key) if isinstance(raw_key, float) else raw_key)
         else:
             msg = (
-                f"Argument '{path}' has a key of type {type(raw_key).__name__!r}; "
+                f"Argument '{_text(path)}' has a key of type {type(raw_key).__name__!r}; "
                 "only str, int, float, bool and None keys can be hashed."
             )
-            raise InvalidArgumentsError(msg, path=path)
+            raise InvalidArgumentsError(msg, path=_text(path))
         if key in out:
-            msg = f"Argument '{path}' has two keys that both serialize to {key!r}."
-            raise InvalidArgumentsError(msg, path=path)
-        out[key] = _canon(item, f"{path}.{key}", depth + 1, walk)
+            msg = f"Argument '{_text(path)}' has two keys that both serialize to {key!r}."
+            raise InvalidArgumentsError(msg, path=_text(path))
+        out[key] = _canon(item, (path, key), depth + 1, walk)
     walk.on_path.discard(ident)
     return out
 
 
-def _canon_sequence(value: Iterable[Any], path: str, depth: int, walk: _Walk) -> list[Any]:
+def _canon_sequence(value: Iterable[Any], path: _Path, depth: int, walk: _Walk) -> list[Any]:
     ident = _enter(value, path, walk)
-    out = [_canon(item, f"{path}[{i}]", depth + 1, walk) for i, item in enumerate(value)]
+    out = [_canon(item, (path, i), depth + 1, walk) for i, item in enumerate(value)]
     walk.on_path.discard(ident)
     return out
 
 
-def _canon_other(value: Any, path: str, depth: int, walk: _Walk) -> _JSON:
+def _canon_other(value: Any, path: _Path, depth: int, walk: _Walk) -> _JSON:
     if isinstance(value, bool | int | str):  # subclasses, e.g. IntEnum members handled below
         if isinstance(value, enum.Enum):
             return _canon(value.value, path, depth + 1, walk)
@@ -221,11 +246,11 @@ def _canon_other(value: Any, path: str, depth: int, walk: _Walk) -> _JSON:
         items = _canon_sequence(value, path, depth, walk)
         return sorted(items, key=_dumps)
     msg = (
-        f"Argument '{path}' has type {type(value).__module__}.{type(value).__qualname__}, "
+        f"Argument '{_text(path)}' has type {type(value).__module__}.{type(value).__qualname__}, "
         "which has no canonical JSON form. Pass JSON data (str, number, bool, None, list, "
         "dict), a pydantic model or a dataclass instead."
     )
-    raise InvalidArgumentsError(msg, path=path)
+    raise InvalidArgumentsError(msg, path=_text(path))
 
 
 def _canon_decimal(value: Decimal) -> int | float | str:

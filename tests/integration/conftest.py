@@ -10,7 +10,6 @@ under CI (`CI=true`), where they fail: CI must provide a server (`.ci/run` insta
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 import shutil
 import socket
@@ -22,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests import pg_template
 
 os.environ["LANGSMITH_TRACING"] = "false"
 
@@ -40,12 +41,7 @@ def _unavailable(reason: str) -> None:
     pytest.skip(message)
 
 
-def _find_binary(name: str) -> str | None:
-    found = shutil.which(name)
-    if found:
-        return found
-    candidates = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)
-    return candidates[0] if candidates else None
+_find_binary = pg_template.find_binary  # the tests that start servers of their own import it
 
 
 def _free_port() -> int:
@@ -65,20 +61,8 @@ class _Server:
         self.data = self.dir / "data"
         self.log = self.dir / "log"
         self.port = _free_port()
-        self.prefix: list[str] = []
+        self.prefix = pg_template.runuser_prefix(self.dir)
         self.started = False
-        if os.name == "posix" and os.geteuid() == 0:
-            # initdb refuses to run as root: hand the directory to the postgres user.
-            runuser = shutil.which("runuser")
-            if runuser is None:
-                msg = "running as root and `runuser` is missing (initdb refuses to run as root)"
-                raise RuntimeError(msg)
-            try:
-                shutil.chown(self.dir, user="postgres")
-            except LookupError as exc:
-                msg = "running as root and there is no `postgres` user to run initdb as"
-                raise RuntimeError(msg) from exc
-            self.prefix = [runuser, "-u", "postgres", "--"]
 
     def _run(self, *args: str, timeout: float = 60) -> None:
         result = subprocess.run(
@@ -93,8 +77,11 @@ class _Server:
             raise RuntimeError(msg)
 
     def start(self) -> str:
+        # The run's template cluster when the xdist controller made one (one initdb for all
+        # workers and for the tests that start servers of their own); else initdb here.
         # --no-sync: a throwaway cluster need not wait for its files to reach the disk.
-        self._run(self.initdb, "--no-sync", "-D", str(self.data), "-A", "trust", "-U", "postgres")
+        if not pg_template.copy_into(self.data, self.prefix):
+            self._run(self.initdb, *pg_template.INITDB_OPTIONS, "-D", str(self.data))
         # A throwaway server: nothing needs to survive a power cut (fsync, full pages), but a
         # commit must survive the server's own crash (`pg_ctl -m immediate` in the tests), so
         # synchronous_commit stays on.
@@ -166,7 +153,11 @@ def pg_uri(postgres_uri: str) -> Iterator[str]:
     name = f"replay_guard_{uuid.uuid4().hex[:12]}"
     try:
         with psycopg.connect(postgres_uri, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
+            # On the throwaway server (fsync off), a file copy of the template database takes
+            # half the time of PostgreSQL 15's default, which writes every page to the WAL;
+            # a configured server keeps its default (its checkpoints may be slow).
+            copy = not os.environ.get(URI_ENV) and conn.info.server_version >= 150000
+            conn.execute(f'CREATE DATABASE "{name}"' + (" STRATEGY = FILE_COPY" if copy else ""))
     except psycopg.errors.InsufficientPrivilege:
         yield postgres_uri
         return

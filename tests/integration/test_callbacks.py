@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ShellToolMiddleware, dynamic_prompt
-from langchain_classic.agents import AgentExecutor, create_tool_calling_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.tools import ToolException, tool
@@ -34,6 +33,10 @@ from langgraph_replay_guard.integrations.callbacks import ToolCallBlockedError
 from langgraph_replay_guard.testing import ScriptedChatModel
 from tests import warm_children
 from tests.integration.graphs import POLICY, SYSTEM, ToolRuns, make_tools
+
+# The tests that build a langchain_classic AgentExecutor run on one xdist worker: every worker
+# collects this module, and only the one that runs them imports langchain_classic (0.3 s).
+CLASSIC = pytest.mark.xdist_group("langchain-classic")
 
 os.environ["LANGSMITH_TRACING"] = "false"
 
@@ -64,6 +67,8 @@ def run_agent(model, *, config=POLICY, thread="t1", handler=None):
 
 
 def executor_for(model, runs, **kwargs):
+    from langchain_classic.agents import AgentExecutor, create_tool_calling_agent
+
     tools = make_tools(runs)
     agent = create_tool_calling_agent(model, tools, PROMPT)
     return AgentExecutor(agent=agent, tools=tools, handle_parsing_errors=True, **kwargs)
@@ -285,6 +290,7 @@ def run_executor(model, *, config=POLICY, metadata=None, **kwargs):
     return executor.invoke({"input": "help me"}, cfg), runs, handler
 
 
+@CLASSIC
 def test_agent_executor_refuses_the_repeat_and_tells_the_model():
     model = looking_up(4)
     out, runs, handler = run_executor(model)
@@ -297,7 +303,10 @@ def test_agent_executor_refuses_the_repeat_and_tells_the_model():
     assert handler.inspect("e1").stop_reason == "repeat_limit"
 
 
+@CLASSIC
 def test_agent_executor_reminder_through_a_prompt_partial():
+    from langchain_classic.agents import AgentExecutor, create_tool_calling_agent
+
     handler = ReplayGuardCallbackHandler(POLICY)
     prompt = ChatPromptTemplate.from_messages(
         [
@@ -319,8 +328,9 @@ def test_agent_executor_reminder_through_a_prompt_partial():
     assert warned == [False, False, True]
 
 
+@CLASSIC
 def test_react_agent_sees_the_refusal_as_its_observation():
-    from langchain_classic.agents import create_react_agent
+    from langchain_classic.agents import AgentExecutor, create_react_agent
     from langchain_core.prompts import PromptTemplate
 
     template = (
@@ -342,6 +352,7 @@ def test_react_agent_sees_the_refusal_as_its_observation():
     )
 
 
+@CLASSIC
 def test_agent_executor_async():
     async def arun():
         runs = ToolRuns()
@@ -356,6 +367,7 @@ def test_agent_executor_async():
     assert handler.inspect("e1").totals.blocked == 3
 
 
+@CLASSIC
 def test_agent_executor_aborts_a_model_that_ignores_the_stop():
     model = ScriptedChatModel.looping(*LOOKUP, times=50)
     with pytest.raises(LoopAbortedError):
@@ -363,6 +375,7 @@ def test_agent_executor_aborts_a_model_that_ignores_the_stop():
     assert model.calls == 5
 
 
+@CLASSIC
 def test_agent_executor_on_abort_error():
     model = ScriptedChatModel.looping("transfer_to_human_agents", {"summary": "s"}, times=10)
     with pytest.raises(LoopAbortedError) as caught:
@@ -370,6 +383,7 @@ def test_agent_executor_on_abort_error():
     assert caught.value.reason == "repeat_limit"
 
 
+@CLASSIC
 def test_agent_executor_refuses_a_whole_step_and_says_which_call():
     step = [LOOKUP, ("get_details_by_id", {"id": "OTHER"})]
     model = ScriptedChatModel(script=[[LOOKUP], step, "done"])
@@ -381,6 +395,7 @@ def test_agent_executor_refuses_a_whole_step_and_says_which_call():
     assert "ask for it again" in note
 
 
+@CLASSIC
 def test_agent_executor_without_parsing_error_handling_fails_loudly():
     runs = ToolRuns()
     executor = executor_for(looking_up(2), runs)
@@ -396,6 +411,7 @@ def test_agent_executor_without_parsing_error_handling_fails_loudly():
 # -- setup checks --------------------------------------------------------------------------------
 
 
+@CLASSIC
 def test_check_rejects_setups_that_cannot_enforce():
     handler = ReplayGuardCallbackHandler()
     runs = ToolRuns()
@@ -431,6 +447,7 @@ def test_without_a_working_setup_a_refusal_fails_the_run_instead_of_running_the_
 # -- bad input -----------------------------------------------------------------------------------
 
 
+@CLASSIC
 def test_plain_string_tool_input_is_keyed_as_it_is():
     # The tool-calling agent passes `__arg1` to the tool as a plain string, not a dict.
     model = ScriptedChatModel(script=[[("get_details_by_id", {"__arg1": "P1002"})]] * 2 + ["ok"])
@@ -472,6 +489,7 @@ def test_a_failed_call_may_be_retried_and_an_unhandled_error_is_recorded():
     assert outcomes == [("flaky", "failure"), ("flaky", "success"), ("broken", "failure")]
 
 
+@CLASSIC
 def test_runs_without_a_thread_id_get_their_own_scope():
     handler = ReplayGuardCallbackHandler(POLICY)
     runs = ToolRuns()
@@ -677,3 +695,29 @@ def test_offered_tool_names_in_each_provider_format():
     }
     assert _offered_tools(params) == ["a", "b", "c", "d", "search_notes"]
     assert _offered_tools({}) == _offered_tools(None) == []
+
+
+def test_checking_a_graph_does_not_import_langchain_classic():
+    # Whether an agent is an AgentExecutor is asked of every agent `check` sees; importing
+    # langchain_classic to ask cost each graph's first check about 0.3 s of CPU.
+    script = (
+        "import sys\n"
+        "from langchain.agents import create_agent\n"
+        "from langgraph_replay_guard import ReplayGuardCallbackHandler\n"
+        "from langgraph_replay_guard.testing import ScriptedChatModel\n"
+        "from tests.integration.graphs import ToolRuns, make_tools\n"
+        "agent = create_agent(ScriptedChatModel(script=['ok']), make_tools(ToolRuns()))\n"
+        "ReplayGuardCallbackHandler().check(agent)\n"
+        "print('langchain_classic.agents' in sys.modules)\n"
+    )
+    result = warm_children.run(
+        [sys.executable, "-c", script],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "LANGSMITH_TRACING": "false", "PYTHONPATH": str(REPO_ROOT)},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False"]

@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytest.importorskip("mcp", reason="the stacks extra: pip install -e '.[stacks]'")
-pytest.importorskip("langchain_mcp_adapters", reason="the stacks extra: pip install -e '.[stacks]'")
-
 from langchain.agents import create_agent
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import HumanMessage
-from langchain_mcp_adapters.client import MultiServerMCPClient
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.prebuilt import ToolNode
 from langgraph.store.memory import InMemoryStore
@@ -35,10 +31,20 @@ from tests.integration.stacks import last_ai, stop_of, tool_texts
 
 os.environ["LANGSMITH_TRACING"] = "false"
 
-# InMemorySaver makes the guard warn that an unsafe tool's thread is not durable.
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:langgraph-replay-guard.*:langgraph_replay_guard.ReplayGuardWarning"
-)
+pytestmark = [
+    # InMemorySaver makes the guard warn that an unsafe tool's thread is not durable.
+    pytest.mark.filterwarnings(
+        "ignore:langgraph-replay-guard.*:langgraph_replay_guard.ReplayGuardWarning"
+    ),
+    # mcp is imported by `mcp_tools`, not at collection: every xdist worker collects this
+    # module, and only the one that runs its tests (one group, with test_stack_mcp.py:
+    # tests/conftest.py) imports mcp (about 0.4 s of CPU).
+    pytest.mark.skipif(
+        importlib.util.find_spec("mcp") is None
+        or importlib.util.find_spec("langchain_mcp_adapters") is None,
+        reason="the stacks extra: pip install -e '.[stacks]'",
+    ),
+]
 
 SERVER = Path(__file__).with_name("mcp_annotated_server.py")
 
@@ -47,6 +53,8 @@ def mcp_tools(runs_file: Path) -> list[Any]:
     # A real stdio server per session (the adapter's default: one per tool call), forked
     # from the warm zygote (tests/warm_children.py): these tests are about the annotations,
     # not the server's imports.
+    from langchain_mcp_adapters.client import MultiServerMCPClient
+
     command, args, warm = warm_children.stdio_command(SERVER)
     client = MultiServerMCPClient(
         {

@@ -35,6 +35,10 @@ from langgraph_replay_guard.integrations.calls import DECISION_EVENT
 from langgraph_replay_guard.testing import ScriptedChatModel, agent_graph
 from tests import async_run
 
+# The tests that build a langchain_classic AgentExecutor run on one xdist worker: every worker
+# collects this module, and only the one that runs them imports langchain_classic (0.3 s).
+CLASSIC = pytest.mark.xdist_group("langchain-classic")
+
 os.environ["LANGSMITH_TRACING"] = "false"
 pytestmark = pytest.mark.filterwarnings("ignore::langgraph_replay_guard.ReplayGuardWarning")
 
@@ -265,6 +269,7 @@ PAIRS = [
 ]
 
 
+@CLASSIC
 @pytest.mark.parametrize(("integration", "case"), PAIRS)
 def test_shadow_mode_reports_what_enforcing_decides_call_for_call(integration, case):
     spec = CASES[case]
@@ -298,6 +303,7 @@ def test_shadow_mode_reports_what_enforcing_decides_call_for_call(integration, c
     assert enforced.modes == {None}
 
 
+@CLASSIC
 @pytest.mark.parametrize("integration", INTEGRATIONS)
 def test_shadow_mode_keeps_counting_past_where_enforcing_stops(integration):
     # Past the would-be stop every further call is one more stop that did not happen
@@ -346,6 +352,7 @@ def test_a_call_another_middleware_answers_counts_as_enforcing_decides(stack):
     assert shadow.stop is None
 
 
+@CLASSIC
 def test_an_executor_that_names_its_tools_itself_counts_the_unknown_tool_stop():
     # Without `check(executor)` the handler learns the tool names from the executor's own
     # answer to the first unknown name. Shadow mode reported each such call as a denial

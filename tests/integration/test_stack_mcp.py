@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-
-pytest.importorskip("mcp", reason="the stacks extra: pip install -e '.[stacks]'")
-pytest.importorskip("langchain_mcp_adapters", reason="the stacks extra: pip install -e '.[stacks]'")
-
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
-from langchain_mcp_adapters.client import MultiServerMCPClient
-from langchain_mcp_adapters.tools import load_mcp_tools
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
@@ -23,13 +19,27 @@ from langgraph_replay_guard.testing import ScriptedChatModel
 from tests import warm_children
 from tests.integration.stacks import last_ai, stop_of, tool_texts
 
+if TYPE_CHECKING:
+    from langchain_mcp_adapters.client import MultiServerMCPClient
+
 os.environ["LANGSMITH_TRACING"] = "false"
+
+# mcp is imported by the tests that use it, not at collection: every xdist worker collects
+# this module, and only the one that runs the MCP tests (one group, with
+# test_mcp_annotations.py: tests/conftest.py) imports mcp (about 0.4 s of CPU).
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("mcp") is None
+    or importlib.util.find_spec("langchain_mcp_adapters") is None,
+    reason="the stacks extra: pip install -e '.[stacks]'",
+)
 
 SERVER = Path(__file__).parents[2] / "examples" / "mcp_ticket_server.py"
 
 
 def mcp_client(runs_file: Path) -> MultiServerMCPClient:
     # A real stdio server per session, forked from the warm zygote (tests/warm_children.py).
+    from langchain_mcp_adapters.client import MultiServerMCPClient
+
     command, args, warm = warm_children.stdio_command(SERVER)
     return MultiServerMCPClient(
         {
@@ -83,6 +93,8 @@ def test_a_repeated_unsafe_mcp_call_is_counted_and_stopped(tmp_path):
     async def main():
         # One session (one server process) for the whole run.
         async with mcp_client(runs_file).session("tickets") as session:
+            from langchain_mcp_adapters.tools import load_mcp_tools
+
             tools = await load_mcp_tools(session)
             agent = create_agent(
                 model, tools, middleware=[guard.middleware()], checkpointer=InMemorySaver()

@@ -24,6 +24,10 @@ from langgraph_replay_guard import (
 )
 from langgraph_replay_guard.testing import ScriptedChatModel, agent_graph
 
+# The tests that build a langchain_classic AgentExecutor run on one xdist worker: every worker
+# collects this module, and only the one that runs them imports langchain_classic (0.3 s).
+CLASSIC = pytest.mark.xdist_group("langchain-classic")
+
 os.environ["LANGSMITH_TRACING"] = "false"
 
 TYPE_ARGS = {"selector": "#q", "text": "weather"}
@@ -268,6 +272,7 @@ def executor_run(model, handler, runs, *, check: bool):
     )
 
 
+@CLASSIC
 @pytest.mark.parametrize("check", [True, False], ids=["checked", "learned"])
 def test_callback_handler_on_agent_executor_stops_a_hallucinated_name(check):
     """Without `check(agent)` the handler learns the names from the executor's InvalidTool."""
@@ -291,6 +296,7 @@ def test_callback_handler_on_agent_executor_stops_a_hallucinated_name(check):
     assert "browser_type" in reminders[0]
 
 
+@CLASSIC
 def test_callback_handler_lets_an_executor_correct_a_wrong_name():
     from langgraph_replay_guard import ReplayGuardCallbackHandler
 

@@ -19,12 +19,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import nbformat
 import pytest
-from jupyter_client.manager import AsyncKernelManager
 
 from tests import warm_children
-from tests.notebook_runner import comparable_outputs, execute
+
+# nbformat, nbclient and jupyter_client are imported by the tests, not at collection: every
+# xdist worker collects this module, and only the one that runs its tests (one group:
+# tests/conftest.py) imports them (about 0.35 s of CPU).
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
@@ -34,6 +35,8 @@ HOW_TO_UPDATE = "run `make notebooks` and commit the notebooks it updates"
 
 
 def read(path: Path) -> Any:
+    import nbformat
+
     return nbformat.read(path, as_version=4)
 
 
@@ -133,26 +136,34 @@ def test_checks_are_one_final_cell_out_of_the_story(path):
     assert title.source.startswith("## Checks")
 
 
-class WarmKernelManager(AsyncKernelManager):
-    """Starts the kernel (`python -m ipykernel_launcher -f ...`) from the warm zygote.
+def warm_kernel_manager() -> type[Any]:
+    """The kernel manager the fresh runs use (jupyter_client imported only here)."""
+    from jupyter_client.manager import AsyncKernelManager
 
-    The kernel is a real process of its own running the notebook's cells as written; forked
-    from a process that imported ipykernel and LangGraph once (tests/warm_children.py), it
-    skips those imports (a few seconds of CPU per notebook).
-    """
+    class WarmKernelManager(AsyncKernelManager):
+        """Starts the kernel (`python -m ipykernel_launcher -f ...`) from the warm zygote.
 
-    async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
-        if kernel_cmd and kernel_cmd[0] == sys.executable:
-            kernel_cmd, extra = warm_children.launcher_command(kernel_cmd[1:])
-            kw["env"] = {**(kw.get("env") or os.environ), **extra}
-        await super()._async_launch_kernel(kernel_cmd, **kw)
+        The kernel is a real process of its own running the notebook's cells as written; forked
+        from a process that imported ipykernel and LangGraph once (tests/warm_children.py), it
+        skips those imports (a few seconds of CPU per notebook).
+        """
+
+        async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
+            if kernel_cmd and kernel_cmd[0] == sys.executable:
+                kernel_cmd, extra = warm_children.launcher_command(kernel_cmd[1:])
+                kw["env"] = {**(kw.get("env") or os.environ), **extra}
+            await super()._async_launch_kernel(kernel_cmd, **kw)
+
+    return WarmKernelManager
 
 
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
 def test_a_fresh_run_reproduces_the_stored_outputs(path):
+    from tests.notebook_runner import comparable_outputs, execute
+
     stored = comparable_outputs(read(path))
     # raises if a cell (a check included) fails
-    fresh = comparable_outputs(execute(path, WarmKernelManager))
+    fresh = comparable_outputs(execute(path, warm_kernel_manager()))
     if fresh == stored:
         return
     index = next(i for i, (a, b) in enumerate(zip(stored, fresh, strict=False)) if a != b)

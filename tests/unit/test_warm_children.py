@@ -133,7 +133,8 @@ def test_loadgroup_keeps_a_group_on_one_worker() -> None:
     # pytest 9 reads a node id from `_id`, where pytest-xdist 3.8 does not write its `@group`
     # suffix: without tests/conftest.py writing it, `--dist loadgroup` spread every group.
     root = Path(__file__).resolve().parents[2]
-    # The nested pytest's controller is forked warm; its two xdist workers start cold (execnet).
+    # The nested pytest's controller is forked warm, and so are its two xdist workers: execnet
+    # starts each as `sys.executable -u -c ...`, the launcher of a warm child (`warm_python`).
     done = warm_children.run(
         [
             *(sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "-n", "2"),
@@ -145,9 +146,12 @@ def test_loadgroup_keeps_a_group_on_one_worker() -> None:
         text=True,
         timeout=300,
         check=False,
+        warm_python=True,
     )
     assert done.returncode == 0, done.stdout[-3000:]
-    ran = [line for line in done.stdout.splitlines() if line.startswith("[gw")]
+    # The test lines (xdist also names each warm worker's interpreter, as not the
+    # controller's: the controller's `sys.executable` is the warm launcher).
+    ran = [line for line in done.stdout.splitlines() if line.startswith("[gw") and "::" in line]
     assert len(ran) >= 4, done.stdout[-3000:]
     assert len({line.split()[0] for line in ran}) == 1, ran
     assert all("@tests/integration/test_cli_namespace.py" in line for line in ran), ran
@@ -167,6 +171,20 @@ def test_a_warm_childs_streams_are_buffered_as_a_cold_childs(unbuffered: str | N
     warm = warm_children.run([sys.executable, "-c", code], **kwargs)  # type: ignore[arg-type]
     cold = subprocess.run([sys.executable, "-c", code], check=False, **kwargs)  # type: ignore[call-overload]
     assert warm.stdout == cold.stdout, (warm.stderr, cold.stderr)
+
+
+def test_an_unbuffered_child_is_warm_and_unbuffered_as_a_cold_one() -> None:
+    # `python -u -c ...` is how execnet starts pytest-xdist's workers (a nested `pytest -n 2`).
+    code = (
+        "import sys; print(type(sys.stdout.buffer).__name__, sys.stdout.write_through, "
+        "sys.stdout.line_buffering, sys.stderr.line_buffering)"
+    )
+    argv = [sys.executable, "-u", "-c", code]
+    child = warm_children.popen(argv, stdout=subprocess.PIPE)
+    assert not isinstance(child, subprocess.Popen)  # forked from a zygote
+    warm = child.communicate(timeout=120)[0]
+    cold = subprocess.run(argv, capture_output=True, timeout=120, check=True).stdout
+    assert warm == cold
 
 
 def test_a_warm_python_childs_own_python_children_are_warm_too(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from langchain_core.exceptions import OutputParserException
@@ -107,11 +108,12 @@ def all_tools_known(agent: Any) -> bool:
 
 
 def _is_agent_executor(agent: Any) -> bool:
-    try:
-        from langchain_classic.agents import AgentExecutor
-    except ImportError:  # without langchain-classic there can be no AgentExecutor
-        return False
-    return isinstance(agent, AgentExecutor)
+    # An AgentExecutor exists only once langchain_classic's agents are imported: importing
+    # them here to ask would cost every other agent's check about 0.3 s (and without
+    # langchain-classic installed there can be none).
+    agents = sys.modules.get("langchain_classic.agents")
+    executor = getattr(agents, "AgentExecutor", None)
+    return isinstance(executor, type) and isinstance(agent, executor)
 
 
 def _executor_problems(executor: Any) -> list[str]:
