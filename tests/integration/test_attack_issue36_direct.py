@@ -170,6 +170,28 @@ with PostgresStore.from_conn_string(uri) as store:
 """
 
 
+def _wait_until_blocked(uri: str) -> None:
+    """Return once a backend of this test's database waits for a row lock.
+
+    A fixed sleep raced the child under load: a Ctrl-C sent before its statement reached the
+    server tested something else. `pg_stat_activity` is read on a connection of its own (a
+    transaction keeps one snapshot of it).
+    """
+    import psycopg
+
+    deadline = time.monotonic() + 60
+    with psycopg.connect(uri, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            ).fetchone()
+            if row is not None and row[0]:
+                return
+            time.sleep(0.02)
+    pytest.fail("the child's statement never waited for the holder's row lock")
+
+
 @pytest.mark.parametrize(
     ("what", "impl"),
     [("claim", "binary"), ("claim", "python"), ("outcome", "binary"), ("mark", "binary")],
@@ -195,7 +217,7 @@ def test_ctrl_c_ends_a_guard_statement_blocked_on_a_row_lock(store, pg_uri, tmp_
         assert proc.stdout is not None
         ready = proc.stdout.readline().strip()
         assert ready == f"ready {impl}".encode(), proc.stderr.read() if proc.stderr else ""
-        time.sleep(1.0)  # the statement is now waiting for the holder's lock
+        _wait_until_blocked(pg_uri)  # the statement is now waiting for the holder's lock
         proc.send_signal(signal.SIGINT)
         try:
             out, err = proc.communicate(timeout=10)
