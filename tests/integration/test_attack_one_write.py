@@ -1,0 +1,368 @@
+"""Attacks on one guard-channel write a step (issue 34 item 15, merge 4b90c86).
+
+The model call plans its batch on the channel value with the last batch's previews and
+writes nothing when tools follow; the tools node's writes carry the previews (`show`). Real
+`create_agent` agents, `ToolNode`, `InMemorySaver`/`SqliteSaver` and `ScriptedChatModel`:
+middlewares that rewrite ToolMessages at other points (guard first and last), a parallel
+batch half answered by another middleware, a tool returning its own `Command`, two threads
+sharing one middleware instance run step by step alternately (real threads and
+`asyncio.gather`), and hostile `show`/`scrub` keys in stored writes. The expected messages
+and previews are those of the same scripts run on 7e21124 (`_BASE`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.messages import (
+    AIMessage,
+    HumanMessage,
+    RemoveMessage,
+    ToolMessage,
+)
+from langchain_core.tools import BaseTool, InjectedToolCallId, tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.types import Command
+
+from langgraph_replay_guard import GUARD_CHANNEL, GuardConfig, ReplayGuard
+from langgraph_replay_guard.decisions.keys import content_hash
+from langgraph_replay_guard.testing import ScriptedChatModel
+
+os.environ["LANGSMITH_TRACING"] = "false"
+
+EMAIL = "jane.doe@example.com"
+REDACTED = "[REDACTED]"
+CHARS = 30
+
+
+def _text(customer_id: str) -> str:
+    return f"Customer {customer_id}: contact {EMAIL}, plan gold"
+
+
+def _tools(runs: list[str]) -> list[BaseTool]:
+    @tool
+    def lookup_customer(customer_id: str) -> str:
+        """Look up a customer."""
+        runs.append(customer_id)
+        return _text(customer_id)
+
+    @tool
+    def note_customer(
+        customer_id: str, tool_call_id: Annotated[str, InjectedToolCallId]
+    ) -> Command:  # type: ignore[type-arg]
+        """Note a customer (answers with its own ToolMessage in a Command)."""
+        runs.append(f"note:{customer_id}")
+        text = _text(customer_id)
+        return Command(update={"messages": [ToolMessage(text, tool_call_id=tool_call_id)]})
+
+    return [lookup_customer, note_customer]
+
+
+def _redact(messages: list[Any]) -> list[Any]:
+    """The ToolMessages holding the raw email, redacted (same ids: `add_messages` replaces)."""
+    return [
+        m.model_copy(update={"content": m.content.replace(EMAIL, REDACTED)})
+        for m in messages
+        if isinstance(m, ToolMessage) and isinstance(m.content, str) and EMAIL in m.content
+    ]
+
+
+class RedactAt(AgentMiddleware):  # type: ignore[type-arg]
+    """A `before_model` that redacts the ToolMessages in state only at model call `at`."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at, self.calls = at, 0
+
+    def before_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        self.calls += 1
+        if self.calls != self.at:
+            return None
+        redacted = _redact(state["messages"])
+        return {"messages": redacted} if redacted else None
+
+
+class RedactAfter(AgentMiddleware):  # type: ignore[type-arg]
+    """An `after_model` that redacts the ToolMessages the model just read, in state."""
+
+    def after_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        redacted = _redact(state["messages"])
+        return {"messages": redacted} if redacted else None
+
+
+class RedactRequest(AgentMiddleware):  # type: ignore[type-arg]
+    """A `wrap_model_call` that gives the model redacted ToolMessages, state unchanged."""
+
+    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        given = [
+            m.model_copy(update={"content": m.content.replace(EMAIL, REDACTED)})
+            if isinstance(m, ToolMessage) and isinstance(m.content, str)
+            else m
+            for m in request.messages
+        ]
+        return handler(request.override(messages=given))
+
+
+class RemoveAt(AgentMiddleware):  # type: ignore[type-arg]
+    """A `before_model` that removes every ToolMessage from state at model call `at`."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at, self.calls = at, 0
+
+    def before_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        self.calls += 1
+        if self.calls != self.at:
+            return None
+        gone = [RemoveMessage(id=m.id) for m in state["messages"] if isinstance(m, ToolMessage)]
+        return {"messages": gone} if gone else None
+
+
+class ShortCircuit(AgentMiddleware):  # type: ignore[type-arg]
+    """A `wrap_tool_call` that answers the calls for `S*` customers itself."""
+
+    def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        if str(request.tool_call["args"].get("customer_id", "")).startswith("S"):
+            return ToolMessage(
+                "answered elsewhere", tool_call_id=request.tool_call["id"], name="lookup_customer"
+            )
+        return handler(request)
+
+
+def _c(customer_id: str) -> tuple[str, dict[str, str]]:
+    return ("lookup_customer", {"customer_id": customer_id})
+
+
+_REPEAT = [[_c("C1")], [_c("C2")], [_c("C1")], "done"]
+
+# name -> (other middlewares, script)
+_CASES: dict[str, tuple[Callable[[], list[Any]], list[Any]]] = {
+    "before_model_at_2": (lambda: [RedactAt(2)], _REPEAT),
+    "before_model_at_3": (lambda: [RedactAt(3)], _REPEAT),
+    "after_model": (lambda: [RedactAfter()], _REPEAT),
+    "remove_results_at_3": (lambda: [RemoveAt(3)], _REPEAT),
+    "wrap_model_call": (lambda: [RedactRequest()], _REPEAT),
+    "command_tool": (
+        lambda: [],
+        [[("note_customer", {"customer_id": "C1"}), _c("C2")], [("note_customer", {"customer_id": "C1"})], "done"],
+    ),
+    "short_circuit_parallel": (
+        lambda: [ShortCircuit()],
+        [[_c("C1"), _c("S1")], [_c("C1"), _c("S1"), _c("C2")], [_c("C2")], "done"],
+    ),
+}
+
+
+def _normalized(messages: list[Any]) -> list[str]:
+    ids: dict[str, str] = {}
+
+    def norm(text: str) -> str:
+        return re.sub(r"call_[0-9a-f]{12}", lambda m: ids.setdefault(m[0], f"<id{len(ids)}>"), text)
+
+    out: list[str] = []
+    for m in messages:
+        calls = [[c["name"], c["args"]] for c in getattr(m, "tool_calls", None) or ()]
+        out.append(norm(f"{m.type}:{m.content}{json.dumps(calls) if calls else ''}"))
+    return out
+
+
+def _previews(value: Any) -> list[Any]:
+    """The channel's result previews, by digest (ids and turns aside)."""
+    if not isinstance(value, dict):
+        return []
+    return sorted([memo[0], memo[3]] for memo in value.get("results", {}).values())
+
+
+def _scenario(name: str, *, guard_first: bool, asynchronous: bool = False) -> dict[str, Any]:
+    """Run a case on an InMemorySaver: messages, previews, and which checkpoints hold raw."""
+    others, script = _CASES[name]
+    runs: list[str] = []
+    saver = InMemorySaver()
+    guard = ReplayGuard(GuardConfig(result_preview_chars=CHARS)).middleware()
+    stack = [guard, *others()] if guard_first else [*others(), guard]
+    agent = create_agent(
+        ScriptedChatModel(script=list(script)), _tools(runs), middleware=stack, checkpointer=saver
+    )
+    cfg: Any = {"configurable": {"thread_id": name}}
+    given: Any = {"messages": [HumanMessage("go")]}
+    out = asyncio.run(agent.ainvoke(given, cfg)) if asynchronous else agent.invoke(given, cfg)
+    channels = [c.checkpoint["channel_values"].get(GUARD_CHANNEL) for c in saver.list(cfg)]
+    held = [json.dumps(c) for c in channels]
+    return {
+        "messages": _normalized(out["messages"]),
+        "runs": runs,
+        "previews": _previews(channels[0]),
+        # The customers whose raw preview some checkpoint's channel held.
+        "raw": sorted({c for c in ("C1", "C2") for v in held if _text(c)[:CHARS] in v}),
+    }
+
+
+def _base() -> dict[str, Any]:
+    """What a package answers for every case, guard first and last (`_BASE`: 7e21124's)."""
+    return {
+        f"{name}/{'first' if first else 'last'}": _scenario(name, guard_first=first)
+        for name in _CASES
+        for first in (True, False)
+    }
+
+
+# `_base()` run with the package of 7e21124 (guard first and last answered the same).
+_BASE: dict[str, Any] = {'after_model': {'messages': ['human:go',
+                              'ai:[["lookup_customer", {"customer_id": "C1"}]]',
+                              'tool:Customer C1: contact [REDACTED], plan gold',
+                              'ai:[["lookup_customer", {"customer_id": "C2"}]]',
+                              'tool:Customer C2: contact [REDACTED], plan gold',
+                              'ai:[["lookup_customer", {"customer_id": "C1"}]]',
+                              "tool:Not executed: 'lookup_customer' already succeeded with "
+                              'exactly these arguments and nothing has changed since, so it '
+                              'would return the same result. Use the earlier result instead of '
+                              'calling it again.\n'
+                              'Earlier result:\n'
+                              'Customer C1: contact [REDACTED], plan gold',
+                              'ai:done'],
+                 'previews': [['149756cd32dc4b4264acaa6c9ea93b0a', None],
+                              ['1aac072cc0e64b804bb3585c77d6b59f', None]],
+                 'raw': ['C1', 'C2'],
+                 'runs': ['C1', 'C2']},
+ 'before_model_at_2': {'messages': ['human:go',
+                                    'ai:[["lookup_customer", {"customer_id": "C1"}]]',
+                                    'tool:Customer C1: contact [REDACTED], plan gold',
+                                    'ai:[["lookup_customer", {"customer_id": "C2"}]]',
+                                    'tool:Customer C2: contact jane.doe@example.com, plan gold',
+                                    'ai:[["lookup_customer", {"customer_id": "C1"}]]',
+                                    "tool:Not executed: 'lookup_customer' already succeeded "
+                                    'with exactly these arguments and nothing has changed '
+                                    'since, so it would return the same result. Use the '
+                                    'earlier result instead of calling it again.\n'
+                                    'Earlier result:\n'
+                                    'Customer C1: contact [REDACTED], plan gold',
+                                    'ai:done'],
+                       'previews': [['149756cd32dc4b4264acaa6c9ea93b0a',
+                                     'Customer C2: contact jane.doe@'],
+                                    ['1aac072cc0e64b804bb3585c77d6b59f', None]],
+                       'raw': ['C2'],
+                       'runs': ['C1', 'C2']},
+ 'before_model_at_3': {'messages': ['human:go',
+                                    'ai:[["lookup_customer", {"customer_id": "C1"}]]',
+                                    'tool:Customer C1: contact [REDACTED], plan gold',
+                                    'ai:[["lookup_customer", {"customer_id": "C2"}]]',
+                                    'tool:Customer C2: contact [REDACTED], plan gold',
+                                    'ai:[["lookup_customer", {"customer_id": "C1"}]]',
+                                    "tool:Not executed: 'lookup_customer' already succeeded "
+                                    'with exactly these arguments and nothing has changed '
+                                    'since, so it would return the same result. Use the '
+                                    'earlier result instead of calling it again.\n'
+                                    'Earlier result:\n'
+                                    'Customer C1: contact [REDACTED], plan gold',
+                                    'ai:done'],
+                       'previews': [['149756cd32dc4b4264acaa6c9ea93b0a', None],
+                                    ['1aac072cc0e64b804bb3585c77d6b59f', None]],
+                       'raw': ['C1'],
+                       'runs': ['C1', 'C2']},
+ 'command_tool': {'messages': ['human:go',
+                               'ai:[["note_customer", {"customer_id": "C1"}], '
+                               '["lookup_customer", {"customer_id": "C2"}]]',
+                               'tool:Customer C1: contact jane.doe@example.com, plan gold',
+                               'tool:Customer C2: contact jane.doe@example.com, plan gold',
+                               'ai:[["note_customer", {"customer_id": "C1"}]]',
+                               'tool:Customer C1: contact jane.doe@example.com, plan gold',
+                               'ai:done'],
+                  'previews': [['149756cd32dc4b4264acaa6c9ea93b0a',
+                                'Customer C2: contact jane.doe@'],
+                               ['1aac072cc0e64b804bb3585c77d6b59f',
+                                'Customer C1: contact jane.doe@']],
+                  'raw': ['C1', 'C2'],
+                  'runs': ['note:C1', 'C2', 'note:C1']},
+ 'remove_results_at_3': {'messages': ['human:go',
+                                      'ai:[["lookup_customer", {"customer_id": "C1"}]]',
+                                      'ai:[["lookup_customer", {"customer_id": "C2"}]]',
+                                      'ai:[["lookup_customer", {"customer_id": "C1"}]]',
+                                      'tool:Customer C1: contact jane.doe@example.com, plan '
+                                      'gold',
+                                      'ai:done'],
+                         'previews': [['149756cd32dc4b4264acaa6c9ea93b0a', None],
+                                      ['1aac072cc0e64b804bb3585c77d6b59f',
+                                       'Customer C1: contact jane.doe@']],
+                         'raw': ['C1'],
+                         'runs': ['C1', 'C2', 'C1']},
+ 'short_circuit_parallel': {'messages': ['human:go',
+                                         'ai:[["lookup_customer", {"customer_id": "C1"}], '
+                                         '["lookup_customer", {"customer_id": "S1"}]]',
+                                         'tool:Customer C1: contact jane.doe@example.com, plan '
+                                         'gold',
+                                         'tool:answered elsewhere',
+                                         'ai:[["lookup_customer", {"customer_id": "C1"}], '
+                                         '["lookup_customer", {"customer_id": "S1"}], '
+                                         '["lookup_customer", {"customer_id": "C2"}]]',
+                                         "tool:Not executed: 'lookup_customer' already "
+                                         'succeeded with exactly these arguments and nothing '
+                                         'has changed since, so it would return the same '
+                                         'result. Use the earlier result instead of calling it '
+                                         'again.\n'
+                                         'Earlier result:\n'
+                                         'Customer C1: contact jane.doe@example.com, plan gold',
+                                         'tool:answered elsewhere',
+                                         'tool:Customer C2: contact jane.doe@example.com, plan '
+                                         'gold',
+                                         'ai:[["lookup_customer", {"customer_id": "C2"}]]',
+                                         "tool:Not executed: 'lookup_customer' already "
+                                         'succeeded with exactly these arguments and nothing '
+                                         'has changed since, so it would return the same '
+                                         'result. Use the earlier result instead of calling it '
+                                         'again.\n'
+                                         'Earlier result:\n'
+                                         'Customer C2: contact jane.doe@example.com, plan gold',
+                                         'ai:done'],
+                            'previews': [['149756cd32dc4b4264acaa6c9ea93b0a',
+                                          'Customer C2: contact jane.doe@'],
+                                         ['1aac072cc0e64b804bb3585c77d6b59f',
+                                          'Customer C1: contact jane.doe@']],
+                            'raw': ['C1', 'C2'],
+                            'runs': ['C1', 'C2']},
+ 'wrap_model_call': {'messages': ['human:go',
+                                  'ai:[["lookup_customer", {"customer_id": "C1"}]]',
+                                  'tool:Customer C1: contact jane.doe@example.com, plan gold',
+                                  'ai:[["lookup_customer", {"customer_id": "C2"}]]',
+                                  'tool:Customer C2: contact jane.doe@example.com, plan gold',
+                                  'ai:[["lookup_customer", {"customer_id": "C1"}]]',
+                                  "tool:Not executed: 'lookup_customer' already succeeded with "
+                                  'exactly these arguments and nothing has changed since, so '
+                                  'it would return the same result. Use the earlier result '
+                                  'instead of calling it again.\n'
+                                  'Earlier result:\n'
+                                  'Customer C1: contact jane.doe@example.com, plan gold',
+                                  'ai:done'],
+                     'previews': [['149756cd32dc4b4264acaa6c9ea93b0a',
+                                   'Customer C2: contact jane.doe@'],
+                                  ['1aac072cc0e64b804bb3585c77d6b59f',
+                                   'Customer C1: contact jane.doe@']],
+                     'raw': ['C1', 'C2'],
+                     'runs': ['C1', 'C2']}}
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("guard_first", [True, False], ids=["first", "last"])
+@pytest.mark.parametrize("name", sorted(_CASES))
+def test_a_stack_answers_as_on_7e21124(name: str, guard_first: bool, asynchronous: bool) -> None:
+    """Messages (the repeat's answer included), previews and raw-holding checkpoints: as 7e21124."""
+    got = _scenario(name, guard_first=guard_first, asynchronous=asynchronous)
+    expected = _BASE[name]
+    assert got["messages"] == expected["messages"]
+    assert sorted(got["runs"]) == sorted(expected["runs"])  # a parallel batch runs in any order
+    assert got["previews"] == expected["previews"]
+    # No checkpoint keeps a raw text 7e21124 did not keep; C1, redacted before the model
+    # read it, never.
+    assert set(got["raw"]) <= set(expected["raw"])
+    if name == "before_model_at_2":
+        assert "C1" not in got["raw"]
