@@ -504,3 +504,43 @@ def test_two_threads_on_one_middleware_never_share_a_planned_value(mode: str) ->
         assert got[who]["messages"] == alone[who]["messages"]
         assert got[who]["runs"] == alone[who]["runs"]
         assert got[who]["previews"] == alone[who]["previews"]
+
+
+# -- hostile show / scrub keys --------------------------------------------------------------------
+
+_HOSTILE: dict[str, Any] = {
+    "show_int": {"show": 5},
+    "show_text": {"show": "Customer C1"},
+    "show_list": {"show": ["Customer C1"]},
+    "show_int_preview": {"show": {content_hash(_text("C1")): 5}},
+    "show_int_digest": {"show": {5: "Customer C1"}},
+    "scrub_int": {"scrub": 5},
+    "scrub_text": {"scrub": "Customer C1"},
+    "scrub_int_item": {"scrub": [1]},
+    "scrub_map": {"scrub": {"Customer C1": "x"}},
+}
+
+
+@pytest.mark.parametrize("name", sorted(_HOSTILE))
+def test_a_show_or_scrub_of_the_wrong_type_is_ignored_with_a_notice(
+    tmp_path: Path, name: str
+) -> None:
+    """A stored events write with a bad `show`/`scrub` (via `update_state`, on a SqliteSaver):
+    noted and ignored (the state readers' way), never a crash; the thread runs on."""
+    runs: list[str] = []
+    cfg: Any = {"configurable": {"thread_id": name}}
+    script = [[_c("C1")], "first", [_c("C1")], "done"]
+    with SqliteSaver.from_conn_string(str(tmp_path / "cp.db")) as saver:
+        guard = ReplayGuard(GuardConfig(result_preview_chars=CHARS)).middleware()
+        agent = create_agent(
+            ScriptedChatModel(script=script), _tools(runs), middleware=[guard], checkpointer=saver
+        )
+        agent.invoke({"messages": [HumanMessage("go")]}, cfg)
+        before = agent.get_state(cfg).values[GUARD_CHANNEL]
+        agent.update_state(cfg, {GUARD_CHANNEL: {"op": "events", "events": [], **_HOSTILE[name]}})
+        after = agent.get_state(cfg).values[GUARD_CHANNEL]
+        out = agent.invoke({"messages": [HumanMessage("again")]}, cfg)
+    assert "ignored a write to the guard channel" in after["notice"]
+    assert after["results"] == before["results"]
+    assert out["messages"][-1].content == "done"
+    assert runs == ["C1", "C1"]  # a new turn: the call runs again
