@@ -243,7 +243,8 @@ def given_previews(
     """
     if not config.store_previews or value is None:
         return {}
-    unshown = preview_facts(value).unshown
+    facts = preview_facts(value)
+    unshown = facts.unshown
     if not unshown:
         return {}
     previews: dict[str, str] = {}
@@ -263,6 +264,12 @@ def given_previews(
         if start == 0 or len(previews) == len(unshown):
             break
         end = start - 1
+        # The batch before: only for digests no write showed yet (one some result keeps a
+        # preview of was shown; a later result with that digest whose ToolMessage changed,
+        # a redaction of the last batch, keeps its digest only, as when read in time).
+        unshown = unshown - facts.shown
+        if not unshown:
+            break
     return previews
 
 

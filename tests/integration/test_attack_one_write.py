@@ -107,9 +107,7 @@ class RedactRequest(AgentMiddleware):  # type: ignore[type-arg]
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         return handler(self._given(request))
 
-    async def awrap_model_call(
-        self, request: Any, handler: Callable[[Any], Awaitable[Any]]
-    ) -> Any:
+    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
         return await handler(self._given(request))
 
     @staticmethod
@@ -145,9 +143,7 @@ class ShortCircuit(AgentMiddleware):  # type: ignore[type-arg]
         answer = self._answer(request)
         return handler(request) if answer is None else answer
 
-    async def awrap_tool_call(
-        self, request: Any, handler: Callable[[Any], Awaitable[Any]]
-    ) -> Any:
+    async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
         answer = self._answer(request)
         return await handler(request) if answer is None else answer
 
@@ -175,7 +171,11 @@ _CASES: dict[str, tuple[Callable[[], list[Any]], list[Any]]] = {
     "wrap_model_call": (lambda: [RedactRequest()], _REPEAT),
     "command_tool": (
         lambda: [],
-        [[("note_customer", {"customer_id": "C1"}), _c("C2")], [("note_customer", {"customer_id": "C1"})], "done"],
+        [
+            [("note_customer", {"customer_id": "C1"}), _c("C2")],
+            [("note_customer", {"customer_id": "C1"})],
+            "done",
+        ],
     ),
     "short_circuit_parallel": (
         lambda: [ShortCircuit()],
@@ -238,137 +238,170 @@ def _base() -> dict[str, Any]:
 
 
 # `_base()` run with the package of 7e21124 (guard first and last answered the same).
-_BASE: dict[str, Any] = {'after_model': {'messages': ['human:go',
-                              'ai:[["lookup_customer", {"customer_id": "C1"}]]',
-                              'tool:Customer C1: contact [REDACTED], plan gold',
-                              'ai:[["lookup_customer", {"customer_id": "C2"}]]',
-                              'tool:Customer C2: contact [REDACTED], plan gold',
-                              'ai:[["lookup_customer", {"customer_id": "C1"}]]',
-                              "tool:Not executed: 'lookup_customer' already succeeded with "
-                              'exactly these arguments and nothing has changed since, so it '
-                              'would return the same result. Use the earlier result instead of '
-                              'calling it again.\n'
-                              'Earlier result:\n'
-                              'Customer C1: contact [REDACTED], plan gold',
-                              'ai:done'],
-                 'previews': [['149756cd32dc4b4264acaa6c9ea93b0a', None],
-                              ['1aac072cc0e64b804bb3585c77d6b59f', None]],
-                 'raw': ['C1', 'C2'],
-                 'runs': ['C1', 'C2']},
- 'before_model_at_2': {'messages': ['human:go',
-                                    'ai:[["lookup_customer", {"customer_id": "C1"}]]',
-                                    'tool:Customer C1: contact [REDACTED], plan gold',
-                                    'ai:[["lookup_customer", {"customer_id": "C2"}]]',
-                                    'tool:Customer C2: contact jane.doe@example.com, plan gold',
-                                    'ai:[["lookup_customer", {"customer_id": "C1"}]]',
-                                    "tool:Not executed: 'lookup_customer' already succeeded "
-                                    'with exactly these arguments and nothing has changed '
-                                    'since, so it would return the same result. Use the '
-                                    'earlier result instead of calling it again.\n'
-                                    'Earlier result:\n'
-                                    'Customer C1: contact [REDACTED], plan gold',
-                                    'ai:done'],
-                       'previews': [['149756cd32dc4b4264acaa6c9ea93b0a',
-                                     'Customer C2: contact jane.doe@'],
-                                    ['1aac072cc0e64b804bb3585c77d6b59f', None]],
-                       'raw': ['C2'],
-                       'runs': ['C1', 'C2']},
- 'before_model_at_3': {'messages': ['human:go',
-                                    'ai:[["lookup_customer", {"customer_id": "C1"}]]',
-                                    'tool:Customer C1: contact [REDACTED], plan gold',
-                                    'ai:[["lookup_customer", {"customer_id": "C2"}]]',
-                                    'tool:Customer C2: contact [REDACTED], plan gold',
-                                    'ai:[["lookup_customer", {"customer_id": "C1"}]]',
-                                    "tool:Not executed: 'lookup_customer' already succeeded "
-                                    'with exactly these arguments and nothing has changed '
-                                    'since, so it would return the same result. Use the '
-                                    'earlier result instead of calling it again.\n'
-                                    'Earlier result:\n'
-                                    'Customer C1: contact [REDACTED], plan gold',
-                                    'ai:done'],
-                       'previews': [['149756cd32dc4b4264acaa6c9ea93b0a', None],
-                                    ['1aac072cc0e64b804bb3585c77d6b59f', None]],
-                       'raw': ['C1'],
-                       'runs': ['C1', 'C2']},
- 'command_tool': {'messages': ['human:go',
-                               'ai:[["note_customer", {"customer_id": "C1"}], '
-                               '["lookup_customer", {"customer_id": "C2"}]]',
-                               'tool:Customer C1: contact jane.doe@example.com, plan gold',
-                               'tool:Customer C2: contact jane.doe@example.com, plan gold',
-                               'ai:[["note_customer", {"customer_id": "C1"}]]',
-                               'tool:Customer C1: contact jane.doe@example.com, plan gold',
-                               'ai:done'],
-                  'previews': [['149756cd32dc4b4264acaa6c9ea93b0a',
-                                'Customer C2: contact jane.doe@'],
-                               ['1aac072cc0e64b804bb3585c77d6b59f',
-                                'Customer C1: contact jane.doe@']],
-                  'raw': ['C1', 'C2'],
-                  'runs': ['note:C1', 'C2', 'note:C1']},
- 'remove_results_at_3': {'messages': ['human:go',
-                                      'ai:[["lookup_customer", {"customer_id": "C1"}]]',
-                                      'ai:[["lookup_customer", {"customer_id": "C2"}]]',
-                                      'ai:[["lookup_customer", {"customer_id": "C1"}]]',
-                                      'tool:Customer C1: contact jane.doe@example.com, plan '
-                                      'gold',
-                                      'ai:done'],
-                         'previews': [['149756cd32dc4b4264acaa6c9ea93b0a', None],
-                                      ['1aac072cc0e64b804bb3585c77d6b59f',
-                                       'Customer C1: contact jane.doe@']],
-                         'raw': ['C1'],
-                         'runs': ['C1', 'C2', 'C1']},
- 'short_circuit_parallel': {'messages': ['human:go',
-                                         'ai:[["lookup_customer", {"customer_id": "C1"}], '
-                                         '["lookup_customer", {"customer_id": "S1"}]]',
-                                         'tool:Customer C1: contact jane.doe@example.com, plan '
-                                         'gold',
-                                         'tool:answered elsewhere',
-                                         'ai:[["lookup_customer", {"customer_id": "C1"}], '
-                                         '["lookup_customer", {"customer_id": "S1"}], '
-                                         '["lookup_customer", {"customer_id": "C2"}]]',
-                                         "tool:Not executed: 'lookup_customer' already "
-                                         'succeeded with exactly these arguments and nothing '
-                                         'has changed since, so it would return the same '
-                                         'result. Use the earlier result instead of calling it '
-                                         'again.\n'
-                                         'Earlier result:\n'
-                                         'Customer C1: contact jane.doe@example.com, plan gold',
-                                         'tool:answered elsewhere',
-                                         'tool:Customer C2: contact jane.doe@example.com, plan '
-                                         'gold',
-                                         'ai:[["lookup_customer", {"customer_id": "C2"}]]',
-                                         "tool:Not executed: 'lookup_customer' already "
-                                         'succeeded with exactly these arguments and nothing '
-                                         'has changed since, so it would return the same '
-                                         'result. Use the earlier result instead of calling it '
-                                         'again.\n'
-                                         'Earlier result:\n'
-                                         'Customer C2: contact jane.doe@example.com, plan gold',
-                                         'ai:done'],
-                            'previews': [['149756cd32dc4b4264acaa6c9ea93b0a',
-                                          'Customer C2: contact jane.doe@'],
-                                         ['1aac072cc0e64b804bb3585c77d6b59f',
-                                          'Customer C1: contact jane.doe@']],
-                            'raw': ['C1', 'C2'],
-                            'runs': ['C1', 'C2']},
- 'wrap_model_call': {'messages': ['human:go',
-                                  'ai:[["lookup_customer", {"customer_id": "C1"}]]',
-                                  'tool:Customer C1: contact jane.doe@example.com, plan gold',
-                                  'ai:[["lookup_customer", {"customer_id": "C2"}]]',
-                                  'tool:Customer C2: contact jane.doe@example.com, plan gold',
-                                  'ai:[["lookup_customer", {"customer_id": "C1"}]]',
-                                  "tool:Not executed: 'lookup_customer' already succeeded with "
-                                  'exactly these arguments and nothing has changed since, so '
-                                  'it would return the same result. Use the earlier result '
-                                  'instead of calling it again.\n'
-                                  'Earlier result:\n'
-                                  'Customer C1: contact jane.doe@example.com, plan gold',
-                                  'ai:done'],
-                     'previews': [['149756cd32dc4b4264acaa6c9ea93b0a',
-                                   'Customer C2: contact jane.doe@'],
-                                  ['1aac072cc0e64b804bb3585c77d6b59f',
-                                   'Customer C1: contact jane.doe@']],
-                     'raw': ['C1', 'C2'],
-                     'runs': ['C1', 'C2']}}
+_BASE: dict[str, Any] = {
+    "after_model": {
+        "messages": [
+            "human:go",
+            'ai:[["lookup_customer", {"customer_id": "C1"}]]',
+            "tool:Customer C1: contact [REDACTED], plan gold",
+            'ai:[["lookup_customer", {"customer_id": "C2"}]]',
+            "tool:Customer C2: contact [REDACTED], plan gold",
+            'ai:[["lookup_customer", {"customer_id": "C1"}]]',
+            "tool:Not executed: 'lookup_customer' already succeeded with "
+            "exactly these arguments and nothing has changed since, so it "
+            "would return the same result. Use the earlier result instead of "
+            "calling it again.\n"
+            "Earlier result:\n"
+            "Customer C1: contact [REDACTED], plan gold",
+            "ai:done",
+        ],
+        "previews": [
+            ["149756cd32dc4b4264acaa6c9ea93b0a", None],
+            ["1aac072cc0e64b804bb3585c77d6b59f", None],
+        ],
+        "raw": ["C1", "C2"],
+        "runs": ["C1", "C2"],
+    },
+    "before_model_at_2": {
+        "messages": [
+            "human:go",
+            'ai:[["lookup_customer", {"customer_id": "C1"}]]',
+            "tool:Customer C1: contact [REDACTED], plan gold",
+            'ai:[["lookup_customer", {"customer_id": "C2"}]]',
+            "tool:Customer C2: contact jane.doe@example.com, plan gold",
+            'ai:[["lookup_customer", {"customer_id": "C1"}]]',
+            "tool:Not executed: 'lookup_customer' already succeeded "
+            "with exactly these arguments and nothing has changed "
+            "since, so it would return the same result. Use the "
+            "earlier result instead of calling it again.\n"
+            "Earlier result:\n"
+            "Customer C1: contact [REDACTED], plan gold",
+            "ai:done",
+        ],
+        "previews": [
+            ["149756cd32dc4b4264acaa6c9ea93b0a", "Customer C2: contact jane.doe@"],
+            ["1aac072cc0e64b804bb3585c77d6b59f", None],
+        ],
+        "raw": ["C2"],
+        "runs": ["C1", "C2"],
+    },
+    "before_model_at_3": {
+        "messages": [
+            "human:go",
+            'ai:[["lookup_customer", {"customer_id": "C1"}]]',
+            "tool:Customer C1: contact [REDACTED], plan gold",
+            'ai:[["lookup_customer", {"customer_id": "C2"}]]',
+            "tool:Customer C2: contact [REDACTED], plan gold",
+            'ai:[["lookup_customer", {"customer_id": "C1"}]]',
+            "tool:Not executed: 'lookup_customer' already succeeded "
+            "with exactly these arguments and nothing has changed "
+            "since, so it would return the same result. Use the "
+            "earlier result instead of calling it again.\n"
+            "Earlier result:\n"
+            "Customer C1: contact [REDACTED], plan gold",
+            "ai:done",
+        ],
+        "previews": [
+            ["149756cd32dc4b4264acaa6c9ea93b0a", None],
+            ["1aac072cc0e64b804bb3585c77d6b59f", None],
+        ],
+        "raw": ["C1"],
+        "runs": ["C1", "C2"],
+    },
+    "command_tool": {
+        "messages": [
+            "human:go",
+            'ai:[["note_customer", {"customer_id": "C1"}], '
+            '["lookup_customer", {"customer_id": "C2"}]]',
+            "tool:Customer C1: contact jane.doe@example.com, plan gold",
+            "tool:Customer C2: contact jane.doe@example.com, plan gold",
+            'ai:[["note_customer", {"customer_id": "C1"}]]',
+            "tool:Customer C1: contact jane.doe@example.com, plan gold",
+            "ai:done",
+        ],
+        "previews": [
+            ["149756cd32dc4b4264acaa6c9ea93b0a", "Customer C2: contact jane.doe@"],
+            ["1aac072cc0e64b804bb3585c77d6b59f", "Customer C1: contact jane.doe@"],
+        ],
+        "raw": ["C1", "C2"],
+        "runs": ["note:C1", "C2", "note:C1"],
+    },
+    "remove_results_at_3": {
+        "messages": [
+            "human:go",
+            'ai:[["lookup_customer", {"customer_id": "C1"}]]',
+            'ai:[["lookup_customer", {"customer_id": "C2"}]]',
+            'ai:[["lookup_customer", {"customer_id": "C1"}]]',
+            "tool:Customer C1: contact jane.doe@example.com, plan gold",
+            "ai:done",
+        ],
+        "previews": [
+            ["149756cd32dc4b4264acaa6c9ea93b0a", None],
+            ["1aac072cc0e64b804bb3585c77d6b59f", "Customer C1: contact jane.doe@"],
+        ],
+        "raw": ["C1"],
+        "runs": ["C1", "C2", "C1"],
+    },
+    "short_circuit_parallel": {
+        "messages": [
+            "human:go",
+            'ai:[["lookup_customer", {"customer_id": "C1"}], '
+            '["lookup_customer", {"customer_id": "S1"}]]',
+            "tool:Customer C1: contact jane.doe@example.com, plan gold",
+            "tool:answered elsewhere",
+            'ai:[["lookup_customer", {"customer_id": "C1"}], '
+            '["lookup_customer", {"customer_id": "S1"}], '
+            '["lookup_customer", {"customer_id": "C2"}]]',
+            "tool:Not executed: 'lookup_customer' already "
+            "succeeded with exactly these arguments and nothing "
+            "has changed since, so it would return the same "
+            "result. Use the earlier result instead of calling it "
+            "again.\n"
+            "Earlier result:\n"
+            "Customer C1: contact jane.doe@example.com, plan gold",
+            "tool:answered elsewhere",
+            "tool:Customer C2: contact jane.doe@example.com, plan gold",
+            'ai:[["lookup_customer", {"customer_id": "C2"}]]',
+            "tool:Not executed: 'lookup_customer' already "
+            "succeeded with exactly these arguments and nothing "
+            "has changed since, so it would return the same "
+            "result. Use the earlier result instead of calling it "
+            "again.\n"
+            "Earlier result:\n"
+            "Customer C2: contact jane.doe@example.com, plan gold",
+            "ai:done",
+        ],
+        "previews": [
+            ["149756cd32dc4b4264acaa6c9ea93b0a", "Customer C2: contact jane.doe@"],
+            ["1aac072cc0e64b804bb3585c77d6b59f", "Customer C1: contact jane.doe@"],
+        ],
+        "raw": ["C1", "C2"],
+        "runs": ["C1", "C2"],
+    },
+    "wrap_model_call": {
+        "messages": [
+            "human:go",
+            'ai:[["lookup_customer", {"customer_id": "C1"}]]',
+            "tool:Customer C1: contact jane.doe@example.com, plan gold",
+            'ai:[["lookup_customer", {"customer_id": "C2"}]]',
+            "tool:Customer C2: contact jane.doe@example.com, plan gold",
+            'ai:[["lookup_customer", {"customer_id": "C1"}]]',
+            "tool:Not executed: 'lookup_customer' already succeeded with "
+            "exactly these arguments and nothing has changed since, so "
+            "it would return the same result. Use the earlier result "
+            "instead of calling it again.\n"
+            "Earlier result:\n"
+            "Customer C1: contact jane.doe@example.com, plan gold",
+            "ai:done",
+        ],
+        "previews": [
+            ["149756cd32dc4b4264acaa6c9ea93b0a", "Customer C2: contact jane.doe@"],
+            ["1aac072cc0e64b804bb3585c77d6b59f", "Customer C1: contact jane.doe@"],
+        ],
+        "raw": ["C1", "C2"],
+        "runs": ["C1", "C2"],
+    },
+}
 
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
@@ -425,9 +458,7 @@ class Alternate(AgentMiddleware):  # type: ignore[type-arg]
         self.barrier.wait()
         return response
 
-    async def awrap_model_call(
-        self, request: Any, handler: Callable[[Any], Awaitable[Any]]
-    ) -> Any:
+    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
         response = await handler(request)
         await self.barrier.wait()
         return response
@@ -463,7 +494,7 @@ def _two_threads(mode: str) -> dict[str, Any]:
         def one(who: str) -> None:
             try:
                 outs[who] = agents[who].invoke(given, cfgs[who])
-            except BaseException as exc:  # noqa: BLE001 - re-raised below, in the test's thread
+            except BaseException as exc:  # re-raised below, in the test's thread
                 errors.append(exc)
                 barrier.abort()
 
@@ -544,3 +575,64 @@ def test_a_show_or_scrub_of_the_wrong_type_is_ignored_with_a_notice(
     assert after["results"] == before["results"]
     assert out["messages"][-1].content == "done"
     assert runs == ["C1", "C1"]  # a new turn: the call runs again
+
+
+# -- a show carried by every write of a parallel batch --------------------------------------------
+
+SAME = f"Status: contact {EMAIL}, all fine"  # every call's result: one digest for all
+
+
+class RedactNewest(AgentMiddleware):  # type: ignore[type-arg]
+    """A `before_model` that redacts only the newest batch's ToolMessages, at model call `at`."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at, self.calls = at, 0
+
+    def before_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        self.calls += 1
+        if self.calls != self.at:
+            return None
+        messages = state["messages"]
+        start = len(messages)
+        while start and not isinstance(messages[start - 1], AIMessage):
+            start -= 1
+        return {"messages": _redact(messages[start:])}
+
+
+@pytest.mark.parametrize("guard_first", [True, False], ids=["first", "last"])
+def test_a_later_write_of_a_batch_gives_its_own_results_no_preview(guard_first: bool) -> None:
+    """Batch 1 `a`, batch 2 `b`, `c` in parallel, each returning the text `a` returned (one
+    digest). The model reads `b` and `c` redacted: they keep their digest only, in every
+    checkpoint, as on 7e21124. 4b90c86's model call read the batch before the last one for
+    the digest `b` and `c` still had no preview of, and gave them `a`'s (raw) preview."""
+    runs: list[str] = []
+
+    @tool
+    def status(x: str) -> str:
+        """A status."""
+        runs.append(x)
+        return SAME
+
+    def s(x: str) -> tuple[str, dict[str, str]]:
+        return ("status", {"x": x})
+
+    saver = InMemorySaver()
+    cfg: Any = {"configurable": {"thread_id": "same"}}
+    guard = ReplayGuard(GuardConfig(result_preview_chars=20)).middleware()
+    stack = [guard, RedactNewest(3)] if guard_first else [RedactNewest(3), guard]
+    script = [[s("a")], [s("b"), s("c")], [s("b"), s("c")], [s("a")], "done"]
+    agent = create_agent(
+        ScriptedChatModel(script=script), [status], middleware=stack, checkpointer=saver
+    )
+    out = agent.invoke({"messages": [HumanMessage("go")]}, cfg)
+    assert sorted(runs) == ["a", "b", "c"]
+    assert out["messages"][-1].content == "done"
+    preview = SAME[:20]
+    for checkpoint in saver.list(cfg):
+        value = checkpoint.checkpoint["channel_values"].get(GUARD_CHANNEL)
+        if not isinstance(value, dict) or "results" not in value:
+            continue  # before the channel's first state (a first write is kept as it is)
+        shown = sorted(memo[3] == preview for memo in value["results"].values())
+        # 7e21124: `a`'s preview only, from the model call that read it unchanged.
+        assert shown in ([True], [False, False, True]), (checkpoint.config, shown)
