@@ -23,7 +23,7 @@ from typing import Annotated, Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware import AgentMiddleware
+from langchain.agents.middleware import AgentMiddleware, SummarizationMiddleware
 from langchain_core.messages import (
     AIMessage,
     HumanMessage,
@@ -169,6 +169,16 @@ _CASES: dict[str, tuple[Callable[[], list[Any]], list[Any]]] = {
     "after_model": (lambda: [RedactAfter()], _REPEAT),
     "remove_results_at_3": (lambda: [RemoveAt(3)], _REPEAT),
     "wrap_model_call": (lambda: [RedactRequest()], _REPEAT),
+    "summarization": (
+        lambda: [
+            SummarizationMiddleware(
+                ScriptedChatModel(script=[], final="summary"),
+                trigger=("messages", 4),
+                keep=("messages", 2),
+            )
+        ],
+        _REPEAT,
+    ),
     "command_tool": (
         lambda: [],
         [
@@ -377,6 +387,20 @@ _BASE: dict[str, Any] = {
         ],
         "raw": ["C1", "C2"],
         "runs": ["C1", "C2"],
+    },
+    "summarization": {
+        "messages": [
+            "human:Here is a summary of the conversation to date:\n\nsummary",
+            'ai:[["lookup_customer", {"customer_id": "C1"}]]',
+            "tool:Customer C1: contact jane.doe@example.com, plan gold",
+            "ai:done",
+        ],
+        "previews": [
+            ["149756cd32dc4b4264acaa6c9ea93b0a", None],
+            ["1aac072cc0e64b804bb3585c77d6b59f", "Customer C1: contact jane.doe@"],
+        ],
+        "raw": ["C1", "C2"],
+        "runs": ["C1", "C2", "C1"],
     },
     "wrap_model_call": {
         "messages": [
@@ -601,7 +625,9 @@ class RedactNewest(AgentMiddleware):  # type: ignore[type-arg]
 
 
 @pytest.mark.parametrize("guard_first", [True, False], ids=["first", "last"])
-def test_a_later_write_of_a_batch_gives_its_own_results_no_preview(guard_first: bool) -> None:
+def test_a_redacted_result_with_an_earlier_results_text_keeps_its_digest_only(
+    guard_first: bool,
+) -> None:
     """Batch 1 `a`, batch 2 `b`, `c` in parallel, each returning the text `a` returned (one
     digest). The model reads `b` and `c` redacted: they keep their digest only, in every
     checkpoint, as on 7e21124. 4b90c86's model call read the batch before the last one for
