@@ -30,7 +30,7 @@ from langchain_core.messages import (
     RemoveMessage,
     ToolMessage,
 )
-from langchain_core.tools import BaseTool, InjectedToolCallId, tool
+from langchain_core.tools import BaseTool, InjectedToolCallId, ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
@@ -55,7 +55,12 @@ def _tools(runs: list[str]) -> list[BaseTool]:
     def lookup_customer(customer_id: str) -> str:
         """Look up a customer."""
         runs.append(customer_id)
+        if customer_id.startswith("E"):
+            msg = f"lookup_customer: customer_id {customer_id!r} is not known; pass a C id"
+            raise ToolException(msg)  # answered as an error ToolMessage (handle_tool_error)
         return _text(customer_id)
+
+    lookup_customer.handle_tool_error = True
 
     @tool
     def note_customer(
@@ -186,6 +191,10 @@ _CASES: dict[str, tuple[Callable[[], list[Any]], list[Any]]] = {
             [("note_customer", {"customer_id": "C1"})],
             "done",
         ],
+    ),
+    "tool_error_parallel": (
+        lambda: [],
+        [[_c("C1"), _c("E1")], [_c("C1"), _c("E1")], [_c("C2")], [_c("C1")], "done"],
     ),
     "short_circuit_parallel": (
         lambda: [ShortCircuit()],
@@ -334,7 +343,7 @@ _BASE: dict[str, Any] = {
             ["1aac072cc0e64b804bb3585c77d6b59f", "Customer C1: contact jane.doe@"],
         ],
         "raw": ["C1", "C2"],
-        "runs": ["note:C1", "C2", "note:C1"],
+        "runs": ["C2", "note:C1", "note:C1"],
     },
     "remove_results_at_3": {
         "messages": [
@@ -350,7 +359,7 @@ _BASE: dict[str, Any] = {
             ["1aac072cc0e64b804bb3585c77d6b59f", "Customer C1: contact jane.doe@"],
         ],
         "raw": ["C1"],
-        "runs": ["C1", "C2", "C1"],
+        "runs": ["C1", "C1", "C2"],
     },
     "short_circuit_parallel": {
         "messages": [
@@ -400,7 +409,41 @@ _BASE: dict[str, Any] = {
             ["1aac072cc0e64b804bb3585c77d6b59f", "Customer C1: contact jane.doe@"],
         ],
         "raw": ["C1", "C2"],
-        "runs": ["C1", "C2", "C1"],
+        "runs": ["C1", "C1", "C2"],
+    },
+    "tool_error_parallel": {
+        "messages": [
+            "human:go",
+            'ai:[["lookup_customer", {"customer_id": "C1"}], '
+            '["lookup_customer", {"customer_id": "E1"}]]',
+            "tool:Customer C1: contact jane.doe@example.com, plan gold",
+            "tool:lookup_customer: customer_id 'E1' is not known; pass a C id",
+            'ai:[["lookup_customer", {"customer_id": "C1"}], '
+            '["lookup_customer", {"customer_id": "E1"}]]',
+            "tool:Not executed: 'lookup_customer' already succeeded "
+            "with exactly these arguments and nothing has changed "
+            "since, so it would return the same result. Use the "
+            "earlier result instead of calling it again.\n"
+            "Earlier result:\n"
+            "Customer C1: contact jane.doe@example.com, plan gold",
+            "tool:lookup_customer: customer_id 'E1' is not known; pass a C id",
+            'ai:[["lookup_customer", {"customer_id": "C2"}]]',
+            "tool:Customer C2: contact jane.doe@example.com, plan gold",
+            'ai:[["lookup_customer", {"customer_id": "C1"}]]',
+            "tool:Not executed: 'lookup_customer' already succeeded "
+            "with exactly these arguments and nothing has changed "
+            "since, so it would return the same result. Use the "
+            "earlier result instead of calling it again.\n"
+            "Earlier result:\n"
+            "Customer C1: contact jane.doe@example.com, plan gold",
+            "ai:done",
+        ],
+        "previews": [
+            ["149756cd32dc4b4264acaa6c9ea93b0a", "Customer C2: contact jane.doe@"],
+            ["1aac072cc0e64b804bb3585c77d6b59f", "Customer C1: contact jane.doe@"],
+        ],
+        "raw": ["C1", "C2"],
+        "runs": ["C1", "C2", "E1", "E1"],
     },
     "wrap_model_call": {
         "messages": [
@@ -436,7 +479,7 @@ def test_a_stack_answers_as_on_7e21124(name: str, guard_first: bool, asynchronou
     got = _scenario(name, guard_first=guard_first, asynchronous=asynchronous)
     expected = _BASE[name]
     assert got["messages"] == expected["messages"]
-    assert sorted(got["runs"]) == sorted(expected["runs"])  # a parallel batch runs in any order
+    assert sorted(got["runs"]) == expected["runs"]  # a parallel batch runs in any order
     assert got["previews"] == expected["previews"]
     # No checkpoint keeps a raw text 7e21124 did not keep; C1, redacted before the model
     # read it, never.
@@ -662,3 +705,32 @@ def test_a_redacted_result_with_an_earlier_results_text_keeps_its_digest_only(
         shown = sorted(memo[3] == preview for memo in value["results"].values())
         # 7e21124: `a`'s preview only, from the model call that read it unchanged.
         assert shown in ([True], [False, False, True]), (checkpoint.config, shown)
+
+
+@pytest.mark.parametrize("repeats", [1, 2])
+def test_an_abort_that_raises_keeps_the_previews_of_7e21124(repeats: int) -> None:
+    """`exit_behavior="error"`: the run raises `LoopAbortedError`; the last checkpoint's
+    channel keeps what 7e21124 kept (the previews the model call wrote before the raise)."""
+    from langgraph_replay_guard.decisions.state import load_state
+
+    runs: list[str] = []
+    saver = InMemorySaver()
+    cfg: Any = {"configurable": {"thread_id": "abort"}}
+    config = GuardConfig(result_preview_chars=CHARS, exit_behavior="error", max_repeats=repeats)
+    script = [[_c("C1")], [_c("C2"), _c("C1")], [_c("C1")], [_c("C1")], [_c("C1")], "done"]
+    agent = create_agent(
+        ScriptedChatModel(script=script),
+        _tools(runs),
+        middleware=[ReplayGuard(config).middleware()],
+        checkpointer=saver,
+    )
+    with pytest.raises(Exception, match="lookup_customer") as raised:
+        agent.invoke({"messages": [HumanMessage("go")]}, cfg)
+    assert type(raised.value).__name__ == "LoopAbortedError"
+    tup = saver.get_tuple(cfg)
+    assert tup is not None
+    value = load_state(tup.checkpoint["channel_values"][GUARD_CHANNEL])
+    previews = sorted(memo[3] for memo in value["results"].values() if memo[3] is not None)
+    # 7e21124: max_repeats=1 aborts before C1's preview is written; 2, after.
+    assert sorted(runs) == (["C1"] if repeats == 1 else ["C1", "C2"])
+    assert previews == ([] if repeats == 1 else [_text("C1")[:CHARS]])
