@@ -531,28 +531,48 @@ class Alternate(AgentMiddleware):  # type: ignore[type-arg]
         return response
 
 
-def _two_threads(mode: str) -> dict[str, Any]:
-    """Threads A and B on one guard middleware instance and one saver, step by step alternately."""
+def _by_thread(messages: list[Any]) -> Any:
+    """One agent's script for both threads: the thread's step by its human message."""
+    who = next(str(m.content) for m in messages if isinstance(m, HumanMessage))
+    step = sum(isinstance(m, AIMessage) for m in messages)
+    script = _thread_script(who)
+    return script[step] if step < len(script) else "done"
+
+
+def _two_threads(mode: str, *, one_agent: bool = False) -> dict[str, Any]:
+    """Threads A and B on one guard middleware instance and one saver, step by step alternately
+    (`one_agent`: one compiled agent for both, as a server runs it)."""
     guard = ReplayGuard(GuardConfig(result_preview_chars=CHARS)).middleware()
     saver = InMemorySaver()
     barrier: Any = asyncio.Barrier(2) if mode == "async" else threading.Barrier(2, timeout=30)
     runs: dict[str, list[str]] = {"A": [], "B": []}
-    agents = {
-        who: create_agent(
-            ScriptedChatModel(script=_thread_script(who)),
-            _tools(runs[who]),
-            middleware=[*([Alternate(barrier)] if mode != "serial" else []), guard],
+    stack = [*([Alternate(barrier)] if mode != "serial" else []), guard]
+    if one_agent:
+        ran: list[str] = []
+        shared = create_agent(
+            ScriptedChatModel(script=[_by_thread] * 12),
+            _tools(ran),
+            middleware=stack,
             checkpointer=saver,
         )
-        for who in runs
-    }
-    given: Any = {"messages": [HumanMessage("go")]}
+        agents = dict.fromkeys(runs, shared)
+    else:
+        agents = {
+            who: create_agent(
+                ScriptedChatModel(script=_thread_script(who)),
+                _tools(runs[who]),
+                middleware=stack,
+                checkpointer=saver,
+            )
+            for who in runs
+        }
+    given: dict[str, Any] = {w: {"messages": [HumanMessage(w)]} for w in runs}
     cfgs: dict[str, Any] = {w: {"configurable": {"thread_id": w}} for w in runs}
     outs: dict[str, Any] = {}
     if mode == "async":
 
         async def both() -> list[Any]:
-            return await asyncio.gather(*(agents[w].ainvoke(given, cfgs[w]) for w in runs))
+            return await asyncio.gather(*(agents[w].ainvoke(given[w], cfgs[w]) for w in runs))
 
         outs = dict(zip(runs, asyncio.run(both()), strict=True))
     elif mode == "threads":
@@ -560,7 +580,7 @@ def _two_threads(mode: str) -> dict[str, Any]:
 
         def one(who: str) -> None:
             try:
-                outs[who] = agents[who].invoke(given, cfgs[who])
+                outs[who] = agents[who].invoke(given[who], cfgs[who])
             except BaseException as exc:  # re-raised below, in the test's thread
                 errors.append(exc)
                 barrier.abort()
@@ -573,7 +593,7 @@ def _two_threads(mode: str) -> dict[str, Any]:
         if errors:
             raise errors[0]
     else:
-        outs = {w: agents[w].invoke(given, cfgs[w]) for w in runs}
+        outs = {w: agents[w].invoke(given[w], cfgs[w]) for w in runs}
     result: dict[str, Any] = {}
     for who in runs:
         channels = [
@@ -583,7 +603,7 @@ def _two_threads(mode: str) -> dict[str, Any]:
         other = "B" if who == "A" else "A"
         result[who] = {
             "messages": _normalized(outs[who]["messages"]),
-            "runs": sorted(runs[who]),
+            "runs": sorted(r for r in (ran if one_agent else runs[who]) if r.startswith(who)),
             "previews": _previews(json.loads(channels[0])),
             # Any checkpoint of this thread holding the other thread's result text.
             "foreign": [c for c in channels if f"Customer {other}" in c],
@@ -591,12 +611,15 @@ def _two_threads(mode: str) -> dict[str, Any]:
     return result
 
 
+@pytest.mark.parametrize("one_agent", [False, True], ids=["two_agents", "one_agent"])
 @pytest.mark.parametrize("mode", ["threads", "async"])
-def test_two_threads_on_one_middleware_never_share_a_planned_value(mode: str) -> None:
-    """Each thread's messages, runs and previews are those of a run alone (7e21124 as main:
-    `_BASE`-checked serial run below); no checkpoint of one holds the other's result."""
+def test_two_threads_on_one_middleware_never_share_a_planned_value(
+    mode: str, one_agent: bool
+) -> None:
+    """Each thread's messages, runs and previews are those of a run alone (which 7e21124
+    gives too); no checkpoint of one holds the other's result."""
     alone = _two_threads("serial")
-    got = _two_threads(mode)
+    got = _two_threads(mode, one_agent=one_agent)
     for who in ("A", "B"):
         assert got[who]["foreign"] == []
         assert got[who]["messages"] == alone[who]["messages"]
