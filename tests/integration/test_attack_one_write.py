@@ -23,7 +23,7 @@ from typing import Annotated, Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware import AgentMiddleware, SummarizationMiddleware
+from langchain.agents.middleware import AgentMiddleware, SummarizationMiddleware, hook_config
 from langchain_core.messages import (
     AIMessage,
     HumanMessage,
@@ -757,3 +757,42 @@ def test_an_abort_that_raises_keeps_the_previews_of_7e21124(repeats: int) -> Non
     # 7e21124: max_repeats=1 aborts before C1's preview is written; 2, after.
     assert sorted(runs) == (["C1"] if repeats == 1 else ["C1", "C2"])
     assert previews == ([] if repeats == 1 else [_text("C1")[:CHARS]])
+
+
+class JumpBack(AgentMiddleware):  # type: ignore[type-arg]
+    """An `after_model` that sends an answer calling for a `J*` customer back to the model,
+    its calls unanswered (they never reach the tools node)."""
+
+    @hook_config(can_jump_to=["model"])
+    def after_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        ai = state["messages"][-1]
+        calls = ai.tool_calls if isinstance(ai, AIMessage) else []
+        if any(str(c["args"].get("customer_id", "")).startswith("J") for c in calls):
+            return {"jump_to": "model"}
+        return None
+
+
+@pytest.mark.parametrize("jumps", [1, 2, 3])
+@pytest.mark.parametrize("guard_first", [True, False], ids=["first", "last"])
+def test_jumps_back_to_the_model_do_not_lose_the_previews(guard_first: bool, jumps: int) -> None:
+    """C1 runs, then `jumps` answers go back to the model unanswered: the model call that
+    reads C1's result unchanged plans its preview, but no tools node carries it. 7e21124
+    wrote it at once; 4b90c86 lost it for good after two jumps (it read two batches back)."""
+    runs: list[str] = []
+    saver = InMemorySaver()
+    cfg: Any = {"configurable": {"thread_id": "jumps"}}
+    guard = ReplayGuard(GuardConfig(result_preview_chars=CHARS)).middleware()
+    stack = [guard, JumpBack()] if guard_first else [JumpBack(), guard]
+    script = [[_c("C1")], *([_c(f"J{i}")] for i in range(jumps)), [_c("C1")], "done"]
+    agent = create_agent(
+        ScriptedChatModel(script=script), _tools(runs), middleware=stack, checkpointer=saver
+    )
+    out = agent.invoke({"messages": [HumanMessage("go")]}, cfg)
+    assert runs == ["C1"]
+    repeat = out["messages"][-2].content  # the repeat of C1, answered as on 7e21124
+    assert repeat.startswith("Not executed: 'lookup_customer' already succeeded")
+    assert repeat.endswith(_text("C1"))
+    tup = saver.get_tuple(cfg)
+    assert tup is not None
+    value = tup.checkpoint["channel_values"][GUARD_CHANNEL]
+    assert [memo[3] for memo in value["results"].values()] == [_text("C1")[:CHARS]]
