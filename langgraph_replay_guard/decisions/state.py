@@ -706,9 +706,9 @@ class PreviewFacts(NamedTuple):
     # Every digest. A ToolMessage whose text hashes to none is not what the guard recorded: a
     # middleware changed it after the tool ran (or the guard answered it itself).
     recorded: frozenset[str]
-    # Digests some result keeps a preview of: a show was written for them (`given_previews`
-    # reads the batch before the last one only for the others).
-    shown: frozenset[str] = frozenset()
+    # The AIMessage id of the last batch the channel folded events of: when the guard's tool
+    # hook recorded it, its writes carried the show of the batch before (`given_previews`).
+    last_batch: str | None = None
 
 
 def preview_facts(value: Any) -> PreviewFacts:
@@ -725,13 +725,11 @@ def preview_facts(value: Any) -> PreviewFacts:
     held: set[Any] = set()
     unshown: set[Any] = set()
     recorded: set[Any] = set()
-    shown: set[Any] = set()
     for memo in state["results"].values():  # [hash, epoch, same in a row, preview(, id)]
         digest, preview = memo[0], memo[3]
         recorded.add(digest)
         if preview:
             held.add(preview)
-            shown.add(digest)
         elif preview is None and digest is not None:
             unshown.add(digest)
     recorded.update([item[1] for item in state["tail"]])  # [key, result hash, tool]
@@ -741,15 +739,14 @@ def preview_facts(value: Any) -> PreviewFacts:
         held.add(preview)
         if preview is None and ev["o"] == "success":
             unshown.add(digest)
-        elif preview:
-            shown.add(digest)
     # Checked: each is a string or None, so dropping None (and the empty preview) leaves the
     # strings, without a comprehension's call per set.
     held.difference_update((None, ""))
     unshown.discard(None)
     recorded.discard(None)
-    shown.discard(None)
-    found = PreviewFacts(frozenset(held), frozenset(unshown), frozenset(recorded), frozenset(shown))
+    found = PreviewFacts(
+        frozenset(held), frozenset(unshown), frozenset(recorded), state["last_batch"]
+    )
     facts["previews"] = found
     return found
 

@@ -254,10 +254,6 @@ def given_previews(
     end = len(messages)
     read = 0  # the batches read: the last one, then the one before it
     while True:
-        # The batch before the last one: only for digests no write showed yet. One some
-        # result keeps a preview of was shown; a later result with that digest whose
-        # ToolMessage changed (a redaction) keeps its digest only, as when read in time.
-        wanted = unshown if not read else unshown - facts.shown
         start = end
         while start and not isinstance(messages[start - 1], AIMessage):
             start -= 1
@@ -268,13 +264,19 @@ def given_previews(
                 content = message.content
                 text = content if isinstance(content, str) else repr(content)
                 digest = content_hash(text)
-                if digest in wanted:
+                if digest in unshown:
                     previews[digest] = text[:chars]
         ai = messages[start - 1] if start else None
         # An AIMessage whose calls got no answer (an `after_model` jump back to the model)
         # hides no batch: its step wrote nothing, so the walk goes on past it.
         read += answered or not isinstance(ai, AIMessage) or not ai.tool_calls
         if start == 0 or read == 2 or len(previews) == len(unshown):
+            break
+        if read and ai is not None and ai.id is not None and ai.id == facts.last_batch:
+            # The tool hook recorded the last batch: its writes carried the show of the one
+            # before, so a digest still without a preview there is one of the last batch's
+            # own results that a middleware changed (its text that of an earlier result):
+            # it keeps its digest only, as when read in time.
             break
         end = start - 1
     return previews

@@ -796,3 +796,43 @@ def test_jumps_back_to_the_model_do_not_lose_the_previews(guard_first: bool, jum
     assert tup is not None
     value = tup.checkpoint["channel_values"][GUARD_CHANNEL]
     assert [memo[3] for memo in value["results"].values()] == [_text("C1")[:CHARS]]
+
+
+@pytest.mark.parametrize("guard_first", [True, False], ids=["first", "last"])
+def test_a_lost_show_of_a_result_with_an_earlier_results_text_is_written_late(
+    guard_first: bool,
+) -> None:
+    """`a`, then `b` (the same text, one digest): the model call reading `b` plans its show,
+    but the next batch is answered by a `wrap_tool_call` outside the guard, so no tool hook
+    carries it. The next model call reads one batch back and shows `b` as 7e21124 did (a
+    digest some result already has a preview of is still shown for a result of its own)."""
+
+    @tool
+    def status(x: str) -> str:
+        """A status."""
+        return SAME
+
+    class Outside(ShortCircuit):
+        @staticmethod
+        def _answer(request: Any) -> ToolMessage | None:
+            if not str(request.tool_call["args"].get("x", "")).startswith("S"):
+                return None
+            return ToolMessage("answered elsewhere", tool_call_id=request.tool_call["id"])
+
+    def s(x: str) -> tuple[str, dict[str, str]]:
+        return ("status", {"x": x})
+
+    saver = InMemorySaver()
+    cfg: Any = {"configurable": {"thread_id": "lost"}}
+    guard = ReplayGuard(GuardConfig(result_preview_chars=20)).middleware()
+    stack = [guard, Outside()] if guard_first else [Outside(), guard]
+    script = [[s("a")], [s("b")], [s("S1")], [s("S2")], "done"]
+    agent = create_agent(
+        ScriptedChatModel(script=script), [status], middleware=stack, checkpointer=saver
+    )
+    out = agent.invoke({"messages": [HumanMessage("go")]}, cfg)
+    assert out["messages"][-1].content == "done"
+    tup = saver.get_tuple(cfg)
+    assert tup is not None
+    value = tup.checkpoint["channel_values"][GUARD_CHANNEL]
+    assert [memo[3] for memo in value["results"].values()] == [SAME[:20]] * 2
