@@ -706,6 +706,9 @@ class PreviewFacts(NamedTuple):
     # Every digest. A ToolMessage whose text hashes to none is not what the guard recorded: a
     # middleware changed it after the tool ran (or the guard answered it itself).
     recorded: frozenset[str]
+    # The AIMessage id of the last batch the channel folded events of: when the guard's tool
+    # hook recorded it, its writes carried the show of the batch before (`given_previews`).
+    last_batch: str | None = None
 
 
 def preview_facts(value: Any) -> PreviewFacts:
@@ -741,7 +744,9 @@ def preview_facts(value: Any) -> PreviewFacts:
     held.difference_update((None, ""))
     unshown.discard(None)
     recorded.discard(None)
-    found = PreviewFacts(frozenset(held), frozenset(unshown), frozenset(recorded))
+    found = PreviewFacts(
+        frozenset(held), frozenset(unshown), frozenset(recorded), state["last_batch"]
+    )
     facts["previews"] = found
     return found
 

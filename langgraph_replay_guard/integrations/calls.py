@@ -237,30 +237,46 @@ def given_previews(
     model unchanged and gives its preview; a changed one (a middleware's redaction) none. The
     batch before is read too when a digest is still without a preview: a batch whose previews
     no write carried (its tools never ran: a HITL reject, a jump) gets them one step late.
+    AIMessages whose calls got no answer at all (`after_model` jumps back to the model) are
+    passed over: their steps carried no previews either.
 
     Returns:
         Result digest -> preview (empty: nothing to show).
     """
     if not config.store_previews or value is None:
         return {}
-    unshown = preview_facts(value).unshown
+    facts = preview_facts(value)
+    unshown = facts.unshown
     if not unshown:
         return {}
     previews: dict[str, str] = {}
     chars = config.result_preview_chars
     end = len(messages)
-    for _ in range(2):  # the last batch, then the one before it
+    read = 0  # the batches read: the last one, then the one before it
+    while True:
         start = end
         while start and not isinstance(messages[start - 1], AIMessage):
             start -= 1
+        answered = False
         for message in messages[start:end]:
             if isinstance(message, ToolMessage):
+                answered = True
                 content = message.content
                 text = content if isinstance(content, str) else repr(content)
                 digest = content_hash(text)
                 if digest in unshown:
                     previews[digest] = text[:chars]
-        if start == 0 or len(previews) == len(unshown):
+        ai = messages[start - 1] if start else None
+        # An AIMessage whose calls got no answer (an `after_model` jump back to the model)
+        # hides no batch: its step wrote nothing, so the walk goes on past it.
+        read += answered or not isinstance(ai, AIMessage) or not ai.tool_calls
+        if start == 0 or read == 2 or len(previews) == len(unshown):
+            break
+        if read and ai is not None and ai.id is not None and ai.id == facts.last_batch:
+            # The tool hook recorded the last batch: its writes carried the show of the one
+            # before, so a digest still without a preview there is one of the last batch's
+            # own results that a middleware changed (its text that of an earlier result):
+            # it keeps its digest only, as when read in time.
             break
         end = start - 1
     return previews

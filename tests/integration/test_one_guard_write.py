@@ -246,7 +246,7 @@ def test_a_parallel_batch_carries_the_previews_in_each_call_as_on_7e21124(tmp_pa
         )
         out = agent.invoke({"messages": [HumanMessage("go")]}, cfg, durability="sync")
         checkpoints = [c.checkpoint for c in saver.list(cfg)]
-    assert runs == ["C1", "C2", "C3"]
+    assert sorted(runs) == ["C1", "C2", "C3"]  # a parallel batch runs in any order
     assert [f"{m.type}:{m.content}" for m in out["messages"]] == [
         "human:go",
         "ai:",
