@@ -83,19 +83,33 @@ def _redact(messages: list[Any]) -> list[Any]:
     ]
 
 
-class RedactAt(AgentMiddleware):  # type: ignore[type-arg]
-    """A `before_model` that redacts the ToolMessages in state only at model call `at`."""
+class EditAt(AgentMiddleware):  # type: ignore[type-arg]
+    """A `before_model` that edits the messages in state only at model call `at`."""
 
-    def __init__(self, at: int) -> None:
+    def __init__(self, at: int, edit: Callable[[list[Any]], list[Any]]) -> None:
         super().__init__()
-        self.at, self.calls = at, 0
+        self.at, self.calls, self.edit = at, 0, edit
 
     def before_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
         self.calls += 1
         if self.calls != self.at:
             return None
-        redacted = _redact(state["messages"])
-        return {"messages": redacted} if redacted else None
+        edited = self.edit(state["messages"])
+        return {"messages": edited} if edited else None
+
+
+def redact_at(at: int) -> EditAt:
+    """Redact the ToolMessages in state only at model call `at`."""
+    return EditAt(at, _redact)
+
+
+def remove_at(at: int) -> EditAt:
+    """Remove every ToolMessage from state at model call `at`."""
+    return EditAt(at, _removals)
+
+
+def _removals(messages: list[Any]) -> list[Any]:
+    return [RemoveMessage(id=m.id) for m in messages if isinstance(m, ToolMessage)]
 
 
 class RedactAfter(AgentMiddleware):  # type: ignore[type-arg]
@@ -126,21 +140,6 @@ class RedactRequest(AgentMiddleware):  # type: ignore[type-arg]
         return request.override(messages=given)
 
 
-class RemoveAt(AgentMiddleware):  # type: ignore[type-arg]
-    """A `before_model` that removes every ToolMessage from state at model call `at`."""
-
-    def __init__(self, at: int) -> None:
-        super().__init__()
-        self.at, self.calls = at, 0
-
-    def before_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        self.calls += 1
-        if self.calls != self.at:
-            return None
-        gone = [RemoveMessage(id=m.id) for m in state["messages"] if isinstance(m, ToolMessage)]
-        return {"messages": gone} if gone else None
-
-
 class ShortCircuit(AgentMiddleware):  # type: ignore[type-arg]
     """A `wrap_tool_call` that answers the calls for `S*` customers itself."""
 
@@ -169,10 +168,10 @@ _REPEAT = [[_c("C1")], [_c("C2")], [_c("C1")], "done"]
 
 # name -> (other middlewares, script)
 _CASES: dict[str, tuple[Callable[[], list[Any]], list[Any]]] = {
-    "before_model_at_2": (lambda: [RedactAt(2)], _REPEAT),
-    "before_model_at_3": (lambda: [RedactAt(3)], _REPEAT),
+    "before_model_at_2": (lambda: [redact_at(2)], _REPEAT),
+    "before_model_at_3": (lambda: [redact_at(3)], _REPEAT),
     "after_model": (lambda: [RedactAfter()], _REPEAT),
-    "remove_results_at_3": (lambda: [RemoveAt(3)], _REPEAT),
+    "remove_results_at_3": (lambda: [remove_at(3)], _REPEAT),
     "wrap_model_call": (lambda: [RedactRequest()], _REPEAT),
     "summarization": (
         lambda: [
