@@ -53,6 +53,7 @@ __all__ = [
     "executed_write",
     "given_previews",
     "guard_update",
+    "message_text",
     "result_outcome",
     "snapshot",
     "tool_message",
@@ -261,8 +262,7 @@ def given_previews(
         for message in messages[start:end]:
             if isinstance(message, ToolMessage):
                 answered = True
-                content = message.content
-                text = content if isinstance(content, str) else repr(content)
+                text = message_text(message)
                 digest = content_hash(text)
                 if digest in unshown:
                     previews[digest] = text[:chars]
@@ -491,9 +491,16 @@ def result_outcome(result: Any) -> tuple[str, str | None]:
     if message is None:
         return "success", None
     outcome = "failure" if message.status == "error" else "success"
-    content = message.content
-    text = content if isinstance(content, str) else repr(content)
-    return outcome, text
+    return outcome, message_text(message)
+
+
+def message_text(message: Any) -> str:
+    """A message's content as a result's digest and preview are taken from it.
+
+    Content that is not a string (content blocks) is taken as its repr.
+    """
+    content = getattr(message, "content", "")
+    return content if isinstance(content, str) else repr(content)
 
 
 def emit(writer: Callable[[Any], None] | None, decision: Decision, tool_call: ToolCall) -> None:

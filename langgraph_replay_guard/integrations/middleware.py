@@ -68,6 +68,7 @@ from langgraph_replay_guard.integrations.calls import (
     emit,
     given_previews,
     guard_update,
+    message_text,
 )
 from langgraph_replay_guard.integrations.ledger_gate import given_update
 from langgraph_replay_guard.integrations.prompt import (
@@ -376,14 +377,14 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             # no preview (a one-character separator). Most steps find every preview there;
             # the rest are looked for message by message.
             newest = messages[-(2 * len(previews) + 2) :]
-            texts = [getattr(m, "content", "") for m in newest]  # `_text`, inlined
+            texts = [getattr(m, "content", "") for m in newest]  # `message_text`, inlined
             joined = _SEPARATOR.join([t if isinstance(t, str) else repr(t) for t in texts])
             missing = {p for p in previews if p not in joined}
             if not missing:
                 return value, None
             messages = messages[: -len(newest)] if newest else messages
         for message in reversed(messages):
-            text = _text(message)
+            text = message_text(message)
             missing = {p for p in missing if p not in text}
             if not missing:
                 return value, None
@@ -431,7 +432,9 @@ class ReplayGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if not batch or store is None or thread_id is None:
             return None
         known = preview_facts(request.state.get(self.channel)).recorded
-        given = {m.tool_call_id: m.content for m in batch if content_hash(_text(m)) not in known}
+        given = {
+            m.tool_call_id: m.content for m in batch if content_hash(message_text(m)) not in known
+        }
         if not given:
             return None
         # A pure call has no lookup row: its row is where create_agent's tools node, beside
@@ -943,12 +946,6 @@ def _given_failed(exc: Exception) -> None:
 # hardly ever hold (the channel keeps the previews of the most recently used results: their
 # messages are among the last two per preview).
 _SEPARATOR = "\x00"
-
-
-def _text(message: Any) -> str:
-    """A message's content as the guard's previews were cut from it (see `result_outcome`)."""
-    content = getattr(message, "content", "")
-    return content if isinstance(content, str) else repr(content)
 
 
 def _tool_name(tool: Any) -> str | None:

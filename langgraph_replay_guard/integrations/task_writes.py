@@ -92,7 +92,9 @@ class TaskWrites:
             The output, with the stop's final AIMessage last when the run stopped.
         """
         if self.events:
-            _send(self.config, self.channel, self.guard_config, self.events)
+            # LangGraph stores the first write to an empty channel as it is; it reads as the
+            # state its events fold into (`state.own_update`), so a first write is an ordinary one.
+            _written(self.config, self.channel, guard_update(self.guard_config, self.events))
         stop = self.stop
         if stop is None:
             return output
@@ -171,17 +173,6 @@ def _collector(owner: object, channel: str) -> TaskWrites | None:
     if current is not None and current.owner is owner and current.channel == channel:
         return current
     return None
-
-
-def _send(
-    config: Mapping[str, Any] | None,
-    channel: str,
-    guard_config: GuardConfig,
-    events: list[Event],
-) -> None:
-    # LangGraph stores the first write to an empty channel as it is; it reads as the state
-    # its events fold into (`state.own_update`), so a first write is an ordinary one.
-    _written(config, channel, guard_update(guard_config, events))
 
 
 def _written(config: Mapping[str, Any] | None, channel: str, update: StateUpdate) -> None:

@@ -44,6 +44,7 @@ from langgraph_replay_guard.integrations.calls import (
     denied_event,
     executed_write,
     guard_update,
+    message_text,
     snapshot,
 )
 from langgraph_replay_guard.policy.resolver import PolicyResolver
@@ -184,7 +185,7 @@ class CallbackDecider:
             return
         answers = _last_answers(messages)
         if answers is not None:
-            given = {content_hash(_text(m)) for m in answers}
+            given = {content_hash(message_text(m)) for m in answers}
             unshown = {digest: text for digest, text in unshown.items() if digest in given}
         if unshown:
             self.scopes.write(scope, show_update(unshown))
@@ -844,9 +845,3 @@ def _last_answers(messages: Sequence[Any]) -> list[ToolMessage] | None:
         elif isinstance(message, AIMessage):
             break
     return answers or None
-
-
-def _text(message: ToolMessage) -> str:
-    """A ToolMessage's content as its result's digest was taken (see `result_outcome`)."""
-    content = message.content
-    return content if isinstance(content, str) else repr(content)
