@@ -42,19 +42,9 @@ def empty_databases(directory: Path) -> None:
     (`fresh_databases`): the same schema as `setup()` on a new file makes (the phase still
     calls `setup()`, a no-op on it), without its DDL and commits in every process.
     """
-    from langgraph.checkpoint.sqlite import SqliteSaver
-    from langgraph.store.sqlite import SqliteStore
-
-    saver, store = (
-        SqliteSaver(_connect(directory, DATABASES[0])),
-        SqliteStore(_connect(directory, DATABASES[1])),
-    )
-    try:
-        saver.setup()
-        store.setup()
-    finally:
-        saver.conn.close()  # the last connection: SQLite folds its WAL into the file
-        store.conn.close()
+    saver, store = _persistence(directory)
+    saver.conn.close()  # the last connection: SQLite folds its WAL into the file
+    store.conn.close()
 
 
 def _connect(directory: Path, name: str) -> sqlite3.Connection:
