@@ -26,7 +26,11 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from tests import hypothesis_budget
+from tests import hypothesis_budget, memory_tmp
+
+# Before anything reads `tempfile.gettempdir()`: the run's files on tmpfs (tests/memory_tmp.py).
+_MEMORY_TMP = memory_tmp.use()
+_PASSED: list[bool] = []
 
 # Property tests: the full example counts in CI (`CI=true`, which .ci/run sets), a quarter in a
 # local `make test` (tests/hypothesis_budget.py); this profile covers the tests that keep
@@ -183,10 +187,22 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """In the controller: remove the run's PostgreSQL template (`pytest_configure`)."""
+    """In the controller: remove the run's PostgreSQL template (`pytest_configure`), and the
+    run's temporary directory when every test passed (`memory_tmp`)."""
     pg_template = sys.modules.get("tests.pg_template")
     if pg_template is not None and not hasattr(config, "workerinput"):
         pg_template.stop()  # type: ignore[attr-defined]
+    memory_tmp.finish(_MEMORY_TMP, passed=bool(_PASSED) and all(_PASSED))
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int) -> None:
+    """Say where the run's temporary files are when a test failed (tests/memory_tmp.py)."""
+    _PASSED.append(exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED))
+    if _MEMORY_TMP is not None and not _PASSED[-1]:
+        terminalreporter.write_line(
+            f"the run's temporary files (a failed test's tmp_path among them) are kept in "
+            f"{_MEMORY_TMP}"
+        )
 
 
 def _paths_may_use(config: pytest.Config, *words: str) -> bool:
