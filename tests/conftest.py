@@ -60,6 +60,7 @@ SLOW_MODULES = frozenset(
         "tests/integration/test_crash.py",
         "tests/integration/test_crash_deepagents.py",
         "tests/integration/test_crashtest.py",
+        "tests/unit/test_memory_tmp.py",
         "tests/integration/test_demo.py",
         "tests/integration/test_exec_seams.py",
         "tests/integration/test_identity_seams.py",
