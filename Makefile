@@ -29,7 +29,9 @@ demo: $(STAMP)
 # Property tests draw a quarter of their examples here and all of them under CI=true (.ci/run;
 # tests/hypothesis_budget.py). PYTHONDONTWRITEBYTECODE is cleared for the run: without .pyc
 # files every worker and every child process compiles the package and rewrites the test
-# modules' asserts again (about 9 s of CPU per worker, more per child).
+# modules' asserts again (about 9 s of CPU per worker, more per child). The run's temporary
+# files go to one directory on /dev/shm when it has room, removed after a pass
+# (tests/memory_tmp.py).
 TEST_WORKERS ?= $(shell expr $$(nproc 2>/dev/null || echo 1) + 1)
 test: $(STAMP)
 	LANGSMITH_TRACING=false PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q \
