@@ -27,8 +27,11 @@ OWNER = "REPLAY_GUARD_TEST_TMP_OWNER"
 """Set to the pid of the process that made the run's directory (its nested runs see it)."""
 
 _SHM = Path("/dev/shm")
+_PREFIX = "replay-guard-tests-"
 _ROOM = 3 << 30
 """Free bytes /dev/shm and memory must both have: a run keeps up to about 1 GB at once."""
+KEEP = 2
+"""Directories of earlier runs kept (failed, or killed before their end): the newest two."""
 
 
 def _room(path: Path) -> bool:
@@ -60,10 +63,12 @@ def use() -> Path | None:
     """
     if os.environ.get("TMPDIR") or not _room(_SHM):
         return None
-    directory = Path(tempfile.mkdtemp(prefix="replay-guard-tests-", dir=_SHM))
+    _sweep(_SHM)
+    directory = Path(tempfile.mkdtemp(prefix=_PREFIX, dir=_SHM))
     # /tmp's own mode, not mkdtemp's 0o700: when the suite runs as root its PostgreSQL servers
     # run as the `postgres` user, under this directory.
     directory.chmod(0o1777)
+    (directory / ".owner").write_text(str(os.getpid()))
     os.environ["TMPDIR"] = str(directory)
     os.environ[OWNER] = str(os.getpid())
     tempfile.tempdir = None  # `gettempdir()` caches its first answer: read TMPDIR again
@@ -79,3 +84,25 @@ def finish(directory: Path | None, *, passed: bool) -> None:
     """
     if directory is not None and passed and os.environ.get(OWNER) == str(os.getpid()):
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _sweep(root: Path) -> None:
+    """Remove earlier runs' directories but the newest `KEEP` (memory is not a disk).
+
+    A failed run keeps its directory for reading, and a run killed before its end leaves its
+    own: as pytest keeps its last three base directories, only the newest ones stay. A
+    directory whose run is still going (its `.owner` names a live process) is never touched.
+    """
+    ended: list[tuple[float, Path]] = []
+    for found in root.glob(f"{_PREFIX}*"):
+        try:
+            owner = int((found / ".owner").read_text())
+            os.kill(owner, 0)
+        except (OSError, ValueError):
+            try:
+                ended.append((found.stat().st_mtime, found))
+            except OSError:
+                continue  # removed meanwhile
+            continue
+    for _, old in sorted(ended, reverse=True)[KEEP:]:
+        shutil.rmtree(old, ignore_errors=True)

@@ -105,3 +105,24 @@ def test_only_the_process_that_made_the_directory_removes_it(
 def test_no_room_means_no_change(tmp_path: Path) -> None:
     # A directory that is not a tmpfs mount (the test's own): not used.
     assert not memory_tmp._room(tmp_path)
+
+
+def test_only_the_newest_ended_runs_directories_stay(tmp_path: Path) -> None:
+    # Runs that failed or were killed left theirs; a run still going (a live owner) keeps its.
+    ended = []
+    for age in range(4):
+        made = tmp_path / f"{memory_tmp._PREFIX}{age}"
+        made.mkdir()
+        (made / ".owner").write_text("999999999")  # no such process
+        os.utime(made, (1_000_000 - age, 1_000_000 - age))
+        ended.append(made)
+    running = tmp_path / f"{memory_tmp._PREFIX}running"
+    running.mkdir()
+    (running / ".owner").write_text(str(os.getpid()))
+    os.utime(running, (1, 1))  # the oldest of all
+    other = tmp_path / "someone-else"
+    other.mkdir()
+    memory_tmp._sweep(tmp_path)
+    assert [p.exists() for p in ended] == [True, True, False, False]
+    assert running.exists()
+    assert other.exists()
