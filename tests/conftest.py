@@ -15,7 +15,6 @@ Two things are set here rather than in each module, so the list stays in one pla
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import os
 import sys
@@ -32,13 +31,6 @@ from tests import hypothesis_budget, memory_tmp
 # Before anything reads `tempfile.gettempdir()`: the run's files on tmpfs (tests/memory_tmp.py).
 _MEMORY_TMP = memory_tmp.use()
 _PASSED: list[bool] = []
-
-# The collector in the test processes (not in the children they start, which run as a cold
-# process would): LangGraph's runs allocate short-lived containers by the thousand a step, and
-# at CPython's default of a young collection every 700 allocations a worker spent about 8% of
-# its CPU collecting (2,700 young collections in the composition tests); at 10,000 most of
-# those objects are freed by their reference counts before any collection sees them.
-gc.set_threshold(10_000, 10, 10)
 
 # Property tests: the full example counts in CI (`CI=true`, which .ci/run sets), a quarter in a
 # local `make test` (tests/hypothesis_budget.py); this profile covers the tests that keep
@@ -238,11 +230,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     it forks a child at all.
     """
     wanted = len(session.items) > 1 and not session.config.option.collectonly
-    if wanted:
-        # What the imports and the collection made lives as long as the process: out of the
-        # full collections' way.
-        gc.collect()
-        gc.freeze()
     if wanted and "tests.warm_children" in sys.modules:
         from tests import warm_children
 
