@@ -18,16 +18,16 @@ already, or /dev/shm is not a writable tmpfs with room for a run (`_ROOM`) in fr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
-OWNER = "REPLAY_GUARD_TEST_TMP_OWNER"
-"""Set to the pid of the process that made the run's directory (its nested runs see it)."""
-
 _SHM = Path("/dev/shm")
 _PREFIX = "replay-guard-tests-"
+OWNER = ".owner"
+"""The file in a run's directory naming the pid of the process that made it."""
 _ROOM = 3 << 30
 """Free bytes /dev/shm and memory must both have: a run keeps up to about 1 GB at once."""
 KEEP = 2
@@ -68,9 +68,8 @@ def use() -> Path | None:
     # /tmp's own mode, not mkdtemp's 0o700: when the suite runs as root its PostgreSQL servers
     # run as the `postgres` user, under this directory.
     directory.chmod(0o1777)
-    (directory / ".owner").write_text(str(os.getpid()))
+    (directory / OWNER).write_text(str(os.getpid()))
     os.environ["TMPDIR"] = str(directory)
-    os.environ[OWNER] = str(os.getpid())
     tempfile.tempdir = None  # `gettempdir()` caches its first answer: read TMPDIR again
     return directory
 
@@ -82,8 +81,30 @@ def finish(directory: Path | None, *, passed: bool) -> None:
         directory: What `use` returned in this process (None: nothing to do).
         passed: Whether every test passed.
     """
-    if directory is not None and passed and os.environ.get(OWNER) == str(os.getpid()):
+    if directory is not None and passed and _owner(directory) == os.getpid():
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _owner(directory: Path) -> int | None:
+    """The pid of the process that made a run's directory (None: not written, or unreadable)."""
+    try:
+        return int((directory / OWNER).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _running(directory: Path) -> bool:
+    """Whether the process that made a run's directory is alive (another user's counts)."""
+    owner = _owner(directory)
+    if owner is None:
+        return False
+    try:
+        os.kill(owner, 0)
+    except PermissionError:
+        return True  # alive, and another user's
+    except OSError:
+        return False
+    return True
 
 
 def _sweep(root: Path) -> None:
@@ -95,14 +116,8 @@ def _sweep(root: Path) -> None:
     """
     ended: list[tuple[float, Path]] = []
     for found in root.glob(f"{_PREFIX}*"):
-        try:
-            owner = int((found / ".owner").read_text())
-            os.kill(owner, 0)
-        except (OSError, ValueError):
-            try:
+        if not _running(found):
+            with contextlib.suppress(OSError):  # removed meanwhile
                 ended.append((found.stat().st_mtime, found))
-            except OSError:
-                continue  # removed meanwhile
-            continue
     for _, old in sorted(ended, reverse=True)[KEEP:]:
         shutil.rmtree(old, ignore_errors=True)

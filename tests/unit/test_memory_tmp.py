@@ -30,7 +30,7 @@ def test_probe(tmp_path: Path) -> None:
 def _nested(tmp_path: Path, *, fail: bool) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
     """A pytest run of `test_probe` as a user starts one (no TMPDIR): its output, and the
     `tmp_path` and temporary directory it saw."""
-    env = {k: v for k, v in os.environ.items() if k not in ("TMPDIR", memory_tmp.OWNER)}
+    env = {k: v for k, v in os.environ.items() if k != "TMPDIR"}
     found = tmp_path / "found.txt"
     env[PROBE_ENV] = str(found)
     if fail:
@@ -83,17 +83,18 @@ def test_only_the_process_that_made_the_directory_removes_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("TMPDIR", raising=False)
-    monkeypatch.delenv(memory_tmp.OWNER, raising=False)
     monkeypatch.setattr(tempfile, "tempdir", tempfile.tempdir)
     made = memory_tmp.use()
     assert made is not None
     try:
         assert tempfile.gettempdir() == str(made)
         assert made.stat().st_mode & 0o7777 == 0o1777  # as /tmp: other users' servers write
-        monkeypatch.setenv(memory_tmp.OWNER, "1")  # a nested run's view: not its directory
+        owner = made / memory_tmp.OWNER
+        assert owner.read_text() == str(os.getpid())
+        owner.write_text("1")  # another process's directory
         memory_tmp.finish(made, passed=True)
         assert made.exists()
-        monkeypatch.setenv(memory_tmp.OWNER, str(os.getpid()))
+        owner.write_text(str(os.getpid()))
         memory_tmp.finish(made, passed=False)
         assert made.exists()
         memory_tmp.finish(made, passed=True)
@@ -113,12 +114,12 @@ def test_only_the_newest_ended_runs_directories_stay(tmp_path: Path) -> None:
     for age in range(4):
         made = tmp_path / f"{memory_tmp._PREFIX}{age}"
         made.mkdir()
-        (made / ".owner").write_text("999999999")  # no such process
+        (made / memory_tmp.OWNER).write_text("999999999")  # no such process
         os.utime(made, (1_000_000 - age, 1_000_000 - age))
         ended.append(made)
     running = tmp_path / f"{memory_tmp._PREFIX}running"
     running.mkdir()
-    (running / ".owner").write_text(str(os.getpid()))
+    (running / memory_tmp.OWNER).write_text(str(os.getpid()))
     os.utime(running, (1, 1))  # the oldest of all
     other = tmp_path / "someone-else"
     other.mkdir()
