@@ -163,10 +163,20 @@ def test_a_guarded_thread_keeps_no_more_objects_per_step_than_an_unguarded_one()
     # values and writes are bounded, so past them a guarded thread grows like an unguarded
     # one; an object kept per step would be scanned by every later collection, and the
     # collector's full collections scan everything a server holds.
-    plain = _objects_kept([], (30, 70))
-    guarded = _objects_kept([ReplayGuardMiddleware()], (30, 70))
-    assert plain > 0  # the history grows
-    assert guarded <= plain + 40, (guarded, plain)  # less than one object a step more
+    # The count is of the whole process: under xdist the worker's message thread may queue the
+    # next tests while a thread is measured (about as many objects as the margin). A guard
+    # that keeps an object a step keeps it in every attempt; a queued message is gone by the
+    # next one, so the test measures up to three times and passes on the first fair reading.
+    readings: list[tuple[int, int]] = []
+    for _ in range(3):
+        plain = _objects_kept([], (30, 70))
+        guarded = _objects_kept([ReplayGuardMiddleware()], (30, 70))
+        assert plain > 0  # the history grows
+        readings.append((guarded, plain))
+        if guarded <= plain + 40:  # less than one object a step more
+            break
+    else:
+        raise AssertionError(f"guarded and plain objects kept over 40 steps: {readings}")
 
 
 def test_create_agent_reads_the_hooks_signature_without_rebuilding_it() -> None:
