@@ -41,14 +41,38 @@ MAX_NODES = 1_000_000
 _JSON = int | float | str | bool | None | list[Any] | dict[str, Any]
 
 
+_FIRST_LOOK = 10_000
+"""Values a first walk takes before it starts again remembering the containers it walked.
+
+Shared references can make a small object a huge tree (40 lists that each hold the next one
+twice make 2**40 paths). A walk that remembers each container walked whole counts one met
+again without walking it, and refuses such a tree at once instead of after `MAX_NODES`
+values; remembering costs a little on every container, so only a walk past this many
+values (rare, and slow anyway) starts again that way.
+"""
+
+
+class _LookAgain(Exception):
+    """A first walk passed `_FIRST_LOOK` values: walk again, remembering containers."""
+
+
 class _Walk:
-    """One canonicalization pass: counts nodes and tracks containers on the current path."""
+    """One canonicalization pass: counts nodes and tracks containers on the current path.
 
-    __slots__ = ("nodes", "on_path")
+    `done` (a second walk, see `_FIRST_LOOK`) keeps each container walked whole: (the
+    container, how many levels of containers it holds, the values under it, its canonical
+    form). The container itself is kept, so its id names it all walk long. `deepest` is the
+    deepest container the walk of the current one has met.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("deepest", "done", "limit", "nodes", "on_path")
+
+    def __init__(self, *, remember: bool = False) -> None:
         self.nodes = 0
         self.on_path: set[int] = set()
+        self.done: dict[int, tuple[Any, int, int, Any]] | None = {} if remember else None
+        self.limit = MAX_NODES if remember else _FIRST_LOOK
+        self.deepest = 0
 
 
 def canonicalize(value: Any, *, root: str = "args") -> _JSON:
@@ -83,7 +107,10 @@ def canonicalize(value: Any, *, root: str = "args") -> _JSON:
         InvalidArgumentsError: For unsupported types, cyclic references, nesting deeper than
             `MAX_DEPTH` or more than `MAX_NODES` values. The message names the argument.
     """
-    return _canon(value, root, 0, _Walk())
+    try:
+        return _canon(value, root, 0, _Walk())
+    except _LookAgain:
+        return _canon(value, root, 0, _Walk(remember=True))
 
 
 # Where a value is in the arguments: the root's name, or (its container's path, its key or
@@ -104,7 +131,9 @@ def _text(path: _Path) -> str:
 
 def _canon(value: Any, path: _Path, depth: int, walk: _Walk) -> _JSON:
     walk.nodes += 1
-    if walk.nodes > MAX_NODES:
+    if walk.nodes > walk.limit:
+        if walk.done is None:
+            raise _LookAgain
         msg = (
             f"Argument '{_text(path)}' makes the tool-call arguments larger than "
             f"{MAX_NODES:,} values. "
@@ -175,7 +204,42 @@ def _enter(value: Any, path: _Path, walk: _Walk) -> int:
     return ident
 
 
+def _walked(value: Any, path: _Path, depth: int, walk: _Walk) -> Any:
+    """The canonical form of a container walked whole already, if it fits at this depth.
+
+    Its values count again, as a walk through them would (`MAX_NODES` counts paths). Where
+    the containers it holds would pass `MAX_DEPTH` here, None: the walk goes through it
+    again and reports the one too deep.
+    """
+    found = walk.done.get(id(value)) if walk.done is not None else None
+    if found is None or found[0] is not value or depth + found[1] >= MAX_DEPTH:
+        return None
+    walk.nodes += found[2]
+    walk.deepest = max(walk.deepest, depth + found[1])
+    if walk.nodes > MAX_NODES:
+        msg = (
+            f"Argument '{_text(path)}' makes the tool-call arguments larger than "
+            f"{MAX_NODES:,} values (it holds the same data many times over). "
+            "Pass a reference (an id, a path) instead of the data itself."
+        )
+        raise InvalidArgumentsError(msg, path=_text(path))
+    return found[3]
+
+
+def _remember(value: Any, depth: int, mark: tuple[int, int], out: Any, walk: _Walk) -> None:
+    """Keep a container walked whole since `mark` (the walk's nodes and deepest then)."""
+    if walk.done is not None:
+        walk.done[id(value)] = (value, walk.deepest - depth, walk.nodes - mark[0], out)
+        walk.deepest = max(walk.deepest, mark[1])
+
+
 def _canon_mapping(value: Mapping[Any, Any], path: _Path, depth: int, walk: _Walk) -> _JSON:
+    if walk.done is not None:
+        walked = _walked(value, path, depth, walk)
+        if walked is not None:
+            return walked  # type: ignore[no-any-return]
+        mark = (walk.nodes, walk.deepest)
+        walk.deepest = depth
     ident = _enter(value, path, walk)
     out: dict[str, Any] = {}
     for raw_key, item in value.items():
@@ -196,13 +260,23 @@ def _canon_mapping(value: Mapping[Any, Any], path: _Path, depth: int, walk: _Wal
             raise InvalidArgumentsError(msg, path=_text(path))
         out[key] = _canon(item, (path, key), depth + 1, walk)
     walk.on_path.discard(ident)
+    if walk.done is not None:
+        _remember(value, depth, mark, out, walk)
     return out
 
 
 def _canon_sequence(value: Iterable[Any], path: _Path, depth: int, walk: _Walk) -> list[Any]:
+    if walk.done is not None:
+        walked = _walked(value, path, depth, walk)
+        if walked is not None:
+            return walked  # type: ignore[no-any-return]
+        mark = (walk.nodes, walk.deepest)
+        walk.deepest = depth
     ident = _enter(value, path, walk)
     out = [_canon(item, (path, i), depth + 1, walk) for i, item in enumerate(value)]
     walk.on_path.discard(ident)
+    if walk.done is not None:
+        _remember(value, depth, mark, out, walk)
     return out
 
 
@@ -279,26 +353,43 @@ def _dumps(value: Any) -> str:
     return _ENCODER.encode(value)
 
 
-def _is_plain(value: Any, depth: int, budget: list[int]) -> bool:
+def _is_plain(value: Any, depth: int, budget: list[Any]) -> bool:
     """Whether `value` is JSON data that already serializes canonically.
 
     Plain means str keys and str/int/bool/None/list/dict values, no floats (they need
     `1.0 -> 1`), no int too long for JSON (over 4,000 digits), no deeper than `MAX_DEPTH`
-    (which also stops at cycles) and no more than `MAX_NODES` values (`budget` counts them
-    down). Plain values skip the slower canonicalizing walk, which reports the problem
-    otherwise: the C JSON encoder serializes them as they are.
+    (which also stops at cycles) and no more than `MAX_NODES` values. Plain values skip the
+    slower canonicalizing walk, which reports the problem otherwise: the C JSON encoder
+    serializes them as they are.
+
+    `budget` is [the values it may still walk, None or the plain containers walked whole,
+    the deepest container met]: a list, not an object, as this runs for every call's
+    arguments. A second walk (see `_FIRST_LOOK`) maps each such container's id to (the
+    container, how many levels of containers it holds, the values under it): met again (a
+    shared reference) where it fits under `MAX_DEPTH`, it is plain again and its values count
+    again without a walk.
     """
     kind = type(value)
     if kind is str or kind is bool or value is None:
         return True
     if kind is int:
         return bool(-_BIG_INT < value < _BIG_INT)
-    if depth >= MAX_DEPTH:
+    if depth >= MAX_DEPTH or (kind is not dict and kind is not list):
+        return False
+    memo: dict[int, tuple[Any, int, int]] | None = budget[1]
+    if memo is not None:
+        walked = memo.get(id(value))
+        if walked is not None and walked[0] is value and depth + walked[1] < MAX_DEPTH:
+            budget[0] -= walked[2]
+            budget[2] = max(budget[2], depth + walked[1])
+            return bool(budget[0] >= 0)
+        outer = budget[2]
+        budget[2] = depth
+    start = budget[0]
+    budget[0] -= len(value)
+    if budget[0] < 0:
         return False
     if kind is dict:
-        budget[0] -= len(value)
-        if budget[0] < 0:
-            return False
         for key, item in value.items():
             if type(key) is not str:
                 return False
@@ -306,13 +397,12 @@ def _is_plain(value: Any, depth: int, budget: list[int]) -> bool:
                 continue  # the usual argument, checked without a call
             if not _is_plain(item, depth + 1, budget):
                 return False
-        return True
-    if kind is list:
-        budget[0] -= len(value)
-        if budget[0] < 0:
-            return False
-        return all(_is_plain(item, depth + 1, budget) for item in value)
-    return False
+    elif not all(_is_plain(item, depth + 1, budget) for item in value):
+        return False
+    if memo is not None:
+        memo[id(value)] = (value, budget[2] - depth, start - budget[0])
+        budget[2] = max(budget[2], outer)
+    return True
 
 
 def canonical_json(value: Any, *, root: str = "args") -> str:
@@ -354,7 +444,11 @@ def canonical_json_bytes(value: Any, *, root: str = "args") -> bytes:
     Raises:
         InvalidArgumentsError: If the value cannot be canonicalized.
     """
-    if _is_plain(value, 0, [MAX_NODES]):
+    budget: list[Any] = [_FIRST_LOOK, None, 0]
+    plain = _is_plain(value, 0, budget)
+    if not plain and budget[0] < 0:  # past the first look: again, remembering containers
+        plain = _is_plain(value, 0, [MAX_NODES, {}, 0])
+    if plain:
         try:
             return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
         except orjson.JSONEncodeError:

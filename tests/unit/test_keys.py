@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from langgraph_replay_guard.decisions import keys
 from langgraph_replay_guard.decisions.keys import (
     MAX_DEPTH,
     MAX_NODES,
@@ -393,6 +394,55 @@ def test_shared_references_cannot_blow_up():
         call_key("t", {"tree": shared})
 
 
+@pytest.mark.parametrize("leaf", ["x", 1.5], ids=["plain", "canonicalized"])
+def test_shared_references_are_refused_without_walking_every_path(leaf):
+    # 40 objects, 2**40 paths: refused by counting a container met again, not by walking a
+    # million values first (3 s at 42ea298 for each of the two walks a key makes).
+    shared: list = [leaf]
+    for _ in range(40):
+        shared = [shared, shared]
+    with pytest.raises(InvalidArgumentsError, match="holds the same data many times over"):
+        call_key("t", {"tree": shared})
+    # Each second reference one level deeper than the first: counted again all the same.
+    deeper: list = [leaf]
+    for _ in range(40):
+        deeper = [deeper, [deeper]]
+    with pytest.raises(InvalidArgumentsError, match="holds the same data many times over"):
+        call_key("t", {"tree": deeper})
+
+
+def _unshared(value):
+    """The same data with every container its own object."""
+    return json.loads(json.dumps(value))
+
+
+@pytest.mark.parametrize("leaf", ["x", 1.5], ids=["plain", "canonicalized"])
+def test_shared_data_within_the_limit_keys_as_its_copy(leaf):
+    # Past the first look (10,000 values) a walk counts a container met again without
+    # walking it: the key must be the one the same data, unshared, gets.
+    row = {"name": leaf, "tags": [leaf, {"deep": [leaf]}]}
+    rows = [row] * 2_000  # 16,000 values
+    args = {"rows": rows, "again": {"rows": rows}}
+    assert call_key("t", args) == call_key("t", _unshared(args))
+    assert canonical_json(args) == canonical_json(_unshared(args))
+
+
+@pytest.mark.parametrize("leaf", ["x", 1.5], ids=["plain", "canonicalized"])
+def test_shared_data_met_deeper_still_meets_the_depth_limit(leaf):
+    # `inner` is walked at depth 2 first; met again near the depth limit, its lists are too
+    # deep, and the error must be the one the unshared data gets.
+    inner = {"a": [[[leaf]]]}
+    deep: object = inner
+    for _ in range(MAX_DEPTH - 3):
+        deep = [deep]
+    args = {"a_wide": [inner] * 2_500, "deep": deep}  # 12,500 values first
+    with pytest.raises(InvalidArgumentsError, match="nested more than") as shared:
+        call_key("t", args)
+    with pytest.raises(InvalidArgumentsError, match="nested more than") as unshared:
+        call_key("t", _unshared(args))
+    assert str(shared.value) == str(unshared.value)
+
+
 # --- size -------------------------------------------------------------------------------
 
 
@@ -451,6 +501,18 @@ def test_plain_arguments_keep_the_key_the_standard_encoder_gave(args):
     # orjson refuses and the standard encoder then takes).
     assert call_key("t", args) == _stdlib_key("t", args)
     assert canonical_json_bytes(args) == _stdlib_json(args)
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(st.recursive(_PLAIN | st.floats(allow_nan=False), lambda inner: st.lists(inner, max_size=3)))
+def test_every_walk_that_remembers_containers_keys_as_the_unshared_data(value):
+    # The walks that count a shared container again (`_FIRST_LOOK` set to 0, so every walk
+    # is one) give the key the unshared data gets from a first look.
+    args = {"a": value, "b": [value, {"c": value}]}
+    expected = call_key("t", _unshared(args))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(keys, "_FIRST_LOOK", 0)
+        assert call_key("t", args) == expected
 
 
 @pytest.mark.parametrize(
