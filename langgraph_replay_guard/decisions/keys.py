@@ -101,7 +101,8 @@ def canonicalize(value: Any, *, root: str = "args") -> _JSON:
         root: Name used for the top of the value in error paths.
 
     Returns:
-        JSON-compatible data (dicts, lists, str, int, float, bool, None).
+        JSON-compatible data (dicts, lists, str, int, float, bool, None). A container that
+        `value` holds more than once may be one object in the result too.
 
     Raises:
         InvalidArgumentsError: For unsupported types, cyclic references, nesting deeper than
