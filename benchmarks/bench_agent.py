@@ -93,6 +93,7 @@ class GcMeter:
         self.collections = {label: [0, 0, 0] for label in labels}
         self.cpu = dict.fromkeys(labels, 0.0)
         self.in_step = 0.0  # the collector's CPU time in the step running now
+        self.steps: dict[str, list[float]] = {label: [] for label in labels}  # each step's CPU
         self._start = 0.0
 
     def __call__(self, phase: str, info: dict[str, int]) -> None:
@@ -141,11 +142,30 @@ def _median_steps(
                 spent = time.process_time() - start
                 meter.label = None
                 samples[label].append(spent)
+                meter.steps[label].append(spent)
                 outside[label].append(spent - meter.in_step)
     return (
         {label: statistics.median(times) for label, times in samples.items()},
         {label: statistics.median(times) for label, times in outside.items()},
     )
+
+
+def _round_ratios(steps: dict[str, list[float]], rounds: int) -> list[float]:
+    """The guard's overhead over ToolCallLimitMiddleware's, from each round's medians alone.
+
+    How far one round's ratio is from another's shows how much of a difference between two
+    runs the machine makes.
+    """
+    base, guard, limit = (
+        steps[f"create_agent{suffix}"]
+        for suffix in (", no middleware", " + ReplayGuardMiddleware", " + ToolCallLimitMiddleware")
+    )
+    size = len(base) // rounds
+    ratios = []
+    for start in range(0, size * rounds, size):
+        medians = [statistics.median(times[start : start + size]) for times in (base, guard, limit)]
+        ratios.append((medians[1] - medians[0]) / (medians[2] - medians[0]))
+    return ratios
 
 
 def _own_gc(make_graph: Callable[[], Any], steps: int = 150) -> tuple[list[float], float]:
@@ -260,6 +280,11 @@ def main() -> None:
     print(
         f"guard overhead / ToolCallLimitMiddleware overhead: {guard_cost / limit_cost:.2f}x "
         "(goal: at most 1.00x)"
+    )
+    per_round = sorted(_round_ratios(meter.steps, rounds))
+    print(
+        f"  the same ratio round by round (each round's medians): {per_round[0]:.2f}x to "
+        f"{per_round[-1]:.2f}x ({', '.join(f'{ratio:.2f}' for ratio in per_round)})"
     )
     hooks_cost = medians["create_agent + pass-through wrap hooks"] - base_agent
     print(
