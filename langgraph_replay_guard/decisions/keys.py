@@ -11,9 +11,9 @@ import json
 import math
 import os
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import orjson
 import xxhash
@@ -163,13 +163,13 @@ def _canon(value: Any, path: _Path, depth: int, walk: _Walk) -> _JSON:
         raise InvalidArgumentsError(msg, path=_text(path))
     # Exact dicts and lists before the `Mapping` check, which goes through the ABC machinery.
     if kind is dict:
-        return _canon_mapping(value, path, depth, walk)
+        return _canon_container(value, path, depth, walk, _canon_mapping)
     if kind is list or kind is tuple:
-        return _canon_sequence(value, path, depth, walk)
+        return _canon_container(value, path, depth, walk, _canon_sequence)
     if isinstance(value, Mapping):
-        return _canon_mapping(value, path, depth, walk)
+        return _canon_container(value, path, depth, walk, _canon_mapping)
     if isinstance(value, list | tuple):
-        return _canon_sequence(value, path, depth, walk)
+        return _canon_container(value, path, depth, walk, _canon_sequence)
     return _canon_other(value, path, depth, walk)
 
 
@@ -227,20 +227,33 @@ def _walked(value: Any, path: _Path, depth: int, walk: _Walk) -> Any:
     return found[3]
 
 
-def _remember(value: Any, depth: int, mark: tuple[int, int], out: Any, walk: _Walk) -> None:
-    """Keep a container walked whole since `mark` (the walk's nodes and deepest then)."""
-    if walk.done is not None:
-        walk.done[id(value)] = (value, walk.deepest - depth, walk.nodes - mark[0], out)
-        walk.deepest = max(walk.deepest, mark[1])
+def _canon_container(
+    value: Any,
+    path: _Path,
+    depth: int,
+    walk: _Walk,
+    build: Callable[[Any, _Path, int, _Walk], _JSON],
+) -> _JSON:
+    """A mapping's or a sequence's canonical form, made by `build` unless walked already.
+
+    A second walk (see `_FIRST_LOOK`) takes a container it walked whole from `walk.done`
+    (`_walked`) and keeps each one it walks there.
+    """
+    done = walk.done
+    if done is None:
+        return build(value, path, depth, walk)
+    walked = _walked(value, path, depth, walk)
+    if walked is not None:
+        return walked  # type: ignore[no-any-return]
+    nodes, deepest = walk.nodes, walk.deepest
+    walk.deepest = depth
+    out = build(value, path, depth, walk)
+    done[id(value)] = (value, walk.deepest - depth, walk.nodes - nodes, out)
+    walk.deepest = max(walk.deepest, deepest)
+    return out
 
 
 def _canon_mapping(value: Mapping[Any, Any], path: _Path, depth: int, walk: _Walk) -> _JSON:
-    if walk.done is not None:
-        walked = _walked(value, path, depth, walk)
-        if walked is not None:
-            return walked  # type: ignore[no-any-return]
-        mark = (walk.nodes, walk.deepest)
-        walk.deepest = depth
     ident = _enter(value, path, walk)
     out: dict[str, Any] = {}
     for raw_key, item in value.items():
@@ -261,23 +274,13 @@ def _canon_mapping(value: Mapping[Any, Any], path: _Path, depth: int, walk: _Wal
             raise InvalidArgumentsError(msg, path=_text(path))
         out[key] = _canon(item, (path, key), depth + 1, walk)
     walk.on_path.discard(ident)
-    if walk.done is not None:
-        _remember(value, depth, mark, out, walk)
     return out
 
 
 def _canon_sequence(value: Iterable[Any], path: _Path, depth: int, walk: _Walk) -> list[Any]:
-    if walk.done is not None:
-        walked = _walked(value, path, depth, walk)
-        if walked is not None:
-            return walked  # type: ignore[no-any-return]
-        mark = (walk.nodes, walk.deepest)
-        walk.deepest = depth
     ident = _enter(value, path, walk)
     out = [_canon(item, (path, i), depth + 1, walk) for i, item in enumerate(value)]
     walk.on_path.discard(ident)
-    if walk.done is not None:
-        _remember(value, depth, mark, out, walk)
     return out
 
 
@@ -318,8 +321,8 @@ def _canon_other(value: Any, path: _Path, depth: int, walk: _Walk) -> _JSON:
         walk.on_path.discard(ident)
         return out
     if isinstance(value, set | frozenset):
-        items = _canon_sequence(value, path, depth, walk)
-        return sorted(items, key=_dumps)
+        items = _canon_container(value, path, depth, walk, _canon_sequence)
+        return sorted(cast("list[Any]", items), key=_dumps)
     msg = (
         f"Argument '{_text(path)}' has type {type(value).__module__}.{type(value).__qualname__}, "
         "which has no canonical JSON form. Pass JSON data (str, number, bool, None, list, "
