@@ -60,9 +60,10 @@ class _Walk:
     """One canonicalization pass: counts nodes and tracks containers on the current path.
 
     `done` (a second walk, see `_FIRST_LOOK`) keeps each container walked whole: (the
-    container, how many levels of containers it holds, the values under it, its canonical
-    form). The container itself is kept, so its id names it all walk long. `deepest` is the
-    deepest container the walk of the current one has met.
+    container, how many levels below it hold a value that is not a JSON scalar, the values
+    under it, its canonical form). The container itself is kept, so its id names it all walk long. `deepest` is the
+    depth of the deepest value the walk of the current container has met that is not a JSON
+    scalar (each one counts toward `MAX_DEPTH`).
     """
 
     __slots__ = ("deepest", "done", "limit", "nodes", "on_path")
@@ -161,6 +162,10 @@ def _canon(value: Any, path: _Path, depth: int, walk: _Walk) -> _JSON:
             "Flatten the structure or pass a reference to it."
         )
         raise InvalidArgumentsError(msg, path=_text(path))
+    # Any value that is not a JSON scalar counts toward the depth limit, so toward the levels
+    # a container met again is checked with (`_walked`).
+    if depth > walk.deepest:
+        walk.deepest = depth
     # Exact dicts and lists before the `Mapping` check, which goes through the ABC machinery.
     if kind is dict:
         return _canon_container(value, path, depth, walk, _canon_mapping)

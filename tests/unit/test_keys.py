@@ -427,19 +427,30 @@ def test_shared_data_within_the_limit_keys_as_its_copy(leaf):
     assert canonical_json(args) == canonical_json(_unshared(args))
 
 
-@pytest.mark.parametrize("leaf", ["x", 1.5], ids=["plain", "canonicalized"])
-def test_shared_data_met_deeper_still_meets_the_depth_limit(leaf):
-    # `inner` is walked at depth 2 first; met again near the depth limit, its lists are too
-    # deep, and the error must be the one the unshared data gets.
-    inner = {"a": [[[leaf]]]}
-    deep: object = inner
-    for _ in range(MAX_DEPTH - 3):
-        deep = [deep]
-    args = {"a_wide": [inner] * 2_500, "deep": deep}  # 12,500 values first
+@pytest.mark.parametrize(
+    ("leaf", "wraps"),
+    [
+        ("x", MAX_DEPTH - 3),  # its lists reach the limit
+        (1.5, MAX_DEPTH - 3),
+        (Decimal("1.5"), MAX_DEPTH - 5),  # only the leaf does: a value that is not JSON counts
+        (dt.date(2026, 1, 1), MAX_DEPTH - 5),
+    ],
+    ids=["plain", "float", "decimal", "date"],
+)
+def test_shared_data_met_deeper_still_meets_the_depth_limit(leaf, wraps):
+    # `inner` is walked at depth 2 first; met again near the depth limit, what it holds is
+    # too deep, and the error must be the one the unshared data gets.
+    def build(inner):
+        deep = inner()
+        for _ in range(wraps):
+            deep = [deep]
+        return {"a_wide": [inner() for _ in range(2_500)], "deep": deep}  # 12,500 values first
+
+    one = {"a": [[[leaf]]]}
     with pytest.raises(InvalidArgumentsError, match="nested more than") as shared:
-        call_key("t", args)
+        call_key("t", build(lambda: one))
     with pytest.raises(InvalidArgumentsError, match="nested more than") as unshared:
-        call_key("t", _unshared(args))
+        call_key("t", build(lambda: {"a": [[[leaf]]]}))
     assert str(shared.value) == str(unshared.value)
 
 
