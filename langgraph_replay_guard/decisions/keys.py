@@ -61,9 +61,9 @@ class _Walk:
 
     `done` (a second walk, see `_FIRST_LOOK`) keeps each container walked whole: (the
     container, how many levels below it hold a value that is not a JSON scalar, the values
-    under it, its canonical form). The container itself is kept, so its id names it all walk long. `deepest` is the
-    depth of the deepest value the walk of the current container has met that is not a JSON
-    scalar (each one counts toward `MAX_DEPTH`).
+    under it, its canonical form). The container itself is kept, so its id names it all walk
+    long. `deepest` is the depth of the deepest value the walk of the current container has
+    met that is not a JSON scalar (each one counts toward `MAX_DEPTH`).
     """
 
     __slots__ = ("deepest", "done", "limit", "nodes", "on_path")
