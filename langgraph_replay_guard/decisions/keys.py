@@ -318,13 +318,7 @@ def _canon_other(value: Any, path: _Path, depth: int, walk: _Walk) -> _JSON:
     if isinstance(value, BaseModel):
         return _canon(value.model_dump(mode="json"), path, depth, walk)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        ident = _enter(value, path, walk)
-        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-        walk.on_path.discard(ident)
-        walk.on_path.add(ident)
-        out = _canon_mapping(fields, path, depth, walk)
-        walk.on_path.discard(ident)
-        return out
+        return _canon_container(value, path, depth, walk, _canon_dataclass)
     if isinstance(value, set | frozenset):
         items = _canon_container(value, path, depth, walk, _canon_sequence)
         return sorted(cast("list[Any]", items), key=_dumps)
@@ -334,6 +328,15 @@ def _canon_other(value: Any, path: _Path, depth: int, walk: _Walk) -> _JSON:
         "dict), a pydantic model or a dataclass instead."
     )
     raise InvalidArgumentsError(msg, path=_text(path))
+
+
+def _canon_dataclass(value: Any, path: _Path, depth: int, walk: _Walk) -> _JSON:
+    """A dataclass instance as the mapping of its fields."""
+    ident = _enter(value, path, walk)
+    fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    out = _canon_mapping(fields, path, depth, walk)
+    walk.on_path.discard(ident)
+    return out
 
 
 def _canon_decimal(value: Decimal) -> int | float | str:

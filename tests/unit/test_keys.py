@@ -411,6 +411,28 @@ def test_shared_references_are_refused_without_walking_every_path(leaf):
         call_key("t", {"tree": deeper})
 
 
+@dataclasses.dataclass
+class _Pair:
+    left: object
+    right: object
+
+
+def test_shared_dataclass_instances_are_refused_without_walking_every_path():
+    pair = _Pair(1.5, "x")
+    for _ in range(40):
+        pair = _Pair(pair, pair)
+    with pytest.raises(InvalidArgumentsError, match="holds the same data many times over"):
+        call_key("t", {"tree": pair})
+    small = _Pair(1.5, "x")
+    for _ in range(3):
+        small = _Pair(small, small)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(keys, "_FIRST_LOOK", 0)  # the walk that remembers what it walked
+        assert canonical_json({"tree": small}) == canonical_json(
+            {"tree": _unshared(canonicalize(small))}
+        )
+
+
 def _unshared(value):
     """The same data with every container its own object."""
     return json.loads(json.dumps(value))
