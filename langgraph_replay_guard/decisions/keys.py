@@ -18,6 +18,7 @@ from typing import Any, TypeAlias, cast
 import orjson
 import xxhash
 from pydantic import BaseModel
+from pydantic_core import PydanticSerializationError
 
 from langgraph_replay_guard.errors import InvalidArgumentsError
 
@@ -316,7 +317,15 @@ def _canon_other(value: Any, path: _Path, depth: int, walk: _Walk) -> _JSON:
     if isinstance(value, bytes | bytearray | memoryview):
         return {"$bytes_sha256": hashlib.sha256(bytes(value)).hexdigest()}
     if isinstance(value, BaseModel):
-        return _canon(value.model_dump(mode="json"), path, depth, walk)
+        try:
+            dumped = value.model_dump(mode="json")
+        except PydanticSerializationError as exc:
+            msg = (
+                f"Argument '{_text(path)}' is a {type(value).__qualname__} that pydantic cannot "
+                f"dump as JSON ({exc}). Give its fields JSON types or a serializer."
+            )
+            raise InvalidArgumentsError(msg, path=_text(path)) from exc
+        return _canon(dumped, path, depth, walk)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return _canon_container(value, path, depth, walk, _canon_dataclass)
     if isinstance(value, set | frozenset):
@@ -456,10 +465,12 @@ def canonical_json_bytes(value: Any, *, root: str = "args") -> bytes:
     Raises:
         InvalidArgumentsError: If the value cannot be canonicalized.
     """
-    budget: list[Any] = [_FIRST_LOOK, None, 0]
+    # The budget counts the values inside containers; the top value is one more, as
+    # `canonicalize` counts it.
+    budget: list[Any] = [_FIRST_LOOK - 1, None, 0]
     plain = _is_plain(value, 0, budget)
     if not plain and budget[0] < 0:  # past the first look: again, remembering containers
-        plain = _is_plain(value, 0, [MAX_NODES, {}, 0])
+        plain = _is_plain(value, 0, [MAX_NODES - 1, {}, 0])
     if plain:
         try:
             return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)

@@ -279,15 +279,6 @@ def test_shared_rows_at_the_node_limit_are_counted_like_their_copy(leaf, extra):
                 assert shared == unshared
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "canonical_json_bytes/_is_plain counts every value but the root against MAX_NODES, "
-        "canonicalize counts the root too: plain data of MAX_NODES + 1 values (a list of "
-        "MAX_NODES ints) gets a call key while canonicalize, and the same data with one float, "
-        "are refused (the count predates this change: 42ea298 did the same)"
-    ),
-)
 def test_plain_data_one_value_past_the_node_limit_is_refused_like_canonicalize():
     limit = 1_000  # MAX_NODES scaled down; list(range(MAX_NODES)) behaves the same
     with pytest.MonkeyPatch.context() as patch:
@@ -320,14 +311,6 @@ def _refusal(tree: Any) -> str:
     return "accepted"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "dataclasses are not remembered by the second walk (their fields mapping is rebuilt "
-        "at each visit): 40 dataclasses that each hold the next one twice (2**40 paths) are "
-        "walked path by path to MAX_NODES, about 4 s, not refused quickly as lists are"
-    ),
-)
 def test_dataclasses_holding_the_same_dataclass_twice_are_refused_quickly():
     reads = [0]
 

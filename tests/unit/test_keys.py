@@ -411,6 +411,21 @@ def test_shared_references_are_refused_without_walking_every_path(leaf):
         call_key("t", {"tree": deeper})
 
 
+def test_a_pydantic_model_that_cannot_be_dumped_names_the_argument():
+    class Opaque:
+        pass
+
+    class Holder(BaseModel):
+        model_config = {"arbitrary_types_allowed": True}
+        item: Opaque
+
+    with pytest.raises(
+        InvalidArgumentsError, match=r"Argument 'args\.held' is a .*Holder"
+    ) as error:
+        call_key("t", {"held": Holder(item=Opaque())})
+    assert error.value.path == "args.held"
+
+
 @dataclasses.dataclass
 class _Pair:
     left: object
