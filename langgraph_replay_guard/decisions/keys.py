@@ -240,10 +240,11 @@ def _canon_container(
     walk: _Walk,
     build: Callable[[Any, _Path, int, _Walk], _JSON],
 ) -> _JSON:
-    """A mapping's or a sequence's canonical form, made by `build` unless walked already.
+    """A container's canonical form, made by `build` unless walked already.
 
-    A second walk (see `_FIRST_LOOK`) takes a container it walked whole from `walk.done`
-    (`_walked`) and keeps each one it walks there.
+    A container is a mapping, a sequence or a dataclass instance. A second walk (see
+    `_FIRST_LOOK`) takes a container it walked whole from `walk.done` (`_walked`) and keeps
+    each one it walks there.
     """
     done = walk.done
     if done is None:
