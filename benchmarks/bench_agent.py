@@ -93,7 +93,6 @@ class GcMeter:
         self.collections = {label: [0, 0, 0] for label in labels}
         self.cpu = dict.fromkeys(labels, 0.0)
         self.in_step = 0.0  # the collector's CPU time in the step running now
-        self.steps: dict[str, list[float]] = {label: [] for label in labels}  # each step's CPU
         self._start = 0.0
 
     def __call__(self, phase: str, info: dict[str, int]) -> None:
@@ -111,18 +110,19 @@ class GcMeter:
 
 def _median_steps(
     rows: list[tuple[str, Any]], rounds: int, meter: GcMeter
-) -> tuple[dict[str, float], dict[str, float]]:
+) -> tuple[dict[str, float], dict[str, float], dict[str, list[float]]]:
     """Median CPU time of one round for each configuration, measured in lockstep.
 
     All configurations advance together, one round each in turn, so a slow stretch of a
     shared machine (another process, a CPU frequency change) hits all of them alike; the
     order rotates from round to round, so no configuration always follows the same one.
 
-    Returns the medians of each step's CPU time, and of the same less the collector's CPU
-    time in that step (`meter`). In lockstep the configurations share one collector: a
-    collection runs in the step whose allocation crosses the threshold, whichever steps
-    allocated what it scans, so it falls most in the steps that allocate most before they
-    free (the ones with `wrap_*` hooks: `traceable`'s run context lives across the handler).
+    Returns the medians of each step's CPU time, of the same less the collector's CPU time
+    in that step (`meter`), and each step's CPU time, round after round. In lockstep the
+    configurations share one collector: a collection runs in the step whose allocation
+    crosses the threshold, whichever steps allocated what it scans, so it falls most in the
+    steps that allocate most before they free (the ones with `wrap_*` hooks: `traceable`'s
+    run context lives across the handler).
     """
     samples: dict[str, list[float]] = {label: [] for label, _ in rows}
     outside: dict[str, list[float]] = {label: [] for label, _ in rows}
@@ -142,11 +142,11 @@ def _median_steps(
                 spent = time.process_time() - start
                 meter.label = None
                 samples[label].append(spent)
-                meter.steps[label].append(spent)
                 outside[label].append(spent - meter.in_step)
     return (
         {label: statistics.median(times) for label, times in samples.items()},
         {label: statistics.median(times) for label, times in outside.items()},
+        samples,
     )
 
 
@@ -156,10 +156,9 @@ def _round_ratios(steps: dict[str, list[float]], rounds: int) -> list[float]:
     How far one round's ratio is from another's shows how much of a difference between two
     runs the machine makes.
     """
-    base, guard, limit = (
-        steps[f"create_agent{suffix}"]
-        for suffix in (", no middleware", " + ReplayGuardMiddleware", " + ToolCallLimitMiddleware")
-    )
+    base = steps["create_agent, no middleware"]
+    guard = steps["create_agent + ReplayGuardMiddleware"]
+    limit = steps["create_agent + ToolCallLimitMiddleware"]
     size = len(base) // rounds
     ratios = []
     for start in range(0, size * rounds, size):
@@ -257,7 +256,7 @@ def main() -> None:
     meter = GcMeter([label for label, _ in rows])
     gc.callbacks.append(meter)
     try:
-        medians, outside = _median_steps(rows, rounds, meter)
+        medians, outside, samples = _median_steps(rows, rounds, meter)
     finally:
         gc.callbacks.remove(meter)
     base_agent = medians["create_agent, no middleware"]
@@ -281,7 +280,7 @@ def main() -> None:
         f"guard overhead / ToolCallLimitMiddleware overhead: {guard_cost / limit_cost:.2f}x "
         "(goal: at most 1.00x)"
     )
-    per_round = sorted(_round_ratios(meter.steps, rounds))
+    per_round = sorted(_round_ratios(samples, rounds))
     print(
         f"  the same ratio round by round (each round's medians): {per_round[0]:.2f}x to "
         f"{per_round[-1]:.2f}x ({', '.join(f'{ratio:.2f}' for ratio in per_round)})"
