@@ -137,12 +137,7 @@ def _canon(value: Any, path: _Path, depth: int, walk: _Walk) -> _JSON:
     if walk.nodes > walk.limit:
         if walk.done is None:
             raise _LookAgain
-        msg = (
-            f"Argument '{_text(path)}' makes the tool-call arguments larger than "
-            f"{MAX_NODES:,} values. "
-            "Pass a reference (an id, a path) instead of the data itself."
-        )
-        raise InvalidArgumentsError(msg, path=_text(path))
+        raise _too_large(path, "")
     # Exact type checks first: they are the hot path for model-generated arguments.
     kind = type(value)
     if kind is str or value is None or kind is bool:
@@ -211,25 +206,32 @@ def _enter(value: Any, path: _Path, walk: _Walk) -> int:
     return ident
 
 
-def _walked(value: Any, path: _Path, depth: int, walk: _Walk) -> Any:
+def _too_large(path: _Path, why: str) -> InvalidArgumentsError:
+    """The refusal of arguments past `MAX_NODES`, at the value where the count passed it."""
+    msg = (
+        f"Argument '{_text(path)}' makes the tool-call arguments larger than "
+        f"{MAX_NODES:,} values{why}. "
+        "Pass a reference (an id, a path) instead of the data itself."
+    )
+    return InvalidArgumentsError(msg, path=_text(path))
+
+
+def _walked(
+    value: Any, path: _Path, depth: int, walk: _Walk, done: dict[int, tuple[Any, int, int, Any]]
+) -> Any:
     """The canonical form of a container walked whole already, if it fits at this depth.
 
     Its values count again, as a walk through them would (`MAX_NODES` counts paths). Where
     the containers it holds would pass `MAX_DEPTH` here, None: the walk goes through it
     again and reports the one too deep.
     """
-    found = walk.done.get(id(value)) if walk.done is not None else None
+    found = done.get(id(value))
     if found is None or found[0] is not value or depth + found[1] >= MAX_DEPTH:
         return None
     walk.nodes += found[2]
     walk.deepest = max(walk.deepest, depth + found[1])
     if walk.nodes > MAX_NODES:
-        msg = (
-            f"Argument '{_text(path)}' makes the tool-call arguments larger than "
-            f"{MAX_NODES:,} values (it holds the same data many times over). "
-            "Pass a reference (an id, a path) instead of the data itself."
-        )
-        raise InvalidArgumentsError(msg, path=_text(path))
+        raise _too_large(path, " (it holds the same data many times over)")
     return found[3]
 
 
@@ -249,7 +251,7 @@ def _canon_container(
     done = walk.done
     if done is None:
         return build(value, path, depth, walk)
-    walked = _walked(value, path, depth, walk)
+    walked = _walked(value, path, depth, walk, done)
     if walked is not None:
         return walked  # type: ignore[no-any-return]
     nodes, deepest = walk.nodes, walk.deepest
