@@ -141,7 +141,10 @@ def test_a_tool_call_id_with_a_nul_is_refused_with_psycopgs_error_naming_it(stor
 # --- Ctrl-C on a statement blocked on a row lock ------------------------------------------------
 
 _BLOCKED = """
-import json, sys, time
+import json, signal, sys, time
+# Ctrl-C as an interactive Python takes it: a run started in the background by a shell without
+# job control (`make test &` in a script) ignores SIGINT, and Python keeps an ignored SIGINT.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, sys.argv[1])
 from langgraph.store.postgres import PostgresStore
 from langgraph_replay_guard.storage import store_cas
@@ -222,9 +225,10 @@ def test_ctrl_c_ends_a_guard_statement_blocked_on_a_row_lock(store, pg_uri, tmp_
         try:
             out, err = proc.communicate(timeout=10)
         except subprocess.TimeoutExpired:
-            holder.rollback()  # let it end, then fail
-            proc.communicate(timeout=60)
-            pytest.fail(f"Ctrl-C did not end the blocked {what} statement within 10 s")
+            holder.rollback()  # let it end, then fail with what it said
+            out, err = proc.communicate(timeout=60)
+            said = (out + err).decode(errors="replace")[-3000:]
+            pytest.fail(f"Ctrl-C did not end the blocked {what} statement within 10 s:\n{said}")
     finally:
         holder.close()
         if proc.poll() is None:
