@@ -204,6 +204,7 @@ class _Psycopg(NamedTuple):
     error_from_result: Any
     operational_error: Any
     execute: Any
+    error: Any
 
 
 @functools.cache
@@ -213,7 +214,7 @@ def _psycopg() -> _Psycopg:
     A function-level `from ... import` costs a lookup in `sys.modules` each time it runs,
     and the PostgreSQL paths ran several a statement.
     """
-    from psycopg import Connection, Cursor, OperationalError
+    from psycopg import Connection, Cursor, Error, OperationalError
     from psycopg.adapt import Transformer
     from psycopg.errors import error_from_result
     from psycopg.generators import execute
@@ -230,6 +231,7 @@ def _psycopg() -> _Psycopg:
         error_from_result,
         OperationalError,
         execute,
+        Error,
     )
 
 
@@ -281,6 +283,7 @@ class _Cursor:
 # libpq's codes (`psycopg.pq`), spelled here: importing the enums costs a lookup a statement.
 _PQ_OK = 0  # ConnStatus.OK
 _PQ_IDLE = 0  # TransactionStatus.IDLE
+_PQ_ACTIVE = 1  # TransactionStatus.ACTIVE
 _PQ_COMMAND_OK = 1  # ExecStatus.COMMAND_OK
 _PQ_TUPLES_OK = 2  # ExecStatus.TUPLES_OK
 _PQ_SQLSTATE = ord("C")  # DiagnosticField.SQLSTATE
@@ -430,17 +433,41 @@ def _direct_exec(conn: Any, state: _Prepared, query: str, text: bytes, values: A
         name = f"_rg_{state.made}".encode()
         # Parameters of unknown type, as psycopg sends `str`: the server infers each.
         if interruptible:
-            pgconn.send_prepare(name, text)
-            prepared = conn.wait(_psycopg().execute(pgconn))[-1]
+            prepared = _sent_and_waited(conn, lambda: pgconn.send_prepare(name, text))
         else:
             prepared = pgconn.prepare(name, text)
         if prepared.status != _PQ_COMMAND_OK:
             return prepared
         state.names[query] = name
     if interruptible:
-        pgconn.send_query_prepared(name, values)
-        return conn.wait(_psycopg().execute(pgconn))[-1]
+        return _sent_and_waited(conn, lambda: pgconn.send_query_prepared(name, values))
     return pgconn.exec_prepared(name, values)
+
+
+def _sent_and_waited(conn: Any, send: Callable[[], None]) -> Any:
+    """Send a statement with `send` and wait for its last result as psycopg's cursor does.
+
+    psycopg's `Connection.wait` cancels the statement on the server when Ctrl-C interrupts
+    it. A Ctrl-C that lands after the send and before that wait starts (the process
+    descheduled there while the statement already waits for a row lock) would leave the
+    statement running and the connection busy ("another command is already in progress"):
+    it is cancelled and its result read here as psycopg would, then the interrupt goes on.
+    A cancel that fails closes the connection, as psycopg closes one it cannot cancel.
+    """
+    pg, pgconn = _psycopg(), conn.pgconn
+    try:
+        send()
+        return conn.wait(pg.execute(pgconn))[-1]
+    except BaseException:
+        if pgconn.transaction_status == _PQ_ACTIVE:
+            try:
+                conn.cancel_safe(timeout=5.0)
+            except pg.error:
+                conn.close()
+            else:
+                with contextlib.suppress(pg.error):  # QueryCanceled, as asked
+                    conn.wait(pg.execute(pgconn))
+        raise
 
 
 def _statement(

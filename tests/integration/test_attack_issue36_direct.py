@@ -246,6 +246,89 @@ def test_ctrl_c_ends_a_guard_statement_blocked_on_a_row_lock(store, pg_uri, tmp_
         assert ran == [f"{thread}/0"]
 
 
+_REAL_PSYCOPG = store_cas._psycopg
+
+
+def _interrupted_at(statement: int, sent: list[int]) -> Any:
+    """psycopg's names with a Ctrl-C landing at the `statement`-th guard statement (from 0)
+    after its send and before psycopg's wait starts, as a process descheduled there would
+    take it. `sent` counts the statements sent."""
+    real = _REAL_PSYCOPG()
+
+    def execute(pgconn: Any) -> Any:
+        sent.append(len(sent))
+        if len(sent) - 1 == statement:
+            raise KeyboardInterrupt
+        return real.execute(pgconn)
+
+    return real._replace(execute=execute)
+
+
+def _admit(store: Any, thread: str) -> Any:
+    return run_plan(store, admit(context(thread, 0)))
+
+
+def _statements_of_an_admission(store: Any, pg_uri: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """(how many statements a call's admission sends, the one that waits for a held row),
+    on a connection that prepared them already."""
+    owners.REGISTRY.release(_admit(store, _thread()).entry.owner)  # prepares them
+    thread, sent, blocking = _thread(), [], []
+    holder = _hold_row(pg_uri, thread)
+
+    def release() -> None:
+        _wait_until_blocked(pg_uri)
+        blocking.append(len(sent) - 1)
+        holder.rollback()
+
+    releaser = threading.Thread(target=release)
+    releaser.start()
+    monkeypatch.setattr(store_cas, "_psycopg", lambda: _interrupted_at(-1, sent))
+    try:
+        owners.REGISTRY.release(_admit(store, thread).entry.owner)
+    finally:
+        monkeypatch.undo()
+        releaser.join(60)
+        holder.close()
+    return len(sent), blocking[0]
+
+
+def test_ctrl_c_between_a_statements_send_and_its_wait_leaves_the_connection_usable(
+    store, pg_uri, monkeypatch
+):
+    """Each statement of a call's admission, interrupted between its send and psycopg's
+    wait (the claim also while it waits for a row another transaction holds): the interrupt
+    reaches the caller, the statement is cancelled on the server (the connection is idle,
+    not "another command is already in progress"), and the call still runs, once."""
+    count, blocking = _statements_of_an_admission(store, pg_uri, monkeypatch)
+    cells = [(statement, False) for statement in range(count)] + [(blocking, True)]
+    cells_seen: list[tuple[int, bool, str]] = []
+    for statement, blocked in cells:
+        thread, sent = _thread(), []
+        holder = _hold_row(pg_uri, thread) if blocked else None
+        names = _interrupted_at(statement, sent)
+        monkeypatch.setattr(store_cas, "_psycopg", lambda names=names: names)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                _admit(store, thread)
+        finally:
+            monkeypatch.undo()
+            if holder is not None:
+                holder.rollback()
+                holder.close()
+        assert store.conn.info.transaction_status.name == "IDLE", (statement, blocked)
+        # The next process (this one's owner is gone) runs the call if the interrupted
+        # statement left no claim, or finds its outcome unknown if the claim was committed
+        # before the cancel reached the server: never a second run.
+        later = dataclasses.replace(context(thread, 0), wait=0.0, is_alive=lambda _: False)
+        again = run_plan(store, admit(later))
+        if blocked or statement < blocking:  # cancelled before the claim could be written
+            assert again.kind == "run", (statement, blocked, again)
+        else:
+            assert again.kind in ("run", "unknown"), (statement, again)
+        cells_seen.append((statement, blocked, again.kind))
+    assert len(cells_seen) == count + 1
+
+
 # --- the connection closed by the server -------------------------------------------------------
 
 
