@@ -73,7 +73,8 @@ def test_ci_run_exports_ci_true(tmp_path):
     # did not start instead of skipping them.
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, body in {"make": 'echo "make $1 CI=${CI:-unset}"', "initdb": "exit 0"}.items():
+    make = 'echo "make $1 CI=${CI:-unset} PYTHON=${PYTHON:-unset}"'
+    for name, body in {"make": make, "initdb": "exit 0"}.items():
         script = bin_dir / name
         script.write_text(f"#!/bin/sh\n{body}\n", encoding="utf-8")
         script.chmod(script.stat().st_mode | stat.S_IXUSR)
@@ -88,11 +89,33 @@ def test_ci_run_exports_ci_true(tmp_path):
         check=False,
     )
     assert ran.returncode == 0, ran.stderr
-    assert ran.stdout.split("\n")[:3] == [
-        "make test CI=true",
-        "make lint CI=true",
-        "make typecheck CI=true",
+    made = [line for line in ran.stdout.splitlines() if line.startswith("make ")]
+    assert made[1:3] == ["make lint CI=true PYTHON=unset", "make typecheck CI=true PYTHON=unset"]
+    assert made[0].startswith("make test CI=true PYTHON=")
+    # The first run is on the oldest Python 3.11 the machine has, when it has one.
+    oldest = made[0].split("PYTHON=", 1)[1]
+    candidates = [
+        Path("/usr/bin/python3.11"),
+        *Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")).glob(
+            "versions/3.11*/bin/python3.11"
+        ),
     ]
+    versions = {
+        tuple(int(part) for part in done.stdout.split()[1].split(".")[:3])
+        for done in (
+            subprocess.run([str(c), "--version"], capture_output=True, text=True, check=False)
+            for c in candidates
+            if c.exists()
+        )
+        if done.returncode == 0
+    }
+    if oldest == "unset":
+        assert not versions, "a Python 3.11 is installed but .ci/run gave make none"
+    else:
+        version = subprocess.run([oldest, "--version"], capture_output=True, text=True).stdout
+        mine = tuple(int(part) for part in version.split()[1].split(".")[:3])
+        assert mine[:2] == (3, 11)
+        assert all(mine <= other for other in versions), (oldest, versions)
 
 
 def test_a_postgres_server_that_is_not_there_fails_under_ci_and_skips_otherwise():
