@@ -452,7 +452,8 @@ def _sent_and_waited(conn: Any, send: Callable[[], None]) -> Any:
     descheduled there while the statement already waits for a row lock) would leave the
     statement running and the connection busy ("another command is already in progress"):
     it is cancelled and its result read here as psycopg would, then the interrupt goes on.
-    A cancel that fails closes the connection, as psycopg closes one it cannot cancel.
+    A cancel that fails, or a second Ctrl-C during the cancel or before its result is read,
+    closes the connection, as psycopg closes one it cannot cancel (the second goes on then).
     """
     pg, pgconn = _psycopg(), conn.pgconn
     try:
@@ -462,11 +463,12 @@ def _sent_and_waited(conn: Any, send: Callable[[], None]) -> Any:
         if pgconn.transaction_status == _PQ_ACTIVE:
             try:
                 conn.cancel_safe(timeout=5.0)
+                conn.wait(pg.execute(pgconn))
             except pg.error:
-                conn.close()
-            else:
-                with contextlib.suppress(pg.error):  # QueryCanceled, as asked
-                    conn.wait(pg.execute(pgconn))
+                pass  # QueryCanceled, as asked; a cancel that failed is closed below
+            finally:
+                if pgconn.transaction_status == _PQ_ACTIVE:  # still busy: never left so
+                    conn.close()
         raise
 
 
