@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import inspect
 import logging
 import sqlite3
 import threading
@@ -205,6 +206,7 @@ class _Psycopg(NamedTuple):
     operational_error: Any
     execute: Any
     error: Any
+    cancel_wait: dict[str, float]
 
 
 @functools.cache
@@ -221,6 +223,8 @@ def _psycopg() -> _Psycopg:
     from psycopg.rows import tuple_row
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+    # psycopg 3.3's wait takes a time limit; 3.2's does not (its interrupted wait had none).
+    waits = inspect.signature(Connection.wait).parameters
     return _Psycopg(
         tuple_row,
         ConnectionPool,
@@ -232,6 +236,7 @@ def _psycopg() -> _Psycopg:
         OperationalError,
         execute,
         Error,
+        {"timeout": 5.0} if "timeout" in waits else {},
     )
 
 
@@ -452,8 +457,10 @@ def _sent_and_waited(conn: Any, send: Callable[[], None]) -> Any:
     descheduled there while the statement already waits for a row lock) would leave the
     statement running and the connection busy ("another command is already in progress"):
     it is cancelled and its result read here as psycopg would, then the interrupt goes on.
-    A cancel that fails, or a second Ctrl-C during the cancel or before its result is read,
-    closes the connection, as psycopg closes one it cannot cancel (the second goes on then).
+    A cancel that fails or does not end the statement within 5 s (psycopg 3.3 and later:
+    3.2's wait takes no time limit), or a second Ctrl-C during the cancel or before its
+    result is read, closes the connection, as psycopg closes one it cannot cancel (the
+    second goes on then).
     """
     pg, pgconn = _psycopg(), conn.pgconn
     try:
@@ -463,9 +470,11 @@ def _sent_and_waited(conn: Any, send: Callable[[], None]) -> Any:
         if pgconn.transaction_status == _PQ_ACTIVE:
             try:
                 conn.cancel_safe(timeout=5.0)
-                conn.wait(pg.execute(pgconn))
-            except pg.error:
-                pass  # QueryCanceled, as asked; a cancel that failed is closed below
+                conn.wait(pg.execute(pgconn), **pg.cancel_wait)
+            except Exception:  # the interrupt goes on whatever happened here
+                # QueryCanceled, as asked; a cancel that failed, or one the server did not act
+                # on within psycopg's 5 s (a statement it had not read yet): closed below.
+                pass
             finally:
                 if pgconn.transaction_status == _PQ_ACTIVE:  # still busy: never left so
                     conn.close()
