@@ -26,14 +26,13 @@ from .proc_one_trip import context
 from .test_attack_issue36_direct import (
     ROOT,
     _hold_row,
+    _interrupted_on,
     _run,
     _statements_of_an_admission,
     _thread,
 )
 
 pytestmark = pytest.mark.postgres
-
-_REAL_PSYCOPG = store_cas._psycopg
 
 
 @pytest.fixture
@@ -43,20 +42,6 @@ def store(pg_uri: str) -> Iterator[Any]:
     with PostgresStore.from_conn_string(pg_uri) as pg_store:
         pg_store.setup()
         yield pg_store
-
-
-def _interrupted_on(calls: set[int], sent: list[int]) -> Any:
-    """psycopg's names whose `execute` raises KeyboardInterrupt on its `calls`-th uses (from 0):
-    the guard builds one after each send (its wait) and one for the drain after a cancel."""
-    real = _REAL_PSYCOPG()
-
-    def execute(pgconn: Any) -> Any:
-        sent.append(len(sent))
-        if len(sent) - 1 in calls:
-            raise KeyboardInterrupt
-        return real.execute(pgconn)
-
-    return real._replace(execute=execute)
 
 
 def _usable_or_closed(conn: Any) -> str:

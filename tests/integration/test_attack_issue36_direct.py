@@ -249,15 +249,16 @@ def test_ctrl_c_ends_a_guard_statement_blocked_on_a_row_lock(store, pg_uri, tmp_
 _REAL_PSYCOPG = store_cas._psycopg
 
 
-def _interrupted_at(statement: int, sent: list[int]) -> Any:
-    """psycopg's names with a Ctrl-C landing at the `statement`-th guard statement (from 0)
-    after its send and before psycopg's wait starts, as a process descheduled there would
-    take it. `sent` counts the statements sent."""
+def _interrupted_on(calls: set[int], sent: list[int]) -> Any:
+    """psycopg's names whose `execute` raises KeyboardInterrupt on its `calls`-th uses (from 0),
+    as a Ctrl-C landing after a statement's send and before psycopg's wait starts (a process
+    descheduled there): the guard builds one after each send (its wait) and one for the drain
+    after a cancel. `sent` counts the uses."""
     real = _REAL_PSYCOPG()
 
     def execute(pgconn: Any) -> Any:
         sent.append(len(sent))
-        if len(sent) - 1 == statement:
+        if len(sent) - 1 in calls:
             raise KeyboardInterrupt
         return real.execute(pgconn)
 
@@ -282,7 +283,7 @@ def _statements_of_an_admission(store: Any, pg_uri: str, monkeypatch: pytest.Mon
 
     releaser = threading.Thread(target=release)
     releaser.start()
-    monkeypatch.setattr(store_cas, "_psycopg", lambda: _interrupted_at(-1, sent))
+    monkeypatch.setattr(store_cas, "_psycopg", lambda: _interrupted_on(set(), sent))
     try:
         owners.REGISTRY.release(_admit(store, thread).entry.owner)
     finally:
@@ -305,7 +306,7 @@ def test_ctrl_c_between_a_statements_send_and_its_wait_leaves_the_connection_usa
     for statement, blocked in cells:
         thread, sent = _thread(), []
         holder = _hold_row(pg_uri, thread) if blocked else None
-        names = _interrupted_at(statement, sent)
+        names = _interrupted_on({statement}, sent)
         monkeypatch.setattr(store_cas, "_psycopg", lambda names=names: names)
         try:
             with pytest.raises(KeyboardInterrupt):
