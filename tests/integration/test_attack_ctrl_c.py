@@ -75,28 +75,35 @@ def _fresh_answer(pg_uri: str, store: Any, thread: str) -> str:
 # --- a second Ctrl-C while the guard cancels the first one's statement ------------------------
 
 
+@pytest.mark.parametrize("second", ["during the cancel", "before the drain"])
 @pytest.mark.parametrize("blocked", [False, True])
-def test_a_second_ctrl_c_during_the_cancel_leaves_no_busy_connection(
-    store, pg_uri, monkeypatch, blocked
+def test_a_second_ctrl_c_while_the_guard_cancels_leaves_no_busy_connection(
+    store, pg_uri, monkeypatch, blocked, second
 ):
     """The first Ctrl-C lands between the claim's send and its wait; a second one during the
     guard's `cancel_safe` (a new connection to the server: milliseconds, a user pressing
-    Ctrl-C again lands there). It must not leave the statement running on the connection."""
+    Ctrl-C again lands there) or as the guard starts reading the cancelled statement's
+    result. Neither may leave the statement running, or its result unread, on the
+    connection."""
     import psycopg
 
     at = _statements_of_an_admission(store, pg_uri, monkeypatch)[1] if blocked else 0
     thread, sent = _thread(), []
     holder = _hold_row(pg_uri, thread) if blocked else None
-    monkeypatch.setattr(store_cas, "_psycopg", lambda: _interrupted_on({at}, sent))
+    calls = {at} if second == "during the cancel" else {at, at + 1}
+    monkeypatch.setattr(store_cas, "_psycopg", lambda: _interrupted_on(calls, sent))
+    if second == "during the cancel":
 
-    def cancel_safe(self: Any, *, timeout: float = 30.0) -> None:
-        raise KeyboardInterrupt  # the second Ctrl-C
+        def cancel_safe(self: Any, *, timeout: float = 30.0) -> None:
+            raise KeyboardInterrupt  # the second Ctrl-C
 
-    monkeypatch.setattr(psycopg.Connection, "cancel_safe", cancel_safe)
+        monkeypatch.setattr(psycopg.Connection, "cancel_safe", cancel_safe)
     try:
         with pytest.raises(KeyboardInterrupt):
             run_plan(store, admit(context(thread, 0)))
         monkeypatch.undo()
+        if second == "before the drain":
+            assert sent[-2:] == [at, at + 1]  # the send's wait, then the drain's
         state = _usable_or_closed(store.conn)
     finally:
         monkeypatch.undo()
@@ -105,32 +112,8 @@ def test_a_second_ctrl_c_during_the_cancel_leaves_no_busy_connection(
             holder.close()
     answer = _fresh_answer(pg_uri, store, thread)
     assert answer in ("run", "unknown"), (state, answer)
-    if state == "IDLE" and not blocked:
+    if state == "IDLE" and not blocked:  # the read was interrupted: no claim was sent
         assert answer == "run"
-
-
-@pytest.mark.parametrize("blocked", [False, True])
-def test_a_second_ctrl_c_before_the_drain_leaves_no_busy_connection(
-    store, pg_uri, monkeypatch, blocked
-):
-    """The first Ctrl-C between the send and the wait, the second as the guard starts reading
-    the cancelled statement's result: the cancelled statement's result must not stay unread."""
-    at = _statements_of_an_admission(store, pg_uri, monkeypatch)[1] if blocked else 0
-    thread, sent = _thread(), []
-    holder = _hold_row(pg_uri, thread) if blocked else None
-    monkeypatch.setattr(store_cas, "_psycopg", lambda: _interrupted_on({at, at + 1}, sent))
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            run_plan(store, admit(context(thread, 0)))
-        monkeypatch.undo()
-        assert sent[-2:] == [at, at + 1]  # the send's wait, then the drain's
-        state = _usable_or_closed(store.conn)
-    finally:
-        monkeypatch.undo()
-        if holder is not None:
-            holder.rollback()
-            holder.close()
-    assert _fresh_answer(pg_uri, store, thread) in ("run", "unknown"), state
 
 
 # --- Ctrl-C on a statement's prepare, then the same connection again -------------------------
