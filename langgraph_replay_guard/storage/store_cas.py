@@ -205,7 +205,6 @@ class _Psycopg(NamedTuple):
     error_from_result: Any
     operational_error: Any
     execute: Any
-    error: Any
     cancel_wait: dict[str, float]
 
 
@@ -216,7 +215,7 @@ def _psycopg() -> _Psycopg:
     A function-level `from ... import` costs a lookup in `sys.modules` each time it runs,
     and the PostgreSQL paths ran several a statement.
     """
-    from psycopg import Connection, Cursor, Error, OperationalError
+    from psycopg import Connection, Cursor, OperationalError
     from psycopg.adapt import Transformer
     from psycopg.errors import error_from_result
     from psycopg.generators import execute
@@ -235,7 +234,6 @@ def _psycopg() -> _Psycopg:
         error_from_result,
         OperationalError,
         execute,
-        Error,
         {"timeout": 5.0} if "timeout" in waits else {},
     )
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import random
@@ -25,8 +24,10 @@ from tests import warm_children
 from .proc_one_trip import context
 from .test_attack_issue36_direct import (
     ROOT,
+    _admit,
     _hold_row,
     _interrupted_on,
+    _later,
     _run,
     _statements_of_an_admission,
     _thread,
@@ -51,12 +52,6 @@ def _usable_or_closed(conn: Any) -> str:
     state = conn.info.transaction_status.name
     assert state == "IDLE", state
     return state
-
-
-def _later(store: Any, thread: str) -> str:
-    """What the next process (this one's owner gone) is told for call 0 of `thread`."""
-    later = dataclasses.replace(context(thread, 0), wait=0.0, is_alive=lambda _: False)
-    return str(run_plan(store, admit(later)).kind)
 
 
 def _fresh_answer(pg_uri: str, store: Any, thread: str) -> str:
@@ -100,7 +95,7 @@ def test_a_second_ctrl_c_while_the_guard_cancels_leaves_no_busy_connection(
         monkeypatch.setattr(psycopg.Connection, "cancel_safe", cancel_safe)
     try:
         with pytest.raises(KeyboardInterrupt):
-            run_plan(store, admit(context(thread, 0)))
+            _admit(store, thread)
         monkeypatch.undo()
         if second == "before the drain":
             assert sent[-2:] == [at, at + 1]  # the send's wait, then the drain's
@@ -188,7 +183,7 @@ def test_ctrl_c_whose_cancel_the_server_ignores_still_ends_within_psycopgs_5_s(
     start = time.monotonic()
     try:
         with pytest.raises(KeyboardInterrupt):
-            run_plan(store, admit(context(thread, 0)))
+            _admit(store, thread)
         elapsed = time.monotonic() - start
     finally:
         monkeypatch.undo()
