@@ -26,11 +26,14 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from tests import hypothesis_budget, memory_tmp
+from tests import gc_tuning, hypothesis_budget, memory_tmp
 
 # Before anything reads `tempfile.gettempdir()`: the run's files on tmpfs (tests/memory_tmp.py).
 _MEMORY_TMP = memory_tmp.use()
 _PASSED: list[bool] = []
+
+# Fewer collections in every process of the run (tests/gc_tuning.py); frozen after collection.
+gc_tuning.tune()
 
 # Property tests: the full example counts in CI (`CI=true`, which .ci/run sets), a quarter in a
 # local `make test` (tests/hypothesis_budget.py); this profile covers the tests that keep
@@ -229,6 +232,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     suite's own set-up) has nothing to overlap the imports with, and starts them on demand if
     it forks a child at all.
     """
+    # What the imports and the collection made stays alive all run: no collection scans it.
+    gc_tuning.freeze()
     wanted = len(session.items) > 1 and not session.config.option.collectonly
     if wanted and "tests.warm_children" in sys.modules:
         from tests import warm_children

@@ -210,6 +210,11 @@ def _serve(path: str) -> None:
             with contextlib.suppress(Exception):
                 importlib.import_module(found.name)
     base_filters = list(warnings.filters)
+    # The children inherit the imports untouched by their collector (tests/gc_tuning.py).
+    from tests import gc_tuning
+
+    gc_tuning.tune()
+    gc_tuning.freeze()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     # Bound under another name and renamed once listening: a process that finds `path` (a
     # worker of the run, with `SHARED_ENV`) can connect at once.
