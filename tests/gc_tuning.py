@@ -1,10 +1,10 @@
 """The suite's processes collect garbage less often, and never scan what the imports made.
 
 A test worker lives for the whole run and imports LangChain, LangGraph and pydantic: by the
-end of its collection it holds a few hundred thousand objects, and each full collection scans
-them all again, though none of them ever becomes garbage. With CPython's default thresholds
+end of collecting the whole suite it holds about 250,000 objects, and each full collection
+scans them all again, though none of them ever becomes garbage. With CPython's default thresholds
 (700, 10, 10) a worker of `tests/unit` ran about 5,800 collections, 15% of its CPU time
-(`gc.callbacks`, measured on a quiet run). Two settings, for the suite only (the package sets
+(`gc.callbacks`, in one process). Two settings, for the suite only (the package sets
 none; no test may depend on when a cycle is freed without calling `gc.collect()` itself):
 
 - `freeze()` once the imports are done (a worker after collection, a zygote before it forks):
