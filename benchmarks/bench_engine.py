@@ -2,7 +2,9 @@
 
 Run: python benchmarks/bench_engine.py
 Goal (DESIGN.md): a few microseconds per call, and the 100,000 case within 1.3x of the 10 case
-(the state is bounded, so the cost must not grow with the thread's length).
+(the state is bounded, so the cost must not grow with the thread's length). Also the cost of a
+failure's signature (the same-failure layer reads each error text): a 2,000-character text built
+to make a pattern backtrack must cost about what any 2,000-character error does.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import time
 
 from langgraph_replay_guard import GuardConfig, ReplayGuard
 from langgraph_replay_guard.decisions.engine import call_facts, decide, fold_settings, make_event
+from langgraph_replay_guard.decisions.failures import failure_signature
 from langgraph_replay_guard.decisions.keys import call_key
 from langgraph_replay_guard.decisions.state import fold_events
 
@@ -24,6 +27,17 @@ ARGS = {
     "request": 7,
 }
 CONFIG = GuardConfig(scope="thread", tools={"apply": "unsafe"})
+
+# Error texts of 2,000 characters (what the signature reads of any longer one): an ordinary one,
+# and runs that made the path and id patterns read from each character to the run's end.
+FAILURES = {
+    "a stack trace": (
+        'Traceback (most recent call last):\n  File "/app/src/run.py", line 12, in main\n' * 40
+    )[:2_000],
+    "one 2,000-character token": "Q" * 2_000,
+    "hyphenated words, no digit": "ab-" * 667,
+    "a path, then 2,000 tildes": "x/" + "~" * 1_998,
+}
 
 
 def _args(i: int) -> dict[str, object]:
@@ -85,6 +99,13 @@ def main() -> None:
             f"{n:>14,} {engine / 1000:>12.2f} {engine / base_engine:>5.2f}x "
             f"{control / 1000:>17.2f} {control / base_control:>5.2f}x {size:>14,}"
         )
+    print()
+    print(f"{'failure signature of':>30} {'us':>10} {'vs a stack trace':>17}")
+    base_failure = None
+    for label, text in FAILURES.items():
+        cost = _median_ns(lambda i, text=text: failure_signature(text), rounds=7, per_round=20)
+        base_failure = base_failure or cost
+        print(f"{label:>30} {cost / 1000:>10.1f} {cost / base_failure:>16.2f}x")
 
 
 if __name__ == "__main__":

@@ -31,8 +31,15 @@ _MAX_ECHOES = 32
 # not found" and "javac: command not found" are the same failure.
 _SHELL_PREFIX = re.compile(r"(?:^|(?<=\s))(?:/[\w/]*/)?(?:ba|da|z|k|c|tc|fi)?sh: (?:line \d+: )?")
 _QUOTED = re.compile(r"'[^'\n]{0,200}'|\"[^\"\n]{0,200}\"|`[^`\n]{0,200}`")
-_PATH = re.compile(r"(?:[a-z]:)?(?:[\w.~-]*[/\\])+[\w.-]*")
-_HEX_ID = re.compile(r"\b0x[0-9a-f]+\b|\b(?=[0-9a-f-]*\d)[0-9a-f][0-9a-f-]{5,}\b")
+# A path starts where a word starts (the lookbehind) and its runs are possessive (`*+`): each
+# character is scanned a bounded number of times. Without both, a 2,000-character word with no
+# slash (a token, a base64 blob) was tried from each of its characters to its end, 35 ms a text.
+_PATH = re.compile(r"(?<![\w.~-])(?:[a-z]:)?(?:[\w.~-]*+[/\\])++[\w.-]*+")
+# A hexadecimal run of 6 or more; it is an id when it has a digit (`_id_or_word`). Checking the
+# digit after the match keeps the pattern linear: as a lookahead it read a 2,000-character run
+# of hyphenated words to its end from each of its words.
+_HEX_ID = re.compile(r"\b0x[0-9a-f]+\b|\b[0-9a-f][0-9a-f-]{5,}\b")
+_DIGIT = re.compile(r"[0-9]")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _SPACE = re.compile(r"\s+")
 
@@ -59,9 +66,15 @@ def normalize_failure(text: str, args: Any = None) -> str:
     text = _SHELL_PREFIX.sub("", text)
     text = _QUOTED.sub("<q>", text)
     text = _PATH.sub("<path>", text)
-    text = _HEX_ID.sub("#", text)  # an id and a number are both "some value"
+    text = _HEX_ID.sub(_id_or_word, text)  # an id and a number are both "some value"
     text = _NUMBER.sub("#", text)
     return _SPACE.sub(" ", text).strip()
+
+
+def _id_or_word(match: re.Match[str]) -> str:
+    """`#` for a hexadecimal run with a digit (an id), the run itself for one without (a word)."""
+    found = match[0]
+    return "#" if _DIGIT.search(found) else found
 
 
 def failure_signature(text: str | None, args: Any = None) -> str:

@@ -68,6 +68,27 @@ def test_the_signature_is_small_and_the_text_bounded():
     assert len(normalize_failure("error " * 100_000)) <= 2_000
 
 
+@pytest.mark.parametrize(
+    ("text", "normalized"),
+    [
+        # Long runs the path and id patterns once read from every character (35 ms a text;
+        # benchmarks/bench_engine.py prints what a failure's signature costs now).
+        ("A" * 2_000, "a" * 2_000),
+        ("a-" * 1_000, "a-" * 1_000),
+        ("x/" + "~" * 1_998, "<path>" + "~" * 1_998),
+        # A path starts where a word starts: the word before a colon stays.
+        ("error:/usr/lib/libfoo.so: cannot open", "error:<path>: cannot open"),
+        ("Error: cannot open C:\\work\\c.txt", "error: cannot open <path>"),
+        # An id is a hexadecimal run of 6 or more with a digit; a run without one is a word.
+        ("request 3f2a9c1e-77aa-4b1c-9d0e-0123456789ab failed", "request # failed"),
+        ("ref " + "ab-" * 30 + "1 gone", "ref # gone"),
+        ("decade-facade failed", "decade-facade failed"),
+    ],
+)
+def test_long_runs_and_paths_normalize_as_documented(text, normalized):
+    assert normalize_failure(text) == normalized
+
+
 # -- the control API --------------------------------------------------------------------------
 
 
