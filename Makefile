@@ -21,8 +21,8 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	LANGSMITH_TRACING=false $(BIN)/replay-guard demo
 
-# The whole suite in parallel (pytest-xdist: one worker more than the cores, as a few tests wait
-# on servers, timeouts and child processes and another worker fills those waits; `--dist
+# The whole suite in parallel (pytest-xdist: two workers more than the cores, as a few tests wait
+# on servers, timeouts and child processes and the other workers fill those waits; `--dist
 # loadgroup` keeps a module that shares a server on one worker), slow group included, then the
 # 15 slowest tests.
 # TEST_WORKERS=0 runs it in one process; `pytest -m "not slow"` is the quick loop.
@@ -32,7 +32,7 @@ demo: $(STAMP)
 # modules' asserts again (about 9 s of CPU per worker, more per child). The run's temporary
 # files go to one directory on /dev/shm when it has room, removed after a pass
 # (tests/memory_tmp.py).
-TEST_WORKERS ?= $(shell expr $$(nproc 2>/dev/null || echo 1) + 1)
+TEST_WORKERS ?= $(shell expr $$(nproc 2>/dev/null || echo 1) + 2)
 test: $(STAMP)
 	LANGSMITH_TRACING=false PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q \
 		-n $(TEST_WORKERS) --dist loadgroup --durations=15

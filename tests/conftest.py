@@ -1,6 +1,6 @@
 """Suite-wide marks for running in parallel: the `slow` group and the xdist groups.
 
-`make test` runs the whole suite with pytest-xdist (`-n N --dist loadgroup`, N one more than
+`make test` runs the whole suite with pytest-xdist (`-n N --dist loadgroup`, N two more than
 the cores): each worker has its own temporary directories (`tmp_path` is per worker) and its
 own PostgreSQL server (`postgres_uri` is session-scoped, so one per worker, on a free port).
 Two things are set here rather than in each module, so the list stays in one place:
