@@ -193,6 +193,22 @@ def _child(request: dict[str, Any], fds: list[int], base_filters: list[Any]) -> 
     os._exit(code)
 
 
+def _warm_deepagents() -> None:
+    """Build one deep agent, so a child's first `create_deep_agent` finds deepagents' caches full.
+
+    Its first call in a process scans every installed distribution's metadata for its own
+    version and loads its model profiles (about 90 ms); a crash-test phase of the deep-agent
+    composition is a new process each time. Nothing runs and nothing stays open: a graph is
+    built and dropped (no thread, no connection).
+    """
+    with contextlib.suppress(Exception):
+        from deepagents import create_deep_agent
+
+        from langgraph_replay_guard.testing import ScriptedChatModel
+
+        create_deep_agent(model=ScriptedChatModel(script=[]), tools=[])
+
+
 def _serve(path: str) -> None:
     """Import the heavy modules once, then fork a child per request on the socket at `path`."""
     import importlib
@@ -209,6 +225,7 @@ def _serve(path: str) -> None:
         if found.name.rsplit(".", 1)[-1] != "__main__":  # a __main__ runs its program
             with contextlib.suppress(Exception):
                 importlib.import_module(found.name)
+    _warm_deepagents()
     base_filters = list(warnings.filters)
     # The children inherit the imports untouched by their collector (tests/gc_tuning.py).
     from tests import gc_tuning

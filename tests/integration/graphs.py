@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
-from langchain_core.tools import BaseTool, ToolException, tool
+from langchain_core.tools import BaseTool, ToolException
+from langchain_core.tools import tool as langchain_tool
 
 from langgraph_replay_guard import GuardConfig, ReplayGuard, ToolPolicy
 from langgraph_replay_guard.testing import ScriptedChatModel, agent_graph
@@ -38,6 +40,25 @@ class ToolRuns:
 
     def __getitem__(self, name: str) -> int:
         return self.counts[name]
+
+
+_SCHEMAS: dict[tuple[str, str], Any] = {}
+
+
+def tool(func: Callable[..., Any]) -> BaseTool:
+    """LangChain's `@tool`, with the argument schema it infers made once per function.
+
+    `make_tools` makes its seven tools afresh for each test (their bodies count into the
+    test's `ToolRuns`); inferring a schema from a signature builds pydantic models (about
+    2 ms a tool), the same models every time. A tool made with the schema LangChain inferred
+    the first time is the tool `@tool` makes (same name, description, arguments and
+    tool-call schema).
+    """
+    key = (func.__module__, func.__qualname__)
+    schema = _SCHEMAS.get(key)
+    made = langchain_tool(func) if schema is None else langchain_tool(func, args_schema=schema)
+    _SCHEMAS.setdefault(key, made.args_schema)
+    return made
 
 
 def make_tools(runs: ToolRuns) -> list[BaseTool]:
