@@ -25,6 +25,10 @@ MAX_SCRIPT_CHARS = 100_000
 """Longest command line analysed; a longer one is unrecognised (never `pure`)."""
 
 _MAX_DEPTH = 8  # nesting of substitutions, `bash -c` and wrappers followed before giving up
+# `$(...)` and `${...}` nested in the text itself: the lexer reads each level with a lexer of
+# its own (a few Python frames each), so a deeper line is unparsable (the fallback class)
+# instead of a RecursionError out of the guard's decision.
+_MAX_NESTING = 32
 
 _BLANK = " \t\r"
 _BLANKS = re.compile(r"[ \t\r]+")
@@ -130,7 +134,13 @@ class _Lexer:
     operator from a quoted `">"`, and does not know heredocs or substitutions.
     """
 
-    def __init__(self, text: str, start: int = 0, *, until_paren: bool = False) -> None:
+    def __init__(
+        self, text: str, start: int = 0, *, until_paren: bool = False, nesting: int = 0
+    ) -> None:
+        if nesting > _MAX_NESTING:
+            msg = f"substitutions nested more than {_MAX_NESTING} deep"
+            raise Unparsable(msg)
+        self.nesting = nesting
         self.s = text
         self.i = start
         self.until_paren = until_paren
@@ -297,7 +307,7 @@ class _Lexer:
             self.substitutions.append(self._inner_parens())
         elif nxt == "{":
             end = self._closing_brace(self.i + 2)
-            inner = _Lexer(s[self.i + 2 : end])
+            inner = _Lexer(s[self.i + 2 : end], nesting=self.nesting + 1)
             inner.run()
             self.substitutions.extend(inner.substitutions)
             self.unsupported |= inner.unsupported
@@ -328,7 +338,7 @@ class _Lexer:
         With `keep`, the substitutions found inside are added to this lexer's (for a body
         that is not itself classified as a script).
         """
-        inner = _Lexer(self.s, self.i, until_paren=True)
+        inner = _Lexer(self.s, self.i, until_paren=True, nesting=self.nesting + 1)
         end = inner.run()
         if keep:
             self.substitutions.extend(inner.substitutions)

@@ -416,6 +416,20 @@ def test_unknown_and_unparsable_commands_are_never_pure():
     )
 
 
+@pytest.mark.parametrize(
+    ("opening", "closing"),
+    [("$(echo ", ")"), ("${a:-", "}"), ('"$(echo ', ')"'), ("$(echo ${a:-", "})")],
+)
+def test_substitutions_nested_deeper_than_the_lexer_reads_are_unsafe(opening, closing):
+    # 32 levels are read (and the classifier gives up past its own depth of 8: unsafe);
+    # 3,000 raised RecursionError out of the guard's decision before.
+    assert cls("echo " + opening * 4 + "cat x" + closing * 4) == "pure"
+    for depth in (33, 3_000):
+        assert cls("echo " + opening * depth + "cat x" + closing * depth) == "unsafe"
+    with pytest.raises(Unparsable, match="nested more than 32 deep"):
+        parse_script("echo " + opening * 40 + "x" + closing * 40)
+
+
 def test_empty_command_is_neutral_and_missing_argument_is_unrecognised():
     # An empty line runs nothing; a call without a command argument is not recognised.
     assert cls("") == "pure"
