@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import reprlib
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -27,6 +28,29 @@ from langgraph_replay_guard.policy.resolver import PolicyResolver, resolver_of
 __all__ = ["GuardControl", "result_text"]
 
 
+def _bounded_repr() -> reprlib.Repr:
+    # A result canonical JSON refuses (not JSON-like, too deep, too big, cyclic) is written
+    # with these bounds: a plain `repr` of a list nested 10,000 deep raised RecursionError, and
+    # of a list holding itself twice per level (`x = [x, x]`, 30 deep) never ended.
+    bounded = reprlib.Repr()
+    bounded.maxlevel = 8
+    bounded.maxtuple = bounded.maxlist = bounded.maxarray = bounded.maxdeque = 200
+    bounded.maxdict = bounded.maxset = bounded.maxfrozenset = 200
+    bounded.maxstring = bounded.maxother = bounded.maxlong = 10_000
+    return bounded
+
+
+_BOUNDED = _bounded_repr()
+
+
+def _repr_text(value: Any) -> str:
+    """`repr(value)` within `_BOUNDED`'s bounds; its type's name when even that fails."""
+    try:
+        return _BOUNDED.repr(value)
+    except (ValueError, RecursionError, MemoryError):  # an int of 4,300+ digits, say
+        return f"<{type(value).__name__}>"
+
+
 def result_text(result: Any) -> str | None:
     """Text of a tool result for hashing and previews (JSON for structured results)."""
     if result is None or isinstance(result, str):
@@ -34,7 +58,26 @@ def result_text(result: Any) -> str | None:
     try:
         return canonical_json(result, root="result")
     except TypeError:
-        return repr(result)
+        return _repr_text(result)
+
+
+def error_text(error: Any) -> str:
+    """Text of a failure: the string, an exception's message, or a bounded repr of the rest."""
+    if isinstance(error, str):
+        return error
+    if isinstance(error, BaseException):
+        if type(error).__str__ is BaseException.__str__:
+            # The default message, built as `str()` builds it but with values printed bounded:
+            # `ValueError(value)` prints `value` whole.
+            args = error.args
+            if len(args) == 1:
+                return args[0] if isinstance(args[0], str) else _repr_text(args[0])
+            return _repr_text(args) if args else ""
+        try:
+            return str(error)
+        except (ValueError, RecursionError, MemoryError):
+            pass  # a message of its own, built from a value too deep or too big to print
+    return _repr_text(error)
 
 
 def _tool_names(tools: Sequence[str] | None) -> tuple[str, ...] | None:
@@ -148,7 +191,7 @@ class GuardControl:
             args: Tool arguments.
             error: The error or its text, if known.
         """
-        text = None if error is None else str(error)
+        text = None if error is None else error_text(error)
         self._record(name, args, "failure", result=text)
 
     def record_timeout(self, name: str, args: Any) -> None:

@@ -271,6 +271,12 @@ def _canon_mapping(value: Mapping[Any, Any], path: _Path, depth: int, walk: _Wal
         elif isinstance(raw_key, bool) or raw_key is None:
             key = json.dumps(raw_key)
         elif isinstance(raw_key, int | float):
+            if isinstance(raw_key, int) and not -_BIG_INT < raw_key < _BIG_INT:
+                msg = (
+                    f"Argument '{_text(path)}' has an integer key with more than 4,000 digits; "
+                    "use a string key instead."
+                )
+                raise InvalidArgumentsError(msg, path=_text(path))
             key = json.dumps(_float_key(raw_key) if isinstance(raw_key, float) else raw_key)
         else:
             msg = (

@@ -572,8 +572,10 @@ class _Classification:
 
     def command(self, command: Command, depth: int) -> CallClass:
         words, dynamic = list(command.words), list(command.dynamic)
-        while words and words[0] in _RESERVED_WORDS:
-            del words[0], dynamic[0]
+        reserved = 0  # counted, then cut once: a cut per word was quadratic (`{ { { ...`)
+        while reserved < len(words) and words[reserved] in _RESERVED_WORDS:
+            reserved += 1
+        del words[:reserved], dynamic[:reserved]
         if words and words[0] in _UNSUPPORTED_WORDS:
             return self.fallback
         if words and words[0] == "for":
@@ -600,8 +602,10 @@ class _Classification:
         if wrapper is not None:
             prefix, spec = wrapper
             rest = _skip_options(words[len(prefix) :], spec)
-            while rest and _ASSIGNMENT.match(rest[0]):
-                rest = rest[1:]
+            assignments = 0  # counted, then cut once: `sudo A=1 A=1 ...` was quadratic
+            while assignments < len(rest) and _ASSIGNMENT.match(rest[assignments]):
+                assignments += 1
+            rest = rest[assignments:]
             return self.words(rest, [False] * len(rest), depth + 1)
         if words[0] in self.p.shells:
             return self._shell(words[1:], depth)
@@ -882,11 +886,20 @@ _SAFE_NODES = (
 )
 
 
+_MAX_PYTHON_CHARS = 10_000
+"""Longer `python -c` code is not read (not recognisably read-only): CPython parses some
+expressions in time that grows with the square of their length (f-strings: 0.5 s at 60 KB),
+and nests others deeper than its parser's stack."""
+
+
 def _python_reads_only(code: str) -> bool:
     """Whether `python -c CODE` recognisably only reads: stdlib imports, prints, lookups."""
+    if len(code) > _MAX_PYTHON_CHARS:
+        return False
     try:
         tree = ast.parse(code)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        # `1+1+...` or `-----1` a few thousand long: too deep for the parser, not a read.
         return False
     for node in ast.walk(tree):
         if not isinstance(node, _SAFE_NODES):

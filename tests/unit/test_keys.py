@@ -379,6 +379,10 @@ def test_huge_exponent_decimal_gives_a_key_quickly():
 def test_integer_too_long_for_json_is_rejected_by_name():
     with pytest.raises(InvalidArgumentsError, match=r"args\.n.*4,000 digits"):
         call_key("t", {"n": 10**5000})
+    # As a key too (a ValueError from json.dumps before): named, with the fix.
+    with pytest.raises(InvalidArgumentsError, match=r"args\.m.*integer key.*4,000 digits"):
+        call_key("t", {"m": {10**5000: 1}})
+    assert HEX32.fullmatch(call_key("t", {"m": {10**3999: 1}}))
 
 
 def test_plain_values_count_toward_the_node_limit():

@@ -430,6 +430,29 @@ def test_substitutions_nested_deeper_than_the_lexer_reads_are_unsafe(opening, cl
         parse_script("echo " + opening * 40 + "x" + closing * 40)
 
 
+@pytest.mark.parametrize(
+    "code",
+    [
+        "-" * 3_000 + "1",  # RecursionError in ast.parse before
+        "-" * 20_000 + "1",  # MemoryError before
+        "1+" * 5_000 + "1",
+        "x" + ".a" * 5_000,
+        'print(f"' + "{1}" * 20_000 + '")',  # 0.5 s to parse: longer code is not read
+    ],
+)
+def test_python_c_code_the_parser_cannot_take_is_not_read_only(code):
+    assert cls(f"python -c '{code}'") == "unsafe"
+    assert cls(f"bash -c \"python3 -c '{code}'\"") == "unsafe"
+
+
+def test_long_prefixes_of_reserved_words_and_assignments_classify_the_command():
+    # Each was cut one word at a time (a list copy per word: 1 to 3 s at 100 KB).
+    assert cls("{ " * 45_000 + "ls") == "pure"
+    assert cls("! " * 45_000 + "rm x") == "unsafe"
+    assert cls("sudo " + "A=1 " * 20_000 + "ls") == "pure"
+    assert cls("env " + "A=1 " * 20_000 + "rm x") == "unsafe"
+
+
 def test_empty_command_is_neutral_and_missing_argument_is_unrecognised():
     # An empty line runs nothing; a call without a command argument is not recognised.
     assert cls("") == "pure"
