@@ -572,17 +572,13 @@ class _Classification:
 
     def command(self, command: Command, depth: int) -> CallClass:
         words, dynamic = list(command.words), list(command.dynamic)
-        reserved = 0  # counted, then cut once: a cut per word was quadratic (`{ { { ...`)
-        while reserved < len(words) and words[reserved] in _RESERVED_WORDS:
-            reserved += 1
+        reserved = _leading(words, _RESERVED_WORDS.__contains__)
         del words[:reserved], dynamic[:reserved]
         if words and words[0] in _UNSUPPORTED_WORDS:
             return self.fallback
         if words and words[0] == "for":
             return self.classes["read"]  # a loop header: `for x in a b c`
-        assignments = 0
-        while assignments < len(words) and _ASSIGNMENT.match(words[assignments]):
-            assignments += 1
+        assignments = _leading(words, _ASSIGNMENT.match)
         if assignments and assignments == len(words):
             return self.classes["session"]  # `NAME=value` sets a shell variable
         del words[:assignments], dynamic[:assignments]
@@ -602,10 +598,7 @@ class _Classification:
         if wrapper is not None:
             prefix, spec = wrapper
             rest = _skip_options(words[len(prefix) :], spec)
-            assignments = 0  # counted, then cut once: `sudo A=1 A=1 ...` was quadratic
-            while assignments < len(rest) and _ASSIGNMENT.match(rest[assignments]):
-                assignments += 1
-            rest = rest[assignments:]
+            rest = rest[_leading(rest, _ASSIGNMENT.match) :]
             return self.words(rest, [False] * len(rest), depth + 1)
         if words[0] in self.p.shells:
             return self._shell(words[1:], depth)
@@ -711,6 +704,17 @@ def _option_kind(arg: str, options: Mapping[str, str]) -> str | None:
         if in_cluster and (worst is None or _KIND_RANK[kind] > _KIND_RANK[worst]):
             worst = kind
     return worst
+
+
+def _leading(words: Sequence[str], test: Callable[[str], object]) -> int:
+    """How many words at the start pass `test`, for the caller to cut in one slice.
+
+    A cut per word copied the list each time: quadratic on `{ { { ...` or `sudo A=1 A=1 ...`.
+    """
+    count = 0
+    while count < len(words) and test(words[count]):
+        count += 1
+    return count
 
 
 def _skip_options(words: list[str], spec: _Spec, stop_at_unknown: bool = False) -> list[str]:
