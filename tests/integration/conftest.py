@@ -148,23 +148,26 @@ class _Admin:
     def __init__(self, uri: str) -> None:
         self.uri = uri
         self.conn: Any = None
+        self.version = 0  # the server's (`server_version_num`), known once connected
 
-    def execute(self, sql: str) -> Any:
-        """Run `sql` in autocommit; returns the connection it ran on."""
+    def connection(self) -> Any:
+        """The open connection (made now if there is none)."""
         import psycopg
 
-        for attempt in (0, 1):
-            if self.conn is None or self.conn.closed:
-                self.conn = psycopg.connect(self.uri, autocommit=True)
-            try:
-                self.conn.execute(sql)
-            except psycopg.OperationalError:
-                self.close()
-                if attempt:
-                    raise
-            else:
-                return self.conn
-        return None  # not reached: the second failure raised
+        if self.conn is None or self.conn.closed:
+            self.conn = psycopg.connect(self.uri, autocommit=True)
+            self.version = self.conn.info.server_version
+        return self.conn
+
+    def execute(self, sql: str) -> None:
+        """Run `sql` in autocommit, on a new connection once if the open one broke."""
+        import psycopg
+
+        try:
+            self.connection().execute(sql)
+        except psycopg.OperationalError:
+            self.close()
+            self.connection().execute(sql)
 
     def close(self) -> None:
         if self.conn is not None:
@@ -194,11 +197,11 @@ def pg_uri(postgres_uri: str, _pg_admin: _Admin) -> Iterator[str]:
 
     name = f"replay_guard_{uuid.uuid4().hex[:12]}"
     try:
-        conn = _pg_admin.execute("SELECT 1")
         # On the throwaway server (fsync off), a file copy of the template database takes
         # half the time of PostgreSQL 15's default, which writes every page to the WAL;
         # a configured server keeps its default (its checkpoints may be slow).
-        copy = not os.environ.get(URI_ENV) and conn.info.server_version >= 150000
+        _pg_admin.connection()
+        copy = not os.environ.get(URI_ENV) and _pg_admin.version >= 150000
         _pg_admin.execute(f'CREATE DATABASE "{name}"' + (" STRATEGY = FILE_COPY" if copy else ""))
     except psycopg.errors.InsufficientPrivilege:
         yield postgres_uri
