@@ -316,7 +316,9 @@ def _hand_off_app(guarded: bool, effects: list[str]) -> Any:
     def transfer_to_billing(tool_call_id: Annotated[str, InjectedToolCallId]) -> Command:
         """Hand the customer over to billing."""
         effects.append("hand-off")
-        time.sleep(0.2)  # the sibling's failure ends the step first
+        # The sibling's failure ends the step first: 0.2 s was once not enough in CI (four
+        # workers on two cores), and the hand-off's write was kept.
+        time.sleep(1.0)
         message = ToolMessage("Transferred to billing", tool_call_id=tool_call_id)
         return Command(
             graph=Command.PARENT,
