@@ -2,9 +2,10 @@
 
 Run: python benchmarks/bench_agent.py [rounds]
 Goals (DESIGN.md): a guarded create_agent step costs no more than ToolCallLimitMiddleware's
-overhead ("guard overhead / ToolCallLimitMiddleware overhead": at most 1.00x; read again with
-each configuration running 10 steps in turn); the channel stays a few KB, flat, after 10,000
-calls.
+overhead ("guard overhead / ToolCallLimitMiddleware overhead": at most 1.00x; read step by
+step, each step less the unguarded step of the same round and index, which cancels the thread's
+growth; and again with each configuration running 10 steps in turn); the channel stays a few
+KB, flat, after 10,000 calls.
 Steps are timed in CPU time (`time.process_time`, all threads of this process), so other work on
 a shared machine does not count; the configurations advance in lockstep, one round each in
 turn, so a slow stretch hits them all alike. One run, medians, ratios: compare the columns, not
@@ -176,6 +177,37 @@ def _round_ratios(steps: dict[str, list[float]], rounds: int) -> list[float]:
     return ratios
 
 
+def _paired(steps: dict[str, list[float]], rounds: int) -> tuple[float, float, list[float]]:
+    """Each step's overhead against the unguarded step of the same round and index, medians.
+
+    A step's CPU time grows with its thread (LangChain reads the whole history at each model
+    call: about 4 ms early in a round, 13 ms late, here), so the difference of two medians
+    moves with where each median falls on that ramp. In lockstep every configuration runs
+    step `i` of round `r` beside the others' step `i`: the difference of those two steps
+    holds the ramp and the stretch of the machine once each, and cancels both.
+
+    Returns:
+        The guard's and ToolCallLimitMiddleware's median overhead a step, and the ratio of
+        the two from each round's steps alone.
+    """
+    base = steps["create_agent, no middleware"]
+    extra = {
+        label: [spent - unguarded for spent, unguarded in zip(steps[label], base, strict=True)]
+        for label in (
+            "create_agent + ReplayGuardMiddleware",
+            "create_agent + ToolCallLimitMiddleware",
+        )
+    }
+    guard, limit = extra.values()
+    size = len(base) // rounds
+    ratios = [
+        statistics.median(guard[start : start + size])
+        / statistics.median(limit[start : start + size])
+        for start in range(0, size * rounds, size)
+    ]
+    return statistics.median(guard), statistics.median(limit), ratios
+
+
 def _own_gc(make_graph: Callable[[], Any], steps: int = 150) -> tuple[list[float], float]:
     """Collections a step (per generation) and the collector's CPU a step, this graph alone.
 
@@ -293,6 +325,13 @@ def main() -> None:
     print(
         f"  the same ratio round by round (each round's medians): {per_round[0]:.2f}x to "
         f"{per_round[-1]:.2f}x ({', '.join(f'{ratio:.2f}' for ratio in per_round)})"
+    )
+    paired_guard, paired_limit, per_round = _paired(samples, rounds)
+    per_round.sort()
+    print(
+        "the same ratio step by step (each step less the unguarded step of its round and index, "
+        f"medians): {paired_guard / paired_limit:.2f}x ({paired_guard * 1e6:.0f} us vs "
+        f"{paired_limit * 1e6:.0f} us; rounds {', '.join(f'{r:.2f}' for r in per_round)})"
     )
     warm_rows = rows[:3]  # the unguarded agent, the guard's, ToolCallLimitMiddleware's
     warm_meter = GcMeter([label for label, _ in warm_rows])  # not a gc callback: no split
