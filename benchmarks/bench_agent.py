@@ -113,7 +113,7 @@ class GcMeter:
 
 def _median_steps(
     rows: list[tuple[str, Any]], rounds: int, meter: GcMeter, block: int = 1
-) -> tuple[dict[str, float], dict[str, float], dict[str, list[float]]]:
+) -> tuple[dict[str, float], dict[str, list[float]], dict[str, list[float]]]:
     """Median CPU time of one round for each configuration, measured in lockstep.
 
     All configurations advance together, `block` rounds each in turn (1: one step each),
@@ -123,8 +123,8 @@ def _median_steps(
     configurations' steps (their code and data in the caches); a block of 10 runs most
     steps after the same graph's own, as one agent's steps run in a process.
 
-    Returns the medians of each step's CPU time, of the same less the collector's CPU time
-    in that step (`meter`), and each step's CPU time, round after round. In lockstep the
+    Returns the medians of each step's CPU time, each step's CPU time less the collector's
+    CPU time in that step (`meter`), and each step's CPU time, round after round. In lockstep the
     configurations share one collector: a collection runs in the step whose allocation
     crosses the threshold, whichever steps allocated what it scans, so it falls most in the
     steps that allocate most before they free (the ones with `wrap_*` hooks: `traceable`'s
@@ -155,7 +155,7 @@ def _median_steps(
             done += turn
     return (
         {label: statistics.median(times) for label, times in samples.items()},
-        {label: statistics.median(times) for label, times in outside.items()},
+        outside,
         samples,
     )
 
@@ -365,19 +365,15 @@ def main() -> None:
         own = "".join(f"{n:>8.3f}" for n in own_counts) + f"{own_cpu * 1e6:>10.1f}us"
         print(f"  {label:40}{shared}{own}")
 
-    def overhead(label: str) -> float:
-        # A step outside the collector (median) plus the collector's cost when it runs alone.
-        return (
-            outside[label]
-            + alone[label][1]
-            - (outside["create_agent, no middleware"] + alone["create_agent, no middleware"][1])
-        )
-
-    own_guard = overhead("create_agent + ReplayGuardMiddleware")
-    own_limit = overhead("create_agent + ToolCallLimitMiddleware")
+    # Step by step, each step less the collections that fell in it (`_paired`), plus the
+    # collector's cost of that configuration when it runs alone.
+    outside_guard, outside_limit, _ = _paired(outside, rounds)
+    alone_base = alone["create_agent, no middleware"][1]
+    own_guard = outside_guard + alone["create_agent + ReplayGuardMiddleware"][1] - alone_base
+    own_limit = outside_limit + alone["create_agent + ToolCallLimitMiddleware"][1] - alone_base
     print(
-        "guard overhead / ToolCallLimitMiddleware overhead, each step less the collections "
-        "that fell in it, plus the collector's cost of that configuration alone: "
+        "guard overhead / ToolCallLimitMiddleware overhead step by step, each step less the "
+        "collections that fell in it, plus the collector's cost of that configuration alone: "
         f"{own_guard * 1e6:.0f} us vs {own_limit * 1e6:.0f} us = {own_guard / own_limit:.2f}x"
     )
     print()

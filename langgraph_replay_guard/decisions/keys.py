@@ -144,11 +144,7 @@ def _canon(value: Any, path: _Path, depth: int, walk: _Walk) -> _JSON:
         return value  # type: ignore[no-any-return]
     if kind is int:
         if not -_BIG_INT < value < _BIG_INT:
-            msg = (
-                f"Argument '{_text(path)}' is an integer with more than 4,000 digits; pass it as a "
-                "string instead."
-            )
-            raise InvalidArgumentsError(msg, path=_text(path))
+            raise _too_long(path, "is an integer", "pass it as a string instead")
         return value  # type: ignore[no-any-return]
     if kind is float:
         return _canon_float(value)
@@ -216,6 +212,12 @@ def _too_large(path: _Path, why: str) -> InvalidArgumentsError:
     return InvalidArgumentsError(msg, path=_text(path))
 
 
+def _too_long(path: _Path, what: str, fix: str) -> InvalidArgumentsError:
+    """The refusal of an integer too long for JSON (4,000 digits and more), value or key."""
+    msg = f"Argument '{_text(path)}' {what} with more than 4,000 digits; {fix}."
+    return InvalidArgumentsError(msg, path=_text(path))
+
+
 def _walked(
     value: Any, path: _Path, depth: int, walk: _Walk, done: dict[int, tuple[Any, int, int, Any]]
 ) -> Any:
@@ -272,11 +274,7 @@ def _canon_mapping(value: Mapping[Any, Any], path: _Path, depth: int, walk: _Wal
             key = json.dumps(raw_key)
         elif isinstance(raw_key, int | float):
             if isinstance(raw_key, int) and not -_BIG_INT < raw_key < _BIG_INT:
-                msg = (
-                    f"Argument '{_text(path)}' has an integer key with more than 4,000 digits; "
-                    "use a string key instead."
-                )
-                raise InvalidArgumentsError(msg, path=_text(path))
+                raise _too_long(path, "has an integer key", "use a string key instead")
             key = json.dumps(_float_key(raw_key) if isinstance(raw_key, float) else raw_key)
         else:
             msg = (
