@@ -66,10 +66,14 @@ def error_text(error: Any) -> str:
     if isinstance(error, str):
         return error
     if isinstance(error, BaseException):
-        if type(error).__str__ is BaseException.__str__:
+        message = type(error).__str__
+        args = error.args
+        if message is KeyError.__str__ and len(args) == 1:
+            # `KeyError(key)` prints `repr(key)`, a string key too: bounded the same way.
+            return _repr_text(args[0])
+        if message is BaseException.__str__ or message is KeyError.__str__:
             # The default message, built as `str()` builds it but with values printed bounded:
             # `ValueError(value)` prints `value` whole.
-            args = error.args
             if len(args) == 1:
                 return args[0] if isinstance(args[0], str) else _repr_text(args[0])
             return _repr_text(args) if args else ""

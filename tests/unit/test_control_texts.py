@@ -47,9 +47,11 @@ def test_a_hostile_result_or_failure_is_recorded_as_bounded_text(value):
     control.record_success("fetch", {"id": 1}, result=value)
     control.record_failure("fetch", {"id": 2}, value)
     control.record_failure("fetch", {"id": 3}, ValueError(value))
+    control.record_failure("fetch", {"id": 4}, KeyError(value))  # `str` is the key's repr
     assert control.evaluate("fetch", {"id": 1}).reason == "duplicate"  # recorded as a success
     assert len(result_text(value) or "") <= 100_000
     assert len(error_text(value)) <= 100_000
+    assert len(error_text(KeyError(value))) <= 100_000
 
 
 def test_ordinary_values_read_as_before():
@@ -58,3 +60,5 @@ def test_ordinary_values_read_as_before():
     assert error_text("card declined") == "card declined"
     assert error_text(ValueError("card declined")) == "card declined"
     assert error_text(["bad", 1]) == "['bad', 1]"
+    for error in (KeyError("sku"), KeyError(3), KeyError(), KeyError("a", 1), OSError(2, "gone")):
+        assert error_text(error) == str(error)
