@@ -41,6 +41,9 @@ from langgraph_replay_guard.testing import ScriptedChatModel, agent_graph
 STEPS = 200
 ROUNDS = 5
 WARM_BLOCK = 10  # steps a configuration runs in turn for the second reading of the ratio
+BASE = "create_agent, no middleware"
+GUARD = "create_agent + ReplayGuardMiddleware"
+LIMIT = "create_agent + ToolCallLimitMiddleware"
 
 
 @tool
@@ -160,21 +163,22 @@ def _median_steps(
     )
 
 
+def _round_medians(times: list[float], rounds: int) -> list[float]:
+    """The median of each round's steps (`times` holds the rounds one after the other)."""
+    size = len(times) // rounds
+    return [
+        statistics.median(times[start : start + size]) for start in range(0, size * rounds, size)
+    ]
+
+
 def _round_ratios(steps: dict[str, list[float]], rounds: int) -> list[float]:
     """The guard's overhead over ToolCallLimitMiddleware's, from each round's medians alone.
 
     How far one round's ratio is from another's shows how much of a difference between two
     runs the machine makes.
     """
-    base = steps["create_agent, no middleware"]
-    guard = steps["create_agent + ReplayGuardMiddleware"]
-    limit = steps["create_agent + ToolCallLimitMiddleware"]
-    size = len(base) // rounds
-    ratios = []
-    for start in range(0, size * rounds, size):
-        medians = [statistics.median(times[start : start + size]) for times in (base, guard, limit)]
-        ratios.append((medians[1] - medians[0]) / (medians[2] - medians[0]))
-    return ratios
+    base, guard, limit = (_round_medians(steps[label], rounds) for label in (BASE, GUARD, LIMIT))
+    return [(g - b) / (lim - b) for b, g, lim in zip(base, guard, limit, strict=True)]
 
 
 def _paired(steps: dict[str, list[float]], rounds: int) -> tuple[float, float, list[float]]:
@@ -190,20 +194,14 @@ def _paired(steps: dict[str, list[float]], rounds: int) -> tuple[float, float, l
         The guard's and ToolCallLimitMiddleware's median overhead a step, and the ratio of
         the two from each round's steps alone.
     """
-    base = steps["create_agent, no middleware"]
-    extra = {
-        label: [spent - unguarded for spent, unguarded in zip(steps[label], base, strict=True)]
-        for label in (
-            "create_agent + ReplayGuardMiddleware",
-            "create_agent + ToolCallLimitMiddleware",
-        )
-    }
-    guard, limit = extra.values()
-    size = len(base) // rounds
+    base = steps[BASE]
+    guard, limit = (
+        [spent - unguarded for spent, unguarded in zip(steps[label], base, strict=True)]
+        for label in (GUARD, LIMIT)
+    )
     ratios = [
-        statistics.median(guard[start : start + size])
-        / statistics.median(limit[start : start + size])
-        for start in range(0, size * rounds, size)
+        g / lim
+        for g, lim in zip(_round_medians(guard, rounds), _round_medians(limit, rounds), strict=True)
     ]
     return statistics.median(guard), statistics.median(limit), ratios
 
@@ -284,10 +282,10 @@ def main() -> None:
     print(f"{STEPS} tool-calling steps x {rounds} rounds, InMemorySaver, scripted model, CPU time")
     print()
     rows = [
-        ("create_agent, no middleware", lambda: _agent([])),
-        ("create_agent + ReplayGuardMiddleware", lambda: _agent([ReplayGuard().middleware()])),
+        (BASE, lambda: _agent([])),
+        (GUARD, lambda: _agent([ReplayGuard().middleware()])),
         (
-            "create_agent + ToolCallLimitMiddleware",
+            LIMIT,
             lambda: _agent([ToolCallLimitMiddleware(thread_limit=1_000_000)]),
         ),
         ("create_agent + pass-through wrap hooks", lambda: _agent([PassThrough()])),
@@ -300,22 +298,22 @@ def main() -> None:
         medians, outside, samples = _median_steps(rows, rounds, meter)
     finally:
         gc.callbacks.remove(meter)
-    base_agent = medians["create_agent, no middleware"]
+    base_agent = medians[BASE]
     base_custom = medians["custom graph, plain ToolNode"]
     print(f"{'':42}{'median step (CPU)':>18}{'vs unguarded':>14}")
     for label, median in medians.items():
         base = base_agent if label.startswith("create_agent") else base_custom
         print(f"{label:42}{median * 1000:>16.3f}ms{median / base:>13.3f}x")
-    guard_cost = medians["create_agent + ReplayGuardMiddleware"] - base_agent
-    limit_cost = medians["create_agent + ToolCallLimitMiddleware"] - base_agent
+    guard_cost = medians[GUARD] - base_agent
+    limit_cost = medians[LIMIT] - base_agent
     print()
     print(
         f"guard overhead per step: {guard_cost * 1e6:.0f} us "
         f"({guard_cost / base_agent:.1%}); ToolCallLimitMiddleware: {limit_cost * 1e6:.0f} us "
         f"({limit_cost / base_agent:.1%})"
     )
-    guarded = medians["create_agent + ReplayGuardMiddleware"]
-    limited = medians["create_agent + ToolCallLimitMiddleware"]
+    guarded = medians[GUARD]
+    limited = medians[LIMIT]
     print(f"guarded step / ToolCallLimitMiddleware step: {guarded / limited:.3f}x")
     print(
         f"guard overhead / ToolCallLimitMiddleware overhead: {guard_cost / limit_cost:.2f}x "
@@ -336,8 +334,8 @@ def main() -> None:
     warm_rows = rows[:3]  # the unguarded agent, the guard's, ToolCallLimitMiddleware's
     warm_meter = GcMeter([label for label, _ in warm_rows])  # not a gc callback: no split
     warm, _, warm_samples = _median_steps(warm_rows, rounds, warm_meter, block=WARM_BLOCK)
-    warm_guard = warm["create_agent + ReplayGuardMiddleware"] - warm[rows[0][0]]
-    warm_limit = warm["create_agent + ToolCallLimitMiddleware"] - warm[rows[0][0]]
+    warm_guard = warm[GUARD] - warm[BASE]
+    warm_limit = warm[LIMIT] - warm[BASE]
     per_round = sorted(_round_ratios(warm_samples, rounds))
     print(
         f"the same ratio with each configuration running {WARM_BLOCK} steps in turn (most steps "
@@ -368,9 +366,9 @@ def main() -> None:
     # Step by step, each step less the collections that fell in it (`_paired`), plus the
     # collector's cost of that configuration when it runs alone.
     outside_guard, outside_limit, _ = _paired(outside, rounds)
-    alone_base = alone["create_agent, no middleware"][1]
-    own_guard = outside_guard + alone["create_agent + ReplayGuardMiddleware"][1] - alone_base
-    own_limit = outside_limit + alone["create_agent + ToolCallLimitMiddleware"][1] - alone_base
+    alone_base = alone[BASE][1]
+    own_guard = outside_guard + alone[GUARD][1] - alone_base
+    own_limit = outside_limit + alone[LIMIT][1] - alone_base
     print(
         "guard overhead / ToolCallLimitMiddleware overhead step by step, each step less the "
         "collections that fell in it, plus the collector's cost of that configuration alone: "
