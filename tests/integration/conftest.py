@@ -148,7 +148,6 @@ class _Admin:
     def __init__(self, uri: str) -> None:
         self.uri = uri
         self.conn: Any = None
-        self.version = 0  # the server's (`server_version_num`), known once connected
 
     def connection(self) -> Any:
         """The open connection (made now if there is none)."""
@@ -156,8 +155,11 @@ class _Admin:
 
         if self.conn is None or self.conn.closed:
             self.conn = psycopg.connect(self.uri, autocommit=True)
-            self.version = self.conn.info.server_version
         return self.conn
+
+    def version(self) -> int:
+        """The server's version (`server_version_num`), read from the open connection."""
+        return int(self.connection().info.server_version)
 
     def execute(self, sql: str) -> None:
         """Run `sql` in autocommit, on a new connection once if the open one broke."""
@@ -200,8 +202,7 @@ def pg_uri(postgres_uri: str, _pg_admin: _Admin) -> Iterator[str]:
         # On the throwaway server (fsync off), a file copy of the template database takes
         # half the time of PostgreSQL 15's default, which writes every page to the WAL;
         # a configured server keeps its default (its checkpoints may be slow).
-        _pg_admin.connection()
-        copy = not os.environ.get(URI_ENV) and _pg_admin.version >= 150000
+        copy = not os.environ.get(URI_ENV) and _pg_admin.version() >= 150000
         _pg_admin.execute(f'CREATE DATABASE "{name}"' + (" STRATEGY = FILE_COPY" if copy else ""))
     except psycopg.errors.InsufficientPrivilege:
         yield postgres_uri
