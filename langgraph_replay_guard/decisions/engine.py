@@ -36,7 +36,7 @@ from langgraph_replay_guard.decisions.texts import (
     unknown_tool_message,
 )
 from langgraph_replay_guard.errors import InvalidArgumentsError
-from langgraph_replay_guard.policy.config import GuardConfig, PolicySource
+from langgraph_replay_guard.policy.config import GuardConfig, PolicySource, keeps_previews
 from langgraph_replay_guard.policy.patterns import SafePattern
 from langgraph_replay_guard.policy.resolver import PolicyResolver, resolver_of
 
@@ -153,7 +153,9 @@ class CallFacts(NamedTuple):
     preview_chars: int = 200
     """`GuardConfig.result_preview_chars`: how much of a result its event keeps."""
     store_previews: bool = True
-    """`GuardConfig.store_previews`: False, its event keeps no result text (a digest only)."""
+    """`GuardConfig.store_previews` where no messages hold the results (`keeps_previews`):
+    False, its event keeps no result text (a digest only). An integration that reads the
+    thread's messages asks for none itself (`make_event(previews=...)`)."""
     background: bool = False
     """The call starts work that outlives it (`CallClass.background`): once it ran, reads
     are no longer deduplicated in the thread (or turn)."""
@@ -214,7 +216,7 @@ def call_facts(
             unknown=True,
             tools=tuple(tools),
             preview_chars=config.result_preview_chars,
-            store_previews=config.store_previews,
+            store_previews=keeps_previews(config, messages=False),
         )
     rules = resolver.rules(tool)
     classifier = rules.policy.classifier_fn
@@ -243,7 +245,7 @@ def call_facts(
         rules.failure_pattern,
         rules.source,
         config.result_preview_chars,
-        config.store_previews,
+        keeps_previews(config, messages=False),
         background,
     )
 

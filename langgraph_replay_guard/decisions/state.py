@@ -45,6 +45,7 @@ __all__ = [
     "batch_in_progress",
     "delivered",
     "fold_events",
+    "is_channel_value",
     "load_state",
     "may_have_written",
     "merge_guard_state",
@@ -242,6 +243,15 @@ def load_state(value: Any) -> dict[str, Any]:
 
 _WRITE_KEYS = frozenset({"op", "cfg", "events", "scrub", "show"})
 """The keys of a guard write (`own_update`)."""
+
+
+def is_channel_value(value: Any) -> bool:
+    """Whether a mapping is a guard channel value (a state, or a first write stored as it is).
+
+    A reader given a state dict or a channel value tells them apart by this: a channel with
+    one write (a thread whose only step wrote it) holds that write, not a state.
+    """
+    return isinstance(value, Mapping) and ("v" in value or _first_write(value))
 
 
 def _first_write(value: Any) -> bool:

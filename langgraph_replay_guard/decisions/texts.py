@@ -37,6 +37,7 @@ __all__ = [
     "summarize_args",
     "tool_list",
     "unknown_tool_message",
+    "with_last_result",
 ]
 
 STOP_IGNORED = "stop_ignored"
@@ -112,11 +113,17 @@ def duplicate_message(tool: str, result: str | None, *, label: str = "Earlier re
 
 def same_result_message(tool: str, times: int, preview: str | None) -> str:
     """What a call short-circuited on an identical result is answered."""
-    return (
+    return with_last_result(
         f"Not executed: identical result again. '{_q(tool)}' returned the identical result the "
         f"last {times} times with these arguments, so calling it again will not help. Change "
-        "the arguments or try something else." + _with_preview(preview, "Last result (preview)")
+        "the arguments or try something else.",
+        preview,
     )
+
+
+def with_last_result(message: str, preview: str | None) -> str:
+    """A `same_result_message` made without a preview, with the last result's preview."""
+    return message + _with_preview(preview, "Last result (preview)")
 
 
 def repeat_message(tool: str, attempt: int, limit: int, *, final: bool) -> str:

@@ -21,9 +21,10 @@ from langgraph_replay_guard.decisions.texts import (
     UNKNOWN_TOOL,
     duplicate_message,
     prompt_name,
+    with_last_result,
 )
 from langgraph_replay_guard.integrations.batches import ToolCallBatch, state_messages
-from langgraph_replay_guard.integrations.calls import denied_event
+from langgraph_replay_guard.integrations.calls import denied_event, message_text
 from langgraph_replay_guard.policy.resolver import PolicyResolver
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ __all__ = [
     "blocked_answer",
     "earlier_answer",
     "final_ai_message",
+    "last_result_answer",
     "stopped_here",
     "whole_duplicate_answer",
 ]
@@ -144,6 +146,27 @@ def whole_duplicate_answer(
     """
     text = duplicate_message(decision.tool or answer.name or "", earlier.text)
     return answer.model_copy(update={"content": text})
+
+
+def last_result_answer(
+    answer: ToolMessage, earlier: ToolMessage, preview_chars: int
+) -> ToolMessage:
+    """A `same_result` answer made without a preview, with one cut from the thread.
+
+    Where the guard reads the thread's messages its channel keeps result digests only
+    (`keeps_previews`): the preview of the last identical result is cut from that call's
+    ToolMessage, as the model was given it.
+
+    Args:
+        answer: The short-circuited call's answer (no preview).
+        earlier: The last run's ToolMessage (`earlier_answer`).
+        preview_chars: `GuardConfig.result_preview_chars`.
+
+    Returns:
+        The answer with the preview.
+    """
+    preview = message_text(earlier)[:preview_chars]
+    return answer.model_copy(update={"content": with_last_result(answer.text, preview)})
 
 
 def blocked_tool_message(

@@ -34,6 +34,7 @@ from langgraph_replay_guard.decisions.state import (
     show_update,
 )
 from langgraph_replay_guard.integrations.batches import ToolCallBatch
+from langgraph_replay_guard.policy.config import keeps_previews
 from langgraph_replay_guard.policy.resolver import PolicyResolver, resolver_of
 
 if TYPE_CHECKING:
@@ -244,7 +245,7 @@ def given_previews(
     Returns:
         Result digest -> preview (empty: nothing to show).
     """
-    if not config.store_previews or value is None:
+    if not keeps_previews(config, messages=True) or value is None:
         return {}
     facts = preview_facts(value)
     unshown = facts.unshown

@@ -8,7 +8,7 @@ from typing import Any
 from langchain_core.messages import SystemMessage
 
 from langgraph_replay_guard.decisions.engine import render_reminder, state_view, stop_was_ignored
-from langgraph_replay_guard.decisions.state import GuardView, settled
+from langgraph_replay_guard.decisions.state import GuardView, is_channel_value, settled
 from langgraph_replay_guard.integrations.batches import (
     current_turn,
     last_ai_id,
@@ -127,7 +127,7 @@ def guard_view(state_or_snapshot: Any, *, channel: str = GUARD_CHANNEL) -> Guard
     values = state_or_snapshot
     if not isinstance(values, Mapping):  # a StateSnapshot (a dict's .values is a method)
         values = getattr(values, "values", values)
-    if isinstance(values, Mapping) and "v" in values and channel not in values:
+    if is_channel_value(values) and channel not in values:
         value: Any = values
         reminder = None
     else:

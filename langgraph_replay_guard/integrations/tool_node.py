@@ -47,6 +47,7 @@ from langgraph_replay_guard.integrations.answers import (
     blocked_answer,
     earlier_answer,
     final_ai_message,
+    last_result_answer,
     stopped_here,
     whole_duplicate_answer,
 )
@@ -94,6 +95,7 @@ from langgraph_replay_guard.integrations.tracing import (
     trace_info,
     traced_request,
 )
+from langgraph_replay_guard.policy.config import keeps_previews
 from langgraph_replay_guard.policy.options import unclassified_tool_error
 from langgraph_replay_guard.replay.ledger import LedgerEntry
 from langgraph_replay_guard.storage.plans import adrive, drive
@@ -1022,6 +1024,17 @@ class ToolCallWrapper:
         answer, events = blocked_answer(planned, batch)
         if earlier is not None and decision is not None:
             answer = whole_duplicate_answer(answer, decision, earlier)
+        elif (
+            decision is not None
+            and decision.reason == "same_result"
+            and decision.previous_result is None
+        ):
+            # A channel of digests only (`keeps_previews`): the last result's preview is cut
+            # from its ToolMessage, as for a duplicate (none once the history lost it).
+            ran_as = earlier_call_id(snapshot(value, batch.batch_id), decision.call_key)
+            shown = earlier_answer(self.policies, decision, state, self.messages_key, ran_as)
+            if shown is not None:
+                answer = last_result_answer(answer, shown, self.config.result_preview_chars)
         if decision is None:  # `planned.error`: arguments that could not be keyed
             trace = trace_info(None, replay=None, verdict="deny", reason="invalid_arguments")
             return _Blocked([answer], events, trace)
@@ -1141,7 +1154,7 @@ class ToolCallWrapper:
             outcome,
             text,
             command=isinstance(result, Command),
-            preview=not self.defer_previews,
+            preview=not self.defer_previews and keeps_previews(self.config, messages=True),
             call_id=run.call_id,
             edits=self._carried(request),
         )

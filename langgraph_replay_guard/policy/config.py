@@ -47,6 +47,7 @@ __all__ = [
     "ToolPolicy",
     "ToolkitRef",
     "did_you_mean",
+    "keeps_previews",
     "toolkit_window",
 ]
 
@@ -530,6 +531,27 @@ def toolkit_window(toolkits: Sequence[str | ToolkitRef]) -> int | None:
     return min(given) if given else None
 
 
+def keeps_previews(config: GuardConfig, *, messages: bool) -> bool:
+    """Whether a result's preview goes into the guard channel (`GuardConfig.store_previews`).
+
+    The thread's messages already hold every result the model was given (what a middleware
+    left of it), so where the guard reads them (`messages`: `ReplayGuardMiddleware`,
+    `guard.wrap`) it quotes an earlier result from them and its channel keeps digests only,
+    unless `store_previews=True`. Where there are none (the callback handler,
+    `guard.control()`), only `store_previews=False` keeps the text out.
+
+    Args:
+        config: The guard's configuration.
+        messages: Whether the integration reads the thread's messages.
+
+    Returns:
+        Whether the channel keeps previews.
+    """
+    if config.store_previews is None:
+        return not messages
+    return config.store_previews
+
+
 def _known_toolkit(name: str) -> str:
     if name not in known_toolkits():
         msg = (
@@ -552,9 +574,12 @@ class GuardConfig(BaseModel):
         result_preview_chars: Length of the earlier result shown to the model when a call
             is answered from it.
         store_previews: Keep a preview of each result in the guard channel (checkpointed with
-            the thread). False: the channel keeps result digests only, no result text; a
-            duplicate read is answered from the thread's messages, or, where there are none
-            (the callback handler), says the result is identical without quoting it.
+            the thread). None (the default): only where no messages hold the results (the
+            callback handler, `guard.control()`); `ReplayGuardMiddleware` and `guard.wrap`
+            keep digests only and cut what the model is told of an earlier result from the
+            thread's messages. True: everywhere. False: nowhere; a duplicate read is then
+            answered from the thread's messages, or, where there are none (the callback
+            handler), says the result is identical without quoting it.
         max_cycle_period: Longest alternating pattern (A-B-A-B is period 2) detected.
         dedup: Enable the dedup layer.
         repeat_limit: Enable the repeat counter and its abort.
@@ -643,7 +668,7 @@ class GuardConfig(BaseModel):
     history_window: int = Field(default=_DEFAULT_WINDOW, ge=1, le=10_000)
     max_repeats: int = Field(default=3, ge=1, le=_MAX_COUNT)
     result_preview_chars: int = Field(default=200, ge=0, le=100_000)
-    store_previews: bool = True
+    store_previews: bool | None = None
     max_cycle_period: int = Field(default=4, ge=2, le=32)
     dedup: bool = True
     repeat_limit: bool = True
@@ -948,7 +973,7 @@ class GuardOptions(TypedDict, total=False):
     history_window: int
     max_repeats: int
     result_preview_chars: int
-    store_previews: bool
+    store_previews: bool | None
     max_cycle_period: int
     dedup: bool
     repeat_limit: bool

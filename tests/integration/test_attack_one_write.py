@@ -222,12 +222,18 @@ def _previews(value: Any) -> list[Any]:
     return sorted([memo[0], memo[3]] for memo in value.get("results", {}).values())
 
 
-def _scenario(name: str, *, guard_first: bool, asynchronous: bool = False) -> dict[str, Any]:
-    """Run a case on an InMemorySaver: messages, previews, and which checkpoints hold raw."""
+def _scenario(
+    name: str, *, guard_first: bool, asynchronous: bool = False, previews: bool | None = True
+) -> dict[str, Any]:
+    """Run a case on an InMemorySaver: messages, previews, and which checkpoints hold raw.
+
+    `previews`: `GuardConfig.store_previews` (True: as on 7e21124, whose default it was).
+    """
     others, script = _CASES[name]
     runs: list[str] = []
     saver = InMemorySaver()
-    guard = ReplayGuard(GuardConfig(result_preview_chars=CHARS)).middleware()
+    config = GuardConfig(result_preview_chars=CHARS, store_previews=previews)
+    guard = ReplayGuard(config).middleware()
     stack = [guard, *others()] if guard_first else [*others(), guard]
     agent = create_agent(
         ScriptedChatModel(script=list(script)), _tools(runs), middleware=stack, checkpointer=saver
@@ -487,9 +493,32 @@ def test_a_stack_answers_as_on_7e21124(name: str, guard_first: bool, asynchronou
         assert "C1" not in got["raw"]
 
 
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("guard_first", [True, False], ids=["first", "last"])
+@pytest.mark.parametrize("name", sorted(_CASES))
+def test_by_default_a_stack_answers_as_on_7e21124_and_no_checkpoint_holds_a_result(
+    name: str, guard_first: bool, asynchronous: bool
+) -> None:
+    """The default channel keeps digests only: the same messages, no result text anywhere.
+
+    The model is told what it was told on 7e21124 (a duplicate's and a short circuit's answer
+    cut from the thread's messages), and no checkpoint's guard channel holds a preview, so a
+    redaction the guard cannot see (a `wrap_model_call` rewriting the model's request only)
+    leaves nothing raw behind it either.
+    """
+    got = _scenario(name, guard_first=guard_first, asynchronous=asynchronous, previews=None)
+    expected = _BASE[name]
+    assert got["messages"] == expected["messages"]
+    assert sorted(got["runs"]) == expected["runs"]
+    assert got["previews"] == [[digest, None] for digest, _ in expected["previews"]]
+    assert got["raw"] == []
+
+
 @pytest.mark.xfail(
     strict=True,
-    reason="found on 7e21124 as on main: the guard cuts the previews from the state's messages "
+    reason="with store_previews=True (the default of 7e21124; None, today's, keeps no text: "
+    "`test_by_default_a_stack_answers_as_on_7e21124_and_no_checkpoint_holds_a_result`), "
+    "found on 7e21124 as on main: the guard cuts the previews from the state's messages "
     "(`request.state`), not from `request.messages`, so a `wrap_model_call` that gives the "
     "model redacted ToolMessages without changing state leaves the raw preview in the channel; "
     "guard first it cannot see the rewrite at all, and a tools node that misses "
@@ -541,7 +570,7 @@ def _by_thread(messages: list[Any]) -> Any:
 def _two_threads(mode: str, *, one_agent: bool = False) -> dict[str, Any]:
     """Threads A and B on one guard middleware instance and one saver, step by step alternately
     (`one_agent`: one compiled agent for both, as a server runs it)."""
-    guard = ReplayGuard(GuardConfig(result_preview_chars=CHARS)).middleware()
+    guard = ReplayGuard(GuardConfig(result_preview_chars=CHARS, store_previews=True)).middleware()
     saver = InMemorySaver()
     barrier: Any = asyncio.Barrier(2) if mode == "async" else threading.Barrier(2, timeout=30)
     runs: dict[str, list[str]] = {"A": [], "B": []}
@@ -651,7 +680,9 @@ def test_a_show_or_scrub_of_the_wrong_type_is_ignored_with_a_notice(
     cfg: Any = {"configurable": {"thread_id": name}}
     script = [[_c("C1")], "first", [_c("C1")], "done"]
     with SqliteSaver.from_conn_string(str(tmp_path / "cp.db")) as saver:
-        guard = ReplayGuard(GuardConfig(result_preview_chars=CHARS)).middleware()
+        guard = ReplayGuard(
+            GuardConfig(result_preview_chars=CHARS, store_previews=True)
+        ).middleware()
         agent = create_agent(
             ScriptedChatModel(script=script), _tools(runs), middleware=[guard], checkpointer=saver
         )
@@ -710,7 +741,7 @@ def test_a_redacted_result_with_an_earlier_results_text_keeps_its_digest_only(
 
     saver = InMemorySaver()
     cfg: Any = {"configurable": {"thread_id": "same"}}
-    guard = ReplayGuard(GuardConfig(result_preview_chars=20)).middleware()
+    guard = ReplayGuard(GuardConfig(result_preview_chars=20, store_previews=True)).middleware()
     stack = [guard, RedactNewest(3)] if guard_first else [RedactNewest(3), guard]
     script = [[s("a")], [s("b"), s("c")], [s("b"), s("c")], [s("a")], "done"]
     agent = create_agent(
@@ -738,7 +769,9 @@ def test_an_abort_that_raises_keeps_the_previews_of_7e21124(repeats: int) -> Non
     runs: list[str] = []
     saver = InMemorySaver()
     cfg: Any = {"configurable": {"thread_id": "abort"}}
-    config = GuardConfig(result_preview_chars=CHARS, exit_behavior="error", max_repeats=repeats)
+    config = GuardConfig(
+        result_preview_chars=CHARS, store_previews=True, exit_behavior="error", max_repeats=repeats
+    )
     script = [[_c("C1")], [_c("C2"), _c("C1")], [_c("C1")], [_c("C1")], [_c("C1")], "done"]
     agent = create_agent(
         ScriptedChatModel(script=script),
@@ -780,7 +813,7 @@ def test_jumps_back_to_the_model_do_not_lose_the_previews(guard_first: bool, jum
     runs: list[str] = []
     saver = InMemorySaver()
     cfg: Any = {"configurable": {"thread_id": "jumps"}}
-    guard = ReplayGuard(GuardConfig(result_preview_chars=CHARS)).middleware()
+    guard = ReplayGuard(GuardConfig(result_preview_chars=CHARS, store_previews=True)).middleware()
     stack = [guard, JumpBack()] if guard_first else [JumpBack(), guard]
     script = [[_c("C1")], *([_c(f"J{i}")] for i in range(jumps)), [_c("C1")], "done"]
     agent = create_agent(
@@ -823,7 +856,7 @@ def test_a_lost_show_of_a_result_with_an_earlier_results_text_is_written_late(
 
     saver = InMemorySaver()
     cfg: Any = {"configurable": {"thread_id": "lost"}}
-    guard = ReplayGuard(GuardConfig(result_preview_chars=20)).middleware()
+    guard = ReplayGuard(GuardConfig(result_preview_chars=20, store_previews=True)).middleware()
     stack = [guard, Outside()] if guard_first else [Outside(), guard]
     script = [[s("a")], [s("b")], [s("S1")], [s("S2")], "done"]
     agent = create_agent(

@@ -56,7 +56,10 @@ def _versions(checkpoints: list[dict[str, Any]]) -> set[Any]:
     }
 
 
-def test_the_guard_channel_gets_one_version_a_step(tmp_path: Path) -> None:
+@pytest.mark.parametrize("store_previews", [None, True], ids=["default", "previews"])
+def test_the_guard_channel_gets_one_version_a_step(
+    tmp_path: Path, store_previews: bool | None
+) -> None:
     """20 agent steps (model, tools): about 20 versions of the channel, not 40 (7e21124)."""
     runs: list[str] = []
     steps = 20
@@ -64,7 +67,7 @@ def test_the_guard_channel_gets_one_version_a_step(tmp_path: Path) -> None:
     model = ScriptedChatModel(script=[*script, "done"])
     cfg: Any = {"configurable": {"thread_id": "versions"}, "recursion_limit": 200}
     with SqliteSaver.from_conn_string(str(tmp_path / "cp.db")) as saver:
-        guard = ReplayGuard(GuardConfig(result_preview_chars=24))
+        guard = ReplayGuard(GuardConfig(result_preview_chars=24, store_previews=store_previews))
         agent = create_agent(
             model, [_lookup_tool(runs)], middleware=[guard.middleware()], checkpointer=saver
         )
@@ -75,6 +78,14 @@ def test_the_guard_channel_gets_one_version_a_step(tmp_path: Path) -> None:
             "SELECT COUNT(*) FROM writes WHERE channel = ?", (GUARD_CHANNEL,)
         ).fetchone()[0]
     assert len(runs) == steps
+    if store_previews is None:
+        # Digests only (the messages hold the results): one version a step, the tools
+        # node's write, and no result text in the channel.
+        assert len(_versions(checkpoints)) == steps
+        assert writes == steps
+        assert [i for i in range(steps) if _result(f"C{i}")[:24] in channel] == []
+        assert "Jane Doe" not in channel
+        return
     # One version a step (the tools node's write, carrying the last batch's previews), and
     # the final model call's write of the last batch's previews: 21. 7e21124: 40.
     assert len(_versions(checkpoints)) == steps + 1
@@ -138,7 +149,7 @@ def _run(
 
     def agent(saver: Any) -> Any:
         # A new guard each time: a resume finds nothing of what the model call planned.
-        guard = ReplayGuard(GuardConfig(result_preview_chars=30))
+        guard = ReplayGuard(GuardConfig(result_preview_chars=30, store_previews=True))
         others: list[Any] = []
         if pii:
             others.append(PIIMiddleware("email", strategy="redact", apply_to_tool_results=True))
@@ -240,7 +251,7 @@ def test_a_parallel_batch_carries_the_previews_in_each_call_as_on_7e21124(tmp_pa
     )
     cfg: Any = {"configurable": {"thread_id": "parallel"}}
     with SqliteSaver.from_conn_string(str(tmp_path / "cp.db")) as saver:
-        guard = ReplayGuard(GuardConfig(result_preview_chars=30))
+        guard = ReplayGuard(GuardConfig(result_preview_chars=30, store_previews=True))
         agent = create_agent(
             model, [lookup_customer], middleware=[guard.middleware()], checkpointer=saver
         )
@@ -285,7 +296,7 @@ def test_a_batch_whose_tools_never_run_still_gets_the_previews_before_it(tmp_pat
     reject = Command(resume={"decisions": [{"type": "reject", "message": "not now"}]})
     approve = Command(resume={"decisions": [{"type": "approve"}]})
     with SqliteSaver.from_conn_string(str(tmp_path / "cp.db")) as saver:
-        guard = ReplayGuard(GuardConfig(result_preview_chars=30))
+        guard = ReplayGuard(GuardConfig(result_preview_chars=30, store_previews=True))
         hitl = HumanInTheLoopMiddleware(interrupt_on={"lookup_customer": True})
         agent = create_agent(
             model, [_lookup_tool(runs)], middleware=[guard.middleware(), hitl], checkpointer=saver

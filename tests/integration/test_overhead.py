@@ -262,7 +262,7 @@ def test_a_preview_whose_message_changed_in_place_is_dropped(how: str) -> None:
     agent = create_agent(
         ScriptedChatModel(script=script),
         [lookup],
-        middleware=[_RewriteInPlace(how), ReplayGuardMiddleware()],
+        middleware=[_RewriteInPlace(how), ReplayGuardMiddleware(store_previews=True)],
         checkpointer=InMemorySaver(),
     )
     cfg: Any = {"configurable": {"thread_id": "in-place"}}

@@ -248,7 +248,7 @@ def test_the_preview_of_an_unchanged_result_is_written_with_the_guards_next_writ
     cfg: Any = {"configurable": {"thread_id": "plain"}}
     first, second = f"C1: {RESULT}"[:20], f"C2: {RESULT}"[:20]
     with SqliteSaver.from_conn_string(str(tmp_path / "cp.db")) as saver:
-        guard = ReplayGuard(GuardConfig(result_preview_chars=20))
+        guard = ReplayGuard(GuardConfig(result_preview_chars=20, store_previews=True))
         agent = create_agent(
             model, [lookup_customer], middleware=[guard.middleware()], checkpointer=saver
         )

@@ -52,7 +52,8 @@ def _event(config: GuardConfig, planned: Any, step: dict[str, Any], scripted: li
             result=text,
             reason=shadowed.reason if shadowed is not None else None,
             abort=shadowed is not None and shadowed.verdict is Verdict.ABORT,
-            previews=config.store_previews,
+            # As the core keeps them (no messages): `store_previews=None` is True here.
+            previews=config.store_previews is not False,
             **where,
         )
     return make_event(

@@ -47,6 +47,7 @@ from langgraph_replay_guard.integrations.calls import (
     message_text,
     snapshot,
 )
+from langgraph_replay_guard.policy.config import keeps_previews
 from langgraph_replay_guard.policy.resolver import PolicyResolver
 
 if TYPE_CHECKING:
@@ -388,7 +389,7 @@ class CallbackDecider:
             update = guard_update(self.config, [event])
         else:
             config = self.config
-            deferred = admitted.scope.model_seen and config.store_previews
+            deferred = admitted.scope.model_seen and keeps_previews(config, messages=False)
             # The event and its write in one pass of the core (`executed_write`).
             update = executed_write(config, planned, batch, outcome, text, preview=not deferred)
             (event,) = update["events"]
