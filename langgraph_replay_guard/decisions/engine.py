@@ -54,6 +54,7 @@ __all__ = [
     "earlier_call_id",
     "fold_settings",
     "ignored_stop_error",
+    "last_result_digest",
     "loop_error",
     "make_event",
     "raises_on_abort",
@@ -518,6 +519,20 @@ def earlier_call_id(view: Mapping[str, Any], key: str) -> str | None:
     """
     stored = view["results"].get(key)
     return stored[4] if stored is not None and len(stored) > 4 else None
+
+
+def last_result_digest(view: Mapping[str, Any], key: str) -> str | None:
+    """The digest of `key`'s last result (its result memo's first entry), if the state has it.
+
+    Args:
+        view: A settled guard state.
+        key: A call key.
+
+    Returns:
+        The digest, or None.
+    """
+    stored = view["results"].get(key)
+    return stored[0] if stored is not None and isinstance(stored[0], str) else None
 
 
 def make_event(

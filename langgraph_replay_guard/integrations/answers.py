@@ -15,6 +15,7 @@ from langgraph_replay_guard.decisions.engine import (
     call_facts,
 )
 from langgraph_replay_guard.decisions.failures import SAME_FAILURE
+from langgraph_replay_guard.decisions.keys import content_hash
 from langgraph_replay_guard.decisions.state import Event
 from langgraph_replay_guard.decisions.texts import (
     STOP_IGNORED,
@@ -39,6 +40,7 @@ __all__ = [
     "earlier_answer",
     "final_ai_message",
     "last_result_answer",
+    "message_with_result",
     "stopped_here",
     "whole_duplicate_answer",
 ]
@@ -146,6 +148,34 @@ def whole_duplicate_answer(
     """
     text = duplicate_message(decision.tool or answer.name or "", earlier.text)
     return answer.model_copy(update={"content": text})
+
+
+def message_with_result(
+    state: Any, digest: str, messages_key: str = "messages"
+) -> ToolMessage | None:
+    """The newest successful ToolMessage of the thread whose text has this result digest.
+
+    A short circuit quotes its call's last result (`same_result`): the channel recorded its
+    digest, and a message with that digest holds that very text, whichever call it answers
+    (an older result of the same call, or a message a middleware changed, has another
+    digest). Read only when a call is short-circuited, newest first, the whole history.
+
+    Args:
+        state: The graph state.
+        digest: The last result's digest (`engine.last_result_digest`).
+        messages_key: Key of the message list.
+
+    Returns:
+        The ToolMessage, or None when the history no longer holds that text.
+    """
+    for message in reversed(state_messages(state, messages_key)):
+        if (
+            isinstance(message, ToolMessage)
+            and message.status != "error"
+            and content_hash(message_text(message)) == digest
+        ):
+            return message
+    return None
 
 
 def last_result_answer(

@@ -34,6 +34,7 @@ from langgraph_replay_guard.decisions.engine import (
     Decision,
     Verdict,
     earlier_call_id,
+    last_result_digest,
     loop_error,
     raises_on_abort,
     stop_error,
@@ -48,6 +49,7 @@ from langgraph_replay_guard.integrations.answers import (
     earlier_answer,
     final_ai_message,
     last_result_answer,
+    message_with_result,
     stopped_here,
     whole_duplicate_answer,
 )
@@ -1030,9 +1032,12 @@ class ToolCallWrapper:
             and decision.previous_result is None
         ):
             # A channel of digests only (`keeps_previews`): the last result's preview is cut
-            # from its ToolMessage, as for a duplicate (none once the history lost it).
-            ran_as = earlier_call_id(snapshot(value, batch.batch_id), decision.call_key)
-            shown = earlier_answer(self.policies, decision, state, self.messages_key, ran_as)
+            # from a ToolMessage that still holds it as the tool returned it (none once the
+            # history lost it or a middleware changed it).
+            digest = last_result_digest(snapshot(value, batch.batch_id), decision.call_key)
+            shown = (
+                None if digest is None else message_with_result(state, digest, self.messages_key)
+            )
             if shown is not None:
                 answer = last_result_answer(answer, shown, self.config.result_preview_chars)
         if decision is None:  # `planned.error`: arguments that could not be keyed

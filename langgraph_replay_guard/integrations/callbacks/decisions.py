@@ -395,7 +395,13 @@ class CallbackDecider:
             (event,) = update["events"]
         with admitted.scope.lock:
             digest = event.get("h")
-            if outcome == "success" and event.get("p") is None and text and digest:
+            if (
+                outcome == "success"
+                and event.get("p") is None
+                and text
+                and digest
+                and keeps_previews(self.config, messages=False)
+            ):
                 # Kept in this process until the next model call shows what it is given;
                 # bounded, as tools may run long without a model call (the oldest go).
                 unshown = admitted.scope.unshown
