@@ -317,7 +317,7 @@ def main() -> None:
     print(f"guarded step / ToolCallLimitMiddleware step: {guarded / limited:.3f}x")
     print(
         f"guard overhead / ToolCallLimitMiddleware overhead: {guard_cost / limit_cost:.2f}x "
-        "(goal: at most 1.00x)"
+        "(a difference of two medians over the thread's growth: read the goal step by step)"
     )
     per_round = sorted(_round_ratios(samples, rounds))
     print(
@@ -329,7 +329,8 @@ def main() -> None:
     print(
         "the same ratio step by step (each step less the unguarded step of its round and index, "
         f"medians): {paired_guard / paired_limit:.2f}x ({paired_guard * 1e6:.0f} us vs "
-        f"{paired_limit * 1e6:.0f} us; rounds {', '.join(f'{r:.2f}' for r in per_round)})"
+        f"{paired_limit * 1e6:.0f} us; rounds {', '.join(f'{r:.2f}' for r in per_round)}; "
+        "goal: at most 1.00x)"
     )
     warm_rows = rows[:3]  # the unguarded agent, the guard's, ToolCallLimitMiddleware's
     warm_meter = GcMeter([label for label, _ in warm_rows])  # not a gc callback: no split
