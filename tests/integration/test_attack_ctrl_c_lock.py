@@ -31,32 +31,12 @@ def store(pg_uri: str) -> Iterator[Any]:
         yield pg_store
 
 
-# Where the statement talks to the server: an interrupt there is `test_attack_ctrl_c.py`'s
-# subject (a connection left usable or closed). Interrupting at every event there too left,
-# in CI (Debian's 3.11.2, four workers), a connection whose next statement waited forever in
-# `_direct`: found with this test, not fixed yet, so those events are not interrupted here.
-_SERVER_SIDE = frozenset({"_statement", "_pg_exec"})
-
-
-def _inside(frame: Any, names: frozenset[str]) -> bool:
-    while frame is not None:
-        if frame.f_code.co_name in names:
-            return True
-        frame = frame.f_back
-    return False
-
-
 def _interrupted_at(event: int, call: Callable[[], Any]) -> BaseException | None:
-    """Run `call`, raising KeyboardInterrupt at its `event`-th traced event (None: it ended).
-
-    Events while a statement talks to the server are passed over (`_SERVER_SIDE`).
-    """
+    """Run `call`, raising KeyboardInterrupt at its `event`-th traced event (None: it ended)."""
     seen = 0
 
     def trace(frame: Any, what: str, arg: Any) -> Any:
         nonlocal seen
-        if _inside(frame, _SERVER_SIDE):
-            return trace
         seen += 1
         if seen == event:
             raise KeyboardInterrupt
@@ -90,6 +70,8 @@ def test_an_interrupt_at_any_point_leaves_the_store_lock_free(store: Any, name: 
         if exc is None:
             break
         kept.append(exc)
+        if store.conn.closed:  # an interrupt inside psycopg's wait may close the connection
+            break
         free = store.lock.acquire(blocking=False)
         if free:
             store.lock.release()
