@@ -1149,9 +1149,7 @@ def _pg_run(store: Any, make: Callable[[bool], _SqlPlan[T]]) -> T:
     On an autocommit connection the plan's simple queries hold its transaction, rolled back
     if anything raises; on other connections the plan runs in `conn.transaction()`.
     """
-    pool = _psycopg().pool
-    outer, lock = _pg_locks(store, pool)
-    with outer, lock, _pg_connection(store, pool) as conn:
+    with _pg_connection(store, _psycopg().pool) as conn:
         run = functools.partial(_pg_exec, store, conn)
         if _simple(store, conn):
             with _pg_rolled_back(conn):
@@ -1329,27 +1327,14 @@ def _mark_params(namespace: tuple[str, ...], key: str) -> tuple[str, ...]:
     return (WAITING, prefix, key, WAITING, prefix, key, WAITING)
 
 
-def _pg_locks(store: Any, pool_type: Any) -> tuple[Any, Any]:
-    """The locks to hold around `_pg_connection`: a checkpointer's, then the store's.
+def _pg_connection(store: Any, pool_type: Any) -> Any:
+    """The store's connection (holding its lock), or one from its pool, as a context.
 
-    A checkpointer's lock comes first when it shares the connection (`share_connection`); a
-    pool's connections need neither. The caller takes them in its own `with` statement,
-    before `_pg_connection`: a lock taken inside a generator's context manager is held by the
-    generator, and a KeyboardInterrupt that lands in `__enter__` once it is taken (after the
-    generator yields, before the caller's `with` block begins) leaves it held for as long as
-    the exception lives (a notebook keeps the last one): the next ledger call in the process
-    then waits for it forever. A `with` on the lock itself releases it on any exception.
+    A checkpointer's lock comes first when it shares the connection (`share_connection`).
     """
     if isinstance(store.conn, pool_type):
-        return contextlib.nullcontext(), contextlib.nullcontext()
-    return _outer_lock(store), store.lock
-
-
-def _pg_connection(store: Any, pool_type: Any) -> Any:
-    """The store's connection, or one from its pool, as a context; hold `_pg_locks` around it."""
-    if isinstance(store.conn, pool_type):
         return store.conn.connection()
-    return _locked(store.conn)
+    return _locked(store.lock, store.conn, _outer_lock(store))
 
 
 def _leftover(conn: Any) -> str | None:
@@ -1381,29 +1366,26 @@ def _ended(conn: Any) -> Any:
 
 
 @contextlib.contextmanager
-def _locked(conn: Any) -> Any:
-    """The store's own connection, its leftover transaction ended before and after.
-
-    Runs holding `_pg_locks`, taken by the caller's own `with` statement (see there).
-    """
-    # An autocommit connection (the stores' own) leaves nothing open: no check a statement.
-    if conn.autocommit:
-        yield conn
-        return
-    if end := _ended(conn):
-        end()
-    try:
-        yield conn
-    except BaseException:
-        # A failed statement outside `conn.transaction()` (a read) leaves the transaction
-        # aborted: rolled back here, or the user's own `get`/`put` on the store would
-        # fail with "current transaction is aborted" until the guard's next statement.
-        with contextlib.suppress(Exception):
-            if end := _ended(conn):
-                end()
-        raise
-    if end := _ended(conn):
-        end()
+def _locked(lock: Any, conn: Any, outer: Any) -> Any:
+    with outer, lock:
+        # An autocommit connection (the stores' own) leaves nothing open: no check a statement.
+        if conn.autocommit:
+            yield conn
+            return
+        if end := _ended(conn):
+            end()
+        try:
+            yield conn
+        except BaseException:
+            # A failed statement outside `conn.transaction()` (a read) leaves the transaction
+            # aborted: rolled back here, or the user's own `get`/`put` on the store would
+            # fail with "current transaction is aborted" until the guard's next statement.
+            with contextlib.suppress(Exception):
+                if end := _ended(conn):
+                    end()
+            raise
+        if end := _ended(conn):
+            end()
 
 
 @contextlib.asynccontextmanager
@@ -1473,8 +1455,7 @@ def read_rows(store: BaseStore, keys: Iterable[tuple[tuple[str, ...], str]]) -> 
         return None
     pg = _psycopg()
     wanted = [(_text(ns), key) for ns, key in keys]
-    outer, lock = _pg_locks(inner, pg.pool)
-    with outer, lock, _pg_connection(inner, pg.pool) as conn:
+    with _pg_connection(inner, pg.pool) as conn:
         rows = _statement(inner, conn, *_read_query(wanted))
         _end_pipelined(inner)
         return _read_answer(wanted, rows)
@@ -1516,12 +1497,8 @@ def write_rows(store: BaseStore, puts: Iterable[tuple[tuple[str, ...], str, Any]
     if _kind_of(inner) != "postgres":
         return False
     query, params = _write_query(list(puts))
-    pool = _psycopg().pool
-    outer, lock = _pg_locks(inner, pool)
     with (
-        outer,
-        lock,
-        _pg_connection(inner, pool) as conn,
+        _pg_connection(inner, _psycopg().pool) as conn,
         contextlib.nullcontext() if conn.autocommit else conn.transaction(),
     ):
         _statement(inner, conn, query, params, fetch=False)
@@ -1564,12 +1541,8 @@ def mark_waiting(store: BaseStore, namespace: tuple[str, ...], key: str) -> bool
     inner = store  # as `write_rows`: the store given, whose outcome writes the row
     if _kind_of(inner) != "postgres":
         return None
-    pool = _psycopg().pool
-    outer, lock = _pg_locks(inner, pool)
     with (
-        outer,
-        lock,
-        _pg_connection(inner, pool) as conn,
+        _pg_connection(inner, _psycopg().pool) as conn,
         contextlib.nullcontext() if conn.autocommit else conn.transaction(),
     ):
         rows = _statement(inner, conn, _PG_MARK, _mark_params(namespace, key))
