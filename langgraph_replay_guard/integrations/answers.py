@@ -189,7 +189,7 @@ def last_result_answer(
 
     Args:
         answer: The short-circuited call's answer (no preview).
-        earlier: The last run's ToolMessage (`earlier_answer`).
+        earlier: A ToolMessage holding the last result (`message_with_result`).
         preview_chars: `GuardConfig.result_preview_chars`.
 
     Returns:

@@ -378,6 +378,9 @@ class CallbackDecider:
         planned, batch = admitted.planned, admitted.plan.batch
         if planned.facts is None:
             return
+        # Previews go into the handler's state (it has no messages to quote from) unless
+        # `store_previews=False`.
+        previews = keeps_previews(self.config, messages=False)
         if outcome == "timeout":
             event = make_event(
                 planned.facts,
@@ -389,19 +392,13 @@ class CallbackDecider:
             update = guard_update(self.config, [event])
         else:
             config = self.config
-            deferred = admitted.scope.model_seen and keeps_previews(config, messages=False)
+            deferred = admitted.scope.model_seen and previews
             # The event and its write in one pass of the core (`executed_write`).
             update = executed_write(config, planned, batch, outcome, text, preview=not deferred)
             (event,) = update["events"]
         with admitted.scope.lock:
             digest = event.get("h")
-            if (
-                outcome == "success"
-                and event.get("p") is None
-                and text
-                and digest
-                and keeps_previews(self.config, messages=False)
-            ):
+            if outcome == "success" and event.get("p") is None and text and digest and previews:
                 # Kept in this process until the next model call shows what it is given;
                 # bounded, as tools may run long without a model call (the oldest go).
                 unshown = admitted.scope.unshown
